@@ -1,0 +1,102 @@
+# Two builds of the same CUDA sources:
+#   CPU (always): g++ through the CUDA-on-CPU runtime in llmc/cpu_cuda/ -> build/cpu/
+#   GPU (nvcc):   the real toolkit for GPU_ARCH (default 90)       -> build/gpu/
+# `make test` runs every CPU test, compiles every CUDA target with nvcc for
+# sm_90 and sm_80 (skipped, saying so, where nvcc is absent) and runs the GPU
+# tests where a GPU is present.
+
+CUDA_HOME ?= /usr/local/cuda
+GPU_ARCH  ?= 90
+NVCC      ?= $(CUDA_HOME)/bin/nvcc
+PYTHON    ?= python3
+CXX       ?= g++
+MPICXX    ?= mpicxx
+MPI_INC   ?= /usr/lib/x86_64-linux-gnu/openmpi/include
+MPI_LIB   ?= /usr/lib/x86_64-linux-gnu/openmpi/lib
+
+RT_DIR  := llmc/cpu_cuda
+RT_SRCS := $(wildcard $(RT_DIR)/*.cpp)
+RT_HDRS := $(wildcard $(RT_DIR)/*.h $(RT_DIR)/include/*.h $(RT_DIR)/include/*/*.h)
+
+# --- CPU build --------------------------------------------------------------
+CPU_INC    := -I$(RT_DIR)/include -I$(CUDA_HOME)/include -I.
+CPU_CXXFLAGS ?= -O2 -g -std=c++17 -Wall -Wno-unknown-pragmas -Wno-unused-function -Wno-sign-compare -pthread
+CPU_LIBS   := -lopenblas -lboost_context -pthread
+ASAN_FLAGS := -O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer -DBOOST_USE_ASAN
+
+# CUDA test programs (portable .cu files; each builds for CPU and GPU).
+TEST_CU    := $(wildcard test/cpu_cuda/test_*.cu)
+# Programs that use NCCL across ranks link Open MPI; the rest run single-process.
+MPI_TESTS  := test_nccl
+CPU_TESTS  := $(patsubst test/cpu_cuda/%.cu,build/cpu/%,$(TEST_CU))
+ASAN_TESTS := $(patsubst test/cpu_cuda/%.cu,build/cpu-asan/%,$(TEST_CU))
+DEV_CU     := $(wildcard dev/*.cu)
+DEV_BINS   := $(patsubst dev/%.cu,build/cpu/%,$(DEV_CU))
+
+.PHONY: all cpu test test-cpu test-asan test-nvcc test-gpu bench clean check-cuda-headers
+.SECONDARY:
+
+all: cpu
+
+check-cuda-headers:
+	@test -f $(CUDA_HOME)/include/cuda_bf16.h || { echo "error: $(CUDA_HOME)/include/cuda_bf16.h not found: the CPU runtime takes cuda_bf16.h, cuda_runtime_api.h, cublasLt.h and nccl.h from the CUDA toolkit; install it or set CUDA_HOME"; exit 1; }
+
+cpu: check-cuda-headers $(CPU_TESTS) $(DEV_BINS)
+
+# .cu -> preprocessed C++ with <<<>>> launches and extern __shared__ rewritten.
+# Variant directories: build/cpu (optimised) and build/cpu-asan (sanitizers).
+define cpu_variant
+# $(1) = build dir, $(2) = compiler flags
+$(1)/%.ii: test/cpu_cuda/%.cu $(RT_HDRS) $(RT_DIR)/cudapp.py | check-cuda-headers
+	@mkdir -p $$(@D)
+	$(CXX) -std=c++17 -E -x c++ $(CPU_INC) -DCPUCUDA $$< | $(PYTHON) $(RT_DIR)/cudapp.py > $$@.tmp && mv $$@.tmp $$@
+$(1)/%.ii: dev/%.cu $(RT_HDRS) $(RT_DIR)/cudapp.py | check-cuda-headers
+	@mkdir -p $$(@D)
+	$(CXX) -std=c++17 -E -x c++ $(CPU_INC) -DCPUCUDA $$< | $(PYTHON) $(RT_DIR)/cudapp.py > $$@.tmp && mv $$@.tmp $$@
+$(1)/%.o: $(1)/%.ii
+	$(CXX) $(2) -x c++-cpp-output -c $$< -o $$@
+$(1)/rt/%.o: $(RT_DIR)/%.cpp $(RT_HDRS)
+	@mkdir -p $$(@D)
+	$(CXX) $(2) $(CPU_INC) -c $$< -o $$@
+$(1)/rt-mpi/%.o: $(RT_DIR)/%.cpp $(RT_HDRS)
+	@mkdir -p $$(@D)
+	$(MPICXX) $(2) $(CPU_INC) -DCPUCUDA_WITH_MPI -c $$< -o $$@
+$(1)/libcpucuda.a: $(patsubst $(RT_DIR)/%.cpp,$(1)/rt/%.o,$(RT_SRCS))
+	ar rcs $$@ $$^
+$(1)/libcpucuda_mpi.a: $(patsubst $(RT_DIR)/%.cpp,$(1)/rt-mpi/%.o,$(RT_SRCS))
+	ar rcs $$@ $$^
+$(1)/%: $(1)/%.o $(1)/libcpucuda.a $(1)/libcpucuda_mpi.a
+	$$(if $$(filter $$*,$(MPI_TESTS)),$(MPICXX),$(CXX)) $(2) $$< -o $$@ \
+	  $$(if $$(filter $$*,$(MPI_TESTS)),$(1)/libcpucuda_mpi.a,$(1)/libcpucuda.a) $(CPU_LIBS)
+endef
+
+$(eval $(call cpu_variant,build/cpu,$(CPU_CXXFLAGS)))
+$(eval $(call cpu_variant,build/cpu-asan,$(CPU_CXXFLAGS) $(ASAN_FLAGS)))
+
+# --- GPU build (nvcc) ---------------------------------------------------------
+NVCC_FLAGS := -O3 -std=c++17 -I. -I$(MPI_INC)
+NVCC_LIBS  := -lcublasLt -lnccl -L$(MPI_LIB) -lmpi
+# All GPU targets; `make test` builds them for sm_90 and sm_80 without running.
+GPU_SRCS   := $(TEST_CU) $(DEV_CU)
+
+build/gpu/sm_$(GPU_ARCH)/%: test/cpu_cuda/%.cu
+	@mkdir -p $(@D)
+	$(NVCC) $(NVCC_FLAGS) -arch=sm_$(GPU_ARCH) $< -o $@ $(NVCC_LIBS)
+build/gpu/sm_$(GPU_ARCH)/%: dev/%.cu
+	@mkdir -p $(@D)
+	$(NVCC) $(NVCC_FLAGS) -arch=sm_$(GPU_ARCH) $< -o $@ $(NVCC_LIBS)
+
+gpu: $(patsubst %.cu,build/gpu/sm_$(GPU_ARCH)/%,$(notdir $(GPU_SRCS)))
+
+# --- tests ---------------------------------------------------------------------
+test: cpu
+	bash test/run_tests.sh
+
+test-asan: $(ASAN_TESTS)
+	ASAN_ONLY=1 bash test/run_tests.sh
+
+bench: build/cpu/bench_cpu_cuda
+	./build/cpu/bench_cpu_cuda
+
+clean:
+	rm -rf build

@@ -1,0 +1,794 @@
+// cuBLASLt on the CPU: the subset of the real cuBLASLt C API (declared in the
+// toolkit's <cublasLt.h>, used unchanged) that llm.c-style trainers need,
+// computed with OpenBLAS on host memory. In this runtime cudaMalloc returns
+// host pointers and everything runs synchronously, so the stream is ignored.
+//
+// The math (column-major, like cuBLASLt), per batch:
+//   T = alpha * op(A) * op(B) + beta * C        op(A): m x k, op(B): k x n, C, D: m x n
+//   D = epilogue(T)
+// with the epilogues
+//   DEFAULT        D = T
+//   BIAS           D = T + bias                  (bias: length m, added to every column)
+//   GELU           D = gelu(T)
+//   GELU_BIAS      D = gelu(T + bias)
+//   GELU_AUX       aux = T,        D = gelu(T)
+//   GELU_AUX_BIAS  aux = T + bias, D = gelu(T + bias)
+//   DGELU          D = T * gelu'(aux)            (aux: the pre-activation of the forward pass)
+//   BGRADB         D = T, and bias[j] = sum_l op(B)[l][j], j < n (the sum over the k dimension)
+// where gelu(x) = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), the tanh approximation.
+// beta == 0 never reads C (C may hold garbage or NaN); C may alias D.
+// The product is accumulated in fp32 (cblas_sgemm); bf16 inputs are converted
+// exactly to fp32 first, outputs are rounded once with __float2bfloat16
+// (round to nearest even, as on the device).
+//
+// Choices taken from the cuBLASLt documentation (the comments in cublasLt.h of
+// CUDA 13 and the cuBLAS guide):
+//  - BIAS_DATA_TYPE default: "Bias vector elements are the same type as the
+//    elements of output matrix (Dtype)" (the exceptions are IMMA/int8 and fp8
+//    kernels, which are not supported here). The bias gradient of BGRADB is
+//    "the same type as the output elements". So the default is D's type; an
+//    explicit CUDA_R_32F or CUDA_R_16BF is also accepted.
+//  - EPILOGUE_AUX_DATA_TYPE default: the type of D ("GELU input matrix elements
+//    type is the same as the type of elements of the output matrix", the
+//    exceptions being fp8). An explicit CUDA_R_32F or CUDA_R_16BF is accepted.
+//  - BGRADB: "Bias gradient based on the input matrix B. The bias size
+//    corresponds to the number of columns of the matrix D. The reduction happens
+//    over the GEMM's k dimension." It is an output: the vector is overwritten,
+//    not accumulated, and it is not scaled by alpha (it is the plain sum of op(B)).
+//  - GELU: the docs only say "x := GELU(x)". We use the tanh approximation, the
+//    form cuBLASLt's GELU epilogues are used for in llm.c and Transformer Engine;
+//    gelu' is its exact derivative.
+//  - DGELU is applied to the full result alpha*op(A)op(B) + beta*C.
+//  - EPILOGUE_AUX_LD must be >= m and a multiple of 8 (as documented), else
+//    CUBLAS_STATUS_INVALID_VALUE.
+//
+// Supported subset (anything else is CUBLAS_STATUS_NOT_SUPPORTED, never a guess):
+//  - A, B: both CUDA_R_32F or both CUDA_R_16BF; C, D: the same type as each other;
+//    32F inputs need 32F C/D, 16BF inputs allow 16BF or 32F C/D.
+//  - compute type CUBLAS_COMPUTE_32F (also _PEDANTIC, _FAST_TF32, _FAST_16BF,
+//    _FAST_16F, all computed in full fp32); scale type CUDA_R_32F; alpha and
+//    beta are host floats (CUBLASLT_POINTER_MODE_HOST).
+//  - TRANSA/TRANSB CUBLAS_OP_N or CUBLAS_OP_T; TRANSC N; fill mode FULL.
+//  - layouts: CUBLASLT_ORDER_COL, strided batches (BATCH_COUNT equal for A, B,
+//    C and D; STRIDED_BATCH_OFFSET per layout, in elements, may be 0), no planar
+//    complex, no pointer-array batches.
+//  - epilogues listed above, only with batch count 1.
+//  - the scale/amax pointers, scale modes, fp8 fast accumulation and emulation
+//    descriptor attributes are accepted only at their defaults (NULL / 0).
+// Dimension mismatches between the layouts and the ops, or ld < rows, give
+// CUBLAS_STATUS_INVALID_VALUE. Unknown attributes give CUBLAS_STATUS_NOT_SUPPORTED.
+// cublasLtMatmulAlgoGetHeuristic returns one algorithm (workspace 0) for a
+// supported problem, and the status above with 0 results otherwise.
+
+#include <cublasLt.h>
+#include <cuda_bf16.h>
+#include <cblas.h>
+
+#include <climits>
+#include <cmath>
+#include <cstring>
+#include <new>
+#include <vector>
+
+// The handle type is a pointer to this (declared, not defined, by cublasLt.h).
+struct cublasLtContext {
+    uint64_t magic;
+};
+
+namespace {
+
+constexpr uint64_t kHandleMagic = 0x63707543624c7448ull;  // "HtLbCupc"
+constexpr uint32_t kLayoutMagic = 0x4c61796fu;
+constexpr uint32_t kDescMagic = 0x44657363u;
+constexpr uint32_t kPrefMagic = 0x50726566u;
+constexpr uint64_t kAlgoMagic = 0x416c676f43505521ull;
+
+// ---------------------------------------------------------------------------
+// Descriptor state, kept inside the opaque structs' data[] arrays (constructed
+// there with placement new, so the *Init_internal variants work on storage the
+// caller owns and need no destroy).
+
+struct LayoutState {
+    uint32_t magic;
+    uint32_t type;         // cudaDataType
+    int32_t order;         // cublasLtOrder_t
+    int32_t batch_count;
+    uint32_t batch_mode;   // cublasLtBatchMode_t
+    uint64_t rows;
+    uint64_t cols;
+    int64_t ld;
+    int64_t batch_stride;  // elements
+    int64_t plane_offset;  // bytes; 0 = not planar complex
+};
+static_assert(sizeof(LayoutState) <= sizeof(cublasLtMatrixLayoutOpaque_t), "layout state too big");
+
+struct DescState {
+    uint32_t magic;
+    int32_t compute_type;  // cublasComputeType_t
+    int32_t scale_type;    // cudaDataType
+    int32_t pointer_mode;
+    int32_t transa, transb, transc;
+    int32_t fill_mode;
+    uint32_t epilogue;
+    int32_t bias_type;     // -1: D's type
+    int32_t aux_type;      // -1: D's type
+    int32_t sm_count_target;
+    int32_t scale_modes[6];  // A, B, C, D, AUX, D_OUT scale modes
+    int8_t fast_accum;
+    const void* bias;      // bias input, or bias-gradient output for BGRADB
+    void* aux;
+    int64_t bias_batch_stride;
+    int64_t aux_ld;
+    int64_t aux_batch_stride;
+    int64_t alpha_vector_batch_stride;
+    // Attributes supported only at their default NULL.
+    const void* a_scale;
+    const void* b_scale;
+    const void* c_scale;
+    const void* d_scale;
+    void* amax_d;
+    void* aux_scale;
+    void* aux_amax;
+    void* d_out_scale;
+    cublasLtEmulationDesc_t emulation;
+};
+static_assert(sizeof(DescState) <= sizeof(cublasLtMatmulDescOpaque_t), "matmul desc state too big");
+
+struct PrefState {
+    uint32_t magic;
+    uint32_t search_mode;
+    uint64_t max_workspace;
+    uint32_t reduction_mask;
+    uint32_t min_align[4];  // A, B, C, D
+    float max_waves;
+    uint64_t impl_mask;
+};
+static_assert(sizeof(PrefState) <= sizeof(cublasLtMatmulPreferenceOpaque_t), "preference state too big");
+
+template <class State, class Opaque>
+State* state_of(Opaque* p, uint32_t magic) {
+    if (p == nullptr) return nullptr;
+    State* s = reinterpret_cast<State*>(p->data);
+    return s->magic == magic ? s : nullptr;
+}
+LayoutState* layout_of(cublasLtMatrixLayout_t p) { return state_of<LayoutState>(p, kLayoutMagic); }
+DescState* desc_of(cublasLtMatmulDesc_t p) { return state_of<DescState>(p, kDescMagic); }
+PrefState* pref_of(cublasLtMatmulPreference_t p) { return state_of<PrefState>(p, kPrefMagic); }
+
+void init_layout(cublasLtMatrixLayoutOpaque_t* p, cudaDataType type, uint64_t rows, uint64_t cols, int64_t ld) {
+    memset(p->data, 0, sizeof(p->data));
+    LayoutState* s = new (p->data) LayoutState{};
+    s->magic = kLayoutMagic;
+    s->type = (uint32_t)type;
+    s->order = CUBLASLT_ORDER_COL;
+    s->batch_count = 1;
+    s->batch_mode = CUBLASLT_BATCH_MODE_STRIDED;
+    s->rows = rows;
+    s->cols = cols;
+    s->ld = ld;
+}
+
+void init_desc(cublasLtMatmulDescOpaque_t* p, cublasComputeType_t compute, cudaDataType_t scale) {
+    memset(p->data, 0, sizeof(p->data));
+    DescState* s = new (p->data) DescState{};
+    s->magic = kDescMagic;
+    s->compute_type = compute;
+    s->scale_type = scale;
+    s->pointer_mode = CUBLASLT_POINTER_MODE_HOST;
+    s->transa = s->transb = s->transc = CUBLAS_OP_N;
+    s->fill_mode = CUBLAS_FILL_MODE_FULL;
+    s->epilogue = CUBLASLT_EPILOGUE_DEFAULT;
+    s->bias_type = -1;
+    s->aux_type = -1;
+}
+
+void init_pref(cublasLtMatmulPreferenceOpaque_t* p) {
+    memset(p->data, 0, sizeof(p->data));
+    PrefState* s = new (p->data) PrefState{};
+    s->magic = kPrefMagic;
+    s->search_mode = CUBLASLT_SEARCH_BEST_FIT;
+    s->reduction_mask = CUBLASLT_REDUCTION_SCHEME_MASK;
+    for (uint32_t& a : s->min_align) a = 256;
+    s->impl_mask = ~0ull;
+}
+
+// ---------------------------------------------------------------------------
+// Attribute get/set: every attribute maps to one field of the state; set and
+// get copy exactly the field's size (the documented type of the attribute).
+
+struct Field {
+    void* ptr;
+    size_t size;
+};
+template <class T>
+Field field(T& x) { return Field{&x, sizeof(T)}; }
+
+Field layout_field(LayoutState& s, cublasLtMatrixLayoutAttribute_t attr) {
+    switch (attr) {
+        case CUBLASLT_MATRIX_LAYOUT_TYPE: return field(s.type);
+        case CUBLASLT_MATRIX_LAYOUT_ORDER: return field(s.order);
+        case CUBLASLT_MATRIX_LAYOUT_ROWS: return field(s.rows);
+        case CUBLASLT_MATRIX_LAYOUT_COLS: return field(s.cols);
+        case CUBLASLT_MATRIX_LAYOUT_LD: return field(s.ld);
+        case CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT: return field(s.batch_count);
+        case CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET: return field(s.batch_stride);
+        case CUBLASLT_MATRIX_LAYOUT_PLANE_OFFSET: return field(s.plane_offset);
+        case CUBLASLT_MATRIX_LAYOUT_BATCH_MODE: return field(s.batch_mode);
+        default: return Field{nullptr, 0};
+    }
+}
+
+Field desc_field(DescState& s, cublasLtMatmulDescAttributes_t attr) {
+    switch (attr) {
+        case CUBLASLT_MATMUL_DESC_COMPUTE_TYPE: return field(s.compute_type);
+        case CUBLASLT_MATMUL_DESC_SCALE_TYPE: return field(s.scale_type);
+        case CUBLASLT_MATMUL_DESC_POINTER_MODE: return field(s.pointer_mode);
+        case CUBLASLT_MATMUL_DESC_TRANSA: return field(s.transa);
+        case CUBLASLT_MATMUL_DESC_TRANSB: return field(s.transb);
+        case CUBLASLT_MATMUL_DESC_TRANSC: return field(s.transc);
+        case CUBLASLT_MATMUL_DESC_FILL_MODE: return field(s.fill_mode);
+        case CUBLASLT_MATMUL_DESC_EPILOGUE: return field(s.epilogue);
+        case CUBLASLT_MATMUL_DESC_BIAS_POINTER: return field(s.bias);
+        case CUBLASLT_MATMUL_DESC_BIAS_BATCH_STRIDE: return field(s.bias_batch_stride);
+        case CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER: return field(s.aux);
+        case CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD: return field(s.aux_ld);
+        case CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_BATCH_STRIDE: return field(s.aux_batch_stride);
+        case CUBLASLT_MATMUL_DESC_ALPHA_VECTOR_BATCH_STRIDE: return field(s.alpha_vector_batch_stride);
+        case CUBLASLT_MATMUL_DESC_SM_COUNT_TARGET: return field(s.sm_count_target);
+        case CUBLASLT_MATMUL_DESC_A_SCALE_POINTER: return field(s.a_scale);
+        case CUBLASLT_MATMUL_DESC_B_SCALE_POINTER: return field(s.b_scale);
+        case CUBLASLT_MATMUL_DESC_C_SCALE_POINTER: return field(s.c_scale);
+        case CUBLASLT_MATMUL_DESC_D_SCALE_POINTER: return field(s.d_scale);
+        case CUBLASLT_MATMUL_DESC_AMAX_D_POINTER: return field(s.amax_d);
+        case CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE: return field(s.aux_type);
+        case CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_SCALE_POINTER: return field(s.aux_scale);
+        case CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_AMAX_POINTER: return field(s.aux_amax);
+        case CUBLASLT_MATMUL_DESC_FAST_ACCUM: return field(s.fast_accum);
+        case CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE: return field(s.bias_type);
+        case CUBLASLT_MATMUL_DESC_A_SCALE_MODE: return field(s.scale_modes[0]);
+        case CUBLASLT_MATMUL_DESC_B_SCALE_MODE: return field(s.scale_modes[1]);
+        case CUBLASLT_MATMUL_DESC_C_SCALE_MODE: return field(s.scale_modes[2]);
+        case CUBLASLT_MATMUL_DESC_D_SCALE_MODE: return field(s.scale_modes[3]);
+        case CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_SCALE_MODE: return field(s.scale_modes[4]);
+        case CUBLASLT_MATMUL_DESC_D_OUT_SCALE_POINTER: return field(s.d_out_scale);
+        case CUBLASLT_MATMUL_DESC_D_OUT_SCALE_MODE: return field(s.scale_modes[5]);
+        case CUBLASLT_MATMUL_DESC_EMULATION_DESCRIPTOR: return field(s.emulation);
+        default: return Field{nullptr, 0};
+    }
+}
+
+// All preference attributes are hints the CPU can ignore, so any value is accepted.
+Field pref_field(PrefState& s, cublasLtMatmulPreferenceAttributes_t attr) {
+    switch (attr) {
+        case CUBLASLT_MATMUL_PREF_SEARCH_MODE: return field(s.search_mode);
+        case CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES: return field(s.max_workspace);
+        case CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK: return field(s.reduction_mask);
+        case CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES: return field(s.min_align[0]);
+        case CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES: return field(s.min_align[1]);
+        case CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES: return field(s.min_align[2]);
+        case CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES: return field(s.min_align[3]);
+        case CUBLASLT_MATMUL_PREF_MAX_WAVES_COUNT: return field(s.max_waves);
+        case CUBLASLT_MATMUL_PREF_IMPL_MASK: return field(s.impl_mask);
+        default: return Field{nullptr, 0};
+    }
+}
+
+cublasStatus_t set_field(Field f, const void* buf, size_t size) {
+    if (f.ptr == nullptr) return CUBLAS_STATUS_NOT_SUPPORTED;  // unknown attribute
+    if (buf == nullptr || size != f.size) return CUBLAS_STATUS_INVALID_VALUE;
+    memcpy(f.ptr, buf, size);
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+// Semantics of the *GetAttribute functions: sizeInBytes 0 asks for the size.
+cublasStatus_t get_field(Field f, void* buf, size_t size, size_t* written) {
+    if (f.ptr == nullptr) return CUBLAS_STATUS_NOT_SUPPORTED;
+    if (size == 0) {
+        if (written == nullptr) return CUBLAS_STATUS_INVALID_VALUE;
+        *written = f.size;
+        return CUBLAS_STATUS_SUCCESS;
+    }
+    if (buf == nullptr || size != f.size) return CUBLAS_STATUS_INVALID_VALUE;
+    memcpy(buf, f.ptr, size);
+    if (written) *written = size;
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+// ---------------------------------------------------------------------------
+// Validation: turns descriptors into a Plan, or says why it cannot.
+
+enum EpilogueBits : unsigned {
+    kHasBias = 1,  // reads bias[m]
+    kGelu = 2,     // D = gelu(pre)
+    kAuxOut = 4,   // aux = pre
+    kDGelu = 8,    // D = pre * gelu'(aux)
+    kBGradB = 16,  // bias[n] = column sums of op(B)
+};
+
+// Returns the bit set of a supported epilogue, or -1.
+int epilogue_bits(uint32_t epilogue) {
+    switch (epilogue) {
+        case CUBLASLT_EPILOGUE_DEFAULT: return 0;
+        case CUBLASLT_EPILOGUE_BIAS: return kHasBias;
+        case CUBLASLT_EPILOGUE_GELU: return kGelu;
+        case CUBLASLT_EPILOGUE_GELU_BIAS: return kGelu | kHasBias;
+        case CUBLASLT_EPILOGUE_GELU_AUX: return kGelu | kAuxOut;
+        case CUBLASLT_EPILOGUE_GELU_AUX_BIAS: return kGelu | kAuxOut | kHasBias;
+        case CUBLASLT_EPILOGUE_DGELU: return kDGelu;
+        case CUBLASLT_EPILOGUE_BGRADB: return kBGradB;
+        default: return -1;
+    }
+}
+
+bool is_f32_or_bf16(int64_t t) { return t == CUDA_R_32F || t == CUDA_R_16BF; }
+size_t type_size(cudaDataType_t t) { return t == CUDA_R_32F ? 4 : 2; }
+
+struct Plan {
+    int m, n, k;
+    int batch;
+    bool transa, transb;
+    cudaDataType_t ab_type, cd_type, bias_type, aux_type;
+    int64_t lda, ldb, ldc, ldd, ld_aux;
+    int64_t stride_a, stride_b, stride_c, stride_d;  // elements
+    unsigned epi;                                    // EpilogueBits
+};
+
+bool compute_type_ok(int32_t ct) {
+    return ct == CUBLAS_COMPUTE_32F || ct == CUBLAS_COMPUTE_32F_PEDANTIC || ct == CUBLAS_COMPUTE_32F_FAST_TF32 ||
+           ct == CUBLAS_COMPUTE_32F_FAST_16BF || ct == CUBLAS_COMPUTE_32F_FAST_16F;
+}
+
+// Settings of the descriptor that the CPU path does not implement.
+cublasStatus_t check_desc_supported(const DescState& d) {
+    if (!compute_type_ok(d.compute_type) || d.scale_type != CUDA_R_32F) return CUBLAS_STATUS_NOT_SUPPORTED;
+    if (d.pointer_mode != CUBLASLT_POINTER_MODE_HOST) return CUBLAS_STATUS_NOT_SUPPORTED;
+    bool trans_ok = (d.transa == CUBLAS_OP_N || d.transa == CUBLAS_OP_T) &&
+                    (d.transb == CUBLAS_OP_N || d.transb == CUBLAS_OP_T) && d.transc == CUBLAS_OP_N;
+    if (!trans_ok || d.fill_mode != CUBLAS_FILL_MODE_FULL) return CUBLAS_STATUS_NOT_SUPPORTED;
+    if (epilogue_bits(d.epilogue) < 0) return CUBLAS_STATUS_NOT_SUPPORTED;
+    bool defaults = d.a_scale == nullptr && d.b_scale == nullptr && d.c_scale == nullptr && d.d_scale == nullptr &&
+                    d.amax_d == nullptr && d.aux_scale == nullptr && d.aux_amax == nullptr &&
+                    d.d_out_scale == nullptr && d.emulation == nullptr && d.fast_accum == 0 &&
+                    d.alpha_vector_batch_stride == 0;
+    for (int32_t mode : d.scale_modes) defaults = defaults && mode == 0;
+    return defaults ? CUBLAS_STATUS_SUCCESS : CUBLAS_STATUS_NOT_SUPPORTED;
+}
+
+cublasStatus_t check_layout_supported(const LayoutState& l) {
+    if (l.order != CUBLASLT_ORDER_COL || l.plane_offset != 0 || l.batch_mode != CUBLASLT_BATCH_MODE_STRIDED)
+        return CUBLAS_STATUS_NOT_SUPPORTED;
+    return is_f32_or_bf16(l.type) ? CUBLAS_STATUS_SUCCESS : CUBLAS_STATUS_NOT_SUPPORTED;
+}
+
+// The shape of a layout must fit BLAS ints, and ld must cover the rows.
+cublasStatus_t check_layout_shape(const LayoutState& l) {
+    if (l.rows > (uint64_t)INT_MAX || l.cols > (uint64_t)INT_MAX || l.ld > (int64_t)INT_MAX)
+        return CUBLAS_STATUS_NOT_SUPPORTED;
+    if (l.ld < 1 || l.ld < (int64_t)l.rows || l.batch_count < 1) return CUBLAS_STATUS_INVALID_VALUE;
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t make_plan(const DescState* d, const LayoutState* a, const LayoutState* b, const LayoutState* c,
+                         const LayoutState* dl, Plan* p) {
+    if (!d || !a || !b || !c || !dl) return CUBLAS_STATUS_INVALID_VALUE;
+    cublasStatus_t st = check_desc_supported(*d);
+    for (const LayoutState* l : {a, b, c, dl})
+        if (st == CUBLAS_STATUS_SUCCESS) st = check_layout_supported(*l);
+    if (st != CUBLAS_STATUS_SUCCESS) return st;
+
+    // Types: A == B, C == D; fp32 inputs need fp32 outputs.
+    if (a->type != b->type || c->type != dl->type) return CUBLAS_STATUS_NOT_SUPPORTED;
+    if (a->type == CUDA_R_32F && dl->type != CUDA_R_32F) return CUBLAS_STATUS_NOT_SUPPORTED;
+
+    for (const LayoutState* l : {a, b, c, dl})
+        if ((st = check_layout_shape(*l)) != CUBLAS_STATUS_SUCCESS) return st;
+
+    // Shapes: op(A) m x k, op(B) k x n, C and D m x n.
+    p->transa = d->transa == CUBLAS_OP_T;
+    p->transb = d->transb == CUBLAS_OP_T;
+    uint64_t m = dl->rows, n = dl->cols;
+    uint64_t k = p->transa ? a->rows : a->cols;
+    uint64_t a_m = p->transa ? a->cols : a->rows;
+    uint64_t b_k = p->transb ? b->cols : b->rows;
+    uint64_t b_n = p->transb ? b->rows : b->cols;
+    if (a_m != m || b_k != k || b_n != n || c->rows != m || c->cols != n) return CUBLAS_STATUS_INVALID_VALUE;
+    p->m = (int)m;
+    p->n = (int)n;
+    p->k = (int)k;
+
+    // Strided batches: the same count everywhere.
+    p->batch = dl->batch_count;
+    if (a->batch_count != p->batch || b->batch_count != p->batch || c->batch_count != p->batch)
+        return CUBLAS_STATUS_INVALID_VALUE;
+
+    p->ab_type = (cudaDataType_t)a->type;
+    p->cd_type = (cudaDataType_t)dl->type;
+    p->lda = a->ld;
+    p->ldb = b->ld;
+    p->ldc = c->ld;
+    p->ldd = dl->ld;
+    p->stride_a = a->batch_stride;
+    p->stride_b = b->batch_stride;
+    p->stride_c = c->batch_stride;
+    p->stride_d = dl->batch_stride;
+
+    // Epilogue: only unbatched; bias/aux types default to D's type.
+    p->epi = (unsigned)epilogue_bits(d->epilogue);
+    if (p->epi != 0 && p->batch > 1) return CUBLAS_STATUS_NOT_SUPPORTED;
+    p->bias_type = d->bias_type == -1 ? p->cd_type : (cudaDataType_t)d->bias_type;
+    p->aux_type = d->aux_type == -1 ? p->cd_type : (cudaDataType_t)d->aux_type;
+    if ((p->epi & (kHasBias | kBGradB)) && !is_f32_or_bf16(p->bias_type)) return CUBLAS_STATUS_NOT_SUPPORTED;
+    p->ld_aux = d->aux_ld;
+    if (p->epi & (kAuxOut | kDGelu)) {
+        if (!is_f32_or_bf16(p->aux_type)) return CUBLAS_STATUS_NOT_SUPPORTED;
+        if (p->ld_aux < (int64_t)m || p->ld_aux < 1 || p->ld_aux % 8 != 0) return CUBLAS_STATUS_INVALID_VALUE;
+    }
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+// ---------------------------------------------------------------------------
+// Compute.
+
+inline float load(const void* p, cudaDataType_t t, int64_t i) {
+    if (t == CUDA_R_32F) return static_cast<const float*>(p)[i];
+    return __bfloat162float(static_cast<const __nv_bfloat16*>(p)[i]);
+}
+
+inline void store(void* p, cudaDataType_t t, int64_t i, float v) {
+    if (t == CUDA_R_32F)
+        static_cast<float*>(p)[i] = v;
+    else
+        static_cast<__nv_bfloat16*>(p)[i] = __float2bfloat16(v);
+}
+
+const void* offset(const void* p, cudaDataType_t t, int64_t elements) {
+    return static_cast<const char*>(p) + elements * (int64_t)type_size(t);
+}
+
+constexpr float kSqrt2OverPi = 0.7978845608028654f;
+constexpr float kGeluCoeff = 0.044715f;
+
+inline float gelu(float x) {
+    float u = kSqrt2OverPi * (x + kGeluCoeff * x * x * x);
+    return 0.5f * x * (1.0f + tanhf(u));
+}
+
+// d/dx of the tanh-approximated gelu.
+inline float gelu_grad(float x) {
+    float u = kSqrt2OverPi * (x + kGeluCoeff * x * x * x);
+    float t = tanhf(u);
+    float du = kSqrt2OverPi * (1.0f + 3.0f * kGeluCoeff * x * x);
+    return 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * du;
+}
+
+// An fp32 view of a stored rows x cols matrix: the data itself when it is
+// fp32, else a compact (ld = rows) converted copy in `scratch`.
+const float* as_f32(const void* p, cudaDataType_t t, int rows, int cols, int64_t ld, std::vector<float>& scratch,
+                    int64_t* ld_out) {
+    if (t == CUDA_R_32F) {
+        *ld_out = ld;
+        return static_cast<const float*>(p);
+    }
+    scratch.resize((size_t)rows * cols);
+    for (int j = 0; j < cols; j++)
+        for (int i = 0; i < rows; i++) scratch[(size_t)j * rows + i] = load(p, t, (int64_t)j * ld + i);
+    *ld_out = rows;
+    return scratch.data();
+}
+
+// prod (m x n, ld m) = alpha * op(A) * op(B), in fp32.
+void product(const Plan& p, float alpha, const void* A, const void* B, std::vector<float>& prod) {
+    thread_local std::vector<float> a_buf, b_buf;
+    prod.assign((size_t)p.m * p.n, 0.0f);
+    if (p.k == 0 || alpha == 0.0f) return;  // BLAS would not read A, B either
+    int a_rows = p.transa ? p.k : p.m, a_cols = p.transa ? p.m : p.k;
+    int b_rows = p.transb ? p.n : p.k, b_cols = p.transb ? p.k : p.n;
+    int64_t lda, ldb;
+    const float* a = as_f32(A, p.ab_type, a_rows, a_cols, p.lda, a_buf, &lda);
+    const float* b = as_f32(B, p.ab_type, b_rows, b_cols, p.ldb, b_buf, &ldb);
+    cblas_sgemm(CblasColMajor, p.transa ? CblasTrans : CblasNoTrans, p.transb ? CblasTrans : CblasNoTrans, p.m, p.n,
+                p.k, alpha, a, (int)lda, b, (int)ldb, 0.0f, prod.data(), p.m);
+}
+
+struct EpilogueArgs {
+    const void* bias;  // kHasBias: input
+    void* bias_out;    // kBGradB: output
+    void* aux;         // kAuxOut: output; kDGelu: input
+};
+
+// D = epilogue(prod + beta * C) for one batch entry.
+void finish(const Plan& p, const std::vector<float>& prod, float beta, const void* C, void* D,
+            const EpilogueArgs& e) {
+    for (int j = 0; j < p.n; j++) {
+        for (int i = 0; i < p.m; i++) {
+            float x = prod[(size_t)j * p.m + i];
+            if (beta != 0.0f) x += beta * load(C, p.cd_type, (int64_t)j * p.ldc + i);
+            if (p.epi & kHasBias) x += load(e.bias, p.bias_type, i);
+            int64_t aux_i = (int64_t)j * p.ld_aux + i;
+            if (p.epi & kAuxOut) store(e.aux, p.aux_type, aux_i, x);
+            if (p.epi & kGelu) x = gelu(x);
+            if (p.epi & kDGelu) x *= gelu_grad(load(e.aux, p.aux_type, aux_i));
+            store(D, p.cd_type, (int64_t)j * p.ldd + i, x);
+        }
+    }
+}
+
+// bias_out[j] = sum over l < k of op(B)[l][j], j < n.
+void bias_grad_b(const Plan& p, const void* B, void* bias_out) {
+    for (int j = 0; j < p.n; j++) {
+        double sum = 0.0;
+        for (int l = 0; l < p.k; l++) {
+            int64_t idx = p.transb ? (int64_t)l * p.ldb + j : (int64_t)j * p.ldb + l;
+            sum += load(B, p.ab_type, idx);
+        }
+        store(bias_out, p.bias_type, j, (float)sum);
+    }
+}
+
+cublasStatus_t run(const Plan& p, float alpha, const void* A, const void* B, float beta, const void* C, void* D,
+                   const EpilogueArgs& e) {
+    thread_local std::vector<float> prod;
+    for (int bi = 0; bi < p.batch; bi++) {
+        const void* a = offset(A, p.ab_type, bi * p.stride_a);
+        const void* b = offset(B, p.ab_type, bi * p.stride_b);
+        const void* c = beta != 0.0f ? offset(C, p.cd_type, bi * p.stride_c) : nullptr;
+        void* d = const_cast<void*>(offset(D, p.cd_type, bi * p.stride_d));
+        product(p, alpha, a, b, prod);
+        // BGRADB reads B before D is written (D must not alias B anyway).
+        if (p.epi & kBGradB) bias_grad_b(p, b, e.bias_out);
+        finish(p, prod, beta, c, d, e);
+    }
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+// Pointers that the plan will dereference must be set.
+cublasStatus_t check_pointers(const Plan& p, const DescState& d, const void* alpha, const void* beta,
+                              const void* A, const void* B, const void* C, const void* D) {
+    if (alpha == nullptr || beta == nullptr) return CUBLAS_STATUS_INVALID_VALUE;
+    if (p.m == 0 || p.n == 0) return CUBLAS_STATUS_SUCCESS;
+    bool reads_ab = p.k > 0 && *static_cast<const float*>(alpha) != 0.0f;
+    if (D == nullptr || (reads_ab && (A == nullptr || B == nullptr))) return CUBLAS_STATUS_INVALID_VALUE;
+    if (*static_cast<const float*>(beta) != 0.0f && C == nullptr) return CUBLAS_STATUS_INVALID_VALUE;
+    if ((p.epi & (kHasBias | kBGradB)) && d.bias == nullptr) return CUBLAS_STATUS_INVALID_VALUE;
+    if ((p.epi & kBGradB) && p.k > 0 && B == nullptr) return CUBLAS_STATUS_INVALID_VALUE;
+    if ((p.epi & (kAuxOut | kDGelu)) && d.aux == nullptr) return CUBLAS_STATUS_INVALID_VALUE;
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+const char* status_name(cublasStatus_t s) {
+    switch (s) {
+        case CUBLAS_STATUS_SUCCESS: return "CUBLAS_STATUS_SUCCESS";
+        case CUBLAS_STATUS_NOT_INITIALIZED: return "CUBLAS_STATUS_NOT_INITIALIZED";
+        case CUBLAS_STATUS_ALLOC_FAILED: return "CUBLAS_STATUS_ALLOC_FAILED";
+        case CUBLAS_STATUS_INVALID_VALUE: return "CUBLAS_STATUS_INVALID_VALUE";
+        case CUBLAS_STATUS_ARCH_MISMATCH: return "CUBLAS_STATUS_ARCH_MISMATCH";
+        case CUBLAS_STATUS_MAPPING_ERROR: return "CUBLAS_STATUS_MAPPING_ERROR";
+        case CUBLAS_STATUS_EXECUTION_FAILED: return "CUBLAS_STATUS_EXECUTION_FAILED";
+        case CUBLAS_STATUS_INTERNAL_ERROR: return "CUBLAS_STATUS_INTERNAL_ERROR";
+        case CUBLAS_STATUS_NOT_SUPPORTED: return "CUBLAS_STATUS_NOT_SUPPORTED";
+        case CUBLAS_STATUS_LICENSE_ERROR: return "CUBLAS_STATUS_LICENSE_ERROR";
+        default: return "CUBLAS_STATUS_UNKNOWN";
+    }
+}
+
+const char* status_string(cublasStatus_t s) {
+    switch (s) {
+        case CUBLAS_STATUS_SUCCESS: return "success";
+        case CUBLAS_STATUS_NOT_INITIALIZED: return "the library was not initialized";
+        case CUBLAS_STATUS_ALLOC_FAILED: return "the resource allocation failed";
+        case CUBLAS_STATUS_INVALID_VALUE: return "an invalid value was used as an argument";
+        case CUBLAS_STATUS_ARCH_MISMATCH: return "an absent device architectural feature is required";
+        case CUBLAS_STATUS_MAPPING_ERROR: return "an access to GPU memory space failed";
+        case CUBLAS_STATUS_EXECUTION_FAILED: return "the GPU program failed to execute";
+        case CUBLAS_STATUS_INTERNAL_ERROR: return "an internal operation failed";
+        case CUBLAS_STATUS_NOT_SUPPORTED: return "the requested functionality is not supported";
+        case CUBLAS_STATUS_LICENSE_ERROR: return "error detected trying to check the license";
+        default: return "unknown error";
+    }
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------
+// The C API.
+
+extern "C" {
+
+cublasStatus_t cublasLtCreate(cublasLtHandle_t* handle) {
+    if (handle == nullptr) return CUBLAS_STATUS_INVALID_VALUE;
+    *handle = new (std::nothrow) cublasLtContext{kHandleMagic};
+    return *handle ? CUBLAS_STATUS_SUCCESS : CUBLAS_STATUS_ALLOC_FAILED;
+}
+
+cublasStatus_t cublasLtDestroy(cublasLtHandle_t handle) {
+    if (handle == nullptr || handle->magic != kHandleMagic) return CUBLAS_STATUS_NOT_INITIALIZED;
+    handle->magic = 0;
+    delete handle;
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+const char* cublasLtGetStatusName(cublasStatus_t status) { return status_name(status); }
+const char* cublasLtGetStatusString(cublasStatus_t status) { return status_string(status); }
+const char* cublasGetStatusName(cublasStatus_t status) { return status_name(status); }
+const char* cublasGetStatusString(cublasStatus_t status) { return status_string(status); }
+
+size_t cublasLtGetVersion(void) { return CUBLAS_VERSION; }
+
+cublasStatus_t cublasLtGetProperty(libraryPropertyType type, int* value) {
+    if (value == nullptr) return CUBLAS_STATUS_INVALID_VALUE;
+    switch (type) {
+        case MAJOR_VERSION: *value = CUBLAS_VER_MAJOR; return CUBLAS_STATUS_SUCCESS;
+        case MINOR_VERSION: *value = CUBLAS_VER_MINOR; return CUBLAS_STATUS_SUCCESS;
+        case PATCH_LEVEL: *value = CUBLAS_VER_PATCH; return CUBLAS_STATUS_SUCCESS;
+        default: return CUBLAS_STATUS_INVALID_VALUE;
+    }
+}
+
+// --- matrix layouts ---
+
+cublasStatus_t cublasLtMatrixLayoutInit_internal(cublasLtMatrixLayout_t layout, size_t size, cudaDataType type,
+                                                 uint64_t rows, uint64_t cols, int64_t ld) {
+    if (layout == nullptr || size < sizeof(LayoutState)) return CUBLAS_STATUS_ALLOC_FAILED;
+    init_layout(layout, type, rows, cols, ld);
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasLtMatrixLayoutCreate(cublasLtMatrixLayout_t* layout, cudaDataType type, uint64_t rows,
+                                          uint64_t cols, int64_t ld) {
+    if (layout == nullptr) return CUBLAS_STATUS_INVALID_VALUE;
+    *layout = new (std::nothrow) cublasLtMatrixLayoutOpaque_t;
+    if (*layout == nullptr) return CUBLAS_STATUS_ALLOC_FAILED;
+    init_layout(*layout, type, rows, cols, ld);
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasLtMatrixLayoutDestroy(cublasLtMatrixLayout_t layout) {
+    if (layout == nullptr) return CUBLAS_STATUS_SUCCESS;
+    if (layout_of(layout) == nullptr) return CUBLAS_STATUS_INVALID_VALUE;
+    layout_of(layout)->magic = 0;
+    delete layout;
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasLtMatrixLayoutSetAttribute(cublasLtMatrixLayout_t layout, cublasLtMatrixLayoutAttribute_t attr,
+                                                const void* buf, size_t size) {
+    LayoutState* s = layout_of(layout);
+    if (s == nullptr) return CUBLAS_STATUS_INVALID_VALUE;
+    return set_field(layout_field(*s, attr), buf, size);
+}
+
+cublasStatus_t cublasLtMatrixLayoutGetAttribute(cublasLtMatrixLayout_t layout, cublasLtMatrixLayoutAttribute_t attr,
+                                                void* buf, size_t size, size_t* written) {
+    LayoutState* s = layout_of(layout);
+    if (s == nullptr) return CUBLAS_STATUS_INVALID_VALUE;
+    return get_field(layout_field(*s, attr), buf, size, written);
+}
+
+// --- matmul descriptors ---
+
+cublasStatus_t cublasLtMatmulDescInit_internal(cublasLtMatmulDesc_t desc, size_t size, cublasComputeType_t compute,
+                                               cudaDataType_t scale) {
+    if (desc == nullptr || size < sizeof(DescState)) return CUBLAS_STATUS_ALLOC_FAILED;
+    init_desc(desc, compute, scale);
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasLtMatmulDescCreate(cublasLtMatmulDesc_t* desc, cublasComputeType_t compute,
+                                        cudaDataType_t scale) {
+    if (desc == nullptr) return CUBLAS_STATUS_INVALID_VALUE;
+    *desc = new (std::nothrow) cublasLtMatmulDescOpaque_t;
+    if (*desc == nullptr) return CUBLAS_STATUS_ALLOC_FAILED;
+    init_desc(*desc, compute, scale);
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasLtMatmulDescDestroy(cublasLtMatmulDesc_t desc) {
+    if (desc == nullptr) return CUBLAS_STATUS_SUCCESS;
+    if (desc_of(desc) == nullptr) return CUBLAS_STATUS_INVALID_VALUE;
+    desc_of(desc)->magic = 0;
+    delete desc;
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t desc, cublasLtMatmulDescAttributes_t attr,
+                                              const void* buf, size_t size) {
+    DescState* s = desc_of(desc);
+    if (s == nullptr) return CUBLAS_STATUS_INVALID_VALUE;
+    return set_field(desc_field(*s, attr), buf, size);
+}
+
+cublasStatus_t cublasLtMatmulDescGetAttribute(cublasLtMatmulDesc_t desc, cublasLtMatmulDescAttributes_t attr,
+                                              void* buf, size_t size, size_t* written) {
+    DescState* s = desc_of(desc);
+    if (s == nullptr) return CUBLAS_STATUS_INVALID_VALUE;
+    return get_field(desc_field(*s, attr), buf, size, written);
+}
+
+// --- preferences ---
+
+cublasStatus_t cublasLtMatmulPreferenceInit_internal(cublasLtMatmulPreference_t pref, size_t size) {
+    if (pref == nullptr || size < sizeof(PrefState)) return CUBLAS_STATUS_ALLOC_FAILED;
+    init_pref(pref);
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasLtMatmulPreferenceCreate(cublasLtMatmulPreference_t* pref) {
+    if (pref == nullptr) return CUBLAS_STATUS_INVALID_VALUE;
+    *pref = new (std::nothrow) cublasLtMatmulPreferenceOpaque_t;
+    if (*pref == nullptr) return CUBLAS_STATUS_ALLOC_FAILED;
+    init_pref(*pref);
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasLtMatmulPreferenceDestroy(cublasLtMatmulPreference_t pref) {
+    if (pref == nullptr) return CUBLAS_STATUS_SUCCESS;
+    if (pref_of(pref) == nullptr) return CUBLAS_STATUS_INVALID_VALUE;
+    pref_of(pref)->magic = 0;
+    delete pref;
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasLtMatmulPreferenceSetAttribute(cublasLtMatmulPreference_t pref,
+                                                    cublasLtMatmulPreferenceAttributes_t attr, const void* buf,
+                                                    size_t size) {
+    PrefState* s = pref_of(pref);
+    if (s == nullptr) return CUBLAS_STATUS_INVALID_VALUE;
+    return set_field(pref_field(*s, attr), buf, size);
+}
+
+cublasStatus_t cublasLtMatmulPreferenceGetAttribute(cublasLtMatmulPreference_t pref,
+                                                    cublasLtMatmulPreferenceAttributes_t attr, void* buf,
+                                                    size_t size, size_t* written) {
+    PrefState* s = pref_of(pref);
+    if (s == nullptr) return CUBLAS_STATUS_INVALID_VALUE;
+    return get_field(pref_field(*s, attr), buf, size, written);
+}
+
+// --- heuristic and matmul ---
+
+cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc,
+                                              cublasLtMatrixLayout_t Adesc, cublasLtMatrixLayout_t Bdesc,
+                                              cublasLtMatrixLayout_t Cdesc, cublasLtMatrixLayout_t Ddesc,
+                                              cublasLtMatmulPreference_t pref, int requested,
+                                              cublasLtMatmulHeuristicResult_t results[], int* returned) {
+    if (handle == nullptr || handle->magic != kHandleMagic) return CUBLAS_STATUS_NOT_INITIALIZED;
+    if (returned == nullptr || results == nullptr || requested <= 0) return CUBLAS_STATUS_INVALID_VALUE;
+    *returned = 0;
+    if (pref != nullptr && pref_of(pref) == nullptr) return CUBLAS_STATUS_INVALID_VALUE;
+    Plan plan;
+    cublasStatus_t st =
+        make_plan(desc_of(desc), layout_of(Adesc), layout_of(Bdesc), layout_of(Cdesc), layout_of(Ddesc), &plan);
+    if (st != CUBLAS_STATUS_SUCCESS) return st;
+    memset(&results[0], 0, sizeof(results[0]));
+    results[0].algo.data[0] = kAlgoMagic;
+    results[0].workspaceSize = 0;
+    results[0].state = CUBLAS_STATUS_SUCCESS;
+    results[0].wavesCount = 1.0f;
+    *returned = 1;
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+// algo, workspace and stream are ignored: there is one algorithm, it needs no
+// workspace, and it runs synchronously.
+cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc, const void* alpha, const void* A,
+                              cublasLtMatrixLayout_t Adesc, const void* B, cublasLtMatrixLayout_t Bdesc,
+                              const void* beta, const void* C, cublasLtMatrixLayout_t Cdesc, void* D,
+                              cublasLtMatrixLayout_t Ddesc, const cublasLtMatmulAlgo_t* algo, void* workspace,
+                              size_t workspaceSize, cudaStream_t stream) {
+    (void)algo;
+    (void)workspace;
+    (void)workspaceSize;
+    (void)stream;
+    if (handle == nullptr || handle->magic != kHandleMagic) return CUBLAS_STATUS_NOT_INITIALIZED;
+    const DescState* d = desc_of(desc);
+    Plan plan;
+    cublasStatus_t st = make_plan(d, layout_of(Adesc), layout_of(Bdesc), layout_of(Cdesc), layout_of(Ddesc), &plan);
+    if (st != CUBLAS_STATUS_SUCCESS) return st;
+    st = check_pointers(plan, *d, alpha, beta, A, B, C, D);
+    if (st != CUBLAS_STATUS_SUCCESS) return st;
+    if (plan.m == 0 || plan.n == 0) return CUBLAS_STATUS_SUCCESS;
+    EpilogueArgs e{d->bias, const_cast<void*>(d->bias), d->aux};
+    return run(plan, *static_cast<const float*>(alpha), A, B, *static_cast<const float*>(beta), C, D, e);
+}
+
+}  // extern "C"

@@ -1,0 +1,1011 @@
+// The CUDA-on-CPU runtime: device memory, streams, events, errors, the virtual
+// device, and kernel execution (see README.md in this folder for the model).
+//
+// Kernel execution in one paragraph: a launch hands its blocks to a pool of
+// worker threads (one per core). A worker runs one block at a time; each GPU
+// thread of the block is a fiber (Boost.Context fcontext) on its own small stack.
+// A fiber runs until it reaches a barrier or a warp collective, then switches
+// straight to the next runnable fiber of its warp. When every lane of a warp is
+// parked, the pending collectives are resolved (each lane's result computed) and
+// the warp runs again; when every thread of the block waits at __syncthreads the
+// barrier opens. Anything else - a barrier some threads never reach, lanes that
+// wait at different collectives - is reported with the kernel's name and block.
+#include <cuda_runtime.h>
+#include <boost/context/detail/fcontext.hpp>
+
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdarg>
+#include <cstdio>
+#include <cstdlib>
+#include <map>
+#include <mutex>
+#include <random>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include <cpucuda.h>
+
+#if defined(__SANITIZE_ADDRESS__)
+#include <sanitizer/asan_interface.h>
+#include <sanitizer/common_interface_defs.h>
+#define CPUCUDA_ASAN 1
+#endif
+
+namespace bctx = boost::context::detail;
+
+namespace cpucuda {
+
+__thread ThreadCtx* tls_thread = nullptr;
+__thread BlockCtx tls_block;
+
+// ----------------------------------------------------------------------------
+// Configuration (environment variables, read once)
+// ----------------------------------------------------------------------------
+static long env_long(const char* name, long fallback, long lo, long hi) {
+    const char* s = getenv(name);
+    if (!s || !*s) return fallback;
+    char* end = nullptr;
+    long v = strtol(s, &end, 10);
+    if (*end || v < lo || v > hi) {
+        fprintf(stderr, "cpu_cuda: %s=%s is not an integer in [%ld, %ld]\n", name, s, lo, hi);
+        exit(2);
+    }
+    return v;
+}
+
+struct Config {
+    int workers;
+    int device_count;
+    size_t stack_bytes;
+    size_t total_memory;
+    int sm_count;
+    size_t smem_per_block;        // default dynamic limit of a kernel
+    size_t smem_per_block_optin;  // the most cudaFuncSetAttribute can grant
+    Schedule schedule = Schedule::Forward;
+    uint64_t seed = 0;
+
+    Config() {
+        int cores = (int)std::max(1u, std::thread::hardware_concurrency());
+        workers = (int)env_long("CPUCUDA_WORKERS", cores, 1, 1024);
+        device_count = (int)env_long("CPUCUDA_DEVICE_COUNT", 8, 1, 64);
+        stack_bytes = (size_t)env_long("CPUCUDA_STACK_KB", 64, 16, 65536) * 1024;
+        total_memory = (size_t)env_long("CPUCUDA_DEVICE_MEMORY_MB", 16384, 1, 1L << 24) << 20;
+        sm_count = (int)env_long("CPUCUDA_SM_COUNT", 132, 1, 4096);
+        smem_per_block = (size_t)env_long("CPUCUDA_SMEM_PER_BLOCK_KB", 48, 1, 1024) * 1024;
+        smem_per_block_optin = (size_t)env_long("CPUCUDA_SMEM_OPTIN_KB", 227, 1, 1024) * 1024;
+        smem_per_block_optin = std::max(smem_per_block_optin, smem_per_block);
+        const char* s = getenv("CPUCUDA_SCHEDULE");
+        if (s && *s && !parse_schedule(s, &schedule, &seed)) {
+            fprintf(stderr, "cpu_cuda: CPUCUDA_SCHEDULE=%s: expected forward, reverse or random:SEED\n", s);
+            exit(2);
+        }
+    }
+    static bool parse_schedule(const char* s, Schedule* out, uint64_t* seed) {
+        std::string v(s);
+        if (v == "forward") { *out = Schedule::Forward; return true; }
+        if (v == "reverse") { *out = Schedule::Reverse; return true; }
+        if (v.rfind("random:", 0) == 0 && v.size() > 7) {
+            char* end = nullptr;
+            *seed = strtoull(v.c_str() + 7, &end, 10);
+            *out = Schedule::Random;
+            return *end == 0;
+        }
+        return false;
+    }
+};
+static Config& config() {
+    static Config c;
+    return c;
+}
+
+void set_schedule(Schedule s, uint64_t seed) {
+    config().schedule = s;
+    config().seed = seed;
+}
+Schedule get_schedule() { return config().schedule; }
+
+// ----------------------------------------------------------------------------
+// Errors. The last error is per host thread, as in the real runtime; a kernel
+// failure (divergent barrier, bad collective) is reported on stderr when it
+// happens and returned by the next synchronising call or cudaGetLastError.
+// ----------------------------------------------------------------------------
+static thread_local cudaError_t last_error = cudaSuccess;
+static std::atomic<int> pending_kernel_error{cudaSuccess};
+
+static cudaError_t record(cudaError_t e) {
+    if (e != cudaSuccess) last_error = e;
+    return e;
+}
+static cudaError_t take_pending() {
+    int e = pending_kernel_error.exchange(cudaSuccess);
+    return record((cudaError_t)e);
+}
+
+// ----------------------------------------------------------------------------
+// Device memory: host memory, counted against the virtual device's size, with a
+// table of live allocations so that copies can check which side a pointer is on.
+// ----------------------------------------------------------------------------
+static std::mutex mem_mutex;
+static std::map<uintptr_t, size_t> device_allocs;  // start -> size
+static size_t mem_in_use = 0, mem_peak = 0;
+
+static bool is_device_ptr(const void* p, size_t n) {
+    std::lock_guard<std::mutex> lock(mem_mutex);
+    uintptr_t a = (uintptr_t)p;
+    auto it = device_allocs.upper_bound(a);
+    if (it == device_allocs.begin()) return false;
+    --it;
+    return a >= it->first && a + n <= it->first + it->second;
+}
+
+MemoryStats memory_stats() {
+    std::lock_guard<std::mutex> lock(mem_mutex);
+    return {mem_in_use, mem_peak, config().total_memory, device_allocs.size()};
+}
+void reset_peak_memory() {
+    std::lock_guard<std::mutex> lock(mem_mutex);
+    mem_peak = mem_in_use;
+}
+
+// ----------------------------------------------------------------------------
+// Fibers and the block scheduler
+// ----------------------------------------------------------------------------
+enum class FiberState : uint8_t { Runnable, AtBarrier, AtWarp, Done };
+
+struct Fiber : ThreadCtx {
+    bctx::fcontext_t ctx = nullptr;  // saved context while switched out
+    FiberState state = FiberState::Runnable;
+    // pending warp collective
+    WarpOp op = WarpOp::Sync;
+    unsigned mask = 0;
+    int param = 0, width = 32;
+    uint64_t value = 0, result = 0;
+    // pending block barrier
+    int pred = 0, barrier_result = 0;
+    char* stack_top = nullptr;
+};
+
+struct LaunchState {
+    LaunchSpec spec;
+    ThreadEntry entry;
+    void* closure;
+    unsigned nthreads;
+    uint64_t nblocks;
+    uint64_t launch_id;
+    std::atomic<uint64_t> next_block{0};
+    std::atomic<bool> failed{false};
+    std::mutex error_mutex;
+    std::string error;
+};
+
+static const char* op_name(WarpOp op) {
+    switch (op) {
+        case WarpOp::Sync: return "__syncwarp";
+        case WarpOp::ShflIdx: return "__shfl_sync";
+        case WarpOp::ShflUp: return "__shfl_up_sync";
+        case WarpOp::ShflDown: return "__shfl_down_sync";
+        case WarpOp::ShflXor: return "__shfl_xor_sync";
+        case WarpOp::Ballot: return "__ballot_sync";
+        case WarpOp::Any: return "__any_sync";
+        case WarpOp::All: return "__all_sync";
+    }
+    return "?";
+}
+
+// Per OS thread: fibers and stacks for one block at a time.
+struct Worker {
+    std::vector<Fiber> fibers;
+    char* stacks = nullptr;  // [guard page | stack] x capacity
+    size_t stack_stride = 0;
+    unsigned capacity = 0;
+    char* dyn_smem = nullptr;
+    bctx::fcontext_t sched_ctx = nullptr;
+#ifdef CPUCUDA_ASAN
+    const void* sched_stack_bottom = nullptr;
+    size_t sched_stack_size = 0;
+#endif
+
+    // the block being run
+    LaunchState* launch = nullptr;
+    unsigned nthreads = 0, nwarps = 0;
+    unsigned warp_pos = 0, lane_pos = 0;  // scan position in warp_order / lane_order
+    std::vector<unsigned> warp_order;
+    unsigned lane_order[32];
+    std::mt19937_64 rng;
+    bool failed = false;
+
+    ~Worker() {
+        if (stacks) munmap(stacks, stack_stride * capacity);
+        free(dyn_smem);
+    }
+
+    void reserve(unsigned n) {
+        if (n <= capacity) return;
+        if (stacks) munmap(stacks, stack_stride * capacity);
+        size_t page = (size_t)sysconf(_SC_PAGESIZE);
+        stack_stride = page + (config().stack_bytes + page - 1) / page * page;
+        void* m = mmap(nullptr, stack_stride * n, PROT_READ | PROT_WRITE,
+                       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+        if (m == MAP_FAILED) {
+            fprintf(stderr, "cpu_cuda: cannot map %u fiber stacks\n", n);
+            abort();
+        }
+        stacks = (char*)m;
+        for (unsigned i = 0; i < n; i++) mprotect(stacks + i * stack_stride, page, PROT_NONE);
+        capacity = n;
+        fibers.resize(n);
+        for (unsigned i = 0; i < n; i++) fibers[i].stack_top = stacks + (i + 1) * stack_stride;
+    }
+    unsigned lanes_in_warp(unsigned w) const { return std::min(32u, nthreads - w * 32); }
+};
+
+static __thread Worker* tls_worker = nullptr;
+static Worker& this_worker() {
+    if (!tls_worker) tls_worker = new Worker();  // lives as long as its thread
+    return *tls_worker;
+}
+
+void* dynamic_shared_memory() {
+    Worker& w = this_worker();
+    if (!w.dyn_smem) {
+        w.dyn_smem = (char*)aligned_alloc(128, config().smem_per_block_optin);
+        if (!w.dyn_smem) abort();
+    }
+    return w.dyn_smem;
+}
+
+static void fail_block(Worker& w, const char* fmt, ...) {
+    char msg[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    const uint3 b = tls_block.block_idx;
+    char full[1400];
+    snprintf(full, sizeof full, "cpu_cuda: kernel '%s' block (%u,%u,%u): %s", w.launch->spec.name,
+             b.x, b.y, b.z, msg);
+    w.failed = true;
+    LaunchState& L = *w.launch;
+    std::lock_guard<std::mutex> lock(L.error_mutex);
+    if (!L.failed.exchange(true)) L.error = full;
+}
+
+[[noreturn]] void device_trap(const char* what) {
+    fprintf(stderr, "cpu_cuda: %s in kernel '%s'\n", what,
+            tls_worker && tls_worker->launch ? tls_worker->launch->spec.name : "?");
+    abort();
+}
+
+static void shuffle_lanes(Worker& w) {
+    for (unsigned i = 0; i < 32; i++) w.lane_order[i] = i;
+    if (config().schedule == Schedule::Reverse) std::reverse(w.lane_order, w.lane_order + 32);
+    if (config().schedule == Schedule::Random) std::shuffle(w.lane_order, w.lane_order + 32, w.rng);
+}
+static void order_warps(Worker& w) {
+    w.warp_order.resize(w.nwarps);
+    for (unsigned i = 0; i < w.nwarps; i++) w.warp_order[i] = i;
+    if (config().schedule == Schedule::Reverse) std::reverse(w.warp_order.begin(), w.warp_order.end());
+    if (config().schedule == Schedule::Random) std::shuffle(w.warp_order.begin(), w.warp_order.end(), w.rng);
+}
+
+// Result of one lane's shuffle; false when it reads a lane outside the group.
+static bool shuffle_source(const Fiber& f, unsigned lane, unsigned group, unsigned* src) {
+    const unsigned width = (unsigned)f.width, seg = lane & ~(width - 1), in_seg = lane & (width - 1);
+    switch (f.op) {
+        case WarpOp::ShflIdx: *src = seg + ((unsigned)f.param & (width - 1)); break;
+        case WarpOp::ShflUp: *src = in_seg >= (unsigned)f.param ? lane - f.param : lane; break;
+        case WarpOp::ShflDown: *src = in_seg + (unsigned)f.param < width ? lane + f.param : lane; break;
+        case WarpOp::ShflXor: {
+            unsigned s = lane ^ (unsigned)f.param;
+            *src = (s >= seg + width) ? lane : s;  // later segments read back the own value
+            break;
+        }
+        default: *src = lane;
+    }
+    return (group >> *src) & 1u;
+}
+
+// Resolves the collectives of warp `wi` whose lanes have all arrived. Returns the
+// number of lanes released, or -1 after reporting a divergence.
+static int release_warp(Worker& w, unsigned wi) {
+    Fiber* lanes = &w.fibers[wi * 32];
+    const unsigned n = w.lanes_in_warp(wi);
+    const unsigned present = n == 32 ? 0xffffffffu : ((1u << n) - 1u);
+    unsigned done_groups = 0;  // lanes already resolved in this call
+    int released = 0;
+    for (unsigned l = 0; l < n; l++) {
+        Fiber& f = lanes[l];
+        if (f.state != FiberState::AtWarp || ((done_groups >> l) & 1u)) continue;
+        const unsigned group = f.mask & present;
+        if (!((f.mask >> l) & 1u)) {
+            fail_block(w, "warp %u lane %u calls %s with mask 0x%08x that excludes itself", wi, l,
+                       op_name(f.op), f.mask);
+            return -1;
+        }
+        if (f.width < 1 || f.width > 32 || (f.width & (f.width - 1))) {
+            fail_block(w, "warp %u lane %u: %s width %d is not a power of two <= 32", wi, l,
+                       op_name(f.op), f.width);
+            return -1;
+        }
+        bool complete = true;
+        for (unsigned m = 0; m < n; m++) {
+            if (!((group >> m) & 1u)) continue;
+            const Fiber& g = lanes[m];
+            if (g.state == FiberState::AtWarp && g.mask == f.mask && g.op == f.op) continue;
+            if (g.state == FiberState::Runnable) { complete = false; break; }
+            const char* where = g.state == FiberState::Done        ? "has exited"
+                                : g.state == FiberState::AtBarrier ? "waits at __syncthreads"
+                                                                   : op_name(g.op);
+            fail_block(w, "warp %u: lane %u waits at %s(mask 0x%08x) but lane %u %s%s", wi, l,
+                       op_name(f.op), f.mask, m, where,
+                       g.state == FiberState::AtWarp ? " with another mask or operation" : "");
+            return -1;
+        }
+        if (!complete) continue;
+        uint64_t ballot = 0;
+        for (unsigned m = 0; m < n; m++)
+            if (((group >> m) & 1u) && lanes[m].value) ballot |= 1ull << m;
+        for (unsigned m = 0; m < n; m++) {
+            if (!((group >> m) & 1u)) continue;
+            Fiber& g = lanes[m];
+            switch (g.op) {
+                case WarpOp::Sync: g.result = 0; break;
+                case WarpOp::Ballot: g.result = ballot; break;
+                case WarpOp::Any: g.result = ballot != 0; break;
+                case WarpOp::All: g.result = ballot == (uint64_t)group; break;
+                default: {
+                    unsigned src;
+                    if (!shuffle_source(g, m, group, &src)) {
+                        fail_block(w, "warp %u lane %u: %s reads lane %u, which is not in mask 0x%08x",
+                                   wi, m, op_name(g.op), src, g.mask);
+                        return -1;
+                    }
+                    g.result = lanes[src].value;
+                }
+            }
+            g.state = FiberState::Runnable;
+            released++;
+        }
+        done_groups |= group;
+    }
+    return released;
+}
+
+// Picks the fiber to run next in the current block, resolving collectives and
+// barriers as they complete. nullptr: the block is finished or has failed.
+static Fiber* pick_next(Worker& w) {
+    for (;;) {
+        if (w.failed) return nullptr;
+        if (w.warp_pos < w.nwarps) {
+            const unsigned wi = w.warp_order[w.warp_pos];
+            const unsigned n = w.lanes_in_warp(wi);
+            while (w.lane_pos < 32) {
+                unsigned lane = w.lane_order[w.lane_pos++];
+                if (lane < n && w.fibers[wi * 32 + lane].state == FiberState::Runnable)
+                    return &w.fibers[wi * 32 + lane];
+            }
+            int released = release_warp(w, wi);
+            if (released < 0) return nullptr;
+            if (released > 0) {
+                w.lane_pos = 0;
+                if (config().schedule == Schedule::Random) shuffle_lanes(w);
+                continue;
+            }
+            for (unsigned l = 0; l < n; l++) {
+                const Fiber& f = w.fibers[wi * 32 + l];
+                if (f.state == FiberState::AtWarp) {  // a group that can never complete
+                    fail_block(w, "warp %u lane %u waits at %s(mask 0x%08x) for lanes that never arrive",
+                               wi, l, op_name(f.op), f.mask);
+                    return nullptr;
+                }
+            }
+            w.warp_pos++;
+            w.lane_pos = 0;
+            continue;
+        }
+        // Every warp is parked at the block barrier or done.
+        unsigned done = 0, waiting = 0, first_done = 0;
+        int count = 0;
+        for (unsigned i = 0; i < w.nthreads; i++) {
+            const Fiber& f = w.fibers[i];
+            if (f.state == FiberState::Done) {
+                if (!done++) first_done = i;
+            } else {
+                waiting++;
+                count += f.pred;
+            }
+        }
+        if (waiting == 0) return nullptr;
+        if (done) {
+            const uint3 t = w.fibers[first_done].tid;
+            fail_block(w, "divergent __syncthreads: %u of %u threads wait at the barrier, but %u "
+                       "threads exited without reaching it (first: thread (%u,%u,%u))",
+                       waiting, w.nthreads, done, t.x, t.y, t.z);
+            return nullptr;
+        }
+        for (unsigned i = 0; i < w.nthreads; i++) {
+            w.fibers[i].state = FiberState::Runnable;
+            w.fibers[i].barrier_result = count;
+        }
+        w.warp_pos = 0;
+        w.lane_pos = 0;
+        if (config().schedule == Schedule::Random) order_warps(w);
+    }
+}
+
+// --- context switching ------------------------------------------------------------
+// Whoever jumps passes itself (a Fiber*, or nullptr for the scheduler) as data;
+// the side that wakes up stores the jumper's continuation there.
+static void on_resume(Worker& w, bctx::transfer_t t) {
+    if (t.data)
+        static_cast<Fiber*>(t.data)->ctx = t.fctx;
+    else
+        w.sched_ctx = t.fctx;
+}
+
+#ifdef CPUCUDA_ASAN
+// AddressSanitizer must be told which stack is live after each switch.
+static void asan_before_jump(Worker& w, Fiber* to, void** fake, bool dying) {
+    if (to)
+        __sanitizer_start_switch_fiber(dying ? nullptr : fake, to->stack_top - config().stack_bytes,
+                                       config().stack_bytes);
+    else
+        __sanitizer_start_switch_fiber(dying ? nullptr : fake, w.sched_stack_bottom, w.sched_stack_size);
+}
+#endif
+
+static void fiber_main(bctx::transfer_t t);
+
+static void jump_to(Worker& w, Fiber* self, Fiber* next, bool dying) {
+    bctx::fcontext_t target;
+    if (next) {
+        if (!next->ctx) next->ctx = bctx::make_fcontext(next->stack_top, config().stack_bytes, fiber_main);
+        target = next->ctx;
+        next->ctx = nullptr;
+    } else {
+        target = w.sched_ctx;
+    }
+    tls_thread = next;
+#ifdef CPUCUDA_ASAN
+    void* fake = nullptr;
+    asan_before_jump(w, next, &fake, dying);
+#else
+    (void)dying;
+#endif
+    bctx::transfer_t t = bctx::jump_fcontext(target, self);
+#ifdef CPUCUDA_ASAN
+    __sanitizer_finish_switch_fiber(fake, nullptr, nullptr);
+#endif
+    on_resume(w, t);
+}
+
+// The current fiber parks (its state already set) and the next one runs.
+static void park(Fiber* self) {
+    Worker& w = *tls_worker;
+    Fiber* next = pick_next(w);
+    if (next == self) return;  // released by its own arrival (e.g. a one-lane group)
+    jump_to(w, self, next, false);
+}
+
+static void fiber_main(bctx::transfer_t t) {
+    Worker& w = *tls_worker;
+#ifdef CPUCUDA_ASAN
+    if (!t.data) {
+        const void* bottom;
+        size_t size;
+        __sanitizer_finish_switch_fiber(nullptr, &bottom, &size);
+        w.sched_stack_bottom = bottom;
+        w.sched_stack_size = size;
+    } else {
+        __sanitizer_finish_switch_fiber(nullptr, nullptr, nullptr);
+    }
+#endif
+    on_resume(w, t);
+    Fiber* self = static_cast<Fiber*>(tls_thread);
+    w.launch->entry(w.launch->closure);
+    self->state = FiberState::Done;
+    jump_to(w, self, pick_next(w), true);  // never comes back
+    abort();
+}
+
+int block_barrier(int pred) {
+    Fiber* self = static_cast<Fiber*>(tls_thread);
+    if (!self) device_trap("__syncthreads outside a kernel");
+    self->state = FiberState::AtBarrier;
+    self->pred = pred;
+    park(self);
+    return self->barrier_result;
+}
+
+uint64_t warp_collective(WarpOp op, unsigned mask, uint64_t value, int param, int width) {
+    Fiber* self = static_cast<Fiber*>(tls_thread);
+    if (!self) device_trap("warp collective outside a kernel");
+    self->state = FiberState::AtWarp;
+    self->op = op;
+    self->mask = mask;
+    self->value = value;
+    self->param = param;
+    self->width = width;
+    park(self);
+    return self->result;
+}
+
+unsigned active_mask() {
+    Worker& w = *tls_worker;
+    const unsigned wi = tls_thread->warp;
+    unsigned m = 0;
+    for (unsigned l = 0; l < w.lanes_in_warp(wi); l++)
+        if (w.fibers[wi * 32 + l].state != FiberState::Done) m |= 1u << l;
+    return m;
+}
+
+static void run_block(Worker& w, LaunchState& L, uint64_t linear) {
+    const dim3 g = L.spec.grid;
+    tls_block.block_idx = make_uint3((unsigned)(linear % g.x), (unsigned)(linear / g.x % g.y),
+                                     (unsigned)(linear / ((uint64_t)g.x * g.y)));
+    tls_block.block_dim = make_uint3(L.spec.block.x, L.spec.block.y, L.spec.block.z);
+    tls_block.grid_dim = make_uint3(g.x, g.y, g.z);
+    w.launch = &L;
+    w.failed = false;
+    w.nthreads = L.nthreads;
+    w.nwarps = (L.nthreads + 31) / 32;
+    w.reserve(L.nthreads);
+    const dim3 b = L.spec.block;
+    for (unsigned i = 0; i < L.nthreads; i++) {
+        Fiber& f = w.fibers[i];
+        f.tid = make_uint3(i % b.x, i / b.x % b.y, i / (b.x * b.y));
+        f.lane = i % 32;
+        f.warp = i / 32;
+        f.state = FiberState::Runnable;
+        f.ctx = nullptr;
+        f.pred = 0;
+    }
+    if (config().schedule == Schedule::Random) w.rng.seed(config().seed * 0x9E3779B97F4A7C15ull + L.launch_id * 1000003ull + linear);
+    order_warps(w);
+    shuffle_lanes(w);
+    w.warp_pos = 0;
+    w.lane_pos = 0;
+#ifdef CPUCUDA_ASAN
+    if (L.spec.smem < config().smem_per_block_optin)
+        ASAN_POISON_MEMORY_REGION((char*)dynamic_shared_memory() + L.spec.smem,
+                                  config().smem_per_block_optin - L.spec.smem);
+#endif
+    Fiber* first = pick_next(w);
+    if (first) jump_to(w, nullptr, first, false);
+#ifdef CPUCUDA_ASAN
+    ASAN_UNPOISON_MEMORY_REGION(dynamic_shared_memory(), config().smem_per_block_optin);
+#endif
+    tls_thread = nullptr;
+    w.launch = nullptr;
+}
+
+static void work_on(LaunchState& L) {
+    Worker& w = this_worker();
+    if (L.spec.smem) dynamic_shared_memory();  // allocate before any fiber runs
+    for (;;) {
+        if (L.failed.load(std::memory_order_relaxed)) return;
+        uint64_t b = L.next_block.fetch_add(1);
+        if (b >= L.nblocks) return;
+        run_block(w, L, b);
+    }
+}
+
+// --- the worker pool ---------------------------------------------------------------
+class Pool {
+public:
+    explicit Pool(int helpers) {
+        for (int i = 0; i < helpers; i++) threads_.emplace_back([this] { loop(); });
+    }
+    ~Pool() {
+        {
+            std::lock_guard<std::mutex> lock(m_);
+            stop_ = true;
+        }
+        cv_.notify_all();
+        for (auto& t : threads_) t.join();
+    }
+    // Runs every block of L on the helpers and the calling thread; returns when done.
+    void run(LaunchState& L) {
+        unsigned want = (unsigned)std::min<uint64_t>(threads_.size(), L.nblocks - 1);
+        {
+            std::lock_guard<std::mutex> lock(m_);
+            job_ = &L;
+            busy_ = want;
+            wanted_ = want;
+            generation_++;
+        }
+        if (want) cv_.notify_all();
+        work_on(L);
+        std::unique_lock<std::mutex> lock(m_);
+        done_cv_.wait(lock, [&] { return busy_ == 0; });
+        job_ = nullptr;
+    }
+
+private:
+    void loop() {
+        uint64_t seen = 0;
+        std::unique_lock<std::mutex> lock(m_);
+        for (;;) {
+            cv_.wait(lock, [&] { return stop_ || (generation_ != seen && wanted_ > 0); });
+            if (stop_) return;
+            seen = generation_;
+            wanted_--;
+            LaunchState* job = job_;
+            lock.unlock();
+            work_on(*job);
+            lock.lock();
+            if (--busy_ == 0) done_cv_.notify_all();
+        }
+    }
+    std::vector<std::thread> threads_;
+    std::mutex m_;
+    std::condition_variable cv_, done_cv_;
+    LaunchState* job_ = nullptr;
+    uint64_t generation_ = 0;
+    unsigned busy_ = 0, wanted_ = 0;
+    bool stop_ = false;
+};
+
+static Pool& pool() {
+    static Pool p(config().workers - 1);
+    return p;
+}
+
+// Per-kernel attributes set through cudaFuncSetAttribute, by kernel base name.
+static std::mutex attr_mutex;
+static std::unordered_map<std::string, size_t> max_dynamic_smem;
+
+std::string kernel_base_name(const char* expr) {
+    std::string s;
+    int angle = 0;
+    for (const char* p = expr; *p && *p != ','; p++) {  // stop at the first top-level comma
+        if (*p == '<') angle++;
+        else if (*p == '>') angle--;
+        else if (angle == 0 && (isalnum((unsigned char)*p) || *p == '_')) s += *p;
+        else if (angle == 0 && *p == ':') s.clear();  // drop namespace qualifiers
+    }
+    return s;
+}
+
+cudaError_t func_set_attribute(const char* text, cudaFuncAttribute attr, int value) {
+    if (attr != cudaFuncAttributeMaxDynamicSharedMemorySize) return cudaSuccess;  // hints only
+    if (value < 0 || (size_t)value > config().smem_per_block_optin) return record(cudaErrorInvalidValue);
+    std::lock_guard<std::mutex> lock(attr_mutex);
+    max_dynamic_smem[kernel_base_name(text)] = (size_t)value;
+    return cudaSuccess;
+}
+
+static cudaError_t check_launch(const LaunchSpec& s) {
+    const dim3 b = s.block, g = s.grid;
+    if (b.x == 0 || b.y == 0 || b.z == 0 || g.x == 0 || g.y == 0 || g.z == 0) return cudaErrorInvalidConfiguration;
+    if (b.x > 1024 || b.y > 1024 || b.z > 64 || (uint64_t)b.x * b.y * b.z > 1024) return cudaErrorInvalidConfiguration;
+    if (g.x > 2147483647u || g.y > 65535 || g.z > 65535) return cudaErrorInvalidConfiguration;
+    size_t limit = config().smem_per_block;
+    {
+        std::lock_guard<std::mutex> lock(attr_mutex);
+        auto it = max_dynamic_smem.find(kernel_base_name(s.name));
+        if (it != max_dynamic_smem.end()) limit = it->second;
+    }
+    if (s.smem > limit) return cudaErrorInvalidValue;
+    return cudaSuccess;
+}
+
+static std::atomic<uint64_t> launch_counter{0};
+static std::mutex launch_mutex;  // one launch at a time: streams execute in issue order
+
+void launch(const LaunchSpec& spec, ThreadEntry entry, void* closure) {
+    cudaError_t e = check_launch(spec);
+    if (e != cudaSuccess) {
+        record(e);
+        return;
+    }
+    if (tls_thread) device_trap("kernel launch from inside a kernel (dynamic parallelism) is not supported");
+    std::lock_guard<std::mutex> lock(launch_mutex);
+    LaunchState L;
+    L.spec = spec;
+    L.entry = entry;
+    L.closure = closure;
+    L.nthreads = spec.block.x * spec.block.y * spec.block.z;
+    L.nblocks = (uint64_t)spec.grid.x * spec.grid.y * spec.grid.z;
+    L.launch_id = launch_counter++;
+    if (L.nblocks == 1 || config().workers == 1)
+        work_on(L);
+    else
+        pool().run(L);
+    if (L.failed) {
+        fprintf(stderr, "%s\n", L.error.c_str());
+        int expected = cudaSuccess;
+        pending_kernel_error.compare_exchange_strong(expected, cudaErrorLaunchFailure);
+    }
+}
+
+}  // namespace cpucuda
+
+// ============================================================================
+// The runtime API (declared by the toolkit's cuda_runtime_api.h)
+// ============================================================================
+using cpucuda::config;
+using cpucuda::record;
+
+struct CUstream_st { int id; };
+struct CUevent_st {
+    std::chrono::steady_clock::time_point when;
+    bool recorded = false;
+};
+
+extern "C" {
+
+cudaError_t cudaGetLastError(void) {
+    cudaError_t p = cpucuda::take_pending();
+    cudaError_t e = cpucuda::last_error;
+    cpucuda::last_error = cudaSuccess;
+    return e != cudaSuccess ? e : p;
+}
+cudaError_t cudaPeekAtLastError(void) {
+    int p = cpucuda::pending_kernel_error.load();
+    return cpucuda::last_error != cudaSuccess ? cpucuda::last_error : (cudaError_t)p;
+}
+
+const char* cudaGetErrorName(cudaError_t e) {
+    switch (e) {
+        case cudaSuccess: return "cudaSuccess";
+        case cudaErrorInvalidValue: return "cudaErrorInvalidValue";
+        case cudaErrorMemoryAllocation: return "cudaErrorMemoryAllocation";
+        case cudaErrorInvalidConfiguration: return "cudaErrorInvalidConfiguration";
+        case cudaErrorInvalidDevice: return "cudaErrorInvalidDevice";
+        case cudaErrorInvalidResourceHandle: return "cudaErrorInvalidResourceHandle";
+        case cudaErrorInvalidMemcpyDirection: return "cudaErrorInvalidMemcpyDirection";
+        case cudaErrorLaunchFailure: return "cudaErrorLaunchFailure";
+        case cudaErrorNotReady: return "cudaErrorNotReady";
+        default: return "cudaErrorUnknown";
+    }
+}
+const char* cudaGetErrorString(cudaError_t e) {
+    switch (e) {
+        case cudaSuccess: return "no error";
+        case cudaErrorInvalidValue: return "invalid argument";
+        case cudaErrorMemoryAllocation: return "out of memory";
+        case cudaErrorInvalidConfiguration: return "invalid configuration argument";
+        case cudaErrorInvalidDevice: return "invalid device ordinal";
+        case cudaErrorInvalidResourceHandle: return "invalid resource handle";
+        case cudaErrorInvalidMemcpyDirection: return "invalid copy direction for memcpy";
+        case cudaErrorLaunchFailure: return "unspecified launch failure";
+        case cudaErrorNotReady: return "device not ready";
+        default: return "unknown error";
+    }
+}
+
+// --- device -----------------------------------------------------------------------
+static thread_local int current_device = 0;
+
+cudaError_t cudaGetDeviceCount(int* count) {
+    if (!count) return record(cudaErrorInvalidValue);
+    *count = config().device_count;
+    return cudaSuccess;
+}
+cudaError_t cudaSetDevice(int d) {
+    if (d < 0 || d >= config().device_count) return record(cudaErrorInvalidDevice);
+    current_device = d;
+    return cudaSuccess;
+}
+cudaError_t cudaGetDevice(int* d) {
+    if (!d) return record(cudaErrorInvalidValue);
+    *d = current_device;
+    return cudaSuccess;
+}
+cudaError_t cudaGetDeviceProperties(cudaDeviceProp* p, int d) {
+    if (!p) return record(cudaErrorInvalidValue);
+    if (d < 0 || d >= config().device_count) return record(cudaErrorInvalidDevice);
+    const cpucuda::Config& c = config();
+    memset(p, 0, sizeof *p);
+    snprintf(p->name, sizeof p->name, "cpu_cuda virtual device (%d workers)", c.workers);
+    p->totalGlobalMem = c.total_memory;
+    p->sharedMemPerBlock = c.smem_per_block;
+    p->sharedMemPerBlockOptin = c.smem_per_block_optin;
+    p->sharedMemPerMultiprocessor = c.smem_per_block_optin + 1024;
+    p->regsPerBlock = 65536;
+    p->regsPerMultiprocessor = 65536;
+    p->warpSize = 32;
+    p->maxThreadsPerBlock = 1024;
+    p->maxThreadsDim[0] = 1024;
+    p->maxThreadsDim[1] = 1024;
+    p->maxThreadsDim[2] = 64;
+    p->maxGridSize[0] = 2147483647;
+    p->maxGridSize[1] = 65535;
+    p->maxGridSize[2] = 65535;
+    p->totalConstMem = 65536;
+    p->major = 9;
+    p->minor = 0;
+    p->multiProcessorCount = c.sm_count;
+    p->maxThreadsPerMultiProcessor = 2048;
+    p->maxBlocksPerMultiProcessor = 32;
+    p->l2CacheSize = 50 << 20;
+    p->memoryBusWidth = 5120;
+    p->concurrentKernels = 1;
+    p->unifiedAddressing = 1;
+    p->managedMemory = 1;
+    return cudaSuccess;
+}
+cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attr, int d) {
+    cudaDeviceProp p;
+    cudaError_t e = cudaGetDeviceProperties(&p, d);
+    if (e != cudaSuccess) return e;
+    if (!value) return record(cudaErrorInvalidValue);
+    switch (attr) {
+        case cudaDevAttrMultiProcessorCount: *value = p.multiProcessorCount; break;
+        case cudaDevAttrMaxSharedMemoryPerBlock: *value = (int)p.sharedMemPerBlock; break;
+        case cudaDevAttrMaxSharedMemoryPerBlockOptin: *value = (int)p.sharedMemPerBlockOptin; break;
+        case cudaDevAttrMaxSharedMemoryPerMultiprocessor: *value = (int)p.sharedMemPerMultiprocessor; break;
+        case cudaDevAttrMaxThreadsPerBlock: *value = p.maxThreadsPerBlock; break;
+        case cudaDevAttrWarpSize: *value = p.warpSize; break;
+        case cudaDevAttrComputeCapabilityMajor: *value = p.major; break;
+        case cudaDevAttrComputeCapabilityMinor: *value = p.minor; break;
+        case cudaDevAttrL2CacheSize: *value = p.l2CacheSize; break;
+        case cudaDevAttrMaxThreadsPerMultiProcessor: *value = p.maxThreadsPerMultiProcessor; break;
+        default: return record(cudaErrorInvalidValue);
+    }
+    return cudaSuccess;
+}
+cudaError_t cudaDeviceSynchronize(void) { return cpucuda::take_pending(); }
+cudaError_t cudaDeviceReset(void) { return cudaSuccess; }
+cudaError_t cudaDriverGetVersion(int* v) { *v = CUDART_VERSION; return cudaSuccess; }
+cudaError_t cudaRuntimeGetVersion(int* v) { *v = CUDART_VERSION; return cudaSuccess; }
+
+#undef cudaFuncSetAttribute
+// The C entry point: kernels launched by this runtime are known by name, not by
+// address, so the attribute cannot be tied to a launch from here. Code reaches
+// the macro in cuda_runtime.h instead; this only validates.
+cudaError_t cudaFuncSetAttribute(const void* func, cudaFuncAttribute attr, int value) {
+    if (!func) return record(cudaErrorInvalidDeviceFunction);
+    if (attr == cudaFuncAttributeMaxDynamicSharedMemorySize &&
+        (value < 0 || (size_t)value > config().smem_per_block_optin))
+        return record(cudaErrorInvalidValue);
+    return cudaSuccess;
+}
+
+// --- memory -----------------------------------------------------------------------
+cudaError_t cudaMalloc(void** p, size_t size) {
+    if (!p) return record(cudaErrorInvalidValue);
+    *p = nullptr;
+    if (size == 0) return cudaSuccess;
+    std::lock_guard<std::mutex> lock(cpucuda::mem_mutex);
+    if (size > config().total_memory - cpucuda::mem_in_use) return record(cudaErrorMemoryAllocation);
+    size_t rounded = (size + 255) / 256 * 256;
+    void* m = aligned_alloc(256, rounded);
+    if (!m) return record(cudaErrorMemoryAllocation);
+    cpucuda::device_allocs[(uintptr_t)m] = size;
+    cpucuda::mem_in_use += size;
+    cpucuda::mem_peak = std::max(cpucuda::mem_peak, cpucuda::mem_in_use);
+    *p = m;
+    return cudaSuccess;
+}
+cudaError_t cudaFree(void* p) {
+    if (!p) return cudaSuccess;
+    {
+        std::lock_guard<std::mutex> lock(cpucuda::mem_mutex);
+        auto it = cpucuda::device_allocs.find((uintptr_t)p);
+        if (it == cpucuda::device_allocs.end()) return record(cudaErrorInvalidValue);
+        cpucuda::mem_in_use -= it->second;
+        cpucuda::device_allocs.erase(it);
+    }
+    free(p);
+    return cudaSuccess;
+}
+cudaError_t cudaMallocHost(void** p, size_t size) {
+    if (!p) return record(cudaErrorInvalidValue);
+    *p = size ? aligned_alloc(256, (size + 255) / 256 * 256) : nullptr;
+    return (size && !*p) ? record(cudaErrorMemoryAllocation) : cudaSuccess;
+}
+cudaError_t cudaHostAlloc(void** p, size_t size, unsigned int) { return cudaMallocHost(p, size); }
+cudaError_t cudaFreeHost(void* p) {
+    free(p);
+    return cudaSuccess;
+}
+cudaError_t cudaMallocManaged(void** p, size_t size, unsigned int) { return cudaMalloc(p, size); }
+cudaError_t cudaMemGetInfo(size_t* free_bytes, size_t* total) {
+    cpucuda::MemoryStats s = cpucuda::memory_stats();
+    if (free_bytes) *free_bytes = s.total - s.in_use;
+    if (total) *total = s.total;
+    return cudaSuccess;
+}
+
+// A copy whose direction names a side the pointer is not on is an error, as on
+// a GPU (where it would fault or corrupt); cudaMemcpyDefault accepts anything.
+static cudaError_t check_copy(void* dst, const void* src, size_t n, cudaMemcpyKind kind) {
+    if (n == 0) return cudaSuccess;
+    if (!dst || !src) return record(cudaErrorInvalidValue);
+    const bool dst_dev = cpucuda::is_device_ptr(dst, n), src_dev = cpucuda::is_device_ptr(src, n);
+    bool ok = true;
+    switch (kind) {
+        case cudaMemcpyHostToHost: ok = !dst_dev && !src_dev; break;
+        case cudaMemcpyHostToDevice: ok = dst_dev && !src_dev; break;
+        case cudaMemcpyDeviceToHost: ok = !dst_dev && src_dev; break;
+        case cudaMemcpyDeviceToDevice: ok = dst_dev && src_dev; break;
+        case cudaMemcpyDefault: break;
+        default: return record(cudaErrorInvalidMemcpyDirection);
+    }
+    return ok ? cudaSuccess : record(cudaErrorInvalidValue);
+}
+cudaError_t cudaMemcpy(void* dst, const void* src, size_t n, cudaMemcpyKind kind) {
+    cudaError_t e = check_copy(dst, src, n, kind);
+    if (e != cudaSuccess) return e;
+    if (n) memmove(dst, src, n);
+    return cpucuda::take_pending();  // synchronising, like the real cudaMemcpy
+}
+cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t n, cudaMemcpyKind kind, cudaStream_t) {
+    cudaError_t e = check_copy(dst, src, n, kind);
+    if (e != cudaSuccess) return e;
+    if (n) memmove(dst, src, n);
+    return cudaSuccess;
+}
+cudaError_t cudaMemset(void* p, int value, size_t n) {
+    if (n && !cpucuda::is_device_ptr(p, n)) return record(cudaErrorInvalidValue);
+    if (n) memset(p, value, n);
+    return cudaSuccess;
+}
+cudaError_t cudaMemsetAsync(void* p, int value, size_t n, cudaStream_t) { return cudaMemset(p, value, n); }
+
+// --- streams and events -----------------------------------------------------------
+// Work runs when it is issued, so streams only order by issue, and an event
+// records the host time at which everything before it has finished.
+cudaError_t cudaStreamCreate(cudaStream_t* s) {
+    if (!s) return record(cudaErrorInvalidValue);
+    static std::atomic<int> next{1};
+    *s = new CUstream_st{next++};
+    return cudaSuccess;
+}
+cudaError_t cudaStreamCreateWithFlags(cudaStream_t* s, unsigned int) { return cudaStreamCreate(s); }
+cudaError_t cudaStreamCreateWithPriority(cudaStream_t* s, unsigned int, int) { return cudaStreamCreate(s); }
+cudaError_t cudaStreamDestroy(cudaStream_t s) {
+    if (!s) return record(cudaErrorInvalidResourceHandle);
+    delete s;
+    return cudaSuccess;
+}
+cudaError_t cudaStreamSynchronize(cudaStream_t) { return cpucuda::take_pending(); }
+cudaError_t cudaStreamQuery(cudaStream_t) { return cudaSuccess; }
+cudaError_t cudaStreamWaitEvent(cudaStream_t, cudaEvent_t e, unsigned int) {
+    return e ? cudaSuccess : record(cudaErrorInvalidResourceHandle);
+}
+cudaError_t cudaEventCreate(cudaEvent_t* e) {
+    if (!e) return record(cudaErrorInvalidValue);
+    *e = new CUevent_st();
+    return cudaSuccess;
+}
+cudaError_t cudaEventCreateWithFlags(cudaEvent_t* e, unsigned int) { return cudaEventCreate(e); }
+cudaError_t cudaEventDestroy(cudaEvent_t e) {
+    if (!e) return record(cudaErrorInvalidResourceHandle);
+    delete e;
+    return cudaSuccess;
+}
+cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t) {
+    if (!e) return record(cudaErrorInvalidResourceHandle);
+    e->when = std::chrono::steady_clock::now();
+    e->recorded = true;
+    return cudaSuccess;
+}
+cudaError_t cudaEventSynchronize(cudaEvent_t e) {
+    if (!e) return record(cudaErrorInvalidResourceHandle);
+    return cpucuda::take_pending();
+}
+cudaError_t cudaEventQuery(cudaEvent_t e) {
+    return e ? cudaSuccess : record(cudaErrorInvalidResourceHandle);
+}
+cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t a, cudaEvent_t b) {
+    if (!ms || !a || !b) return record(cudaErrorInvalidResourceHandle);
+    if (!a->recorded || !b->recorded) return record(cudaErrorInvalidResourceHandle);
+    *ms = std::chrono::duration<float, std::milli>(b->when - a->when).count();
+    return cudaSuccess;
+}
+
+cudaError_t cudaProfilerStart(void) { return cudaSuccess; }
+cudaError_t cudaProfilerStop(void) { return cudaSuccess; }
+
+}  // extern "C"
