@@ -44,6 +44,8 @@
 #include "cpucuda_nccl.h"
 
 #ifdef CPUCUDA_WITH_MPI
+#define OMPI_SKIP_MPICXX 1  // C API only
+#define MPICH_SKIP_MPICXX 1
 #include <mpi.h>
 #endif
 

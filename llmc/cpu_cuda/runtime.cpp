@@ -24,6 +24,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <random>
 #include <string>
@@ -247,9 +248,13 @@ struct Worker {
     unsigned lanes_in_warp(unsigned w) const { return std::min(32u, nthreads - w * 32); }
 };
 
-static __thread Worker* tls_worker = nullptr;
+static __thread Worker* tls_worker = nullptr;  // fast access from fibers
 static Worker& this_worker() {
-    if (!tls_worker) tls_worker = new Worker();  // lives as long as its thread
+    static thread_local std::unique_ptr<Worker> owner;  // freed when its thread ends
+    if (!tls_worker) {
+        owner.reset(new Worker());
+        tls_worker = owner.get();
+    }
     return *tls_worker;
 }
 
@@ -699,6 +704,13 @@ static cudaError_t check_launch(const LaunchSpec& s) {
 }
 
 static std::atomic<uint64_t> launch_counter{0};
+static std::mutex failure_mutex;
+static std::string last_failure;
+
+const char* last_kernel_failure() {
+    std::lock_guard<std::mutex> lock(failure_mutex);
+    return last_failure.c_str();
+}
 static std::mutex launch_mutex;  // one launch at a time: streams execute in issue order
 
 void launch(const LaunchSpec& spec, ThreadEntry entry, void* closure) {
@@ -722,6 +734,10 @@ void launch(const LaunchSpec& spec, ThreadEntry entry, void* closure) {
         pool().run(L);
     if (L.failed) {
         fprintf(stderr, "%s\n", L.error.c_str());
+        {
+            std::lock_guard<std::mutex> lock(failure_mutex);
+            last_failure = L.error;
+        }
         int expected = cudaSuccess;
         pending_kernel_error.compare_exchange_strong(expected, cudaErrorLaunchFailure);
     }
@@ -878,9 +894,8 @@ cudaError_t cudaMalloc(void** p, size_t size) {
     if (size == 0) return cudaSuccess;
     std::lock_guard<std::mutex> lock(cpucuda::mem_mutex);
     if (size > config().total_memory - cpucuda::mem_in_use) return record(cudaErrorMemoryAllocation);
-    size_t rounded = (size + 255) / 256 * 256;
-    void* m = aligned_alloc(256, rounded);
-    if (!m) return record(cudaErrorMemoryAllocation);
+    void* m = nullptr;  // exactly `size` bytes, so the sanitizer build sees overruns
+    if (posix_memalign(&m, 256, size) != 0) return record(cudaErrorMemoryAllocation);
     cpucuda::device_allocs[(uintptr_t)m] = size;
     cpucuda::mem_in_use += size;
     cpucuda::mem_peak = std::max(cpucuda::mem_peak, cpucuda::mem_in_use);
@@ -901,8 +916,9 @@ cudaError_t cudaFree(void* p) {
 }
 cudaError_t cudaMallocHost(void** p, size_t size) {
     if (!p) return record(cudaErrorInvalidValue);
-    *p = size ? aligned_alloc(256, (size + 255) / 256 * 256) : nullptr;
-    return (size && !*p) ? record(cudaErrorMemoryAllocation) : cudaSuccess;
+    *p = nullptr;
+    if (size && posix_memalign(p, 256, size) != 0) return record(cudaErrorMemoryAllocation);
+    return cudaSuccess;
 }
 cudaError_t cudaHostAlloc(void** p, size_t size, unsigned int) { return cudaMallocHost(p, size); }
 cudaError_t cudaFreeHost(void* p) {

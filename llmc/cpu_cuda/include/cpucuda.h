@@ -25,4 +25,8 @@ struct MemoryStats {
 MemoryStats memory_stats();
 void reset_peak_memory();
 
+// The message of the most recent kernel failure (divergent barrier, mismatched
+// warp collective), as printed on stderr; empty if none.
+const char* last_kernel_failure();
+
 }  // namespace cpucuda

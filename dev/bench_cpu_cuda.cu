@@ -1,0 +1,120 @@
+// Speed of the CUDA-on-CPU runtime on a layernorm-shaped kernel: 4096 rows x
+// 768, one warp per row, 10 shuffles per thread (two 5-step butterflies), against
+// the same math as a plain C++ loop on one core, both timed in this run.
+// Prints the ratio (goal: runtime at most 20x the plain loop). Built with nvcc
+// the same program times the GPU instead.
+//
+//   make bench        (runs it with the default workers, then with one)
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <vector>
+
+// mean and rstd of each row by warp butterflies, then the normalised row
+__global__ void layernorm_rows_kernel(float* out, float* mean, float* rstd, const float* inp,
+                                      const float* weight, const float* bias, int N, int C) {
+    const int lane = threadIdx.x % 32;
+    const int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
+    if (row >= N) return;
+    const float* x = inp + (size_t)row * C;
+    float sum = 0.0f;
+    for (int i = lane; i < C; i += 32) sum += x[i];
+    for (int offset = 16; offset > 0; offset /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, offset);
+    const float m = sum / C;
+    float sq = 0.0f;
+    for (int i = lane; i < C; i += 32) {
+        float d = x[i] - m;
+        sq += d * d;
+    }
+    for (int offset = 16; offset > 0; offset /= 2) sq += __shfl_xor_sync(0xffffffffu, sq, offset);
+    const float s = rsqrtf(sq / C + 1e-5f);
+    float* o = out + (size_t)row * C;
+    for (int i = lane; i < C; i += 32) o[i] = (x[i] - m) * s * weight[i] + bias[i];
+    if (lane == 0) {
+        mean[row] = m;
+        rstd[row] = s;
+    }
+}
+
+// The same math, one row at a time; the sums run in the kernel's order (32
+// strided partial sums combined by the butterfly) so the outputs match closely.
+static void layernorm_rows_plain(float* out, float* mean, float* rstd, const float* inp,
+                                 const float* weight, const float* bias, int N, int C) {
+    for (int row = 0; row < N; row++) {
+        const float* x = inp + (size_t)row * C;
+        float part[32] = {0};
+        for (int i = 0; i < C; i++) part[i % 32] += x[i];
+        float sum = 0.0f;
+        for (int l = 0; l < 32; l++) sum += part[l];
+        const float m = sum / C;
+        float sq = 0.0f;
+        for (int i = 0; i < C; i++) {
+            float d = x[i] - m;
+            sq += d * d;
+        }
+        const float s = 1.0f / sqrtf(sq / C + 1e-5f);
+        float* o = out + (size_t)row * C;
+        for (int i = 0; i < C; i++) o[i] = (x[i] - m) * s * weight[i] + bias[i];
+        mean[row] = m;
+        rstd[row] = s;
+    }
+}
+
+static double seconds_now() {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+int main() {
+    const int N = 4096, C = 768, threads = 256, reps = 5;
+    const size_t n = (size_t)N * C;
+    std::vector<float> inp(n), weight(C), bias(C), out(n), mean(N), rstd(N), ref(n), ref_mean(N), ref_rstd(N);
+    for (size_t i = 0; i < n; i++) inp[i] = (float)((i * 2654435761u) % 2001) / 1000.0f - 1.0f;
+    for (int i = 0; i < C; i++) weight[i] = 1.0f + 0.001f * i, bias[i] = 0.01f * (i % 7);
+
+    float *d_inp, *d_w, *d_b, *d_out, *d_mean, *d_rstd;
+    cudaMalloc(&d_inp, n * sizeof(float));
+    cudaMalloc(&d_out, n * sizeof(float));
+    cudaMalloc(&d_w, C * sizeof(float));
+    cudaMalloc(&d_b, C * sizeof(float));
+    cudaMalloc(&d_mean, N * sizeof(float));
+    cudaMalloc(&d_rstd, N * sizeof(float));
+    cudaMemcpy(d_inp, inp.data(), n * sizeof(float), cudaMemcpyHostToDevice);
+    cudaMemcpy(d_w, weight.data(), C * sizeof(float), cudaMemcpyHostToDevice);
+    cudaMemcpy(d_b, bias.data(), C * sizeof(float), cudaMemcpyHostToDevice);
+
+    const int blocks = (N * 32 + threads - 1) / threads;
+    double best_kernel = 1e30, best_plain = 1e30;
+    for (int r = 0; r < reps; r++) {
+        double t0 = seconds_now();
+        layernorm_rows_kernel<<<blocks, threads>>>(d_out, d_mean, d_rstd, d_inp, d_w, d_b, N, C);
+        cudaError_t e = cudaDeviceSynchronize();
+        double t1 = seconds_now();
+        if (e != cudaSuccess) {
+            printf("kernel failed: %s\n", cudaGetErrorString(e));
+            return 1;
+        }
+        layernorm_rows_plain(ref.data(), ref_mean.data(), ref_rstd.data(), inp.data(), weight.data(),
+                             bias.data(), N, C);
+        double t2 = seconds_now();
+        best_kernel = std::min(best_kernel, t1 - t0);
+        best_plain = std::min(best_plain, t2 - t1);
+    }
+    cudaMemcpy(out.data(), d_out, n * sizeof(float), cudaMemcpyDeviceToHost);
+    double worst = 0;
+    for (size_t i = 0; i < n; i++) worst = std::max(worst, (double)std::fabs(out[i] - ref[i]));
+
+    cudaDeviceProp prop;
+    cudaGetDeviceProperties(&prop, 0);
+    const double fibers = (double)N * 32, switches = fibers * 11;  // 10 shuffles + exit
+    printf("layernorm-shaped kernel, %d rows x %d, one warp per row, %d threads per block\n", N, C, threads);
+    printf("device            : %s\n", prop.name);
+    printf("kernel            : %8.2f ms  (best of %d; %.0f GPU threads, ~%.1f M fiber switches)\n",
+           best_kernel * 1e3, reps, fibers, switches / 1e6);
+    printf("plain loop, 1 core: %8.2f ms  (best of %d)\n", best_plain * 1e3, reps);
+    printf("max |difference|  : %.2e\n", worst);
+    printf("ratio kernel/plain: %.2fx  (goal for the CPU runtime: <= 20x)\n", best_kernel / best_plain);
+    return worst < 1e-4 ? 0 : 1;
+}

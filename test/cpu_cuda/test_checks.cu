@@ -1,0 +1,182 @@
+// The CPU runtime's checking modes. On a GPU these kernels would hang or race
+// silently, so the file only runs its cases on the CPU runtime (CPUCUDA); the
+// GPU build compiles it and reports every case skipped.
+#include <cuda_runtime.h>
+
+#include <cstring>
+#include <vector>
+
+#include "test/test_util.h"
+#ifdef CPUCUDA
+#include <cpucuda.h>
+#endif
+
+// Block barrier that block 3's upper threads never reach (they return early).
+__global__ void divergent_barrier_kernel(int* out) {
+    if (blockIdx.x == 3 && threadIdx.x >= 40) return;
+    __syncthreads();
+    out[blockIdx.x * blockDim.x + threadIdx.x] = 1;
+}
+
+// Half a warp leaves before a full-mask shuffle.
+__global__ void divergent_shuffle_kernel(int* out) {
+    int v = threadIdx.x;
+    if (threadIdx.x % 32 >= 16) return;
+    v = __shfl_down_sync(0xffffffffu, v, 1);
+    out[threadIdx.x] = v;
+}
+
+// A lane calls a collective whose mask leaves itself out.
+__global__ void bad_mask_kernel(int* out) {
+    out[threadIdx.x] = __shfl_sync(threadIdx.x == 0 ? 0xfffffffeu : 0xffffffffu, (int)threadIdx.x, 0);
+}
+
+// Some lanes at a shuffle while the others wait at __syncthreads.
+__global__ void shuffle_vs_barrier_kernel(int* out) {
+    int v = threadIdx.x;
+    if (threadIdx.x < 8)
+        v = __shfl_xor_sync(0xffffffffu, v, 1);
+    else
+        __syncthreads();
+    out[threadIdx.x] = v;
+}
+
+// Deliberately order-dependent: a tree reduction with its barriers left out,
+// so a thread may read a partial sum before or after its neighbour wrote it.
+__global__ void racy_sum_kernel(const int* in, int* out) {
+    __shared__ int partial[256];
+    partial[threadIdx.x] = in[blockIdx.x * blockDim.x + threadIdx.x];
+    for (int stride = blockDim.x / 2; stride > 0; stride /= 2)
+        if (threadIdx.x < stride) partial[threadIdx.x] += partial[threadIdx.x + stride];
+    if (threadIdx.x == 0) out[blockIdx.x] = partial[0];
+}
+
+// The same reduction, correct.
+__global__ void synced_sum_kernel(const int* in, int* out) {
+    __shared__ int partial[256];
+    partial[threadIdx.x] = in[blockIdx.x * blockDim.x + threadIdx.x];
+    __syncthreads();
+    for (int stride = blockDim.x / 2; stride > 0; stride /= 2) {
+        if (threadIdx.x < stride) partial[threadIdx.x] += partial[threadIdx.x + stride];
+        __syncthreads();
+    }
+    if (threadIdx.x == 0) out[blockIdx.x] = partial[0];
+}
+
+#ifdef CPUCUDA
+static bool contains(const char* s, const char* part) { return strstr(s, part) != nullptr; }
+
+// Launches, synchronises, and returns the error (then clears it, as a caller
+// that handles the error would).
+template <class Launch>
+static cudaError_t run_failing(Launch launch) {
+    launch();
+    cudaError_t e = cudaDeviceSynchronize();
+    cudaGetLastError();
+    return e;
+}
+
+static void test_divergence() {
+    int* d;
+    CUDA_OK(cudaMalloc(&d, 8 * 64 * sizeof(int)));
+    CUDA_OK(cudaMemset(d, 0, 8 * 64 * sizeof(int)));
+    cudaError_t e = run_failing([&] { divergent_barrier_kernel<<<8, 64>>>(d); });
+    const char* msg = cpucuda::last_kernel_failure();
+    CHECK(e == cudaErrorLaunchFailure, "divergent __syncthreads fails the launch (%s), no hang", cudaGetErrorName(e));
+    CHECK(contains(msg, "divergent_barrier_kernel") && contains(msg, "block (3,0,0)") &&
+              contains(msg, "divergent __syncthreads"),
+          "the report names the kernel and block: \"%s\"", msg);
+
+    e = run_failing([&] { divergent_shuffle_kernel<<<1, 64>>>(d); });
+    msg = cpucuda::last_kernel_failure();
+    CHECK(e == cudaErrorLaunchFailure && contains(msg, "divergent_shuffle_kernel") && contains(msg, "has exited"),
+          "full-mask shuffle with exited lanes is reported: \"%s\"", msg);
+
+    e = run_failing([&] { bad_mask_kernel<<<1, 32>>>(d); });
+    msg = cpucuda::last_kernel_failure();
+    CHECK(e == cudaErrorLaunchFailure && contains(msg, "excludes itself"),
+          "a mask without the calling lane is reported: \"%s\"", msg);
+
+    e = run_failing([&] { shuffle_vs_barrier_kernel<<<1, 32>>>(d); });
+    msg = cpucuda::last_kernel_failure();
+    CHECK(e == cudaErrorLaunchFailure && contains(msg, "waits at __syncthreads"),
+          "shuffle against a barrier is reported: \"%s\"", msg);
+
+    synced_sum_kernel<<<1, 256>>>(d, d);  // the runtime goes on working after a failure
+    CHECK(cudaDeviceSynchronize() == cudaSuccess && cudaGetLastError() == cudaSuccess,
+          "launches after a reported failure succeed");
+    cudaFree(d);
+}
+
+// Runs `kernel` under each schedule and says whether all results agree.
+template <class Kernel>
+static bool same_under_all_schedules(Kernel kernel, const char* name) {
+    const int blocks = 4, threads = 256, n = blocks * threads;
+    std::vector<int> h(n);
+    for (int i = 0; i < n; i++) h[i] = (i * 37) % 101;
+    int *d_in, *d_out;
+    CUDA_OK(cudaMalloc(&d_in, n * sizeof(int)));
+    CUDA_OK(cudaMalloc(&d_out, blocks * sizeof(int)));
+    CUDA_OK(cudaMemcpy(d_in, h.data(), n * sizeof(int), cudaMemcpyHostToDevice));
+    const cpucuda::Schedule saved = cpucuda::get_schedule();
+    const struct { cpucuda::Schedule s; uint64_t seed; const char* label; } modes[] = {
+        {cpucuda::Schedule::Forward, 0, "forward"}, {cpucuda::Schedule::Reverse, 0, "reverse"},
+        {cpucuda::Schedule::Random, 1, "random:1"}, {cpucuda::Schedule::Random, 2, "random:2"}};
+    std::vector<int> first;
+    bool same = true;
+    for (const auto& m : modes) {
+        cpucuda::set_schedule(m.s, m.seed);
+        kernel<<<blocks, threads>>>(d_in, d_out);
+        CUDA_OK(cudaGetLastError());
+        std::vector<int> got(blocks);
+        CUDA_OK(cudaMemcpy(got.data(), d_out, blocks * sizeof(int), cudaMemcpyDeviceToHost));
+        printf("  %s under %-8s: block sums %d %d %d %d\n", name, m.label, got[0], got[1], got[2], got[3]);
+        if (first.empty()) first = got;
+        else same = same && got == first;
+    }
+    cpucuda::set_schedule(saved);
+    cudaFree(d_in);
+    cudaFree(d_out);
+    return same;
+}
+
+static void test_race_mode() {
+    CHECK(!same_under_all_schedules(racy_sum_kernel, "racy_sum_kernel"),
+          "race mode flags the reduction without barriers (results differ between schedules)");
+    CHECK(same_under_all_schedules(synced_sum_kernel, "synced_sum_kernel"),
+          "the correct reduction gives the same result under every schedule");
+}
+
+static void test_memory_counters() {
+    cpucuda::MemoryStats before = cpucuda::memory_stats();
+    void *a, *b;
+    CUDA_OK(cudaMalloc(&a, 1000));
+    CUDA_OK(cudaMalloc(&b, 3000));
+    cpucuda::MemoryStats mid = cpucuda::memory_stats();
+    CUDA_OK(cudaFree(a));
+    CUDA_OK(cudaFree(b));
+    cpucuda::MemoryStats after = cpucuda::memory_stats();
+    CHECK(mid.in_use == before.in_use + 4000 && mid.allocations == before.allocations + 2 &&
+              after.in_use == before.in_use && mid.peak >= mid.in_use,
+          "allocation counters: in use %zu -> %zu -> %zu, peak %zu", before.in_use, mid.in_use,
+          after.in_use, mid.peak);
+    int host = 0;
+    cudaError_t e = cudaMemcpy(&host, &host, sizeof host, cudaMemcpyHostToDevice);
+    cudaGetLastError();
+    CHECK(e == cudaErrorInvalidValue, "a host pointer passed as the device side of a copy is refused (%s)",
+          cudaGetErrorName(e));
+    CHECK(cudaFree(&host) == cudaErrorInvalidValue, "cudaFree of a pointer cudaMalloc did not return is refused");
+    cudaGetLastError();
+}
+#endif
+
+int main() {
+#ifdef CPUCUDA
+    test_divergence();
+    test_race_mode();
+    test_memory_counters();
+#else
+    printf("SKIP test_checks: the checking modes belong to the CPU runtime\n");
+#endif
+    return test_summary("test_checks");
+}

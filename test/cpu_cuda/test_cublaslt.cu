@@ -1,0 +1,622 @@
+// cuBLASLt tests: cublasLtMatmul against a naive fp64 matmul on the host.
+// Portable: only the public CUDA runtime and cuBLASLt API, so the same file
+// checks the CPU runtime's llmc/cpu_cuda/cublaslt.cpp (make test) and the real
+// cuBLASLt on a GPU (nvcc ... -lcublasLt).
+//
+// Covered: every layout (transA x transB in N/T); A/B/C/D types fp32/fp32,
+// bf16/bf16 and bf16 inputs with fp32 C/D; alpha/beta (beta 0 with C full of
+// NaN, beta 1 accumulating in place with C == D, a general alpha and beta);
+// non-square shapes with ld > rows; strided batches; the epilogues BIAS, GELU,
+// GELU_BIAS, GELU_AUX, GELU_AUX_BIAS, DGELU and BGRADB; and combinations that
+// must be refused. Elements between rows and ld must be left untouched.
+#include <cublasLt.h>
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <vector>
+
+#include "test/test_util.h"
+
+// Aborts on an unexpected cuBLASLt error in the set-up of a case.
+#define LT_OK(call)                                                                  \
+    do {                                                                             \
+        cublasStatus_t s_ = (call);                                                  \
+        if (s_ != CUBLAS_STATUS_SUCCESS) {                                           \
+            printf("FAIL %s returned %s at %s:%d\n", #call, cublasLtGetStatusName(s_), \
+                   __FILE__, __LINE__);                                              \
+            exit(1);                                                                 \
+        }                                                                            \
+    } while (0)
+
+static const size_t kWorkspaceBytes = 4 << 20;
+static cublasLtHandle_t g_lt;
+static void* g_workspace;
+
+// --- host-side matrices ------------------------------------------------------------------
+
+static uint64_t g_rng = 0x9e3779b97f4a7c15ull;
+static double urand() {  // uniform in [-1, 1)
+    g_rng = g_rng * 6364136223846793005ull + 1442695040888963407ull;
+    return (double)(g_rng >> 11) * (2.0 / 9007199254740992.0) - 1.0;
+}
+
+static bool is_bf16(cudaDataType_t t) { return t == CUDA_R_16BF; }
+static const char* type_name(cudaDataType_t t) { return is_bf16(t) ? "bf16" : "f32"; }
+static size_t type_size(cudaDataType_t t) { return is_bf16(t) ? 2 : 4; }
+
+// The value v stored in type t and read back.
+static double round_to(cudaDataType_t t, double v) {
+    if (is_bf16(t)) return (double)__bfloat162float(__float2bfloat16((float)v));
+    return (double)(float)v;
+}
+
+// ld > rows in every case: bf16 leading dimensions are kept multiples of 8
+// elements (16 bytes) so the GPU's vectorised kernels apply; fp32 ones are odd.
+static int64_t ld_for(cudaDataType_t t, int rows) { return is_bf16(t) ? (rows + 1 + 7) / 8 * 8 : rows + 3; }
+
+enum Fill { kRandom, kNaN, kSentinel };
+static const double kSentinelValue = 1000.0;  // exact in bf16 and fp32
+
+// A column-major rows x cols matrix (batch of them, `stride` elements apart),
+// mirrored on the host as doubles holding exactly the stored values.
+struct Matrix {
+    cudaDataType_t type;
+    int rows, cols, batch;
+    int64_t ld, stride;
+    std::vector<double> h;
+    void* d = nullptr;
+
+    double& at(int b, int i, int j) { return h[b * stride + j * ld + i]; }
+    double at(int b, int i, int j) const { return h[b * stride + j * ld + i]; }
+    bool in_matrix(size_t idx) const {  // false for the padding between rows and ld, or between batches
+        int64_t r = (int64_t)idx % stride;
+        return r < ld * cols && r % ld < rows;
+    }
+};
+
+static void upload(Matrix& M) {
+    size_t n = M.h.size();
+    std::vector<unsigned char> raw(n * type_size(M.type));
+    for (size_t i = 0; i < n; i++) {
+        if (is_bf16(M.type))
+            ((__nv_bfloat16*)raw.data())[i] = __float2bfloat16((float)M.h[i]);
+        else
+            ((float*)raw.data())[i] = (float)M.h[i];
+    }
+    CUDA_OK(cudaMemcpy(M.d, raw.data(), raw.size(), cudaMemcpyHostToDevice));
+}
+
+static std::vector<double> download(const Matrix& M) {
+    size_t n = M.h.size();
+    std::vector<unsigned char> raw(n * type_size(M.type));
+    CUDA_OK(cudaMemcpy(raw.data(), M.d, raw.size(), cudaMemcpyDeviceToHost));
+    std::vector<double> out(n);
+    for (size_t i = 0; i < n; i++)
+        out[i] = is_bf16(M.type) ? (double)__bfloat162float(((__nv_bfloat16*)raw.data())[i])
+                                 : (double)((float*)raw.data())[i];
+    return out;
+}
+
+static Matrix make_matrix(cudaDataType_t t, int rows, int cols, int batch, Fill fill, double scale = 1.0,
+                          int64_t ld = 0) {
+    Matrix M;
+    M.type = t;
+    M.rows = rows;
+    M.cols = cols;
+    M.batch = batch;
+    M.ld = ld ? ld : ld_for(t, rows);
+    M.stride = M.ld * cols + (batch > 1 ? 8 : 0);  // batches apart, with a gap
+    M.h.resize(M.stride * batch);
+    for (double& v : M.h)
+        v = fill == kRandom ? round_to(t, scale * urand()) : fill == kNaN ? NAN : kSentinelValue;
+    CUDA_OK(cudaMalloc(&M.d, M.h.size() * type_size(t)));
+    upload(M);
+    return M;
+}
+
+static void free_matrix(Matrix& M) {
+    CUDA_OK(cudaFree(M.d));
+    M.d = nullptr;
+}
+
+// --- running one cublasLtMatmul the way llm.c does ----------------------------------------
+
+struct Epilogue {
+    cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_DEFAULT;
+    void* bias = nullptr;
+    bool set_bias_type = false;
+    cudaDataType_t bias_type = CUDA_R_32F;
+    void* aux = nullptr;
+    int64_t aux_ld = 0;
+};
+
+struct Options {  // unusual settings, for the refusal cases
+    cublasComputeType_t compute = CUBLAS_COMPUTE_32F;
+    cudaDataType_t scale = CUDA_R_32F;
+    bool row_order = false;
+    bool device_pointer_mode = false;
+};
+
+struct LtResult {
+    cublasStatus_t heuristic = CUBLAS_STATUS_SUCCESS, matmul = CUBLAS_STATUS_SUCCESS;
+    int returned = 0;
+    bool algo_ok = false;  // the heuristic offered a usable algorithm
+};
+
+static cublasLtMatrixLayout_t make_layout(const Matrix& M, const Options& o) {
+    cublasLtMatrixLayout_t l;
+    LT_OK(cublasLtMatrixLayoutCreate(&l, M.type, M.rows, M.cols, M.ld));
+    if (M.batch > 1) {
+        int32_t count = M.batch;
+        int64_t stride = M.stride;
+        LT_OK(cublasLtMatrixLayoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count, sizeof(count)));
+        LT_OK(cublasLtMatrixLayoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride,
+                                               sizeof(stride)));
+    }
+    if (o.row_order) {
+        int32_t order = CUBLASLT_ORDER_ROW;
+        LT_OK(cublasLtMatrixLayoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_ORDER, &order, sizeof(order)));
+    }
+    return l;
+}
+
+// D = epilogue(alpha op(A) op(B) + beta C); C may be the same Matrix as D.
+// With run_anyway, cublasLtMatmul is also called (algo NULL) when the heuristic
+// offers nothing, to check that it refuses too.
+static LtResult lt_matmul(bool ta, bool tb, float alpha, const Matrix& A, const Matrix& B, float beta,
+                          const Matrix& C, Matrix& D, const Epilogue& e = Epilogue(), const Options& o = Options(),
+                          bool run_anyway = false) {
+    cublasLtMatmulDesc_t desc;
+    LT_OK(cublasLtMatmulDescCreate(&desc, o.compute, o.scale));
+    cublasOperation_t opa = ta ? CUBLAS_OP_T : CUBLAS_OP_N, opb = tb ? CUBLAS_OP_T : CUBLAS_OP_N;
+    LT_OK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &opa, sizeof(opa)));
+    LT_OK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &opb, sizeof(opb)));
+    if (o.device_pointer_mode) {
+        int32_t mode = CUBLASLT_POINTER_MODE_DEVICE;
+        LT_OK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_POINTER_MODE, &mode, sizeof(mode)));
+    }
+    if (e.epilogue != CUBLASLT_EPILOGUE_DEFAULT)
+        LT_OK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &e.epilogue, sizeof(e.epilogue)));
+    if (e.bias)
+        LT_OK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &e.bias, sizeof(e.bias)));
+    if (e.set_bias_type)
+        LT_OK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &e.bias_type,
+                                             sizeof(e.bias_type)));
+    if (e.aux) {
+        LT_OK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &e.aux, sizeof(e.aux)));
+        LT_OK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &e.aux_ld,
+                                             sizeof(e.aux_ld)));
+    }
+    cublasLtMatrixLayout_t la = make_layout(A, o), lb = make_layout(B, o), lc = make_layout(C, o),
+                           ld = make_layout(D, o);
+    cublasLtMatmulPreference_t pref;
+    LT_OK(cublasLtMatmulPreferenceCreate(&pref));
+    size_t ws = kWorkspaceBytes;
+    LT_OK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)));
+
+    LtResult r;
+    cublasLtMatmulHeuristicResult_t heur;
+    memset(&heur, 0, sizeof(heur));
+    r.heuristic = cublasLtMatmulAlgoGetHeuristic(g_lt, desc, la, lb, lc, ld, pref, 1, &heur, &r.returned);
+    r.algo_ok = r.heuristic == CUBLAS_STATUS_SUCCESS && r.returned == 1 && heur.state == CUBLAS_STATUS_SUCCESS &&
+                heur.workspaceSize <= kWorkspaceBytes;
+    if (r.algo_ok || run_anyway) {
+        const float alpha_v = alpha, beta_v = beta;
+        r.matmul = cublasLtMatmul(g_lt, desc, &alpha_v, A.d, la, B.d, lb, &beta_v, C.d, lc, D.d, ld,
+                                  r.algo_ok ? &heur.algo : nullptr, g_workspace, kWorkspaceBytes, 0);
+        CUDA_OK(cudaDeviceSynchronize());
+    }
+    LT_OK(cublasLtMatmulPreferenceDestroy(pref));
+    for (cublasLtMatrixLayout_t l : {la, lb, lc, ld}) LT_OK(cublasLtMatrixLayoutDestroy(l));
+    LT_OK(cublasLtMatmulDescDestroy(desc));
+    return r;
+}
+
+static bool ran_ok(const LtResult& r) { return r.algo_ok && r.matmul == CUBLAS_STATUS_SUCCESS; }
+
+// --- the fp64 reference -------------------------------------------------------------------
+
+static double gelu(double x) { return 0.5 * x * (1.0 + tanh(sqrt(2.0 / M_PI) * (x + 0.044715 * x * x * x))); }
+static double gelu_grad(double x) {
+    double s = sqrt(2.0 / M_PI), t = tanh(s * (x + 0.044715 * x * x * x));
+    return 0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * s * (1.0 + 3.0 * 0.044715 * x * x);
+}
+
+// Expected values of a logical m x n (x batch) result, with the magnitude that
+// bounds its rounding error (sum of |terms|).
+struct Expected {
+    int m, n, batch;
+    std::vector<double> v, mag;
+    explicit Expected(int m_, int n_, int b_) : m(m_), n(n_), batch(b_), v(m_ * n_ * b_), mag(m_ * n_ * b_) {}
+    size_t idx(int b, int i, int j) const { return ((size_t)b * n + j) * m + i; }
+};
+
+// alpha op(A) op(B) + beta C, before any epilogue. C is read before the call.
+static Expected reference(bool ta, bool tb, double alpha, const Matrix& A, const Matrix& B, double beta,
+                          const Matrix& C_before, int m, int n, int k, int batch) {
+    Expected e(m, n, batch);
+    for (int b = 0; b < batch; b++)
+        for (int j = 0; j < n; j++)
+            for (int i = 0; i < m; i++) {
+                double sum = 0, mag = 0;
+                for (int l = 0; l < k; l++) {
+                    double p = (ta ? A.at(b, l, i) : A.at(b, i, l)) * (tb ? B.at(b, j, l) : B.at(b, l, j));
+                    sum += p;
+                    mag += fabs(p);
+                }
+                double v = alpha * sum, g = fabs(alpha) * mag;
+                if (beta != 0) {
+                    v += beta * C_before.at(b, i, j);
+                    g += fabs(beta * C_before.at(b, i, j));
+                }
+                e.v[e.idx(b, i, j)] = v;
+                e.mag[e.idx(b, i, j)] = g;
+            }
+    return e;
+}
+
+// Relative tolerance of a stored result: fp32 accumulation, plus the final
+// rounding when the output is bf16.
+static double tol_for(cudaDataType_t out) { return is_bf16(out) ? 1.0 / 128 : 1e-5; }
+// The GPU evaluates tanh with a hardware approximation (~5e-4 relative), so
+// GELU results in fp32 are held to that there; the CPU uses libm's tanhf.
+#ifdef CPUCUDA
+static const double kGeluTolF32 = 1e-5;
+#else
+static const double kGeluTolF32 = 2e-3;
+#endif
+static double gelu_tol_for(cudaDataType_t out) { return is_bf16(out) ? 1.0 / 128 : kGeluTolF32; }
+
+// Compares D (downloaded) with the expectation: returns the worst
+// |got - want| / (tol (mag + |want|)) (<= 1 passes, NaN counts as infinite) and
+// checks that every element outside the logical matrices kept its old value.
+static double compare(const Matrix& D, const std::vector<double>& got, const std::vector<double>& before,
+                      const Expected& e, double tol, bool* padding_ok) {
+    double worst = 0;
+    *padding_ok = true;
+    for (int b = 0; b < e.batch; b++)
+        for (int j = 0; j < e.n; j++)
+            for (int i = 0; i < e.m; i++) {
+                double g = got[b * D.stride + j * D.ld + i], w = e.v[e.idx(b, i, j)];
+                double r = fabs(g - w) / (tol * (e.mag[e.idx(b, i, j)] + fabs(w)) + 1e-300);
+                if (!(r <= worst)) worst = std::isnan(r) ? INFINITY : r;
+            }
+    for (size_t idx = 0; idx < got.size(); idx++) {
+        if (D.in_matrix(idx)) continue;
+        bool same = got[idx] == before[idx] || (std::isnan(got[idx]) && std::isnan(before[idx]));
+        if (!same) *padding_ok = false;
+    }
+    return worst;
+}
+
+struct TypeCombo {
+    cudaDataType_t ab, cd;
+};
+static const TypeCombo kCombos[] = {{CUDA_R_32F, CUDA_R_32F}, {CUDA_R_16BF, CUDA_R_16BF}, {CUDA_R_16BF, CUDA_R_32F}};
+
+static void combo_name(char* buf, size_t n, TypeCombo c) {
+    snprintf(buf, n, "%s*%s->%s", type_name(c.ab), type_name(c.ab), type_name(c.cd));
+}
+
+// --- plain matmuls: every layout, type combination and alpha/beta ---------------------------
+
+enum Scenario { kBeta0NaN, kBeta1InPlace, kGeneral };
+
+static void test_plain(TypeCombo tc, bool ta, bool tb, int batch, Scenario sc) {
+    const int m = 13, n = 11, k = 17;
+    float alpha = sc == kGeneral ? -0.75f : (batch > 1 ? 0.5f : 1.0f);
+    float beta = sc == kBeta0NaN ? 0.0f : sc == kBeta1InPlace ? 1.0f : 0.5f;
+    Matrix A = make_matrix(tc.ab, ta ? k : m, ta ? m : k, batch, kRandom);
+    Matrix B = make_matrix(tc.ab, tb ? n : k, tb ? k : n, batch, kRandom);
+    Matrix D = make_matrix(tc.cd, m, n, batch, sc == kBeta1InPlace ? kRandom : kSentinel);
+    Matrix C = make_matrix(tc.cd, m, n, batch, sc == kBeta0NaN ? kNaN : kRandom);
+    const Matrix& Cuse = sc == kBeta1InPlace ? D : C;
+    Expected want = reference(ta, tb, alpha, A, B, beta, Cuse, m, n, k, batch);
+    std::vector<double> before = D.h;
+
+    LtResult r = lt_matmul(ta, tb, alpha, A, B, beta, Cuse, D);
+    bool pad_ok = false;
+    double worst = ran_ok(r) ? compare(D, download(D), before, want, tol_for(tc.cd), &pad_ok) : INFINITY;
+
+    char types[64];
+    combo_name(types, sizeof types, tc);
+    const char* what = sc == kBeta0NaN ? "beta=0 (C all NaN)" : sc == kBeta1InPlace ? "beta=1 (C == D)" : "beta=0.5";
+    CHECK(ran_ok(r) && worst <= 1.0 && pad_ok,
+          "matmul %s %c%c m=%d n=%d k=%d batch=%d alpha=%g %s: heuristic %s (%d), matmul %s, worst err/tol %.3g%s",
+          types, ta ? 'T' : 'N', tb ? 'T' : 'N', m, n, k, batch, alpha, what, cublasLtGetStatusName(r.heuristic),
+          r.returned, cublasLtGetStatusName(r.matmul), worst, pad_ok ? "" : ", padding overwritten");
+    for (Matrix* M : {&A, &B, &C, &D}) free_matrix(*M);
+}
+
+// --- epilogues ---------------------------------------------------------------------------
+
+static void report_vector(bool ok, const char* what, double worst, const char* label) {
+    CHECK(ok && worst <= 1.0, "  %s %s: worst err/tol %.3g", label, what, worst);
+}
+
+// Forward epilogues BIAS, GELU, GELU_BIAS, GELU_AUX, GELU_AUX_BIAS in llm.c's
+// forward layout (weights transposed: op(A) = A^T, op(B) = B).
+static void test_forward_epilogue(TypeCombo tc, cublasLtEpilogue_t epi, const char* epi_name) {
+    const int m = 16, n = 12, k = 20;
+    const bool ta = true, tb = false;
+    bool has_bias = epi == CUBLASLT_EPILOGUE_BIAS || epi == CUBLASLT_EPILOGUE_GELU_BIAS ||
+                    epi == CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
+    bool has_gelu = epi != CUBLASLT_EPILOGUE_BIAS;
+    bool has_aux = epi == CUBLASLT_EPILOGUE_GELU_AUX || epi == CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
+    Matrix A = make_matrix(tc.ab, k, m, 1, kRandom);
+    Matrix B = make_matrix(tc.ab, k, n, 1, kRandom);
+    Matrix C = make_matrix(tc.cd, m, n, 1, kNaN);
+    Matrix D = make_matrix(tc.cd, m, n, 1, kSentinel);
+    // Bias: D's type (the documented default; the BIAS case also sets it explicitly, as llm.c does).
+    Matrix bias = make_matrix(tc.cd, m, 1, 1, kRandom);
+    Matrix aux = make_matrix(tc.cd, m, n, 1, kSentinel, 1.0, 24);  // aux ld 24 > m, a multiple of 8
+
+    Epilogue e;
+    e.epilogue = epi;
+    if (has_bias) e.bias = bias.d;
+    if (epi == CUBLASLT_EPILOGUE_BIAS) {
+        e.set_bias_type = true;
+        e.bias_type = tc.cd;
+    }
+    if (has_aux) {
+        e.aux = aux.d;
+        e.aux_ld = aux.ld;
+    }
+    Expected pre = reference(ta, tb, 1.0, A, B, 0.0, C, m, n, k, 1);
+    Expected out = pre;
+    for (int j = 0; j < n; j++)
+        for (int i = 0; i < m; i++) {
+            size_t x = pre.idx(0, i, j);
+            if (has_bias) {
+                pre.v[x] += bias.at(0, i, 0);
+                pre.mag[x] += fabs(bias.at(0, i, 0));
+            }
+            out.v[x] = has_gelu ? gelu(pre.v[x]) : pre.v[x];
+            out.mag[x] = has_gelu ? 2 * pre.mag[x] : pre.mag[x];  // |gelu'| < 1.13
+        }
+    std::vector<double> d_before = D.h, aux_before = aux.h;
+
+    LtResult r = lt_matmul(ta, tb, 1.0f, A, B, 0.0f, C, D, e);
+    bool pad_ok = false;
+    double worst = INFINITY;
+    if (ran_ok(r)) worst = compare(D, download(D), d_before, out, has_gelu ? gelu_tol_for(tc.cd) : tol_for(tc.cd),
+                                   &pad_ok);
+    char label[128], types[64];
+    combo_name(types, sizeof types, tc);
+    snprintf(label, sizeof label, "epilogue %s %s TN m=%d n=%d k=%d", epi_name, types, m, n, k);
+    CHECK(ran_ok(r) && worst <= 1.0 && pad_ok, "%s: heuristic %s (%d), matmul %s, D worst err/tol %.3g%s", label,
+          cublasLtGetStatusName(r.heuristic), r.returned, cublasLtGetStatusName(r.matmul), worst,
+          pad_ok ? "" : ", padding overwritten");
+    if (has_aux) {
+        bool aux_pad_ok = false;
+        double aux_worst =
+            ran_ok(r) ? compare(aux, download(aux), aux_before, pre, tol_for(tc.cd), &aux_pad_ok) : INFINITY;
+        report_vector(ran_ok(r) && aux_pad_ok, "aux = pre-activation", aux_worst, label);
+    }
+    for (Matrix* M : {&A, &B, &C, &D, &bias, &aux}) free_matrix(*M);
+}
+
+// DGELU in llm.c's backward layout (op(A) = A, op(B) = B):
+// D = (alpha op(A) op(B)) * gelu'(aux).
+static void test_dgelu(TypeCombo tc) {
+    const int m = 16, n = 12, k = 20;
+    const float alpha = 0.75f;
+    Matrix A = make_matrix(tc.ab, m, k, 1, kRandom);
+    Matrix B = make_matrix(tc.ab, k, n, 1, kRandom);
+    Matrix C = make_matrix(tc.cd, m, n, 1, kNaN);
+    Matrix D = make_matrix(tc.cd, m, n, 1, kSentinel);
+    Matrix aux = make_matrix(tc.cd, m, n, 1, kRandom, 3.0, 24);  // pre-activations in [-3, 3)
+    Epilogue e;
+    e.epilogue = CUBLASLT_EPILOGUE_DGELU;
+    e.aux = aux.d;
+    e.aux_ld = aux.ld;
+    Expected want = reference(false, false, alpha, A, B, 0.0, C, m, n, k, 1);
+    for (int j = 0; j < n; j++)
+        for (int i = 0; i < m; i++) {
+            size_t x = want.idx(0, i, j);
+            double g = gelu_grad(aux.at(0, i, j));
+            want.v[x] *= g;
+            want.mag[x] *= fabs(g) + 1;
+        }
+    std::vector<double> before = D.h, aux_before = aux.h;
+    LtResult r = lt_matmul(false, false, alpha, A, B, 0.0f, C, D, e);
+    bool pad_ok = false;
+    double worst = ran_ok(r) ? compare(D, download(D), before, want, gelu_tol_for(tc.cd), &pad_ok) : INFINITY;
+    bool aux_unchanged = ran_ok(r) && download(aux) == aux_before;
+    char types[64];
+    combo_name(types, sizeof types, tc);
+    CHECK(ran_ok(r) && worst <= 1.0 && pad_ok && aux_unchanged,
+          "epilogue DGELU %s NN m=%d n=%d k=%d alpha=%g: heuristic %s (%d), matmul %s, D worst err/tol %.3g%s%s",
+          types, m, n, k, alpha, cublasLtGetStatusName(r.heuristic), r.returned, cublasLtGetStatusName(r.matmul),
+          worst, pad_ok ? "" : ", padding overwritten", aux_unchanged ? "" : ", aux modified");
+    for (Matrix* M : {&A, &B, &C, &D, &aux}) free_matrix(*M);
+}
+
+// BGRADB in the weight-gradient layout (op(A) = A, op(B) = B^T), accumulating
+// D in place (beta = 1, C == D): bias[j] = sum over k of op(B)[l][j], written
+// over whatever the bias buffer held (it starts as NaN).
+static void test_bgradb(TypeCombo tc) {
+    const int m = 16, n = 12, k = 20;
+    Matrix A = make_matrix(tc.ab, m, k, 1, kRandom);
+    Matrix B = make_matrix(tc.ab, n, k, 1, kRandom);
+    Matrix D = make_matrix(tc.cd, m, n, 1, kRandom);
+    Matrix dbias = make_matrix(tc.cd, n, 1, 1, kNaN);
+    Epilogue e;
+    e.epilogue = CUBLASLT_EPILOGUE_BGRADB;
+    e.bias = dbias.d;
+    Expected want = reference(false, true, 1.0, A, B, 1.0, D, m, n, k, 1);
+    Expected want_bias(n, 1, 1);
+    for (int j = 0; j < n; j++) {
+        for (int l = 0; l < k; l++) {
+            want_bias.v[j] += B.at(0, j, l);
+            want_bias.mag[j] += fabs(B.at(0, j, l));
+        }
+    }
+    std::vector<double> before = D.h, bias_before = dbias.h;
+    LtResult r = lt_matmul(false, true, 1.0f, A, B, 1.0f, D, D, e);
+    bool pad_ok = false, bias_pad_ok = false;
+    double worst = ran_ok(r) ? compare(D, download(D), before, want, tol_for(tc.cd), &pad_ok) : INFINITY;
+    double bias_worst =
+        ran_ok(r) ? compare(dbias, download(dbias), bias_before, want_bias, tol_for(tc.cd), &bias_pad_ok) : INFINITY;
+    char label[128], types[64];
+    combo_name(types, sizeof types, tc);
+    snprintf(label, sizeof label, "epilogue BGRADB %s NT m=%d n=%d k=%d beta=1 (C == D)", types, m, n, k);
+    CHECK(ran_ok(r) && worst <= 1.0 && pad_ok, "%s: heuristic %s (%d), matmul %s, D worst err/tol %.3g%s", label,
+          cublasLtGetStatusName(r.heuristic), r.returned, cublasLtGetStatusName(r.matmul), worst,
+          pad_ok ? "" : ", padding overwritten");
+    report_vector(ran_ok(r) && bias_pad_ok, "bias gradient = column sums of op(B), overwritten", bias_worst, label);
+    for (Matrix* M : {&A, &B, &D, &dbias}) free_matrix(*M);
+}
+
+// --- refusals ----------------------------------------------------------------------------
+
+// A combination that must not run: the heuristic offers nothing and
+// cublasLtMatmul (algo NULL) fails. On the CPU runtime the status is exactly
+// `expected`; the real library may word it differently.
+static void expect_refused(const char* what, cublasStatus_t expected, cudaDataType_t ab_a, cudaDataType_t ab_b,
+                           cudaDataType_t cd, bool ta = false, bool tb = false, int batch = 1,
+                           const Epilogue& e_in = Epilogue(), const Options& o = Options(), int a_ld = 0,
+                           int b_rows_delta = 0) {
+    const int m = 8, n = 8, k = 8;
+    Matrix A = make_matrix(ab_a, ta ? k : m, ta ? m : k, batch, kRandom, 1.0, a_ld);
+    Matrix B = make_matrix(ab_b, (tb ? n : k) + b_rows_delta, tb ? k : n, batch, kRandom);
+    Matrix C = make_matrix(cd, m, n, batch, kRandom);
+    Matrix D = make_matrix(cd, m, n, batch, kSentinel);
+    Matrix bias = make_matrix(cd, m, 1, 1, kRandom);
+    Matrix aux = make_matrix(cd, m, n, 1, kRandom, 1.0, 8);
+    Epilogue e = e_in;
+    if (e.epilogue != CUBLASLT_EPILOGUE_DEFAULT) {
+        e.bias = bias.d;
+        e.aux = aux.d;
+        e.aux_ld = aux.ld;
+    }
+    LtResult r = lt_matmul(ta, tb, 1.0f, A, B, 0.0f, C, D, e, o, /*run_anyway=*/true);
+    bool refused = !r.algo_ok && r.matmul != CUBLAS_STATUS_SUCCESS;
+#ifdef CPUCUDA
+    refused = refused && r.heuristic == expected && r.returned == 0 && r.matmul == expected;
+#endif
+    CHECK(refused, "refused: %s: heuristic %s (%d results), matmul %s (expected %s)", what,
+          cublasLtGetStatusName(r.heuristic), r.returned, cublasLtGetStatusName(r.matmul),
+          cublasLtGetStatusName(expected));
+    for (Matrix* M : {&A, &B, &C, &D, &bias, &aux}) free_matrix(*M);
+}
+
+static void test_refusals() {
+    const cudaDataType_t F = CUDA_R_32F, H = CUDA_R_16BF;
+    // Refused by the real cuBLASLt too.
+    expect_refused("f32 A/B with bf16 C/D", CUBLAS_STATUS_NOT_SUPPORTED, F, F, H);
+    expect_refused("A f32 with B bf16", CUBLAS_STATUS_NOT_SUPPORTED, F, H, F);
+    expect_refused("lda < rows of A", CUBLAS_STATUS_INVALID_VALUE, F, F, F, false, false, 1, Epilogue(), Options(),
+                   /*a_ld=*/4);
+    expect_refused("rows of B != k", CUBLAS_STATUS_INVALID_VALUE, F, F, F, false, false, 1, Epilogue(), Options(), 0,
+                   /*b_rows_delta=*/2);
+#ifdef CPUCUDA
+    // Supported by the real cuBLASLt but not by the CPU runtime, which must say so.
+    Epilogue relu;
+    relu.epilogue = CUBLASLT_EPILOGUE_RELU;
+    expect_refused("CPU runtime: epilogue RELU", CUBLAS_STATUS_NOT_SUPPORTED, H, H, H, true, false, 1, relu);
+    Epilogue bgrada;
+    bgrada.epilogue = CUBLASLT_EPILOGUE_BGRADA;
+    expect_refused("CPU runtime: epilogue BGRADA", CUBLAS_STATUS_NOT_SUPPORTED, H, H, H, false, true, 1, bgrada);
+    Epilogue dgelu_bgrad;
+    dgelu_bgrad.epilogue = CUBLASLT_EPILOGUE_DGELU_BGRAD;
+    expect_refused("CPU runtime: epilogue DGELU_BGRAD", CUBLAS_STATUS_NOT_SUPPORTED, H, H, H, false, false, 1,
+                   dgelu_bgrad);
+    Epilogue gelu_aux;
+    gelu_aux.epilogue = CUBLASLT_EPILOGUE_GELU_AUX;
+    expect_refused("CPU runtime: epilogue GELU_AUX with batch count 2", CUBLAS_STATUS_NOT_SUPPORTED, H, H, H, true,
+                   false, 2, gelu_aux);
+    Epilogue bias;
+    bias.epilogue = CUBLASLT_EPILOGUE_BIAS;
+    expect_refused("CPU runtime: epilogue BIAS with batch count 2", CUBLAS_STATUS_NOT_SUPPORTED, F, F, F, true, false,
+                   2, bias);
+    expect_refused("CPU runtime: fp16 A/B/C/D", CUBLAS_STATUS_NOT_SUPPORTED, CUDA_R_16F, CUDA_R_16F, CUDA_R_16F);
+    Options row;
+    row.row_order = true;
+    expect_refused("CPU runtime: CUBLASLT_ORDER_ROW", CUBLAS_STATUS_NOT_SUPPORTED, F, F, F, false, false, 1,
+                   Epilogue(), row);
+    Options dev;
+    dev.device_pointer_mode = true;
+    expect_refused("CPU runtime: device pointer mode", CUBLAS_STATUS_NOT_SUPPORTED, F, F, F, false, false, 1,
+                   Epilogue(), dev);
+    Options f64;
+    f64.compute = CUBLAS_COMPUTE_64F;
+    f64.scale = CUDA_R_64F;
+    expect_refused("CPU runtime: compute type 64F", CUBLAS_STATUS_NOT_SUPPORTED, F, F, F, false, false, 1, Epilogue(),
+                   f64);
+#endif
+}
+
+// --- descriptor attributes -----------------------------------------------------------------
+
+static void test_attributes() {
+    cublasLtMatmulDesc_t desc;
+    LT_OK(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    cublasOperation_t t = CUBLAS_OP_T, got = CUBLAS_OP_N;
+    size_t written = 0;
+    LT_OK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &t, sizeof(t)));
+    cublasStatus_t st = cublasLtMatmulDescGetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &got, sizeof(got), &written);
+    CHECK(st == CUBLAS_STATUS_SUCCESS && got == CUBLAS_OP_T && written == sizeof(got),
+          "attributes: TRANSA set to T reads back as T (%d, %zu bytes)", (int)got, written);
+    int64_t too_big = 1;
+    st = cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &too_big, sizeof(too_big));
+    CHECK(st == CUBLAS_STATUS_INVALID_VALUE, "attributes: TRANSA with an 8-byte value is refused (%s)",
+          cublasLtGetStatusName(st));
+#ifdef CPUCUDA
+    int32_t any = 0;
+    st = cublasLtMatmulDescSetAttribute(desc, (cublasLtMatmulDescAttributes_t)9999, &any, sizeof(any));
+    CHECK(st == CUBLAS_STATUS_NOT_SUPPORTED, "attributes: CPU runtime refuses an unknown attribute (%s)",
+          cublasLtGetStatusName(st));
+#endif
+    LT_OK(cublasLtMatmulDescDestroy(desc));
+
+    cublasLtMatrixLayout_t layout;
+    LT_OK(cublasLtMatrixLayoutCreate(&layout, CUDA_R_16BF, 5, 7, 8));
+    uint64_t rows = 0;
+    int64_t ld = 0;
+    LT_OK(cublasLtMatrixLayoutGetAttribute(layout, CUBLASLT_MATRIX_LAYOUT_ROWS, &rows, sizeof(rows), &written));
+    LT_OK(cublasLtMatrixLayoutGetAttribute(layout, CUBLASLT_MATRIX_LAYOUT_LD, &ld, sizeof(ld), &written));
+    CHECK(rows == 5 && ld == 8, "attributes: layout rows %llu and ld %lld read back", (unsigned long long)rows,
+          (long long)ld);
+    LT_OK(cublasLtMatrixLayoutDestroy(layout));
+}
+
+int main() {
+    LT_OK(cublasLtCreate(&g_lt));
+    CUDA_OK(cudaMalloc(&g_workspace, kWorkspaceBytes));
+    printf("cuBLASLt version %zu\n", cublasLtGetVersion());
+
+    for (TypeCombo tc : kCombos)
+        for (int ta = 0; ta < 2; ta++)
+            for (int tb = 0; tb < 2; tb++)
+                for (Scenario sc : {kBeta0NaN, kBeta1InPlace, kGeneral}) test_plain(tc, ta, tb, 1, sc);
+    for (TypeCombo tc : kCombos)
+        for (int ta = 0; ta < 2; ta++)
+            for (int tb = 0; tb < 2; tb++) test_plain(tc, ta, tb, 3, kGeneral);
+
+    struct {
+        cublasLtEpilogue_t e;
+        const char* name;
+    } forward[] = {{CUBLASLT_EPILOGUE_BIAS, "BIAS"},
+                   {CUBLASLT_EPILOGUE_GELU, "GELU"},
+                   {CUBLASLT_EPILOGUE_GELU_BIAS, "GELU_BIAS"},
+                   {CUBLASLT_EPILOGUE_GELU_AUX, "GELU_AUX"},
+                   {CUBLASLT_EPILOGUE_GELU_AUX_BIAS, "GELU_AUX_BIAS"}};
+    for (TypeCombo tc : kCombos) {
+        for (auto& f : forward) test_forward_epilogue(tc, f.e, f.name);
+        test_dgelu(tc);
+        test_bgradb(tc);
+    }
+
+    test_refusals();
+    test_attributes();
+
+    CUDA_OK(cudaFree(g_workspace));
+    LT_OK(cublasLtDestroy(g_lt));
+    return test_summary("test_cublaslt");
+}
