@@ -33,7 +33,7 @@ ASAN_TESTS := $(patsubst test/cpu_cuda/%.cu,build/cpu-asan/%,$(TEST_CU))
 DEV_CU     := $(wildcard dev/*.cu)
 DEV_BINS   := $(patsubst dev/%.cu,build/cpu/%,$(DEV_CU))
 
-.PHONY: all cpu test test-cpu test-asan test-nvcc test-gpu bench clean check-cuda-headers
+.PHONY: all cpu asan gpu gpu-compile-check test test-asan bench clean check-cuda-headers
 .SECONDARY:
 
 all: cpu
@@ -74,29 +74,38 @@ $(eval $(call cpu_variant,build/cpu,$(CPU_CXXFLAGS)))
 $(eval $(call cpu_variant,build/cpu-asan,$(CPU_CXXFLAGS) $(ASAN_FLAGS)))
 
 # --- GPU build (nvcc) ---------------------------------------------------------
+# Links only what a driverless build machine has: cuBLASLt, NCCL, MPI (no -lnvidia-ml).
 NVCC_FLAGS := -O3 -std=c++17 -I. -I$(MPI_INC)
 NVCC_LIBS  := -lcublasLt -lnccl -L$(MPI_LIB) -lmpi
-# All GPU targets; `make test` builds them for sm_90 and sm_80 without running.
 GPU_SRCS   := $(TEST_CU) $(DEV_CU)
+GPU_NAMES  := $(basename $(notdir $(GPU_SRCS)))
+vpath %.cu test/cpu_cuda dev
 
-build/gpu/sm_$(GPU_ARCH)/%: test/cpu_cuda/%.cu
+# build/gpu/sm_90/X: X built for GPU_ARCH, to run on a GPU (test/gpu_check.sh).
+build/gpu/sm_$(GPU_ARCH)/%: %.cu
 	@mkdir -p $(@D)
 	$(NVCC) $(NVCC_FLAGS) -arch=sm_$(GPU_ARCH) $< -o $@ $(NVCC_LIBS)
-build/gpu/sm_$(GPU_ARCH)/%: dev/%.cu
+# build/gpu/check/X: X built for sm_90 and sm_80 (compile check, run by make test).
+build/gpu/check/%: %.cu
 	@mkdir -p $(@D)
-	$(NVCC) $(NVCC_FLAGS) -arch=sm_$(GPU_ARCH) $< -o $@ $(NVCC_LIBS)
+	$(NVCC) $(NVCC_FLAGS) -gencode arch=compute_90,code=sm_90 -gencode arch=compute_80,code=sm_80 $< -o $@ $(NVCC_LIBS)
 
-gpu: $(patsubst %.cu,build/gpu/sm_$(GPU_ARCH)/%,$(notdir $(GPU_SRCS)))
+gpu: $(addprefix build/gpu/sm_$(GPU_ARCH)/,$(GPU_NAMES))
+gpu-compile-check: $(addprefix build/gpu/check/,$(GPU_NAMES))
 
 # --- tests ---------------------------------------------------------------------
-test: cpu
+# The sanitizer build of every test, plus the deliberately out-of-bounds kernel.
+asan: $(ASAN_TESTS) build/cpu-asan/oob_kernel
+
+test: cpu asan
 	bash test/run_tests.sh
 
-test-asan: $(ASAN_TESTS)
-	ASAN_ONLY=1 bash test/run_tests.sh
+test-asan: asan
+	TEST_SECTIONS=asan bash test/run_tests.sh
 
 bench: build/cpu/bench_cpu_cuda
 	./build/cpu/bench_cpu_cuda
+	CPUCUDA_WORKERS=1 ./build/cpu/bench_cpu_cuda
 
 clean:
 	rm -rf build

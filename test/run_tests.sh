@@ -1,0 +1,128 @@
+#!/usr/bin/env bash
+# Runs every test of the project (after `make cpu asan`) and ends with one line
+# "N passed, M failed". Each test program prints "<name>: N passed, M failed";
+# a program that crashes or hangs without its tally line counts as one failure.
+#
+# Sections (TEST_SECTIONS, default all): cpu schedules mpi asan nvcc gpu
+#   cpu       every CPU test program once
+#   schedules test_kernels and test_cublaslt again with the threads of each
+#             block in reverse and seeded random order, and with one worker
+#   mpi       test_nccl under mpirun -np 1, 2, 4
+#   asan      the AddressSanitizer/UBSan build of the tests, and a kernel that
+#             writes out of bounds, which the sanitizer must catch
+#   nvcc      every CUDA program compiled for sm_90 and sm_80 (not run)
+#   gpu       the GPU builds run, where a GPU is present
+set -u
+cd "$(dirname "$0")/.."
+SECTIONS=${TEST_SECTIONS:-"cpu schedules mpi asan nvcc gpu"}
+TIMEOUT=${TEST_TIMEOUT:-300}
+LOG_DIR=build/test-logs
+mkdir -p "$LOG_DIR"
+passed=0
+failed=0
+failures=()
+
+want() { [[ " $SECTIONS " == *" $1 "* ]]; }
+pass() { passed=$((passed + 1)); echo "PASS $1"; }
+fail() { failed=$((failed + 1)); failures+=("$1"); echo "FAIL $1"; }
+
+# run LABEL CMD...: runs a test program, adds its tally.
+run() {
+    local label=$1 log="$LOG_DIR/$(echo "$1" | tr -c 'A-Za-z0-9_.-' '_').log"
+    shift
+    timeout "$TIMEOUT" "$@" >"$log" 2>&1
+    local rc=$? tally
+    tally=$(grep -E '^[A-Za-z0-9_]+: [0-9]+ passed, [0-9]+ failed$' "$log" | tail -n 1)
+    if [[ -z "$tally" ]]; then
+        fail "$label (exit $rc, no tally line; see $log)"
+        tail -n 15 "$log" | sed 's/^/    /'
+        return
+    fi
+    local p f
+    p=$(echo "$tally" | sed -E 's/.*: ([0-9]+) passed.*/\1/')
+    f=$(echo "$tally" | sed -E 's/.*, ([0-9]+) failed/\1/')
+    passed=$((passed + p))
+    failed=$((failed + f))
+    grep '^FAIL' "$log" | sed "s|^|    [$label] |"
+    if [[ $f -gt 0 || $rc -ne 0 ]]; then
+        failures+=("$label")
+        [[ $f -eq 0 ]] && { failed=$((failed + 1)); echo "    [$label] exit code $rc"; }
+    fi
+    echo "$label: $p passed, $f failed"
+}
+
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
+MPIRUN="mpirun --oversubscribe --bind-to none"
+SINGLE_TESTS=(test_kernels test_checks test_cublaslt)
+
+if want cpu; then
+    echo "== CPU runtime tests"
+    for t in "${SINGLE_TESTS[@]}"; do run "$t" "build/cpu/$t"; done
+fi
+
+if want schedules; then
+    echo "== the same kernels under other thread orders and one worker"
+    for sched in reverse random:7; do
+        for t in test_kernels test_cublaslt; do
+            run "$t [CPUCUDA_SCHEDULE=$sched]" env CPUCUDA_SCHEDULE=$sched "build/cpu/$t"
+        done
+    done
+    run "test_kernels [CPUCUDA_WORKERS=1]" env CPUCUDA_WORKERS=1 build/cpu/test_kernels
+fi
+
+if want mpi; then
+    echo "== NCCL over MPI"
+    for np in 1 2 4; do run "test_nccl [mpirun -np $np]" $MPIRUN -np $np build/cpu/test_nccl; done
+fi
+
+if want asan; then
+    echo "== AddressSanitizer + UBSan build"
+    export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=0} UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
+    for t in "${SINGLE_TESTS[@]}"; do run "$t [asan]" "build/cpu-asan/$t"; done
+    run "test_nccl [asan, mpirun -np 2]" env ASAN_OPTIONS=detect_leaks=0 $MPIRUN -np 2 build/cpu-asan/test_nccl
+    log="$LOG_DIR/oob_kernel.log"
+    timeout "$TIMEOUT" build/cpu-asan/oob_kernel >"$log" 2>&1
+    rc=$?
+    if [[ $rc -ne 0 ]] && grep -q "heap-buffer-overflow" "$log" && grep -q "oob_kernel.cu:10" "$log"; then
+        pass "sanitizer catches the out-of-bounds kernel write (heap-buffer-overflow at oob_kernel.cu:10)"
+    else
+        fail "sanitizer did not report the out-of-bounds kernel write (exit $rc; see $log)"
+    fi
+    unset ASAN_OPTIONS UBSAN_OPTIONS
+fi
+
+if want nvcc; then
+    echo "== nvcc compile check (sm_90 + sm_80)"
+    if [[ -x "${NVCC:-/usr/local/cuda/bin/nvcc}" ]] || command -v nvcc >/dev/null; then
+        for src in test/cpu_cuda/test_*.cu dev/*.cu; do
+            name=$(basename "$src" .cu)
+            if make -s "build/gpu/check/$name" >"$LOG_DIR/nvcc_$name.log" 2>&1; then
+                pass "nvcc sm_90+sm_80: $src"
+            else
+                fail "nvcc sm_90+sm_80: $src (see $LOG_DIR/nvcc_$name.log)"
+                tail -n 15 "$LOG_DIR/nvcc_$name.log" | sed 's/^/    /'
+            fi
+        done
+    else
+        echo "SKIP nvcc compile check: nvcc not found (set NVCC or install the CUDA toolkit)"
+    fi
+fi
+
+if want gpu; then
+    if command -v nvidia-smi >/dev/null && nvidia-smi -L >/dev/null 2>&1; then
+        echo "== GPU tests"
+        make -s gpu >"$LOG_DIR/gpu_build.log" 2>&1 || fail "GPU build (see $LOG_DIR/gpu_build.log)"
+        arch=sm_${GPU_ARCH:-90}
+        for t in test_kernels test_checks test_cublaslt; do run "$t [gpu]" "build/gpu/$arch/$t"; done
+        run "test_nccl [gpu, mpirun -np 1]" $MPIRUN -np 1 "build/gpu/$arch/test_nccl"
+    else
+        echo "SKIP GPU tests: no GPU on this machine"
+    fi
+fi
+
+echo
+if [[ ${#failures[@]} -gt 0 ]]; then
+    echo "failing: ${failures[*]}"
+fi
+echo "$passed passed, $failed failed"
+[[ $failed -eq 0 ]]
