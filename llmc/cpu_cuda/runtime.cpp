@@ -13,6 +13,7 @@
 #include <cuda_runtime.h>
 #include <boost/context/detail/fcontext.hpp>
 
+#include <signal.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -249,11 +250,55 @@ struct Worker {
 };
 
 static __thread Worker* tls_worker = nullptr;  // fast access from fibers
+
+#ifndef CPUCUDA_ASAN
+// A fiber that overruns its stack hits the guard page below it. Say so (on an
+// alternate signal stack) instead of dying with a bare segmentation fault.
+static struct sigaction previous_segv;
+static void on_segv(int sig, siginfo_t* info, void* uctx) {
+    Worker* w = tls_worker;
+    if (w && w->stacks && w->launch) {
+        const char* a = (const char*)info->si_addr;
+        const size_t page = (size_t)sysconf(_SC_PAGESIZE);
+        if (a >= w->stacks && a < w->stacks + w->stack_stride * w->capacity &&
+            (size_t)(a - w->stacks) % w->stack_stride < page) {
+            char msg[512];
+            int n = snprintf(msg, sizeof msg,
+                             "cpu_cuda: stack overflow in a thread of kernel '%s' (fiber stacks are %zu KiB; "
+                             "raise CPUCUDA_STACK_KB)\n",
+                             w->launch->spec.name, config().stack_bytes / 1024);
+            if (write(2, msg, (size_t)n) < 0) {}
+            abort();
+        }
+    }
+    if (previous_segv.sa_flags & SA_SIGINFO) previous_segv.sa_sigaction(sig, info, uctx);
+    signal(SIGSEGV, SIG_DFL);  // not ours: let the fault happen again, unhandled
+}
+static void install_overflow_handler() {
+    static thread_local std::vector<char> alt_stack(64 * 1024);
+    stack_t ss = {};
+    ss.ss_sp = alt_stack.data();
+    ss.ss_size = alt_stack.size();
+    sigaltstack(&ss, nullptr);
+    static std::once_flag once;
+    std::call_once(once, [] {
+        struct sigaction sa = {};
+        sa.sa_sigaction = on_segv;
+        sa.sa_flags = SA_SIGINFO | SA_ONSTACK;
+        sigemptyset(&sa.sa_mask);
+        sigaction(SIGSEGV, &sa, &previous_segv);
+    });
+}
+#else
+static void install_overflow_handler() {}  // AddressSanitizer reports overflows itself
+#endif
+
 static Worker& this_worker() {
     static thread_local std::unique_ptr<Worker> owner;  // freed when its thread ends
     if (!tls_worker) {
         owner.reset(new Worker());
         tls_worker = owner.get();
+        install_overflow_handler();
     }
     return *tls_worker;
 }
