@@ -457,8 +457,10 @@ inline float gelu(float x) {
 inline float gelu_grad(float x) {
     float u = kSqrt2OverPi * (x + kGeluCoeff * x * x * x);
     float t = tanhf(u);
+    float sech2 = 1.0f - t * t;
+    if (sech2 == 0.0f) return 0.5f * (1.0f + t);  // |x| large: avoids 0 * inf when x^2 overflows
     float du = kSqrt2OverPi * (1.0f + 3.0f * kGeluCoeff * x * x);
-    return 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * du;
+    return 0.5f * (1.0f + t) + 0.5f * x * sech2 * du;
 }
 
 // An fp32 view of a stored rows x cols matrix: the data itself when it is

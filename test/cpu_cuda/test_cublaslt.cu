@@ -333,6 +333,37 @@ static void test_plain(TypeCombo tc, bool ta, bool tb, int batch, Scenario sc) {
     for (Matrix* M : {&A, &B, &C, &D}) free_matrix(*M);
 }
 
+// bf16 output rounding: with small integer inputs the fp32 accumulation is
+// exact, and sums beyond 8 significant bits (ties included) must come out
+// exactly as round-to-nearest-even of the exact value.
+static void test_bf16_rounding() {
+    const int m = 16, n = 16, k = 16;
+    Matrix A = make_matrix(CUDA_R_16BF, m, k, 1, kRandom);
+    Matrix B = make_matrix(CUDA_R_16BF, k, n, 1, kRandom);
+    for (Matrix* M : {&A, &B}) {
+        for (double& v : M->h) v = std::round(15 * urand());
+        upload(*M);
+    }
+    Matrix C = make_matrix(CUDA_R_16BF, m, n, 1, kNaN);
+    Matrix D = make_matrix(CUDA_R_16BF, m, n, 1, kSentinel);
+    Expected want = reference(false, false, 1.0, A, B, 0.0, C, m, n, k, 1);
+    LtResult r = lt_matmul(false, false, 1.0f, A, B, 0.0f, C, D);
+    int wrong = 0, rounded = 0;
+    if (ran_ok(r)) {
+        std::vector<double> got = download(D);
+        for (int j = 0; j < n; j++)
+            for (int i = 0; i < m; i++) {
+                double exact = want.v[want.idx(0, i, j)], expect = round_to(CUDA_R_16BF, exact);
+                if (got[j * D.ld + i] != expect) wrong++;
+                if (expect != exact) rounded++;
+            }
+    }
+    CHECK(ran_ok(r) && wrong == 0 && rounded > 0,
+          "bf16 output is the round-to-nearest-even of the exact sum: %d of %d wrong (%d needed rounding)", wrong,
+          m * n, rounded);
+    for (Matrix* M : {&A, &B, &C, &D}) free_matrix(*M);
+}
+
 // --- epilogues ---------------------------------------------------------------------------
 
 static void report_vector(bool ok, const char* what, double worst, const char* label) {
@@ -598,6 +629,7 @@ int main() {
     for (TypeCombo tc : kCombos)
         for (int ta = 0; ta < 2; ta++)
             for (int tb = 0; tb < 2; tb++) test_plain(tc, ta, tb, 3, kGeneral);
+    test_bf16_rounding();
 
     struct {
         cublasLtEpilogue_t e;

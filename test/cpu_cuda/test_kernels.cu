@@ -258,7 +258,15 @@ __global__ void atomics_kernel(AtomicTargets* a) {
     atomicAdd(&a->ull, 3ull);
     atomicMax(&a->imax, (i * 7919) % 100003);
     atomicMax(&a->umax, (unsigned)i);
-    atomicMax(&a->fmax_, 0.5f * (float)((i * 31) % 4099));
+    // float max through CAS on the bit pattern (CUDA has no float atomicMax)
+    const float fv = 0.5f * (float)((i * 31) % 4099);
+    unsigned* fbits = reinterpret_cast<unsigned*>(&a->fmax_);
+    unsigned seen = *fbits;
+    while (__uint_as_float(seen) < fv) {
+        unsigned prev = atomicCAS(fbits, seen, __float_as_uint(fv));
+        if (prev == seen) break;
+        seen = prev;
+    }
     atomicMin(&a->imin, -((i * 13) % 977));
     int old = a->cas_counter, assumed;  // increment through a CAS loop
     do {
@@ -289,7 +297,7 @@ static void test_atomics() {
     CHECK(got.fsum == (float)n, "atomicAdd float, %d threads (got %.1f)", n, got.fsum);
     CHECK(got.isum == isum && got.usum == 2u * n && got.ull == 3ull * n, "atomicAdd int/unsigned/ull");
     CHECK(got.imax == imax && got.umax == (unsigned)(n - 1), "atomicMax int/unsigned");
-    CHECK(got.fmax_ == fmax_, "atomicMax float (got %.1f want %.1f)", got.fmax_, fmax_);
+    CHECK(got.fmax_ == fmax_, "float max through atomicCAS on its bits (got %.1f want %.1f)", got.fmax_, fmax_);
     CHECK(got.imin == imin, "atomicMin int");
     CHECK(got.cas_counter == n, "atomicCAS loop increments (got %d of %d)", got.cas_counter, n);
     CHECK(got.inc == (unsigned)(n % 100), "atomicInc wraps (got %u)", got.inc);

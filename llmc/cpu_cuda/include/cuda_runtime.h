@@ -230,29 +230,47 @@ inline T atomic_update(T* addr, F f) {  // CAS loop for what has no native RMW
 }
 }  // namespace cpucuda
 
-#define CPUCUDA_INT_ATOMICS(T)                                                                \
-    inline T atomicAdd(T* a, T v) { return __atomic_fetch_add(a, v, __ATOMIC_SEQ_CST); }     \
-    inline T atomicSub(T* a, T v) { return __atomic_fetch_sub(a, v, __ATOMIC_SEQ_CST); }     \
-    inline T atomicExch(T* a, T v) { return __atomic_exchange_n(a, v, __ATOMIC_SEQ_CST); }   \
-    inline T atomicAnd(T* a, T v) { return __atomic_fetch_and(a, v, __ATOMIC_SEQ_CST); }     \
-    inline T atomicOr(T* a, T v) { return __atomic_fetch_or(a, v, __ATOMIC_SEQ_CST); }       \
-    inline T atomicXor(T* a, T v) { return __atomic_fetch_xor(a, v, __ATOMIC_SEQ_CST); }     \
-    inline T atomicMax(T* a, T v) {                                                           \
-        return ::cpucuda::atomic_update(a, [v](T o) { return o > v ? o : v; });               \
-    }                                                                                         \
-    inline T atomicMin(T* a, T v) {                                                           \
-        return ::cpucuda::atomic_update(a, [v](T o) { return o < v ? o : v; });               \
-    }                                                                                         \
-    inline T atomicCAS(T* a, T expected, T desired) {                                         \
-        __atomic_compare_exchange_n(a, &expected, desired, false, __ATOMIC_SEQ_CST,           \
-                                    __ATOMIC_SEQ_CST);                                        \
-        return expected;                                                                      \
+// Exactly the overloads CUDA declares, so that code nvcc rejects is rejected here.
+#define CPUCUDA_ATOMIC_RMW(T, name, builtin)                                                   \
+    inline T name(T* a, T v) { return builtin(a, v, __ATOMIC_SEQ_CST); }
+#define CPUCUDA_ATOMIC_MINMAX(T)                                                                \
+    inline T atomicMax(T* a, T v) {                                                             \
+        return ::cpucuda::atomic_update(a, [v](T o) { return o > v ? o : v; });                 \
+    }                                                                                           \
+    inline T atomicMin(T* a, T v) {                                                             \
+        return ::cpucuda::atomic_update(a, [v](T o) { return o < v ? o : v; });                 \
     }
-CPUCUDA_INT_ATOMICS(int)
-CPUCUDA_INT_ATOMICS(unsigned int)
-CPUCUDA_INT_ATOMICS(long long)
-CPUCUDA_INT_ATOMICS(unsigned long long)
-#undef CPUCUDA_INT_ATOMICS
+#define CPUCUDA_ATOMIC_BITS(T)                                                                  \
+    CPUCUDA_ATOMIC_RMW(T, atomicAnd, __atomic_fetch_and)                                        \
+    CPUCUDA_ATOMIC_RMW(T, atomicOr, __atomic_fetch_or)                                          \
+    CPUCUDA_ATOMIC_RMW(T, atomicXor, __atomic_fetch_xor)
+#define CPUCUDA_ATOMIC_CAS_EXCH(T)                                                              \
+    CPUCUDA_ATOMIC_RMW(T, atomicExch, __atomic_exchange_n)                                      \
+    inline T atomicCAS(T* a, T expected, T desired) {                                           \
+        __atomic_compare_exchange_n(a, &expected, desired, false, __ATOMIC_SEQ_CST,             \
+                                    __ATOMIC_SEQ_CST);                                          \
+        return expected;                                                                        \
+    }
+CPUCUDA_ATOMIC_RMW(int, atomicAdd, __atomic_fetch_add)
+CPUCUDA_ATOMIC_RMW(int, atomicSub, __atomic_fetch_sub)
+CPUCUDA_ATOMIC_MINMAX(int)
+CPUCUDA_ATOMIC_BITS(int)
+CPUCUDA_ATOMIC_CAS_EXCH(int)
+CPUCUDA_ATOMIC_RMW(unsigned int, atomicAdd, __atomic_fetch_add)
+CPUCUDA_ATOMIC_RMW(unsigned int, atomicSub, __atomic_fetch_sub)
+CPUCUDA_ATOMIC_MINMAX(unsigned int)
+CPUCUDA_ATOMIC_BITS(unsigned int)
+CPUCUDA_ATOMIC_CAS_EXCH(unsigned int)
+CPUCUDA_ATOMIC_RMW(unsigned long long, atomicAdd, __atomic_fetch_add)
+CPUCUDA_ATOMIC_MINMAX(unsigned long long)
+CPUCUDA_ATOMIC_BITS(unsigned long long)
+CPUCUDA_ATOMIC_CAS_EXCH(unsigned long long)
+CPUCUDA_ATOMIC_MINMAX(long long)
+CPUCUDA_ATOMIC_BITS(long long)
+#undef CPUCUDA_ATOMIC_RMW
+#undef CPUCUDA_ATOMIC_MINMAX
+#undef CPUCUDA_ATOMIC_BITS
+#undef CPUCUDA_ATOMIC_CAS_EXCH
 
 inline unsigned short atomicCAS(unsigned short* a, unsigned short expected, unsigned short desired) {
     __atomic_compare_exchange_n(a, &expected, desired, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
@@ -266,12 +284,6 @@ inline double atomicAdd(double* a, double v) {
 }
 inline float atomicExch(float* a, float v) {
     return ::cpucuda::atomic_update(a, [v](float) { return v; });
-}
-inline float atomicMax(float* a, float v) {
-    return ::cpucuda::atomic_update(a, [v](float o) { return fmaxf(o, v); });
-}
-inline float atomicMin(float* a, float v) {
-    return ::cpucuda::atomic_update(a, [v](float o) { return fminf(o, v); });
 }
 inline __nv_bfloat16 atomicAdd(__nv_bfloat16* a, __nv_bfloat16 v) {
     return ::cpucuda::atomic_update(a, [v](__nv_bfloat16 o) {
