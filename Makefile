@@ -49,10 +49,12 @@ define cpu_variant
 # $(1) = build dir, $(2) = compiler flags
 $(1)/%.ii: test/cpu_cuda/%.cu $(RT_HDRS) $(RT_DIR)/cudapp.py | check-cuda-headers
 	@mkdir -p $$(@D)
-	$(CXX) -std=c++17 -E -x c++ $(CPU_INC) -DCPUCUDA $$< | $(PYTHON) $(RT_DIR)/cudapp.py > $$@.tmp && mv $$@.tmp $$@
+	$(CXX) -std=c++17 -E -x c++ $(CPU_INC) -I$(MPI_INC) -DCPUCUDA $$< -o $$@.pp
+	$(PYTHON) $(RT_DIR)/cudapp.py $$@.pp $$@.tmp && mv $$@.tmp $$@ && rm -f $$@.pp
 $(1)/%.ii: dev/%.cu $(RT_HDRS) $(RT_DIR)/cudapp.py | check-cuda-headers
 	@mkdir -p $$(@D)
-	$(CXX) -std=c++17 -E -x c++ $(CPU_INC) -DCPUCUDA $$< | $(PYTHON) $(RT_DIR)/cudapp.py > $$@.tmp && mv $$@.tmp $$@
+	$(CXX) -std=c++17 -E -x c++ $(CPU_INC) -I$(MPI_INC) -DCPUCUDA $$< -o $$@.pp
+	$(PYTHON) $(RT_DIR)/cudapp.py $$@.pp $$@.tmp && mv $$@.tmp $$@ && rm -f $$@.pp
 $(1)/%.o: $(1)/%.ii
 	$(CXX) $(2) -x c++-cpp-output -c $$< -o $$@
 $(1)/rt/%.o: $(RT_DIR)/%.cpp $(RT_HDRS)

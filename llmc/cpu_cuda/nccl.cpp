@@ -36,6 +36,12 @@
 // scatter, comm split/shrink, user reduction ops (ncclRedOpCreatePreMulSum),
 // buffer registration, ncclMemAlloc. fp8 data types return ncclInvalidArgument.
 // ncclCommInitAll supports ndev == 1 only.
+//
+// Memory: a multi-rank communicator keeps its temporaries (about one call's
+// buffer size: count elements for all-reduce, nranks*recvcount for
+// reduce-scatter) for reuse until ncclCommDestroy. Counts above 2^30 elements
+// are moved in pieces (MPI counts are int); CPUCUDA_NCCL_CHUNK_ELEMS (read at
+// ncclCommInitRank) lowers the piece size so tests can reach that code.
 #include <nccl.h>
 #include <cuda_runtime.h>
 #include <cuda_fp16.h>

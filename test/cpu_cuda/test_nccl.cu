@@ -19,6 +19,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <type_traits>
 #include <vector>
 
 #include "test/test_util.h"
@@ -28,6 +29,7 @@
 
 static int g_rank = 0, g_nranks = 1;
 static bool g_any_failed = false;
+static const char* g_label = "";  // prefix of every case name
 
 // Combines `ok` over all ranks; rank 0 records it as one case.
 static void check_all_ranks(bool ok, const char* cond, const char* file, int line, const char* what) {
@@ -37,7 +39,7 @@ static void check_all_ranks(bool ok, const char* cond, const char* file, int lin
     MPI_Allreduce(&first, &first_bad, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
     if (nbad) g_any_failed = true;
     if (g_rank == 0) {
-        CHECK(nbad == 0, "%s", what);
+        CHECK(nbad == 0, "%s%s", g_label, what);
         if (nbad)
             printf("     %d of %d rank(s) failed, first rank %d: %s at %s:%d\n", nbad, g_nranks, first_bad, cond,
                    file, line);
@@ -238,6 +240,21 @@ static void test_broadcast(ncclComm_t comm, size_t n, int root) {
     CHECK_ALL(same_values(buf.download(), want), "broadcast int32 n=%zu from root %d in place", n, root);
 }
 
+// ---- reduce --------------------------------------------------------------------------------
+
+static void test_reduce(ncclComm_t comm, size_t n, int root, bool in_place) {
+    auto in = make_inputs<float>(n, 15, false);
+    auto want = host_reduce<float>(in, kSum);
+    DevBuf<float> send(n), recv(n);
+    send.upload(to_host<float>(in[g_rank]));
+    recv.upload(std::vector<float>(n, -5.0f));
+    float* dst = in_place ? send.p : recv.p;
+    NCCL_OK(ncclReduce(send.p, dst, n, ncclFloat32, ncclSum, root, comm, 0));
+    // Only the root's output is defined.
+    bool ok = g_rank != root || same_values(in_place ? send.download() : recv.download(), want);
+    CHECK_ALL(ok, "reduce fp32 sum n=%zu to root %d%s", n, root, in_place ? " in place" : "");
+}
+
 // ---- determinism ------------------------------------------------------------------------------
 
 static uint64_t fnv(const void* p, size_t n) {
@@ -275,6 +292,22 @@ static void test_determinism(ncclComm_t comm) {
     MPI_Allreduce(&lo, &mn, 1, MPI_UNSIGNED_LONG_LONG, MPI_MIN, MPI_COMM_WORLD);
     MPI_Allreduce(&hi, &mx, 1, MPI_UNSIGNED_LONG_LONG, MPI_MAX, MPI_COMM_WORLD);
     CHECK_ALL(mn == mx, "all-reduce fp32 sum is bitwise identical on every rank");
+#ifdef CPUCUDA
+    // The CPU runtime adds the ranks' inputs in rank order, in fp32.
+    std::vector<float> want(n, 0.0f);
+    for (int q = 0; q < g_nranks; q++) {
+        uint32_t t = 12345u + 7919u * (uint32_t)q;
+        for (size_t i = 0; i < n; i++) {
+            t = t * 1664525u + 1013904223u;
+            float mant = (float)(t >> 8) / (float)(1u << 24);
+            float v = (mant - 0.5f) * ((t & 3) == 0 ? 1e6f : (t & 3) == 1 ? 1.0f : 1e-3f);
+            want[i] = q == 0 ? v : want[i] + v;
+        }
+    }
+    auto got = recv.download();
+    CHECK_ALL(memcmp(got.data(), want.data(), n * sizeof(float)) == 0,
+              "all-reduce fp32 sum equals the fp32 sum in rank order (CPU runtime)");
+#endif
 }
 
 // ---- groups -------------------------------------------------------------------------------------
@@ -329,13 +362,14 @@ static void test_errors(ncclComm_t comm) {
     CHECK_ALL(r == ncclInvalidArgument, "broadcast with root = -1 -> ncclInvalidArgument (got %d)", (int)r);
     r = ncclAllReduce(a.p, b.p, 16, (ncclDataType_t)99, ncclSum, comm, 0);
     CHECK_ALL(r == ncclInvalidArgument, "all-reduce with datatype 99 -> ncclInvalidArgument (got %d)", (int)r);
-    r = ncclAllReduce(a.p, b.p, 16, ncclFloat32, (ncclRedOp_t)77, comm, 0);
-    CHECK_ALL(r == ncclInvalidArgument, "all-reduce with op 77 -> ncclInvalidArgument (got %d)", (int)r);
     r = ncclAllReduce(a.p, b.p, 16, ncclFloat32, ncclSum, (ncclComm_t)NULL, 0);
     CHECK_ALL(r == ncclInvalidArgument, "all-reduce on a NULL comm -> ncclInvalidArgument (got %d)", (int)r);
     const char* s = ncclGetErrorString(ncclInvalidArgument);
     CHECK_ALL(s != NULL && strlen(s) > 0, "ncclGetErrorString(ncclInvalidArgument) = \"%s\"", s ? s : "(null)");
 #ifdef CPUCUDA
+    // (Real NCCL takes op values past ncclNumOps as user-defined ops.)
+    r = ncclAllReduce(a.p, b.p, 16, ncclFloat32, (ncclRedOp_t)77, comm, 0);
+    CHECK_ALL(r == ncclInvalidArgument, "all-reduce with op 77 -> ncclInvalidArgument (got %d)", (int)r);
     r = ncclAllReduce(a.p, b.p, 16, ncclFloat8e4m3, ncclSum, comm, 0);
     CHECK_ALL(r == ncclInvalidArgument, "all-reduce fp8 -> ncclInvalidArgument on the CPU runtime (got %d)", (int)r);
     r = ncclAllReduce(a.p, b.p, SIZE_MAX / 2, ncclFloat32, ncclSum, comm, 0);
@@ -374,6 +408,7 @@ static void test_counters(ncclComm_t comm) {
     NCCL_OK(ncclBroadcast(a.p, b.p, nb, ncclFloat32, g_nranks - 1, comm, 0));
     NCCL_OK(ncclGroupEnd());
     NCCL_OK(ncclBcast(a.p, nb, ncclFloat32, 0, comm, 0));
+    NCCL_OK(ncclReduce(a.p, b.p, 10, ncclFloat32, ncclMax, 0, comm, 0));
     // Rejected calls are not counted.
     ncclResult_t r = ncclAllReduce(a.p, b.p, n, (ncclDataType_t)99, ncclSum, comm, 0);
     (void)r;
@@ -395,7 +430,9 @@ static void test_counters(ncclComm_t comm) {
               "counters: broadcast calls=%llu bytes=%llu (want 2, %llu)",
               (unsigned long long)c.calls[CPUCUDA_NCCL_BROADCAST], (unsigned long long)c.bytes[CPUCUDA_NCCL_BROADCAST],
               (unsigned long long)(2 * nb * 4));
-    CHECK_ALL(c.calls[CPUCUDA_NCCL_REDUCE] == 0 && c.bytes[CPUCUDA_NCCL_REDUCE] == 0, "counters: no reduce calls");
+    CHECK_ALL(c.calls[CPUCUDA_NCCL_REDUCE] == 1 && c.bytes[CPUCUDA_NCCL_REDUCE] == 40,
+              "counters: reduce calls=%llu bytes=%llu (want 1, 40)", (unsigned long long)c.calls[CPUCUDA_NCCL_REDUCE],
+              (unsigned long long)c.bytes[CPUCUDA_NCCL_REDUCE]);
     r = cpucuda_nccl_get_counters((ncclComm_t)NULL, &c);
     CHECK_ALL(r == ncclInvalidArgument, "cpucuda_nccl_get_counters(NULL) -> ncclInvalidArgument (got %d)", (int)r);
 }
@@ -427,6 +464,7 @@ static void test_chunked() {
     ncclComm_t comm;
     NCCL_OK(ncclCommInitRank(&comm, g_nranks, id, g_rank));
     unsetenv("CPUCUDA_NCCL_CHUNK_ELEMS");
+    g_label = "chunks of 7: ";
     test_allreduce<float>(comm, kSum, 103, false, false, 11);
     test_allreduce<__nv_bfloat16>(comm, kAvg, 103, true, false, 12);
     test_reduce_scatter<float>(comm, kSum, 23, false, 13);
@@ -434,6 +472,8 @@ static void test_chunked() {
     test_all_gather<float>(comm, 19, false);
     test_all_gather<int32_t>(comm, 19, true);
     test_broadcast(comm, 45, g_nranks > 1 ? 1 : 0);
+    test_reduce(comm, 61, g_nranks - 1, false);
+    g_label = "";
     NCCL_OK(ncclCommDestroy(comm));
 }
 #endif
@@ -501,6 +541,8 @@ int main(int argc, char** argv) {
     // Broadcast from the last rank (non-zero when there is more than one).
     test_broadcast(comm, 77, g_nranks - 1);
     if (g_nranks > 2) test_broadcast(comm, 10, 1);
+    test_reduce(comm, 501, g_nranks - 1, false);
+    test_reduce(comm, 501, 0, true);
 
     test_determinism(comm);
     test_group(comm);
