@@ -68,6 +68,8 @@ if want schedules; then
         done
     done
     run "test_kernels [CPUCUDA_WORKERS=1]" env CPUCUDA_WORKERS=1 build/cpu/test_kernels
+    run "test_checks [a smaller virtual device]" env CPUCUDA_SM_COUNT=8 CPUCUDA_DEVICE_MEMORY_MB=200 \
+        CPUCUDA_SMEM_OPTIN_KB=100 build/cpu/test_checks
 fi
 
 if want mpi; then

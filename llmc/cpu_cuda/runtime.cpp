@@ -714,15 +714,22 @@ static std::mutex attr_mutex;
 static std::unordered_map<std::string, size_t> max_dynamic_smem;
 
 std::string kernel_base_name(const char* expr) {
-    std::string s;
+    // The last identifier outside template arguments, before any top-level comma:
+    // "ns::k<T, 4>" -> "k", "(const void*)k" -> "k".
+    std::string last, cur;
     int angle = 0;
-    for (const char* p = expr; *p && *p != ','; p++) {  // stop at the first top-level comma
+    for (const char* p = expr;; p++) {
+        const bool ident = *p && (isalnum((unsigned char)*p) || *p == '_');
+        if (ident && angle == 0) {
+            cur += *p;
+            continue;
+        }
+        if (!cur.empty()) last = cur, cur.clear();
+        if (!*p || (*p == ',' && angle == 0)) break;
         if (*p == '<') angle++;
-        else if (*p == '>') angle--;
-        else if (angle == 0 && (isalnum((unsigned char)*p) || *p == '_')) s += *p;
-        else if (angle == 0 && *p == ':') s.clear();  // drop namespace qualifiers
+        if (*p == '>') angle--;
     }
-    return s;
+    return last;
 }
 
 cudaError_t func_set_attribute(const char* text, cudaFuncAttribute attr, int value) {

@@ -168,6 +168,37 @@ static void test_memory_counters() {
     CHECK(cudaFree(&host) == cudaErrorInvalidValue, "cudaFree of a pointer cudaMalloc did not return is refused");
     cudaGetLastError();
 }
+
+// The virtual device follows the environment (run_tests.sh runs this program a
+// second time with CPUCUDA_SM_COUNT, CPUCUDA_DEVICE_MEMORY_MB and
+// CPUCUDA_SMEM_OPTIN_KB set).
+static void test_virtual_device() {
+    cudaDeviceProp p;
+    CUDA_OK(cudaGetDeviceProperties(&p, 0));
+    const char* sms = getenv("CPUCUDA_SM_COUNT");
+    const char* mem = getenv("CPUCUDA_DEVICE_MEMORY_MB");
+    const char* optin = getenv("CPUCUDA_SMEM_OPTIN_KB");
+    if (!sms || !mem || !optin) {
+        CHECK(p.multiProcessorCount == 132 && p.totalGlobalMem == (16384ull << 20) &&
+                  p.sharedMemPerBlock == 48 * 1024 && p.sharedMemPerBlockOptin == 227 * 1024,
+              "default virtual device: 132 SMs, 16 GiB, 48/227 KiB shared memory");
+        return;
+    }
+    CHECK(p.multiProcessorCount == atoi(sms) && p.totalGlobalMem == (size_t)atol(mem) << 20 &&
+              p.sharedMemPerBlockOptin == (size_t)atol(optin) * 1024,
+          "virtual device from the environment: %d SMs, %zu MiB, opt-in %zu KiB", p.multiProcessorCount,
+          p.totalGlobalMem >> 20, p.sharedMemPerBlockOptin >> 10);
+    // allocate until the virtual memory runs out: the last request must fail cleanly
+    std::vector<void*> blocks;
+    void* q = nullptr;
+    cudaError_t e = cudaSuccess;
+    while (blocks.size() < 100000 && (e = cudaMalloc(&q, 16u << 20)) == cudaSuccess) blocks.push_back(q);
+    cudaGetLastError();
+    size_t used = blocks.size() * (16u << 20);
+    CHECK(e == cudaErrorMemoryAllocation && used <= p.totalGlobalMem && used + (16u << 20) > p.totalGlobalMem,
+          "out of memory after %zu MiB of %zu MiB: %s", used >> 20, p.totalGlobalMem >> 20, cudaGetErrorName(e));
+    for (void* b : blocks) cudaFree(b);
+}
 #endif
 
 int main() {
@@ -175,6 +206,7 @@ int main() {
     test_divergence();
     test_race_mode();
     test_memory_counters();
+    test_virtual_device();
 #else
     printf("SKIP test_checks: the checking modes belong to the CPU runtime\n");
 #endif

@@ -459,6 +459,75 @@ static void test_block_votes() {
     cudaFree(d_in); cudaFree(d_c); cudaFree(d_out);
 }
 
+// --- math intrinsics against the host's libm ----------------------------------------------
+__global__ void math_kernel(const float* x, float* out, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    const float v = x[i];
+    out[0 * n + i] = __expf(v);
+    out[1 * n + i] = rsqrtf(fabsf(v) + 0.5f);
+    out[2 * n + i] = tanhf(v);
+    out[3 * n + i] = __fdividef(v, 3.0f + v * v);
+    out[4 * n + i] = __logf(fabsf(v) + 1.0f);
+    out[5 * n + i] = fmaxf(v, 0.0f) + __saturatef(v) + (float)__float2int_rn(v);
+    out[6 * n + i] = __int_as_float(__float_as_int(v)) + (float)__popc(__float_as_uint(v)) + (float)max(i, 7) + (float)min(i, 7);
+}
+
+static void test_math() {
+    const int n = 2000, K = 7;
+    std::vector<float> h(n);
+    for (int i = 0; i < n; i++) h[i] = -10.0f + 20.0f * (float)i / (float)(n - 1);
+    float* d_x = to_device(h);
+    float* d_out;
+    CUDA_OK(cudaMalloc(&d_out, K * n * sizeof(float)));
+    math_kernel<<<(n + 127) / 128, 128>>>(d_x, d_out, n);
+    CUDA_OK(cudaGetLastError());
+    std::vector<float> got = to_host(d_out, K * n);
+    const char* names[K] = {"__expf", "rsqrtf", "tanhf", "__fdividef", "__logf",
+                            "fmaxf/__saturatef/__float2int_rn", "bit casts/__popc/min/max"};
+    for (int k = 0; k < K; k++) {
+        std::vector<double> want(n);
+        for (int i = 0; i < n; i++) {
+            const double v = h[i];
+            switch (k) {
+                case 0: want[i] = std::exp(v); break;
+                case 1: want[i] = 1.0 / std::sqrt(std::fabs(v) + 0.5); break;
+                case 2: want[i] = std::tanh(v); break;
+                case 3: want[i] = v / (3.0 + v * v); break;
+                case 4: want[i] = std::log(std::fabs(v) + 1.0); break;
+                case 5: want[i] = std::fmax(v, 0.0) + std::fmin(std::fmax(v, 0.0), 1.0) + std::nearbyint(h[i]); break;
+                case 6: { uint32_t u; memcpy(&u, &h[i], 4); want[i] = v + __builtin_popcount(u) + std::max(i, 7) + std::min(i, 7); break; }
+            }
+        }
+        // the GPU's fast intrinsics are approximate: a few ulp, far below 1e-5
+        double err = max_rel_diff(&got[k * n], want.data(), n, 1e-3);
+        CHECK(err < 1e-5, "%s in a kernel vs libm (max rel. error %.2e)", names[k], err);
+    }
+    cudaFree(d_x);
+    cudaFree(d_out);
+}
+
+// --- pinned host memory, async copies and memset on a stream --------------------------------
+static void test_async_copies() {
+    const int n = 10000;
+    cudaStream_t s;
+    CUDA_OK(cudaStreamCreate(&s));
+    float *pinned, *back, *d;
+    CUDA_OK(cudaMallocHost(&pinned, n * sizeof(float)));
+    CUDA_OK(cudaMallocHost(&back, n * sizeof(float)));
+    CUDA_OK(cudaMalloc(&d, 2 * n * sizeof(float)));
+    for (int i = 0; i < n; i++) pinned[i] = (float)i * 0.5f;
+    CUDA_OK(cudaMemsetAsync(d, 0, 2 * n * sizeof(float), s));
+    CUDA_OK(cudaMemcpyAsync(d + n, pinned, n * sizeof(float), cudaMemcpyHostToDevice, s));
+    CUDA_OK(cudaMemcpyAsync(d, d + n, n / 2 * sizeof(float), cudaMemcpyDeviceToDevice, s));
+    CUDA_OK(cudaMemcpyAsync(back, d, n * sizeof(float), cudaMemcpyDeviceToHost, s));
+    CUDA_OK(cudaStreamSynchronize(s));
+    int bad = 0;
+    for (int i = 0; i < n; i++) bad += back[i] != (i < n / 2 ? (float)i * 0.5f : 0.0f);
+    CHECK(bad == 0, "pinned memory, cudaMemsetAsync and cudaMemcpyAsync H2D/D2D/D2H on a stream (%d wrong)", bad);
+    cudaFreeHost(pinned); cudaFreeHost(back); cudaFree(d); cudaStreamDestroy(s);
+}
+
 // --- errors that the real runtime returns -------------------------------------------------
 __global__ void noop_kernel(int* p) {
     if (p) p[0] = 1;
@@ -535,6 +604,8 @@ int main() {
     test_3d();
     test_bf16();
     test_block_votes();
+    test_math();
+    test_async_copies();
     test_launch_errors();
     test_memory_errors();
     test_events();
