@@ -49,11 +49,11 @@ define cpu_variant
 # $(1) = build dir, $(2) = compiler flags
 $(1)/%.ii: test/cpu_cuda/%.cu $(RT_HDRS) $(RT_DIR)/cudapp.py | check-cuda-headers
 	@mkdir -p $$(@D)
-	$(CXX) -std=c++17 -E -x c++ $(CPU_INC) -I$(MPI_INC) -DCPUCUDA $$< -o $$@.pp
+	$(CXX) -std=c++17 -E -x c++ $(CPU_INC) -I$(MPI_INC) -DCPUCUDA -MMD -MP -MF $$@.d -MT $$@ $$< -o $$@.pp
 	$(PYTHON) $(RT_DIR)/cudapp.py $$@.pp $$@.tmp && mv $$@.tmp $$@ && rm -f $$@.pp
 $(1)/%.ii: dev/%.cu $(RT_HDRS) $(RT_DIR)/cudapp.py | check-cuda-headers
 	@mkdir -p $$(@D)
-	$(CXX) -std=c++17 -E -x c++ $(CPU_INC) -I$(MPI_INC) -DCPUCUDA $$< -o $$@.pp
+	$(CXX) -std=c++17 -E -x c++ $(CPU_INC) -I$(MPI_INC) -DCPUCUDA -MMD -MP -MF $$@.d -MT $$@ $$< -o $$@.pp
 	$(PYTHON) $(RT_DIR)/cudapp.py $$@.pp $$@.tmp && mv $$@.tmp $$@ && rm -f $$@.pp
 $(1)/%.o: $(1)/%.ii
 	$(CXX) $(2) -x c++-cpp-output -c $$< -o $$@
@@ -71,6 +71,9 @@ $(1)/%: $(1)/%.o $(1)/libcpucuda.a $(1)/libcpucuda_mpi.a
 	$$(if $$(filter $$*,$(MPI_TESTS)),$(MPICXX),$(CXX)) $(2) $$< -o $$@ \
 	  $$(if $$(filter $$*,$(MPI_TESTS)),$(1)/libcpucuda_mpi.a,$(1)/libcpucuda.a) $(CPU_LIBS)
 endef
+
+# header dependencies of each preprocessed unit (written by -MMD)
+-include $(wildcard build/cpu/*.ii.d build/cpu-asan/*.ii.d)
 
 $(eval $(call cpu_variant,build/cpu,$(CPU_CXXFLAGS)))
 $(eval $(call cpu_variant,build/cpu-asan,$(CPU_CXXFLAGS) $(ASAN_FLAGS)))
