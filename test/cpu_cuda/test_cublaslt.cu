@@ -7,8 +7,9 @@
 // bf16/bf16 and bf16 inputs with fp32 C/D; alpha/beta (beta 0 with C full of
 // NaN, beta 1 accumulating in place with C == D, a general alpha and beta);
 // non-square shapes with ld > rows; strided batches; the epilogues BIAS, GELU,
-// GELU_BIAS, GELU_AUX, GELU_AUX_BIAS, DGELU and BGRADB; and combinations that
-// must be refused. Elements between rows and ld must be left untouched.
+// GELU_BIAS, GELU_AUX, GELU_AUX_BIAS, DGELU and BGRADB, each in every layout on
+// the CPU runtime (on a GPU in llm.c's layout); and combinations that must be
+// refused. Elements between rows and ld must be left untouched.
 #include <cublasLt.h>
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -370,17 +371,33 @@ static void report_vector(bool ok, const char* what, double worst, const char* l
     CHECK(ok && worst <= 1.0, "  %s %s: worst err/tol %.3g", label, what, worst);
 }
 
-// Forward epilogues BIAS, GELU, GELU_BIAS, GELU_AUX, GELU_AUX_BIAS in llm.c's
-// forward layout (weights transposed: op(A) = A^T, op(B) = B).
-static void test_forward_epilogue(TypeCombo tc, cublasLtEpilogue_t epi, const char* epi_name) {
+static const char* layout_name(bool ta, bool tb) {
+    static const char* names[4] = {"NN", "NT", "TN", "TT"};
+    return names[ta * 2 + tb];
+}
+// Every epilogue runs in every layout on the CPU runtime; on a GPU only in the
+// layout llm.c uses it with (the one real cuBLASLt is known to support).
+static bool layout_tested(bool ta, bool tb, bool llmc_ta, bool llmc_tb) {
+#ifdef CPUCUDA
+    (void)ta, (void)tb, (void)llmc_ta, (void)llmc_tb;
+    return true;
+#else
+    return ta == llmc_ta && tb == llmc_tb;
+#endif
+}
+static Matrix make_op_a(TypeCombo tc, bool ta, int m, int k) { return make_matrix(tc.ab, ta ? k : m, ta ? m : k, 1, kRandom); }
+static Matrix make_op_b(TypeCombo tc, bool tb, int k, int n) { return make_matrix(tc.ab, tb ? n : k, tb ? k : n, 1, kRandom); }
+
+// Forward epilogues BIAS, GELU, GELU_BIAS, GELU_AUX, GELU_AUX_BIAS (llm.c's
+// forward pass uses layout TN: weights transposed, op(A) = A^T, op(B) = B).
+static void test_forward_epilogue(TypeCombo tc, bool ta, bool tb, cublasLtEpilogue_t epi, const char* epi_name) {
     const int m = 16, n = 12, k = 20;
-    const bool ta = true, tb = false;
     bool has_bias = epi == CUBLASLT_EPILOGUE_BIAS || epi == CUBLASLT_EPILOGUE_GELU_BIAS ||
                     epi == CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
     bool has_gelu = epi != CUBLASLT_EPILOGUE_BIAS;
     bool has_aux = epi == CUBLASLT_EPILOGUE_GELU_AUX || epi == CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
-    Matrix A = make_matrix(tc.ab, k, m, 1, kRandom);
-    Matrix B = make_matrix(tc.ab, k, n, 1, kRandom);
+    Matrix A = make_op_a(tc, ta, m, k);
+    Matrix B = make_op_b(tc, tb, k, n);
     Matrix C = make_matrix(tc.cd, m, n, 1, kNaN);
     Matrix D = make_matrix(tc.cd, m, n, 1, kSentinel);
     // Bias: D's type (the documented default; the BIAS case also sets it explicitly, as llm.c does).
@@ -419,7 +436,7 @@ static void test_forward_epilogue(TypeCombo tc, cublasLtEpilogue_t epi, const ch
                                    &pad_ok);
     char label[128], types[64];
     combo_name(types, sizeof types, tc);
-    snprintf(label, sizeof label, "epilogue %s %s TN m=%d n=%d k=%d", epi_name, types, m, n, k);
+    snprintf(label, sizeof label, "epilogue %s %s %s m=%d n=%d k=%d", epi_name, types, layout_name(ta, tb), m, n, k);
     CHECK(ran_ok(r) && worst <= 1.0 && pad_ok, "%s: heuristic %s (%d), matmul %s, D worst err/tol %.3g%s", label,
           cublasLtGetStatusName(r.heuristic), r.returned, cublasLtGetStatusName(r.matmul), worst,
           pad_ok ? "" : ", padding overwritten");
@@ -432,13 +449,12 @@ static void test_forward_epilogue(TypeCombo tc, cublasLtEpilogue_t epi, const ch
     for (Matrix* M : {&A, &B, &C, &D, &bias, &aux}) free_matrix(*M);
 }
 
-// DGELU in llm.c's backward layout (op(A) = A, op(B) = B):
-// D = (alpha op(A) op(B)) * gelu'(aux).
-static void test_dgelu(TypeCombo tc) {
+// DGELU (llm.c's backward pass uses layout NN): D = (alpha op(A) op(B)) * gelu'(aux).
+static void test_dgelu(TypeCombo tc, bool ta, bool tb) {
     const int m = 16, n = 12, k = 20;
     const float alpha = 0.75f;
-    Matrix A = make_matrix(tc.ab, m, k, 1, kRandom);
-    Matrix B = make_matrix(tc.ab, k, n, 1, kRandom);
+    Matrix A = make_op_a(tc, ta, m, k);
+    Matrix B = make_op_b(tc, tb, k, n);
     Matrix C = make_matrix(tc.cd, m, n, 1, kNaN);
     Matrix D = make_matrix(tc.cd, m, n, 1, kSentinel);
     Matrix aux = make_matrix(tc.cd, m, n, 1, kRandom, 3.0, 24);  // pre-activations in [-3, 3)
@@ -446,7 +462,7 @@ static void test_dgelu(TypeCombo tc) {
     e.epilogue = CUBLASLT_EPILOGUE_DGELU;
     e.aux = aux.d;
     e.aux_ld = aux.ld;
-    Expected want = reference(false, false, alpha, A, B, 0.0, C, m, n, k, 1);
+    Expected want = reference(ta, tb, alpha, A, B, 0.0, C, m, n, k, 1);
     for (int j = 0; j < n; j++)
         for (int i = 0; i < m; i++) {
             size_t x = want.idx(0, i, j);
@@ -455,48 +471,50 @@ static void test_dgelu(TypeCombo tc) {
             want.mag[x] *= fabs(g) + 1;
         }
     std::vector<double> before = D.h, aux_before = aux.h;
-    LtResult r = lt_matmul(false, false, alpha, A, B, 0.0f, C, D, e);
+    LtResult r = lt_matmul(ta, tb, alpha, A, B, 0.0f, C, D, e);
     bool pad_ok = false;
     double worst = ran_ok(r) ? compare(D, download(D), before, want, gelu_tol_for(tc.cd), &pad_ok) : INFINITY;
     bool aux_unchanged = ran_ok(r) && download(aux) == aux_before;
     char types[64];
     combo_name(types, sizeof types, tc);
     CHECK(ran_ok(r) && worst <= 1.0 && pad_ok && aux_unchanged,
-          "epilogue DGELU %s NN m=%d n=%d k=%d alpha=%g: heuristic %s (%d), matmul %s, D worst err/tol %.3g%s%s",
-          types, m, n, k, alpha, cublasLtGetStatusName(r.heuristic), r.returned, cublasLtGetStatusName(r.matmul),
+          "epilogue DGELU %s %s m=%d n=%d k=%d alpha=%g: heuristic %s (%d), matmul %s, D worst err/tol %.3g%s%s",
+          types, layout_name(ta, tb), m, n, k, alpha, cublasLtGetStatusName(r.heuristic), r.returned, cublasLtGetStatusName(r.matmul),
           worst, pad_ok ? "" : ", padding overwritten", aux_unchanged ? "" : ", aux modified");
     for (Matrix* M : {&A, &B, &C, &D, &aux}) free_matrix(*M);
 }
 
-// BGRADB in the weight-gradient layout (op(A) = A, op(B) = B^T), accumulating
-// D in place (beta = 1, C == D): bias[j] = sum over k of op(B)[l][j], written
-// over whatever the bias buffer held (it starts as NaN).
-static void test_bgradb(TypeCombo tc) {
+// BGRADB (llm.c's weight gradient uses layout NT), accumulating D in place
+// (beta = 1, C == D): bias[j] = sum over k of op(B)[l][j], written over
+// whatever the bias buffer held (it starts as NaN).
+static void test_bgradb(TypeCombo tc, bool ta, bool tb) {
     const int m = 16, n = 12, k = 20;
-    Matrix A = make_matrix(tc.ab, m, k, 1, kRandom);
-    Matrix B = make_matrix(tc.ab, n, k, 1, kRandom);
+    Matrix A = make_op_a(tc, ta, m, k);
+    Matrix B = make_op_b(tc, tb, k, n);
     Matrix D = make_matrix(tc.cd, m, n, 1, kRandom);
     Matrix dbias = make_matrix(tc.cd, n, 1, 1, kNaN);
     Epilogue e;
     e.epilogue = CUBLASLT_EPILOGUE_BGRADB;
     e.bias = dbias.d;
-    Expected want = reference(false, true, 1.0, A, B, 1.0, D, m, n, k, 1);
+    Expected want = reference(ta, tb, 1.0, A, B, 1.0, D, m, n, k, 1);
     Expected want_bias(n, 1, 1);
     for (int j = 0; j < n; j++) {
         for (int l = 0; l < k; l++) {
-            want_bias.v[j] += B.at(0, j, l);
-            want_bias.mag[j] += fabs(B.at(0, j, l));
+            const double b = tb ? B.at(0, j, l) : B.at(0, l, j);  // op(B)[l][j]
+            want_bias.v[j] += b;
+            want_bias.mag[j] += fabs(b);
         }
     }
     std::vector<double> before = D.h, bias_before = dbias.h;
-    LtResult r = lt_matmul(false, true, 1.0f, A, B, 1.0f, D, D, e);
+    LtResult r = lt_matmul(ta, tb, 1.0f, A, B, 1.0f, D, D, e);
     bool pad_ok = false, bias_pad_ok = false;
     double worst = ran_ok(r) ? compare(D, download(D), before, want, tol_for(tc.cd), &pad_ok) : INFINITY;
     double bias_worst =
         ran_ok(r) ? compare(dbias, download(dbias), bias_before, want_bias, tol_for(tc.cd), &bias_pad_ok) : INFINITY;
     char label[128], types[64];
     combo_name(types, sizeof types, tc);
-    snprintf(label, sizeof label, "epilogue BGRADB %s NT m=%d n=%d k=%d beta=1 (C == D)", types, m, n, k);
+    snprintf(label, sizeof label, "epilogue BGRADB %s %s m=%d n=%d k=%d beta=1 (C == D)", types, layout_name(ta, tb),
+             m, n, k);
     CHECK(ran_ok(r) && worst <= 1.0 && pad_ok, "%s: heuristic %s (%d), matmul %s, D worst err/tol %.3g%s", label,
           cublasLtGetStatusName(r.heuristic), r.returned, cublasLtGetStatusName(r.matmul), worst,
           pad_ok ? "" : ", padding overwritten");
@@ -639,11 +657,14 @@ int main() {
                    {CUBLASLT_EPILOGUE_GELU_BIAS, "GELU_BIAS"},
                    {CUBLASLT_EPILOGUE_GELU_AUX, "GELU_AUX"},
                    {CUBLASLT_EPILOGUE_GELU_AUX_BIAS, "GELU_AUX_BIAS"}};
-    for (TypeCombo tc : kCombos) {
-        for (auto& f : forward) test_forward_epilogue(tc, f.e, f.name);
-        test_dgelu(tc);
-        test_bgradb(tc);
-    }
+    for (TypeCombo tc : kCombos)
+        for (int ta = 0; ta < 2; ta++)
+            for (int tb = 0; tb < 2; tb++) {
+                if (layout_tested(ta, tb, true, false))
+                    for (auto& f : forward) test_forward_epilogue(tc, ta, tb, f.e, f.name);
+                if (layout_tested(ta, tb, false, false)) test_dgelu(tc, ta, tb);
+                if (layout_tested(ta, tb, false, true)) test_bgradb(tc, ta, tb);
+            }
 
     test_refusals();
     test_attributes();
