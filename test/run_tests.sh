@@ -3,10 +3,12 @@
 # "N passed, M failed". Each test program prints "<name>: N passed, M failed";
 # a program that crashes or hangs without its tally line counts as one failure.
 #
-# Sections (TEST_SECTIONS, default all): cpu schedules mpi asan nvcc gpu
+# Sections (TEST_SECTIONS, default all): cpu schedules streams mpi asan nvcc gpu
 #   cpu       every CPU test program once
 #   schedules test_kernels and test_cublaslt again with the threads of each
 #             block in reverse and seeded random order, and with one worker
+#   streams   the tests again with CPUCUDA_STREAMS=deferred: stream work runs
+#             only when needed, so missing stream dependencies show
 #   mpi       test_nccl under mpirun -np 1, 2, 4
 #   asan      the AddressSanitizer/UBSan build of the tests, and a kernel that
 #             writes out of bounds, which the sanitizer must catch
@@ -14,7 +16,7 @@
 #   gpu       the GPU builds run, where a GPU is present
 set -u
 cd "$(dirname "$0")/.."
-SECTIONS=${TEST_SECTIONS:-"cpu schedules mpi asan nvcc gpu"}
+SECTIONS=${TEST_SECTIONS:-"cpu schedules streams mpi asan nvcc gpu"}
 TIMEOUT=${TEST_TIMEOUT:-300}
 LOG_DIR=build/test-logs
 mkdir -p "$LOG_DIR"
@@ -53,7 +55,7 @@ run() {
 
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
 MPIRUN="mpirun --oversubscribe --bind-to none"
-SINGLE_TESTS=(test_kernels test_checks test_cublaslt)
+SINGLE_TESTS=(test_kernels test_checks test_cublaslt test_streams)
 
 if want cpu; then
     echo "== CPU runtime tests"
@@ -70,6 +72,12 @@ if want schedules; then
     run "test_kernels [CPUCUDA_WORKERS=1]" env CPUCUDA_WORKERS=1 build/cpu/test_kernels
     run "test_checks [a smaller virtual device]" env CPUCUDA_SM_COUNT=8 CPUCUDA_DEVICE_MEMORY_MB=200 \
         CPUCUDA_SMEM_OPTIN_KB=100 build/cpu/test_checks
+fi
+
+if want streams; then
+    echo "== deferred streams"
+    for t in "${SINGLE_TESTS[@]}"; do run "$t [CPUCUDA_STREAMS=deferred]" env CPUCUDA_STREAMS=deferred "build/cpu/$t"; done
+    run "test_nccl [CPUCUDA_STREAMS=deferred, mpirun -np 2]" env CPUCUDA_STREAMS=deferred $MPIRUN -np 2 build/cpu/test_nccl
 fi
 
 if want mpi; then
@@ -115,7 +123,7 @@ if want gpu; then
         echo "== GPU tests"
         make -s gpu >"$LOG_DIR/gpu_build.log" 2>&1 || fail "GPU build (see $LOG_DIR/gpu_build.log)"
         arch=sm_${GPU_ARCH:-90}
-        for t in test_kernels test_checks test_cublaslt; do run "$t [gpu]" "build/gpu/$arch/$t"; done
+        for t in "${SINGLE_TESTS[@]}"; do run "$t [gpu]" "build/gpu/$arch/$t"; done
         run "test_nccl [gpu, mpirun -np 1]" $MPIRUN -np 1 "build/gpu/$arch/test_nccl"
     else
         echo "SKIP GPU tests: no GPU on this machine"

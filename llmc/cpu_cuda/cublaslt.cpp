@@ -1,7 +1,7 @@
 // cuBLASLt on the CPU: the subset of the real cuBLASLt C API (declared in the
 // toolkit's <cublasLt.h>, used unchanged) that llm.c-style trainers need,
 // computed with OpenBLAS on host memory. In this runtime cudaMalloc returns
-// host pointers and everything runs synchronously, so the stream is ignored.
+// host pointers; a matmul is stream work like a kernel (internal.h).
 //
 // The math (column-major, like cuBLASLt), per batch:
 //   T = alpha * op(A) * op(B) + beta * C        op(A): m x k, op(B): k x n, C, D: m x n
@@ -69,6 +69,8 @@
 #include <cstring>
 #include <new>
 #include <vector>
+
+#include "internal.h"
 
 // The handle type is a pointer to this (declared, not defined, by cublasLt.h).
 struct cublasLtContext {
@@ -770,8 +772,8 @@ cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t handle, cublasLtM
     return CUBLAS_STATUS_SUCCESS;
 }
 
-// algo, workspace and stream are ignored: there is one algorithm, it needs no
-// workspace, and it runs synchronously.
+// algo and workspace are ignored: there is one algorithm and it needs no
+// workspace. Arguments are checked now; the product runs in stream order.
 cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc, const void* alpha, const void* A,
                               cublasLtMatrixLayout_t Adesc, const void* B, cublasLtMatrixLayout_t Bdesc,
                               const void* beta, const void* C, cublasLtMatrixLayout_t Cdesc, void* D,
@@ -780,7 +782,6 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc
     (void)algo;
     (void)workspace;
     (void)workspaceSize;
-    (void)stream;
     if (handle == nullptr || handle->magic != kHandleMagic) return CUBLAS_STATUS_NOT_INITIALIZED;
     const DescState* d = desc_of(desc);
     Plan plan;
@@ -790,7 +791,10 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc
     if (st != CUBLAS_STATUS_SUCCESS) return st;
     if (plan.m == 0 || plan.n == 0) return CUBLAS_STATUS_SUCCESS;
     EpilogueArgs e{d->bias, const_cast<void*>(d->bias), d->aux};
-    return run(plan, *static_cast<const float*>(alpha), A, B, *static_cast<const float*>(beta), C, D, e);
+    // alpha and beta are host values read now; the product is stream work.
+    const float a = *static_cast<const float*>(alpha), b = *static_cast<const float*>(beta);
+    cpucuda::enqueue(stream, [=] { run(plan, a, A, B, b, C, D, e); });
+    return CUBLAS_STATUS_SUCCESS;
 }
 
 }  // extern "C"

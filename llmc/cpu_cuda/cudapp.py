@@ -4,7 +4,7 @@ unit already run through the C preprocessor (g++ -E), for the CUDA-on-CPU runtim
 
     kernel<<<grid, block, smem, stream>>>(args)
  -> (::cpucuda::Launcher("kernel", grid, block, smem, stream)
-        % [&](auto... cpucuda_a) { kernel(cpucuda_a...); })(args)
+        % [=](auto... cpucuda_a) { kernel(cpucuda_a...); })(args)
 
     extern __shared__ T name[];         (__shared__ reaches us as __cpucuda_shared__)
  -> static thread_local T* const name = (T*)::cpucuda::dynamic_shared_memory();
@@ -134,7 +134,7 @@ def rewrite_launches(text):
             raise RewriteError("%s: empty launch configuration" % line_of(text, p))
         newlines = text.count("\n", start, q + 3)
         out.append(text[cursor:start])
-        out.append('(::cpucuda::Launcher("%s", %s) %% [&](auto... cpucuda_a) { %s(cpucuda_a...); })%s'
+        out.append('(::cpucuda::Launcher("%s", %s) %% [=](auto... cpucuda_a) { %s(cpucuda_a...); })%s'
                    % (kernel, " ".join(config.split()), kernel, "\n" * newlines))
         cursor = q + 3
     out.append(text[cursor:])

@@ -9,8 +9,9 @@
 //
 // Semantics:
 //  - Device memory is host memory in this runtime, so buffers are plain
-//    pointers. Every call runs synchronously on the calling thread; the stream
-//    argument is ignored (the work is complete when the call returns).
+//    pointers. Every call runs on the calling thread before it returns, after
+//    the work it depends on in stream order (with CPUCUDA_STREAMS=deferred,
+//    exactly that work: see internal.h), so MPI calls stay in program order.
 //  - Reductions are done by this file, not by MPI: for each element the rank
 //    inputs are combined in rank order 0,1,...,n-1 (for fp16/bf16 in fp32,
 //    rounded once at the end; for integers with wrap-around), so results are
@@ -48,6 +49,7 @@
 #include <cuda_bf16.h>
 
 #include "cpucuda_nccl.h"
+#include "internal.h"
 
 #ifdef CPUCUDA_WITH_MPI
 #define OMPI_SKIP_MPICXX 1  // C API only
@@ -310,6 +312,7 @@ struct Op {
     ncclRedOp_t op;      // reductions only
     int root;            // broadcast / reduce only
     ncclComm* comm;
+    cudaStream_t stream;
 };
 
 thread_local int t_group_depth = 0;
@@ -530,12 +533,21 @@ ncclResult_t execute(const Op& o) {
     return r;
 }
 
+// Runs a call at once, after the work on its stream that it depends on (in
+// the runtime's deferred stream mode, only that work), so MPI calls keep
+// program order on every rank.
+ncclResult_t execute_in_stream_order(const Op& o) {
+    ncclResult_t r = ncclSuccess;
+    cpucuda::run_after_dependencies(o.stream, [&] { r = execute(o); });
+    return r;
+}
+
 ncclResult_t issue(const Op& o) {
     if (t_group_depth > 0) {
         t_group_ops.push_back(o);
         return ncclSuccess;
     }
-    return execute(o);
+    return execute_in_stream_order(o);
 }
 
 // ---- argument checks -------------------------------------------------------------
@@ -825,7 +837,7 @@ ncclResult_t ncclCommCuDevice(const ncclComm_t comm, int* device) {
 }
 
 ncclResult_t ncclAllReduce(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype,
-                           ncclRedOp_t op, ncclComm_t comm, cudaStream_t /*stream*/) {
+                           ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream) {
     const char* fn = "ncclAllReduce";
     TRY(check_comm(fn, comm));
     TRY(check_type(fn, datatype));
@@ -833,11 +845,11 @@ ncclResult_t ncclAllReduce(const void* sendbuff, void* recvbuff, size_t count, n
     TRY(check_count(fn, count, 1, datatype));
     TRY(check_ptr(fn, "sendbuff", sendbuff, count));
     TRY(check_ptr(fn, "recvbuff", recvbuff, count));
-    return issue(Op{kAllReduce, sendbuff, recvbuff, count, datatype, op, 0, comm});
+    return issue(Op{kAllReduce, sendbuff, recvbuff, count, datatype, op, 0, comm, stream});
 }
 
 ncclResult_t ncclReduce(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype,
-                        ncclRedOp_t op, int root, ncclComm_t comm, cudaStream_t /*stream*/) {
+                        ncclRedOp_t op, int root, ncclComm_t comm, cudaStream_t stream) {
     const char* fn = "ncclReduce";
     TRY(check_comm(fn, comm));
     TRY(check_type(fn, datatype));
@@ -846,11 +858,11 @@ ncclResult_t ncclReduce(const void* sendbuff, void* recvbuff, size_t count, nccl
     TRY(check_count(fn, count, 1, datatype));
     TRY(check_ptr(fn, "sendbuff", sendbuff, count));
     if (comm->rank == root) TRY(check_ptr(fn, "recvbuff", recvbuff, count));
-    return issue(Op{kReduce, sendbuff, recvbuff, count, datatype, op, root, comm});
+    return issue(Op{kReduce, sendbuff, recvbuff, count, datatype, op, root, comm, stream});
 }
 
 ncclResult_t ncclReduceScatter(const void* sendbuff, void* recvbuff, size_t recvcount, ncclDataType_t datatype,
-                               ncclRedOp_t op, ncclComm_t comm, cudaStream_t /*stream*/) {
+                               ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream) {
     const char* fn = "ncclReduceScatter";
     TRY(check_comm(fn, comm));
     TRY(check_type(fn, datatype));
@@ -858,22 +870,22 @@ ncclResult_t ncclReduceScatter(const void* sendbuff, void* recvbuff, size_t recv
     TRY(check_count(fn, recvcount, (size_t)comm->nranks, datatype));
     TRY(check_ptr(fn, "sendbuff", sendbuff, recvcount));
     TRY(check_ptr(fn, "recvbuff", recvbuff, recvcount));
-    return issue(Op{kReduceScatter, sendbuff, recvbuff, recvcount, datatype, op, 0, comm});
+    return issue(Op{kReduceScatter, sendbuff, recvbuff, recvcount, datatype, op, 0, comm, stream});
 }
 
 ncclResult_t ncclAllGather(const void* sendbuff, void* recvbuff, size_t sendcount, ncclDataType_t datatype,
-                           ncclComm_t comm, cudaStream_t /*stream*/) {
+                           ncclComm_t comm, cudaStream_t stream) {
     const char* fn = "ncclAllGather";
     TRY(check_comm(fn, comm));
     TRY(check_type(fn, datatype));
     TRY(check_count(fn, sendcount, (size_t)comm->nranks, datatype));
     TRY(check_ptr(fn, "sendbuff", sendbuff, sendcount));
     TRY(check_ptr(fn, "recvbuff", recvbuff, sendcount));
-    return issue(Op{kAllGather, sendbuff, recvbuff, sendcount, datatype, ncclSum, 0, comm});
+    return issue(Op{kAllGather, sendbuff, recvbuff, sendcount, datatype, ncclSum, 0, comm, stream});
 }
 
 ncclResult_t ncclBroadcast(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype, int root,
-                           ncclComm_t comm, cudaStream_t /*stream*/) {
+                           ncclComm_t comm, cudaStream_t stream) {
     const char* fn = "ncclBroadcast";
     TRY(check_comm(fn, comm));
     TRY(check_type(fn, datatype));
@@ -881,7 +893,7 @@ ncclResult_t ncclBroadcast(const void* sendbuff, void* recvbuff, size_t count, n
     TRY(check_count(fn, count, 1, datatype));
     if (comm->rank == root) TRY(check_ptr(fn, "sendbuff", sendbuff, count));
     TRY(check_ptr(fn, "recvbuff", recvbuff, count));
-    return issue(Op{kBroadcast, sendbuff, recvbuff, count, datatype, ncclSum, root, comm});
+    return issue(Op{kBroadcast, sendbuff, recvbuff, count, datatype, ncclSum, root, comm, stream});
 }
 
 ncclResult_t ncclBcast(void* buff, size_t count, ncclDataType_t datatype, int root, ncclComm_t comm,
@@ -902,7 +914,7 @@ ncclResult_t ncclGroupEnd() {
     // Run everything even after a failure so that ranks stay in step.
     ncclResult_t first = ncclSuccess;
     for (const Op& o : ops) {
-        ncclResult_t r = execute(o);
+        ncclResult_t r = execute_in_stream_order(o);
         if (first == ncclSuccess) first = r;
     }
     return first;

@@ -35,6 +35,8 @@
 
 #include <cpucuda.h>
 
+#include "internal.h"
+
 #if defined(__SANITIZE_ADDRESS__)
 #include <sanitizer/asan_interface.h>
 #include <sanitizer/common_interface_defs.h>
@@ -73,6 +75,7 @@ struct Config {
     size_t smem_per_block_optin;  // the most cudaFuncSetAttribute can grant
     Schedule schedule = Schedule::Forward;
     uint64_t seed = 0;
+    StreamMode stream_mode = StreamMode::Sync;
 
     Config() {
         int cores = (int)std::max(1u, std::thread::hardware_concurrency());
@@ -84,6 +87,14 @@ struct Config {
         smem_per_block = (size_t)env_long("CPUCUDA_SMEM_PER_BLOCK_KB", 48, 1, 1024) * 1024;
         smem_per_block_optin = (size_t)env_long("CPUCUDA_SMEM_OPTIN_KB", 227, 1, 1024) * 1024;
         smem_per_block_optin = std::max(smem_per_block_optin, smem_per_block);
+        const char* m = getenv("CPUCUDA_STREAMS");
+        if (m && *m) {
+            if (std::string(m) == "deferred") stream_mode = StreamMode::Deferred;
+            else if (std::string(m) != "sync") {
+                fprintf(stderr, "cpu_cuda: CPUCUDA_STREAMS=%s: expected sync or deferred\n", m);
+                exit(2);
+            }
+        }
         const char* s = getenv("CPUCUDA_SCHEDULE");
         if (s && *s && !parse_schedule(s, &schedule, &seed)) {
             fprintf(stderr, "cpu_cuda: CPUCUDA_SCHEDULE=%s: expected forward, reverse or random:SEED\n", s);
@@ -114,6 +125,13 @@ void set_schedule(Schedule s, uint64_t seed) {
 }
 Schedule get_schedule() { return config().schedule; }
 
+bool streams_deferred() { return config().stream_mode == StreamMode::Deferred; }
+void set_stream_mode(StreamMode m) {
+    synchronize_device();  // nothing queued crosses the switch
+    config().stream_mode = m;
+}
+StreamMode get_stream_mode() { return config().stream_mode; }
+
 // ----------------------------------------------------------------------------
 // Errors. The last error is per host thread, as in the real runtime; a kernel
 // failure (divergent barrier, bad collective) is reported on stderr when it
@@ -122,11 +140,11 @@ Schedule get_schedule() { return config().schedule; }
 static thread_local cudaError_t last_error = cudaSuccess;
 static std::atomic<int> pending_kernel_error{cudaSuccess};
 
-static cudaError_t record(cudaError_t e) {
+cudaError_t record(cudaError_t e) {
     if (e != cudaSuccess) last_error = e;
     return e;
 }
-static cudaError_t take_pending() {
+cudaError_t take_pending() {
     int e = pending_kernel_error.exchange(cudaSuccess);
     return record((cudaError_t)e);
 }
@@ -137,16 +155,19 @@ static cudaError_t take_pending() {
 // ----------------------------------------------------------------------------
 static std::mutex mem_mutex;
 static std::map<uintptr_t, size_t> device_allocs;  // start -> size
+static std::map<uintptr_t, size_t> pinned_allocs;  // cudaMallocHost: start -> size
 static size_t mem_in_use = 0, mem_peak = 0;
 
-static bool is_device_ptr(const void* p, size_t n) {
+static bool inside(const std::map<uintptr_t, size_t>& table, const void* p, size_t n) {
     std::lock_guard<std::mutex> lock(mem_mutex);
     uintptr_t a = (uintptr_t)p;
-    auto it = device_allocs.upper_bound(a);
-    if (it == device_allocs.begin()) return false;
+    auto it = table.upper_bound(a);
+    if (it == table.begin()) return false;
     --it;
     return a >= it->first && a + n <= it->first + it->second;
 }
+bool is_device_ptr(const void* p, size_t n) { return inside(device_allocs, p, n); }
+bool is_pinned_host_ptr(const void* p, size_t n) { return inside(pinned_allocs, p, n); }
 
 MemoryStats memory_stats() {
     std::lock_guard<std::mutex> lock(mem_mutex);
@@ -177,7 +198,7 @@ struct Fiber : ThreadCtx {
 
 struct LaunchState {
     LaunchSpec spec;
-    ThreadEntry entry;
+    void (*entry)(void* closure);
     void* closure;
     unsigned nthreads;
     uint64_t nblocks;
@@ -765,18 +786,13 @@ const char* last_kernel_failure() {
 }
 static std::mutex launch_mutex;  // one launch at a time: streams execute in issue order
 
-void launch(const LaunchSpec& spec, ThreadEntry entry, void* closure) {
-    cudaError_t e = check_launch(spec);
-    if (e != cudaSuccess) {
-        record(e);
-        return;
-    }
-    if (tls_thread) device_trap("kernel launch from inside a kernel (dynamic parallelism) is not supported");
+// Runs every block of a kernel now.
+static void execute(const LaunchSpec& spec, void (*run_thread)(void*), void* data) {
     std::lock_guard<std::mutex> lock(launch_mutex);
     LaunchState L;
     L.spec = spec;
-    L.entry = entry;
-    L.closure = closure;
+    L.entry = run_thread;
+    L.closure = data;
     L.nthreads = spec.block.x * spec.block.y * spec.block.z;
     L.nblocks = (uint64_t)spec.grid.x * spec.grid.y * spec.grid.z;
     L.launch_id = launch_counter++;
@@ -795,6 +811,20 @@ void launch(const LaunchSpec& spec, ThreadEntry entry, void* closure) {
     }
 }
 
+// Checks the configuration now (errors belong to the launch, as in CUDA) and
+// runs the kernel in stream order; a deferred stream keeps a copy of it.
+void launch(const LaunchSpec& spec, const KernelClosure& kernel) {
+    cudaError_t e = check_launch(spec);
+    if (e != cudaSuccess) {
+        record(e);
+        return;
+    }
+    if (tls_thread) device_trap("kernel launch from inside a kernel (dynamic parallelism) is not supported");
+    if (!streams_deferred()) return execute(spec, kernel.run_thread, kernel.data);
+    std::shared_ptr<void> copy(kernel.copy(kernel.data), kernel.destroy);
+    enqueue(spec.stream, [spec, run = kernel.run_thread, copy] { execute(spec, run, copy.get()); });
+}
+
 }  // namespace cpucuda
 
 // ============================================================================
@@ -802,12 +832,6 @@ void launch(const LaunchSpec& spec, ThreadEntry entry, void* closure) {
 // ============================================================================
 using cpucuda::config;
 using cpucuda::record;
-
-struct CUstream_st { int id; };
-struct CUevent_st {
-    std::chrono::steady_clock::time_point when;
-    bool recorded = false;
-};
 
 extern "C" {
 
@@ -922,7 +946,10 @@ cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attr, int d) {
     }
     return cudaSuccess;
 }
-cudaError_t cudaDeviceSynchronize(void) { return cpucuda::take_pending(); }
+cudaError_t cudaDeviceSynchronize(void) {
+    cpucuda::synchronize_device();
+    return cpucuda::take_pending();
+}
 cudaError_t cudaDeviceReset(void) { return cudaSuccess; }
 cudaError_t cudaDriverGetVersion(int* v) { *v = CUDART_VERSION; return cudaSuccess; }
 cudaError_t cudaRuntimeGetVersion(int* v) { *v = CUDART_VERSION; return cudaSuccess; }
@@ -956,6 +983,7 @@ cudaError_t cudaMalloc(void** p, size_t size) {
 }
 cudaError_t cudaFree(void* p) {
     if (!p) return cudaSuccess;
+    cpucuda::synchronize_device();  // cudaFree waits for the device, as in CUDA
     {
         std::lock_guard<std::mutex> lock(cpucuda::mem_mutex);
         auto it = cpucuda::device_allocs.find((uintptr_t)p);
@@ -966,14 +994,25 @@ cudaError_t cudaFree(void* p) {
     free(p);
     return cudaSuccess;
 }
+// Pinned host memory is recorded: a deferred stream may read or write it later,
+// whereas copies to or from pageable memory complete before returning.
 cudaError_t cudaMallocHost(void** p, size_t size) {
     if (!p) return record(cudaErrorInvalidValue);
     *p = nullptr;
-    if (size && posix_memalign(p, 256, size) != 0) return record(cudaErrorMemoryAllocation);
+    if (size == 0) return cudaSuccess;
+    if (posix_memalign(p, 256, size) != 0) return record(cudaErrorMemoryAllocation);
+    std::lock_guard<std::mutex> lock(cpucuda::mem_mutex);
+    cpucuda::pinned_allocs[(uintptr_t)*p] = size;
     return cudaSuccess;
 }
 cudaError_t cudaHostAlloc(void** p, size_t size, unsigned int) { return cudaMallocHost(p, size); }
 cudaError_t cudaFreeHost(void* p) {
+    if (!p) return cudaSuccess;
+    cpucuda::synchronize_device();
+    {
+        std::lock_guard<std::mutex> lock(cpucuda::mem_mutex);
+        if (!cpucuda::pinned_allocs.erase((uintptr_t)p)) return record(cudaErrorInvalidValue);
+    }
     free(p);
     return cudaSuccess;
 }
@@ -1005,73 +1044,30 @@ static cudaError_t check_copy(void* dst, const void* src, size_t n, cudaMemcpyKi
 cudaError_t cudaMemcpy(void* dst, const void* src, size_t n, cudaMemcpyKind kind) {
     cudaError_t e = check_copy(dst, src, n, kind);
     if (e != cudaSuccess) return e;
-    if (n) memmove(dst, src, n);
+    cpucuda::enqueue(nullptr, [=] { if (n) memmove(dst, src, n); });  // the legacy stream: runs now
     return cpucuda::take_pending();  // synchronising, like the real cudaMemcpy
 }
-cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t n, cudaMemcpyKind kind, cudaStream_t) {
+// Copies that involve pageable host memory complete before returning (CUDA
+// stages them synchronously); device-to-device and pinned copies are stream work.
+cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t n, cudaMemcpyKind kind, cudaStream_t stream) {
     cudaError_t e = check_copy(dst, src, n, kind);
-    if (e != cudaSuccess) return e;
-    if (n) memmove(dst, src, n);
+    if (e != cudaSuccess || n == 0) return e;
+    const bool pageable = (!cpucuda::is_device_ptr(dst, n) && !cpucuda::is_pinned_host_ptr(dst, n)) ||
+                          (!cpucuda::is_device_ptr(src, n) && !cpucuda::is_pinned_host_ptr(src, n));
+    if (pageable) {
+        cpucuda::synchronize_stream(stream);
+        memmove(dst, src, n);
+    } else {
+        cpucuda::enqueue(stream, [=] { memmove(dst, src, n); });
+    }
     return cudaSuccess;
 }
-cudaError_t cudaMemset(void* p, int value, size_t n) {
+cudaError_t cudaMemsetAsync(void* p, int value, size_t n, cudaStream_t stream) {
     if (n && !cpucuda::is_device_ptr(p, n)) return record(cudaErrorInvalidValue);
-    if (n) memset(p, value, n);
+    if (n) cpucuda::enqueue(stream, [=] { memset(p, value, n); });
     return cudaSuccess;
 }
-cudaError_t cudaMemsetAsync(void* p, int value, size_t n, cudaStream_t) { return cudaMemset(p, value, n); }
-
-// --- streams and events -----------------------------------------------------------
-// Work runs when it is issued, so streams only order by issue, and an event
-// records the host time at which everything before it has finished.
-cudaError_t cudaStreamCreate(cudaStream_t* s) {
-    if (!s) return record(cudaErrorInvalidValue);
-    static std::atomic<int> next{1};
-    *s = new CUstream_st{next++};
-    return cudaSuccess;
-}
-cudaError_t cudaStreamCreateWithFlags(cudaStream_t* s, unsigned int) { return cudaStreamCreate(s); }
-cudaError_t cudaStreamCreateWithPriority(cudaStream_t* s, unsigned int, int) { return cudaStreamCreate(s); }
-cudaError_t cudaStreamDestroy(cudaStream_t s) {
-    if (!s) return record(cudaErrorInvalidResourceHandle);
-    delete s;
-    return cudaSuccess;
-}
-cudaError_t cudaStreamSynchronize(cudaStream_t) { return cpucuda::take_pending(); }
-cudaError_t cudaStreamQuery(cudaStream_t) { return cudaSuccess; }
-cudaError_t cudaStreamWaitEvent(cudaStream_t, cudaEvent_t e, unsigned int) {
-    return e ? cudaSuccess : record(cudaErrorInvalidResourceHandle);
-}
-cudaError_t cudaEventCreate(cudaEvent_t* e) {
-    if (!e) return record(cudaErrorInvalidValue);
-    *e = new CUevent_st();
-    return cudaSuccess;
-}
-cudaError_t cudaEventCreateWithFlags(cudaEvent_t* e, unsigned int) { return cudaEventCreate(e); }
-cudaError_t cudaEventDestroy(cudaEvent_t e) {
-    if (!e) return record(cudaErrorInvalidResourceHandle);
-    delete e;
-    return cudaSuccess;
-}
-cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t) {
-    if (!e) return record(cudaErrorInvalidResourceHandle);
-    e->when = std::chrono::steady_clock::now();
-    e->recorded = true;
-    return cudaSuccess;
-}
-cudaError_t cudaEventSynchronize(cudaEvent_t e) {
-    if (!e) return record(cudaErrorInvalidResourceHandle);
-    return cpucuda::take_pending();
-}
-cudaError_t cudaEventQuery(cudaEvent_t e) {
-    return e ? cudaSuccess : record(cudaErrorInvalidResourceHandle);
-}
-cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t a, cudaEvent_t b) {
-    if (!ms || !a || !b) return record(cudaErrorInvalidResourceHandle);
-    if (!a->recorded || !b->recorded) return record(cudaErrorInvalidResourceHandle);
-    *ms = std::chrono::duration<float, std::milli>(b->when - a->when).count();
-    return cudaSuccess;
-}
+cudaError_t cudaMemset(void* p, int value, size_t n) { return cudaMemsetAsync(p, value, n, nullptr); }
 
 cudaError_t cudaProfilerStart(void) { return cudaSuccess; }
 cudaError_t cudaProfilerStop(void) { return cudaSuccess; }

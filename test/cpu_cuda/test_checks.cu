@@ -2,6 +2,7 @@
 // silently, so the file only runs its cases on the CPU runtime (CPUCUDA); the
 // GPU build compiles it and reports every case skipped.
 #include <cuda_runtime.h>
+#include <nccl.h>
 
 #include <cstring>
 #include <vector>
@@ -61,6 +62,16 @@ __global__ void synced_sum_kernel(const int* in, int* out) {
         __syncthreads();
     }
     if (threadIdx.x == 0) out[blockIdx.x] = partial[0];
+}
+
+__global__ void write_ramp_kernel(float* x, int n, float base) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) x[i] = base + (float)i;
+}
+
+__global__ void copy_kernel(const float* x, float* y, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) y[i] = x[i];
 }
 
 #ifdef CPUCUDA
@@ -169,6 +180,67 @@ static void test_memory_counters() {
     cudaGetLastError();
 }
 
+// Producer on s1, consumer on s2, with or without the event between them.
+// Returns how many consumer results are wrong.
+enum class Consumer { Kernel, NcclAllReduce };
+static int producer_consumer(bool with_wait, Consumer consumer) {
+    const int n = 4096;
+    float *x, *y;
+    CUDA_OK(cudaMalloc(&x, n * sizeof(float)));
+    CUDA_OK(cudaMalloc(&y, n * sizeof(float)));
+    CUDA_OK(cudaMemset(x, 0, n * sizeof(float)));
+    CUDA_OK(cudaMemset(y, 0, n * sizeof(float)));
+    cudaStream_t s1, s2;
+    cudaEvent_t produced;
+    CUDA_OK(cudaStreamCreate(&s1));
+    CUDA_OK(cudaStreamCreate(&s2));
+    CUDA_OK(cudaEventCreateWithFlags(&produced, cudaEventDisableTiming));
+    ncclComm_t comm = nullptr;
+    ncclUniqueId id;
+    if (consumer == Consumer::NcclAllReduce && (ncclGetUniqueId(&id) != ncclSuccess ||
+                                                ncclCommInitRank(&comm, 1, id, 0) != ncclSuccess)) {
+        printf("FAIL cannot make a one-rank NCCL communicator\n");
+        exit(1);
+    }
+    write_ramp_kernel<<<(n + 255) / 256, 256, 0, s1>>>(x, n, 1.0f);
+    CUDA_OK(cudaEventRecord(produced, s1));
+    if (with_wait) CUDA_OK(cudaStreamWaitEvent(s2, produced, 0));
+    if (consumer == Consumer::Kernel)
+        copy_kernel<<<(n + 255) / 256, 256, 0, s2>>>(x, y, n);
+    else if (ncclAllReduce(x, y, n, ncclFloat, ncclSum, comm, s2) != ncclSuccess)
+        printf("FAIL ncclAllReduce\n");
+    CUDA_OK(cudaDeviceSynchronize());
+    std::vector<float> h(n);
+    CUDA_OK(cudaMemcpy(h.data(), y, n * sizeof(float), cudaMemcpyDeviceToHost));
+    int bad = 0;
+    for (int i = 0; i < n; i++) bad += h[i] != 1.0f + (float)i;
+    if (comm) ncclCommDestroy(comm);
+    cudaEventDestroy(produced);
+    cudaStreamDestroy(s1);
+    cudaStreamDestroy(s2);
+    cudaFree(x);
+    cudaFree(y);
+    return bad;
+}
+
+static void test_deferred_streams() {
+    const cpucuda::StreamMode saved = cpucuda::get_stream_mode();
+    cpucuda::set_stream_mode(cpucuda::StreamMode::Sync);
+    const int sync_missing = producer_consumer(false, Consumer::Kernel);
+    cpucuda::set_stream_mode(cpucuda::StreamMode::Deferred);
+    const int kernel_missing = producer_consumer(false, Consumer::Kernel);
+    const int kernel_ok = producer_consumer(true, Consumer::Kernel);
+    const int nccl_missing = producer_consumer(false, Consumer::NcclAllReduce);
+    const int nccl_ok = producer_consumer(true, Consumer::NcclAllReduce);
+    cpucuda::set_stream_mode(saved);
+    CHECK(sync_missing == 0, "sync streams hide a missing cudaStreamWaitEvent (%d wrong)", sync_missing);
+    CHECK(kernel_missing > 0, "deferred streams expose it: the kernel on s2 reads unwritten data (%d wrong)",
+          kernel_missing);
+    CHECK(kernel_ok == 0, "with the wait, the kernel on s2 sees the data (%d wrong)", kernel_ok);
+    CHECK(nccl_missing > 0, "deferred streams expose an all-reduce issued without waiting (%d wrong)", nccl_missing);
+    CHECK(nccl_ok == 0, "with the wait, the all-reduce sees the data (%d wrong)", nccl_ok);
+}
+
 // The virtual device follows the environment (run_tests.sh runs this program a
 // second time with CPUCUDA_SM_COUNT, CPUCUDA_DEVICE_MEMORY_MB and
 // CPUCUDA_SMEM_OPTIN_KB set).
@@ -207,6 +279,7 @@ int main() {
     test_race_mode();
     test_memory_counters();
     test_virtual_device();
+    test_deferred_streams();
 #else
     printf("SKIP test_checks: the checking modes belong to the CPU runtime\n");
 #endif

@@ -15,6 +15,14 @@ enum class Schedule { Forward, Reverse, Random };
 void set_schedule(Schedule s, uint64_t seed = 0);
 Schedule get_schedule();
 
+// How streams execute. Sync (the default): work runs when issued. Deferred:
+// work on a created stream runs only when something needs it, and then only
+// what it depends on, so a missing cudaStreamWaitEvent between streams shows as
+// wrong results. Set from the environment as CPUCUDA_STREAMS=sync|deferred.
+enum class StreamMode { Sync, Deferred };
+void set_stream_mode(StreamMode m);  // waits for the device first
+StreamMode get_stream_mode();
+
 // Device memory of the virtual device (cudaMalloc'd bytes).
 struct MemoryStats {
     size_t in_use;       // bytes allocated now

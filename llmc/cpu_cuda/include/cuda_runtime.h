@@ -82,7 +82,7 @@ unsigned active_mask();
 
 // --- kernel launch ------------------------------------------------------------
 // `k<<<g, b, s, st>>>(args...)` is rewritten by cudapp.py into
-// `(::cpucuda::Launcher("k", g, b, s, st) % [&](auto... a) { k(a...); })(args...)`.
+// `(::cpucuda::Launcher("k", g, b, s, st) % [=](auto... a) { k(a...); })(args...)`.
 // The arguments are copied once (as CUDA does); every GPU thread calls the
 // lambda with its own copies, so template kernels deduce as under nvcc.
 struct LaunchSpec {
@@ -91,18 +91,26 @@ struct LaunchSpec {
     size_t smem;
     cudaStream_t stream;
 };
-using ThreadEntry = void (*)(void* closure);
-void launch(const LaunchSpec& spec, ThreadEntry entry, void* closure);
+// A kernel and its arguments, type-erased. `copy`/`destroy` let a deferred
+// stream (CPUCUDA_STREAMS=deferred) keep the launch until it runs.
+struct KernelClosure {
+    void (*run_thread)(void* data);  // one GPU thread: the kernel on copies of the arguments
+    void* data;
+    void* (*copy)(const void* data);
+    void (*destroy)(void* data);
+};
+void launch(const LaunchSpec& spec, const KernelClosure& kernel);
 
 template <class Fn, class... Args>
 struct BoundLaunch {
-    LaunchSpec spec;
     Fn fn;
     std::tuple<Args...> args;
     static void run_thread(void* self) {
         auto* b = static_cast<BoundLaunch*>(self);
         std::apply(b->fn, b->args);  // by value: each thread gets its own copies
     }
+    static void* copy(const void* self) { return new BoundLaunch(*static_cast<const BoundLaunch*>(self)); }
+    static void destroy(void* self) { delete static_cast<BoundLaunch*>(self); }
 };
 
 struct Launcher {
@@ -115,8 +123,9 @@ struct Launcher {
         Fn fn;
         template <class... A>
         void operator()(A&&... a) {
-            BoundLaunch<Fn, std::decay_t<A>...> b{spec, fn, {std::forward<A>(a)...}};
-            launch(spec, &decltype(b)::run_thread, &b);
+            using Bound = BoundLaunch<Fn, std::decay_t<A>...>;
+            Bound b{fn, {std::forward<A>(a)...}};
+            launch(spec, {&Bound::run_thread, &b, &Bound::copy, &Bound::destroy});
         }
     };
     template <class Fn>

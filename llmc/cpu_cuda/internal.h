@@ -1,0 +1,37 @@
+// Shared between the runtime's own files (runtime.cpp, streams.cpp,
+// cublaslt.cpp, nccl.cpp); not for programs.
+#pragma once
+#include <cuda_runtime.h>
+
+#include <functional>
+
+namespace cpucuda {
+
+// The last error of the calling host thread (cudaGetLastError) and kernel
+// failures waiting to be returned by the next synchronising call.
+cudaError_t record(cudaError_t e);
+cudaError_t take_pending();
+
+// Stream execution (streams.cpp).
+//   CPUCUDA_STREAMS=sync (default): work runs when it is issued.
+//   CPUCUDA_STREAMS=deferred: work issued to a created stream waits in that
+//   stream's queue and runs only when something needs it: a synchronisation,
+//   an event it must complete, the legacy default stream (which waits for all
+//   streams), or an NCCL call that waits on it. What runs is only what the
+//   needed work depends on through stream order and cudaStreamWaitEvent, so a
+//   missing dependency between streams makes a program compute with stale or
+//   unfinished data, and its test fails.
+bool streams_deferred();
+// Stream-ordered work (kernels, async copies, matmuls).
+void enqueue(cudaStream_t stream, std::function<void()> work);
+// Work that must run when issued, after exactly what it depends on on its
+// stream (NCCL collectives: MPI calls stay in program order on every rank).
+void run_after_dependencies(cudaStream_t stream, std::function<void()> work);
+void synchronize_stream(cudaStream_t stream);
+void synchronize_device();
+
+// Memory tables (runtime.cpp).
+bool is_device_ptr(const void* p, size_t n);
+bool is_pinned_host_ptr(const void* p, size_t n);
+
+}  // namespace cpucuda
