@@ -24,6 +24,9 @@ CPU_CXXFLAGS ?= -O2 -g -std=c++17 -Wall -Wno-unknown-pragmas -Wno-unused-functio
 CPU_LIBS   := -lopenblas -lboost_context -pthread
 ASAN_FLAGS := -O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer -DBOOST_USE_ASAN
 
+# CUDA programs are found by name in these folders (both builds).
+vpath %.cu test/cpu_cuda dev
+
 # CUDA test programs (portable .cu files; each builds for CPU and GPU).
 TEST_CU    := $(wildcard test/cpu_cuda/test_*.cu)
 # Programs that use NCCL across ranks link Open MPI; the rest run single-process.
@@ -33,7 +36,7 @@ ASAN_TESTS := $(patsubst test/cpu_cuda/%.cu,build/cpu-asan/%,$(TEST_CU))
 DEV_CU     := $(wildcard dev/*.cu)
 DEV_BINS   := $(patsubst dev/%.cu,build/cpu/%,$(DEV_CU))
 
-.PHONY: all cpu asan gpu gpu-compile-check test test-asan bench clean check-cuda-headers
+.PHONY: all cpu asan gpu test test-asan bench clean check-cuda-headers
 .SECONDARY:
 
 all: cpu
@@ -47,11 +50,7 @@ cpu: check-cuda-headers $(CPU_TESTS) $(DEV_BINS)
 # Variant directories: build/cpu (optimised) and build/cpu-asan (sanitizers).
 define cpu_variant
 # $(1) = build dir, $(2) = compiler flags
-$(1)/%.ii: test/cpu_cuda/%.cu $(RT_HDRS) $(RT_DIR)/cudapp.py | check-cuda-headers
-	@mkdir -p $$(@D)
-	$(CXX) -std=c++17 -E -x c++ $(CPU_INC) -I$(MPI_INC) -DCPUCUDA -MMD -MP -MF $$@.d -MT $$@ $$< -o $$@.pp
-	$(PYTHON) $(RT_DIR)/cudapp.py $$@.pp $$@.tmp && mv $$@.tmp $$@ && rm -f $$@.pp
-$(1)/%.ii: dev/%.cu $(RT_HDRS) $(RT_DIR)/cudapp.py | check-cuda-headers
+$(1)/%.ii: %.cu $(RT_HDRS) $(RT_DIR)/cudapp.py | check-cuda-headers
 	@mkdir -p $$(@D)
 	$(CXX) -std=c++17 -E -x c++ $(CPU_INC) -I$(MPI_INC) -DCPUCUDA -MMD -MP -MF $$@.d -MT $$@ $$< -o $$@.pp
 	$(PYTHON) $(RT_DIR)/cudapp.py $$@.pp $$@.tmp && mv $$@.tmp $$@ && rm -f $$@.pp
@@ -84,7 +83,6 @@ NVCC_FLAGS := -O3 -std=c++17 -I. -I$(MPI_INC)
 NVCC_LIBS  := -lcublasLt -lnccl -L$(MPI_LIB) -lmpi
 GPU_SRCS   := $(TEST_CU) $(DEV_CU)
 GPU_NAMES  := $(basename $(notdir $(GPU_SRCS)))
-vpath %.cu test/cpu_cuda dev
 
 # build/gpu/sm_90/X: X built for GPU_ARCH, to run on a GPU (test/gpu_check.sh).
 build/gpu/sm_$(GPU_ARCH)/%: %.cu
@@ -96,7 +94,6 @@ build/gpu/check/%: %.cu
 	$(NVCC) $(NVCC_FLAGS) -gencode arch=compute_90,code=sm_90 -gencode arch=compute_80,code=sm_80 $< -o $@ $(NVCC_LIBS)
 
 gpu: $(addprefix build/gpu/sm_$(GPU_ARCH)/,$(GPU_NAMES))
-gpu-compile-check: $(addprefix build/gpu/check/,$(GPU_NAMES))
 
 # --- tests ---------------------------------------------------------------------
 # The sanitizer build of every test, plus the deliberately out-of-bounds kernel.

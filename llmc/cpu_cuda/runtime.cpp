@@ -19,7 +19,6 @@
 
 #include <algorithm>
 #include <atomic>
-#include <chrono>
 #include <condition_variable>
 #include <cstdarg>
 #include <cstdio>
@@ -1052,9 +1051,8 @@ cudaError_t cudaMemcpy(void* dst, const void* src, size_t n, cudaMemcpyKind kind
 cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t n, cudaMemcpyKind kind, cudaStream_t stream) {
     cudaError_t e = check_copy(dst, src, n, kind);
     if (e != cudaSuccess || n == 0) return e;
-    const bool pageable = (!cpucuda::is_device_ptr(dst, n) && !cpucuda::is_pinned_host_ptr(dst, n)) ||
-                          (!cpucuda::is_device_ptr(src, n) && !cpucuda::is_pinned_host_ptr(src, n));
-    if (pageable) {
+    auto pageable = [n](const void* p) { return !cpucuda::is_device_ptr(p, n) && !cpucuda::is_pinned_host_ptr(p, n); };
+    if (pageable(dst) || pageable(src)) {
         cpucuda::synchronize_stream(stream);
         memmove(dst, src, n);
     } else {

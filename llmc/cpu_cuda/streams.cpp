@@ -52,17 +52,25 @@ static void run_op(StreamOp& op) {
     }
 }
 
+// The queued record of generation `gen` of event `e`: its stream and issue number.
+static CUstream_st* find_record(const CUevent_st* e, uint64_t gen, uint64_t* seq) {
+    for (CUstream_st* t : streams)
+        for (const StreamOp& op : t->ops)
+            if (op.records == e && op.gen == gen) {
+                *seq = op.seq;
+                return t;
+            }
+    return nullptr;
+}
+
 // Runs the operations of `s` up to and including issue number `seq`, and
 // first, for each wait among them, the stream that holds the awaited record.
 static void run_through(CUstream_st* s, uint64_t seq) {
     while (!s->ops.empty() && s->ops.front().seq <= seq) {
         StreamOp& head = s->ops.front();
         if (head.waits && head.waits->completed < head.gen) {
-            CUstream_st* holder = nullptr;
             uint64_t record_seq = 0;
-            for (CUstream_st* t : streams)
-                for (const StreamOp& op : t->ops)
-                    if (op.records == head.waits && op.gen == head.gen) holder = t, record_seq = op.seq;
+            CUstream_st* holder = find_record(head.waits, head.gen, &record_seq);
             if (!holder) {  // cannot happen: a pending record is always queued somewhere
                 fprintf(stderr, "cpu_cuda: stream waits for an event record that is nowhere queued\n");
                 abort();
@@ -82,8 +90,6 @@ static void run_all() {
     for (size_t i = streams.size(); i-- > 0;) run_through(streams[i], UINT64_MAX);
 }
 
-bool streams_deferred();  // runtime.cpp: from CPUCUDA_STREAMS
-
 static void push(cudaStream_t stream, StreamOp op) {
     op.seq = next_seq++;
     stream->ops.push_back(std::move(op));
@@ -102,12 +108,8 @@ void enqueue(cudaStream_t stream, std::function<void()> work) {
 void run_after_dependencies(cudaStream_t stream, std::function<void()> work) {
     if (!streams_deferred()) return work();
     std::lock_guard<std::recursive_mutex> lock(stream_mutex);
-    if (is_legacy(stream)) {
-        run_all();
-        return work();
-    }
-    push(stream, StreamOp{0, std::move(work)});
-    run_through(stream, next_seq - 1);
+    enqueue(stream, std::move(work));  // on the legacy stream it has run already
+    if (!is_legacy(stream)) run_through(stream, next_seq - 1);
 }
 
 void synchronize_stream(cudaStream_t stream) {
@@ -128,9 +130,8 @@ void synchronize_device() {
 // Runs until event `e`'s latest record has completed.
 static void synchronize_event(CUevent_st* e) {
     if (e->completed >= e->issued) return;
-    for (CUstream_st* t : streams)
-        for (const StreamOp& op : t->ops)
-            if (op.records == e && op.gen == e->issued) return run_through(t, op.seq);
+    uint64_t seq = 0;
+    if (CUstream_st* t = find_record(e, e->issued, &seq)) run_through(t, seq);
 }
 
 }  // namespace cpucuda
