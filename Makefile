@@ -44,7 +44,7 @@ all: cpu
 check-cuda-headers:
 	@test -f $(CUDA_HOME)/include/cuda_bf16.h || { echo "error: $(CUDA_HOME)/include/cuda_bf16.h not found: the CPU runtime takes cuda_bf16.h, cuda_runtime_api.h, cublasLt.h and nccl.h from the CUDA toolkit; install it or set CUDA_HOME"; exit 1; }
 
-cpu: check-cuda-headers $(CPU_TESTS) $(DEV_BINS)
+cpu: check-cuda-headers $(CPU_TESTS) $(DEV_BINS) $(HOST_BINS)
 
 # .cu -> preprocessed C++ with <<<>>> launches and extern __shared__ rewritten.
 # Variant directories: build/cpu (optimised) and build/cpu-asan (sanitizers).
@@ -77,6 +77,21 @@ endef
 $(eval $(call cpu_variant,build/cpu,$(CPU_CXXFLAGS)))
 $(eval $(call cpu_variant,build/cpu-asan,$(CPU_CXXFLAGS) $(ASAN_FLAGS)))
 
+# --- host C++ programs (tokenizer, shard writer, data tools and their tests) ------
+# Plain C++ (no CUDA): data/*.cpp, dev/*.cpp and test/host/*.cpp -> build/host/
+vpath %.cpp data dev test/host
+HOST_CXXFLAGS ?= -O2 -g -std=c++17 -Wall -Wno-sign-compare -pthread -I.
+HOST_SRCS  := $(wildcard data/*.cpp dev/*.cpp test/host/*.cpp)
+HOST_BINS  := $(patsubst %.cpp,build/host/%,$(notdir $(HOST_SRCS)))
+HOST_ASAN  := $(patsubst %.cpp,build/host-asan/%,$(notdir $(HOST_SRCS)))
+build/host/%: %.cpp
+	@mkdir -p $(@D)
+	$(CXX) $(HOST_CXXFLAGS) -MMD -MP $< -o $@
+build/host-asan/%: %.cpp
+	@mkdir -p $(@D)
+	$(CXX) $(HOST_CXXFLAGS) $(ASAN_FLAGS) -MMD -MP $< -o $@
+-include $(wildcard build/host/*.d build/host-asan/*.d)
+
 # --- GPU build (nvcc) ---------------------------------------------------------
 # Links only what a driverless build machine has: cuBLASLt, NCCL, MPI (no -lnvidia-ml).
 NVCC_FLAGS := -O3 -std=c++17 -I. -I$(MPI_INC)
@@ -97,7 +112,7 @@ gpu: $(addprefix build/gpu/sm_$(GPU_ARCH)/,$(GPU_NAMES))
 
 # --- tests ---------------------------------------------------------------------
 # The sanitizer build of every test, plus the deliberately out-of-bounds kernel.
-asan: $(ASAN_TESTS) build/cpu-asan/oob_kernel
+asan: $(ASAN_TESTS) $(HOST_ASAN) build/cpu-asan/oob_kernel
 
 test: cpu asan
 	bash test/run_tests.sh

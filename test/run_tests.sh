@@ -5,6 +5,8 @@
 #
 # Sections (TEST_SECTIONS, default all): cpu schedules streams mpi asan nvcc gpu
 #   cpu       every CPU test program once
+#   host      the plain C++ tests of the data tools (build/host/test_*); they
+#             find ../shared/data through SHARED_DATA and skip where it is absent
 #   schedules test_kernels and test_cublaslt again with the threads of each
 #             block in reverse and seeded random order, and with one worker
 #   streams   the tests again with CPUCUDA_STREAMS=deferred: stream work runs
@@ -16,7 +18,7 @@
 #   gpu       the GPU builds run, where a GPU is present
 set -u
 cd "$(dirname "$0")/.."
-SECTIONS=${TEST_SECTIONS:-"cpu schedules streams mpi asan nvcc gpu"}
+SECTIONS=${TEST_SECTIONS:-"cpu host schedules streams mpi asan nvcc gpu"}
 TIMEOUT=${TEST_TIMEOUT:-300}
 LOG_DIR=build/test-logs
 mkdir -p "$LOG_DIR"
@@ -62,6 +64,12 @@ if want cpu; then
     for t in "${SINGLE_TESTS[@]}"; do run "$t" "build/cpu/$t"; done
 fi
 
+export SHARED_DATA=${SHARED_DATA:-../shared/data}
+if want host; then
+    echo "== host (data tools) tests"
+    for t in build/host/test_*; do [[ -x $t ]] && run "$(basename "$t")" "$t"; done
+fi
+
 if want schedules; then
     echo "== the same kernels under other thread orders and one worker"
     for sched in reverse random:7; do
@@ -89,6 +97,7 @@ if want asan; then
     echo "== AddressSanitizer + UBSan build"
     export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=0} UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
     for t in "${SINGLE_TESTS[@]}"; do run "$t [asan]" "build/cpu-asan/$t"; done
+    for t in build/host-asan/test_*; do [[ -x $t ]] && run "$(basename "$t") [asan]" "$t"; done
     run "test_nccl [asan, mpirun -np 2]" env ASAN_OPTIONS=detect_leaks=0 $MPIRUN -np 2 build/cpu-asan/test_nccl
     log="$LOG_DIR/oob_kernel.log"
     timeout "$TIMEOUT" build/cpu-asan/oob_kernel >"$log" 2>&1

@@ -1,0 +1,105 @@
+// What every kernel header shares: the activation precision (floatX), error
+// checks, warp and block reductions, stochastic rounding and launch sizing.
+// Builds unchanged with nvcc and with the CUDA-on-CPU runtime (llmc/cpu_cuda).
+#pragma once
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cuda_runtime.h>
+#include <cuda_bf16.h>
+
+// Activations and weights are bf16 by default; `make PRECISION=FP32` builds an
+// all-fp32 trainer for tight comparison against the reference. Master weights,
+// gradients and optimizer state are fp32 in both.
+#if defined(ENABLE_FP32)
+typedef float floatX;
+#define PRECISION_NAME "fp32"
+#else
+typedef __nv_bfloat16 floatX;
+#define PRECISION_NAME "bf16"
+#endif
+
+constexpr int WARP_SIZE = 32;
+#define CEIL_DIV(a, b) (((a) + (b) - 1) / (b))
+
+// ---------------------------------------------------------------------------
+// Errors: one line naming the call's file and line, then exit.
+inline void cuda_check(cudaError_t err, const char* file, int line) {
+    if (err != cudaSuccess) {
+        fprintf(stderr, "error: CUDA: %s (%s:%d)\n", cudaGetErrorString(err), file, line);
+        exit(EXIT_FAILURE);
+    }
+}
+#define cudaCheck(err) cuda_check((err), __FILE__, __LINE__)
+
+// ---------------------------------------------------------------------------
+// Conversions that read the same for float and bf16.
+__device__ __host__ inline float to_float(float x) { return x; }
+__device__ __host__ inline float to_float(__nv_bfloat16 x) { return __bfloat162float(x); }
+template <class T> __device__ __host__ inline T from_float(float x);
+template <> __device__ __host__ inline float from_float<float>(float x) { return x; }
+template <> __device__ __host__ inline __nv_bfloat16 from_float<__nv_bfloat16>(float x) { return __float2bfloat16(x); }
+
+// ---------------------------------------------------------------------------
+// Reductions. Every lane of the warp (or thread of the block) takes part and
+// gets the result; the order of additions is fixed, so results are bitwise
+// reproducible run to run.
+__device__ inline float warp_reduce_sum(float v) {
+    for (int offset = 16; offset > 0; offset >>= 1) v += __shfl_xor_sync(0xffffffffu, v, offset);
+    return v;
+}
+__device__ inline float warp_reduce_max(float v) {
+    for (int offset = 16; offset > 0; offset >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, offset));
+    return v;
+}
+// Block-wide sum for blockDim.x a multiple of 32 (at most 1024). Uses a
+// 32-float shared scratch; safe to call repeatedly in one kernel.
+__device__ inline float block_reduce_sum(float v) {
+    __shared__ float warp_sums[WARP_SIZE];
+    const int lane = threadIdx.x % WARP_SIZE, warp = threadIdx.x / WARP_SIZE;
+    const int num_warps = blockDim.x / WARP_SIZE;
+    v = warp_reduce_sum(v);
+    __syncthreads();  // an earlier call may still be reading warp_sums
+    if (lane == 0) warp_sums[warp] = v;
+    __syncthreads();
+    v = lane < num_warps ? warp_sums[lane] : 0.0f;
+    return warp_reduce_sum(v);
+}
+
+// ---------------------------------------------------------------------------
+// Stochastic rounding of fp32 to bf16: add 16 random bits below bf16's last
+// mantissa bit, then truncate. Unbiased: E[round(x)] = x, so many small AdamW
+// updates are not lost to round-to-nearest. The randomness is a hash of
+// (element index, seed): reproducible, and different every step.
+__device__ __host__ inline uint32_t hash_u32(uint32_t x) {
+    x ^= x >> 16; x *= 0x7feb352dU;
+    x ^= x >> 15; x *= 0x846ca68bU;
+    x ^= x >> 16;
+    return x;
+}
+__device__ inline void stochastic_round(float in, __nv_bfloat16* out, uint32_t index, uint32_t seed) {
+    const uint32_t random16 = hash_u32(index ^ hash_u32(seed)) & 0xFFFFu;
+    const uint32_t bits = __float_as_uint(in);
+    // bf16 keeps the top 16 bits; rounding toward zero after the add truncates.
+    *out = __float2bfloat16_rz(__uint_as_float(bits + random16));
+}
+__device__ inline void stochastic_round(float in, float* out, uint32_t, uint32_t) { *out = in; }
+
+// ---------------------------------------------------------------------------
+// Launch sizing for grid-stride loops: enough blocks to fill the device a few
+// times over, never more than the work needs. (Under the CPU runtime every GPU
+// thread is a fiber, so a bounded grid also keeps the CPU build fast.)
+inline int num_sms() {
+    static int count = 0;
+    if (count == 0) {
+        int device = 0;
+        cudaCheck(cudaGetDevice(&device));
+        cudaCheck(cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device));
+    }
+    return count;
+}
+inline int grid_stride_blocks(size_t n, int block_size) {
+    const size_t needed = CEIL_DIV(n, (size_t)block_size);
+    const size_t cap = (size_t)num_sms() * 4;
+    return (int)(needed < cap ? (needed > 0 ? needed : 1) : cap);
+}
