@@ -49,10 +49,10 @@ cpu: check-cuda-headers $(CPU_TESTS) $(DEV_BINS) $(HOST_BINS)
 # .cu -> preprocessed C++ with <<<>>> launches and extern __shared__ rewritten.
 # Variant directories: build/cpu (optimised) and build/cpu-asan (sanitizers).
 define cpu_variant
-# $(1) = build dir, $(2) = compiler flags
+# $(1) = build dir, $(2) = compiler flags, $(3) = preprocessor flags
 $(1)/%.ii: %.cu $(RT_HDRS) $(RT_DIR)/cudapp.py | check-cuda-headers
 	@mkdir -p $$(@D)
-	$(CXX) -std=c++17 -E -x c++ $(CPU_INC) -I$(MPI_INC) -DCPUCUDA -MMD -MP -MF $$@.d -MT $$@ $$< -o $$@.pp
+	$(CXX) -std=c++17 -E -x c++ $(CPU_INC) -I$(MPI_INC) -DCPUCUDA $(3) -MMD -MP -MF $$@.d -MT $$@ $$< -o $$@.pp
 	$(PYTHON) $(RT_DIR)/cudapp.py $$@.pp $$@.tmp && mv $$@.tmp $$@ && rm -f $$@.pp
 $(1)/%.o: $(1)/%.ii
 	$(CXX) $(2) -x c++-cpp-output -c $$< -o $$@
@@ -72,10 +72,12 @@ $(1)/%: $(1)/%.o $(1)/libcpucuda.a $(1)/libcpucuda_mpi.a
 endef
 
 # header dependencies of each preprocessed unit (written by -MMD)
--include $(wildcard build/cpu/*.ii.d build/cpu-asan/*.ii.d)
+-include $(wildcard build/cpu/*.ii.d build/cpu-asan/*.ii.d build/cpu-fp32/*.ii.d)
 
 $(eval $(call cpu_variant,build/cpu,$(CPU_CXXFLAGS)))
 $(eval $(call cpu_variant,build/cpu-asan,$(CPU_CXXFLAGS) $(ASAN_FLAGS)))
+# build/cpu-fp32: every activation and weight in fp32 (PRECISION=FP32), for tight comparisons.
+$(eval $(call cpu_variant,build/cpu-fp32,$(CPU_CXXFLAGS),-DENABLE_FP32))
 
 # --- host C++ programs (tokenizer, shard writer, data tools and their tests) ------
 # Plain C++ (no CUDA): data/*.cpp, dev/*.cpp and test/host/*.cpp -> build/host/
