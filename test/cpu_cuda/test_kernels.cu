@@ -10,23 +10,9 @@
 #include <cstring>
 #include <vector>
 
-#include "test/test_util.h"
+#include "test/test_device.h"
 
 namespace cg = cooperative_groups;
-
-template <class T>
-static T* to_device(const std::vector<T>& h) {
-    T* d = nullptr;
-    CUDA_OK(cudaMalloc(&d, h.size() * sizeof(T)));
-    CUDA_OK(cudaMemcpy(d, h.data(), h.size() * sizeof(T), cudaMemcpyHostToDevice));
-    return d;
-}
-template <class T>
-static std::vector<T> to_host(const T* d, size_t n) {
-    std::vector<T> h(n);
-    CUDA_OK(cudaMemcpy(h.data(), d, n * sizeof(T), cudaMemcpyDeviceToHost));
-    return h;
-}
 
 // --- block reduction: tree in static shared memory, one sum per block ----------------
 __global__ void block_sum_kernel(const int* in, int* out, int n) {

@@ -1,0 +1,19 @@
+// Device copies for tests: a host vector to a new device buffer and back.
+#pragma once
+#include <cuda_runtime.h>
+#include <vector>
+#include "test/test_util.h"
+
+template <class T>
+static T* to_device(const std::vector<T>& h) {
+    T* d = nullptr;
+    CUDA_OK(cudaMalloc(&d, h.size() * sizeof(T)));
+    CUDA_OK(cudaMemcpy(d, h.data(), h.size() * sizeof(T), cudaMemcpyHostToDevice));
+    return d;
+}
+template <class T>
+static std::vector<T> to_host(const T* d, size_t n) {
+    std::vector<T> h(n);
+    CUDA_OK(cudaMemcpy(h.data(), d, n * sizeof(T), cudaMemcpyDeviceToHost));
+    return h;
+}
