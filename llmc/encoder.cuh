@@ -1,0 +1,121 @@
+// Token + position embedding: forward, and a backward without atomics.
+//
+// The backward of an embedding lookup scatters each position's gradient into
+// the row of its token; many positions share a token, so a naive kernel needs
+// atomics (and is then not reproducible). Instead the host, which has the
+// tokens anyway, groups the positions by token once per microbatch (the
+// "plan"); the device then gives each distinct token to one warp, which sums
+// its positions in a fixed order and owns that row of dwte outright.
+#pragma once
+#include <algorithm>
+#include <numeric>
+#include <vector>
+#include "llmc/cuda_common.h"
+
+// ---------------------------------------------------------------------------
+// Forward: out[b,t,c] = wte[inp[b,t], c] + wpe[t, c]   (sum in fp32, one rounding)
+// One thread per output element in a grid-stride loop; consecutive threads take
+// consecutive c, so the wte/wpe row reads and the out writes are coalesced.
+__global__ void encoder_forward_kernel(floatX* out, const int* inp, const floatX* wte, const floatX* wpe,
+                                       int T, int C, size_t total) {
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += (size_t)gridDim.x * blockDim.x) {
+        const size_t bt = i / C;
+        const int c = (int)(i % C);
+        const int t = (int)(bt % T);
+        const int token = inp[bt];
+        const float sum = to_float(wte[(size_t)token * C + c]) + to_float(wpe[(size_t)t * C + c]);
+        out[i] = from_float<floatX>(sum);
+    }
+}
+
+inline void encoder_forward(floatX* out, const int* inp, const floatX* wte, const floatX* wpe,
+                            int B, int T, int C, cudaStream_t stream) {
+    const size_t total = (size_t)B * T * C;
+    const int block = 256;
+    encoder_forward_kernel<<<grid_stride_blocks(total, block), block, 0, stream>>>(out, inp, wte, wpe, T, C, total);
+    cudaCheck(cudaGetLastError());
+}
+
+// ---------------------------------------------------------------------------
+// Backward plan (host). With BT = B*T and D = number of distinct tokens, the
+// plan is 3*BT + 1 ints at fixed offsets (so its size does not depend on D):
+//
+//   plan[0 .. BT)                positions p = b*T + t, grouped by token id
+//                                (ascending id), increasing p inside a group
+//   plan[BT .. BT + D]           D+1 group offsets into that list: group g is
+//                                positions plan[off[g] .. off[g+1]), off[0] = 0,
+//                                off[D] = BT
+//   plan[2*BT + 1 .. 2*BT+1+D)   the token id of group g
+//
+// Entries past D in the last two parts are unused. The caller copies the whole
+// plan (encoder_backward_plan_ints) to the device and passes D to
+// encoder_backward. Token ids must be >= 0; returns -1 (plan unusable) if one
+// is negative.
+inline size_t encoder_backward_plan_ints(int B, int T) { return 3 * (size_t)B * T + 1; }
+
+inline int encoder_backward_plan(int* plan, const int* inp_host, int B, int T) {
+    const int BT = B * T;
+    for (int p = 0; p < BT; p++)
+        if (inp_host[p] < 0) return -1;
+    int* positions = plan;
+    int* offsets = plan + BT;
+    int* tokens = plan + 2 * (size_t)BT + 1;
+    std::iota(positions, positions + BT, 0);
+    // stable: positions of one token stay in increasing order
+    std::stable_sort(positions, positions + BT, [&](int a, int b) { return inp_host[a] < inp_host[b]; });
+    int D = 0;
+    for (int k = 0; k < BT; k++) {
+        if (k == 0 || inp_host[positions[k]] != inp_host[positions[k - 1]]) {
+            offsets[D] = k;
+            tokens[D] = inp_host[positions[k]];
+            D++;
+        }
+    }
+    offsets[D] = BT;
+    return D;
+}
+
+// dwte[v, c] += sum over the positions p of token v, in increasing p, of dout[p, c]
+// One warp per distinct token (8 per block); lanes stride over c, so reads of a
+// dout row and the read-modify-write of the dwte row are coalesced. Each dwte
+// row belongs to exactly one warp: no atomics, the order of the sum is fixed.
+__global__ void encoder_backward_wte_kernel(float* dwte, const floatX* dout, const int* plan, int num_distinct,
+                                            int BT, int C) {
+    const int group = blockIdx.x * (blockDim.x / WARP_SIZE) + threadIdx.x / WARP_SIZE;
+    if (group >= num_distinct) return;
+    const int lane = threadIdx.x % WARP_SIZE;
+    const int* positions = plan;
+    const int* offsets = plan + BT;
+    const int* tokens = plan + 2 * (size_t)BT + 1;
+    const int begin = offsets[group], end = offsets[group + 1];
+    float* row = dwte + (size_t)tokens[group] * C;
+    for (int c = lane; c < C; c += WARP_SIZE) {
+        float sum = 0.0f;
+        for (int k = begin; k < end; k++) sum += to_float(dout[(size_t)positions[k] * C + c]);
+        row[c] += sum;
+    }
+}
+
+// dwpe[t, c] += sum over b = 0..B-1, in that order, of dout[b, t, c]
+// One thread per (t, c) in a grid-stride loop; the sum over b is serial.
+__global__ void encoder_backward_wpe_kernel(float* dwpe, const floatX* dout, int B, int T, int C) {
+    const size_t TC = (size_t)T * C;
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < TC; i += (size_t)gridDim.x * blockDim.x) {
+        float sum = 0.0f;
+        for (int b = 0; b < B; b++) sum += to_float(dout[b * TC + i]);
+        dwpe[i] += sum;
+    }
+}
+
+inline void encoder_backward(float* dwte, float* dwpe, const floatX* dout, const int* plan_device, int num_distinct,
+                             int B, int T, int C, cudaStream_t stream) {
+    const int block = 256, warps_per_block = block / WARP_SIZE;
+    if (num_distinct > 0) {
+        encoder_backward_wte_kernel<<<CEIL_DIV(num_distinct, warps_per_block), block, 0, stream>>>(
+            dwte, dout, plan_device, num_distinct, B * T, C);
+        cudaCheck(cudaGetLastError());
+    }
+    const size_t TC = (size_t)T * C;
+    encoder_backward_wpe_kernel<<<grid_stride_blocks(TC, block), block, 0, stream>>>(dwpe, dout, B, T, C);
+    cudaCheck(cudaGetLastError());
+}

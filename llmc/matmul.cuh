@@ -1,0 +1,149 @@
+// Linear layers through cuBLASLt, and the bias gradient (a hand-written,
+// deterministic column sum).
+//
+// Row-major shapes, PyTorch's Linear layout (weight is [out, in]):
+//   forward   out(N, OC)   = inp(N, IC) @ weight(OC, IC)^T + bias(OC)
+//   backward  dinp(N, IC)  = dout(N, OC) @ weight(OC, IC)          (overwritten)
+//             dweight(OC, IC) += dout(N, OC)^T @ inp(N, IC)        (fp32, accumulated)
+//             dbias(OC)       += sum over rows of dout(N, OC)      (fp32, accumulated)
+// Weight gradients go straight into the persistent fp32 gradient buffer with
+// beta = 1, so the A microbatches of one optimizer step add up there without
+// any bf16 rounding of the running sum.
+#pragma once
+#include <cublasLt.h>
+#include "llmc/cuda_common.h"
+
+inline void cublas_check(cublasStatus_t status, const char* file, int line) {
+    if (status != CUBLAS_STATUS_SUCCESS) {
+        fprintf(stderr, "error: cuBLASLt: %s (%s:%d)\n", cublasLtGetStatusString(status), file, line);
+        exit(EXIT_FAILURE);
+    }
+}
+#define cublasCheck(status) cublas_check((status), __FILE__, __LINE__)
+
+constexpr size_t CUBLASLT_WORKSPACE_BYTES = 32 << 20;
+static cublasLtHandle_t cublaslt_handle = nullptr;
+static void* cublaslt_workspace = nullptr;
+
+inline void matmul_setup() {
+    if (cublaslt_handle) return;
+    cublasCheck(cublasLtCreate(&cublaslt_handle));
+    cudaCheck(cudaMalloc(&cublaslt_workspace, CUBLASLT_WORKSPACE_BYTES));
+}
+inline void matmul_teardown() {
+    if (!cublaslt_handle) return;
+    cudaCheck(cudaFree(cublaslt_workspace));
+    cublasCheck(cublasLtDestroy(cublaslt_handle));
+    cublaslt_handle = nullptr;
+}
+
+constexpr cudaDataType_t FLOATX_CUDA_TYPE =
+    sizeof(floatX) == 4 ? CUDA_R_32F : CUDA_R_16BF;
+
+// Column-major D(m, n) = op(A)(m, k) @ op(B)(k, n) [+ bias(m)] + beta * D.
+// A, B are floatX; D is floatX or fp32 (d_type); fp32 accumulation throughout.
+inline void matmul_cublaslt(void* d, cudaDataType_t d_type, const floatX* a, const floatX* b,
+                            const floatX* bias, int m, int n, int k, bool trans_a, bool trans_b,
+                            float beta, cudaStream_t stream) {
+    cublasLtMatmulDesc_t desc;
+    cublasCheck(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    const cublasOperation_t op_a = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
+    const cublasOperation_t op_b = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
+    cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &op_a, sizeof(op_a)));
+    cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_b, sizeof(op_b)));
+    if (bias) {
+        const cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_BIAS;
+        cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof(epilogue)));
+        cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)));
+    }
+    cublasLtMatrixLayout_t layout_a, layout_b, layout_d;
+    cublasCheck(cublasLtMatrixLayoutCreate(&layout_a, FLOATX_CUDA_TYPE, trans_a ? k : m, trans_a ? m : k, trans_a ? k : m));
+    cublasCheck(cublasLtMatrixLayoutCreate(&layout_b, FLOATX_CUDA_TYPE, trans_b ? n : k, trans_b ? k : n, trans_b ? n : k));
+    cublasCheck(cublasLtMatrixLayoutCreate(&layout_d, d_type, m, n, m));
+
+    cublasLtMatmulPreference_t preference;
+    cublasCheck(cublasLtMatmulPreferenceCreate(&preference));
+    const size_t workspace_bytes = CUBLASLT_WORKSPACE_BYTES;
+    cublasCheck(cublasLtMatmulPreferenceSetAttribute(preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                                     &workspace_bytes, sizeof(workspace_bytes)));
+    cublasLtMatmulHeuristicResult_t heuristic;
+    int found = 0;
+    cublasCheck(cublasLtMatmulAlgoGetHeuristic(cublaslt_handle, desc, layout_a, layout_b, layout_d, layout_d,
+                                               preference, 1, &heuristic, &found));
+    if (found == 0) {
+        fprintf(stderr, "error: cuBLASLt: no algorithm for m=%d n=%d k=%d\n", m, n, k);
+        exit(EXIT_FAILURE);
+    }
+    const float alpha = 1.0f;
+    cublasCheck(cublasLtMatmul(cublaslt_handle, desc, &alpha, a, layout_a, b, layout_b, &beta, d, layout_d, d,
+                               layout_d, &heuristic.algo, cublaslt_workspace, CUBLASLT_WORKSPACE_BYTES, stream));
+    cublasCheck(cublasLtMatmulPreferenceDestroy(preference));
+    cublasCheck(cublasLtMatrixLayoutDestroy(layout_a));
+    cublasCheck(cublasLtMatrixLayoutDestroy(layout_b));
+    cublasCheck(cublasLtMatrixLayoutDestroy(layout_d));
+    cublasCheck(cublasLtMatmulDescDestroy(desc));
+}
+
+// ---------------------------------------------------------------------------
+// Bias gradient, stage 1: block (bx, by) sums rows [by*rows_per_chunk, ...) of
+// 32 columns. Thread (tx, ty) adds rows ty, ty+8, ... of column bx*32+tx, then
+// the 8 partial sums are added in ty order: a fixed order, so the result is
+// bitwise reproducible (no atomics).
+constexpr int BIAS_COLS = 32, BIAS_ROW_THREADS = 8, BIAS_MAX_CHUNKS = 64;
+
+__global__ void bias_backward_partial_kernel(float* partials, const floatX* dout, int N, int OC, int rows_per_chunk) {
+    __shared__ float sums[BIAS_ROW_THREADS][BIAS_COLS];
+    const int col = blockIdx.x * BIAS_COLS + threadIdx.x;
+    const int row_begin = blockIdx.y * rows_per_chunk;
+    const int row_end = min(N, row_begin + rows_per_chunk);
+    float sum = 0.0f;
+    if (col < OC)
+        for (int row = row_begin + threadIdx.y; row < row_end; row += BIAS_ROW_THREADS)
+            sum += to_float(dout[(size_t)row * OC + col]);
+    sums[threadIdx.y][threadIdx.x] = sum;
+    __syncthreads();
+    if (threadIdx.y == 0 && col < OC) {
+        float total = 0.0f;
+        for (int i = 0; i < BIAS_ROW_THREADS; i++) total += sums[i][threadIdx.x];
+        partials[(size_t)blockIdx.y * OC + col] = total;
+    }
+}
+
+// Stage 2: dbias[c] += sum of the chunk partials of column c, in chunk order.
+__global__ void bias_backward_final_kernel(float* dbias, const float* partials, int num_chunks, int OC) {
+    for (int col = blockIdx.x * blockDim.x + threadIdx.x; col < OC; col += gridDim.x * blockDim.x) {
+        float total = 0.0f;
+        for (int chunk = 0; chunk < num_chunks; chunk++) total += partials[(size_t)chunk * OC + col];
+        dbias[col] += total;
+    }
+}
+
+inline size_t bias_backward_scratch_floats(int OC) { return (size_t)BIAS_MAX_CHUNKS * OC; }
+
+inline void bias_backward(float* dbias, float* scratch, const floatX* dout, int N, int OC, cudaStream_t stream) {
+    // Chunks of at least 64 rows; at most BIAS_MAX_CHUNKS partials per column.
+    const int num_chunks = min(BIAS_MAX_CHUNKS, max(1, N / 64));
+    const int rows_per_chunk = CEIL_DIV(N, num_chunks);
+    dim3 grid(CEIL_DIV(OC, BIAS_COLS), num_chunks), block(BIAS_COLS, BIAS_ROW_THREADS);
+    bias_backward_partial_kernel<<<grid, block, 0, stream>>>(scratch, dout, N, OC, rows_per_chunk);
+    cudaCheck(cudaGetLastError());
+    bias_backward_final_kernel<<<CEIL_DIV(OC, 256), 256, 0, stream>>>(dbias, scratch, num_chunks, OC);
+    cudaCheck(cudaGetLastError());
+}
+
+// ---------------------------------------------------------------------------
+// The two Linear passes, in row-major terms (see the top of the file). A
+// row-major (R, C) matrix is a column-major (C, R) one, so
+// out^T = weight^T-as-stored @ inp^T becomes D(OC, N) = A^T(OC, IC) B(IC, N).
+inline void matmul_forward(floatX* out, const floatX* inp, const floatX* weight, const floatX* bias,
+                           int N, int IC, int OC, cudaStream_t stream) {
+    matmul_cublaslt(out, FLOATX_CUDA_TYPE, weight, inp, bias, OC, N, IC, true, false, 0.0f, stream);
+}
+
+// dinp may be null (nothing upstream needs it); dbias may be null (no bias).
+inline void matmul_backward(floatX* dinp, float* dweight, float* dbias, float* scratch, const floatX* dout,
+                            const floatX* inp, const floatX* weight, int N, int IC, int OC, cudaStream_t stream) {
+    if (dinp) matmul_cublaslt(dinp, FLOATX_CUDA_TYPE, weight, dout, nullptr, IC, N, OC, false, false, 0.0f, stream);
+    matmul_cublaslt(dweight, CUDA_R_32F, inp, dout, nullptr, IC, OC, N, false, true, 1.0f, stream);
+    if (dbias) bias_backward(dbias, scratch, dout, N, OC, stream);
+}

@@ -1,0 +1,231 @@
+// Flash-style causal attention (llmc/attention.cuh) against a naive double
+// precision reference that builds the full T x T probability matrix:
+//   forward:  P = softmax(mask(Q K^T / sqrt(HS))),  out = P V,  lse = log sum exp
+//   backward: dV = P^T dO,  dP = dO V^T,  dS_ij = P_ij (dP_ij - sum_k P_ik dP_ik),
+//             dQ = dS K / sqrt(HS),  dK = dS^T Q / sqrt(HS)
+// The reference's backward uses the softmax Jacobian directly (sum_k P_ik dP_ik),
+// not the kernel's D_i = dO_i . out_i, so the two are computed independently.
+//
+// Error metric: max |got - ref| / max |ref| over a tensor (dq, dk, dv checked
+// separately). Both sides see the same inputs: in the bf16 build the random
+// inputs are rounded to bf16 first and the reference reads the rounded values.
+// Bounds:
+//   fp32 build: 1e-5 everywhere.
+//   bf16 build: lse 1e-5 (fp32 in the kernel, from the same inputs);
+//               out and dq/dk/dv 1e-2: the stored bf16 values carry a relative
+//               rounding error of up to 2^-9 (~0.2%), and the backward reads the
+//               forward's bf16 `out` for D_i, which adds a comparable error.
+#include <cuda_runtime.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+#include "llmc/attention.cuh"
+#include "test/test_device.h"
+
+#if defined(ENABLE_FP32)
+static const double TOL_ACT = 1e-5;
+#else
+static const double TOL_ACT = 1e-2;
+#endif
+static const double TOL_LSE = 1e-5;
+
+struct Rng {
+    uint64_t s;
+    explicit Rng(uint64_t seed) : s(seed * 0x9E3779B97F4A7C15ull + 1) {}
+    double uniform() {  // [-1, 1)
+        s = s * 6364136223846793005ull + 1442695040888963407ull;
+        return (double)(s >> 11) * (2.0 / 9007199254740992.0) - 1.0;
+    }
+};
+
+// max |got - ref| / max |ref| over n elements, reading got with a stride/offset
+// pattern described by `index` (element k of the tensor is at got[index(k)]).
+template <class Got, class Index>
+static double err_vs_max(const Got& got, const std::vector<double>& ref, Index index) {
+    double max_ref = 0, max_diff = 0;
+    for (size_t k = 0; k < ref.size(); k++) {
+        max_ref = std::fmax(max_ref, std::fabs(ref[k]));
+        const double d = std::fabs((double)to_float(got[index(k)]) - ref[k]);
+        if (!(d <= max_diff)) max_diff = d;  // NaN propagates
+    }
+    return max_diff / (max_ref > 0 ? max_ref : 1.0);
+}
+
+struct Reference {
+    std::vector<double> out, lse, dq, dk, dv;  // dq/dk/dv: (B, T, C) each
+};
+
+// Naive attention in double; q/k/v/dout read from the (rounded) inputs.
+static Reference reference(const std::vector<double>& qkv, const std::vector<double>& dout, int B, int T,
+                           int NH, int HS) {
+    const int C = NH * HS;
+    const double scale = 1.0 / std::sqrt((double)HS);
+    Reference r;
+    r.out.assign((size_t)B * T * C, 0.0);
+    r.lse.assign((size_t)B * NH * T, 0.0);
+    r.dq.assign((size_t)B * T * C, 0.0);
+    r.dk.assign((size_t)B * T * C, 0.0);
+    r.dv.assign((size_t)B * T * C, 0.0);
+    std::vector<double> P((size_t)T * T), dP((size_t)T * T), dS((size_t)T * T);
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < NH; h++) {
+            auto q = [&](int t, int d) { return qkv[((size_t)b * T + t) * 3 * C + h * HS + d]; };
+            auto k = [&](int t, int d) { return qkv[((size_t)b * T + t) * 3 * C + C + h * HS + d]; };
+            auto v = [&](int t, int d) { return qkv[((size_t)b * T + t) * 3 * C + 2 * C + h * HS + d]; };
+            auto at = [&](int t, int d) { return ((size_t)b * T + t) * C + h * HS + d; };
+            // forward: full masked score matrix, then softmax per row
+            for (int i = 0; i < T; i++) {
+                double mx = -INFINITY;
+                for (int j = 0; j <= i; j++) {
+                    double s = 0;
+                    for (int d = 0; d < HS; d++) s += q(i, d) * k(j, d);
+                    P[(size_t)i * T + j] = s * scale;
+                    mx = std::fmax(mx, s * scale);
+                }
+                double sum = 0;
+                for (int j = 0; j <= i; j++) sum += std::exp(P[(size_t)i * T + j] - mx);
+                for (int j = 0; j < T; j++)
+                    P[(size_t)i * T + j] = j <= i ? std::exp(P[(size_t)i * T + j] - mx) / sum : 0.0;
+                r.lse[((size_t)b * NH + h) * T + i] = mx + std::log(sum);
+                for (int d = 0; d < HS; d++) {
+                    double o = 0;
+                    for (int j = 0; j < T; j++) o += P[(size_t)i * T + j] * v(j, d);
+                    r.out[at(i, d)] = o;
+                }
+            }
+            // backward
+            for (int i = 0; i < T; i++)
+                for (int j = 0; j < T; j++) {
+                    double s = 0;
+                    for (int d = 0; d < HS; d++) s += dout[at(i, d)] * v(j, d);
+                    dP[(size_t)i * T + j] = s;
+                }
+            for (int i = 0; i < T; i++) {
+                double rowdot = 0;
+                for (int j = 0; j < T; j++) rowdot += P[(size_t)i * T + j] * dP[(size_t)i * T + j];
+                for (int j = 0; j < T; j++)
+                    dS[(size_t)i * T + j] = P[(size_t)i * T + j] * (dP[(size_t)i * T + j] - rowdot);
+            }
+            for (int t = 0; t < T; t++)
+                for (int d = 0; d < HS; d++) {
+                    double gq = 0, gk = 0, gv = 0;
+                    for (int u = 0; u < T; u++) {
+                        gq += dS[(size_t)t * T + u] * k(u, d);
+                        gk += dS[(size_t)u * T + t] * q(u, d);
+                        gv += P[(size_t)u * T + t] * dout[at(u, d)];
+                    }
+                    r.dq[at(t, d)] = gq * scale;
+                    r.dk[at(t, d)] = gk * scale;
+                    r.dv[at(t, d)] = gv;
+                }
+        }
+    return r;
+}
+
+struct Outputs {
+    std::vector<floatX> out, dqkv;
+    std::vector<float> lse;
+};
+
+// One forward + backward on a created stream; every output buffer starts as NaN
+// bytes so an element the kernels fail to write shows.
+static Outputs run_device(const std::vector<floatX>& qkv, const std::vector<floatX>& dout, int B, int T, int NH,
+                          int HS) {
+    const size_t C = (size_t)NH * HS, n_qkv = (size_t)B * T * 3 * C, n_out = (size_t)B * T * C;
+    const size_t n_lse = (size_t)B * NH * T, n_scratch = attention_backward_scratch_floats(B, T, NH);
+    cudaStream_t stream;
+    CUDA_OK(cudaStreamCreate(&stream));
+    floatX* d_qkv = to_device(qkv);
+    floatX* d_dout = to_device(dout);
+    floatX *d_out, *d_dqkv;
+    float *d_lse, *d_scratch;
+    CUDA_OK(cudaMalloc(&d_out, n_out * sizeof(floatX)));
+    CUDA_OK(cudaMalloc(&d_dqkv, n_qkv * sizeof(floatX)));
+    CUDA_OK(cudaMalloc(&d_lse, n_lse * sizeof(float)));
+    CUDA_OK(cudaMalloc(&d_scratch, n_scratch * sizeof(float)));
+    CUDA_OK(cudaMemsetAsync(d_out, 0xFF, n_out * sizeof(floatX), stream));
+    CUDA_OK(cudaMemsetAsync(d_dqkv, 0xFF, n_qkv * sizeof(floatX), stream));
+    CUDA_OK(cudaMemsetAsync(d_lse, 0xFF, n_lse * sizeof(float), stream));
+    CUDA_OK(cudaMemsetAsync(d_scratch, 0xFF, n_scratch * sizeof(float), stream));
+    attention_forward(d_out, d_lse, d_qkv, B, T, NH, HS, stream);
+    attention_backward(d_dqkv, d_scratch, d_dout, d_qkv, d_out, d_lse, B, T, NH, HS, stream);
+    CUDA_OK(cudaStreamSynchronize(stream));
+    Outputs o;
+    o.out = to_host(d_out, n_out);
+    o.dqkv = to_host(d_dqkv, n_qkv);
+    o.lse = to_host(d_lse, n_lse);
+    cudaFree(d_qkv);
+    cudaFree(d_dout);
+    cudaFree(d_out);
+    cudaFree(d_dqkv);
+    cudaFree(d_lse);
+    cudaFree(d_scratch);
+    CUDA_OK(cudaStreamDestroy(stream));
+    return o;
+}
+
+template <class T>
+static bool bitwise_equal(const std::vector<T>& a, const std::vector<T>& b) {
+    return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0;
+}
+
+// qk_amp scales q and k: larger values give sharper softmax rows (scores of
+// tens), which exercises the online rescaling.
+static void test_case(int B, int T, int NH, int HS, double qk_amp, uint64_t seed) {
+    const auto t_start = std::chrono::steady_clock::now();
+    const size_t C = (size_t)NH * HS, n_qkv = (size_t)B * T * 3 * C, n_out = (size_t)B * T * C;
+    Rng rng(seed);
+    std::vector<floatX> qkv(n_qkv), dout(n_out);
+    std::vector<double> qkv_d(n_qkv), dout_d(n_out);
+    for (size_t e = 0; e < n_qkv; e++) {
+        const bool is_qk = (e % (3 * C)) < 2 * C;
+        qkv[e] = from_float<floatX>((float)(rng.uniform() * (is_qk ? qk_amp : 1.0)));
+        qkv_d[e] = to_float(qkv[e]);
+    }
+    for (size_t e = 0; e < n_out; e++) {
+        dout[e] = from_float<floatX>((float)rng.uniform());
+        dout_d[e] = to_float(dout[e]);
+    }
+
+    const Reference ref = reference(qkv_d, dout_d, B, T, NH, HS);
+    const Outputs got = run_device(qkv, dout, B, T, NH, HS);
+
+    char shape[96];
+    snprintf(shape, sizeof shape, "(B,T,NH,HS)=(%d,%d,%d,%d)%s", B, T, NH, HS, qk_amp > 1 ? " sharp" : "");
+    auto same = [](size_t k) { return k; };
+    // (B,T,C) element k -> its place in (B,T,3C), part 0/1/2 = q/k/v
+    auto part = [C](int p) { return [C, p](size_t k) { return (k / C) * 3 * C + p * C + k % C; }; };
+
+    const double e_out = err_vs_max(got.out, ref.out, same);
+    const double e_lse = err_vs_max(got.lse, ref.lse, same);
+    const double e_dq = err_vs_max(got.dqkv, ref.dq, part(0));
+    const double e_dk = err_vs_max(got.dqkv, ref.dk, part(1));
+    const double e_dv = err_vs_max(got.dqkv, ref.dv, part(2));
+    CHECK(e_out <= TOL_ACT, "%s forward out: rel err %.2e (bound %.0e)", shape, e_out, TOL_ACT);
+    CHECK(e_lse <= TOL_LSE, "%s forward lse: rel err %.2e (bound %.0e)", shape, e_lse, TOL_LSE);
+    CHECK(e_dq <= TOL_ACT && e_dk <= TOL_ACT && e_dv <= TOL_ACT,
+          "%s backward dq/dk/dv: rel err %.2e / %.2e / %.2e (bound %.0e)", shape, e_dq, e_dk, e_dv, TOL_ACT);
+
+    const Outputs again = run_device(qkv, dout, B, T, NH, HS);
+    CHECK(bitwise_equal(got.out, again.out) && bitwise_equal(got.lse, again.lse) &&
+              bitwise_equal(got.dqkv, again.dqkv),
+          "%s deterministic: a second run is bitwise equal", shape);
+    const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count();
+    printf("      %s took %.2f s\n", shape, secs);
+}
+
+int main() {
+    printf("test_attention (%s)\n", PRECISION_NAME);
+    test_case(2, 32, 4, 16, 1.0, 1);
+    test_case(1, 65, 2, 64, 1.0, 2);   // T not a multiple of the tile or block
+    test_case(2, 7, 3, 8, 1.0, 3);     // T smaller than one chunk
+    test_case(1, 128, 1, 128, 1.0, 4); // HS=128: 32-thread blocks, several query blocks
+    test_case(1, 1, 2, 32, 1.0, 5);    // a single token
+    test_case(2, 50, 2, 32, 6.0, 6);   // sharp softmax: scores of tens, running max moves
+    test_case(2, 200, 3, 64, 1.0, 7);  // GPT-2 head size, 4 query blocks, partial last one
+    return test_summary("test_attention");
+}
