@@ -25,7 +25,7 @@ CPU_LIBS   := -lopenblas -lboost_context -pthread
 ASAN_FLAGS := -O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer -DBOOST_USE_ASAN
 
 # CUDA programs are found by name in these folders (both builds).
-vpath %.cu test/cpu_cuda dev
+vpath %.cu test/cpu_cuda dev .
 
 # CUDA test programs (portable .cu files; each builds for CPU and GPU).
 TEST_CU    := $(wildcard test/cpu_cuda/test_*.cu)
@@ -36,7 +36,7 @@ ASAN_TESTS := $(patsubst test/cpu_cuda/%.cu,build/cpu-asan/%,$(TEST_CU))
 DEV_CU     := $(wildcard dev/*.cu)
 DEV_BINS   := $(patsubst dev/%.cu,build/cpu/%,$(DEV_CU))
 
-.PHONY: all cpu asan gpu test test-asan bench clean check-cuda-headers
+.PHONY: all cpu asan gpu test test-asan bench clean check-cuda-headers train_gpt_cpu
 .SECONDARY:
 
 all: cpu
@@ -44,7 +44,20 @@ all: cpu
 check-cuda-headers:
 	@test -f $(CUDA_HOME)/include/cuda_bf16.h || { echo "error: $(CUDA_HOME)/include/cuda_bf16.h not found: the CPU runtime takes cuda_bf16.h, cuda_runtime_api.h, cublasLt.h and nccl.h from the CUDA toolkit; install it or set CUDA_HOME"; exit 1; }
 
-cpu: check-cuda-headers $(CPU_TESTS) $(DEV_BINS) $(HOST_BINS)
+# The trainer: `make train_gpt` (nvcc, for GPU_ARCH) and `make train_gpt_cpu`
+# (the CPU runtime). PRECISION=FP32 builds everything in fp32 instead of bf16.
+PRECISION ?= BF16
+ifeq ($(PRECISION),FP32)
+  PRECISION_FLAGS := -DENABLE_FP32
+  CPU_TRAINER := build/cpu-fp32/train_gpt
+else ifeq ($(PRECISION),BF16)
+  CPU_TRAINER := build/cpu/train_gpt
+else
+  $(error PRECISION=$(PRECISION): use BF16 (default) or FP32)
+endif
+LLMC_HDRS := $(wildcard llmc/*.h llmc/*.cuh)
+
+cpu: check-cuda-headers $(CPU_TESTS) $(DEV_BINS) $(HOST_BINS) build/cpu/train_gpt build/cpu-fp32/test_gpt2
 
 # .cu -> preprocessed C++ with <<<>>> launches and extern __shared__ rewritten.
 # Variant directories: build/cpu (optimised) and build/cpu-asan (sanitizers).
@@ -98,7 +111,7 @@ build/host-asan/%: %.cpp
 # Links only what a driverless build machine has: cuBLASLt, NCCL, MPI (no -lnvidia-ml).
 NVCC_FLAGS := -O3 -std=c++17 -I. -I$(MPI_INC)
 NVCC_LIBS  := -lcublasLt -lnccl -L$(MPI_LIB) -lmpi
-GPU_SRCS   := $(TEST_CU) $(DEV_CU)
+GPU_SRCS   := $(TEST_CU) $(DEV_CU) train_gpt.cu
 GPU_NAMES  := $(basename $(notdir $(GPU_SRCS)))
 
 # build/gpu/sm_90/X: X built for GPU_ARCH, to run on a GPU (test/gpu_check.sh).
@@ -109,6 +122,11 @@ build/gpu/sm_$(GPU_ARCH)/%: %.cu
 build/gpu/check/%: %.cu
 	@mkdir -p $(@D)
 	$(NVCC) $(NVCC_FLAGS) -gencode arch=compute_90,code=sm_90 -gencode arch=compute_80,code=sm_80 $< -o $@ $(NVCC_LIBS)
+
+train_gpt: train_gpt.cu $(LLMC_HDRS)
+	$(NVCC) $(NVCC_FLAGS) $(PRECISION_FLAGS) -arch=sm_$(GPU_ARCH) $< -o $@ $(NVCC_LIBS)
+train_gpt_cpu: $(CPU_TRAINER)
+	cp $< $@
 
 gpu: $(addprefix build/gpu/sm_$(GPU_ARCH)/,$(GPU_NAMES))
 
@@ -127,4 +145,4 @@ bench: build/cpu/bench_cpu_cuda
 	CPUCUDA_WORKERS=1 ./build/cpu/bench_cpu_cuda
 
 clean:
-	rm -rf build
+	rm -rf build train_gpt train_gpt_cpu

@@ -1,0 +1,838 @@
+// train_gpt.cu: GPT-2 training in one file. The model (parameters, activations,
+// forward, backward), the optimizer step with gradient accumulation, and main.
+// Kernels live in llmc/, one family per header. Builds with nvcc for GPUs and,
+// through the CUDA-on-CPU runtime (llmc/cpu_cuda), with g++ for CI.
+//
+// The one idea to take away (see train_step below):
+//   B_global = B_micro x N_ranks x A sequences per optimizer step.
+// The A microbatches add their gradients into one persistent fp32 buffer while
+// the weights stay frozen; every target token's loss is divided by the number
+// of unmasked targets in the whole global batch, so the sum in the buffer is
+// exactly the gradient of the big-batch mean loss, however the batch is split.
+#include <algorithm>
+#include <cerrno>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "llmc/cuda_common.h"
+#include "llmc/adamw.cuh"
+#include "llmc/attention.cuh"
+#include "llmc/classifier.cuh"
+#include "llmc/encoder.cuh"
+#include "llmc/gelu.cuh"
+#include "llmc/global_norm.cuh"
+#include "llmc/layernorm.cuh"
+#include "llmc/matmul.cuh"
+#include "llmc/schedulers.h"
+#include "llmc/dataloader.h"
+
+// One line naming the problem, then a non-zero exit.
+#define FAIL(...) do { fprintf(stderr, "error: " __VA_ARGS__); fputc('\n', stderr); exit(EXIT_FAILURE); } while (0)
+
+// ----------------------------------------------------------------------------
+// Model configuration and parameters
+
+struct GPT2Config {
+    int max_seq_len;        // maxT
+    int vocab_size;         // V: real tokens
+    int padded_vocab_size;  // Vp: V rounded up to a multiple of 128 (rows of wte)
+    int num_layers;         // L
+    int num_heads;          // NH
+    int channels;           // C
+};
+
+// The 16 parameter tensors, in llm.c's order (one contiguous buffer).
+constexpr int NUM_PARAMETER_TENSORS = 16;
+static const char* const PARAMETER_NAMES[NUM_PARAMETER_TENSORS] = {
+    "wte", "wpe", "ln1w", "ln1b", "qkvw", "qkvb", "attprojw", "attprojb",
+    "ln2w", "ln2b", "fcw", "fcb", "fcprojw", "fcprojb", "lnfw", "lnfb"};
+template <class T>
+struct ParameterTensors {
+    T *wte, *wpe, *ln1w, *ln1b, *qkvw, *qkvb, *attprojw, *attprojb;
+    T *ln2w, *ln2b, *fcw, *fcb, *fcprojw, *fcprojb, *lnfw, *lnfb;
+};
+
+inline void parameter_sizes(size_t sizes[NUM_PARAMETER_TENSORS], const GPT2Config& c) {
+    const size_t Vp = c.padded_vocab_size, C = c.channels, L = c.num_layers, maxT = c.max_seq_len;
+    const size_t list[NUM_PARAMETER_TENSORS] = {
+        Vp * C, maxT * C, L * C, L * C, L * 3 * C * C, L * 3 * C, L * C * C, L * C,
+        L * C, L * C, L * 4 * C * C, L * 4 * C, L * C * 4 * C, L * C, C, C};
+    memcpy(sizes, list, sizeof(list));
+}
+
+// Weight decay applies to the matrices (embeddings included), not to biases or
+// layernorm gains: wte, wpe, qkvw, attprojw, fcw, fcprojw.
+inline bool parameter_decays(int tensor) {
+    return tensor == 0 || tensor == 1 || tensor == 4 || tensor == 6 || tensor == 10 || tensor == 12;
+}
+
+// Points each named tensor into one contiguous buffer.
+template <class T>
+void point_parameters(ParameterTensors<T>* p, T* base, const size_t sizes[NUM_PARAMETER_TENSORS]) {
+    T** fields[NUM_PARAMETER_TENSORS] = {
+        &p->wte, &p->wpe, &p->ln1w, &p->ln1b, &p->qkvw, &p->qkvb, &p->attprojw, &p->attprojb,
+        &p->ln2w, &p->ln2b, &p->fcw, &p->fcb, &p->fcprojw, &p->fcprojb, &p->lnfw, &p->lnfb};
+    for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
+        *fields[i] = base;
+        base += sizes[i];
+    }
+}
+
+// ----------------------------------------------------------------------------
+// Activations: everything the backward pass reads, allocated once for (B, T).
+
+struct ActivationTensors {
+    floatX* encoded;    // (B, T, C)       wte[token] + wpe[pos]
+    floatX* ln1;        // (L, B, T, C)
+    float* ln1_mean;    // (L, B, T)
+    float* ln1_rstd;    // (L, B, T)
+    floatX* qkv;        // (L, B, T, 3C)
+    floatX* atty;       // (L, B, T, C)    attention output, before its projection
+    float* att_lse;     // (L, B, NH, T)   log-sum-exp per query row (flash backward)
+    floatX* residual2;  // (L, B, T, C)    after the attention block
+    floatX* ln2;        // (L, B, T, C)
+    float* ln2_mean;    // (L, B, T)
+    float* ln2_rstd;    // (L, B, T)
+    floatX* fch;        // (L, B, T, 4C)   MLP pre-activation
+    floatX* fch_gelu;   // (L, B, T, 4C)
+    floatX* residual3;  // (L, B, T, C)    after the MLP block
+    floatX* lnf;        // (B, T, C)
+    float* lnf_mean;    // (B, T)
+    float* lnf_rstd;    // (B, T)
+    floatX* logits;     // (B, T, Vp)      overwritten in place by dloss/dlogits
+    float* losses;      // (B, T)          per-token cross-entropy, 0 where masked
+    floatX* proj_out;   // (B, T, C)       scratch: attention / MLP projection output
+};
+
+// Gradient scratch for one backward pass (activation gradients are transient;
+// only weight gradients persist, in the fp32 buffer).
+struct BackwardScratch {
+    floatX* dresidual;  // (B, T, C)   gradient of the residual stream
+    floatX* dwide;      // (B, T, 4C)  dfch / dqkv
+    floatX* dnarrow;    // (B, T, C)   dln / datty / dlnf
+    float* reduce;      // partial sums of the deterministic two-stage reductions
+    int* encoder_plan;  // token-grouped positions for the encoder backward
+};
+
+// ----------------------------------------------------------------------------
+// The model
+
+struct GPT2 {
+    GPT2Config config;
+    size_t param_sizes[NUM_PARAMETER_TENSORS];
+    size_t num_parameters;
+    // weights in the activation precision (what forward/backward read) ...
+    floatX* params_memory;
+    ParameterTensors<floatX> params;
+    // ... and the fp32 state of the optimizer: master weights, gradients, moments
+    float* master_weights;
+    float* grads_memory;  // the persistent gradient-accumulation buffer
+    ParameterTensors<float> grads;
+    float* adam_m;
+    float* adam_v;
+    int adam_step;  // number of optimizer steps taken
+    // activations for micro-batches of B sequences of T tokens
+    int B, T;
+    ActivationTensors acts;
+    BackwardScratch scratch;
+    float* step_stats;  // device: [0] summed loss of the step, [1] squared grad norm
+    int* inputs;        // device (B, T)
+    int* targets;       // device (B, T)
+    // pinned host staging for one step's A micro-batches, so uploads are
+    // asynchronous (a pageable copy would make the host wait for the GPU)
+    int max_accum_steps;
+    int* staged_inputs;   // (A, B, T)
+    int* staged_targets;  // (A, B, T)
+    int* staged_plans;    // A encoder-backward plans
+    cudaStream_t stream;
+};
+
+static void* device_alloc(size_t bytes, const char* what) {
+    void* ptr = nullptr;
+    cudaError_t err = cudaMalloc(&ptr, bytes);
+    if (err == cudaErrorMemoryAllocation)
+        FAIL("out of device memory allocating %.1f MiB for %s; try a smaller -b or -t", bytes / 1048576.0, what);
+    cudaCheck(err);
+    return ptr;
+}
+template <class T>
+static T* device_alloc_n(size_t n, const char* what) { return (T*)device_alloc(n * sizeof(T), what); }
+
+// Allocates parameters and optimizer state for model->config (weights unset).
+static void gpt2_allocate_parameters(GPT2* model) {
+    const GPT2Config& c = model->config;
+    if (c.channels % c.num_heads != 0)
+        FAIL("model: channels %d are not divisible by heads %d", c.channels, c.num_heads);
+    parameter_sizes(model->param_sizes, c);
+    model->num_parameters = 0;
+    for (size_t s : model->param_sizes) model->num_parameters += s;
+    const size_t n = model->num_parameters;
+    model->params_memory = device_alloc_n<floatX>(n, "parameters");
+    model->master_weights = device_alloc_n<float>(n, "fp32 master weights");
+    model->grads_memory = device_alloc_n<float>(n, "fp32 gradients");
+    model->adam_m = device_alloc_n<float>(n, "AdamW m");
+    model->adam_v = device_alloc_n<float>(n, "AdamW v");
+    point_parameters(&model->params, model->params_memory, model->param_sizes);
+    point_parameters(&model->grads, model->grads_memory, model->param_sizes);
+    cudaCheck(cudaMemset(model->grads_memory, 0, n * sizeof(float)));
+    cudaCheck(cudaMemset(model->adam_m, 0, n * sizeof(float)));
+    cudaCheck(cudaMemset(model->adam_v, 0, n * sizeof(float)));
+    model->adam_step = 0;
+    model->B = model->T = 0;
+    cudaCheck(cudaStreamCreate(&model->stream));
+    matmul_setup();
+}
+
+// Sets every weight from fp32 values: master weights exact, the floatX copy
+// rounded to nearest.
+static void gpt2_set_weights(GPT2* model, const std::vector<float>& weights) {
+    const size_t n = model->num_parameters;
+    std::vector<floatX> rounded(n);
+    for (size_t i = 0; i < n; i++) rounded[i] = from_float<floatX>(weights[i]);
+    cudaCheck(cudaMemcpy(model->master_weights, weights.data(), n * sizeof(float), cudaMemcpyHostToDevice));
+    cudaCheck(cudaMemcpy(model->params_memory, rounded.data(), n * sizeof(floatX), cudaMemcpyHostToDevice));
+}
+
+// ---- initialisation from a seed ---------------------------------------------
+// N(0, 0.02) for the matrices, scaled by 1/sqrt(2L) for the two projections
+// that write into the residual stream; layernorm gains 1, biases 0, padded
+// vocabulary rows 0. Each element is a counter-based draw (splitmix64 hashes
+// of (seed, tensor, index) through Box-Muller), so the result does not depend
+// on the order of generation, and dev/train_gpt2.py draws identical values.
+static inline uint64_t splitmix64(uint64_t x) {
+    uint64_t z = x + 0x9E3779B97F4A7C15ull;
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+static inline double normal_draw(uint64_t stream_key, uint64_t i) {
+    const uint64_t h1 = splitmix64(stream_key + 2 * i), h2 = splitmix64(stream_key + 2 * i + 1);
+    const double u1 = (double)((h1 >> 11) + 1) * 0x1.0p-53;  // (0, 1]
+    const double u2 = (double)(h2 >> 11) * 0x1.0p-53;        // [0, 1)
+    return sqrt(-2.0 * log(u1)) * cos(2.0 * M_PI * u2);
+}
+
+static std::vector<float> gpt2_initial_weights(const GPT2Config& c, const size_t sizes[NUM_PARAMETER_TENSORS],
+                                               uint64_t seed) {
+    size_t total = 0;
+    for (int k = 0; k < NUM_PARAMETER_TENSORS; k++) total += sizes[k];
+    std::vector<float> w(total, 0.0f);
+    const double residual_std = 0.02 / sqrt(2.0 * c.num_layers);
+    size_t offset = 0;
+    for (int k = 0; k < NUM_PARAMETER_TENSORS; k++) {
+        const std::string name = PARAMETER_NAMES[k];
+        float* t = w.data() + offset;
+        if (name == "ln1w" || name == "ln2w" || name == "lnfw") {
+            for (size_t i = 0; i < sizes[k]; i++) t[i] = 1.0f;
+        } else if (name == "wte" || name == "wpe" || name == "qkvw" || name == "fcw" || name == "attprojw" ||
+                   name == "fcprojw") {
+            const double std = (name == "attprojw" || name == "fcprojw") ? residual_std : 0.02;
+            const uint64_t key = splitmix64(seed * 16 + k);
+            for (size_t i = 0; i < sizes[k]; i++) t[i] = (float)(std * normal_draw(key, i));
+            if (name == "wte")  // padded vocabulary rows are never real tokens
+                memset(t + (size_t)c.vocab_size * c.channels, 0,
+                       (size_t)(c.padded_vocab_size - c.vocab_size) * c.channels * sizeof(float));
+        }  // biases stay 0
+        offset += sizes[k];
+    }
+    return w;
+}
+
+// ---- model descriptors: "d12" .. "d48", or "L=2,C=64,H=4,V=250,maxT=64" -------
+static int round_up_vocab(int V) { return CEIL_DIV(V, 128) * 128; }
+
+static bool parse_descriptor(const char* text, GPT2Config* c) {
+    const struct { const char* name; int L, C; } gpt2_sizes[] = {
+        {"d12", 12, 768}, {"d24", 24, 1024}, {"d36", 36, 1280}, {"d48", 48, 1600}};
+    for (auto& s : gpt2_sizes)
+        if (strcmp(text, s.name) == 0) {
+            *c = GPT2Config{1024, 50257, 50304, s.L, s.C / 64, s.C};
+            return true;
+        }
+    GPT2Config d{1024, 50257, 0, 0, 0, 0};
+    std::string spec = text;
+    size_t pos = 0;
+    while (pos < spec.size()) {
+        size_t end = spec.find(',', pos);
+        if (end == std::string::npos) end = spec.size();
+        std::string item = spec.substr(pos, end - pos);
+        size_t eq = item.find('=');
+        if (eq == std::string::npos) return false;
+        std::string key = item.substr(0, eq);
+        char* rest = nullptr;
+        long value = strtol(item.c_str() + eq + 1, &rest, 10);
+        if (*rest != '\0' || value <= 0 || value > (1 << 24)) return false;
+        if (key == "L") d.num_layers = value;
+        else if (key == "C") d.channels = value;
+        else if (key == "H") d.num_heads = value;
+        else if (key == "V") d.vocab_size = value;
+        else if (key == "Vp") d.padded_vocab_size = value;
+        else if (key == "maxT") d.max_seq_len = value;
+        else return false;
+        pos = end + 1;
+    }
+    if (d.num_layers == 0 || d.channels == 0 || d.num_heads == 0) return false;
+    if (d.padded_vocab_size == 0) d.padded_vocab_size = round_up_vocab(d.vocab_size);
+    if (d.padded_vocab_size < d.vocab_size) return false;
+    *c = d;
+    return true;
+}
+
+static void gpt2_init_from_descriptor(GPT2* model, const char* descriptor, uint64_t seed) {
+    if (!parse_descriptor(descriptor, &model->config))
+        FAIL("-e %s: not a checkpoint file or a model descriptor (d12, d24, d36, d48, or e.g. "
+             "\"L=2,C=64,H=4,V=250,maxT=64\")", descriptor);
+    gpt2_allocate_parameters(model);
+    gpt2_set_weights(model, gpt2_initial_weights(model->config, model->param_sizes, seed));
+}
+
+// ---- checkpoints in llm.c's format ------------------------------------------
+// 256 x int32 header: [0]=20240326, [1]=3 (fp32) or 5 (bf16), [2]=maxT, [3]=V,
+// [4]=L, [5]=NH, [6]=C, [7]=Vp; then the 16 tensors in order.
+constexpr int MODEL_MAGIC = 20240326, MODEL_VERSION_FP32 = 3, MODEL_VERSION_BF16 = 5;
+
+static void gpt2_init_from_checkpoint(GPT2* model, const char* path) {
+    FILE* f = fopen(path, "rb");
+    if (!f) FAIL("%s: cannot open the checkpoint (%s)", path, strerror(errno));
+    int header[256];
+    if (fread(header, sizeof(int), 256, f) != 256) FAIL("%s: truncated checkpoint header", path);
+    if (header[0] != MODEL_MAGIC) FAIL("%s: not a model checkpoint (magic %d, expected %d)", path, header[0], MODEL_MAGIC);
+    const int version = header[1];
+    if (version != MODEL_VERSION_FP32 && version != MODEL_VERSION_BF16)
+        FAIL("%s: unsupported checkpoint version %d (3 = fp32, 5 = bf16)", path, version);
+    GPT2Config& c = model->config;
+    c = GPT2Config{header[2], header[3], header[7], header[4], header[5], header[6]};
+    if (c.max_seq_len <= 0 || c.vocab_size <= 0 || c.padded_vocab_size < c.vocab_size || c.num_layers <= 0 ||
+        c.num_heads <= 0 || c.channels <= 0 || c.channels % c.num_heads != 0)
+        FAIL("%s: inconsistent model shape in the header (maxT=%d V=%d Vp=%d L=%d NH=%d C=%d)", path,
+             c.max_seq_len, c.vocab_size, c.padded_vocab_size, c.num_layers, c.num_heads, c.channels);
+    size_t sizes[NUM_PARAMETER_TENSORS], n = 0;
+    parameter_sizes(sizes, c);
+    for (size_t s : sizes) n += s;
+    const size_t elem = version == MODEL_VERSION_FP32 ? 4 : 2;
+    struct stat st;
+    fstat(fileno(f), &st);
+    const size_t expected = 1024 + n * elem;
+    if ((size_t)st.st_size != expected)
+        FAIL("%s: file is %lld bytes, expected %zu for this model (%s)", path, (long long)st.st_size, expected,
+             (size_t)st.st_size < expected ? "truncated" : "trailing data");
+    std::vector<float> weights(n);
+    if (version == MODEL_VERSION_FP32) {
+        if (fread(weights.data(), 4, n, f) != n) FAIL("%s: read error", path);
+    } else {
+        std::vector<__nv_bfloat16> raw(n);
+        if (fread(raw.data(), 2, n, f) != n) FAIL("%s: read error", path);
+        for (size_t i = 0; i < n; i++) weights[i] = __bfloat162float(raw[i]);
+    }
+    fclose(f);
+    gpt2_allocate_parameters(model);
+    gpt2_set_weights(model, weights);
+}
+
+// Writes the fp32 master weights (version 3) atomically: a temporary file,
+// fsync, then rename, so an existing checkpoint is never half overwritten.
+static void gpt2_write_checkpoint(const GPT2* model, const char* path) {
+    std::vector<float> weights(model->num_parameters);
+    cudaCheck(cudaMemcpy(weights.data(), model->master_weights, weights.size() * 4, cudaMemcpyDeviceToHost));
+    int header[256] = {0};
+    const GPT2Config& c = model->config;
+    int fields[8] = {MODEL_MAGIC, MODEL_VERSION_FP32, c.max_seq_len, c.vocab_size, c.num_layers,
+                     c.num_heads, c.channels, c.padded_vocab_size};
+    memcpy(header, fields, sizeof(fields));
+    const std::string tmp = std::string(path) + ".tmp";
+    FILE* f = fopen(tmp.c_str(), "wb");
+    if (!f) FAIL("%s: cannot write (%s)", tmp.c_str(), strerror(errno));
+    bool ok = fwrite(header, 4, 256, f) == 256 && fwrite(weights.data(), 4, weights.size(), f) == weights.size();
+    ok = fflush(f) == 0 && ok && fsync(fileno(f)) == 0;
+    ok = fclose(f) == 0 && ok;
+    if (!ok || rename(tmp.c_str(), path) != 0) {
+        unlink(tmp.c_str());
+        FAIL("%s: writing the checkpoint failed (%s)", path, strerror(errno));
+    }
+}
+
+// ---- activations ------------------------------------------------------------
+static void gpt2_allocate_activations(GPT2* model, int B, int T, int max_accum_steps) {
+    const GPT2Config& c = model->config;
+    if (T > c.max_seq_len) FAIL("-t %d exceeds the model's maximum sequence length %d", T, c.max_seq_len);
+    model->B = B;
+    model->T = T;
+    model->max_accum_steps = max_accum_steps;
+    const size_t BT = (size_t)B * T, C = c.channels, L = c.num_layers, NH = c.num_heads, Vp = c.padded_vocab_size;
+    ActivationTensors& a = model->acts;
+    a.encoded = device_alloc_n<floatX>(BT * C, "activations");
+    a.ln1 = device_alloc_n<floatX>(L * BT * C, "activations");
+    a.ln1_mean = device_alloc_n<float>(L * BT, "activations");
+    a.ln1_rstd = device_alloc_n<float>(L * BT, "activations");
+    a.qkv = device_alloc_n<floatX>(L * BT * 3 * C, "activations");
+    a.atty = device_alloc_n<floatX>(L * BT * C, "activations");
+    a.att_lse = device_alloc_n<float>(L * BT * NH, "activations");
+    a.residual2 = device_alloc_n<floatX>(L * BT * C, "activations");
+    a.ln2 = device_alloc_n<floatX>(L * BT * C, "activations");
+    a.ln2_mean = device_alloc_n<float>(L * BT, "activations");
+    a.ln2_rstd = device_alloc_n<float>(L * BT, "activations");
+    a.fch = device_alloc_n<floatX>(L * BT * 4 * C, "activations");
+    a.fch_gelu = device_alloc_n<floatX>(L * BT * 4 * C, "activations");
+    a.residual3 = device_alloc_n<floatX>(L * BT * C, "activations");
+    a.lnf = device_alloc_n<floatX>(BT * C, "activations");
+    a.lnf_mean = device_alloc_n<float>(BT, "activations");
+    a.lnf_rstd = device_alloc_n<float>(BT, "activations");
+    a.logits = device_alloc_n<floatX>(BT * Vp, "logits");
+    a.losses = device_alloc_n<float>(BT, "losses");
+    a.proj_out = device_alloc_n<floatX>(BT * C, "activations");
+
+    BackwardScratch& s = model->scratch;
+    s.dresidual = device_alloc_n<floatX>(BT * C, "backward scratch");
+    s.dwide = device_alloc_n<floatX>(BT * 4 * C, "backward scratch");
+    s.dnarrow = device_alloc_n<floatX>(BT * C, "backward scratch");
+    size_t reduce_floats = bias_backward_scratch_floats(4 * C);
+    reduce_floats = std::max(reduce_floats, layernorm_backward_scratch_floats(BT, C));
+    reduce_floats = std::max(reduce_floats, attention_backward_scratch_floats(B, T, NH));
+    reduce_floats = std::max(reduce_floats, global_norm_scratch_floats());
+    s.reduce = device_alloc_n<float>(reduce_floats, "backward scratch");
+    s.encoder_plan = device_alloc_n<int>(encoder_backward_plan_ints(B, T), "backward scratch");
+
+    model->step_stats = device_alloc_n<float>(2, "step statistics");
+    model->inputs = device_alloc_n<int>(BT, "inputs");
+    model->targets = device_alloc_n<int>(BT, "targets");
+    const size_t staged = (size_t)max_accum_steps * BT;
+    cudaCheck(cudaMallocHost(&model->staged_inputs, staged * sizeof(int)));
+    cudaCheck(cudaMallocHost(&model->staged_targets, staged * sizeof(int)));
+    cudaCheck(cudaMallocHost(&model->staged_plans, max_accum_steps * encoder_backward_plan_ints(B, T) * sizeof(int)));
+}
+
+// ----------------------------------------------------------------------------
+// Forward: logits (B, T, Vp) for the tokens in model->inputs.
+
+static void gpt2_forward(GPT2* model) {
+    const GPT2Config& c = model->config;
+    const int B = model->B, T = model->T, C = c.channels, NH = c.num_heads, L = c.num_layers;
+    const int BT = B * T, HS = C / NH;
+    const ParameterTensors<floatX>& p = model->params;
+    ActivationTensors& a = model->acts;
+    cudaStream_t stream = model->stream;
+
+    encoder_forward(a.encoded, model->inputs, p.wte, p.wpe, B, T, C, stream);
+    layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, a.encoded, p.ln1w, p.ln1b, BT, C, stream);
+    for (int l = 0; l < L; l++) {
+        const size_t tc = (size_t)BT * C;
+        const floatX* residual = l == 0 ? a.encoded : a.residual3 + (l - 1) * tc;
+        floatX* ln1 = a.ln1 + l * tc;
+        floatX* qkv = a.qkv + l * 3 * tc;
+        floatX* atty = a.atty + l * tc;
+        floatX* residual2 = a.residual2 + l * tc;
+        floatX* ln2 = a.ln2 + l * tc;
+        floatX* fch = a.fch + l * 4 * tc;
+        floatX* fch_gelu = a.fch_gelu + l * 4 * tc;
+        // attention block: residual2 = residual + proj(attention(ln1(residual)))
+        matmul_forward(qkv, ln1, p.qkvw + (size_t)l * 3 * C * C, p.qkvb + l * 3 * C, BT, C, 3 * C, stream);
+        attention_forward(atty, a.att_lse + (size_t)l * BT * NH, qkv, B, T, NH, HS, stream);
+        matmul_forward(a.proj_out, atty, p.attprojw + (size_t)l * C * C, p.attprojb + l * C, BT, C, C, stream);
+        fused_residual_layernorm_forward(residual2, ln2, a.ln2_mean + l * BT, a.ln2_rstd + l * BT, residual,
+                                         a.proj_out, p.ln2w + l * C, p.ln2b + l * C, BT, C, stream);
+        // MLP block: residual3 = residual2 + proj(gelu(fc(ln2(residual2)))); the
+        // add is fused with the next layernorm (the next layer's ln1, or lnf).
+        matmul_forward(fch, ln2, p.fcw + (size_t)l * 4 * C * C, p.fcb + l * 4 * C, BT, C, 4 * C, stream);
+        gelu_forward(fch_gelu, fch, (size_t)BT * 4 * C, stream);
+        matmul_forward(a.proj_out, fch_gelu, p.fcprojw + (size_t)l * 4 * C * C, p.fcprojb + l * C, BT, 4 * C, C,
+                       stream);
+        if (l + 1 < L)
+            fused_residual_layernorm_forward(a.residual3 + l * tc, a.ln1 + (l + 1) * tc, a.ln1_mean + (l + 1) * BT,
+                                             a.ln1_rstd + (l + 1) * BT, residual2, a.proj_out,
+                                             p.ln1w + (l + 1) * C, p.ln1b + (l + 1) * C, BT, C, stream);
+        else
+            fused_residual_layernorm_forward(a.residual3 + l * tc, a.lnf, a.lnf_mean, a.lnf_rstd, residual2,
+                                             a.proj_out, p.lnfw, p.lnfb, BT, C, stream);
+    }
+    // the LM head shares its weights with the token embedding
+    matmul_forward(a.logits, a.lnf, p.wte, nullptr, BT, C, c.padded_vocab_size, stream);
+}
+
+// Cross-entropy of the logits against model->targets. Adds
+// loss_scale * sum(per-token losses) to step_stats[0]; with write_dlogits the
+// logits become dloss/dlogits, every unmasked token weighted by loss_scale.
+static void gpt2_classify(GPT2* model, float loss_scale, bool write_dlogits) {
+    const int BT = model->B * model->T;
+    fused_classifier(model->acts.logits, model->acts.losses, model->targets, loss_scale, BT,
+                     model->config.vocab_size, model->config.padded_vocab_size, write_dlogits, model->stream);
+    accumulate_loss(model->step_stats, model->acts.losses, BT, loss_scale, model->stream);
+}
+
+// ----------------------------------------------------------------------------
+// Backward: adds this micro-batch's weight gradients into the fp32 buffer.
+// Needs the dlogits left by gpt2_classify and the inputs on the host (to group
+// token positions for the atomics-free embedding gradient).
+
+static void gpt2_backward(GPT2* model, const int* encoder_plan_host, int num_distinct_tokens) {
+    const GPT2Config& c = model->config;
+    const int B = model->B, T = model->T, C = c.channels, NH = c.num_heads, L = c.num_layers;
+    const int BT = B * T, HS = C / NH;
+    const ParameterTensors<floatX>& p = model->params;
+    const ParameterTensors<float>& g = model->grads;
+    ActivationTensors& a = model->acts;
+    BackwardScratch& s = model->scratch;
+    cudaStream_t stream = model->stream;
+    const size_t tc = (size_t)BT * C;
+
+    cudaCheck(cudaMemcpyAsync(s.encoder_plan, encoder_plan_host, encoder_backward_plan_ints(B, T) * sizeof(int),
+                              cudaMemcpyHostToDevice, stream));
+    // LM head and final layernorm
+    matmul_backward(s.dnarrow, g.wte, nullptr, s.reduce, a.logits, a.lnf, p.wte, BT, C, c.padded_vocab_size, stream);
+    cudaCheck(cudaMemsetAsync(s.dresidual, 0, tc * sizeof(floatX), stream));
+    layernorm_backward(s.dresidual, g.lnfw, g.lnfb, s.reduce, s.dnarrow, a.residual3 + (L - 1) * tc, p.lnfw,
+                       a.lnf_mean, a.lnf_rstd, BT, C, stream);
+    for (int l = L - 1; l >= 0; l--) {
+        const floatX* residual = l == 0 ? a.encoded : a.residual3 + (l - 1) * tc;
+        // MLP block (dresidual is the gradient w.r.t. residual3 here)
+        matmul_backward(s.dwide, g.fcprojw + (size_t)l * 4 * C * C, g.fcprojb + l * C, s.reduce, s.dresidual,
+                        a.fch_gelu + l * 4 * tc, p.fcprojw + (size_t)l * 4 * C * C, BT, 4 * C, C, stream);
+        gelu_backward_inplace(s.dwide, a.fch + l * 4 * tc, (size_t)BT * 4 * C, stream);
+        matmul_backward(s.dnarrow, g.fcw + (size_t)l * 4 * C * C, g.fcb + l * 4 * C, s.reduce, s.dwide,
+                        a.ln2 + l * tc, p.fcw + (size_t)l * 4 * C * C, BT, C, 4 * C, stream);
+        layernorm_backward(s.dresidual, g.ln2w + l * C, g.ln2b + l * C, s.reduce, s.dnarrow, a.residual2 + l * tc,
+                           p.ln2w + l * C, a.ln2_mean + l * BT, a.ln2_rstd + l * BT, BT, C, stream);
+        // attention block (dresidual is now the gradient w.r.t. residual2)
+        matmul_backward(s.dnarrow, g.attprojw + (size_t)l * C * C, g.attprojb + l * C, s.reduce, s.dresidual,
+                        a.atty + l * tc, p.attprojw + (size_t)l * C * C, BT, C, C, stream);
+        attention_backward(s.dwide, s.reduce, s.dnarrow, a.qkv + l * 3 * tc, a.atty + l * tc,
+                           a.att_lse + (size_t)l * BT * NH, B, T, NH, HS, stream);
+        matmul_backward(s.dnarrow, g.qkvw + (size_t)l * 3 * C * C, g.qkvb + l * 3 * C, s.reduce, s.dwide,
+                        a.ln1 + l * tc, p.qkvw + (size_t)l * 3 * C * C, BT, C, 3 * C, stream);
+        layernorm_backward(s.dresidual, g.ln1w + l * C, g.ln1b + l * C, s.reduce, s.dnarrow, residual,
+                           p.ln1w + l * C, a.ln1_mean + l * BT, a.ln1_rstd + l * BT, BT, C, stream);
+    }
+    encoder_backward(g.wte, g.wpe, s.dresidual, s.encoder_plan, num_distinct_tokens, B, T, C, stream);
+}
+
+// ----------------------------------------------------------------------------
+// The optimizer step
+
+struct OptimizerSettings {
+    float beta1 = 0.9f, beta2 = 0.95f, eps = 1e-8f;
+    float weight_decay = 0.0f;
+    float grad_clip = 1.0f;  // <= 0: no clipping
+    uint64_t seed = 1337;    // stochastic rounding
+};
+
+// Global gradient norm, then AdamW on every tensor (clipping folded in as a
+// scale computed on the device from the norm: no host round trip).
+static void gpt2_update(GPT2* model, float lr, const OptimizerSettings& opt) {
+    cudaStream_t stream = model->stream;
+    global_norm_squared(model->step_stats + 1, model->scratch.reduce, model->grads_memory, model->num_parameters,
+                        stream);
+    model->adam_step++;
+    size_t offset = 0;
+    for (int k = 0; k < NUM_PARAMETER_TENSORS; k++) {
+        const size_t n = model->param_sizes[k];
+        const uint32_t seed = (uint32_t)splitmix64(opt.seed ^ ((uint64_t)model->adam_step << 8 | k));
+        adamw_update(model->params_memory + offset, model->master_weights + offset, model->grads_memory + offset,
+                     model->adam_m + offset, model->adam_v + offset, n, lr, opt.beta1, opt.beta2, opt.eps,
+                     parameter_decays(k) ? opt.weight_decay : 0.0f, model->adam_step, opt.grad_clip,
+                     model->step_stats + 1, seed, stream);
+        offset += n;
+    }
+}
+
+// Host-side inputs of one optimizer step: A micro-batches of (B, T) tokens.
+struct StepBatch {
+    const int* inputs;   // (A, B, T)
+    const int* targets;  // (A, B, T); -1 = masked (no loss, no gradient)
+    int grad_accum_steps;
+};
+
+struct StepResult {
+    float loss;       // mean over the unmasked targets of the whole global batch
+    float grad_norm;  // before clipping
+    long num_targets; // unmasked targets in the global batch
+};
+
+static long count_unmasked(const int* targets, size_t n) {
+    long count = 0;
+    for (size_t i = 0; i < n; i++) count += targets[i] != -1;
+    return count;
+}
+
+// Copies micro-batch `i` of the pinned staging area to the device (async).
+static void upload_micro_batch(GPT2* model, int i) {
+    const size_t n = (size_t)model->B * model->T;
+    cudaCheck(cudaMemcpyAsync(model->inputs, model->staged_inputs + i * n, n * sizeof(int), cudaMemcpyHostToDevice,
+                              model->stream));
+    cudaCheck(cudaMemcpyAsync(model->targets, model->staged_targets + i * n, n * sizeof(int),
+                              cudaMemcpyHostToDevice, model->stream));
+}
+
+// One optimizer step over B_global = B_micro x N x A sequences (here N = 1).
+static StepResult train_step(GPT2* model, const StepBatch& batch, float lr, const OptimizerSettings& opt) {
+    const int A = batch.grad_accum_steps;
+    const size_t micro_tokens = (size_t)model->B * model->T, plan_ints = encoder_backward_plan_ints(model->B, model->T);
+    if (A > model->max_accum_steps) FAIL("internal: %d micro-steps, staging holds %d", A, model->max_accum_steps);
+    memcpy(model->staged_inputs, batch.inputs, A * micro_tokens * sizeof(int));  // the previous step has
+    memcpy(model->staged_targets, batch.targets, A * micro_tokens * sizeof(int)); // finished with these
+    const long num_targets = count_unmasked(batch.targets, A * micro_tokens);  // over the global batch
+    const float dloss = num_targets > 0 ? 1.0f / num_targets : 0.0f;          // each token's share of the mean
+    cudaCheck(cudaMemsetAsync(model->step_stats, 0, sizeof(float), model->stream));
+    for (int micro_step = 0; micro_step < A; micro_step++) {  // weights frozen; gradients add up in fp32
+        int* plan = model->staged_plans + micro_step * plan_ints;
+        const int num_distinct = encoder_backward_plan(plan, batch.inputs + micro_step * micro_tokens, model->B, model->T);
+        upload_micro_batch(model, micro_step);
+        gpt2_forward(model);
+        gpt2_classify(model, dloss, true);  // logits become dloss/dlogits
+        gpt2_backward(model, plan, num_distinct);
+    }
+    gpt2_update(model, lr, opt);  // the buffer holds d(mean loss)/dW of the whole global batch
+    cudaCheck(cudaMemsetAsync(model->grads_memory, 0, model->num_parameters * sizeof(float), model->stream));
+    float stats[2];
+    cudaCheck(cudaMemcpyAsync(stats, model->step_stats, sizeof(stats), cudaMemcpyDeviceToHost, model->stream));
+    cudaCheck(cudaStreamSynchronize(model->stream));  // the one host sync of the step: read loss and norm
+    return StepResult{stats[0], sqrtf(stats[1]), num_targets};
+}
+
+// Sum of the per-token losses of one micro-batch (no gradient, no update).
+static double evaluate_batch(GPT2* model, const int* inputs, const int* targets) {
+    const size_t n = (size_t)model->B * model->T;
+    memcpy(model->staged_inputs, inputs, n * sizeof(int));
+    memcpy(model->staged_targets, targets, n * sizeof(int));
+    cudaCheck(cudaMemsetAsync(model->step_stats, 0, sizeof(float), model->stream));
+    upload_micro_batch(model, 0);
+    gpt2_forward(model);
+    gpt2_classify(model, 1.0f, false);
+    float loss_sum;
+    cudaCheck(cudaMemcpyAsync(&loss_sum, model->step_stats, sizeof(float), cudaMemcpyDeviceToHost, model->stream));
+    cudaCheck(cudaStreamSynchronize(model->stream));
+    return loss_sum;
+}
+
+static void gpt2_free(GPT2* model) {
+    void* buffers[] = {model->params_memory, model->master_weights, model->grads_memory, model->adam_m, model->adam_v};
+    for (void* b : buffers) cudaCheck(cudaFree(b));
+    if (model->B > 0) {
+        void* io[] = {model->step_stats, model->inputs, model->targets};
+        for (void* b : io) cudaCheck(cudaFree(b));
+        for (int* b : {model->staged_inputs, model->staged_targets, model->staged_plans}) cudaCheck(cudaFreeHost(b));
+        ActivationTensors& a = model->acts;
+        void* acts[] = {a.encoded, a.ln1, a.ln1_mean, a.ln1_rstd, a.qkv, a.atty, a.att_lse, a.residual2, a.ln2,
+                        a.ln2_mean, a.ln2_rstd, a.fch, a.fch_gelu, a.residual3, a.lnf, a.lnf_mean, a.lnf_rstd,
+                        a.logits, a.losses, a.proj_out};
+        for (void* b : acts) cudaCheck(cudaFree(b));
+        BackwardScratch& s = model->scratch;
+        void* scratch[] = {s.dresidual, s.dwide, s.dnarrow, s.reduce, s.encoder_plan};
+        for (void* b : scratch) cudaCheck(cudaFree(b));
+    }
+    cudaCheck(cudaStreamDestroy(model->stream));
+}
+
+// ----------------------------------------------------------------------------
+// main: flags (compatible with llm.c's), data, the training loop, logs
+#ifndef TESTING
+
+struct TrainOptions {
+    const char* train_pattern = nullptr;  // -i
+    const char* val_pattern = nullptr;    // -j
+    const char* init = "d12";             // -e checkpoint file or descriptor
+    const char* output_dir = nullptr;     // -o
+    int B = 4;                            // -b micro-batch sequences
+    int T = 1024;                         // -t sequence length
+    long total_batch_tokens = -1;         // -d tokens per optimizer step (-1: B*T*N)
+    int max_steps = -1;                   // -x (-1: one epoch)
+    const char* schedule = "cosine";      // -k
+    float lr = 3e-4f;                     // -l
+    int warmup_steps = 0;                 // -u
+    float final_lr_fraction = 1.0f;       // -q
+    float weight_decay = 0.0f;            // -c
+    int val_every = 20;                   // -v
+    int val_batches = 20;                 // -m
+    int overfit_single_batch = 0;         // -a
+    float grad_clip = 1.0f;               // --grad-clip
+    long seed = 1337;                     // --seed
+};
+
+static void print_usage(const char* program) {
+    printf("Usage: %s [flags]   (GPT-2 training; %s build)\n", program, PRECISION_NAME);
+    printf("  -i <glob>   train data shards (llm.c format)\n");
+    printf("  -j <glob>   val data shards\n");
+    printf("  -e <init>   checkpoint .bin (llm.c format, version 3 or 5), or a model descriptor:\n");
+    printf("              d12, d24, d36, d48, or e.g. \"L=2,C=64,H=4,V=250,maxT=64\" (default d12)\n");
+    printf("  -o <dir>    output directory: main.log and the final model_%%08d.bin\n");
+    printf("  -b <int>    micro-batch size B, sequences (default 4)\n");
+    printf("  -t <int>    sequence length T (default 1024)\n");
+    printf("  -d <int>    tokens per optimizer step = B x T x N x A (default B x T x N: A = 1)\n");
+    printf("  -x <int>    optimizer steps (default: one epoch of the train data)\n");
+    printf("  -k <name>   lr schedule: cosine, linear, constant, wsd (default cosine)\n");
+    printf("  -l <float>  peak learning rate (default 3e-4)\n");
+    printf("  -u <int>    warmup steps (default 0)\n");
+    printf("  -q <float>  final lr as a fraction of the peak (default 1.0)\n");
+    printf("  -c <float>  weight decay of the matrices (default 0.0)\n");
+    printf("  -v <int>    val loss every this many steps (default 20; 0 = never)\n");
+    printf("  -m <int>    val batches (default 20)\n");
+    printf("  -a <0|1>    overfit the first batch (default 0)\n");
+    printf("  --grad-clip <float>  clip the global gradient norm (default 1.0; 0 = off)\n");
+    printf("  --seed <int>         weight init and stochastic rounding seed (default 1337)\n");
+    printf("  --help      this text\n");
+    printf("AdamW: betas (0.9, 0.95), eps 1e-8. Single process (multi-GPU: not in this build).\n");
+}
+
+static long parse_int(const char* flag, const char* text, long min_value) {
+    char* end = nullptr;
+    errno = 0;
+    long v = strtol(text, &end, 10);
+    if (errno || *end != '\0' || v < min_value) FAIL("%s %s: expected an integer >= %ld", flag, text, min_value);
+    return v;
+}
+static float parse_float(const char* flag, const char* text) {
+    char* end = nullptr;
+    float v = strtof(text, &end);
+    if (*end != '\0' || !std::isfinite(v)) FAIL("%s %s: expected a number", flag, text);
+    return v;
+}
+
+static TrainOptions parse_options(int argc, char** argv) {
+    TrainOptions o;
+    for (int i = 1; i < argc; i += 2) {
+        const char* flag = argv[i];
+        if (strcmp(flag, "--help") == 0 || strcmp(flag, "-h") == 0) {
+            print_usage(argv[0]);
+            exit(EXIT_SUCCESS);
+        }
+        if (i + 1 >= argc) FAIL("flag %s needs a value (see --help)", flag);
+        const char* v = argv[i + 1];
+        if (strcmp(flag, "-i") == 0) o.train_pattern = v;
+        else if (strcmp(flag, "-j") == 0) o.val_pattern = v;
+        else if (strcmp(flag, "-e") == 0) o.init = v;
+        else if (strcmp(flag, "-o") == 0) o.output_dir = v;
+        else if (strcmp(flag, "-b") == 0) o.B = parse_int(flag, v, 1);
+        else if (strcmp(flag, "-t") == 0) o.T = parse_int(flag, v, 1);
+        else if (strcmp(flag, "-d") == 0) o.total_batch_tokens = parse_int(flag, v, -1);
+        else if (strcmp(flag, "-x") == 0) o.max_steps = parse_int(flag, v, -1);
+        else if (strcmp(flag, "-k") == 0) o.schedule = v;
+        else if (strcmp(flag, "-l") == 0) o.lr = parse_float(flag, v);
+        else if (strcmp(flag, "-u") == 0) o.warmup_steps = parse_int(flag, v, 0);
+        else if (strcmp(flag, "-q") == 0) o.final_lr_fraction = parse_float(flag, v);
+        else if (strcmp(flag, "-c") == 0) o.weight_decay = parse_float(flag, v);
+        else if (strcmp(flag, "-v") == 0) o.val_every = parse_int(flag, v, 0);
+        else if (strcmp(flag, "-m") == 0) o.val_batches = parse_int(flag, v, 1);
+        else if (strcmp(flag, "-a") == 0) o.overfit_single_batch = parse_int(flag, v, 0);
+        else if (strcmp(flag, "--grad-clip") == 0) o.grad_clip = parse_float(flag, v);
+        else if (strcmp(flag, "--seed") == 0) o.seed = parse_int(flag, v, 0);
+        else FAIL("unknown flag %s (see --help)", flag);
+    }
+    return o;
+}
+
+// A = tokens per step / (B x T x N), which must divide exactly.
+static int grad_accum_steps_for(long total_batch_tokens, int B, int T, int num_processes) {
+    const long micro_tokens = (long)B * T * num_processes;
+    if (total_batch_tokens == -1) return 1;
+    if (total_batch_tokens <= 0 || total_batch_tokens % micro_tokens != 0) {
+        const long lower = std::max(1L, total_batch_tokens / micro_tokens) * micro_tokens;
+        FAIL("-d %ld is not a multiple of B x T x N = %d x %d x %d = %ld tokens; try -d %ld or -d %ld",
+             total_batch_tokens, B, T, num_processes, micro_tokens, lower, lower + micro_tokens);
+    }
+    return (int)(total_batch_tokens / micro_tokens);
+}
+
+int main(int argc, char** argv) {
+    TrainOptions opt = parse_options(argc, argv);
+    LRScheduler scheduler{LRSchedule::Cosine, opt.lr, opt.warmup_steps, 0, opt.final_lr_fraction};
+    if (!parse_lr_schedule(opt.schedule, &scheduler.schedule))
+        FAIL("-k %s: unknown schedule (cosine, linear, constant, wsd)", opt.schedule);
+    if (!opt.train_pattern) FAIL("no train data: give -i <glob> (llm.c data shards; see data/README.md)");
+    const int num_processes = 1;
+
+    GPT2 model;
+    struct stat st;
+    if (stat(opt.init, &st) == 0) gpt2_init_from_checkpoint(&model, opt.init);
+    else gpt2_init_from_descriptor(&model, opt.init, opt.seed);
+    const GPT2Config& c = model.config;
+    if (opt.T > c.max_seq_len) FAIL("-t %d exceeds the model's maximum sequence length %d", opt.T, c.max_seq_len);
+    const int A = grad_accum_steps_for(opt.total_batch_tokens, opt.B, opt.T, num_processes);
+    const long tokens_per_step = (long)opt.B * opt.T * num_processes * A;
+
+    DataLoader train_loader, val_loader;
+    dataloader_init(&train_loader, opt.train_pattern, opt.B, opt.T, 0, num_processes, c.vocab_size, false, opt.seed);
+    if (opt.val_pattern)
+        dataloader_init(&val_loader, opt.val_pattern, opt.B, opt.T, 0, num_processes, c.vocab_size, false, opt.seed);
+    const int steps = opt.max_steps > 0 ? opt.max_steps : std::max(1L, (long)(train_loader.num_tokens / tokens_per_step));
+    scheduler.total_steps = steps;
+
+    printf("model: L=%d C=%d NH=%d V=%d (padded %d) maxT=%d, %zu parameters, %s\n", c.num_layers, c.channels,
+           c.num_heads, c.vocab_size, c.padded_vocab_size, c.max_seq_len, model.num_parameters, PRECISION_NAME);
+    printf("batch: B=%d x T=%d x N=%d x A=%d = %ld tokens per step\n", opt.B, opt.T, num_processes, A, tokens_per_step);
+    printf("train: %s (%zu tokens), %d steps\n", opt.train_pattern, train_loader.num_tokens, steps);
+    gpt2_allocate_activations(&model, opt.B, opt.T, A);
+
+    FILE* log = nullptr;
+    if (opt.output_dir) {
+        mkdir(opt.output_dir, 0755);
+        const std::string path = std::string(opt.output_dir) + "/main.log";
+        log = fopen(path.c_str(), "w");
+        if (!log) FAIL("%s: cannot write (%s)", path.c_str(), strerror(errno));
+    }
+    OptimizerSettings adamw;
+    adamw.weight_decay = opt.weight_decay;
+    adamw.grad_clip = opt.grad_clip;
+    adamw.seed = opt.seed;
+    const size_t micro_tokens = (size_t)opt.B * opt.T;
+    std::vector<int> inputs(A * micro_tokens), targets(A * micro_tokens);
+
+    for (int step = 0; step <= steps; step++) {
+        const bool last = step == steps;
+        if (opt.val_pattern && opt.val_every > 0 && (step % opt.val_every == 0 || last)) {
+            dataloader_reset(&val_loader);
+            double loss_sum = 0;
+            long count = 0;
+            for (int i = 0; i < opt.val_batches; i++) {
+                dataloader_next_batch(&val_loader);
+                loss_sum += evaluate_batch(&model, val_loader.inputs, val_loader.targets);
+                count += count_unmasked(val_loader.targets, micro_tokens);
+            }
+            const double val_loss = loss_sum / std::max(1L, count);
+            printf("step %d: val loss %.6f\n", step, val_loss);
+            if (log) fprintf(log, "s:%d tel:%f\n", step, val_loss);
+        }
+        if (last) break;
+        for (int micro_step = 0; micro_step < A; micro_step++) {
+            if (opt.overfit_single_batch && micro_step == 0) dataloader_reset(&train_loader);
+            dataloader_next_batch(&train_loader);
+            memcpy(&inputs[micro_step * micro_tokens], train_loader.inputs, micro_tokens * sizeof(int));
+            memcpy(&targets[micro_step * micro_tokens], train_loader.targets, micro_tokens * sizeof(int));
+        }
+        const float lr = (float)scheduler.at(step);
+        cudaEvent_t start, end;
+        cudaCheck(cudaEventCreate(&start));
+        cudaCheck(cudaEventCreate(&end));
+        cudaCheck(cudaEventRecord(start, model.stream));
+        StepResult r = train_step(&model, StepBatch{inputs.data(), targets.data(), A}, lr, adamw);
+        cudaCheck(cudaEventRecord(end, model.stream));
+        cudaCheck(cudaEventSynchronize(end));
+        float ms = 0;
+        cudaCheck(cudaEventElapsedTime(&ms, start, end));
+        cudaCheck(cudaEventDestroy(start));
+        cudaCheck(cudaEventDestroy(end));
+        if (!std::isfinite(r.loss) || !std::isfinite(r.grad_norm))
+            FAIL("step %d: loss %f, gradient norm %f: not finite; stopping (lower -l or check the data)", step + 1,
+                 r.loss, r.grad_norm);
+        printf("step %4d/%d | loss %.6f | norm %.4f | lr %.2e | %.1f ms | %.0f tok/s\n", step + 1, steps, r.loss,
+               r.grad_norm, lr, ms, tokens_per_step / (ms / 1000.0));
+        if (log) fprintf(log, "s:%d trl:%f\n", step, r.loss);
+    }
+    if (opt.output_dir) {
+        char path[4096];
+        snprintf(path, sizeof(path), "%s/model_%08d.bin", opt.output_dir, steps);
+        gpt2_write_checkpoint(&model, path);
+        printf("wrote %s\n", path);
+    }
+    if (log) fclose(log);
+    dataloader_free(&train_loader);
+    if (opt.val_pattern) dataloader_free(&val_loader);
+    gpt2_free(&model);
+    matmul_teardown();
+    return 0;
+}
+#endif
