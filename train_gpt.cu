@@ -568,8 +568,10 @@ static void upload_micro_batch(GPT2* model, int i) {
                               cudaMemcpyHostToDevice, model->stream));
 }
 
-// One optimizer step over B_global = B_micro x N x A sequences (here N = 1).
-static StepResult train_step(GPT2* model, const StepBatch& batch, float lr, const OptimizerSettings& opt) {
+// Runs the A micro-batches of one optimizer step, forward and backward, adding
+// their gradients into the fp32 buffer (weights untouched). Returns the number
+// of unmasked targets in the global batch.
+static long accumulate_gradients(GPT2* model, const StepBatch& batch) {
     const int A = batch.grad_accum_steps;
     const size_t micro_tokens = (size_t)model->B * model->T, plan_ints = encoder_backward_plan_ints(model->B, model->T);
     if (A > model->max_accum_steps) FAIL("internal: %d micro-steps, staging holds %d", A, model->max_accum_steps);
@@ -583,9 +585,15 @@ static StepResult train_step(GPT2* model, const StepBatch& batch, float lr, cons
         const int num_distinct = encoder_backward_plan(plan, batch.inputs + micro_step * micro_tokens, model->B, model->T);
         upload_micro_batch(model, micro_step);
         gpt2_forward(model);
-        gpt2_classify(model, dloss, true);  // logits become dloss/dlogits
+        gpt2_classify(model, dloss, true);  // logits become dloss/dlogits; the loss adds up too
         gpt2_backward(model, plan, num_distinct);
     }
+    return num_targets;
+}
+
+// One optimizer step over B_global = B_micro x N x A sequences (here N = 1).
+static StepResult train_step(GPT2* model, const StepBatch& batch, float lr, const OptimizerSettings& opt) {
+    const long num_targets = accumulate_gradients(model, batch);
     gpt2_update(model, lr, opt);  // the buffer holds d(mean loss)/dW of the whole global batch
     cudaCheck(cudaMemsetAsync(model->grads_memory, 0, model->num_parameters * sizeof(float), model->stream));
     float stats[2];

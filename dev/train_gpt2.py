@@ -75,6 +75,8 @@ class GPTConfig:
 # debug state and the final weights of the trajectory file.
 PARAM_NAMES = ["wte", "wpe", "ln1w", "ln1b", "qkvw", "qkvb", "attprojw", "attprojb",
                "ln2w", "ln2b", "fcw", "fcb", "fcprojw", "fcprojb", "lnfw", "lnfb"]
+# the tensors with weight decay: the matrices (embeddings included)
+DECAYED = {"wte", "wpe", "qkvw", "attprojw", "fcw", "fcprojw"}
 
 
 def param_shapes(cfg):
@@ -421,10 +423,11 @@ def lr_at(hp, step, max_steps):
 
 
 def make_optimizer(model, hp):
-    # weight decay on the matrices (dim >= 2: wte, wpe, qkvw, attprojw, fcw,
-    # fcprojw), none on LayerNorm weights and biases
-    decay = [p for p in model.params() if p.dim() >= 2]
-    no_decay = [p for p in model.params() if p.dim() < 2]
+    # weight decay on the matrices (wte, wpe, qkvw, attprojw, fcw, fcprojw),
+    # none on LayerNorm weights and biases. Chosen by name: the layers are
+    # stacked, so a bias here is 2-D too.
+    decay = [getattr(model, n) for n in PARAM_NAMES if n in DECAYED]
+    no_decay = [getattr(model, n) for n in PARAM_NAMES if n not in DECAYED]
     groups = [{"params": decay, "weight_decay": hp.weight_decay},
               {"params": no_decay, "weight_decay": 0.0}]
     return torch.optim.AdamW(groups, lr=hp.lr, betas=(hp.beta1, hp.beta2), eps=hp.eps,
@@ -633,7 +636,7 @@ def replay_by_hand(cfg, init, t):
                 v[i] = b2 * v[i] + (1 - b2) * g * g
                 m_hat = m[i] / (1 - b1 ** (step + 1))
                 v_hat = v[i] / (1 - b2 ** (step + 1))
-                decay = wd if p.dim() >= 2 else 0.0
+                decay = wd if PARAM_NAMES[i] in DECAYED else 0.0
                 p -= lr * (m_hat / (torch.sqrt(v_hat) + eps) + decay * p)
     return {k: getattr(model, k).detach() for k in PARAM_NAMES}, norms
 

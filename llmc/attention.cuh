@@ -19,17 +19,22 @@
 // accumulators (o, dq, dk, dv) are register arrays, which is why HS is a
 // template parameter. The other side (K and V, or Q and dO) streams through
 // shared memory in tiles of TILE rows that every thread reads in the same
-// order (broadcast reads, 16 bytes at a time), processed CH = 8 rows at a
-// time so the scores of a chunk stay in registers. All arithmetic is fp32;
-// only global loads/stores are floatX.
+// order (broadcast reads, 16 bytes at a time), processed CH rows at a time
+// (8; 4 for HS < 32) so the scores of a chunk stay in registers. All
+// arithmetic is fp32; only global loads/stores are floatX.
 //
-//   HS    ROWS  TILE  shared memory (forward / dQ / dK,dV)
-//   8      64    64   6.3 / 8.6 / 8.8 KB
-//   16     64    64   12.4 / 16.7 / 17.2 KB
-//   32     64    32   16.6 / 24.9 / 25.1 KB
-//   64     64    16   24.8 / 41.5 / 41.6 KB
-//   128    32     8   24.5 / 40.5 / 40.6 KB
+//   HS    ROWS  TILE  CH  shared memory (forward / dQ / dK,dV)
+//   8      64    64   4   6.2 / 8.5 / 9.0 KB
+//   16     64    64   4   12.2 / 16.5 / 17.0 KB
+//   32     64    32   8   16.2 / 24.5 / 24.8 KB
+//   64     64    16   8   24.2 / 40.5 / 40.6 KB
+//   128    32     8   8   24.1 / 40.2 / 40.3 KB
 // (all under the 48 KB a kernel may use without opting in).
+// Registers (nvcc 12, sm_90, -Xptxas -v) at HS = 64: forward 128, dQ 136,
+// dK/dV 240; only the forward spills (8 bytes). At HS = 128 the dK/dV
+// kernel's two 128-float accumulators hit the 255-register limit and spill
+// ~350 bytes: correct, but slower (GPT-2 heads are all HS = 64).
+// Grid: (B*NH, ceil(T/ROWS)), so T <= 65535 * ROWS.
 #pragma once
 #include <cmath>
 #include <cstdio>
@@ -43,7 +48,10 @@ struct Config {
     static_assert(HS % 4 == 0, "attention: HS must be a multiple of 4 (float4 tile reads)");
     static constexpr int ROWS = HS <= 64 ? 64 : 4096 / HS;          // threads per block = owned rows
     static constexpr int TILE = 1024 / HS < 64 ? 1024 / HS : 64;    // rows per streamed tile
-    static constexpr int CH = 8;                                     // rows per register chunk
+    // rows per register chunk. For small HS nvcc keeps a whole chunk of the
+    // tiles (2 * CH * HS floats) in registers between the score and the update
+    // loops; CH = 4 keeps that under the register file (CH = 8 spills at HS = 16).
+    static constexpr int CH = HS >= 32 ? 8 : 4;
     static constexpr int OWN = HS + 1;                               // owned-row stride (odd: no bank conflicts)
     static_assert(TILE % CH == 0 && ROWS % TILE == 0, "attention: tile sizes");
     // floats of dynamic shared memory per kernel
@@ -140,6 +148,7 @@ attention_forward_kernel(floatX* out, float* lse, const floatX* qkv, int T, int 
         load_rows<HS, R>(tile_k, HS, base + C, stride, k0, TILE, T);
         load_rows<HS, R>(tile_v, HS, base + 2 * C, stride, k0, TILE, T);
         __syncthreads();
+#pragma unroll 1  // chunks one after another (code size)
         for (int c0 = 0; c0 < TILE; c0 += CH) {
             const int j0 = k0 + c0;
             if (i >= T || j0 > i) continue;  // the whole chunk lies after this row
@@ -233,6 +242,7 @@ attention_backward_dq_kernel(floatX* dqkv, float* Dvec, const floatX* dout, cons
         load_rows<HS, R>(tile_k, HS, base + C, stride, k0, TILE, T);
         load_rows<HS, R>(tile_v, HS, base + 2 * C, stride, k0, TILE, T);
         __syncthreads();
+#pragma unroll 1  // chunks one after another (code size)
         for (int c0 = 0; c0 < TILE; c0 += CH) {
             const int j0 = k0 + c0;
             if (i >= T || j0 > i) continue;
@@ -299,6 +309,7 @@ attention_backward_dkv_kernel(floatX* dqkv, const float* Dvec, const floatX* dou
             tile_D[r] = i0 + r < T ? D_bh[i0 + r] : 0.0f;
         }
         __syncthreads();
+#pragma unroll 1  // chunks one after another (code size)
         for (int c0 = 0; c0 < TILE; c0 += CH) {
             const int ic = i0 + c0;
             if (j >= T || ic + CH - 1 < j || ic >= T) continue;  // no query of the chunk sees key j

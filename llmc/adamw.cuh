@@ -1,0 +1,57 @@
+// Fused AdamW step for one parameter tensor, with gradient-norm clipping
+// folded in. Follows torch.optim.AdamW's single-tensor arithmetic on fp32
+// master weights, then writes the floatX copy the model computes with.
+#pragma once
+#include <cmath>
+#include "llmc/cuda_common.h"
+
+// clip  = min(1, grad_clip / (sqrt(*grad_norm_squared) + 1e-6))   (1 when grad_clip <= 0)
+// g     = grads[i] * clip
+// p     = master[i] * (1 - lr * weight_decay)          decoupled weight decay
+// m     = m + (1 - beta1) (g - m)                      torch's lerp
+// v     = beta2 v + (1 - beta2) g^2
+// p     = p - step_size * m / (sqrt(v) / bc2_sqrt + eps)
+//         step_size = lr / (1 - beta1^t), bc2_sqrt = sqrt(1 - beta2^t)
+// master[i] = p;  params[i] = stochastic_round(p; index i, seed)
+// The clip factor is read from device memory here, so the optimizer never
+// waits for the norm on the host. The scalars that depend only on the
+// hyperparameters are computed in double on the host, as torch does in Python.
+__global__ void adamw_kernel(floatX* params, float* master, const float* grads, float* m, float* v, size_t n,
+                             float decay, float one_minus_beta1, float beta2, float one_minus_beta2, float eps,
+                             float step_size, float bc2_sqrt, float grad_clip, const float* grad_norm_squared,
+                             uint32_t seed) {
+    float clip = 1.0f;
+    if (grad_clip > 0.0f) clip = fminf(1.0f, grad_clip / (sqrtf(*grad_norm_squared) + 1e-6f));
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+        const float g = grads[i] * clip;
+        float p = master[i] * decay;
+        float mi = m[i];
+        mi = mi + one_minus_beta1 * (g - mi);
+        const float vi = beta2 * v[i] + one_minus_beta2 * g * g;
+        const float denom = sqrtf(vi) / bc2_sqrt + eps;
+        p = p - step_size * (mi / denom);
+        m[i] = mi;
+        v[i] = vi;
+        master[i] = p;
+        stochastic_round(p, &params[i], (uint32_t)i, seed);  // an exact copy when floatX is float
+    }
+}
+
+// t: the step number, from 1. grad_norm_squared: device pointer (may be null
+// when grad_clip <= 0). seed: should differ per step and per tensor, since the
+// rounding noise is a hash of (index within the tensor, seed).
+inline void adamw_update(floatX* params, float* master, const float* grads, float* m, float* v, size_t n, float lr,
+                         float beta1, float beta2, float eps, float weight_decay, int t, float grad_clip,
+                         const float* grad_norm_squared, uint32_t seed, cudaStream_t stream) {
+    if (n == 0) return;
+    const double bias_correction1 = 1.0 - std::pow((double)beta1, t);
+    const double bias_correction2 = 1.0 - std::pow((double)beta2, t);
+    const float step_size = (float)((double)lr / bias_correction1);
+    const float bc2_sqrt = (float)std::sqrt(bias_correction2);
+    const float decay = (float)(1.0 - (double)lr * (double)weight_decay);
+    const int block = 256;
+    adamw_kernel<<<grid_stride_blocks(n, block), block, 0, stream>>>(
+        params, master, grads, m, v, n, decay, (float)(1.0 - (double)beta1), beta2, (float)(1.0 - (double)beta2), eps,
+        step_size, bc2_sqrt, grad_clip, grad_norm_squared, seed);
+    cudaCheck(cudaGetLastError());
+}

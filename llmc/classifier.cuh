@@ -1,0 +1,116 @@
+// Fused softmax + cross-entropy over rows of padded logits, and a deterministic
+// loss accumulation. The (N, Vp) logits are the largest activation of the
+// model, so the gradient is written over them in place instead of into a
+// second buffer of the same size.
+#pragma once
+#include <cmath>
+#include "llmc/cuda_common.h"
+
+// ---------------------------------------------------------------------------
+// Online softmax state over a set of logits: m = max x, s = sum exp(x - m).
+// Two states merge as m = max(m1, m2), s = s1 exp(m1 - m) + s2 exp(m2 - m); an
+// empty state (m = -inf, s = 0) contributes nothing (and no NaN from inf - inf).
+__device__ inline float softmax_rescale(float s, float m_old, float m_new) {
+    return m_old == -INFINITY ? 0.0f : s * expf(m_old - m_new);
+}
+
+__device__ inline void softmax_merge(float& m, float& s, float m2, float s2) {
+    const float mn = fmaxf(m, m2);
+    s = softmax_rescale(s, m, mn) + softmax_rescale(s2, m2, mn);
+    m = mn;
+}
+
+// Merges every thread's state over the block (blockDim.x a multiple of 32);
+// every thread gets the same, fixed-order result.
+__device__ inline void block_softmax_merge(float& m, float& s) {
+    __shared__ float warp_m[WARP_SIZE], warp_s[WARP_SIZE];
+    const int lane = threadIdx.x % WARP_SIZE, warp = threadIdx.x / WARP_SIZE;
+    const int num_warps = blockDim.x / WARP_SIZE;
+    for (int offset = 16; offset > 0; offset >>= 1) {
+        const float m2 = __shfl_xor_sync(0xffffffffu, m, offset);
+        const float s2 = __shfl_xor_sync(0xffffffffu, s, offset);
+        softmax_merge(m, s, m2, s2);
+    }
+    __syncthreads();
+    if (lane == 0) {
+        warp_m[warp] = m;
+        warp_s[warp] = s;
+    }
+    __syncthreads();
+    m = lane < num_warps ? warp_m[lane] : -INFINITY;
+    s = lane < num_warps ? warp_s[lane] : 0.0f;
+    for (int offset = 16; offset > 0; offset >>= 1) {
+        const float m2 = __shfl_xor_sync(0xffffffffu, m, offset);
+        const float s2 = __shfl_xor_sync(0xffffffffu, s, offset);
+        softmax_merge(m, s, m2, s2);
+    }
+}
+
+// One block per row i of logits x = logits[i, 0..Vp), target y = targets[i]:
+//   loss[i] = log(sum_{c<V} exp(x[c] - m)) + m - x[y],   m = max_{c<V} x[c]
+//   dlogits[i, c] = dloss * (softmax(x)[c] - [c == y])  for c < V,  0 for V <= c < Vp
+// masked rows (y == -1): loss 0, dlogits all 0.
+// Pass 1 reads the row once with the online max+sum; after the block merge
+// (whose barriers order every read of pass 1, including x[y], before any
+// write) pass 2 overwrites each thread's own columns with the gradient.
+__global__ void fused_classifier_kernel(floatX* logits, float* losses, const int* targets, float dloss, int V,
+                                        int Vp, bool write_dlogits) {
+    const int row = blockIdx.x;
+    floatX* x = logits + (size_t)row * Vp;
+    const int target = targets[row];
+    if (target < 0) {  // the same for the whole block: no barrier is skipped by only some threads
+        if (threadIdx.x == 0) losses[row] = 0.0f;
+        if (write_dlogits)
+            for (int c = threadIdx.x; c < Vp; c += blockDim.x) x[c] = from_float<floatX>(0.0f);
+        return;
+    }
+    const float x_target = to_float(x[target]);
+    float m = -INFINITY, s = 0.0f;
+    for (int c = threadIdx.x; c < V; c += blockDim.x) {
+        const float v = to_float(x[c]);
+        if (v > m) {
+            s = softmax_rescale(s, m, v) + 1.0f;
+            m = v;
+        } else {
+            s += expf(v - m);
+        }
+    }
+    block_softmax_merge(m, s);
+    if (threadIdx.x == 0) losses[row] = logf(s) + m - x_target;
+    if (!write_dlogits) return;
+    const float inv_s = 1.0f / s;
+    for (int c = threadIdx.x; c < Vp; c += blockDim.x) {
+        float d = 0.0f;
+        if (c < V) {
+            const float p = expf(to_float(x[c]) - m) * inv_s;
+            d = dloss * (p - (c == target ? 1.0f : 0.0f));
+        }
+        x[c] = from_float<floatX>(d);
+    }
+}
+
+// targets[i] in [0, V) or -1 (masked). dloss = 1 / (unmasked targets in the whole global batch).
+inline void fused_classifier(floatX* logits, float* losses, const int* targets, float dloss, int N, int V, int Vp,
+                             bool write_dlogits, cudaStream_t stream) {
+    if (N <= 0) return;
+    // 512 threads: ~100 columns each at V = 50257; small vocabularies get just enough warps
+    const int block = Vp >= 512 ? 512 : CEIL_DIV(Vp, WARP_SIZE) * WARP_SIZE;
+    fused_classifier_kernel<<<N, block, 0, stream>>>(logits, losses, targets, dloss, V, Vp, write_dlogits);
+    cudaCheck(cudaGetLastError());
+}
+
+// ---------------------------------------------------------------------------
+// loss_sum[0] += scale * sum_i losses[i]
+// One block: thread k sums losses k, k+1024, ... in order, then a fixed-order
+// block reduction; the same bits every run, and nothing waits on the host.
+__global__ void accumulate_loss_kernel(float* loss_sum, const float* losses, int N, float scale) {
+    float sum = 0.0f;
+    for (int i = threadIdx.x; i < N; i += blockDim.x) sum += losses[i];
+    sum = block_reduce_sum(sum);
+    if (threadIdx.x == 0) loss_sum[0] += scale * sum;
+}
+
+inline void accumulate_loss(float* loss_sum, const float* losses, int N, float scale, cudaStream_t stream) {
+    accumulate_loss_kernel<<<1, 1024, 0, stream>>>(loss_sum, losses, N, scale);
+    cudaCheck(cudaGetLastError());
+}
