@@ -22,7 +22,8 @@ __global__ void adamw_kernel(floatX* params, float* master, const float* grads, 
                              uint32_t seed) {
     float clip = 1.0f;
     if (grad_clip > 0.0f) clip = fminf(1.0f, grad_clip / (sqrtf(*grad_norm_squared) + 1e-6f));
-    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+    const BlockChunk chunk = block_chunk(n);
+    for (size_t i = chunk.begin + threadIdx.x; i < chunk.end; i += blockDim.x) {
         const float g = grads[i] * clip;
         float p = master[i] * decay;
         float mi = m[i];
@@ -50,7 +51,7 @@ inline void adamw_update(floatX* params, float* master, const float* grads, floa
     const float bc2_sqrt = (float)std::sqrt(bias_correction2);
     const float decay = (float)(1.0 - (double)lr * (double)weight_decay);
     const int block = 256;
-    adamw_kernel<<<grid_stride_blocks(n, block), block, 0, stream>>>(
+    adamw_kernel<<<chunked_grid_blocks(n, block), block, 0, stream>>>(
         params, master, grads, m, v, n, decay, (float)(1.0 - (double)beta1), beta2, (float)(1.0 - (double)beta2), eps,
         step_size, bc2_sqrt, grad_clip, grad_norm_squared, seed);
     cudaCheck(cudaGetLastError());

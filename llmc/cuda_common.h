@@ -86,7 +86,24 @@ __device__ inline void stochastic_round(float in, __nv_bfloat16* out, uint32_t i
 __device__ inline void stochastic_round(float in, float* out, uint32_t, uint32_t) { *out = in; }
 
 // ---------------------------------------------------------------------------
-// Launch sizing for grid-stride loops: enough blocks to fill the device a few
+// Elementwise loops over n elements: block b owns one contiguous chunk and its
+// threads step through it blockDim.x apart,
+//     const BlockChunk chunk = block_chunk(n);
+//     for (size_t i = chunk.begin + threadIdx.x; i < chunk.end; i += blockDim.x) ...
+// Neighbouring threads touch neighbouring addresses (coalesced on a GPU), and
+// a block never leaves its chunk, which keeps the CPU runtime (where a thread
+// runs its whole loop before the next one starts) in cache; a grid-wide stride
+// would send every thread across the whole array.
+struct BlockChunk { size_t begin, end; };
+__device__ inline BlockChunk block_chunk(size_t n) {
+    const size_t per_block = CEIL_DIV(CEIL_DIV(n, (size_t)gridDim.x), (size_t)blockDim.x) * blockDim.x;
+    const size_t begin = (size_t)blockIdx.x * per_block;
+    const size_t end = begin + per_block;
+    return BlockChunk{begin < n ? begin : n, end < n ? end : n};
+}
+
+// ---------------------------------------------------------------------------
+// Launch sizing for block-chunked loops: enough blocks to fill the device a few
 // times over, never more than the work needs. (Under the CPU runtime every GPU
 // thread is a fiber, so a bounded grid also keeps the CPU build fast.)
 inline int num_sms() {
@@ -98,7 +115,7 @@ inline int num_sms() {
     }
     return count;
 }
-inline int grid_stride_blocks(size_t n, int block_size) {
+inline int chunked_grid_blocks(size_t n, int block_size) {
     const size_t needed = CEIL_DIV(n, (size_t)block_size);
     const size_t cap = (size_t)num_sms() * 4;
     return (int)(needed < cap ? (needed > 0 ? needed : 1) : cap);

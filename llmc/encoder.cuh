@@ -14,11 +14,12 @@
 
 // ---------------------------------------------------------------------------
 // Forward: out[b,t,c] = wte[inp[b,t], c] + wpe[t, c]   (sum in fp32, one rounding)
-// One thread per output element in a grid-stride loop; consecutive threads take
+// One thread per output element in a block-chunked loop; consecutive threads take
 // consecutive c, so the wte/wpe row reads and the out writes are coalesced.
 __global__ void encoder_forward_kernel(floatX* out, const int* inp, const floatX* wte, const floatX* wpe,
                                        int T, int C, size_t total) {
-    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += (size_t)gridDim.x * blockDim.x) {
+    const BlockChunk chunk = block_chunk(total);
+    for (size_t i = chunk.begin + threadIdx.x; i < chunk.end; i += blockDim.x) {
         const size_t bt = i / C;
         const int c = (int)(i % C);
         const int t = (int)(bt % T);
@@ -32,7 +33,7 @@ inline void encoder_forward(floatX* out, const int* inp, const floatX* wte, cons
                             int B, int T, int C, cudaStream_t stream) {
     const size_t total = (size_t)B * T * C;
     const int block = 256;
-    encoder_forward_kernel<<<grid_stride_blocks(total, block), block, 0, stream>>>(out, inp, wte, wpe, T, C, total);
+    encoder_forward_kernel<<<chunked_grid_blocks(total, block), block, 0, stream>>>(out, inp, wte, wpe, T, C, total);
     cudaCheck(cudaGetLastError());
 }
 
@@ -97,10 +98,11 @@ __global__ void encoder_backward_wte_kernel(float* dwte, const floatX* dout, con
 }
 
 // dwpe[t, c] += sum over b = 0..B-1, in that order, of dout[b, t, c]
-// One thread per (t, c) in a grid-stride loop; the sum over b is serial.
+// One thread per (t, c) in a block-chunked loop; the sum over b is serial.
 __global__ void encoder_backward_wpe_kernel(float* dwpe, const floatX* dout, int B, int T, int C) {
     const size_t TC = (size_t)T * C;
-    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < TC; i += (size_t)gridDim.x * blockDim.x) {
+    const BlockChunk chunk = block_chunk(TC);
+    for (size_t i = chunk.begin + threadIdx.x; i < chunk.end; i += blockDim.x) {
         float sum = 0.0f;
         for (int b = 0; b < B; b++) sum += to_float(dout[b * TC + i]);
         dwpe[i] += sum;
@@ -116,6 +118,6 @@ inline void encoder_backward(float* dwte, float* dwpe, const floatX* dout, const
         cudaCheck(cudaGetLastError());
     }
     const size_t TC = (size_t)T * C;
-    encoder_backward_wpe_kernel<<<grid_stride_blocks(TC, block), block, 0, stream>>>(dwpe, dout, B, T, C);
+    encoder_backward_wpe_kernel<<<chunked_grid_blocks(TC, block), block, 0, stream>>>(dwpe, dout, B, T, C);
     cudaCheck(cudaGetLastError());
 }

@@ -7,7 +7,8 @@ constexpr float GELU_CUBE = 0.044715f;
 
 // out = 0.5 x (1 + tanh(u)),  u = sqrt(2/pi) (x + 0.044715 x^3)
 __global__ void gelu_forward_kernel(floatX* out, const floatX* inp, size_t n) {
-    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+    const BlockChunk chunk = block_chunk(n);
+    for (size_t i = chunk.begin + threadIdx.x; i < chunk.end; i += blockDim.x) {
         const float x = to_float(inp[i]);
         const float u = GELU_SCALE * (x + GELU_CUBE * x * x * x);
         out[i] = from_float<floatX>(0.5f * x * (1.0f + tanhf(u)));
@@ -17,7 +18,8 @@ __global__ void gelu_forward_kernel(floatX* out, const floatX* inp, size_t n) {
 // d(gelu)/dx = 0.5 (1 + tanh(u)) + 0.5 x (1 - tanh(u)^2) sqrt(2/pi) (1 + 3 * 0.044715 x^2)
 // d[i] = d[i] * gelu'(inp[i]), in place (each element read then written by one thread).
 __global__ void gelu_backward_inplace_kernel(floatX* d_in_out, const floatX* inp, size_t n) {
-    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+    const BlockChunk chunk = block_chunk(n);
+    for (size_t i = chunk.begin + threadIdx.x; i < chunk.end; i += blockDim.x) {
         const float x = to_float(inp[i]);
         const float u = GELU_SCALE * (x + GELU_CUBE * x * x * x);
         const float th = tanhf(u);
@@ -29,12 +31,12 @@ __global__ void gelu_backward_inplace_kernel(floatX* d_in_out, const floatX* inp
 
 inline void gelu_forward(floatX* out, const floatX* inp, size_t n, cudaStream_t stream) {
     const int block = 256;
-    gelu_forward_kernel<<<grid_stride_blocks(n, block), block, 0, stream>>>(out, inp, n);
+    gelu_forward_kernel<<<chunked_grid_blocks(n, block), block, 0, stream>>>(out, inp, n);
     cudaCheck(cudaGetLastError());
 }
 
 inline void gelu_backward_inplace(floatX* d_in_out, const floatX* inp, size_t n, cudaStream_t stream) {
     const int block = 256;
-    gelu_backward_inplace_kernel<<<grid_stride_blocks(n, block), block, 0, stream>>>(d_in_out, inp, n);
+    gelu_backward_inplace_kernel<<<chunked_grid_blocks(n, block), block, 0, stream>>>(d_in_out, inp, n);
     cudaCheck(cudaGetLastError());
 }

@@ -8,11 +8,12 @@ constexpr int GLOBAL_NORM_MAX_BLOCKS = 1024;  // enough to fill a GPU; also the 
 
 inline size_t global_norm_scratch_floats() { return GLOBAL_NORM_MAX_BLOCKS; }
 
-// Stage 1: partial[k] = sum over this block's grid-stride elements of g[i]^2
+// Stage 1: partial[k] = sum over this block's chunk of g[i]^2
 // (fp32 per thread, then the block reduction).
 __global__ void global_norm_partial_kernel(float* partial, const float* grads, size_t n) {
     float sum = 0.0f;
-    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+    const BlockChunk chunk = block_chunk(n);
+    for (size_t i = chunk.begin + threadIdx.x; i < chunk.end; i += blockDim.x) {
         const float g = grads[i];
         sum += g * g;
     }

@@ -181,6 +181,6 @@ inline void layernorm_backward(floatX* dinp, float* dweight, float* dbias, float
         cudaCheck(cudaFuncSetAttribute(layernorm_backward_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
     layernorm_backward_kernel<<<G, block, smem, stream>>>(dinp, scratch, dout, inp, weight, mean, rstd, N, C);
     cudaCheck(cudaGetLastError());
-    layernorm_backward_finish_kernel<<<grid_stride_blocks(2 * (size_t)C, 256), 256, 0, stream>>>(dweight, dbias, scratch, G, C);
+    layernorm_backward_finish_kernel<<<chunked_grid_blocks(2 * (size_t)C, 256), 256, 0, stream>>>(dweight, dbias, scratch, G, C);
     cudaCheck(cudaGetLastError());
 }

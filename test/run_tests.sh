@@ -4,10 +4,10 @@
 # a program that crashes or hangs without its tally line counts as one failure.
 #
 # Sections (TEST_SECTIONS, default all): cpu schedules streams mpi asan nvcc gpu
-#   cpu       every CPU test program once
+#   cpu       every CPU test program once (bf16), the model's tests also in fp32
 #   host      the plain C++ tests of the data tools (build/host/test_*); they
 #             find ../shared/data through SHARED_DATA and skip where it is absent
-#   schedules test_kernels and test_cublaslt again with the threads of each
+#   schedules the kernel tests and test_gpt2 again with the threads of each
 #             block in reverse and seeded random order, and with one worker
 #   streams   the tests again with CPUCUDA_STREAMS=deferred: stream work runs
 #             only when needed, so missing stream dependencies show
@@ -57,11 +57,14 @@ run() {
 
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
 MPIRUN="mpirun --oversubscribe --bind-to none"
-SINGLE_TESTS=(test_kernels test_checks test_cublaslt test_streams)
+SINGLE_TESTS=(test_kernels test_checks test_cublaslt test_streams test_matmul test_layers test_attention test_gpt2)
+# the model's kernels, rerun in every checking mode
+KERNEL_TESTS=(test_kernels test_cublaslt test_matmul test_layers test_attention)
 
 if want cpu; then
     echo "== CPU runtime tests"
     for t in "${SINGLE_TESTS[@]}"; do run "$t" "build/cpu/$t"; done
+    for t in test_matmul test_layers test_attention test_gpt2; do run "$t [fp32]" "build/cpu-fp32/$t"; done
 fi
 
 export SHARED_DATA=${SHARED_DATA:-../shared/data}
@@ -73,11 +76,11 @@ fi
 if want schedules; then
     echo "== the same kernels under other thread orders and one worker"
     for sched in reverse random:7; do
-        for t in test_kernels test_cublaslt; do
+        for t in "${KERNEL_TESTS[@]}" test_gpt2; do
             run "$t [CPUCUDA_SCHEDULE=$sched]" env CPUCUDA_SCHEDULE=$sched "build/cpu/$t"
         done
     done
-    run "test_kernels [CPUCUDA_WORKERS=1]" env CPUCUDA_WORKERS=1 build/cpu/test_kernels
+    for t in test_kernels test_layers test_attention; do run "$t [CPUCUDA_WORKERS=1]" env CPUCUDA_WORKERS=1 build/cpu/$t; done
     run "test_checks [a smaller virtual device]" env CPUCUDA_SM_COUNT=8 CPUCUDA_DEVICE_MEMORY_MB=200 \
         CPUCUDA_SMEM_OPTIN_KB=100 build/cpu/test_checks
 fi

@@ -34,4 +34,10 @@ void synchronize_device();
 bool is_device_ptr(const void* p, size_t n);
 bool is_pinned_host_ptr(const void* p, size_t n);
 
+// Profiling (runtime.cpp): adds one call of `name` taking `seconds`, and a
+// clock to measure with. profiling_on() is cheap.
+bool profiling_on();
+double profile_clock();
+void profile_add(const char* name, double seconds);
+
 }  // namespace cpucuda

@@ -19,6 +19,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdarg>
 #include <cstdio>
@@ -785,9 +786,58 @@ const char* last_kernel_failure() {
 }
 static std::mutex launch_mutex;  // one launch at a time: streams execute in issue order
 
+// ---- profiling --------------------------------------------------------------
+static std::atomic<bool> profiling{false};
+static std::mutex profile_mutex;
+static std::map<std::string, ProfileEntry>& profile_table() {
+    static auto* table = new std::map<std::string, ProfileEntry>;  // outlives the atexit print
+    return *table;
+}
+static void print_profile() {
+    std::vector<ProfileEntry> entries = profile();
+    double total = 0;
+    for (auto& e : entries) total += e.seconds;
+    fprintf(stderr, "cpu_cuda profile: %.3f s in kernels and matmuls\n", total);
+    for (auto& e : entries)
+        fprintf(stderr, "  %8.3f s %5.1f%% %8ld calls  %s\n", e.seconds, 100 * e.seconds / std::max(total, 1e-12),
+                e.calls, e.name.c_str());
+}
+static const bool profile_from_env = [] {
+    const char* v = getenv("CPUCUDA_PROFILE");
+    if (v && std::string(v) == "1") {
+        profiling = true;
+        atexit(print_profile);
+    }
+    return true;
+}();
+bool profiling_on() { return profiling.load(std::memory_order_relaxed); }
+void set_profiling(bool on) { profiling = on; }
+double profile_clock() {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+void profile_add(const char* name, double seconds) {
+    std::lock_guard<std::mutex> lock(profile_mutex);
+    ProfileEntry& e = profile_table()[name];
+    if (e.name.empty()) e.name = name;
+    e.calls++;
+    e.seconds += seconds;
+}
+std::vector<ProfileEntry> profile() {
+    std::lock_guard<std::mutex> lock(profile_mutex);
+    std::vector<ProfileEntry> v;
+    for (auto& kv : profile_table()) v.push_back(kv.second);
+    std::sort(v.begin(), v.end(), [](const ProfileEntry& a, const ProfileEntry& b) { return a.seconds > b.seconds; });
+    return v;
+}
+void reset_profile() {
+    std::lock_guard<std::mutex> lock(profile_mutex);
+    profile_table().clear();
+}
+
 // Runs every block of a kernel now.
 static void execute(const LaunchSpec& spec, void (*run_thread)(void*), void* data) {
     std::lock_guard<std::mutex> lock(launch_mutex);
+    const double start = profiling_on() ? profile_clock() : 0;
     LaunchState L;
     L.spec = spec;
     L.entry = run_thread;
@@ -799,6 +849,7 @@ static void execute(const LaunchSpec& spec, void (*run_thread)(void*), void* dat
         work_on(L);
     else
         pool().run(L);
+    if (profiling_on()) profile_add(spec.name, profile_clock() - start);
     if (L.failed) {
         fprintf(stderr, "%s\n", L.error.c_str());
         {

@@ -4,6 +4,8 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <string>
+#include <vector>
 
 namespace cpucuda {
 
@@ -36,5 +38,17 @@ void reset_peak_memory();
 // The message of the most recent kernel failure (divergent barrier, mismatched
 // warp collective), as printed on stderr; empty if none.
 const char* last_kernel_failure();
+
+// Wall time per kernel (by name) and for cuBLASLt matmuls ("cublasLtMatmul"),
+// collected while profiling is on: CPUCUDA_PROFILE=1 turns it on and prints
+// the table at exit; set_profiling() does so from a program. Sorted by time.
+struct ProfileEntry {
+    std::string name;
+    long calls;
+    double seconds;
+};
+void set_profiling(bool on);
+std::vector<ProfileEntry> profile();
+void reset_profile();
 
 }  // namespace cpucuda

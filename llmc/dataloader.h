@@ -1,0 +1,520 @@
+// Data loader for llm.c token shards (header-only host C++).
+//
+// Shard format (llm.c): a header of 256 int32 (1024 bytes), then the tokens.
+//   header[0] = 20240520, header[1] = 1: uint16 tokens
+//   header[0] = 20240801, header[1] = 7: uint32 tokens
+//   header[2] = number of tokens n; the file is exactly 1024 + n * token_size bytes.
+//
+// The stream of sequences. A shard of n tokens holds floor((n-1)/T) sequences;
+// sequence j is tokens [j*T, j*T+T+1): its first T tokens are the inputs, its
+// last T the targets. One epoch is the sequences of every shard, shards in
+// name order; with shuffle on, the order of each shard's sequences is permuted
+// by a permutation that depends only on (seed, epoch, shard index), so every
+// rank sees the same one. The stream repeats forever, epoch after epoch.
+// Batch k on rank r of N takes the sequences [k*N*B + r*B, k*N*B + r*B + B) of
+// that stream (counting from the position of the last reset or restore).
+// Hence: without shuffle and with one shard a batch is B*T+1 consecutive
+// tokens (as in llm.c); the ranks' batches k together are what one process
+// with B' = N*B reads as its batch k; and the data of one optimizer step
+// (A batches on each of N ranks) depends only on B*N*A.
+//
+// The next batch is read by a background thread while the current one is
+// used; results do not depend on its timing. Token ids are checked against
+// vocab_size when a shard is first used (one scan of that shard, in the
+// background thread); a bad id is reported by the call that would return the
+// first batch reading that shard (dataloader_init for the first batch).
+//
+// Errors print one line `error: <file or pattern>: <problem>` to stderr and
+// exit(EXIT_FAILURE).
+#pragma once
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdarg>
+#include <condition_variable>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <fcntl.h>
+#include <glob.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+#include <unistd.h>
+
+#define DATALOADER_MAGIC_U16 20240520
+#define DATALOADER_VERSION_U16 1
+#define DATALOADER_MAGIC_U32 20240801
+#define DATALOADER_VERSION_U32 7
+#define DATALOADER_HEADER_INTS 256
+#define DATALOADER_HEADER_BYTES (DATALOADER_HEADER_INTS * 4)
+#define DATALOADER_POSITION_MAGIC 0x44504F53u  // "SOPD"
+#define DATALOADER_POSITION_VERSION 1u
+
+struct DataLoaderImpl;
+
+struct DataLoader {
+    // configuration, as given to dataloader_init
+    int B, T;
+    int process_rank, num_processes;
+    int vocab_size;        // token ids must be < vocab_size (no check when <= 0)
+    bool shuffle;
+    uint64_t seed;
+    // the data
+    size_t num_shards;
+    size_t num_tokens;     // total over shards
+    size_t num_sequences;  // sequences in one epoch: sum over shards of floor((n-1)/T)
+    // the batch: host arrays of B*T each, valid after dataloader_next_batch.
+    // The pointers stay the same for the loader's lifetime.
+    int* inputs;
+    int* targets;
+    uint64_t epoch;        // epoch of the first sequence of this rank's last batch
+    DataLoaderImpl* impl;  // internal state (the struct may be moved by value; use and free one copy)
+};
+
+// Where the stream stands: plain fixed-size fields, written to a file as is.
+// next_sequence is the index in the global stream (counting over epochs) of
+// the first sequence of the next step (rank 0's first sequence of the batch
+// the next dataloader_next_batch returns). A position can be restored into a
+// loader over the same data with the same T, shuffle and seed; B and the
+// number of processes may differ (the stream then continues from that
+// sequence with the new split).
+struct DataLoaderPosition {
+    uint32_t magic;          // DATALOADER_POSITION_MAGIC
+    uint32_t version;        // DATALOADER_POSITION_VERSION
+    uint64_t next_sequence;
+    uint64_t num_sequences;  // per epoch: identifies the data with num_tokens
+    uint64_t num_tokens;
+    uint64_t seed;
+    int32_t T;
+    int32_t shuffle;
+    int32_t B;               // as saved (informational)
+    int32_t num_processes;   // as saved (informational)
+};
+static_assert(sizeof(DataLoaderPosition) == 56, "DataLoaderPosition must have no padding");
+
+// ---------------------------------------------------------------------------
+// implementation
+
+struct DataLoaderShard {
+    std::string path;
+    int token_size;       // 2 or 4
+    uint64_t ntok;
+    uint64_t nseq;        // floor((ntok-1)/T)
+    uint64_t first_seq;   // index of its first sequence within an epoch
+    bool validated;       // token ids checked (worker thread only)
+};
+
+struct DataLoaderImpl {
+    std::string pattern;
+    // a copy of the configuration, so that the worker never reads the DataLoader
+    // itself (which the caller may copy or move)
+    int B = 0, T = 0, rank = 0, nproc = 1, vocab_size = 0;
+    bool shuffle = false;
+    uint64_t seed = 0;
+    uint64_t num_sequences = 0;
+    std::vector<DataLoaderShard> shards;  // every matching file, in name order
+    uint64_t cursor = 0;                  // global index of the next step's first sequence
+    // prefetch: the worker fills stage_* with the batch of step `job_cursor`
+    std::thread worker;
+    std::mutex mu;
+    std::condition_variable cv;
+    bool job_pending = false;  // a job is requested or running
+    bool job_done = false;     // stage_* holds the batch of job_cursor (or error is set)
+    bool quit = false;
+    uint64_t job_cursor = 0;
+    std::string error;         // set by the worker: the full message line
+    std::vector<int> stage_inputs, stage_targets;
+    // worker-only state
+    int fd = -1;
+    size_t fd_shard = (size_t)-1;
+    std::vector<unsigned char> buf;
+};
+
+inline void dataloader_fail_(const std::string& where, const std::string& what) {
+    fprintf(stderr, "error: %s: %s\n", where.c_str(), what.c_str());
+    fflush(stderr);
+    exit(EXIT_FAILURE);
+}
+
+inline std::string dataloader_fmt_(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
+inline std::string dataloader_fmt_(const char* fmt, ...) {
+    char tmp[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(tmp, sizeof(tmp), fmt, ap);
+    va_end(ap);
+    return std::string(tmp);
+}
+
+inline uint64_t dataloader_mix_(uint64_t x) {  // splitmix64 finaliser
+    x += 0x9E3779B97F4A7C15ull;
+    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+    x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+    return x ^ (x >> 31);
+}
+
+// A pseudo-random permutation of [0, n) keyed by `key`, evaluated at j without
+// storing it: a 6-round balanced Feistel network on the smallest even number
+// of bits covering n, with cycle walking back into [0, n).
+inline uint64_t dataloader_permute_(uint64_t j, uint64_t n, uint64_t key) {
+    if (n <= 1) return j;
+    int bits = 2;
+    while (bits < 64 && (1ull << bits) < n) bits++;
+    if (bits & 1) bits++;
+    const int half = bits / 2;
+    const uint64_t mask = (1ull << half) - 1;
+    uint64_t x = j;
+    do {
+        uint64_t L = x >> half, R = x & mask;
+        for (int round = 0; round < 6; round++) {
+            uint64_t f = dataloader_mix_(key ^ dataloader_mix_(R + ((uint64_t)round << 56))) & mask;
+            uint64_t nl = R;
+            R = L ^ f;
+            L = nl;
+        }
+        x = (L << half) | R;
+    } while (x >= n);
+    return x;
+}
+
+// Reads exactly `count` bytes at `offset`; false on error or end of file.
+inline bool dataloader_pread_all_(int fd, void* dst, size_t count, uint64_t offset) {
+    unsigned char* p = (unsigned char*)dst;
+    while (count > 0) {
+        ssize_t got = pread(fd, p, count, (off_t)offset);
+        if (got < 0) {
+            if (errno == EINTR) continue;
+            return false;
+        }
+        if (got == 0) { errno = EIO; return false; }
+        p += got;
+        count -= (size_t)got;
+        offset += (uint64_t)got;
+    }
+    return true;
+}
+
+// Opens a shard and checks its header and size (main thread, at init).
+inline DataLoaderShard dataloader_open_shard_(const std::string& path, int T) {
+    DataLoaderShard s;
+    s.path = path;
+    int fd = open(path.c_str(), O_RDONLY);
+    if (fd < 0) dataloader_fail_(path, dataloader_fmt_("cannot open: %s", strerror(errno)));
+    struct stat st;
+    if (fstat(fd, &st) != 0) dataloader_fail_(path, dataloader_fmt_("cannot stat: %s", strerror(errno)));
+    if (!S_ISREG(st.st_mode)) dataloader_fail_(path, "not a regular file");
+    uint64_t size = (uint64_t)st.st_size;
+    if (size < DATALOADER_HEADER_BYTES)
+        dataloader_fail_(path, dataloader_fmt_("truncated: %llu bytes, less than the %d-byte header",
+                                               (unsigned long long)size, DATALOADER_HEADER_BYTES));
+    int32_t header[DATALOADER_HEADER_INTS];
+    if (!dataloader_pread_all_(fd, header, sizeof(header), 0))
+        dataloader_fail_(path, dataloader_fmt_("cannot read the header: %s", strerror(errno)));
+    close(fd);
+    if (header[0] == DATALOADER_MAGIC_U16) {
+        if (header[1] != DATALOADER_VERSION_U16)
+            dataloader_fail_(path, dataloader_fmt_("wrong version %d for magic %d (expected %d: uint16 tokens)",
+                                                   header[1], header[0], DATALOADER_VERSION_U16));
+        s.token_size = 2;
+    } else if (header[0] == DATALOADER_MAGIC_U32) {
+        if (header[1] != DATALOADER_VERSION_U32)
+            dataloader_fail_(path, dataloader_fmt_("wrong version %d for magic %d (expected %d: uint32 tokens)",
+                                                   header[1], header[0], DATALOADER_VERSION_U32));
+        s.token_size = 4;
+    } else {
+        dataloader_fail_(path, dataloader_fmt_("wrong magic %d (expected %d or %d): not a token shard",
+                                               header[0], DATALOADER_MAGIC_U16, DATALOADER_MAGIC_U32));
+    }
+    if (header[2] < 0) dataloader_fail_(path, dataloader_fmt_("negative token count %d in the header", header[2]));
+    s.ntok = (uint64_t)(uint32_t)header[2];
+    uint64_t expected = DATALOADER_HEADER_BYTES + s.ntok * (uint64_t)s.token_size;
+    if (size < expected)
+        dataloader_fail_(path, dataloader_fmt_("truncated: the header says %llu tokens (%llu bytes) but the file has %llu bytes",
+                                               (unsigned long long)s.ntok, (unsigned long long)expected,
+                                               (unsigned long long)size));
+    if (size > expected)
+        dataloader_fail_(path, dataloader_fmt_("size mismatch: the header says %llu tokens (%llu bytes) but the file has %llu bytes",
+                                               (unsigned long long)s.ntok, (unsigned long long)expected,
+                                               (unsigned long long)size));
+    s.nseq = s.ntok >= 1 ? (s.ntok - 1) / (uint64_t)T : 0;
+    s.first_seq = 0;
+    s.validated = false;
+    return s;
+}
+
+// Worker: makes impl->fd the open file of shard `si`; "" or an error message.
+inline std::string dataloader_use_shard_(DataLoaderImpl* im, size_t si, int vocab_size) {
+    DataLoaderShard& s = im->shards[si];
+    if (im->fd_shard != si) {
+        if (im->fd >= 0) close(im->fd);
+        im->fd_shard = (size_t)-1;
+        im->fd = open(s.path.c_str(), O_RDONLY);
+        if (im->fd < 0) return "error: " + s.path + ": cannot open: " + strerror(errno);
+        im->fd_shard = si;
+    }
+    if (!s.validated) {
+        if (vocab_size > 0) {
+            const size_t chunk_tokens = 1 << 20;
+            im->buf.resize(chunk_tokens * 4);
+            for (uint64_t t0 = 0; t0 < s.ntok; t0 += chunk_tokens) {
+                size_t cnt = (size_t)std::min<uint64_t>(chunk_tokens, s.ntok - t0);
+                uint64_t off = DATALOADER_HEADER_BYTES + t0 * (uint64_t)s.token_size;
+                if (!dataloader_pread_all_(im->fd, im->buf.data(), cnt * s.token_size, off))
+                    return "error: " + s.path + ": cannot read: " + strerror(errno);
+                for (size_t i = 0; i < cnt; i++) {
+                    uint32_t id;
+                    if (s.token_size == 2) { uint16_t v; memcpy(&v, &im->buf[i * 2], 2); id = v; }
+                    else memcpy(&id, &im->buf[i * 4], 4);
+                    if (id >= (uint32_t)vocab_size) {
+                        uint64_t k = t0 + i;
+                        return "error: " + s.path + ": " +
+                               dataloader_fmt_("token id %u at token offset %llu (byte offset %llu) is >= vocab_size %d",
+                                               id, (unsigned long long)k,
+                                               (unsigned long long)(DATALOADER_HEADER_BYTES + k * (uint64_t)s.token_size),
+                                               vocab_size);
+                    }
+                }
+            }
+        }
+        s.validated = true;
+    }
+    return "";
+}
+
+// Worker: fills stage_* with this rank's batch of the step starting at global
+// sequence `cursor`. Returns "" or an error line.
+inline std::string dataloader_fill_(DataLoaderImpl* im, uint64_t cursor) {
+    const int B = im->B, T = im->T;
+    const uint64_t S = im->num_sequences;
+    std::vector<unsigned char> seqbuf((size_t)(T + 1) * 4);
+    for (int b = 0; b < B; b++) {
+        uint64_t g = cursor + (uint64_t)im->rank * B + (uint64_t)b;
+        uint64_t epoch = g / S, i = g % S;
+        // the shard holding epoch-local sequence i: last shard with first_seq <= i and nseq > 0
+        size_t lo = 0, hi = im->shards.size();  // find the last shard with first_seq <= i
+        while (hi - lo > 1) {
+            size_t mid = (lo + hi) / 2;
+            if (im->shards[mid].first_seq <= i) lo = mid; else hi = mid;
+        }
+        while (im->shards[lo].nseq == 0 || i >= im->shards[lo].first_seq + im->shards[lo].nseq) lo++;  // skip empty shards
+        const DataLoaderShard& s = im->shards[lo];
+        uint64_t j = i - s.first_seq;
+        if (im->shuffle) {
+            uint64_t key = dataloader_mix_(dataloader_mix_(im->seed ^ 0x53485546464C45ull) ^ dataloader_mix_(epoch)) ^
+                           dataloader_mix_((uint64_t)lo * 0x9E3779B97F4A7C15ull + 0x1234567ull);
+            j = dataloader_permute_(j, s.nseq, key);
+        }
+        std::string err = dataloader_use_shard_(im, lo, im->vocab_size);
+        if (!err.empty()) return err;
+        uint64_t off = DATALOADER_HEADER_BYTES + j * (uint64_t)T * (uint64_t)s.token_size;
+        if (!dataloader_pread_all_(im->fd, seqbuf.data(), (size_t)(T + 1) * s.token_size, off))
+            return "error: " + s.path + ": cannot read: " + strerror(errno);
+        int* in = im->stage_inputs.data() + (size_t)b * T;
+        int* tg = im->stage_targets.data() + (size_t)b * T;
+        for (int t = 0; t <= T; t++) {
+            uint32_t id;
+            if (s.token_size == 2) { uint16_t v; memcpy(&v, &seqbuf[(size_t)t * 2], 2); id = v; }
+            else memcpy(&id, &seqbuf[(size_t)t * 4], 4);
+            if (t < T) in[t] = (int)id;
+            if (t > 0) tg[t - 1] = (int)id;
+        }
+    }
+    return "";
+}
+
+inline void dataloader_worker_(DataLoaderImpl* im) {
+    std::unique_lock<std::mutex> lock(im->mu);
+    for (;;) {
+        im->cv.wait(lock, [&] { return im->quit || (im->job_pending && !im->job_done); });
+        if (im->quit) break;
+        uint64_t cursor = im->job_cursor;
+        lock.unlock();
+        std::string err = dataloader_fill_(im, cursor);
+        lock.lock();
+        im->error = err;
+        im->job_done = true;
+        im->cv.notify_all();
+    }
+}
+
+// Waits for the job in flight (if any) to finish; the lock must be held.
+inline void dataloader_wait_idle_(DataLoaderImpl* im, std::unique_lock<std::mutex>& lock) {
+    im->cv.wait(lock, [&] { return !im->job_pending || im->job_done; });
+}
+
+// Asks the worker for the batch of the step starting at `cursor`.
+inline void dataloader_request_(DataLoaderImpl* im, uint64_t cursor) {
+    std::unique_lock<std::mutex> lock(im->mu);
+    dataloader_wait_idle_(im, lock);
+    im->job_cursor = cursor;
+    im->job_pending = true;
+    im->job_done = false;
+    im->error.clear();
+    im->cv.notify_all();
+}
+
+// Waits for the requested batch; exits on a worker error.
+inline void dataloader_wait_ready_(DataLoaderImpl* im) {
+    std::unique_lock<std::mutex> lock(im->mu);
+    im->cv.wait(lock, [&] { return im->job_pending && im->job_done; });
+    if (!im->error.empty()) {
+        fprintf(stderr, "%s\n", im->error.c_str());
+        fflush(stderr);
+        exit(EXIT_FAILURE);
+    }
+}
+
+inline void dataloader_init(DataLoader* loader, const char* pattern, int B, int T, int process_rank,
+                            int num_processes, int vocab_size, bool shuffle, uint64_t seed) {
+    const std::string where = pattern ? pattern : "(null)";
+    if (!pattern) dataloader_fail_(where, "no shard pattern given");
+    if (B <= 0 || T <= 0)
+        dataloader_fail_(where, dataloader_fmt_("batch size B=%d and sequence length T=%d must be positive", B, T));
+    if (num_processes <= 0 || process_rank < 0 || process_rank >= num_processes)
+        dataloader_fail_(where, dataloader_fmt_("process rank %d is not in [0, %d)", process_rank, num_processes));
+
+    std::vector<std::string> paths;
+    glob_t g;
+    memset(&g, 0, sizeof(g));
+    int rc = glob(pattern, GLOB_NOSORT, nullptr, &g);
+    if (rc == GLOB_NOMATCH || (rc == 0 && g.gl_pathc == 0)) {
+        globfree(&g);
+        dataloader_fail_(where, "no file matches");
+    }
+    if (rc != 0) {
+        globfree(&g);
+        dataloader_fail_(where, rc == GLOB_NOSPACE ? "glob: out of memory" : "glob: read error");
+    }
+    for (size_t i = 0; i < g.gl_pathc; i++) paths.push_back(g.gl_pathv[i]);
+    globfree(&g);
+    std::sort(paths.begin(), paths.end());  // byte order, whatever the locale
+
+    DataLoaderImpl* im = new DataLoaderImpl();
+    im->pattern = where;
+    uint64_t total_tok = 0, total_seq = 0;
+    for (const std::string& p : paths) {
+        DataLoaderShard s = dataloader_open_shard_(p, T);
+        s.first_seq = total_seq;
+        total_tok += s.ntok;
+        total_seq += s.nseq;
+        im->shards.push_back(s);
+    }
+    const uint64_t need = (uint64_t)B * (uint64_t)T + 1;
+    if (total_tok < need)
+        dataloader_fail_(where, dataloader_fmt_("too few tokens: %llu in %zu shard(s), need at least B*T+1 = %llu (B=%d, T=%d)",
+                                                (unsigned long long)total_tok, paths.size(),
+                                                (unsigned long long)need, B, T));
+    if (total_seq < (uint64_t)B)
+        dataloader_fail_(where, dataloader_fmt_("too few sequences: the %zu shard(s) hold %llu sequences of T+1 = %d tokens "
+                                                "(a shard of n tokens holds floor((n-1)/T)), need at least B = %d",
+                                                paths.size(), (unsigned long long)total_seq, T + 1, B));
+
+    loader->B = B;
+    loader->T = T;
+    loader->process_rank = process_rank;
+    loader->num_processes = num_processes;
+    loader->vocab_size = vocab_size;
+    loader->shuffle = shuffle;
+    loader->seed = seed;
+    loader->num_shards = im->shards.size();
+    loader->num_tokens = (size_t)total_tok;
+    loader->num_sequences = (size_t)total_seq;
+    loader->inputs = (int*)calloc((size_t)B * T, sizeof(int));
+    loader->targets = (int*)calloc((size_t)B * T, sizeof(int));
+    loader->epoch = 0;
+    loader->impl = im;
+    im->stage_inputs.assign((size_t)B * T, 0);
+    im->stage_targets.assign((size_t)B * T, 0);
+    im->B = B;
+    im->T = T;
+    im->rank = process_rank;
+    im->nproc = num_processes;
+    im->vocab_size = vocab_size;
+    im->shuffle = shuffle;
+    im->seed = seed;
+    im->num_sequences = total_seq;
+    im->cursor = 0;
+    im->worker = std::thread(dataloader_worker_, im);
+    dataloader_request_(im, 0);
+    dataloader_wait_ready_(im);  // errors in the first batch's shard show here
+}
+
+inline void dataloader_next_batch(DataLoader* loader) {
+    DataLoaderImpl* im = loader->impl;
+    dataloader_wait_ready_(im);
+    const size_t n = (size_t)loader->B * loader->T;
+    memcpy(loader->inputs, im->stage_inputs.data(), n * sizeof(int));
+    memcpy(loader->targets, im->stage_targets.data(), n * sizeof(int));
+    loader->epoch = (im->cursor + (uint64_t)loader->process_rank * loader->B) / loader->num_sequences;
+    im->cursor += (uint64_t)loader->num_processes * loader->B;
+    dataloader_request_(im, im->cursor);
+}
+
+inline void dataloader_reset(DataLoader* loader) {
+    DataLoaderImpl* im = loader->impl;
+    im->cursor = 0;
+    loader->epoch = 0;
+    dataloader_request_(im, 0);
+}
+
+inline DataLoaderPosition dataloader_position(const DataLoader* loader) {
+    DataLoaderPosition p;
+    memset(&p, 0, sizeof(p));
+    p.magic = DATALOADER_POSITION_MAGIC;
+    p.version = DATALOADER_POSITION_VERSION;
+    p.next_sequence = loader->impl->cursor;
+    p.num_sequences = loader->num_sequences;
+    p.num_tokens = loader->num_tokens;
+    p.seed = loader->seed;
+    p.T = loader->T;
+    p.shuffle = loader->shuffle ? 1 : 0;
+    p.B = loader->B;
+    p.num_processes = loader->num_processes;
+    return p;
+}
+
+inline void dataloader_restore(DataLoader* loader, const DataLoaderPosition& p) {
+    DataLoaderImpl* im = loader->impl;
+    const std::string& where = im->pattern;
+    if (p.magic != DATALOADER_POSITION_MAGIC || p.version != DATALOADER_POSITION_VERSION)
+        dataloader_fail_(where, dataloader_fmt_("cannot restore the data position: not a position record (magic 0x%08x, version %u)",
+                                                p.magic, p.version));
+    if (p.T != loader->T || p.num_sequences != loader->num_sequences || p.num_tokens != loader->num_tokens)
+        dataloader_fail_(where, dataloader_fmt_("cannot restore the data position: it was saved for T=%d over %llu tokens "
+                                                "(%llu sequences), this loader has T=%d over %llu tokens (%llu sequences)",
+                                                p.T, (unsigned long long)p.num_tokens, (unsigned long long)p.num_sequences,
+                                                loader->T, (unsigned long long)loader->num_tokens,
+                                                (unsigned long long)loader->num_sequences));
+    if ((p.shuffle != 0) != loader->shuffle || (loader->shuffle && p.seed != loader->seed))
+        dataloader_fail_(where, dataloader_fmt_("cannot restore the data position: it was saved with shuffle=%d seed=%llu, "
+                                                "this loader has shuffle=%d seed=%llu",
+                                                p.shuffle, (unsigned long long)p.seed, loader->shuffle ? 1 : 0,
+                                                (unsigned long long)loader->seed));
+    im->cursor = p.next_sequence;
+    loader->epoch = p.next_sequence / loader->num_sequences;
+    dataloader_request_(im, im->cursor);
+}
+
+inline void dataloader_free(DataLoader* loader) {
+    DataLoaderImpl* im = loader->impl;
+    if (!im) return;
+    {
+        std::unique_lock<std::mutex> lock(im->mu);
+        dataloader_wait_idle_(im, lock);
+        im->quit = true;
+        im->cv.notify_all();
+    }
+    if (im->worker.joinable()) im->worker.join();
+    if (im->fd >= 0) close(im->fd);
+    delete im;
+    free(loader->inputs);
+    free(loader->targets);
+    loader->inputs = loader->targets = nullptr;
+    loader->impl = nullptr;
+}
