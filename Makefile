@@ -132,7 +132,7 @@ gpu: $(addprefix build/gpu/sm_$(GPU_ARCH)/,$(GPU_NAMES))
 
 # --- tests ---------------------------------------------------------------------
 # The sanitizer build of every test, plus the deliberately out-of-bounds kernel.
-asan: $(ASAN_TESTS) $(HOST_ASAN) build/cpu-asan/oob_kernel
+asan: $(ASAN_TESTS) $(HOST_ASAN) build/cpu-asan/oob_kernel build/cpu-asan/train_gpt
 
 test: cpu asan
 	bash test/run_tests.sh

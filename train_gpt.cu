@@ -16,6 +16,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <set>
 #include <string>
 #include <vector>
 #include <sys/stat.h>
@@ -32,6 +33,7 @@
 #include "llmc/matmul.cuh"
 #include "llmc/schedulers.h"
 #include "llmc/dataloader.h"
+#include "llmc/markov_corpus.h"
 
 // One line naming the problem, then a non-zero exit.
 #define FAIL(...) do { fprintf(stderr, "error: " __VA_ARGS__); fputc('\n', stderr); exit(EXIT_FAILURE); } while (0)
@@ -663,7 +665,8 @@ struct TrainOptions {
 
 static void print_usage(const char* program) {
     printf("Usage: %s [flags]   (GPT-2 training; %s build)\n", program, PRECISION_NAME);
-    printf("  -i <glob>   train data shards (llm.c format)\n");
+    printf("  -i <glob>   train data shards (llm.c format); without -i: the built-in Markov corpus\n");
+    printf("              (build/markov/, known loss floor) and a small model, 200 steps\n");
     printf("  -j <glob>   val data shards\n");
     printf("  -e <init>   checkpoint .bin (llm.c format, version 3 or 5), or a model descriptor:\n");
     printf("              d12, d24, d36, d48, or e.g. \"L=2,C=64,H=4,V=250,maxT=64\" (default d12)\n");
@@ -700,10 +703,11 @@ static float parse_float(const char* flag, const char* text) {
     return v;
 }
 
-static TrainOptions parse_options(int argc, char** argv) {
+static TrainOptions parse_options(int argc, char** argv, std::set<std::string>* given) {
     TrainOptions o;
     for (int i = 1; i < argc; i += 2) {
         const char* flag = argv[i];
+        given->insert(flag);
         if (strcmp(flag, "--help") == 0 || strcmp(flag, "-h") == 0) {
             print_usage(argv[0]);
             exit(EXIT_SUCCESS);
@@ -733,6 +737,31 @@ static TrainOptions parse_options(int argc, char** argv) {
     return o;
 }
 
+// With no -i: the built-in corpus, documents from a random sparse Markov chain
+// whose loss floor (the entropy of its next-token distribution) is known
+// exactly, and a small model that gets close to it in about a minute on two
+// CPU cores. Flags given on the command line still win.
+constexpr const char* BUILTIN_CORPUS_DIR = "build/markov";
+static void use_builtin_corpus(TrainOptions* o, const std::set<std::string>& given) {
+    markov_corpus_write(BUILTIN_CORPUS_DIR, MARKOV_DEFAULT_SEED, MARKOV_DEFAULT_TRAIN_TOKENS,
+                        MARKOV_DEFAULT_VAL_TOKENS, MARKOV_DEFAULT_VOCAB);
+    static const std::string train = markov_corpus_train_path(BUILTIN_CORPUS_DIR);
+    static const std::string val = markov_corpus_val_path(BUILTIN_CORPUS_DIR);
+    auto unset = [&](const char* flag) { return given.count(flag) == 0; };
+    o->train_pattern = train.c_str();
+    if (unset("-j")) o->val_pattern = val.c_str();
+    if (unset("-e")) o->init = "L=2,C=64,H=4,V=256,maxT=64";
+    if (unset("-b")) o->B = 8;
+    if (unset("-t")) o->T = 64;
+    if (unset("-x")) o->max_steps = 200;
+    if (unset("-l")) o->lr = 3e-3f;
+    if (unset("-u")) o->warmup_steps = 10;
+    if (unset("-q")) o->final_lr_fraction = 0.1f;
+    if (unset("-v")) o->val_every = 50;
+    if (unset("-m")) o->val_batches = 16;
+    printf("data: the built-in Markov corpus in %s/ (no -i given)\n", BUILTIN_CORPUS_DIR);
+}
+
 // A = tokens per step / (B x T x N), which must divide exactly.
 static int grad_accum_steps_for(long total_batch_tokens, int B, int T, int num_processes) {
     const long micro_tokens = (long)B * T * num_processes;
@@ -746,11 +775,12 @@ static int grad_accum_steps_for(long total_batch_tokens, int B, int T, int num_p
 }
 
 int main(int argc, char** argv) {
-    TrainOptions opt = parse_options(argc, argv);
+    std::set<std::string> given;
+    TrainOptions opt = parse_options(argc, argv, &given);
+    if (!opt.train_pattern) use_builtin_corpus(&opt, given);
     LRScheduler scheduler{LRSchedule::Cosine, opt.lr, opt.warmup_steps, 0, opt.final_lr_fraction};
     if (!parse_lr_schedule(opt.schedule, &scheduler.schedule))
         FAIL("-k %s: unknown schedule (cosine, linear, constant, wsd)", opt.schedule);
-    if (!opt.train_pattern) FAIL("no train data: give -i <glob> (llm.c data shards; see data/README.md)");
     const int num_processes = 1;
 
     GPT2 model;
@@ -774,6 +804,11 @@ int main(int argc, char** argv) {
     printf("batch: B=%d x T=%d x N=%d x A=%d = %ld tokens per step\n", opt.B, opt.T, num_processes, A, tokens_per_step);
     printf("train: %s (%zu tokens), %d steps\n", opt.train_pattern, train_loader.num_tokens, steps);
     gpt2_allocate_activations(&model, opt.B, opt.T, A);
+    // a val shard of the built-in corpus carries its loss floor
+    double loss_floor = 0, initial_gap = 0;
+    int floor_vocab = 0;
+    const bool has_floor = opt.val_pattern && markov_corpus_floor(opt.val_pattern, &loss_floor, &floor_vocab);
+    if (has_floor) printf("loss floor of the val data: %.6f nats/token\n", loss_floor);
 
     FILE* log = nullptr;
     if (opt.output_dir) {
@@ -801,7 +836,14 @@ int main(int argc, char** argv) {
                 count += count_unmasked(val_loader.targets, micro_tokens);
             }
             const double val_loss = loss_sum / std::max(1L, count);
-            printf("step %d: val loss %.6f\n", step, val_loss);
+            if (has_floor) {
+                if (step == 0) initial_gap = val_loss - loss_floor;
+                printf("step %d: val loss %.6f | floor %.6f | gap %.4f (%.1f%% of the initial gap)\n", step,
+                       val_loss, loss_floor, val_loss - loss_floor,
+                       100.0 * (val_loss - loss_floor) / std::max(initial_gap, 1e-12));
+            } else {
+                printf("step %d: val loss %.6f\n", step, val_loss);
+            }
             if (log) fprintf(log, "s:%d tel:%f\n", step, val_loss);
         }
         if (last) break;

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The one prepared GPU check, for a machine with an NVIDIA GPU (e.g. a lent
 # H200): builds every CUDA program for sm_$GPU_ARCH with nvcc, runs the GPU
-# tests and the benchmark, and prints a summary. Budget: a few minutes.
+# tests, the trainer for a few steps and a d12 benchmark (T=1024, the largest
+# B that fits), and prints a summary. Budget: under 8 minutes.
 #   bash test/gpu_check.sh            (GPU_ARCH=90 by default)
 set -u
 cd "$(dirname "$0")/.."
@@ -26,10 +27,27 @@ done
 TEST_SECTIONS=gpu bash test/run_tests.sh 2>&1 | tee "$OUT_DIR/tests.log"
 summary+=("tests    $(tail -n 1 "$OUT_DIR/tests.log")")
 
-bench=build/gpu/sm_$GPU_ARCH/bench_cpu_cuda
+# The trainer itself: 20 steps on the built-in corpus (bf16).
+if make -s train_gpt GPU_ARCH=$GPU_ARCH >"$OUT_DIR/build_train_gpt.log" 2>&1; then
+    timeout 120 ./train_gpt -x 20 -v 10 2>&1 | tee "$OUT_DIR/train.log"
+    summary+=("train    $(grep -c '^step .*tok/s' "$OUT_DIR/train.log") steps; last: $(grep '^step .*tok/s' "$OUT_DIR/train.log" | tail -n 1)")
+    summary+=("val      $(grep 'val loss' "$OUT_DIR/train.log" | tail -n 1)")
+else
+    summary+=("NO BUILD train_gpt: $(grep -m1 -i error "$OUT_DIR/build_train_gpt.log")")
+fi
+
+# d12 at T=1024: the largest micro-batch that fits (out of memory exits with an error line).
+bench=build/gpu/sm_$GPU_ARCH/bench_train
 if [[ -x $bench ]]; then
-    $bench 2>&1 | tee "$OUT_DIR/bench.log"
-    summary+=("bench    $(grep 'kernel   ' "$OUT_DIR/bench.log")")
+    for B in 64 48 32 16 8; do
+        if timeout 120 $bench d12 $B 1024 10 989 >"$OUT_DIR/bench_B$B.log" 2>&1; then
+            cat "$OUT_DIR/bench_B$B.log"
+            summary+=("bench    $(head -n 1 "$OUT_DIR/bench_B$B.log")")
+            summary+=("memory   $(grep 'memory' "$OUT_DIR/bench_B$B.log")")
+            break
+        fi
+        summary+=("bench    B=$B: $(tail -n 1 "$OUT_DIR/bench_B$B.log")")
+    done
 fi
 
 echo

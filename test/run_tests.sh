@@ -65,6 +65,7 @@ if want cpu; then
     echo "== CPU runtime tests"
     for t in "${SINGLE_TESTS[@]}"; do run "$t" "build/cpu/$t"; done
     for t in test_matmul test_layers test_attention test_gpt2; do run "$t [fp32]" "build/cpu-fp32/$t"; done
+    run "test_train_cli" bash test/test_train_cli.sh build/cpu/train_gpt
 fi
 
 export SHARED_DATA=${SHARED_DATA:-../shared/data}
@@ -100,6 +101,7 @@ if want asan; then
     echo "== AddressSanitizer + UBSan build"
     export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=0} UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
     for t in "${SINGLE_TESTS[@]}"; do run "$t [asan]" "build/cpu-asan/$t"; done
+    run "test_train_cli [asan]" bash test/test_train_cli.sh build/cpu-asan/train_gpt
     for t in build/host-asan/test_*; do [[ -x $t ]] && run "$(basename "$t") [asan]" "$t"; done
     run "test_nccl [asan, mpirun -np 2]" env ASAN_OPTIONS=detect_leaks=0 $MPIRUN -np 2 build/cpu-asan/test_nccl
     log="$LOG_DIR/oob_kernel.log"
@@ -116,7 +118,7 @@ fi
 if want nvcc; then
     echo "== nvcc compile check (sm_90 + sm_80)"
     if [[ -x "${NVCC:-/usr/local/cuda/bin/nvcc}" ]] || command -v nvcc >/dev/null; then
-        for src in test/cpu_cuda/test_*.cu dev/*.cu; do
+        for src in test/cpu_cuda/test_*.cu dev/*.cu train_gpt.cu; do
             name=$(basename "$src" .cu)
             if make -s "build/gpu/check/$name" >"$LOG_DIR/nvcc_$name.log" 2>&1; then
                 pass "nvcc sm_90+sm_80: $src"
