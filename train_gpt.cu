@@ -823,6 +823,9 @@ int main(int argc, char** argv) {
     adamw.seed = opt.seed;
     const size_t micro_tokens = (size_t)opt.B * opt.T;
     std::vector<int> inputs(A * micro_tokens), targets(A * micro_tokens);
+    cudaEvent_t start, end;
+    cudaCheck(cudaEventCreate(&start));
+    cudaCheck(cudaEventCreate(&end));
 
     for (int step = 0; step <= steps; step++) {
         const bool last = step == steps;
@@ -854,17 +857,12 @@ int main(int argc, char** argv) {
             memcpy(&targets[micro_step * micro_tokens], train_loader.targets, micro_tokens * sizeof(int));
         }
         const float lr = (float)scheduler.at(step);
-        cudaEvent_t start, end;
-        cudaCheck(cudaEventCreate(&start));
-        cudaCheck(cudaEventCreate(&end));
         cudaCheck(cudaEventRecord(start, model.stream));
         StepResult r = train_step(&model, StepBatch{inputs.data(), targets.data(), A}, lr, adamw);
         cudaCheck(cudaEventRecord(end, model.stream));
         cudaCheck(cudaEventSynchronize(end));
         float ms = 0;
         cudaCheck(cudaEventElapsedTime(&ms, start, end));
-        cudaCheck(cudaEventDestroy(start));
-        cudaCheck(cudaEventDestroy(end));
         if (!std::isfinite(r.loss) || !std::isfinite(r.grad_norm))
             FAIL("step %d: loss %f, gradient norm %f: not finite; stopping (lower -l or check the data)", step + 1,
                  r.loss, r.grad_norm);
@@ -879,6 +877,8 @@ int main(int argc, char** argv) {
         printf("wrote %s\n", path);
     }
     if (log) fclose(log);
+    cudaCheck(cudaEventDestroy(start));
+    cudaCheck(cudaEventDestroy(end));
     dataloader_free(&train_loader);
     if (opt.val_pattern) dataloader_free(&val_loader);
     gpt2_free(&model);
