@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Installs the Debian packages the CPU build and tests need: a C++ compiler,
 # Python 3 (the launch rewriter), OpenBLAS (cuBLASLt on the CPU), Open MPI
-# (NCCL on the CPU), Boost.Context (fibers). The CUDA toolkit is expected under
+# (NCCL on the CPU), Boost.Context (fibers), nlohmann-json (header-only JSON for the
+# tokenizer and data tools). The CUDA toolkit is expected under
 # /usr/local/cuda (or CUDA_HOME); it is not a Debian package.
 set -euo pipefail
-packages=(build-essential python3 libopenblas-dev libopenmpi-dev openmpi-bin libboost-context-dev)
+packages=(build-essential python3 libopenblas-dev libopenmpi-dev openmpi-bin libboost-context-dev nlohmann-json3-dev)
 missing=()
 for p in "${packages[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
