@@ -666,7 +666,7 @@ struct TrainOptions {
 static void print_usage(const char* program) {
     printf("Usage: %s [flags]   (GPT-2 training; %s build)\n", program, PRECISION_NAME);
     printf("  -i <glob>   train data shards (llm.c format); without -i: the built-in Markov corpus\n");
-    printf("              (build/markov/, known loss floor) and a small model, 200 steps\n");
+    printf("              (build/markov/, known loss floor) and a small model, 300 steps\n");
     printf("  -j <glob>   val data shards\n");
     printf("  -e <init>   checkpoint .bin (llm.c format, version 3 or 5), or a model descriptor:\n");
     printf("              d12, d24, d36, d48, or e.g. \"L=2,C=64,H=4,V=250,maxT=64\" (default d12)\n");
@@ -753,7 +753,7 @@ static void use_builtin_corpus(TrainOptions* o, const std::set<std::string>& giv
     if (unset("-e")) o->init = "L=2,C=64,H=4,V=256,maxT=64";
     if (unset("-b")) o->B = 8;
     if (unset("-t")) o->T = 64;
-    if (unset("-x")) o->max_steps = 200;
+    if (unset("-x")) o->max_steps = 300;
     if (unset("-l")) o->lr = 3e-3f;
     if (unset("-u")) o->warmup_steps = 10;
     if (unset("-q")) o->final_lr_fraction = 0.1f;

@@ -94,5 +94,12 @@ check "prints B, T, N, A and tokens per step" $?
 [[ $(grep -c "trl:" "$WORK/ok/main.log") -eq 3 && $(grep -c "tel:" "$WORK/ok/main.log") -eq 2 ]]
 check "main.log has 3 train and 2 val losses in llm.c's format" $?
 
+# the built-in corpus (no -i): 100 steps close most of the gap to the known floor
+(cd "$WORK" && "$OLDPWD/$BIN" -x 100 -v 100 >"$WORK/builtin" 2>&1)
+check "built-in corpus run" $?
+gap=$(grep "^step 100: val loss" "$WORK/builtin" | sed -E 's/.*\(([0-9.]+)% of the initial gap\).*/\1/')
+grep -q "loss floor of the val data: 1.154616" "$WORK/builtin" && [[ -n $gap ]] && awk "BEGIN{exit !($gap < 30)}"
+check "built-in corpus: floor 1.154616 printed; after 100 steps the val gap is ${gap:-?}% of the initial gap (< 30%)" $?
+
 echo "test_train_cli: $passed passed, $failed failed"
 [[ $failed -eq 0 ]]
