@@ -9,40 +9,10 @@
 #include <sstream>
 
 #include "llmc/tokenizer.h"
+#include "test/host/host_util.h"
 #include "test/test_util.h"
 
-static std::string g_tmp, g_tool;
-
-static bool exists(const std::string& p) {
-    struct stat st;
-    return stat(p.c_str(), &st) == 0;
-}
-static std::string read_file(const std::string& p) {
-    std::ifstream f(p, std::ios::binary);
-    std::stringstream ss;
-    ss << f.rdbuf();
-    return ss.str();
-}
-static void write_file(const std::string& p, const std::string& d) {
-    std::ofstream f(p, std::ios::binary);
-    f.write(d.data(), (std::streamsize)d.size());
-}
-struct Run {
-    int code;
-    std::string err;
-};
-static Run run_cmd(const std::string& cmd) {
-    std::string e = g_tmp + "/cmd.err";
-    int st = system((cmd + " >/dev/null 2>" + e).c_str());
-    return Run{WIFEXITED(st) ? WEXITSTATUS(st) : 128 + (WIFSIGNALED(st) ? WTERMSIG(st) : 0), read_file(e)};
-}
-static bool clean_error(const Run& r, std::initializer_list<const char*> needles) {
-    if (r.code != 1 || r.err.rfind("error: ", 0) != 0 || std::count(r.err.begin(), r.err.end(), '\n') != 1) return false;
-    for (auto n : needles)
-        if (r.err.find(n) == std::string::npos) return false;
-    return true;
-}
-static std::string first_line(const std::string& s) { return s.substr(0, s.find('\n')); }
+static std::string g_tool;
 
 struct Example {
     int index, label;
@@ -187,28 +157,28 @@ int main(int argc, char** argv) {
         auto no_out = [&] { return !exists(t + "/out.bin"); };
         write_file(t + "/label.txt", "ctx\n7\na\nb\nc\nd\n");
         Run r = run_cmd(base + "--input " + t + "/label.txt" + o);
-        CHECK(clean_error(r, {"label.txt:2", "not 0..3"}) && no_out(), "text form, label 7: %s", first_line(r.err).c_str());
+        CHECK(is_clean_error(r, {"label.txt:2", "not 0..3"}) && no_out(), "text form, label 7: %s", first_line(r.err).c_str());
         write_file(t + "/short.txt", "ctx\n1\na\nb\nc\nd\nctx2\n2\n");
         r = run_cmd(base + "--input " + t + "/short.txt" + o);
-        CHECK(clean_error(r, {"short.txt", "multiple of 6"}) && no_out(), "text form, truncated item: %s",
+        CHECK(is_clean_error(r, {"short.txt", "multiple of 6"}) && no_out(), "text form, truncated item: %s",
               first_line(r.err).c_str());
         write_file(t + "/empty.txt", "");
         r = run_cmd(base + "--input " + t + "/empty.txt" + o);
-        CHECK(clean_error(r, {"empty.txt", "no items"}) && no_out(), "empty input: %s", first_line(r.err).c_str());
+        CHECK(is_clean_error(r, {"empty.txt", "no items"}) && no_out(), "empty input: %s", first_line(r.err).c_str());
         write_file(t + "/noend.jsonl", "{\"ctx\": \"a\", \"label\": 1, \"endings\": [\"x\", \"y\", \"z\"]}\n");
         r = run_cmd(base + "--input " + t + "/noend.jsonl" + o);
-        CHECK(clean_error(r, {"noend.jsonl:1", "endings"}) && no_out(), "jsonl with 3 endings: %s", first_line(r.err).c_str());
+        CHECK(is_clean_error(r, {"noend.jsonl:1", "endings"}) && no_out(), "jsonl with 3 endings: %s", first_line(r.err).c_str());
         write_file(t + "/broken.jsonl", "{\"ctx\": \"a\", \"label\": 1, \"endings\": [\"w\", \"x\", \"y\", \"z\"]}\n{\"ctx\": \n");
         r = run_cmd(base + "--input " + t + "/broken.jsonl" + o);
-        CHECK(clean_error(r, {"broken.jsonl:2", "invalid JSON"}) && no_out(), "broken jsonl line: %s", first_line(r.err).c_str());
+        CHECK(is_clean_error(r, {"broken.jsonl:2", "invalid JSON"}) && no_out(), "broken jsonl line: %s", first_line(r.err).c_str());
         write_file(t + "/noctx.jsonl", "{\"label\": 1, \"endings\": [\"w\", \"x\", \"y\", \"z\"]}\n");
         r = run_cmd(base + "--input " + t + "/noctx.jsonl" + o);
-        CHECK(clean_error(r, {"noctx.jsonl:1", "ctx"}) && no_out(), "jsonl without ctx: %s", first_line(r.err).c_str());
+        CHECK(is_clean_error(r, {"noctx.jsonl:1", "ctx"}) && no_out(), "jsonl without ctx: %s", first_line(r.err).c_str());
         r = run_cmd(base + "--input " + t + "/missing.jsonl" + o);
-        CHECK(clean_error(r, {"missing.jsonl", "cannot open"}) && no_out(), "missing input: %s", first_line(r.err).c_str());
+        CHECK(is_clean_error(r, {"missing.jsonl", "cannot open"}) && no_out(), "missing input: %s", first_line(r.err).c_str());
         write_file(t + "/ok.txt", "ctx\n1\na\nb\nc\nd\n");
         r = run_cmd(base + "--input " + t + "/ok.txt --out /nonexistent_dir_xyz/out.bin");
-        CHECK(clean_error(r, {"/nonexistent_dir_xyz/out.bin", "cannot create"}), "unwritable output: %s",
+        CHECK(is_clean_error(r, {"/nonexistent_dir_xyz/out.bin", "cannot create"}), "unwritable output: %s",
               first_line(r.err).c_str());
         r = run_cmd(base + "--input " + t + "/ok.txt" + o);
         std::vector<Example> exs;

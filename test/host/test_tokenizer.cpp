@@ -13,27 +13,14 @@
 
 #include "llmc/tokenizer.h"
 #include "test/host/sha256.h"
+#include "test/host/host_util.h"
 #include "test/test_util.h"
 
 using llmc::Tokenizer;
 using llmc::TokenizerError;
 
-static std::string g_shared, g_tmp, g_prepro, g_cases;
+static std::string g_shared, g_prepro, g_cases;
 
-static bool exists(const std::string& p) {
-    struct stat st;
-    return stat(p.c_str(), &st) == 0;
-}
-static std::string read_file(const std::string& p) {
-    std::ifstream f(p, std::ios::binary);
-    std::stringstream ss;
-    ss << f.rdbuf();
-    return ss.str();
-}
-static void write_file(const std::string& p, const std::string& data) {
-    std::ofstream f(p, std::ios::binary);
-    f.write(data.data(), (std::streamsize)data.size());
-}
 static std::string from_hex(const std::string& h) {
     std::string out;
     for (size_t i = 0; i + 1 < h.size(); i += 2) out += (char)std::stoi(h.substr(i, 2), nullptr, 16);
@@ -57,29 +44,6 @@ static double seconds_since(std::chrono::steady_clock::time_point t0) {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
-struct Run {
-    int code;        // exit status, or 128+signal
-    std::string err; // stderr
-    std::string out;
-};
-static Run run_cmd(const std::string& cmd) {
-    std::string o = g_tmp + "/cmd.out", e = g_tmp + "/cmd.err";
-    int st = system((cmd + " >" + o + " 2>" + e).c_str());
-    Run r;
-    r.code = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + (WIFSIGNALED(st) ? WTERMSIG(st) : 0);
-    r.out = read_file(o);
-    r.err = read_file(e);
-    return r;
-}
-static std::string first_line(const std::string& s) { return s.substr(0, s.find('\n')); }
-// exit 1 with exactly one line "error: ..." that contains every needle
-static bool is_clean_error(const Run& r, std::initializer_list<const char*> needles) {
-    if (r.code != 1 || r.err.rfind("error: ", 0) != 0) return false;
-    if (std::count(r.err.begin(), r.err.end(), '\n') != 1) return false;
-    for (const char* n : needles)
-        if (r.err.find(n) == std::string::npos) return false;
-    return true;
-}
 template <class F>
 static std::string error_of(F&& f) {
     try {
