@@ -64,6 +64,7 @@
 #include <cuda_bf16.h>
 #include <cblas.h>
 
+#include <algorithm>
 #include <climits>
 #include <cmath>
 #include <cstring>
@@ -430,17 +431,43 @@ cublasStatus_t make_plan(const DescState* d, const LayoutState* a, const LayoutS
 
 // ---------------------------------------------------------------------------
 // Compute.
+//
+// A matmul runs on the runtime's worker pool (cpucuda::parallel_for): bf16
+// operands are converted to fp32 in column chunks, the product is split along
+// the larger of m and n into slices (about two per worker), each one
+// single-threaded cblas_sgemm, and the epilogue runs in column chunks. OpenBLAS's own threads are switched off
+// (openblas_set_num_threads(1)): they spin for a long time after each call
+// (sched_yield), taking the cores from the kernels that follow. Each element
+// of the product is the same dot product whichever part of the split computes
+// it (the split never cuts the k dimension), so the bits do not depend on it.
+
+// bf16 <-> fp32, exactly as the toolkit's host code (__bfloat162float,
+// __float2bfloat16): widening is the bits shifted up; narrowing rounds to
+// nearest even, and every NaN becomes 0x7fff. Integer forms the compiler
+// vectorises.
+inline float bf16_bits_to_float(uint16_t h) {
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+inline uint16_t float_to_bf16_bits(float f) {
+    uint32_t x;
+    memcpy(&x, &f, 4);
+    if ((x & 0x7fffffffu) > 0x7f800000u) return 0x7fffu;
+    return (uint16_t)((x + 0x7fffu + ((x >> 16) & 1u)) >> 16);
+}
 
 inline float load(const void* p, cudaDataType_t t, int64_t i) {
     if (t == CUDA_R_32F) return static_cast<const float*>(p)[i];
-    return __bfloat162float(static_cast<const __nv_bfloat16*>(p)[i]);
+    return bf16_bits_to_float(static_cast<const uint16_t*>(p)[i]);
 }
 
 inline void store(void* p, cudaDataType_t t, int64_t i, float v) {
     if (t == CUDA_R_32F)
         static_cast<float*>(p)[i] = v;
     else
-        static_cast<__nv_bfloat16*>(p)[i] = __float2bfloat16(v);
+        static_cast<uint16_t*>(p)[i] = float_to_bf16_bits(v);
 }
 
 const void* offset(const void* p, cudaDataType_t t, int64_t elements) {
@@ -465,6 +492,24 @@ inline float gelu_grad(float x) {
     return 0.5f * (1.0f + t) + 0.5f * x * sech2 * du;
 }
 
+// Splits [0, n) into `parts` ranges whose inner boundaries are multiples of `align`.
+inline void split_range(int64_t n, int parts, int part, int64_t align, int64_t* begin, int64_t* end) {
+    auto at = [&](int q) {
+        if (q >= parts) return n;
+        int64_t b = (n * q / parts + align - 1) / align * align;
+        return b < n ? b : n;
+    };
+    *begin = at(part);
+    *end = at(part + 1);
+}
+
+// Enough work per task that waking a worker pays off.
+inline int tasks_for(double work, double per_task_min) {
+    int w = cpucuda::worker_count();
+    int t = (int)std::min<double>(w, std::max(1.0, work / per_task_min));
+    return std::max(1, t);
+}
+
 // An fp32 view of a stored rows x cols matrix: the data itself when it is
 // fp32, else a compact (ld = rows) converted copy in `scratch`.
 const float* as_f32(const void* p, cudaDataType_t t, int rows, int cols, int64_t ld, std::vector<float>& scratch,
@@ -473,25 +518,72 @@ const float* as_f32(const void* p, cudaDataType_t t, int rows, int cols, int64_t
         *ld_out = ld;
         return static_cast<const float*>(p);
     }
-    scratch.resize((size_t)rows * cols);
-    for (int j = 0; j < cols; j++)
-        for (int i = 0; i < rows; i++) scratch[(size_t)j * rows + i] = load(p, t, (int64_t)j * ld + i);
+    const size_t total = (size_t)rows * cols;
+    if (scratch.size() < total) scratch.resize(total);
+    float* dst = scratch.data();
+    const uint16_t* src = static_cast<const uint16_t*>(p);
+    const int tasks = tasks_for((double)total, 1 << 18);
+    cpucuda::parallel_for(tasks, [&](int task) {
+        int64_t j0, j1;
+        split_range(cols, tasks, task, 1, &j0, &j1);
+        for (int64_t j = j0; j < j1; j++) {
+            const uint16_t* s = src + j * ld;
+            uint32_t* d = reinterpret_cast<uint32_t*>(dst + j * (int64_t)rows);
+            for (int i = 0; i < rows; i++) d[i] = (uint32_t)s[i] << 16;
+        }
+    });
     *ld_out = rows;
-    return scratch.data();
+    return dst;
 }
 
-// prod (m x n, ld m) = alpha * op(A) * op(B), in fp32.
-void product(const Plan& p, float alpha, const void* A, const void* B, std::vector<float>& prod) {
+void sgemm(const Plan& p, float alpha, const float* a, int64_t lda, const float* b, int64_t ldb, float* c,
+           int64_t ldc) {
+    static const bool single_threaded_blas = [] {
+        openblas_set_num_threads(1);
+        return true;
+    }();
+    (void)single_threaded_blas;
+    const double flops = 2.0 * p.m * p.n * p.k;
+    const bool split_m = p.m >= p.n;
+    // Two slices per worker, taken as workers come free (a core that is busy
+    // elsewhere delays a slice, not half the product), but slices big enough
+    // that re-packing the other operand for each stays cheap.
+    const int max_slices = std::max(1, split_m ? p.m / 256 : p.n / 64);
+    const int tasks = std::min(max_slices, std::min(2 * cpucuda::worker_count(), std::max(1, (int)(flops / 4e6))));
+    cpucuda::parallel_for(tasks, [&](int task) {
+        int64_t b0, b1;
+        split_range(split_m ? p.m : p.n, tasks, task, split_m ? 64 : 16, &b0, &b1);
+        if (b1 <= b0) return;
+        const float *ap = a, *bp = b;
+        float* cp = c;
+        int m = p.m, n = p.n;
+        if (split_m) {  // rows b0..b1 of op(A) and of C
+            ap = p.transa ? a + b0 * lda : a + b0;
+            cp = c + b0;
+            m = (int)(b1 - b0);
+        } else {  // columns b0..b1 of op(B) and of C
+            bp = p.transb ? b + b0 : b + b0 * ldb;
+            cp = c + b0 * ldc;
+            n = (int)(b1 - b0);
+        }
+        cblas_sgemm(CblasColMajor, p.transa ? CblasTrans : CblasNoTrans, p.transb ? CblasTrans : CblasNoTrans, m, n,
+                    p.k, alpha, ap, (int)lda, bp, (int)ldb, 0.0f, cp, (int)ldc);
+    });
+}
+
+// out (m x n, leading dimension ld_out) = alpha * op(A) * op(B), in fp32.
+void product(const Plan& p, float alpha, const void* A, const void* B, float* out, int64_t ld_out) {
     thread_local std::vector<float> a_buf, b_buf;
-    prod.assign((size_t)p.m * p.n, 0.0f);
-    if (p.k == 0 || alpha == 0.0f) return;  // BLAS would not read A, B either
+    if (p.k == 0 || alpha == 0.0f) {  // BLAS would not read A, B either
+        for (int j = 0; j < p.n; j++) std::fill(out + (int64_t)j * ld_out, out + (int64_t)j * ld_out + p.m, 0.0f);
+        return;
+    }
     int a_rows = p.transa ? p.k : p.m, a_cols = p.transa ? p.m : p.k;
     int b_rows = p.transb ? p.n : p.k, b_cols = p.transb ? p.k : p.n;
     int64_t lda, ldb;
     const float* a = as_f32(A, p.ab_type, a_rows, a_cols, p.lda, a_buf, &lda);
     const float* b = as_f32(B, p.ab_type, b_rows, b_cols, p.ldb, b_buf, &ldb);
-    cblas_sgemm(CblasColMajor, p.transa ? CblasTrans : CblasNoTrans, p.transb ? CblasTrans : CblasNoTrans, p.m, p.n,
-                p.k, alpha, a, (int)lda, b, (int)ldb, 0.0f, prod.data(), p.m);
+    sgemm(p, alpha, a, lda, b, ldb, out, ld_out);
 }
 
 struct EpilogueArgs {
@@ -500,21 +592,61 @@ struct EpilogueArgs {
     void* aux;         // kAuxOut: output; kDGelu: input
 };
 
-// D = epilogue(prod + beta * C) for one batch entry.
-void finish(const Plan& p, const std::vector<float>& prod, float beta, const void* C, void* D,
-            const EpilogueArgs& e) {
-    for (int j = 0; j < p.n; j++) {
-        for (int i = 0; i < p.m; i++) {
-            float x = prod[(size_t)j * p.m + i];
-            if (beta != 0.0f) x += beta * load(C, p.cd_type, (int64_t)j * p.ldc + i);
-            if (p.epi & kHasBias) x += load(e.bias, p.bias_type, i);
-            int64_t aux_i = (int64_t)j * p.ld_aux + i;
-            if (p.epi & kAuxOut) store(e.aux, p.aux_type, aux_i, x);
-            if (p.epi & kGelu) x = gelu(x);
-            if (p.epi & kDGelu) x *= gelu_grad(load(e.aux, p.aux_type, aux_i));
-            store(D, p.cd_type, (int64_t)j * p.ldd + i, x);
-        }
+// Column loops of the epilogue, one type each, so that they vectorise.
+inline void add_scaled(float* x, const void* src, cudaDataType_t t, float scale, int n) {
+    if (t == CUDA_R_32F) {
+        const float* s = static_cast<const float*>(src);
+        for (int i = 0; i < n; i++) x[i] += scale * s[i];
+    } else {
+        const uint16_t* s = static_cast<const uint16_t*>(src);
+        for (int i = 0; i < n; i++) x[i] += scale * bf16_bits_to_float(s[i]);
     }
+}
+inline void add_plain(float* x, const void* src, cudaDataType_t t, int n) {
+    if (t == CUDA_R_32F) {
+        const float* s = static_cast<const float*>(src);
+        for (int i = 0; i < n; i++) x[i] += s[i];
+    } else {
+        const uint16_t* s = static_cast<const uint16_t*>(src);
+        for (int i = 0; i < n; i++) x[i] += bf16_bits_to_float(s[i]);
+    }
+}
+inline void store_column(void* dst, cudaDataType_t t, const float* x, int n) {
+    if (t == CUDA_R_32F) {
+        memcpy(dst, x, (size_t)n * sizeof(float));
+    } else {
+        uint16_t* d = static_cast<uint16_t*>(dst);
+        for (int i = 0; i < n; i++) d[i] = float_to_bf16_bits(x[i]);
+    }
+}
+
+// D = epilogue(prod + beta * C) for columns j0..j1 of one batch entry, one
+// step at a time over a column of prod (scratch, updated in place); every
+// element goes through the same operations in the same order as the formula.
+void finish_columns(const Plan& p, float* prod, float beta, const void* C, void* D, const EpilogueArgs& e,
+                    int64_t j0, int64_t j1) {
+    for (int64_t j = j0; j < j1; j++) {
+        float* x = prod + j * p.m;
+        if (beta != 0.0f) add_scaled(x, offset(C, p.cd_type, j * p.ldc), p.cd_type, beta, p.m);
+        if (p.epi & kHasBias) add_plain(x, e.bias, p.bias_type, p.m);
+        if (p.epi & kAuxOut) store_column(const_cast<void*>(offset(e.aux, p.aux_type, j * p.ld_aux)), p.aux_type, x, p.m);
+        if (p.epi & kGelu)
+            for (int i = 0; i < p.m; i++) x[i] = gelu(x[i]);
+        if (p.epi & kDGelu) {
+            const void* aux = offset(e.aux, p.aux_type, j * p.ld_aux);
+            for (int i = 0; i < p.m; i++) x[i] *= gelu_grad(load(aux, p.aux_type, i));
+        }
+        store_column(const_cast<void*>(offset(D, p.cd_type, j * p.ldd)), p.cd_type, x, p.m);
+    }
+}
+
+void finish(const Plan& p, float* prod, float beta, const void* C, void* D, const EpilogueArgs& e) {
+    const int tasks = tasks_for((double)p.m * p.n * ((p.epi & (kGelu | kDGelu)) ? 16 : 1), 1 << 18);
+    cpucuda::parallel_for(tasks, [&](int task) {
+        int64_t j0, j1;
+        split_range(p.n, tasks, task, 1, &j0, &j1);
+        finish_columns(p, prod, beta, C, D, e, j0, j1);
+    });
 }
 
 // bias_out[j] = sum over l < k of op(B)[l][j], j < n.
@@ -532,15 +664,23 @@ void bias_grad_b(const Plan& p, const void* B, void* bias_out) {
 cublasStatus_t run(const Plan& p, float alpha, const void* A, const void* B, float beta, const void* C, void* D,
                    const EpilogueArgs& e) {
     thread_local std::vector<float> prod;
+    // fp32 D, nothing to add or apply: the product goes straight into D
+    const bool direct = p.cd_type == CUDA_R_32F && beta == 0.0f && (p.epi & ~kBGradB) == 0;
+    if (!direct && prod.size() < (size_t)p.m * p.n) prod.resize((size_t)p.m * p.n);
     for (int bi = 0; bi < p.batch; bi++) {
         const void* a = offset(A, p.ab_type, bi * p.stride_a);
         const void* b = offset(B, p.ab_type, bi * p.stride_b);
         const void* c = beta != 0.0f ? offset(C, p.cd_type, bi * p.stride_c) : nullptr;
         void* d = const_cast<void*>(offset(D, p.cd_type, bi * p.stride_d));
-        product(p, alpha, a, b, prod);
         // BGRADB reads B before D is written (D must not alias B anyway).
+        if (direct) {
+            if (p.epi & kBGradB) bias_grad_b(p, b, e.bias_out);
+            product(p, alpha, a, b, static_cast<float*>(d), p.ldd);
+            continue;
+        }
+        product(p, alpha, a, b, prod.data(), p.m);
         if (p.epi & kBGradB) bias_grad_b(p, b, e.bias_out);
-        finish(p, prod, beta, c, d, e);
+        finish(p, prod.data(), beta, c, d, e);
     }
     return CUBLAS_STATUS_SUCCESS;
 }

@@ -34,6 +34,11 @@ void synchronize_device();
 bool is_device_ptr(const void* p, size_t n);
 bool is_pinned_host_ptr(const void* p, size_t n);
 
+// The worker pool (runtime.cpp): fn(0) .. fn(tasks - 1), spread over the
+// worker threads and the caller; returns when all are done. Not from a kernel.
+int worker_count();
+void parallel_for(int tasks, const std::function<void(int)>& fn);
+
 // Profiling (runtime.cpp): adds one call of `name` taking `seconds`, and a
 // clock to measure with. profiling_on() is cheap.
 bool profiling_on();

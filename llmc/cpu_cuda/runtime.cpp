@@ -3,9 +3,10 @@
 //
 // Kernel execution in one paragraph: a launch hands its blocks to a pool of
 // worker threads (one per core). A worker runs one block at a time; each GPU
-// thread of the block is a fiber (Boost.Context fcontext) on its own small stack.
-// A fiber runs until it reaches a barrier or a warp collective, then switches
-// straight to the next runnable fiber of its warp. When every lane of a warp is
+// thread of the block is a fiber on a small stack. A fiber runs until it
+// reaches a barrier or a warp collective, then switches straight to the next
+// runnable fiber of its warp; a thread that finishes runs the next one that
+// has not started yet on the same stack, as a plain call (run to completion). When every lane of a warp is
 // parked, the pending collectives are resolved (each lane's result computed) and
 // the warp runs again; when every thread of the block waits at __syncthreads the
 // barrier opens. Anything else - a barrier some threads never reach, lanes that
@@ -43,7 +44,84 @@
 #define CPUCUDA_ASAN 1
 #endif
 
+// Context switching. On x86-64 the runtime has its own switch: it saves only
+// the callee-saved integer registers and the stack pointer. Boost's
+// jump_fcontext also saves and restores the x87 control word and MXCSR
+// (fnstcw/fldcw are slow, serialising instructions, most of the cost of a
+// switch); every fiber of this runtime runs with the worker thread's floating
+// point environment, and kernels cannot change it (there is no CUDA API to),
+// so there is nothing to save. Elsewhere Boost.Context's fcontext is used.
+#if defined(__x86_64__) && !defined(CPUCUDA_BOOST_SWITCH)
+namespace bctx {
+typedef void* fcontext_t;
+struct transfer_t {
+    fcontext_t fctx;  // the context that jumped (to resume it later)
+    void* data;       // what it passed
+};
+extern "C" transfer_t cpucuda_jump_context(fcontext_t to, void* data);
+extern "C" void cpucuda_context_entry();
+// A fresh context on the stack below `top`: the first jump to it calls fn with
+// the jumper's context and data (fn must never return).
+inline fcontext_t make_fcontext(void* top, size_t, void (*fn)(transfer_t)) {
+    uintptr_t t = (uintptr_t)top & ~(uintptr_t)15;
+    void** sp = (void**)(t - 72);  // r12..rbp, return address, 16 bytes of padding
+    sp[0] = (void*)fn;             // r12: what the entry calls
+    for (int i = 1; i < 6; i++) sp[i] = nullptr;
+    sp[6] = (void*)&cpucuda_context_entry;
+    sp[7] = sp[8] = nullptr;
+    return sp;
+}
+inline transfer_t jump_fcontext(fcontext_t to, void* data) { return cpucuda_jump_context(to, data); }
+}  // namespace bctx
+// cpucuda_jump_context(to, data): pushes the callee-saved registers, leaves its
+// stack pointer (the context to resume) in rax and `data` in rdx - the two
+// halves of the returned transfer_t - and pops the target's registers.
+// cpucuda_context_entry runs on a fresh stack (16-byte aligned) and calls
+// fn(transfer_t{rax, rdx}) from r12.
+asm(R"(
+    .text
+    .p2align 4
+    .globl cpucuda_jump_context
+    .hidden cpucuda_jump_context
+    .type cpucuda_jump_context,@function
+cpucuda_jump_context:
+    .cfi_startproc
+    pushq %rbp
+    pushq %rbx
+    pushq %r15
+    pushq %r14
+    pushq %r13
+    pushq %r12
+    movq %rsp, %rax
+    movq %rdi, %rsp
+    popq %r12
+    popq %r13
+    popq %r14
+    popq %r15
+    popq %rbx
+    popq %rbp
+    movq %rsi, %rdx
+    ret
+    .cfi_endproc
+    .size cpucuda_jump_context, .-cpucuda_jump_context
+
+    .p2align 4
+    .globl cpucuda_context_entry
+    .hidden cpucuda_context_entry
+    .type cpucuda_context_entry,@function
+cpucuda_context_entry:
+    .cfi_startproc
+    .cfi_undefined rip
+    movq %rax, %rdi
+    movq %rdx, %rsi
+    callq *%r12
+    ud2
+    .cfi_endproc
+    .size cpucuda_context_entry, .-cpucuda_context_entry
+)");
+#else
 namespace bctx = boost::context::detail;
+#endif
 
 namespace cpucuda {
 
@@ -193,7 +271,7 @@ struct Fiber : ThreadCtx {
     uint64_t value = 0, result = 0;
     // pending block barrier
     int pred = 0, barrier_result = 0;
-    char* stack_top = nullptr;
+    unsigned stack = 0;  // the worker's stack it runs on, while started and not done
 };
 
 struct LaunchState {
@@ -229,6 +307,8 @@ struct Worker {
     char* stacks = nullptr;  // [guard page | stack] x capacity
     size_t stack_stride = 0;
     unsigned capacity = 0;
+    std::vector<char*> stack_top, stack_bottom;  // per stack; bottom: just above the guard page
+    std::vector<unsigned> free_stacks;           // stacks no started thread holds
     char* dyn_smem = nullptr;
     bctx::fcontext_t sched_ctx = nullptr;
 #ifdef CPUCUDA_ASAN
@@ -265,7 +345,17 @@ struct Worker {
         for (unsigned i = 0; i < n; i++) mprotect(stacks + i * stack_stride, page, PROT_NONE);
         capacity = n;
         fibers.resize(n);
-        for (unsigned i = 0; i < n; i++) fibers[i].stack_top = stacks + (i + 1) * stack_stride;
+        // Each stack starts a different number of cache lines below its top:
+        // stacks a whole number of pages apart would put every fiber's live
+        // frame in the same L1 set (and few L2 sets), and a warp's 32 fibers
+        // would evict one another at every switch.
+        stack_top.resize(n);
+        stack_bottom.resize(n);
+        free_stacks.reserve(n);
+        for (unsigned i = 0; i < n; i++) {
+            stack_bottom[i] = stacks + i * stack_stride + page;
+            stack_top[i] = stacks + (i + 1) * stack_stride - (i % 64) * 64;
+        }
     }
     unsigned lanes_in_warp(unsigned w) const { return std::min(32u, nthreads - w * 32); }
 };
@@ -390,6 +480,58 @@ static int release_warp(Worker& w, unsigned wi) {
     Fiber* lanes = &w.fibers[wi * 32];
     const unsigned n = w.lanes_in_warp(wi);
     const unsigned present = n == 32 ? 0xffffffffu : ((1u << n) - 1u);
+    // The common case first: every lane at the same collective with the same
+    // mask (covering every lane) and width - what the general loop below
+    // would find, without its per-lane bookkeeping. Shuffles within a full
+    // group never read outside it.
+    {
+        const Fiber& f = lanes[0];
+        const WarpOp op = f.op;
+        const unsigned mask = f.mask;
+        const int width = f.width;
+        bool uniform = (mask & present) == present && width >= 1 && width <= 32 && !(width & (width - 1));
+        for (unsigned l = 0; l < n && uniform; l++)
+            uniform = lanes[l].state == FiberState::AtWarp && lanes[l].op == op && lanes[l].mask == mask &&
+                      lanes[l].width == width;
+        if (uniform) {
+            switch (op) {
+                case WarpOp::Sync:
+                    for (unsigned l = 0; l < n; l++) lanes[l].result = 0;
+                    break;
+                case WarpOp::Ballot:
+                case WarpOp::Any:
+                case WarpOp::All: {
+                    uint64_t ballot = 0;
+                    for (unsigned l = 0; l < n; l++)
+                        if (lanes[l].value) ballot |= 1ull << l;
+                    const uint64_t r = op == WarpOp::Ballot ? ballot
+                                       : op == WarpOp::Any  ? (uint64_t)(ballot != 0)
+                                                            : (uint64_t)(ballot == (uint64_t)present);
+                    for (unsigned l = 0; l < n; l++) lanes[l].result = r;
+                    break;
+                }
+                case WarpOp::ShflXor:
+                    if (width == 32 && n == 32) {  // butterflies: the reductions' shuffle
+                        for (unsigned l = 0; l < 32; l++) {
+                            const unsigned src = l ^ (unsigned)lanes[l].param;
+                            lanes[l].result = lanes[src < 32 ? src : l].value;
+                        }
+                        break;
+                    }
+                    [[fallthrough]];
+                default: {
+                    unsigned src[32];
+                    for (unsigned l = 0; l < n && uniform; l++) uniform = shuffle_source(lanes[l], l, present, &src[l]);
+                    if (!uniform) break;  // a lane reads outside the warp: the general loop reports it
+                    for (unsigned l = 0; l < n; l++) lanes[l].result = lanes[src[l]].value;
+                }
+            }
+        }
+        if (uniform) {
+            for (unsigned l = 0; l < n; l++) lanes[l].state = FiberState::Runnable;
+            return (int)n;
+        }
+    }
     unsigned done_groups = 0;  // lanes already resolved in this call
     int released = 0;
     for (unsigned l = 0; l < n; l++) {
@@ -526,8 +668,8 @@ static void on_resume(Worker& w, bctx::transfer_t t) {
 // AddressSanitizer must be told which stack is live after each switch.
 static void asan_before_jump(Worker& w, Fiber* to, void** fake, bool dying) {
     if (to)
-        __sanitizer_start_switch_fiber(dying ? nullptr : fake, to->stack_top - config().stack_bytes,
-                                       config().stack_bytes);
+        __sanitizer_start_switch_fiber(dying ? nullptr : fake, w.stack_bottom[to->stack],
+                                       (size_t)(w.stack_top[to->stack] - w.stack_bottom[to->stack]));
     else
         __sanitizer_start_switch_fiber(dying ? nullptr : fake, w.sched_stack_bottom, w.sched_stack_size);
 }
@@ -535,15 +677,29 @@ static void asan_before_jump(Worker& w, Fiber* to, void** fake, bool dying) {
 
 static void fiber_main(bctx::transfer_t t);
 
+// Switches from `self` (nullptr: the scheduler) to `next` (nullptr: back to
+// the scheduler). A thread that has not started yet gets a free stack first;
+// a dying thread's stack is free once it has jumped (nothing runs in between).
 static void jump_to(Worker& w, Fiber* self, Fiber* next, bool dying) {
     bctx::fcontext_t target;
     if (next) {
-        if (!next->ctx) next->ctx = bctx::make_fcontext(next->stack_top, config().stack_bytes, fiber_main);
+        if (!next->ctx) {
+            next->stack = w.free_stacks.back();
+            w.free_stacks.pop_back();
+            char* top = w.stack_top[next->stack];
+#ifdef CPUCUDA_ASAN
+            // A stack left by a thread that died in a switch still carries the
+            // poisoned redzones of its last frames (they never returned).
+            ASAN_UNPOISON_MEMORY_REGION(w.stack_bottom[next->stack], (size_t)(top - w.stack_bottom[next->stack]));
+#endif
+            next->ctx = bctx::make_fcontext(top, (size_t)(top - w.stack_bottom[next->stack]), fiber_main);
+        }
         target = next->ctx;
         next->ctx = nullptr;
     } else {
         target = w.sched_ctx;
     }
+    if (dying) w.free_stacks.push_back(self->stack);
     tls_thread = next;
 #ifdef CPUCUDA_ASAN
     void* fake = nullptr;
@@ -581,9 +737,21 @@ static void fiber_main(bctx::transfer_t t) {
 #endif
     on_resume(w, t);
     Fiber* self = static_cast<Fiber*>(tls_thread);
-    w.launch->entry(w.launch->closure);
-    self->state = FiberState::Done;
-    jump_to(w, self, pick_next(w), true);  // never comes back
+    Fiber* next;
+    for (;;) {
+        w.launch->entry(w.launch->closure);
+        self->state = FiberState::Done;
+        next = pick_next(w);
+        if (!next || next->ctx) break;
+        // Run to completion: the next thread has not started, so it runs right
+        // here, on this stack, as a plain call - no switch, no new stack. Only
+        // a thread that parks keeps its stack; the threads after it start on
+        // stacks of their own (jump_to). The order is pick_next's either way.
+        next->stack = self->stack;
+        self = next;
+        tls_thread = next;
+    }
+    jump_to(w, self, next, true);  // never comes back
     abort();
 }
 
@@ -639,6 +807,8 @@ static void run_block(Worker& w, LaunchState& L, uint64_t linear) {
         f.ctx = nullptr;
         f.pred = 0;
     }
+    w.free_stacks.clear();
+    for (unsigned i = L.nthreads; i-- > 0;) w.free_stacks.push_back(i);  // stack 0 is taken first
     if (config().schedule == Schedule::Random) w.rng.seed(config().seed * 0x9E3779B97F4A7C15ull + L.launch_id * 1000003ull + linear);
     order_warps(w);
     shuffle_lanes(w);
@@ -670,6 +840,9 @@ static void work_on(LaunchState& L) {
 }
 
 // --- the worker pool ---------------------------------------------------------------
+// Helper threads sleep on a condition variable between jobs. A job is a
+// function that every participating thread calls (the caller too); it takes
+// its share of the work itself (blocks of a launch, chunks of a parallel_for).
 class Pool {
 public:
     explicit Pool(int helpers) {
@@ -683,18 +856,23 @@ public:
         cv_.notify_all();
         for (auto& t : threads_) t.join();
     }
-    // Runs every block of L on the helpers and the calling thread; returns when done.
-    void run(LaunchState& L) {
-        unsigned want = (unsigned)std::min<uint64_t>(threads_.size(), L.nblocks - 1);
+    unsigned helpers() const { return (unsigned)threads_.size(); }
+    // Runs job() on up to `want` helpers and on the calling thread; returns when
+    // every call has returned. One job at a time (callers queue).
+    void run(unsigned want, void (*job)(void*), void* arg) {
+        std::lock_guard<std::mutex> one_job(run_mutex_);
+        want = std::min(want, helpers());
         {
             std::lock_guard<std::mutex> lock(m_);
-            job_ = &L;
+            job_ = job;
+            arg_ = arg;
             busy_ = want;
             wanted_ = want;
             generation_++;
         }
-        if (want) cv_.notify_all();
-        work_on(L);
+        if (want == 1) cv_.notify_one();
+        else if (want) cv_.notify_all();
+        job(arg);
         std::unique_lock<std::mutex> lock(m_);
         done_cv_.wait(lock, [&] { return busy_ == 0; });
         job_ = nullptr;
@@ -709,17 +887,20 @@ private:
             if (stop_) return;
             seen = generation_;
             wanted_--;
-            LaunchState* job = job_;
+            void (*job)(void*) = job_;
+            void* arg = arg_;
             lock.unlock();
-            work_on(*job);
+            job(arg);
             lock.lock();
             if (--busy_ == 0) done_cv_.notify_all();
         }
     }
     std::vector<std::thread> threads_;
+    std::mutex run_mutex_;
     std::mutex m_;
     std::condition_variable cv_, done_cv_;
-    LaunchState* job_ = nullptr;
+    void (*job_)(void*) = nullptr;
+    void* arg_ = nullptr;
     uint64_t generation_ = 0;
     unsigned busy_ = 0, wanted_ = 0;
     bool stop_ = false;
@@ -728,6 +909,33 @@ private:
 static Pool& pool() {
     static Pool p(config().workers - 1);
     return p;
+}
+
+int worker_count() { return config().workers; }
+
+namespace {
+struct ParallelFor {
+    const std::function<void(int)>* fn;
+    int tasks;
+    std::atomic<int> next{0};
+};
+}  // namespace
+
+void parallel_for(int tasks, const std::function<void(int)>& fn) {
+    if (tasks <= 0) return;
+    if (tasks == 1 || config().workers == 1) {
+        for (int i = 0; i < tasks; i++) fn(i);
+        return;
+    }
+    ParallelFor job;
+    job.fn = &fn;
+    job.tasks = tasks;
+    pool().run((unsigned)tasks - 1,
+               [](void* a) {
+                   ParallelFor& j = *static_cast<ParallelFor*>(a);
+                   for (int i; (i = j.next.fetch_add(1)) < j.tasks;) (*j.fn)(i);
+               },
+               &job);
 }
 
 // Per-kernel attributes set through cudaFuncSetAttribute, by kernel base name.
@@ -848,7 +1056,8 @@ static void execute(const LaunchSpec& spec, void (*run_thread)(void*), void* dat
     if (L.nblocks == 1 || config().workers == 1)
         work_on(L);
     else
-        pool().run(L);
+        pool().run((unsigned)std::min<uint64_t>(config().workers - 1, L.nblocks - 1),
+                   [](void* a) { work_on(*static_cast<LaunchState*>(a)); }, &L);
     if (profiling_on()) profile_add(spec.name, profile_clock() - start);
     if (L.failed) {
         fprintf(stderr, "%s\n", L.error.c_str());
@@ -1024,6 +1233,17 @@ cudaError_t cudaMalloc(void** p, size_t size) {
     std::lock_guard<std::mutex> lock(cpucuda::mem_mutex);
     if (size > config().total_memory - cpucuda::mem_in_use) return record(cudaErrorMemoryAllocation);
     void* m = nullptr;  // exactly `size` bytes, so the sanitizer build sees overruns
+#ifndef CPUCUDA_ASAN
+    // Large allocations start on a 2 MiB boundary and ask for transparent huge
+    // pages: kernels stride through weights and optimizer state (one GPU
+    // thread after another), which on 4 KiB pages is mostly TLB misses, and
+    // the first touch of a fresh buffer costs one fault per 2 MiB, not per page.
+    const size_t huge = 2u << 20;
+    if (size >= huge) {
+        if (posix_memalign(&m, huge, size) != 0) return record(cudaErrorMemoryAllocation);
+        madvise(m, size, MADV_HUGEPAGE);
+    } else
+#endif
     if (posix_memalign(&m, 256, size) != 0) return record(cudaErrorMemoryAllocation);
     cpucuda::device_allocs[(uintptr_t)m] = size;
     cpucuda::mem_in_use += size;
