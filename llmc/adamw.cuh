@@ -16,7 +16,8 @@
 // The clip factor is read from device memory here, so the optimizer never
 // waits for the norm on the host. The scalars that depend only on the
 // hyperparameters are computed in double on the host, as torch does in Python.
-__global__ void adamw_kernel(floatX* params, float* master, const float* grads, float* m, float* v, size_t n,
+__global__ void adamw_kernel(floatX* __restrict__ params, float* __restrict__ master, const float* __restrict__ grads,
+                             float* __restrict__ m, float* __restrict__ v, size_t n,
                              float decay, float one_minus_beta1, float beta2, float one_minus_beta2, float eps,
                              float step_size, float bc2_sqrt, float grad_clip, const float* grad_norm_squared,
                              uint32_t seed) {

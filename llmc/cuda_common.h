@@ -80,8 +80,11 @@ __device__ __host__ inline uint32_t hash_u32(uint32_t x) {
 __device__ inline void stochastic_round(float in, __nv_bfloat16* out, uint32_t index, uint32_t seed) {
     const uint32_t random16 = hash_u32(index ^ hash_u32(seed)) & 0xFFFFu;
     const uint32_t bits = __float_as_uint(in);
-    // bf16 keeps the top 16 bits; rounding toward zero after the add truncates.
-    *out = __float2bfloat16_rz(__uint_as_float(bits + random16));
+    // bf16 keeps the top 16 bits: add the noise below them, then truncate
+    // (NaN and infinity pass through unchanged).
+    __nv_bfloat16_raw raw;
+    raw.x = (unsigned short)(isfinite(in) ? (bits + random16) >> 16 : bits >> 16);
+    *out = __nv_bfloat16(raw);
 }
 __device__ inline void stochastic_round(float in, float* out, uint32_t, uint32_t) { *out = in; }
 

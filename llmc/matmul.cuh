@@ -121,8 +121,8 @@ __global__ void bias_backward_final_kernel(float* dbias, const float* partials, 
 inline size_t bias_backward_scratch_floats(int OC) { return (size_t)BIAS_MAX_CHUNKS * OC; }
 
 inline void bias_backward(float* dbias, float* scratch, const floatX* dout, int N, int OC, cudaStream_t stream) {
-    // Chunks of at least 64 rows; at most BIAS_MAX_CHUNKS partials per column.
-    const int num_chunks = min(BIAS_MAX_CHUNKS, max(1, N / 64));
+    // Chunks of at least 256 rows (32 per thread); at most BIAS_MAX_CHUNKS partials per column.
+    const int num_chunks = min(BIAS_MAX_CHUNKS, max(1, N / 256));
     const int rows_per_chunk = CEIL_DIV(N, num_chunks);
     dim3 grid(CEIL_DIV(OC, BIAS_COLS), num_chunks), block(BIAS_COLS, BIAS_ROW_THREADS);
     bias_backward_partial_kernel<<<grid, block, 0, stream>>>(scratch, dout, N, OC, rows_per_chunk);

@@ -322,6 +322,10 @@ template <class T> inline void __stwt(T* p, T v) { *p = v; }
 // --- math intrinsics ------------------------------------------------------------
 // The fast-math intrinsics compute the accurate function: results may differ
 // from the GPU's approximations in the last bits, never in meaning.
+// CUDA's classification functions are global (as C's macros were).
+using std::isfinite;
+using std::isinf;
+using std::isnan;
 inline float __expf(float x) { return expf(x); }
 inline float __exp10f(float x) { return powf(10.0f, x); }
 inline float __logf(float x) { return logf(x); }
