@@ -119,11 +119,6 @@ std::vector<Item> read_jsonl(const std::string& path, const std::string& text) {
     return items;
 }
 
-bool exists(const std::string& p) {
-    struct stat st;
-    return stat(p.c_str(), &st) == 0;
-}
-
 int run(int argc, char** argv) {
     std::string input, out, format, gpt2_dir, tokenizer_bin;
     int threads = 0;
@@ -171,20 +166,8 @@ int run(int argc, char** argv) {
     if (!tokenizer_bin.empty()) {
         tok.load_bin(tokenizer_bin);
     } else {
-        if (gpt2_dir.empty()) {
-            const char* sd = getenv("SHARED_DATA");
-            std::vector<std::string> cands = {"data/gpt2"};
-            if (sd && *sd) cands.push_back(std::string(sd) + "/gpt2");
-            cands.push_back("../shared/data/gpt2");
-            for (const auto& c : cands)
-                if (exists(c + "/encoder.json")) {
-                    gpt2_dir = c;
-                    break;
-                }
-            if (gpt2_dir.empty())
-                fail("no GPT-2 tokenizer files: encoder.json not found in data/gpt2, $SHARED_DATA/gpt2 or "
-                     "../shared/data/gpt2 (use --gpt2-dir DIR or --tokenizer FILE.bin)");
-        }
+        if (gpt2_dir.empty()) gpt2_dir = llmc::find_gpt2_dir();
+        if (gpt2_dir.empty()) fail(llmc::GPT2_DIR_NOT_FOUND);
         tok.load_gpt2(gpt2_dir + "/encoder.json", gpt2_dir + "/vocab.bpe");
     }
     if (tok.vocab_size() > 65535) fail("the eval format holds uint16 tokens; this vocabulary has " +

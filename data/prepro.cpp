@@ -457,20 +457,8 @@ int run(int argc, char** argv) {
         if (!tok.can_encode()) fail(opt.tokenizer_bin + ": this vocabulary cannot encode (no single-byte tokens)");
     } else {
         std::string dir = opt.gpt2_dir;
-        if (dir.empty()) {
-            const char* sd = getenv("SHARED_DATA");
-            std::vector<std::string> cands = {"data/gpt2"};
-            if (sd && *sd) cands.push_back(std::string(sd) + "/gpt2");
-            cands.push_back("../shared/data/gpt2");
-            for (const auto& c : cands)
-                if (file_exists(c + "/encoder.json")) {
-                    dir = c;
-                    break;
-                }
-            if (dir.empty())
-                fail("no GPT-2 tokenizer files: encoder.json not found in data/gpt2, $SHARED_DATA/gpt2 or "
-                     "../shared/data/gpt2 (use --gpt2-dir DIR or --tokenizer FILE.bin)");
-        }
+        if (dir.empty()) dir = llmc::find_gpt2_dir();
+        if (dir.empty()) fail(llmc::GPT2_DIR_NOT_FOUND);
         tok.load_gpt2(dir + "/encoder.json", dir + "/vocab.bpe");
     }
     if (!opt.write_tokenizer.empty()) tok.save_bin(opt.write_tokenizer);

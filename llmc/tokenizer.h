@@ -48,6 +48,7 @@
 #include <string>
 #include <string_view>
 #include <thread>
+#include <sys/stat.h>
 #include <unistd.h>
 #include <vector>
 
@@ -1044,5 +1045,23 @@ class ParallelEncoder {
     int threads_;
     std::vector<EncodeCache> caches_;
 };
+
+// Where the GPT-2 BPE files (encoder.json, vocab.bpe) are, when the user gave
+// no folder: data/gpt2, then $SHARED_DATA/gpt2, then ../shared/data/gpt2.
+// Returns "" when none has them.
+inline std::string find_gpt2_dir() {
+    std::vector<std::string> candidates = {"data/gpt2"};
+    const char* shared = getenv("SHARED_DATA");
+    if (shared && *shared) candidates.push_back(std::string(shared) + "/gpt2");
+    candidates.push_back("../shared/data/gpt2");
+    for (const auto& dir : candidates) {
+        struct stat st;
+        if (stat((dir + "/encoder.json").c_str(), &st) == 0) return dir;
+    }
+    return "";
+}
+constexpr const char* GPT2_DIR_NOT_FOUND =
+    "no GPT-2 tokenizer files: encoder.json not found in data/gpt2, $SHARED_DATA/gpt2 or ../shared/data/gpt2 "
+    "(use --gpt2-dir DIR or --tokenizer FILE.bin)";
 
 }  // namespace llmc
