@@ -788,7 +788,6 @@ int main(int argc, char** argv) {
     if (stat(opt.init, &st) == 0) gpt2_init_from_checkpoint(&model, opt.init);
     else gpt2_init_from_descriptor(&model, opt.init, opt.seed);
     const GPT2Config& c = model.config;
-    if (opt.T > c.max_seq_len) FAIL("-t %d exceeds the model's maximum sequence length %d", opt.T, c.max_seq_len);
     const int A = grad_accum_steps_for(opt.total_batch_tokens, opt.B, opt.T, num_processes);
     const long tokens_per_step = (long)opt.B * opt.T * num_processes * A;
 
