@@ -29,8 +29,9 @@ vpath %.cu test/cpu_cuda dev .
 
 # CUDA test programs (portable .cu files; each builds for CPU and GPU).
 TEST_CU    := $(wildcard test/cpu_cuda/test_*.cu)
-# Programs that use NCCL across ranks link Open MPI; the rest run single-process.
-MPI_TESTS  := test_nccl
+# Programs that run as several ranks (NCCL across MPI processes) link Open MPI
+# and are compiled with MULTI_GPU; the rest run single-process.
+MPI_PROGRAMS := test_nccl test_distributed train_gpt
 CPU_TESTS  := $(patsubst test/cpu_cuda/%.cu,build/cpu/%,$(TEST_CU))
 ASAN_TESTS := $(patsubst test/cpu_cuda/%.cu,build/cpu-asan/%,$(TEST_CU))
 DEV_CU     := $(wildcard dev/*.cu)
@@ -57,7 +58,7 @@ else
 endif
 LLMC_HDRS := $(wildcard llmc/*.h llmc/*.cuh)
 
-cpu: check-cuda-headers $(CPU_TESTS) $(DEV_BINS) $(HOST_BINS) build/cpu/train_gpt $(addprefix build/cpu-fp32/,test_matmul test_layers test_attention test_gpt2)
+cpu: check-cuda-headers $(CPU_TESTS) $(DEV_BINS) $(HOST_BINS) build/cpu/train_gpt $(addprefix build/cpu-fp32/,test_matmul test_layers test_attention test_gpt2 test_distributed)
 
 # .cu -> preprocessed C++ with <<<>>> launches and extern __shared__ rewritten.
 # Variant directories: build/cpu (optimised) and build/cpu-asan (sanitizers).
@@ -65,7 +66,8 @@ define cpu_variant
 # $(1) = build dir, $(2) = compiler flags, $(3) = preprocessor flags
 $(1)/%.ii: %.cu $(RT_HDRS) $(RT_DIR)/cudapp.py | check-cuda-headers
 	@mkdir -p $$(@D)
-	$(CXX) -std=c++17 -E -x c++ $(CPU_INC) -I$(MPI_INC) -DCPUCUDA $(3) -MMD -MP -MF $$@.d -MT $$@ $$< -o $$@.pp
+	$(CXX) -std=c++17 -E -x c++ $(CPU_INC) -I$(MPI_INC) -DCPUCUDA $(3) $$(if $$(filter $$*,$(MPI_PROGRAMS)),-DMULTI_GPU) \
+	  -MMD -MP -MF $$@.d -MT $$@ $$< -o $$@.pp
 	$(PYTHON) $(RT_DIR)/cudapp.py $$@.pp $$@.tmp && mv $$@.tmp $$@ && rm -f $$@.pp
 $(1)/%.o: $(1)/%.ii
 	$(CXX) $(2) -x c++-cpp-output -c $$< -o $$@
@@ -80,8 +82,8 @@ $(1)/libcpucuda.a: $(patsubst $(RT_DIR)/%.cpp,$(1)/rt/%.o,$(RT_SRCS))
 $(1)/libcpucuda_mpi.a: $(patsubst $(RT_DIR)/%.cpp,$(1)/rt-mpi/%.o,$(RT_SRCS))
 	ar rcs $$@ $$^
 $(1)/%: $(1)/%.o $(1)/libcpucuda.a $(1)/libcpucuda_mpi.a
-	$$(if $$(filter $$*,$(MPI_TESTS)),$(MPICXX),$(CXX)) $(2) $$< -o $$@ \
-	  $$(if $$(filter $$*,$(MPI_TESTS)),$(1)/libcpucuda_mpi.a,$(1)/libcpucuda.a) $(CPU_LIBS)
+	$$(if $$(filter $$*,$(MPI_PROGRAMS)),$(MPICXX),$(CXX)) $(2) $$< -o $$@ \
+	  $$(if $$(filter $$*,$(MPI_PROGRAMS)),$(1)/libcpucuda_mpi.a,$(1)/libcpucuda.a) $(CPU_LIBS)
 endef
 
 # header dependencies of each preprocessed unit (written by -MMD)
@@ -109,8 +111,14 @@ build/host-asan/%: %.cpp
 
 # --- GPU build (nvcc) ---------------------------------------------------------
 # Links only what a driverless build machine has: cuBLASLt, NCCL, MPI (no -lnvidia-ml).
-NVCC_FLAGS := -O3 -std=c++17 -I. -I$(MPI_INC)
-NVCC_LIBS  := -lcublasLt -lnccl -L$(MPI_LIB) -lmpi
+# NO_MULTI_GPU=1: a single-GPU build without MPI and NCCL.
+ifeq ($(NO_MULTI_GPU),1)
+  NVCC_FLAGS := -O3 -std=c++17 -I.
+  NVCC_LIBS  := -lcublasLt
+else
+  NVCC_FLAGS := -O3 -std=c++17 -I. -I$(MPI_INC) -DMULTI_GPU
+  NVCC_LIBS  := -lcublasLt -lnccl -L$(MPI_LIB) -lmpi
+endif
 GPU_SRCS   := $(TEST_CU) $(DEV_CU) train_gpt.cu
 GPU_NAMES  := $(basename $(notdir $(GPU_SRCS)))
 

@@ -33,6 +33,7 @@
 #include "llmc/matmul.cuh"
 #include "llmc/schedulers.h"
 #include "llmc/dataloader.h"
+#include "llmc/distributed.h"
 #include "llmc/markov_corpus.h"
 
 // One line naming the problem, then a non-zero exit.
@@ -124,6 +125,29 @@ struct BackwardScratch {
 };
 
 // ----------------------------------------------------------------------------
+// Data parallelism: what each rank reduces and, under ZeRO-1, updates.
+//
+// The unit of communication is a slice: one layer's part of a per-layer tensor
+// (its gradient is complete when that layer's backward ends), or a whole
+// tensor outside the layers (wte, wpe, lnfw, lnfb: complete at the end).
+// Under ZeRO-1 rank r owns elements [r*part, (r+1)*part) of every slice of
+// size elements, part = floor(size / N); the last size - N*part (< N) elements
+// are reduced with an all-reduce and updated on every rank, so no size needs
+// padding and every element is still reduced exactly once.
+struct GradientSlice {
+    int tensor;         // index into the 16 parameter tensors
+    int bucket;         // its layer, or L for the tensors outside the layers
+    size_t offset;      // first element in the parameter buffer
+    size_t size;
+    size_t in_tensor;   // first element within its tensor (stochastic rounding indexes by it)
+    size_t part;        // ZeRO-1: elements per rank
+    size_t part_offset; // ZeRO-1: where this rank keeps its part in the shard arrays
+    size_t tail_offset; // ZeRO-1: where every rank keeps the tail in the shard arrays
+};
+
+static const Distributed SINGLE_PROCESS;
+
+// ----------------------------------------------------------------------------
 // The model
 
 struct GPT2 {
@@ -154,6 +178,13 @@ struct GPT2 {
     int* staged_targets;  // (A, B, T)
     int* staged_plans;    // A encoder-backward plans
     cudaStream_t stream;
+    // data parallelism: set before the weights are allocated
+    const Distributed* dist = &SINGLE_PROCESS;
+    int zero_stage = 0;                 // 1: optimizer state sharded over the ranks (N > 1 only)
+    std::vector<GradientSlice> slices;  // every slice, in buffer order
+    size_t shard_parts = 0;             // ZeRO-1: elements of this rank's parts, then ...
+    size_t optimizer_elements = 0;      // ... with the tails: the length of master, m, v (n without ZeRO)
+    float* grad_shard = nullptr;        // ZeRO-1: the reduced gradients of those elements
 };
 
 static void* device_alloc(size_t bytes, const char* what) {
@@ -167,6 +198,44 @@ static void* device_alloc(size_t bytes, const char* what) {
 template <class T>
 static T* device_alloc_n(size_t n, const char* what) { return (T*)device_alloc(n * sizeof(T), what); }
 
+// Cuts the parameter buffer into slices and lays out this rank's ZeRO-1 shard.
+static void gpt2_plan_slices(GPT2* model) {
+    const int L = model->config.num_layers, N = model->dist->num_processes;
+    const bool per_layer[NUM_PARAMETER_TENSORS] = {0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0, 0};
+    model->slices.clear();
+    size_t offset = 0, parts = 0;
+    for (int k = 0; k < NUM_PARAMETER_TENSORS; k++) {
+        const int count = per_layer[k] ? L : 1;
+        const size_t size = model->param_sizes[k] / count;
+        for (int l = 0; l < count; l++) {
+            const size_t part = model->zero_stage == 1 ? size / N : 0;
+            model->slices.push_back(GradientSlice{k, per_layer[k] ? l : L, offset, size, l * size, part, parts, 0});
+            offset += size;
+            parts += part;
+        }
+    }
+    size_t tails = parts;
+    for (GradientSlice& s : model->slices) {
+        s.tail_offset = tails;
+        tails += s.size - s.part * N;
+    }
+    model->shard_parts = parts;
+    model->optimizer_elements = model->zero_stage == 1 ? tails : model->num_parameters;
+}
+
+// The fp32 values this rank's optimizer keeps, from the full set: all of them,
+// or under ZeRO-1 its part of every slice, then every slice's tail.
+static std::vector<float> gpt2_local_values(const GPT2* model, const float* full) {
+    if (model->zero_stage == 0) return std::vector<float>(full, full + model->num_parameters);
+    std::vector<float> local(model->optimizer_elements);
+    const size_t r = model->dist->rank, N = model->dist->num_processes;
+    for (const GradientSlice& s : model->slices) {
+        memcpy(&local[s.part_offset], full + s.offset + r * s.part, s.part * sizeof(float));
+        memcpy(&local[s.tail_offset], full + s.offset + N * s.part, (s.size - N * s.part) * sizeof(float));
+    }
+    return local;
+}
+
 // Allocates parameters and optimizer state for model->config (weights unset).
 static void gpt2_allocate_parameters(GPT2* model) {
     const GPT2Config& c = model->config;
@@ -175,30 +244,34 @@ static void gpt2_allocate_parameters(GPT2* model) {
     parameter_sizes(model->param_sizes, c);
     model->num_parameters = 0;
     for (size_t s : model->param_sizes) model->num_parameters += s;
-    const size_t n = model->num_parameters;
+    if (model->dist->num_processes == 1) model->zero_stage = 0;  // one rank: nothing to shard
+    gpt2_plan_slices(model);
+    const size_t n = model->num_parameters, local = model->optimizer_elements;
     model->params_memory = device_alloc_n<floatX>(n, "parameters");
-    model->master_weights = device_alloc_n<float>(n, "fp32 master weights");
     model->grads_memory = device_alloc_n<float>(n, "fp32 gradients");
-    model->adam_m = device_alloc_n<float>(n, "AdamW m");
-    model->adam_v = device_alloc_n<float>(n, "AdamW v");
+    model->master_weights = device_alloc_n<float>(local, "fp32 master weights");
+    model->adam_m = device_alloc_n<float>(local, "AdamW m");
+    model->adam_v = device_alloc_n<float>(local, "AdamW v");
+    if (model->zero_stage == 1) model->grad_shard = device_alloc_n<float>(local, "ZeRO-1 gradient shard");
     point_parameters(&model->params, model->params_memory, model->param_sizes);
     point_parameters(&model->grads, model->grads_memory, model->param_sizes);
     cudaCheck(cudaMemset(model->grads_memory, 0, n * sizeof(float)));
-    cudaCheck(cudaMemset(model->adam_m, 0, n * sizeof(float)));
-    cudaCheck(cudaMemset(model->adam_v, 0, n * sizeof(float)));
+    cudaCheck(cudaMemset(model->adam_m, 0, local * sizeof(float)));
+    cudaCheck(cudaMemset(model->adam_v, 0, local * sizeof(float)));
     model->adam_step = 0;
     model->B = model->T = 0;
     cudaCheck(cudaStreamCreate(&model->stream));
     matmul_setup();
 }
 
-// Sets every weight from fp32 values: master weights exact, the floatX copy
-// rounded to nearest.
+// Sets every weight from fp32 values: master weights exact (this rank's share
+// under ZeRO-1), the floatX copy rounded to nearest.
 static void gpt2_set_weights(GPT2* model, const std::vector<float>& weights) {
     const size_t n = model->num_parameters;
     std::vector<floatX> rounded(n);
     for (size_t i = 0; i < n; i++) rounded[i] = from_float<floatX>(weights[i]);
-    cudaCheck(cudaMemcpy(model->master_weights, weights.data(), n * sizeof(float), cudaMemcpyHostToDevice));
+    const std::vector<float> local = gpt2_local_values(model, weights.data());
+    cudaCheck(cudaMemcpy(model->master_weights, local.data(), local.size() * sizeof(float), cudaMemcpyHostToDevice));
     cudaCheck(cudaMemcpy(model->params_memory, rounded.data(), n * sizeof(floatX), cudaMemcpyHostToDevice));
 }
 
@@ -338,11 +411,38 @@ static void gpt2_init_from_checkpoint(GPT2* model, const char* path) {
     gpt2_set_weights(model, weights);
 }
 
-// Writes the fp32 master weights (version 3) atomically: a temporary file,
-// fsync, then rename, so an existing checkpoint is never half overwritten.
-static void gpt2_write_checkpoint(const GPT2* model, const char* path) {
+// All fp32 master weights on the host. Under ZeRO-1 every rank must call it:
+// the shards are gathered in the gradient buffer (zero between steps, and
+// zeroed again after).
+static std::vector<float> gpt2_master_weights(GPT2* model) {
     std::vector<float> weights(model->num_parameters);
-    cudaCheck(cudaMemcpy(weights.data(), model->master_weights, weights.size() * 4, cudaMemcpyDeviceToHost));
+    if (model->zero_stage == 0) {
+        cudaCheck(cudaMemcpy(weights.data(), model->master_weights, weights.size() * 4, cudaMemcpyDeviceToHost));
+        return weights;
+    }
+    const Distributed* d = model->dist;
+    const size_t r = d->rank, N = d->num_processes;
+    float* full = model->grads_memory;
+    for (const GradientSlice& s : model->slices) {
+        cudaCheck(cudaMemcpyAsync(full + s.offset + r * s.part, model->master_weights + s.part_offset,
+                                  s.part * sizeof(float), cudaMemcpyDeviceToDevice, model->stream));
+        cudaCheck(cudaMemcpyAsync(full + s.offset + N * s.part, model->master_weights + s.tail_offset,
+                                  (s.size - N * s.part) * sizeof(float), cudaMemcpyDeviceToDevice, model->stream));
+    }
+    comm_after_compute(d, model->stream);
+    group_start();
+    for (const GradientSlice& s : model->slices) all_gather_in_place(full + s.offset, s.part, d);
+    group_end();
+    compute_after_comm(d, model->stream);
+    cudaCheck(cudaMemcpyAsync(weights.data(), full, weights.size() * 4, cudaMemcpyDeviceToHost, model->stream));
+    cudaCheck(cudaMemsetAsync(full, 0, weights.size() * 4, model->stream));
+    cudaCheck(cudaStreamSynchronize(model->stream));
+    return weights;
+}
+
+// Writes fp32 master weights (version 3) atomically: a temporary file, fsync,
+// then rename, so an existing checkpoint is never half overwritten.
+static void gpt2_write_checkpoint(const GPT2* model, const std::vector<float>& weights, const char* path) {
     int header[256] = {0};
     const GPT2Config& c = model->config;
     int fields[8] = {MODEL_MAGIC, MODEL_VERSION_FP32, c.max_seq_len, c.vocab_size, c.num_layers,
@@ -472,7 +572,33 @@ static void gpt2_classify(GPT2* model, float loss_scale, bool write_dlogits) {
 // Needs the dlogits left by gpt2_classify and the inputs on the host (to group
 // token positions for the atomics-free embedding gradient).
 
-static void gpt2_backward(GPT2* model, const int* encoder_plan_host, int num_distinct_tokens) {
+// Sums one bucket's gradients over the ranks, on the communication stream, once
+// the compute stream has finished them: the backward of the layers below runs
+// meanwhile. ZeRO-0 all-reduces in place; ZeRO-1 reduce-scatters each slice
+// into this rank's shard. Sums, not averages: every rank's gradients already
+// carry 1/(unmasked targets of the global batch). The last bucket also sums
+// the step's loss.
+static void gpt2_reduce_bucket(GPT2* model, int bucket) {
+    const Distributed* d = model->dist;
+    const size_t N = d->num_processes;
+    comm_after_compute(d, model->stream);
+    group_start();
+    for (const GradientSlice& s : model->slices) {
+        if (s.bucket != bucket) continue;
+        float* g = model->grads_memory + s.offset;
+        if (model->zero_stage == 0) {
+            all_reduce_sum(g, g, s.size, d);
+            continue;
+        }
+        if (s.part > 0) reduce_scatter_sum(model->grad_shard + s.part_offset, g, s.part, d);
+        if (s.size > N * s.part) all_reduce_sum(model->grad_shard + s.tail_offset, g + N * s.part, s.size - N * s.part, d);
+    }
+    if (bucket == model->config.num_layers) all_reduce_sum(model->step_stats, model->step_stats, 1, d);
+    group_end();
+}
+
+// reduce: the last micro-batch of a step with N > 1 ranks (the only one that communicates)
+static void gpt2_backward(GPT2* model, const int* encoder_plan_host, int num_distinct_tokens, bool reduce) {
     const GPT2Config& c = model->config;
     const int B = model->B, T = model->T, C = c.channels, NH = c.num_heads, L = c.num_layers;
     const int BT = B * T, HS = C / NH;
@@ -509,8 +635,10 @@ static void gpt2_backward(GPT2* model, const int* encoder_plan_host, int num_dis
                         a.ln1 + l * tc, p.qkvw + (size_t)l * 3 * C * C, BT, C, 3 * C, stream);
         layernorm_backward(s.dresidual, g.ln1w + l * C, g.ln1b + l * C, s.reduce, s.dnarrow, residual,
                            p.ln1w + l * C, a.ln1_mean + l * BT, a.ln1_rstd + l * BT, BT, C, stream);
+        if (reduce) gpt2_reduce_bucket(model, l);  // layer l's gradients are complete
     }
     encoder_backward(g.wte, g.wpe, s.dresidual, s.encoder_plan, num_distinct_tokens, B, T, C, stream);
+    if (reduce) gpt2_reduce_bucket(model, L);  // wte, wpe, lnfw, lnfb and the loss
 }
 
 // ----------------------------------------------------------------------------
@@ -523,30 +651,67 @@ struct OptimizerSettings {
     uint64_t seed = 1337;    // stochastic rounding
 };
 
-// Global gradient norm, then AdamW on every tensor (clipping folded in as a
-// scale computed on the device from the norm: no host round trip).
-static void gpt2_update(GPT2* model, float lr, const OptimizerSettings& opt) {
-    cudaStream_t stream = model->stream;
-    global_norm_squared(model->step_stats + 1, model->scratch.reduce, model->grads_memory, model->num_parameters,
-                        stream);
-    model->adam_step++;
-    size_t offset = 0;
-    for (int k = 0; k < NUM_PARAMETER_TENSORS; k++) {
-        const size_t n = model->param_sizes[k];
-        const uint32_t seed = (uint32_t)splitmix64(opt.seed ^ ((uint64_t)model->adam_step << 8 | k));
-        adamw_update(model->params_memory + offset, model->master_weights + offset, model->grads_memory + offset,
-                     model->adam_m + offset, model->adam_v + offset, n, lr, opt.beta1, opt.beta2, opt.eps,
-                     parameter_decays(k) ? opt.weight_decay : 0.0f, model->adam_step, opt.grad_clip,
-                     model->step_stats + 1, seed, stream);
-        offset += n;
-    }
+// AdamW on `n` optimizer elements starting at `local` (master, m, v, the
+// gradient), whose weights start at params_memory + `weight` and sit at
+// `in_tensor` within tensor k.
+static void gpt2_adamw(GPT2* model, const float* grads, size_t local, size_t weight, size_t in_tensor, size_t n,
+                       int k, float lr, const OptimizerSettings& opt) {
+    const uint32_t seed = (uint32_t)splitmix64(opt.seed ^ ((uint64_t)model->adam_step << 8 | k));
+    adamw_update(model->params_memory + weight, model->master_weights + local, grads + local, model->adam_m + local,
+                 model->adam_v + local, n, lr, opt.beta1, opt.beta2, opt.eps,
+                 parameter_decays(k) ? opt.weight_decay : 0.0f, model->adam_step, opt.grad_clip,
+                 model->step_stats + 1, seed, in_tensor, model->stream);
 }
 
-// Host-side inputs of one optimizer step: A micro-batches of (B, T) tokens.
+// Global gradient norm, then AdamW (clipping folded in as a scale computed on
+// the device from the norm: no host round trip).
+//   ZeRO-0: every rank holds the summed gradient and updates every weight.
+//   ZeRO-1: a rank updates its shard, then the ranks all-gather the weights.
+static void gpt2_update(GPT2* model, float lr, const OptimizerSettings& opt) {
+    const Distributed* d = model->dist;
+    cudaStream_t stream = model->stream;
+    if (d->num_processes > 1) compute_after_comm(d, stream);  // the reduced gradients and loss
+    model->adam_step++;
+    if (model->zero_stage == 0) {
+        global_norm_squared(model->step_stats + 1, model->scratch.reduce, model->grads_memory, model->num_parameters,
+                            stream);
+        size_t offset = 0;
+        for (int k = 0; k < NUM_PARAMETER_TENSORS; k++) {
+            gpt2_adamw(model, model->grads_memory, offset, offset, 0, model->param_sizes[k], k, lr, opt);
+            offset += model->param_sizes[k];
+        }
+        return;
+    }
+    // the squared norm of this rank's elements (the tails, held by every rank,
+    // count on rank 0 only), summed over the ranks
+    const size_t r = d->rank, N = d->num_processes;
+    global_norm_squared(model->step_stats + 1, model->scratch.reduce, model->grad_shard,
+                        r == 0 ? model->optimizer_elements : model->shard_parts, stream);
+    comm_after_compute(d, stream);
+    all_reduce_sum(model->step_stats + 1, model->step_stats + 1, 1, d);
+    compute_after_comm(d, stream);
+    for (const GradientSlice& s : model->slices) {
+        gpt2_adamw(model, model->grad_shard, s.part_offset, s.offset + r * s.part, s.in_tensor + r * s.part, s.part,
+                   s.tensor, lr, opt);
+        gpt2_adamw(model, model->grad_shard, s.tail_offset, s.offset + N * s.part, s.in_tensor + N * s.part,
+                   s.size - N * s.part, s.tensor, lr, opt);
+    }
+    comm_after_compute(d, stream);  // the all-gather reads what AdamW wrote ...
+    group_start();
+    for (const GradientSlice& s : model->slices) all_gather_in_place(model->params_memory + s.offset, s.part, d);
+    group_end();
+    compute_after_comm(d, stream);  // ... and the next forward reads what it gathered
+}
+
+// Host-side inputs of one optimizer step on this rank: A micro-batches of
+// (B, T) tokens, and the number of targets the loss is averaged over, counted
+// over the whole global batch (every rank's micro-batches). Every rank knows
+// it from the data alone, so no rank waits for another before backward.
 struct StepBatch {
-    const int* inputs;   // (A, B, T)
-    const int* targets;  // (A, B, T); -1 = masked (no loss, no gradient)
+    const int* inputs;    // (A, B, T)
+    const int* targets;   // (A, B, T); -1 = masked (no loss, no gradient)
     int grad_accum_steps;
+    long global_targets;  // unmasked targets in B_micro x N x A sequences
 };
 
 struct StepResult {
@@ -561,6 +726,11 @@ static long count_unmasked(const int* targets, size_t n) {
     return count;
 }
 
+// One process's step: its A micro-batches are the whole global batch (tests, benchmarks).
+[[maybe_unused]] static StepBatch whole_batch(const GPT2* model, const int* inputs, const int* targets, int A) {
+    return StepBatch{inputs, targets, A, count_unmasked(targets, (size_t)A * model->B * model->T)};
+}
+
 // Copies micro-batch `i` of the pinned staging area to the device (async).
 static void upload_micro_batch(GPT2* model, int i) {
     const size_t n = (size_t)model->B * model->T;
@@ -570,17 +740,18 @@ static void upload_micro_batch(GPT2* model, int i) {
                               cudaMemcpyHostToDevice, model->stream));
 }
 
-// Runs the A micro-batches of one optimizer step, forward and backward, adding
-// their gradients into the fp32 buffer (weights untouched). Returns the number
-// of unmasked targets in the global batch.
-static long accumulate_gradients(GPT2* model, const StepBatch& batch) {
+// Runs this rank's A micro-batches of one optimizer step, forward and backward,
+// adding their gradients into the fp32 buffer (weights untouched). Nothing is
+// communicated until the backward of the last micro-batch, which sums the
+// buffer over the ranks layer by layer as it goes.
+static void accumulate_gradients(GPT2* model, const StepBatch& batch) {
     const int A = batch.grad_accum_steps;
     const size_t micro_tokens = (size_t)model->B * model->T, plan_ints = encoder_backward_plan_ints(model->B, model->T);
     if (A > model->max_accum_steps) FAIL("internal: %d micro-steps, staging holds %d", A, model->max_accum_steps);
     memcpy(model->staged_inputs, batch.inputs, A * micro_tokens * sizeof(int));  // the previous step has
     memcpy(model->staged_targets, batch.targets, A * micro_tokens * sizeof(int)); // finished with these
-    const long num_targets = count_unmasked(batch.targets, A * micro_tokens);  // over the global batch
-    const float dloss = num_targets > 0 ? 1.0f / num_targets : 0.0f;          // each token's share of the mean
+    const float dloss = batch.global_targets > 0 ? 1.0f / batch.global_targets : 0.0f;  // a token's share of the mean
+    const bool multi_rank = model->dist->num_processes > 1;
     cudaCheck(cudaMemsetAsync(model->step_stats, 0, sizeof(float), model->stream));
     for (int micro_step = 0; micro_step < A; micro_step++) {  // weights frozen; gradients add up in fp32
         int* plan = model->staged_plans + micro_step * plan_ints;
@@ -588,20 +759,19 @@ static long accumulate_gradients(GPT2* model, const StepBatch& batch) {
         upload_micro_batch(model, micro_step);
         gpt2_forward(model);
         gpt2_classify(model, dloss, true);  // logits become dloss/dlogits; the loss adds up too
-        gpt2_backward(model, plan, num_distinct);
+        gpt2_backward(model, plan, num_distinct, multi_rank && micro_step == A - 1);  // reduce on the last only
     }
-    return num_targets;
 }
 
-// One optimizer step over B_global = B_micro x N x A sequences (here N = 1).
+// One optimizer step over B_global = B_micro x N x A sequences.
 static StepResult train_step(GPT2* model, const StepBatch& batch, float lr, const OptimizerSettings& opt) {
-    const long num_targets = accumulate_gradients(model, batch);
+    accumulate_gradients(model, batch);
     gpt2_update(model, lr, opt);  // the buffer holds d(mean loss)/dW of the whole global batch
     cudaCheck(cudaMemsetAsync(model->grads_memory, 0, model->num_parameters * sizeof(float), model->stream));
     float stats[2];
     cudaCheck(cudaMemcpyAsync(stats, model->step_stats, sizeof(stats), cudaMemcpyDeviceToHost, model->stream));
     cudaCheck(cudaStreamSynchronize(model->stream));  // the one host sync of the step: read loss and norm
-    return StepResult{stats[0], sqrtf(stats[1]), num_targets};
+    return StepResult{stats[0], sqrtf(stats[1]), batch.global_targets};
 }
 
 // Sum of the per-token losses of one micro-batch (no gradient, no update).
@@ -620,7 +790,8 @@ static double evaluate_batch(GPT2* model, const int* inputs, const int* targets)
 }
 
 static void gpt2_free(GPT2* model) {
-    void* buffers[] = {model->params_memory, model->master_weights, model->grads_memory, model->adam_m, model->adam_v};
+    void* buffers[] = {model->params_memory, model->master_weights, model->grads_memory, model->adam_m, model->adam_v,
+                       model->grad_shard};
     for (void* b : buffers) cudaCheck(cudaFree(b));
     if (model->B > 0) {
         void* io[] = {model->step_stats, model->inputs, model->targets};
@@ -642,6 +813,10 @@ static void gpt2_free(GPT2* model) {
 // main: flags (compatible with llm.c's), data, the training loop, logs
 #ifndef TESTING
 
+// printf on rank 0 only: the ranks run in lock step and would print the same.
+static const Distributed* g_dist = &SINGLE_PROCESS;
+#define print0(...) do { if (g_dist->rank == 0) printf(__VA_ARGS__); } while (0)
+
 struct TrainOptions {
     const char* train_pattern = nullptr;  // -i
     const char* val_pattern = nullptr;    // -j
@@ -661,6 +836,7 @@ struct TrainOptions {
     int overfit_single_batch = 0;         // -a
     float grad_clip = 1.0f;               // --grad-clip
     long seed = 1337;                     // --seed
+    int zero_stage = 0;                   // -z
 };
 
 static void print_usage(const char* program) {
@@ -683,10 +859,11 @@ static void print_usage(const char* program) {
     printf("  -v <int>    val loss every this many steps (default 20; 0 = never)\n");
     printf("  -m <int>    val batches (default 20)\n");
     printf("  -a <0|1>    overfit the first batch (default 0)\n");
+    printf("  -z <0|1>    ZeRO stage: 1 shards master weights and AdamW m, v over the ranks (default 0)\n");
     printf("  --grad-clip <float>  clip the global gradient norm (default 1.0; 0 = off)\n");
     printf("  --seed <int>         weight init and stochastic rounding seed (default 1337)\n");
     printf("  --help      this text\n");
-    printf("AdamW: betas (0.9, 0.95), eps 1e-8. Single process (multi-GPU: not in this build).\n");
+    printf("AdamW: betas (0.9, 0.95), eps 1e-8.\n%s.\n", distributed_build_note());
 }
 
 static long parse_int(const char* flag, const char* text, long min_value) {
@@ -730,10 +907,12 @@ static TrainOptions parse_options(int argc, char** argv, std::set<std::string>* 
         else if (strcmp(flag, "-v") == 0) o.val_every = parse_int(flag, v, 0);
         else if (strcmp(flag, "-m") == 0) o.val_batches = parse_int(flag, v, 1);
         else if (strcmp(flag, "-a") == 0) o.overfit_single_batch = parse_int(flag, v, 0);
+        else if (strcmp(flag, "-z") == 0) o.zero_stage = parse_int(flag, v, 0);
         else if (strcmp(flag, "--grad-clip") == 0) o.grad_clip = parse_float(flag, v);
         else if (strcmp(flag, "--seed") == 0) o.seed = parse_int(flag, v, 0);
         else FAIL("unknown flag %s (see --help)", flag);
     }
+    if (o.zero_stage > 1) FAIL("-z %d: ZeRO stage 0 or 1 (gradients are reduced once per step, so stage 2 would save nothing)", o.zero_stage);
     return o;
 }
 
@@ -759,7 +938,7 @@ static void use_builtin_corpus(TrainOptions* o, const std::set<std::string>& giv
     if (unset("-q")) o->final_lr_fraction = 0.1f;
     if (unset("-v")) o->val_every = 50;
     if (unset("-m")) o->val_batches = 16;
-    printf("data: the built-in Markov corpus in %s/ (no -i given)\n", BUILTIN_CORPUS_DIR);
+    print0("data: the built-in Markov corpus in %s/ (no -i given)\n", BUILTIN_CORPUS_DIR);
 }
 
 // A = tokens per step / (B x T x N), which must divide exactly.
@@ -774,43 +953,81 @@ static int grad_accum_steps_for(long total_batch_tokens, int B, int T, int num_p
     return (int)(total_batch_tokens / micro_tokens);
 }
 
+// What ZeRO-1 saves: master weights, m and v (12 bytes per parameter) live on
+// one rank in N, plus a gradient shard of 4 bytes per owned element.
+static void print_optimizer_memory(const GPT2& model) {
+    const double MiB = 1048576.0, full = 12.0 * model.num_parameters / MiB;
+    if (model.zero_stage == 0) {
+        print0("optimizer state per rank: %.1f MiB (fp32 master weights, m, v)\n", full);
+        return;
+    }
+    const double sharded = 16.0 * model.optimizer_elements / MiB;
+    print0("optimizer state per rank: %.1f MiB with ZeRO-1 (master, m, v and the gradient shard of %zu elements), "
+           "%.1f MiB without: saves %.1f MiB per rank\n", sharded, model.optimizer_elements, full, full - sharded);
+}
+
+// Mean loss over `batches` val batches of every rank.
+static double evaluate(GPT2* model, DataLoader* loader, int batches) {
+    const size_t micro_tokens = (size_t)model->B * model->T;
+    dataloader_reset(loader);
+    double loss_sum = 0, count = 0;
+    for (int i = 0; i < batches; i++) {
+        dataloader_next_batch(loader);
+        loss_sum += evaluate_batch(model, loader->inputs, loader->targets);
+        count += count_unmasked(loader->targets, micro_tokens);
+    }
+    return host_sum(loss_sum, model->dist) / std::max(1.0, host_sum(count, model->dist));
+}
+
 int main(int argc, char** argv) {
+    Distributed dist;
+    distributed_init(&dist, &argc, &argv);
+    g_dist = &dist;
+    const int N = dist.num_processes;
     std::set<std::string> given;
     TrainOptions opt = parse_options(argc, argv, &given);
     if (!opt.train_pattern) use_builtin_corpus(&opt, given);
     LRScheduler scheduler{LRSchedule::Cosine, opt.lr, opt.warmup_steps, 0, opt.final_lr_fraction};
     if (!parse_lr_schedule(opt.schedule, &scheduler.schedule))
         FAIL("-k %s: unknown schedule (cosine, linear, constant, wsd)", opt.schedule);
-    const int num_processes = 1;
 
     GPT2 model;
+    model.dist = &dist;
+    model.zero_stage = opt.zero_stage;
     struct stat st;
     if (stat(opt.init, &st) == 0) gpt2_init_from_checkpoint(&model, opt.init);
     else gpt2_init_from_descriptor(&model, opt.init, opt.seed);
     const GPT2Config& c = model.config;
-    const int A = grad_accum_steps_for(opt.total_batch_tokens, opt.B, opt.T, num_processes);
-    const long tokens_per_step = (long)opt.B * opt.T * num_processes * A;
+    const int A = grad_accum_steps_for(opt.total_batch_tokens, opt.B, opt.T, N);
+    const long tokens_per_step = (long)opt.B * opt.T * N * A;
 
+    // Every rank reads the whole global micro-batch (N x B sequences) and
+    // trains on its B of them: so the ranks' sequences are disjoint, their union
+    // is what one process with N x A micro-batches reads, in the same order,
+    // and every rank counts the targets of the global batch without asking the
+    // others. Val batches are split by rank.
     DataLoader train_loader, val_loader;
-    dataloader_init(&train_loader, opt.train_pattern, opt.B, opt.T, 0, num_processes, c.vocab_size, false, opt.seed);
+    dataloader_init(&train_loader, opt.train_pattern, N * opt.B, opt.T, 0, 1, c.vocab_size, false, opt.seed);
     if (opt.val_pattern)
-        dataloader_init(&val_loader, opt.val_pattern, opt.B, opt.T, 0, num_processes, c.vocab_size, false, opt.seed);
+        dataloader_init(&val_loader, opt.val_pattern, opt.B, opt.T, dist.rank, N, c.vocab_size, false, opt.seed);
     const int steps = opt.max_steps > 0 ? opt.max_steps : std::max(1L, (long)(train_loader.num_tokens / tokens_per_step));
     scheduler.total_steps = steps;
 
-    printf("model: L=%d C=%d NH=%d V=%d (padded %d) maxT=%d, %zu parameters, %s\n", c.num_layers, c.channels,
+    print0("model: L=%d C=%d NH=%d V=%d (padded %d) maxT=%d, %zu parameters, %s\n", c.num_layers, c.channels,
            c.num_heads, c.vocab_size, c.padded_vocab_size, c.max_seq_len, model.num_parameters, PRECISION_NAME);
-    printf("batch: B=%d x T=%d x N=%d x A=%d = %ld tokens per step\n", opt.B, opt.T, num_processes, A, tokens_per_step);
-    printf("train: %s (%zu tokens), %d steps\n", opt.train_pattern, train_loader.num_tokens, steps);
+    print0("batch: B=%d x T=%d x N=%d x A=%d = %ld tokens per step\n", opt.B, opt.T, N, A, tokens_per_step);
+    print0("ranks: %d (ZeRO-%d)\n", N, model.zero_stage);
+    print_optimizer_memory(model);
+    print0("train: %s (%zu tokens), %d steps\n", opt.train_pattern, train_loader.num_tokens, steps);
     gpt2_allocate_activations(&model, opt.B, opt.T, A);
     // a val shard of the built-in corpus carries its loss floor
     double loss_floor = 0, initial_gap = 0;
     int floor_vocab = 0;
     const bool has_floor = opt.val_pattern && markov_corpus_floor(opt.val_pattern, &loss_floor, &floor_vocab);
-    if (has_floor) printf("loss floor of the val data: %.6f nats/token\n", loss_floor);
+    if (has_floor) print0("loss floor of the val data: %.6f nats/token\n", loss_floor);
 
     FILE* log = nullptr;
-    if (opt.output_dir) {
+    if (opt.output_dir && dist.rank == 0) {
         mkdir(opt.output_dir, 0755);
         const std::string path = std::string(opt.output_dir) + "/main.log";
         log = fopen(path.c_str(), "w");
@@ -829,35 +1046,31 @@ int main(int argc, char** argv) {
     for (int step = 0; step <= steps; step++) {
         const bool last = step == steps;
         if (opt.val_pattern && opt.val_every > 0 && (step % opt.val_every == 0 || last)) {
-            dataloader_reset(&val_loader);
-            double loss_sum = 0;
-            long count = 0;
-            for (int i = 0; i < opt.val_batches; i++) {
-                dataloader_next_batch(&val_loader);
-                loss_sum += evaluate_batch(&model, val_loader.inputs, val_loader.targets);
-                count += count_unmasked(val_loader.targets, micro_tokens);
-            }
-            const double val_loss = loss_sum / std::max(1L, count);
+            const double val_loss = evaluate(&model, &val_loader, opt.val_batches);
             if (has_floor) {
                 if (step == 0) initial_gap = val_loss - loss_floor;
-                printf("step %d: val loss %.6f | floor %.6f | gap %.4f (%.1f%% of the initial gap)\n", step,
+                print0("step %d: val loss %.6f | floor %.6f | gap %.4f (%.1f%% of the initial gap)\n", step,
                        val_loss, loss_floor, val_loss - loss_floor,
                        100.0 * (val_loss - loss_floor) / std::max(initial_gap, 1e-12));
             } else {
-                printf("step %d: val loss %.6f\n", step, val_loss);
+                print0("step %d: val loss %.6f\n", step, val_loss);
             }
             if (log) fprintf(log, "s:%d tel:%f\n", step, val_loss);
         }
         if (last) break;
+        // B_global = B_micro x N x A: this rank's B rows of each of the A global micro-batches
+        long global_targets = 0;
         for (int micro_step = 0; micro_step < A; micro_step++) {
             if (opt.overfit_single_batch && micro_step == 0) dataloader_reset(&train_loader);
             dataloader_next_batch(&train_loader);
-            memcpy(&inputs[micro_step * micro_tokens], train_loader.inputs, micro_tokens * sizeof(int));
-            memcpy(&targets[micro_step * micro_tokens], train_loader.targets, micro_tokens * sizeof(int));
+            global_targets += count_unmasked(train_loader.targets, N * micro_tokens);
+            const size_t mine = dist.rank * micro_tokens;
+            memcpy(&inputs[micro_step * micro_tokens], train_loader.inputs + mine, micro_tokens * sizeof(int));
+            memcpy(&targets[micro_step * micro_tokens], train_loader.targets + mine, micro_tokens * sizeof(int));
         }
         const float lr = (float)scheduler.at(step);
         cudaCheck(cudaEventRecord(start, model.stream));
-        StepResult r = train_step(&model, StepBatch{inputs.data(), targets.data(), A}, lr, adamw);
+        StepResult r = train_step(&model, StepBatch{inputs.data(), targets.data(), A, global_targets}, lr, adamw);
         cudaCheck(cudaEventRecord(end, model.stream));
         cudaCheck(cudaEventSynchronize(end));
         float ms = 0;
@@ -865,15 +1078,18 @@ int main(int argc, char** argv) {
         if (!std::isfinite(r.loss) || !std::isfinite(r.grad_norm))
             FAIL("step %d: loss %f, gradient norm %f: not finite; stopping (lower -l or check the data)", step + 1,
                  r.loss, r.grad_norm);
-        printf("step %4d/%d | loss %.6f | norm %.4f | lr %.2e | %.1f ms | %.0f tok/s\n", step + 1, steps, r.loss,
+        print0("step %4d/%d | loss %.6f | norm %.4f | lr %.2e | %.1f ms | %.0f tok/s\n", step + 1, steps, r.loss,
                r.grad_norm, lr, ms, tokens_per_step / (ms / 1000.0));
         if (log) fprintf(log, "s:%d trl:%f\n", step, r.loss);
     }
     if (opt.output_dir) {
-        char path[4096];
-        snprintf(path, sizeof(path), "%s/model_%08d.bin", opt.output_dir, steps);
-        gpt2_write_checkpoint(&model, path);
-        printf("wrote %s\n", path);
+        const std::vector<float> weights = gpt2_master_weights(&model);  // every rank takes part
+        if (dist.rank == 0) {
+            char path[4096];
+            snprintf(path, sizeof(path), "%s/model_%08d.bin", opt.output_dir, steps);
+            gpt2_write_checkpoint(&model, weights, path);
+            printf("wrote %s\n", path);
+        }
     }
     if (log) fclose(log);
     cudaCheck(cudaEventDestroy(start));
@@ -882,6 +1098,7 @@ int main(int argc, char** argv) {
     if (opt.val_pattern) dataloader_free(&val_loader);
     gpt2_free(&model);
     matmul_teardown();
+    distributed_free(&dist);
     return 0;
 }
 #endif

@@ -28,7 +28,7 @@ int main(int argc, char** argv) {
     std::mt19937 rng(42);
     std::vector<int> tokens((size_t)B * T + 1);
     for (int& t : tokens) t = rng() % c.vocab_size;
-    const StepBatch batch{tokens.data(), tokens.data() + 1, 1};
+    const StepBatch batch = whole_batch(&model, tokens.data(), tokens.data() + 1, 1);
     OptimizerSettings opt;
 
     train_step(&model, batch, 1e-4f, opt);  // warm-up: first touch of every buffer

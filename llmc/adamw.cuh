@@ -12,7 +12,7 @@
 // v     = beta2 v + (1 - beta2) g^2
 // p     = p - step_size * m / (sqrt(v) / bc2_sqrt + eps)
 //         step_size = lr / (1 - beta1^t), bc2_sqrt = sqrt(1 - beta2^t)
-// master[i] = p;  params[i] = stochastic_round(p; index i, seed)
+// master[i] = p;  params[i] = stochastic_round(p; index index_offset + i, seed)
 // The clip factor is read from device memory here, so the optimizer never
 // waits for the norm on the host. The scalars that depend only on the
 // hyperparameters are computed in double on the host, as torch does in Python.
@@ -20,7 +20,7 @@ __global__ void adamw_kernel(floatX* __restrict__ params, float* __restrict__ ma
                              float* __restrict__ m, float* __restrict__ v, size_t n,
                              float decay, float one_minus_beta1, float beta2, float one_minus_beta2, float eps,
                              float step_size, float bc2_sqrt, float grad_clip, const float* grad_norm_squared,
-                             uint32_t seed) {
+                             uint32_t seed, size_t index_offset) {
     float clip = 1.0f;
     if (grad_clip > 0.0f) clip = fminf(1.0f, grad_clip / (sqrtf(*grad_norm_squared) + 1e-6f));
     const BlockChunk chunk = block_chunk(n);
@@ -35,16 +35,18 @@ __global__ void adamw_kernel(floatX* __restrict__ params, float* __restrict__ ma
         m[i] = mi;
         v[i] = vi;
         master[i] = p;
-        stochastic_round(p, &params[i], (uint32_t)i, seed);  // an exact copy when floatX is float
+        stochastic_round(p, &params[i], (uint32_t)(index_offset + i), seed);  // exact when floatX is float
     }
 }
 
 // t: the step number, from 1. grad_norm_squared: device pointer (may be null
 // when grad_clip <= 0). seed: should differ per step and per tensor, since the
-// rounding noise is a hash of (index within the tensor, seed).
+// rounding noise is a hash of (index within the tensor, seed). index_offset:
+// where element 0 of this call sits in its tensor, so that updating a tensor
+// in pieces (a ZeRO-1 shard) rounds exactly as updating it whole.
 inline void adamw_update(floatX* params, float* master, const float* grads, float* m, float* v, size_t n, float lr,
                          float beta1, float beta2, float eps, float weight_decay, int t, float grad_clip,
-                         const float* grad_norm_squared, uint32_t seed, cudaStream_t stream) {
+                         const float* grad_norm_squared, uint32_t seed, size_t index_offset, cudaStream_t stream) {
     if (n == 0) return;
     const double bias_correction1 = 1.0 - std::pow((double)beta1, t);
     const double bias_correction2 = 1.0 - std::pow((double)beta2, t);
@@ -54,6 +56,6 @@ inline void adamw_update(floatX* params, float* master, const float* grads, floa
     const int block = 256;
     adamw_kernel<<<chunked_grid_blocks(n, block), block, 0, stream>>>(
         params, master, grads, m, v, n, decay, (float)(1.0 - (double)beta1), beta2, (float)(1.0 - (double)beta2), eps,
-        step_size, bc2_sqrt, grad_clip, grad_norm_squared, seed);
+        step_size, bc2_sqrt, grad_clip, grad_norm_squared, seed, index_offset);
     cudaCheck(cudaGetLastError());
 }

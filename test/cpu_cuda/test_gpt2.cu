@@ -186,7 +186,7 @@ static void test_init_and_checkpoints() {
     CHECK(mismatches == 0, "version 5 (bf16) checkpoint loads the bf16 rounding of version 3 (%zu mismatches)", mismatches);
     // write, reload: identical master weights
     const char* tmp = "build/test_gpt2_checkpoint.bin";
-    gpt2_write_checkpoint(&from_file, tmp);
+    gpt2_write_checkpoint(&from_file, gpt2_master_weights(&from_file), tmp);
     GPT2 reloaded;
     gpt2_init_from_checkpoint(&reloaded, tmp);
     auto d = read_device(reloaded.master_weights, n);
@@ -210,7 +210,9 @@ static void test_debug_case(const char* label, GPT2& model, const char* file) {
     double e_logits = scaled_error(logits.data(), ref.logits.data(), logits.size());
     CHECK(e_logits <= TOL_LOGITS, "%s logits (%zu x %d): err %.2e", label, BT, V, e_logits);
 
-    const long count = accumulate_gradients(&model, StepBatch{ref.x.data(), ref.y.data(), 1});
+    const StepBatch batch = whole_batch(&model, ref.x.data(), ref.y.data(), 1);
+    accumulate_gradients(&model, batch);
+    const long count = batch.global_targets;
     float loss;
     CUDA_OK(cudaMemcpy(&loss, model.step_stats, sizeof(float), cudaMemcpyDeviceToHost));
     double e_loss = std::fabs(loss - ref.loss) / std::fabs(ref.loss);
@@ -235,7 +237,7 @@ static void test_training(const char* label, const char* file) {
     double worst_loss = 0, worst_norm = 0, worst_lr = 0;
     for (int k = 0; k < ref.K; k++) {
         const float lr = (float)scheduler.at(k);
-        StepResult r = train_step(&model, StepBatch{&ref.x[k * step_tokens], &ref.y[k * step_tokens], ref.A}, lr, opt);
+        StepResult r = train_step(&model, whole_batch(&model, &ref.x[k * step_tokens], &ref.y[k * step_tokens], ref.A), lr, opt);
         worst_lr = std::fmax(worst_lr, std::fabs(lr - ref.lrs[k]) / ref.lrs[k]);
         worst_loss = std::fmax(worst_loss, std::fabs(r.loss - ref.losses[k]) / ref.losses[k]);
         worst_norm = std::fmax(worst_norm, std::fabs(r.grad_norm - ref.norms[k]) / ref.norms[k]);
@@ -271,12 +273,12 @@ static void test_split_invariance(const char* label, const char* file) {
     for (int B : {8, 4, 2, 1}) {
         const int A = sequences / B;
         GPT2 model = small_model(B, T, A);
-        accumulate_gradients(&model, StepBatch{ref.x.data(), ref.y.data(), A});
+        accumulate_gradients(&model, whole_batch(&model, ref.x.data(), ref.y.data(), A));
         auto grads = read_device(model.grads_memory, model.num_parameters);
         cudaCheck(cudaMemset(model.grads_memory, 0, model.num_parameters * sizeof(float)));
         std::vector<float> losses;
         for (int k = 0; k < steps; k++)
-            losses.push_back(train_step(&model, StepBatch{&ref.x[k * step_tokens], &ref.y[k * step_tokens], A},
+            losses.push_back(train_step(&model, whole_batch(&model, &ref.x[k * step_tokens], &ref.y[k * step_tokens], A),
                                         (float)scheduler.at(k), opt).loss);
         auto params = read_device(model.master_weights, model.num_parameters);
         if (B == 8) {
@@ -302,13 +304,13 @@ static void test_naive_averaging_differs(const char* file) {
     gpt2_free(&probe);
     const size_t micro = (size_t)ref.B * ref.T;
     GPT2 model = small_model(ref.B, ref.T, ref.A);
-    accumulate_gradients(&model, StepBatch{ref.x.data(), ref.y.data(), ref.A});
+    accumulate_gradients(&model, whole_batch(&model, ref.x.data(), ref.y.data(), ref.A));
     auto exact = read_device(model.grads_memory, model.num_parameters);
     std::vector<double> naive(model.num_parameters, 0.0);
     for (int a = 0; a < ref.A; a++) {
         cudaCheck(cudaMemset(model.grads_memory, 0, model.num_parameters * sizeof(float)));
         if (count_unmasked(&ref.y[a * micro], micro) == 0) continue;
-        accumulate_gradients(&model, StepBatch{&ref.x[a * micro], &ref.y[a * micro], 1});
+        accumulate_gradients(&model, whole_batch(&model, &ref.x[a * micro], &ref.y[a * micro], 1));
         auto g = read_device(model.grads_memory, model.num_parameters);
         for (size_t i = 0; i < g.size(); i++) naive[i] += g[i] / ref.A;
     }

@@ -466,7 +466,7 @@ static void test_adamw(size_t n, float weight_decay, float clip_mode) {
         const float ns = to_host(d_norm, 1)[0];
         const float grad_clip = clip_mode > 0 ? clip_mode * std::sqrt(ns) : 0.0f;
         adamw_update(d_params, d_master, d_g, d_m, d_v, n, lr, beta1, beta2, eps, weight_decay, t, grad_clip,
-                     clip_mode > 0 ? d_norm : nullptr, 1000u + t, g_stream);
+                     clip_mode > 0 ? d_norm : nullptr, 1000u + t, 0, g_stream);
         // reference: one step in double from the state the device started this step from
         const double clip = grad_clip > 0 ? std::min(1.0, grad_clip / (std::sqrt((double)ns) + 1e-6)) : 1.0;
         const double bc1 = 1 - std::pow((double)beta1, t), bc2 = 1 - std::pow((double)beta2, t);
@@ -511,7 +511,7 @@ static void test_stochastic_rounding() {
     for (float x : values) {
         for (uint32_t seed : {1u, 77u}) {
             d.put(d_master, std::vector<float>(n, x));
-            adamw_update(d_params, d_master, d_g, d_m, d_v, n, 0.0f, 0.9f, 0.95f, 1e-8f, 0.0f, 1, 0.0f, nullptr, seed, g_stream);
+            adamw_update(d_params, d_master, d_g, d_m, d_v, n, 0.0f, 0.9f, 0.95f, 1e-8f, 0.0f, 1, 0.0f, nullptr, seed, 0, g_stream);
             const auto p = to_host(d_params, n);
             double mean = 0;
             int bad = 0;
@@ -530,6 +530,29 @@ static void test_stochastic_rounding() {
                   "%d results not a neighbour", x, seed, n, ulp > 0 ? e / ulp : e, bad);
         }
     }
+}
+
+// A tensor updated in pieces (as a ZeRO-1 shard is: each piece with the
+// offset of its first element in the tensor) gives bitwise the weights of
+// one update of the whole tensor, stochastic rounding included.
+static void test_adamw_in_pieces() {
+    const size_t n = 10007, cuts[] = {0, 1, 2500, 2501, 7000, n};
+    const auto master = randf(n, -1.0f, 1.0f), g = randf(n, -0.5f, 0.5f);
+    Dev d;
+    floatX *d_whole = d.alloc<floatX>(n), *d_pieces = d.alloc<floatX>(n);
+    float *d_g = d.up(g), *d_mw = d.up(master), *d_mp = d.up(master);
+    float *d_m1 = d.up(std::vector<float>(n, 0.0f)), *d_v1 = d.up(std::vector<float>(n, 0.0f));
+    float *d_m2 = d.up(std::vector<float>(n, 0.0f)), *d_v2 = d.up(std::vector<float>(n, 0.0f));
+    adamw_update(d_whole, d_mw, d_g, d_m1, d_v1, n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 3, 0.0f, nullptr, 99u, 0, g_stream);
+    for (int k = 0; k + 1 < 6; k++) {
+        const size_t a = cuts[k], len = cuts[k + 1] - a;
+        adamw_update(d_pieces + a, d_mp + a, d_g + a, d_m2 + a, d_v2 + a, len, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 3, 0.0f,
+                     nullptr, 99u, a, g_stream);
+    }
+    const auto w = to_host(d_whole, n), p = to_host(d_pieces, n);
+    const auto mw = to_host(d_mw, n), mp = to_host(d_mp, n);
+    CHECK(memcmp(w.data(), p.data(), n * sizeof(floatX)) == 0 && memcmp(mw.data(), mp.data(), n * 4) == 0,
+          "adamw_update in 5 pieces with index offsets: weights and master bitwise equal to one whole update");
 }
 
 int main() {
@@ -557,6 +580,7 @@ int main() {
     test_adamw(1037, 0.0f, 0.0f);      // clipping disabled, no weight decay
     test_adamw(140001, 0.1f, 1e3f);    // clip above the norm: inactive; grid-stride wraps
     test_stochastic_rounding();
+    test_adamw_in_pieces();
     CUDA_OK(cudaStreamDestroy(g_stream));
     return test_summary("test_layers");
 }

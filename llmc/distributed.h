@@ -1,0 +1,176 @@
+// Data parallelism: one process per GPU, started by mpirun or srun; NCCL moves
+// the gradients, MPI only starts the ranks and shares the NCCL id.
+//
+// Built with MULTI_GPU (the default of `make train_gpt`; `make NO_MULTI_GPU=1`
+// builds a single-GPU trainer with neither MPI nor NCCL). A program built with
+// MULTI_GPU and started without mpirun runs as one rank.
+//
+// Every collective here runs on the communication stream, ordered against the
+// compute stream by events, so the host never waits for communication.
+#pragma once
+#include <cstdio>
+#include <cstdlib>
+#include "llmc/cuda_common.h"
+#ifdef MULTI_GPU
+#define OMPI_SKIP_MPICXX 1  // the C API only
+#define MPICH_SKIP_MPICXX 1
+#include <mpi.h>
+#include <nccl.h>
+#endif
+
+struct Distributed {
+    int rank = 0;            // this process, 0..num_processes-1
+    int num_processes = 1;   // N
+    int local_rank = 0;      // rank among the processes on this node: the GPU it uses
+    cudaStream_t comm_stream = nullptr;  // collectives (created when N > 1)
+    cudaEvent_t compute_ready = nullptr; // recorded on the compute stream, awaited by comm_stream
+    cudaEvent_t comm_done = nullptr;     // recorded on comm_stream, awaited by the compute stream
+#ifdef MULTI_GPU
+    ncclComm_t comm = nullptr;
+#endif
+};
+
+#ifdef MULTI_GPU
+#define ncclCheck(call)                                                                                   \
+    do {                                                                                                  \
+        ncclResult_t r_ = (call);                                                                         \
+        if (r_ != ncclSuccess) {                                                                          \
+            fprintf(stderr, "error: NCCL %s at %s:%d: %s\n", ncclGetErrorString(r_), __FILE__, __LINE__, #call); \
+            exit(EXIT_FAILURE);                                                                           \
+        }                                                                                                 \
+    } while (0)
+
+// A rank that exits early (a bad flag, a missing file, a NaN) would leave the
+// others waiting in a collective forever; aborting the MPI job stops them all.
+// (One rank alone just exits: its error line stays the only output.)
+inline void distributed_abort_at_exit() {
+    int initialized = 0, finalized = 0, size = 1;
+    MPI_Initialized(&initialized);
+    MPI_Finalized(&finalized);
+    if (initialized && !finalized) MPI_Comm_size(MPI_COMM_WORLD, &size);
+    if (size > 1) {
+        fflush(stdout);
+        fflush(stderr);
+        MPI_Abort(MPI_COMM_WORLD, EXIT_FAILURE);
+    }
+}
+
+// The local rank from the launcher's environment (Open MPI, MPICH/Hydra,
+// Slurm's srun), else from the processes sharing this node's memory.
+inline int distributed_local_rank() {
+    for (const char* name : {"OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID"})
+        if (const char* v = getenv(name)) return atoi(v);
+    MPI_Comm node;
+    MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
+    int local = 0;
+    MPI_Comm_rank(node, &local);
+    MPI_Comm_free(&node);
+    return local;
+}
+#endif
+
+// Starts this rank: MPI, the GPU of its local rank, the NCCL communicator
+// (rank 0 makes the id, MPI broadcasts it) and the communication stream.
+inline void distributed_init(Distributed* d, int* argc, char*** argv) {
+#ifdef MULTI_GPU
+    MPI_Init(argc, argv);
+    atexit(distributed_abort_at_exit);
+    MPI_Comm_rank(MPI_COMM_WORLD, &d->rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &d->num_processes);
+    d->local_rank = distributed_local_rank();
+    int devices = 0;
+    cudaCheck(cudaGetDeviceCount(&devices));
+    if (d->num_processes > 1 && d->local_rank >= devices)
+    {
+        fprintf(stderr, "error: rank %d: local rank %d has no GPU of its own (%d on this node); start at most "
+                "one rank per GPU\n", d->rank, d->local_rank, devices);
+        exit(EXIT_FAILURE);
+    }
+    cudaCheck(cudaSetDevice(d->local_rank));
+    if (d->num_processes == 1) return;
+    ncclUniqueId id;
+    if (d->rank == 0) ncclCheck(ncclGetUniqueId(&id));
+    MPI_Bcast(&id, sizeof(id), MPI_BYTE, 0, MPI_COMM_WORLD);
+    ncclCheck(ncclCommInitRank(&d->comm, d->num_processes, id, d->rank));
+    cudaCheck(cudaStreamCreate(&d->comm_stream));
+    cudaCheck(cudaEventCreateWithFlags(&d->compute_ready, cudaEventDisableTiming));
+    cudaCheck(cudaEventCreateWithFlags(&d->comm_done, cudaEventDisableTiming));
+#else
+    (void)argc;
+    (void)argv;
+#endif
+}
+
+inline void distributed_free(Distributed* d) {
+#ifdef MULTI_GPU
+    if (d->num_processes > 1) {
+        ncclCheck(ncclCommDestroy(d->comm));
+        cudaCheck(cudaStreamDestroy(d->comm_stream));
+        cudaCheck(cudaEventDestroy(d->compute_ready));
+        cudaCheck(cudaEventDestroy(d->comm_done));
+    }
+    MPI_Finalize();
+#else
+    (void)d;
+#endif
+}
+
+// Communication waits for everything issued so far on the compute stream.
+inline void comm_after_compute(const Distributed* d, cudaStream_t compute) {
+    cudaCheck(cudaEventRecord(d->compute_ready, compute));
+    cudaCheck(cudaStreamWaitEvent(d->comm_stream, d->compute_ready, 0));
+}
+// The compute stream waits for every collective issued so far.
+inline void compute_after_comm(const Distributed* d, cudaStream_t compute) {
+    cudaCheck(cudaEventRecord(d->comm_done, d->comm_stream));
+    cudaCheck(cudaStreamWaitEvent(compute, d->comm_done, 0));
+}
+
+// ---- collectives on comm_stream (N > 1 only; sums, never averages) ----------
+#ifdef MULTI_GPU
+template <class T> inline ncclDataType_t nccl_type();
+template <> inline ncclDataType_t nccl_type<float>() { return ncclFloat; }
+template <> inline ncclDataType_t nccl_type<__nv_bfloat16>() { return ncclBfloat16; }
+
+inline void group_start() { ncclCheck(ncclGroupStart()); }
+inline void group_end() { ncclCheck(ncclGroupEnd()); }
+// recv[i] = sum over ranks of send[i] (in place when recv == send)
+template <class T>
+inline void all_reduce_sum(T* recv, const T* send, size_t n, const Distributed* d) {
+    ncclCheck(ncclAllReduce(send, recv, n, nccl_type<T>(), ncclSum, d->comm, d->comm_stream));
+}
+// recv[i] = sum over ranks of send[rank * n + i]
+template <class T>
+inline void reduce_scatter_sum(T* recv, const T* send, size_t n, const Distributed* d) {
+    ncclCheck(ncclReduceScatter(send, recv, n, nccl_type<T>(), ncclSum, d->comm, d->comm_stream));
+}
+// buffer[r * n + i] = rank r's buffer[r * n + i], for every r (in place)
+template <class T>
+inline void all_gather_in_place(T* buffer, size_t n, const Distributed* d) {
+    ncclCheck(ncclAllGather(buffer + (size_t)d->rank * n, buffer, n, nccl_type<T>(), d->comm, d->comm_stream));
+}
+#else
+inline void group_start() {}
+inline void group_end() {}
+template <class T> inline void all_reduce_sum(T*, const T*, size_t, const Distributed*) {}
+template <class T> inline void reduce_scatter_sum(T*, const T*, size_t, const Distributed*) {}
+template <class T> inline void all_gather_in_place(T*, size_t, const Distributed*) {}
+#endif
+
+// Host values summed over ranks (evaluation results: not on the training path).
+inline double host_sum(double value, const Distributed* d) {
+#ifdef MULTI_GPU
+    if (d->num_processes > 1) MPI_Allreduce(MPI_IN_PLACE, &value, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+#else
+    (void)d;
+#endif
+    return value;
+}
+
+inline const char* distributed_build_note() {
+#ifdef MULTI_GPU
+    return "MPI + NCCL build: mpirun -np N (or srun) runs N ranks, one per GPU; without mpirun, one rank";
+#else
+    return "single-GPU build (made with NO_MULTI_GPU=1: no MPI, no NCCL)";
+#endif
+}

@@ -1,0 +1,435 @@
+// Tests of llmc/checkpoint.h: the training-state file (bitwise round trip, header layout,
+// every mismatch and damage error), atomic writes that fail without touching the old file,
+// finding the newest complete checkpoint, pruning and stale temporary files.
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdint>
+#include <cstring>
+#include <fstream>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "llmc/checkpoint.h"
+#include "test/test_util.h"
+
+// (test/host/host_util.h's helpers minus the command runner, which is not needed here)
+static std::string g_tmp;  // the test's temporary folder (set by main)
+
+static bool exists(const std::string& p) {
+    struct stat st;
+    return stat(p.c_str(), &st) == 0;
+}
+static std::string read_file(const std::string& p) {
+    std::ifstream f(p, std::ios::binary);
+    std::stringstream ss;
+    ss << f.rdbuf();
+    return ss.str();
+}
+static void write_file(const std::string& p, const std::string& data) {
+    std::ofstream f(p, std::ios::binary);
+    f.write(data.data(), (std::streamsize)data.size());
+}
+
+static bool contains(const std::string& s, const std::string& needle) { return s.find(needle) != std::string::npos; }
+static bool one_line(const std::string& s) { return !s.empty() && s.find('\n') == std::string::npos; }
+static void touch(const std::string& p) { write_file(p, ""); }
+static std::string mkdir_in_tmp(const std::string& name) {
+    std::string d = g_tmp + "/" + name;
+    mkdir(d.c_str(), 0755);
+    return d;
+}
+static off_t file_size(const std::string& p) {
+    struct stat st;
+    return stat(p.c_str(), &st) == 0 ? st.st_size : -1;
+}
+
+// A state with random bits (NaN patterns included) in every array and in the blob.
+struct State {
+    TrainingStateHeader h;
+    std::vector<float> m, v, master;
+    std::vector<unsigned char> extra;
+};
+static State random_state(uint32_t seed, uint64_t n, uint32_t extra_bytes) {
+    std::mt19937 rng(seed);
+    State s;
+    s.h.num_processes = 4;
+    s.h.rank = 3;
+    s.h.shuffle = 1;
+    s.h.step = 1234;
+    s.h.zero_stage = 1;
+    s.h.shard_elements = n;
+    s.h.num_parameters = 0x123456789ull;  // needs both uint64 slots
+    s.h.extra_bytes = extra_bytes;
+    for (auto* a : {&s.m, &s.v, &s.master}) {
+        a->resize(n);
+        for (auto& x : *a) {
+            uint32_t bits = rng();
+            memcpy(&x, &bits, 4);
+        }
+    }
+    s.extra.resize(extra_bytes);
+    for (auto& b : s.extra) b = (unsigned char)rng();
+    return s;
+}
+static bool write_state(const std::string& path, const State& s, std::string* err) {
+    return state_write(path, s.h, s.m.data(), s.v.data(), s.master.data(), s.extra.data(), err);
+}
+static bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+    return a.size() == b.size() && memcmp(a.data(), b.data(), a.size() * 4) == 0;
+}
+
+static void test_paths() {
+    CHECK(checkpoint_model_path("out", 5000) == "out/model_00005000.bin" &&
+              checkpoint_state_path("out", 5000, 7) == "out/state_00005000_00007.bin" &&
+              checkpoint_done_path("out", 5000) == "out/DONE_00005000",
+          "paths: model_%%08d.bin, state_%%08d_%%05d.bin, DONE_%%08d");
+    CHECK(fsync_directory(g_tmp) && !fsync_directory(g_tmp + "/no_such_dir"),
+          "fsync_directory: true on a folder, false on a missing one");
+}
+
+static void test_round_trip() {
+    const std::string d = mkdir_in_tmp("rt");
+    const std::string p = checkpoint_state_path(d, 1234, 3);
+    const uint64_t n = 10007;
+    const uint32_t eb = 77;
+    State s = random_state(1, n, eb);
+    std::string err;
+    bool wrote = write_state(p, s, &err);
+    CHECK(wrote, "state_write succeeds %s", err.c_str());
+    CHECK(file_size(p) == (off_t)(1024 + 12 * n + eb) && !exists(p + ".tmp"),
+          "the file is exactly 1024 + 12n + extra bytes (%lld) and no .tmp is left", (long long)file_size(p));
+
+    // the raw header layout
+    std::string raw = read_file(p);
+    std::vector<int32_t> hd(256, -1);
+    if (raw.size() >= 1024) memcpy(hd.data(), raw.data(), 1024);
+    bool layout = hd[0] == 20240527 && hd[1] == 1 && hd[2] == 4 && hd[3] == 3 && hd[4] == 1 && hd[5] == 1 &&
+                  hd[10] == 1234 && hd[11] == 1 && hd[12] == (int32_t)n && hd[13] == 0 && hd[14] == 0x23456789 &&
+                  hd[15] == 1 && hd[16] == (int32_t)eb;
+    for (int i : {6, 7, 8, 9}) layout = layout && hd[i] == 0;
+    for (int i = 17; i < 256; i++) layout = layout && hd[i] == 0;
+    CHECK(layout, "header layout: magic, version, processes, rank, master flag, shuffle, step, zero stage, n, "
+                  "parameters (low/high), extra bytes; other slots 0");
+    bool body = raw.size() == 1024 + 12 * n + eb && memcmp(raw.data() + 1024, s.m.data(), n * 4) == 0 &&
+                memcmp(raw.data() + 1024 + 4 * n, s.v.data(), n * 4) == 0 &&
+                memcmp(raw.data() + 1024 + 8 * n, s.master.data(), n * 4) == 0 &&
+                memcmp(raw.data() + 1024 + 12 * n, s.extra.data(), eb) == 0;
+    CHECK(body, "body layout: m, v, master, then the extra blob");
+
+    TrainingStateHeader h;
+    memset(&h, 0, sizeof(h));
+    bool hok = state_read_header(p, &h, &err);
+    CHECK(hok && h.num_processes == 4 && h.rank == 3 && h.shuffle == 1 && h.step == 1234 && h.zero_stage == 1 &&
+              h.shard_elements == n && h.num_parameters == 0x123456789ull && h.extra_bytes == eb,
+          "state_read_header returns every field %s", hok ? "" : err.c_str());
+
+    State r;
+    r.m.assign(n, 0.f);
+    r.v.assign(n, 0.f);
+    r.master.assign(n, 0.f);
+    r.extra.assign(eb, 0);
+    bool rok = state_read(p, s.h, r.m.data(), r.v.data(), r.master.data(), r.extra.data(), &err);
+    CHECK(rok && same_bits(r.m, s.m) && same_bits(r.v, s.v) && same_bits(r.master, s.master) && r.extra == s.extra,
+          "state_read: m, v, master and the extra blob come back bitwise (NaN patterns included) %s",
+          rok ? "" : err.c_str());
+
+    std::vector<float> only_master(n, 0.f);
+    rok = state_read(p, s.h, nullptr, nullptr, only_master.data(), nullptr, &err);
+    CHECK(rok && same_bits(only_master, s.master), "state_read with null pointers skips those parts");
+
+    // overwrite with new content: the new one replaces the old
+    State s2 = random_state(2, n, eb);
+    wrote = write_state(p, s2, &err);
+    rok = wrote && state_read(p, s2.h, r.m.data(), r.v.data(), r.master.data(), r.extra.data(), &err);
+    CHECK(rok && same_bits(r.m, s2.m) && r.extra == s2.extra && !exists(p + ".tmp"),
+          "writing again replaces the file");
+
+    // an empty shard and no blob
+    State e = random_state(3, 0, 0);
+    wrote = write_state(d + "/empty.bin", e, &err);
+    rok = wrote && file_size(d + "/empty.bin") == 1024 &&
+          state_read(d + "/empty.bin", e.h, nullptr, nullptr, nullptr, nullptr, &err);
+    CHECK(rok, "a state with n = 0 and no extra blob is the 1024-byte header and reads back");
+}
+
+static void test_mismatch() {
+    const std::string d = mkdir_in_tmp("mm");
+    const std::string p = d + "/state.bin";
+    const uint64_t n = 100;
+    State s = random_state(4, n, 16);
+    std::string err;
+    write_state(p, s, &err);
+    std::vector<float> buf(4 * n + 1000);
+    std::vector<unsigned char> ex(1 << 12);
+    struct Case {
+        const char* field;
+        void (*change)(TrainingStateHeader&);
+        std::vector<std::string> needles;
+    };
+    const std::vector<Case> cases = {
+        {"num_processes", [](TrainingStateHeader& h) { h.num_processes = 8; }, {"saved with 4 processes", "this run has 8"}},
+        {"rank", [](TrainingStateHeader& h) { h.rank = 1; }, {"rank 3", "rank 1"}},
+        {"step", [](TrainingStateHeader& h) { h.step = 2000; }, {"step 1234", "step 2000"}},
+        {"zero_stage", [](TrainingStateHeader& h) { h.zero_stage = 0; }, {"zero stage 1", "zero stage 0"}},
+        {"shard_elements", [](TrainingStateHeader& h) { h.shard_elements = 200; }, {"100", "200", "elements"}},
+        {"num_parameters", [](TrainingStateHeader& h) { h.num_parameters = 124439808; }, {"4886718345", "124439808", "parameters"}},
+        {"extra_bytes", [](TrainingStateHeader& h) { h.extra_bytes = 32; }, {"16 bytes", "32"}},
+    };
+    for (const Case& c : cases) {
+        TrainingStateHeader want = s.h;
+        c.change(want);
+        err.clear();
+        bool ok = state_read(p, want, buf.data(), buf.data() + n, buf.data() + 2 * n, ex.data(), &err);
+        bool msg = one_line(err) && contains(err, p);
+        for (const std::string& nd : c.needles) msg = msg && contains(err, nd);
+        CHECK(!ok && msg, "mismatch of %s is refused: %s", c.field, err.c_str());
+    }
+    TrainingStateHeader want = s.h;
+    want.shuffle = 0;
+    CHECK(state_read(p, want, buf.data(), buf.data() + n, buf.data() + 2 * n, ex.data(), &err),
+          "the shuffle flag is not part of the match (the caller decides)");
+}
+
+static void test_damage() {
+    const std::string d = mkdir_in_tmp("dmg");
+    const uint64_t n = 50;
+    const uint32_t eb = 8;
+    State s = random_state(5, n, eb);
+    std::string err;
+    const std::string good = d + "/good.bin";
+    write_state(good, s, &err);
+    const std::string raw = read_file(good);
+    const size_t full = raw.size();
+    TrainingStateHeader h;
+    auto expect_error = [&](const std::string& name, const std::string& bytes, std::initializer_list<const char*> needles,
+                            const char* what) {
+        const std::string p = d + "/" + name;
+        write_file(p, bytes);
+        err.clear();
+        bool ok_h = state_read_header(p, &h, &err);
+        bool msg = one_line(err) && contains(err, p);
+        for (const char* nd : needles) msg = msg && contains(err, nd);
+        std::string err2;
+        std::vector<float> buf(3 * n);
+        std::vector<unsigned char> ex(eb);
+        bool ok_r = state_read(p, s.h, buf.data(), buf.data() + n, buf.data() + 2 * n, ex.data(), &err2);
+        CHECK(!ok_h && !ok_r && msg && err2 == err, "%s: %s", what, err.c_str());
+    };
+    const std::string F = std::to_string(full);
+    expect_error("cut.bin", raw.substr(0, full - 1), {"truncated", std::to_string(full - 1).c_str(), F.c_str()},
+                 "a file one byte short: truncated, both sizes named");
+    expect_error("cut_body.bin", raw.substr(0, 1024 + 4 * n), {"truncated", F.c_str()},
+                 "a file cut inside m: truncated");
+    expect_error("cut_header.bin", raw.substr(0, 500), {"truncated", "500"}, "a file cut inside the header");
+    expect_error("long.bin", raw + "x", {"wrong size", std::to_string(full + 1).c_str(), F.c_str()},
+                 "a file one byte long: wrong size");
+    std::string bad = raw;
+    int32_t mg = 20240520;
+    memcpy(&bad[0], &mg, 4);
+    expect_error("magic.bin", bad, {"not a training state file", "magic 20240520"}, "wrong magic (a token shard's)");
+    expect_error("tiny.bin", "ab", {"not a training state file"}, "a 2-byte file");
+    expect_error("zero.bin", "", {"not a training state file"}, "an empty file");
+    bad = raw;
+    int32_t ver = 2;
+    memcpy(&bad[4], &ver, 4);
+    expect_error("version.bin", bad, {"version 2"}, "unsupported version");
+    bad = raw;
+    int32_t rank = 9;
+    memcpy(&bad[12], &rank, 4);
+    expect_error("rank.bin", bad, {"rank 9 of 4"}, "rank outside the process count");
+    bad = raw;
+    int32_t nohigh = 1;
+    memcpy(&bad[13 * 4], &nohigh, 4);  // n + 2^32: the file is far too short
+    expect_error("nhigh.bin", bad, {"truncated"}, "the high word of n counts (file far too short)");
+    bad = raw;
+    int32_t big = -1;
+    memcpy(&bad[12 * 4], &big, 4);
+    memcpy(&bad[13 * 4], &big, 4);  // n = 2^64 - 1: no size fits
+    expect_error("nhuge.bin", bad, {"bad header"}, "n = 2^64-1 is refused without overflow");
+
+    err.clear();
+    CHECK(!state_read_header(d + "/missing.bin", &h, &err) && one_line(err) && contains(err, "missing.bin") &&
+              contains(err, strerror(ENOENT)),
+          "a missing file: %s", err.c_str());
+
+    State inv = random_state(6, 4, 0);
+    inv.h.rank = 4;  // of 4 processes
+    err.clear();
+    CHECK(!write_state(d + "/inv.bin", inv, &err) && !exists(d + "/inv.bin") && !exists(d + "/inv.bin.tmp") &&
+              one_line(err),
+          "state_write refuses a header with rank >= processes: %s", err.c_str());
+}
+
+static void test_atomic() {
+    const std::string d = mkdir_in_tmp("atomic");
+    const std::string p = d + "/file.bin";
+    const std::string old = "the old content\n";
+    write_file(p, old);
+    std::string err;
+    bool ok = write_file_atomic(
+        p,
+        [](FILE* f) {
+            std::vector<char> half(100000, 'z');
+            fwrite(half.data(), 1, half.size(), f);
+            errno = ENOSPC;  // as a failing write would report it
+            return false;
+        },
+        &err);
+    CHECK(!ok && read_file(p) == old && !exists(p + ".tmp") && one_line(err) && contains(err, p) &&
+              contains(err, strerror(ENOSPC)),
+          "a writer failing midway: false, old file unchanged, no .tmp left: %s", err.c_str());
+
+    err.clear();
+    ok = write_file_atomic(p, [](FILE*) { return false; }, &err);
+    CHECK(!ok && read_file(p) == old && !exists(p + ".tmp") && one_line(err),
+          "a writer failing without errno: still a one-line reason: %s", err.c_str());
+
+    // a failed state_write over an existing state keeps the old state readable
+    const std::string sp = d + "/state.bin";
+    State s = random_state(7, 64, 4);
+    write_state(sp, s, &err);
+    const std::string before = read_file(sp);
+    State big = random_state(8, 64, 4);
+    big.h.extra_bytes = 0x80000000u;  // invalid: does not fit the int32 slot
+    err.clear();
+    CHECK(!write_state(sp, big, &err) && read_file(sp) == before && !exists(sp + ".tmp"),
+          "a refused state_write leaves the existing state file as it was: %s", err.c_str());
+
+    err.clear();
+    ok = write_file_atomic(g_tmp + "/no_such_dir/file.bin", [](FILE* f) { return fputs("x", f) >= 0; }, &err);
+    CHECK(!ok && one_line(err) && contains(err, "no_such_dir") && contains(err, strerror(ENOENT)),
+          "a missing folder: %s", err.c_str());
+
+    ok = write_file_atomic(p, [](FILE* f) { return fputs("new", f) >= 0; }, &err);
+    CHECK(ok && read_file(p) == "new" && !exists(p + ".tmp"), "a successful write replaces the file");
+
+    ok = write_file_atomic("checkpoint_test_relative.tmpfile", [](FILE* f) { return fputs("r", f) >= 0; }, &err);
+    CHECK(ok && read_file("checkpoint_test_relative.tmpfile") == "r", "a bare file name (folder \".\") works");
+    unlink("checkpoint_test_relative.tmpfile");
+}
+
+static void test_find_latest() {
+    const std::string d = mkdir_in_tmp("latest");
+    CHECK(checkpoint_find_latest(d) == -1 && checkpoint_find_latest(g_tmp + "/nope") == -1,
+          "find_latest: -1 for an empty and for a missing folder");
+    for (const char* junk : {"DONE_0000030", "DONE_000000300", "DONE_00000999.tmp", "DONE_0000a999", "xDONE_00000500",
+                             "DONE_00000400x", "DONE_-0000001", "DONE_", "done_00000800", "model_00000900.bin",
+                             "state_00000900_00000.bin"})
+        touch(d + "/" + junk);
+    mkdir((d + "/DONE_99999999.d").c_str(), 0755);
+    CHECK(checkpoint_find_latest(d) == -1, "junk names and checkpoints without DONE are not complete");
+    std::string err;
+    bool ok = checkpoint_write_done(d, 10, &err) && checkpoint_write_done(d, 200, &err) &&
+              checkpoint_write_done(d, 50, &err);
+    CHECK(ok && exists(checkpoint_done_path(d, 200)) && file_size(checkpoint_done_path(d, 200)) == 0 &&
+              !exists(checkpoint_done_path(d, 200) + ".tmp"),
+          "checkpoint_write_done creates an empty DONE file, no .tmp left");
+    CHECK(checkpoint_find_latest(d) == 200, "find_latest picks the largest DONE step (got %d)", checkpoint_find_latest(d));
+    touch(d + "/DONE_00000000");
+    CHECK(checkpoint_find_latest(d) == 200, "step 0 counts but is not the latest");
+    err.clear();
+    CHECK(!checkpoint_write_done(g_tmp + "/nope", 5, &err) && one_line(err), "write_done into a missing folder: %s",
+          err.c_str());
+}
+
+static void test_prune() {
+    const std::string d = mkdir_in_tmp("prune");
+    const int P = 2;
+    auto make_ckpt = [&](int step, bool done) {
+        touch(checkpoint_model_path(d, step));
+        for (int r = 0; r < P; r++) touch(checkpoint_state_path(d, step, r));
+        if (done) {
+            std::string err;
+            checkpoint_write_done(d, step, &err);
+        }
+    };
+    for (int s : {10, 20, 30, 40, 50}) make_ckpt(s, true);
+    make_ckpt(60, false);  // being written: no DONE
+    touch(checkpoint_state_path(d, 10, 5));  // from an earlier run with more processes
+    for (const char* other : {"main.log", "model_00000010.bin.tmp", "notes.txt", "state_0000010_00000.bin"})
+        touch(d + "/" + other);
+    auto present = [&](int step) {
+        bool all = exists(checkpoint_model_path(d, step));
+        for (int r = 0; r < P; r++) all = all && exists(checkpoint_state_path(d, step, r));
+        return all;
+    };
+    auto absent = [&](int step) {
+        bool none = !exists(checkpoint_model_path(d, step)) && !exists(checkpoint_done_path(d, step));
+        for (int r = 0; r < P; r++) none = none && !exists(checkpoint_state_path(d, step, r));
+        return none;
+    };
+    checkpoint_prune(d, 0, P);
+    checkpoint_prune(d, -1, P);
+    checkpoint_prune(d, 5, P);
+    bool all_kept = true;
+    for (int s : {10, 20, 30, 40, 50}) all_kept = all_kept && present(s) && exists(checkpoint_done_path(d, s));
+    CHECK(all_kept, "prune with keep_last <= 0 or >= the count deletes nothing");
+
+    checkpoint_prune(d, 2, P);
+    CHECK(absent(10) && absent(20) && absent(30), "prune keep 2: steps 10, 20, 30 gone (DONE, model, every rank's state)");
+    CHECK(!exists(checkpoint_state_path(d, 10, 5)), "prune also removes a pruned step's state of a rank beyond the process count");
+    CHECK(present(40) && present(50) && exists(checkpoint_done_path(d, 40)) && exists(checkpoint_done_path(d, 50)),
+          "prune keep 2: steps 40 and 50 kept whole");
+    CHECK(present(60) && !exists(checkpoint_done_path(d, 60)), "the newer incomplete step 60 is untouched");
+    bool others = true;
+    for (const char* other : {"main.log", "model_00000010.bin.tmp", "notes.txt", "state_0000010_00000.bin"})
+        others = others && exists(d + "/" + other);
+    CHECK(others, "other files are untouched");
+    CHECK(checkpoint_find_latest(d) == 50, "find_latest after prune: 50");
+
+    checkpoint_prune(d, 1, P);
+    CHECK(absent(40) && present(50) && present(60), "prune keep 1: only step 50 (and the incomplete 60) left");
+
+    // a crash between the DONE removal and the data removal leaves data without DONE: not complete
+    make_ckpt(70, true);
+    unlink(checkpoint_done_path(d, 70).c_str());
+    CHECK(checkpoint_find_latest(d) == 50, "files without DONE never count as complete");
+}
+
+static void test_stale_temps() {
+    const std::string d = mkdir_in_tmp("temps");
+    const std::vector<std::string> temps = {"model_00000010.bin.tmp", "state_00000010_00001.bin.tmp", "DONE_00000010.tmp",
+                                            "x.tmp"};
+    const std::vector<std::string> keep = {"main.log", "keep.tmpx", "tmp", ".tmp", "model_00000010.bin",
+                                           "corpus.bin.tmp.1234"};
+    for (const auto& t : temps) write_file(d + "/" + t, "partial");
+    for (const auto& k : keep) write_file(d + "/" + k, "keep");
+    mkdir((d + "/folder.tmp").c_str(), 0755);
+    checkpoint_remove_stale_temps(d);
+    bool gone = true, kept = true;
+    for (const auto& t : temps) gone = gone && !exists(d + "/" + t);
+    for (const auto& k : keep) kept = kept && read_file(d + "/" + k) == "keep";
+    CHECK(gone, "remove_stale_temps deletes every *.tmp file");
+    CHECK(kept && exists(d + "/folder.tmp"), "and nothing else (other names, a folder named *.tmp, a bare \".tmp\")");
+    checkpoint_remove_stale_temps(g_tmp + "/nope");  // no crash on a missing folder
+}
+
+int main() {
+    char tmpl[] = "/tmp/test_checkpoint.XXXXXX";
+    if (!mkdtemp(tmpl)) {
+        perror("mkdtemp");
+        return 2;
+    }
+    g_tmp = tmpl;
+    // every path here is absolute except the bare-name case, which must land in g_tmp
+    if (chdir(g_tmp.c_str()) != 0) {
+        perror("chdir");
+        return 2;
+    }
+
+    test_paths();
+    test_round_trip();
+    test_mismatch();
+    test_damage();
+    test_atomic();
+    test_find_latest();
+    test_prune();
+    test_stale_temps();
+
+    std::string cmd = "rm -rf '" + g_tmp + "'";
+    if (system(cmd.c_str()) != 0) printf("note: could not remove %s\n", g_tmp.c_str());
+    return test_summary("test_checkpoint");
+}

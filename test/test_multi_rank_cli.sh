@@ -1,0 +1,83 @@
+#!/usr/bin/env bash
+# The trainer under mpirun (CPU runtime, one process per rank): the same
+# tokens per step split over 1, 2 and 4 ranks, with and without ZeRO-1, give
+# the same losses; only rank 0 prints; a rank that fails stops every rank
+# within 60 s with its error line, never a hang.
+# Usage: test/test_multi_rank_cli.sh [path/to/train_gpt]   (default build/cpu/train_gpt)
+set -u
+cd "$(dirname "$0")/.."
+BIN=${1:-build/cpu/train_gpt}
+WORK=$(mktemp -d)
+trap 'rm -rf "$WORK"' EXIT
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
+MPIRUN="mpirun --oversubscribe --bind-to none -x CPUCUDA_WORKERS=1"
+passed=0 failed=0
+check() {  # check NAME CONDITION-EXIT-STATUS
+    if [[ $2 -eq 0 ]]; then passed=$((passed + 1)); echo "PASS $1"; else failed=$((failed + 1)); echo "FAIL $1"; fi
+}
+
+# The built-in corpus and model, 4 steps of 512 tokens (B x T = 8 x 64).
+RUN=(-x 4 -v 0)
+"$BIN" "${RUN[@]}" -b 8 >"$WORK/n1" 2>&1
+check "one process, B=8: runs" $?
+# same_losses FILE: the four losses within 2e-4 of one process with B=8
+same_losses() {
+    python3 - "$WORK/n1" "$1" <<'PY'
+import re, sys
+def losses(p): return [float(m) for m in re.findall(r"^step +\d+/\d+ \| loss ([0-9.]+)", open(p).read(), re.M)]
+a, b = losses(sys.argv[1]), losses(sys.argv[2])
+worst = max(abs(x - y) for x, y in zip(a, b)) if len(a) == len(b) == 4 else float("inf")
+print("%.1e" % worst)
+sys.exit(0 if worst <= 2e-4 else 1)
+PY
+}
+for setup in "2 4 0 512" "2 2 0 512" "2 2 1 512" "4 2 0 512" "4 1 1 512"; do
+    read -r np b z d <<<"$setup"
+    timeout 300 $MPIRUN -np "$np" "$BIN" "${RUN[@]}" -b "$b" -d "$d" -z "$z" >"$WORK/run" 2>&1
+    rc=$?
+    worst=$(same_losses "$WORK/run")
+    same=$?
+    [[ $rc -eq 0 && $same -eq 0 ]] && grep -q "batch: B=$b x T=64 x N=$np x A=$((d / (b * 64 * np))) = 512 tokens per step" "$WORK/run"
+    check "mpirun -np $np, B=$b, ZeRO-$z: 4 losses equal one process with B=8 (max diff $worst <= 2e-4; bf16)" $?
+done
+
+timeout 300 $MPIRUN -np 2 "$BIN" "${RUN[@]}" -b 4 -z 1 >"$WORK/z1" 2>&1
+[[ $(grep -c '^model:' "$WORK/z1") -eq 1 && $(grep -cE '^step +4/4' "$WORK/z1") -eq 1 ]]
+check "only rank 0 prints (one model line, one line per step)" $?
+grep -qE "optimizer state per rank: .* with ZeRO-1 .* saves .* MiB per rank" "$WORK/z1"
+check "ZeRO-1 reports the memory it saves per rank: $(grep -o 'saves [0-9.]* MiB per rank' "$WORK/z1")" $?
+
+# -o under ZeRO-1: the weights are gathered from the shards; the file must
+# load and match the ZeRO-0 run's within bf16 noise.
+timeout 300 $MPIRUN -np 2 "$BIN" "${RUN[@]}" -b 4 -z 1 -o "$WORK/out1" >/dev/null 2>&1 &&
+    timeout 300 $MPIRUN -np 2 "$BIN" "${RUN[@]}" -b 4 -z 0 -o "$WORK/out0" >/dev/null 2>&1 &&
+    python3 - "$WORK/out0/model_00000004.bin" "$WORK/out1/model_00000004.bin" <<'PY'
+import struct, sys
+a, b = open(sys.argv[1], "rb").read(), open(sys.argv[2], "rb").read()
+assert len(a) == len(b) and a[:1024] == b[:1024]
+n = (len(a) - 1024) // 4
+x, y = struct.unpack("<%df" % n, a[1024:]), struct.unpack("<%df" % n, b[1024:])
+scale = max(abs(v) for v in x)
+diff = max(abs(p - q) for p, q in zip(x, y))
+sys.exit(0 if diff / scale <= 1e-2 else 1)
+PY
+check "ZeRO-1 with -o writes the full model (gathered shards), equal to ZeRO-0's within bf16 noise" $?
+
+"$BIN" -z 2 >"$WORK/out" 2>"$WORK/err"
+[[ $? -ne 0 ]] && grep -q "^error: -z 2" "$WORK/err"
+check "-z 2 is refused: $(head -1 "$WORK/err")" $?
+"$BIN" --help | grep -q "MPI + NCCL build"
+check "--help says how the build runs ranks" $?
+
+# Rank 1 cannot open its data (MPMD launch: rank 0 has good data and reaches
+# its first collective). Every rank must stop, quickly, with rank 1's line.
+start=$(date +%s)
+timeout 60 mpirun --oversubscribe --bind-to none -np 1 "$BIN" -x 4 : -np 1 "$BIN" -x 4 -i "$WORK/missing_*.bin" \
+    >"$WORK/out" 2>"$WORK/err"
+rc=$?
+elapsed=$(($(date +%s) - start))
+[[ $rc -ne 0 && $rc -ne 124 ]] && grep -q "^error: .*missing_" "$WORK/err"
+check "one rank failing stops all ranks in ${elapsed} s (< 60, exit $rc) with: $(grep -m1 '^error:' "$WORK/err")" $?
+
+echo "test_multi_rank_cli: $passed passed, $failed failed"
+[[ $failed -eq 0 ]]
