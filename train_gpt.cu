@@ -32,9 +32,14 @@
 #include "llmc/layernorm.cuh"
 #include "llmc/matmul.cuh"
 #include "llmc/schedulers.h"
+#include "llmc/checkpoint.h"
 #include "llmc/dataloader.h"
 #include "llmc/distributed.h"
+#include "llmc/hellaswag.h"
 #include "llmc/markov_corpus.h"
+#include "llmc/mfu.h"
+#include "llmc/sampler.h"
+#include "llmc/tokenizer.h"
 
 // One line naming the problem, then a non-zero exit.
 #define FAIL(...) do { fprintf(stderr, "error: " __VA_ARGS__); fputc('\n', stderr); exit(EXIT_FAILURE); } while (0)
@@ -166,6 +171,7 @@ struct GPT2 {
     int adam_step;  // number of optimizer steps taken
     // activations for micro-batches of B sequences of T tokens
     int B, T;
+    int recompute = 0;  // -r: 0 keeps every layer's activations, 1 recomputes GELU, 2 also layernorm outputs
     ActivationTensors acts;
     BackwardScratch scratch;
     float* step_stats;  // device: [0] summed loss of the step, [1] squared grad norm
@@ -187,16 +193,35 @@ struct GPT2 {
     float* grad_shard = nullptr;        // ZeRO-1: the reduced gradients of those elements
 };
 
-static void* device_alloc(size_t bytes, const char* what) {
-    void* ptr = nullptr;
-    cudaError_t err = cudaMalloc(&ptr, bytes);
-    if (err == cudaErrorMemoryAllocation)
-        FAIL("out of device memory allocating %.1f MiB for %s; try a smaller -b or -t", bytes / 1048576.0, what);
-    cudaCheck(err);
-    return ptr;
+// Device memory is allocated once, from tables of buffers: the allocation and
+// the memory plan (printed at start, and by --memory-plan) both read them, so
+// the plan is what gets allocated.
+struct DeviceBuffer {
+    void** ptr;
+    size_t bytes;
+    const char* group;  // the memory plan's line
+};
+
+// Allocates every buffer of the list, or none: on out-of-memory the ones
+// already allocated are freed and false is returned (-b auto tries a smaller B).
+static bool allocate_buffers(const std::vector<DeviceBuffer>& buffers) {
+    for (size_t i = 0; i < buffers.size(); i++) {
+        const cudaError_t err = cudaMalloc(buffers[i].ptr, buffers[i].bytes);
+        if (err == cudaSuccess) continue;
+        if (err != cudaErrorMemoryAllocation) cudaCheck(err);
+        (void)cudaGetLastError();
+        for (size_t k = 0; k < i; k++) cudaCheck(cudaFree(*buffers[k].ptr));
+        return false;
+    }
+    return true;
 }
-template <class T>
-static T* device_alloc_n(size_t n, const char* what) { return (T*)device_alloc(n * sizeof(T), what); }
+
+static size_t total_bytes(const std::vector<DeviceBuffer>& buffers) {
+    size_t sum = 0;
+    for (const DeviceBuffer& b : buffers) sum += b.bytes;
+    return sum;
+}
+
 
 // Cuts the parameter buffer into slices and lays out this rank's ZeRO-1 shard.
 static void gpt2_plan_slices(GPT2* model) {
@@ -237,7 +262,8 @@ static std::vector<float> gpt2_local_values(const GPT2* model, const float* full
 }
 
 // Allocates parameters and optimizer state for model->config (weights unset).
-static void gpt2_allocate_parameters(GPT2* model) {
+// Sizes, slices and the ZeRO-1 layout for model->config (nothing allocated).
+static void gpt2_configure(GPT2* model) {
     const GPT2Config& c = model->config;
     if (c.channels % c.num_heads != 0)
         FAIL("model: channels %d are not divisible by heads %d", c.channels, c.num_heads);
@@ -246,13 +272,29 @@ static void gpt2_allocate_parameters(GPT2* model) {
     for (size_t s : model->param_sizes) model->num_parameters += s;
     if (model->dist->num_processes == 1) model->zero_stage = 0;  // one rank: nothing to shard
     gpt2_plan_slices(model);
+}
+
+// The weights and the optimizer's buffers (the memory plan reads this too).
+static std::vector<DeviceBuffer> parameter_buffers(GPT2* model) {
     const size_t n = model->num_parameters, local = model->optimizer_elements;
-    model->params_memory = device_alloc_n<floatX>(n, "parameters");
-    model->grads_memory = device_alloc_n<float>(n, "fp32 gradients");
-    model->master_weights = device_alloc_n<float>(local, "fp32 master weights");
-    model->adam_m = device_alloc_n<float>(local, "AdamW m");
-    model->adam_v = device_alloc_n<float>(local, "AdamW v");
-    if (model->zero_stage == 1) model->grad_shard = device_alloc_n<float>(local, "ZeRO-1 gradient shard");
+    std::vector<DeviceBuffer> list = {
+        {(void**)&model->params_memory, n * sizeof(floatX), "parameters"},
+        {(void**)&model->grads_memory, n * sizeof(float), "fp32 gradients"},
+        {(void**)&model->master_weights, local * sizeof(float), "fp32 master weights"},
+        {(void**)&model->adam_m, local * sizeof(float), "AdamW m and v"},
+        {(void**)&model->adam_v, local * sizeof(float), "AdamW m and v"}};
+    if (model->zero_stage == 1)
+        list.push_back({(void**)&model->grad_shard, local * sizeof(float), "ZeRO-1 gradient shard"});
+    return list;
+}
+
+static void gpt2_allocate_parameters(GPT2* model) {
+    gpt2_configure(model);
+    const std::vector<DeviceBuffer> buffers = parameter_buffers(model);
+    if (!allocate_buffers(buffers))
+        FAIL("out of device memory for the weights and optimizer state (%.1f MiB); try -z 1 on several GPUs or a "
+             "smaller model", total_bytes(buffers) / 1048576.0);
+    const size_t n = model->num_parameters, local = model->optimizer_elements;
     point_parameters(&model->params, model->params_memory, model->param_sizes);
     point_parameters(&model->grads, model->grads_memory, model->param_sizes);
     cudaCheck(cudaMemset(model->grads_memory, 0, n * sizeof(float)));
@@ -440,78 +482,100 @@ static std::vector<float> gpt2_master_weights(GPT2* model) {
     return weights;
 }
 
-// Writes fp32 master weights (version 3) atomically: a temporary file, fsync,
-// then rename, so an existing checkpoint is never half overwritten.
-static void gpt2_write_checkpoint(const GPT2* model, const std::vector<float>& weights, const char* path) {
-    int header[256] = {0};
+// Writes the weights the model computes with (version 5 = bf16, or 3 in the
+// fp32 build; the fp32 master weights go to the state files) through a
+// temporary file, fsync and rename: an existing file is never half overwritten.
+static bool gpt2_write_model_file(const GPT2* model, const std::string& path, std::string* error) {
+    std::vector<floatX> weights(model->num_parameters);
+    cudaCheck(cudaMemcpy(weights.data(), model->params_memory, weights.size() * sizeof(floatX), cudaMemcpyDeviceToHost));
     const GPT2Config& c = model->config;
-    int fields[8] = {MODEL_MAGIC, MODEL_VERSION_FP32, c.max_seq_len, c.vocab_size, c.num_layers,
-                     c.num_heads, c.channels, c.padded_vocab_size};
-    memcpy(header, fields, sizeof(fields));
-    const std::string tmp = std::string(path) + ".tmp";
-    FILE* f = fopen(tmp.c_str(), "wb");
-    if (!f) FAIL("%s: cannot write (%s)", tmp.c_str(), strerror(errno));
-    bool ok = fwrite(header, 4, 256, f) == 256 && fwrite(weights.data(), 4, weights.size(), f) == weights.size();
-    ok = fflush(f) == 0 && ok && fsync(fileno(f)) == 0;
-    ok = fclose(f) == 0 && ok;
-    if (!ok || rename(tmp.c_str(), path) != 0) {
-        unlink(tmp.c_str());
-        FAIL("%s: writing the checkpoint failed (%s)", path, strerror(errno));
-    }
+    int header[256] = {MODEL_MAGIC, sizeof(floatX) == 2 ? MODEL_VERSION_BF16 : MODEL_VERSION_FP32, c.max_seq_len,
+                       c.vocab_size, c.num_layers, c.num_heads, c.channels, c.padded_vocab_size};
+    return write_file_atomic(path, [&](FILE* f) {
+        return fwrite(header, 4, 256, f) == 256 && fwrite(weights.data(), sizeof(floatX), weights.size(), f) == weights.size();
+    }, error);
 }
 
 // ---- activations ------------------------------------------------------------
-static void gpt2_allocate_activations(GPT2* model, int B, int T, int max_accum_steps) {
+// Every device buffer the forward and backward use, as one table.
+// Recompute (-r) keeps one layer's copy of a tensor instead of L, and
+// recomputes it in the backward: 1 = the GELU output, 2 = also the two
+// layernorm outputs. The results are bitwise the same (the same kernels run
+// on the same stored inputs).
+static std::vector<DeviceBuffer> activation_buffers(GPT2* model, int B, int T, int recompute) {
     const GPT2Config& c = model->config;
-    if (T > c.max_seq_len) FAIL("-t %d exceeds the model's maximum sequence length %d", T, c.max_seq_len);
-    model->B = B;
-    model->T = T;
-    model->max_accum_steps = max_accum_steps;
     const size_t BT = (size_t)B * T, C = c.channels, L = c.num_layers, NH = c.num_heads, Vp = c.padded_vocab_size;
+    const size_t X = sizeof(floatX), F = sizeof(float);
+    const size_t L_gelu = recompute >= 1 ? 1 : L, L_ln = recompute >= 2 ? 1 : L;  // layers kept
     ActivationTensors& a = model->acts;
-    a.encoded = device_alloc_n<floatX>(BT * C, "activations");
-    a.ln1 = device_alloc_n<floatX>(L * BT * C, "activations");
-    a.ln1_mean = device_alloc_n<float>(L * BT, "activations");
-    a.ln1_rstd = device_alloc_n<float>(L * BT, "activations");
-    a.qkv = device_alloc_n<floatX>(L * BT * 3 * C, "activations");
-    a.atty = device_alloc_n<floatX>(L * BT * C, "activations");
-    a.att_lse = device_alloc_n<float>(L * BT * NH, "activations");
-    a.residual2 = device_alloc_n<floatX>(L * BT * C, "activations");
-    a.ln2 = device_alloc_n<floatX>(L * BT * C, "activations");
-    a.ln2_mean = device_alloc_n<float>(L * BT, "activations");
-    a.ln2_rstd = device_alloc_n<float>(L * BT, "activations");
-    a.fch = device_alloc_n<floatX>(L * BT * 4 * C, "activations");
-    a.fch_gelu = device_alloc_n<floatX>(L * BT * 4 * C, "activations");
-    a.residual3 = device_alloc_n<floatX>(L * BT * C, "activations");
-    a.lnf = device_alloc_n<floatX>(BT * C, "activations");
-    a.lnf_mean = device_alloc_n<float>(BT, "activations");
-    a.lnf_rstd = device_alloc_n<float>(BT, "activations");
-    a.logits = device_alloc_n<floatX>(BT * Vp, "logits");
-    a.losses = device_alloc_n<float>(BT, "losses");
-    a.proj_out = device_alloc_n<floatX>(BT * C, "activations");
-
     BackwardScratch& s = model->scratch;
-    s.dresidual = device_alloc_n<floatX>(BT * C, "backward scratch");
-    s.dwide = device_alloc_n<floatX>(BT * 4 * C, "backward scratch");
-    s.dnarrow = device_alloc_n<floatX>(BT * C, "backward scratch");
     size_t reduce_floats = bias_backward_scratch_floats(4 * C);
     reduce_floats = std::max(reduce_floats, layernorm_backward_scratch_floats(BT, C));
     reduce_floats = std::max(reduce_floats, attention_backward_scratch_floats(B, T, NH));
     reduce_floats = std::max(reduce_floats, global_norm_scratch_floats());
-    s.reduce = device_alloc_n<float>(reduce_floats, "backward scratch");
-    s.encoder_plan = device_alloc_n<int>(encoder_backward_plan_ints(B, T), "backward scratch");
+    const char* act = "activations (B x T x C x L)";
+    return {
+        {(void**)&a.encoded, BT * C * X, act},          {(void**)&a.ln1, L_ln * BT * C * X, act},
+        {(void**)&a.ln1_mean, L * BT * F, act},         {(void**)&a.ln1_rstd, L * BT * F, act},
+        {(void**)&a.qkv, L * BT * 3 * C * X, act},      {(void**)&a.atty, L * BT * C * X, act},
+        {(void**)&a.att_lse, L * BT * NH * F, act},     {(void**)&a.residual2, L * BT * C * X, act},
+        {(void**)&a.ln2, L_ln * BT * C * X, act},       {(void**)&a.ln2_mean, L * BT * F, act},
+        {(void**)&a.ln2_rstd, L * BT * F, act},         {(void**)&a.fch, L * BT * 4 * C * X, act},
+        {(void**)&a.fch_gelu, L_gelu * BT * 4 * C * X, act}, {(void**)&a.residual3, L * BT * C * X, act},
+        {(void**)&a.lnf, BT * C * X, act},              {(void**)&a.lnf_mean, BT * F, act},
+        {(void**)&a.lnf_rstd, BT * F, act},             {(void**)&a.proj_out, BT * C * X, act},
+        {(void**)&a.logits, BT * Vp * X, "logits (B x T x Vp)"}, {(void**)&a.losses, BT * F, "logits (B x T x Vp)"},
+        {(void**)&s.dresidual, BT * C * X, "backward scratch"},  {(void**)&s.dwide, BT * 4 * C * X, "backward scratch"},
+        {(void**)&s.dnarrow, BT * C * X, "backward scratch"},    {(void**)&s.reduce, reduce_floats * F, "backward scratch"},
+        {(void**)&s.encoder_plan, encoder_backward_plan_ints(B, T) * sizeof(int), "backward scratch"},
+        {(void**)&model->step_stats, 2 * F, "inputs and step statistics"},
+        {(void**)&model->inputs, BT * sizeof(int), "inputs and step statistics"},
+        {(void**)&model->targets, BT * sizeof(int), "inputs and step statistics"},
+    };
+}
 
-    model->step_stats = device_alloc_n<float>(2, "step statistics");
-    model->inputs = device_alloc_n<int>(BT, "inputs");
-    model->targets = device_alloc_n<int>(BT, "targets");
-    const size_t staged = (size_t)max_accum_steps * BT;
+// Activations for micro-batches of (B, T), and pinned staging for A of them.
+// Returns false (nothing allocated) when the device is out of memory.
+static bool gpt2_try_allocate_activations(GPT2* model, int B, int T, int max_accum_steps, int recompute) {
+    const GPT2Config& c = model->config;
+    if (T > c.max_seq_len) FAIL("-t %d exceeds the model's maximum sequence length %d", T, c.max_seq_len);
+    if (!allocate_buffers(activation_buffers(model, B, T, recompute))) return false;
+    model->B = B;
+    model->T = T;
+    model->recompute = recompute;
+    model->max_accum_steps = max_accum_steps;
+    const size_t staged = (size_t)max_accum_steps * B * T;
     cudaCheck(cudaMallocHost(&model->staged_inputs, staged * sizeof(int)));
     cudaCheck(cudaMallocHost(&model->staged_targets, staged * sizeof(int)));
     cudaCheck(cudaMallocHost(&model->staged_plans, max_accum_steps * encoder_backward_plan_ints(B, T) * sizeof(int)));
+    return true;
+}
+
+static void gpt2_allocate_activations(GPT2* model, int B, int T, int max_accum_steps, int recompute = 0) {
+    if (!gpt2_try_allocate_activations(model, B, T, max_accum_steps, recompute))
+        FAIL("out of device memory for the activations of B=%d, T=%d (%.1f MiB); try a smaller -b, -r 1 or 2, "
+             "or -b auto", B, T, total_bytes(activation_buffers(model, B, T, recompute)) / 1048576.0);
+}
+
+static void gpt2_free_activations(GPT2* model) {
+    for (const DeviceBuffer& b : activation_buffers(model, model->B, model->T, model->recompute))
+        cudaCheck(cudaFree(*b.ptr));
+    for (int* b : {model->staged_inputs, model->staged_targets, model->staged_plans}) cudaCheck(cudaFreeHost(b));
+    model->B = model->T = 0;
 }
 
 // ----------------------------------------------------------------------------
 // Forward: logits (B, T, Vp) for the tokens in model->inputs.
+
+// Layer l's layernorm output (ln1 or ln2) and GELU output: its own slice, or
+// the one shared slice under recompute.
+static floatX* layer_ln(const GPT2* model, floatX* ln, int l) {
+    return model->recompute >= 2 ? ln : ln + (size_t)l * model->B * model->T * model->config.channels;
+}
+static floatX* layer_gelu(const GPT2* model, int l) {
+    const size_t size = (size_t)model->B * model->T * 4 * model->config.channels;
+    return model->recompute >= 1 ? model->acts.fch_gelu : model->acts.fch_gelu + l * size;
+}
 
 static void gpt2_forward(GPT2* model) {
     const GPT2Config& c = model->config;
@@ -526,13 +590,13 @@ static void gpt2_forward(GPT2* model) {
     for (int l = 0; l < L; l++) {
         const size_t tc = (size_t)BT * C;
         const floatX* residual = l == 0 ? a.encoded : a.residual3 + (l - 1) * tc;
-        floatX* ln1 = a.ln1 + l * tc;
+        floatX* ln1 = layer_ln(model, a.ln1, l);
         floatX* qkv = a.qkv + l * 3 * tc;
         floatX* atty = a.atty + l * tc;
         floatX* residual2 = a.residual2 + l * tc;
-        floatX* ln2 = a.ln2 + l * tc;
+        floatX* ln2 = layer_ln(model, a.ln2, l);
         floatX* fch = a.fch + l * 4 * tc;
-        floatX* fch_gelu = a.fch_gelu + l * 4 * tc;
+        floatX* fch_gelu = layer_gelu(model, l);
         // attention block: residual2 = residual + proj(attention(ln1(residual)))
         matmul_forward(qkv, ln1, p.qkvw + (size_t)l * 3 * C * C, p.qkvb + l * 3 * C, BT, C, 3 * C, stream);
         attention_forward(atty, a.att_lse + (size_t)l * BT * NH, qkv, B, T, NH, HS, stream);
@@ -546,7 +610,7 @@ static void gpt2_forward(GPT2* model) {
         matmul_forward(a.proj_out, fch_gelu, p.fcprojw + (size_t)l * 4 * C * C, p.fcprojb + l * C, BT, 4 * C, C,
                        stream);
         if (l + 1 < L)
-            fused_residual_layernorm_forward(a.residual3 + l * tc, a.ln1 + (l + 1) * tc, a.ln1_mean + (l + 1) * BT,
+            fused_residual_layernorm_forward(a.residual3 + l * tc, layer_ln(model, a.ln1, l + 1), a.ln1_mean + (l + 1) * BT,
                                              a.ln1_rstd + (l + 1) * BT, residual2, a.proj_out,
                                              p.ln1w + (l + 1) * C, p.ln1b + (l + 1) * C, BT, C, stream);
         else
@@ -618,12 +682,22 @@ static void gpt2_backward(GPT2* model, const int* encoder_plan_host, int num_dis
                        a.lnf_mean, a.lnf_rstd, BT, C, stream);
     for (int l = L - 1; l >= 0; l--) {
         const floatX* residual = l == 0 ? a.encoded : a.residual3 + (l - 1) * tc;
+        floatX* fch_gelu = layer_gelu(model, l);
+        floatX* ln1 = layer_ln(model, a.ln1, l);
+        floatX* ln2 = layer_ln(model, a.ln2, l);
+        if (model->recompute >= 1) gelu_forward(fch_gelu, a.fch + l * 4 * tc, (size_t)BT * 4 * C, stream);
+        if (model->recompute >= 2) {  // from the stored residuals (the stats are rewritten with equal values)
+            layernorm_forward(ln2, a.ln2_mean + l * BT, a.ln2_rstd + l * BT, a.residual2 + l * tc, p.ln2w + l * C,
+                              p.ln2b + l * C, BT, C, stream);
+            layernorm_forward(ln1, a.ln1_mean + l * BT, a.ln1_rstd + l * BT, residual, p.ln1w + l * C,
+                              p.ln1b + l * C, BT, C, stream);
+        }
         // MLP block (dresidual is the gradient w.r.t. residual3 here)
         matmul_backward(s.dwide, g.fcprojw + (size_t)l * 4 * C * C, g.fcprojb + l * C, s.reduce, s.dresidual,
-                        a.fch_gelu + l * 4 * tc, p.fcprojw + (size_t)l * 4 * C * C, BT, 4 * C, C, stream);
+                        fch_gelu, p.fcprojw + (size_t)l * 4 * C * C, BT, 4 * C, C, stream);
         gelu_backward_inplace(s.dwide, a.fch + l * 4 * tc, (size_t)BT * 4 * C, stream);
         matmul_backward(s.dnarrow, g.fcw + (size_t)l * 4 * C * C, g.fcb + l * 4 * C, s.reduce, s.dwide,
-                        a.ln2 + l * tc, p.fcw + (size_t)l * 4 * C * C, BT, C, 4 * C, stream);
+                        ln2, p.fcw + (size_t)l * 4 * C * C, BT, C, 4 * C, stream);
         layernorm_backward(s.dresidual, g.ln2w + l * C, g.ln2b + l * C, s.reduce, s.dnarrow, a.residual2 + l * tc,
                            p.ln2w + l * C, a.ln2_mean + l * BT, a.ln2_rstd + l * BT, BT, C, stream);
         // attention block (dresidual is now the gradient w.r.t. residual2)
@@ -632,7 +706,7 @@ static void gpt2_backward(GPT2* model, const int* encoder_plan_host, int num_dis
         attention_backward(s.dwide, s.reduce, s.dnarrow, a.qkv + l * 3 * tc, a.atty + l * tc,
                            a.att_lse + (size_t)l * BT * NH, B, T, NH, HS, stream);
         matmul_backward(s.dnarrow, g.qkvw + (size_t)l * 3 * C * C, g.qkvb + l * 3 * C, s.reduce, s.dwide,
-                        a.ln1 + l * tc, p.qkvw + (size_t)l * 3 * C * C, BT, C, 3 * C, stream);
+                        ln1, p.qkvw + (size_t)l * 3 * C * C, BT, C, 3 * C, stream);
         layernorm_backward(s.dresidual, g.ln1w + l * C, g.ln1b + l * C, s.reduce, s.dnarrow, residual,
                            p.ln1w + l * C, a.ln1_mean + l * BT, a.ln1_rstd + l * BT, BT, C, stream);
         if (reduce) gpt2_reduce_bucket(model, l);  // layer l's gradients are complete
@@ -793,20 +867,177 @@ static void gpt2_free(GPT2* model) {
     void* buffers[] = {model->params_memory, model->master_weights, model->grads_memory, model->adam_m, model->adam_v,
                        model->grad_shard};
     for (void* b : buffers) cudaCheck(cudaFree(b));
-    if (model->B > 0) {
-        void* io[] = {model->step_stats, model->inputs, model->targets};
-        for (void* b : io) cudaCheck(cudaFree(b));
-        for (int* b : {model->staged_inputs, model->staged_targets, model->staged_plans}) cudaCheck(cudaFreeHost(b));
-        ActivationTensors& a = model->acts;
-        void* acts[] = {a.encoded, a.ln1, a.ln1_mean, a.ln1_rstd, a.qkv, a.atty, a.att_lse, a.residual2, a.ln2,
-                        a.ln2_mean, a.ln2_rstd, a.fch, a.fch_gelu, a.residual3, a.lnf, a.lnf_mean, a.lnf_rstd,
-                        a.logits, a.losses, a.proj_out};
-        for (void* b : acts) cudaCheck(cudaFree(b));
-        BackwardScratch& s = model->scratch;
-        void* scratch[] = {s.dresidual, s.dwide, s.dnarrow, s.reduce, s.encoder_plan};
-        for (void* b : scratch) cudaCheck(cudaFree(b));
-    }
+    if (model->B > 0) gpt2_free_activations(model);
     cudaCheck(cudaStreamDestroy(model->stream));
+}
+
+// ----------------------------------------------------------------------------
+// Checkpoints: model_%08d.bin (rank 0), state_%08d_%05d.bin (every rank: its
+// master weights, m and v, and where the data stream stands), then DONE_%08d
+// once every rank's files are durable (llmc/checkpoint.h). Resuming from one
+// continues bitwise as if the run had never stopped: everything else a step
+// depends on (learning rate, batch size of a ramp, stochastic-rounding seeds,
+// the sampling seed) is a function of the step number.
+
+// The trainer's part of a state file (its "extra" blob).
+struct ResumeInfo {
+    uint32_t magic;                // RESUME_MAGIC
+    int32_t adam_step;
+    DataLoaderPosition train_data; // the next train sequence
+    double initial_val_gap;        // for the built-in corpus's progress line
+};
+constexpr uint32_t RESUME_MAGIC = 0x47505452;  // "RTPG"
+
+template <class T>
+static bool all_finite(const std::vector<T>& values) {
+    for (const T& x : values)
+        if (!std::isfinite(to_float(x))) return false;
+    return true;
+}
+
+static std::vector<float> device_to_host(const float* d, size_t n) {
+    std::vector<float> h(n);
+    cudaCheck(cudaMemcpy(h.data(), d, n * sizeof(float), cudaMemcpyDeviceToHost));
+    return h;
+}
+
+// Every rank calls it. Refuses (one error line, nothing written) when any
+// weight or moment is not finite, so earlier checkpoints stay the newest.
+static void save_checkpoint(GPT2* model, const std::string& dir, int step, const ResumeInfo& info, int keep_last) {
+    const Distributed* d = model->dist;
+    const size_t local = model->optimizer_elements;
+    const std::vector<float> m = device_to_host(model->adam_m, local), v = device_to_host(model->adam_v, local);
+    const std::vector<float> master = device_to_host(model->master_weights, local);
+    if (!all_finite(m) || !all_finite(v) || !all_finite(master))
+        FAIL("step %d: the optimizer state holds Inf or NaN; no checkpoint written (the earlier ones are kept)", step);
+    std::string error;
+    mkdir(dir.c_str(), 0755);
+    if (d->rank == 0 && !gpt2_write_model_file(model, checkpoint_model_path(dir, step), &error)) FAIL("%s", error.c_str());
+    const TrainingStateHeader h{d->num_processes, d->rank, 0, step, model->zero_stage, local, model->num_parameters,
+                                sizeof(ResumeInfo)};
+    if (!state_write(checkpoint_state_path(dir, step, d->rank), h, m.data(), v.data(), master.data(), &info, &error))
+        FAIL("%s", error.c_str());
+    host_barrier(d);  // every rank's files are durable
+    if (d->rank == 0) {
+        if (!checkpoint_write_done(dir, step, &error)) FAIL("%s", error.c_str());
+        checkpoint_prune(dir, keep_last, d->num_processes);
+    }
+}
+
+// Loads checkpoint `step` of dir: the model (config, weights), then this
+// rank's state. model->dist and zero_stage must be set (they must match).
+static ResumeInfo load_checkpoint(GPT2* model, const std::string& dir, int step) {
+    gpt2_init_from_checkpoint(model, checkpoint_model_path(dir, step).c_str());
+    const Distributed* d = model->dist;
+    const size_t local = model->optimizer_elements;
+    const TrainingStateHeader expected{d->num_processes, d->rank, 0, step, model->zero_stage, local,
+                                       model->num_parameters, sizeof(ResumeInfo)};
+    std::vector<float> m(local), v(local), master(local);
+    ResumeInfo info;
+    std::string error;
+    if (!state_read(checkpoint_state_path(dir, step, d->rank), expected, m.data(), v.data(), master.data(), &info, &error))
+        FAIL("%s", error.c_str());
+    if (info.magic != RESUME_MAGIC) FAIL("%s: not written by this trainer", checkpoint_state_path(dir, step, d->rank).c_str());
+    cudaCheck(cudaMemcpy(model->adam_m, m.data(), local * sizeof(float), cudaMemcpyHostToDevice));
+    cudaCheck(cudaMemcpy(model->adam_v, v.data(), local * sizeof(float), cudaMemcpyHostToDevice));
+    cudaCheck(cudaMemcpy(model->master_weights, master.data(), local * sizeof(float), cudaMemcpyHostToDevice));
+    model->adam_step = info.adam_step;
+    return info;
+}
+
+// ----------------------------------------------------------------------------
+// Evaluation and sampling
+
+// Per-token losses of one micro-batch (B, T) into `losses` (host).
+static void gpt2_token_losses(GPT2* model, const int* inputs, const int* targets, float* losses) {
+    evaluate_batch(model, inputs, targets);
+    cudaCheck(cudaMemcpy(losses, model->acts.losses, (size_t)model->B * model->T * sizeof(float), cudaMemcpyDeviceToHost));
+}
+
+// HellaSwag (llm.c's eval .bin): each example's four endings are four rows
+// (context + ending) of one batch; the prediction is the ending with the
+// lowest mean loss over its tokens. Examples are split over the ranks.
+// Returns the accuracy; *scored counts the examples that fit in T.
+static double evaluate_hellaswag(GPT2* model, const std::vector<HellaSwagExample>& examples, long* scored) {
+    const int B = model->B, T = model->T, rows = hellaswag_rows_needed(), per_batch = B / rows;
+    const int eot = model->config.vocab_size - 1;
+    std::vector<int> inputs((size_t)B * T), targets((size_t)B * T);
+    std::vector<float> losses((size_t)B * T);
+    double correct = 0, count = 0;
+    std::vector<const HellaSwagExample*> mine;
+    for (size_t i = model->dist->rank; i < examples.size(); i += model->dist->num_processes) mine.push_back(&examples[i]);
+    for (size_t first = 0; first < mine.size(); first += per_batch) {
+        std::fill(inputs.begin(), inputs.end(), eot);
+        std::fill(targets.begin(), targets.end(), -1);
+        std::vector<int> fits(per_batch, 0);
+        for (int e = 0; e < per_batch && first + e < mine.size(); e++)
+            fits[e] = hellaswag_fill(*mine[first + e], T, &inputs[(size_t)e * rows * T], &targets[(size_t)e * rows * T], eot);
+        gpt2_token_losses(model, inputs.data(), targets.data(), losses.data());
+        for (int e = 0; e < per_batch && first + e < mine.size(); e++) {
+            if (!fits[e]) continue;
+            const size_t row = (size_t)e * rows * T;
+            correct += hellaswag_predict(&losses[row], &targets[row], T) == mine[first + e]->label;
+            count += 1;
+        }
+    }
+    count = host_sum(count, model->dist);
+    *scored = (long)count;
+    return host_sum(correct, model->dist) / std::max(1.0, count);
+}
+
+// Generates `tokens` tokens after an EOT (one forward per token, row 0 of the
+// batch), sampled with the given temperature and top-k from a seeded stream.
+static std::vector<int> gpt2_sample(GPT2* model, int tokens, float temperature, int top_k, uint64_t seed) {
+    const int B = model->B, T = model->T, V = model->config.vocab_size, Vp = model->config.padded_vocab_size;
+    const int eot = V - 1;
+    std::vector<int> inputs((size_t)B * T, eot), targets((size_t)B * T, -1), out;
+    std::vector<floatX> row(Vp);
+    std::vector<float> logits(V);
+    SamplerRng rng = sampler_rng(seed);
+    for (int t = 1; t <= tokens && t < T; t++) {
+        evaluate_batch(model, inputs.data(), targets.data());
+        cudaCheck(cudaMemcpy(row.data(), model->acts.logits + (size_t)(t - 1) * Vp, Vp * sizeof(floatX),
+                             cudaMemcpyDeviceToHost));
+        for (int i = 0; i < V; i++) logits[i] = to_float(row[i]);
+        const int next = sample_token(logits.data(), V, temperature, top_k, &rng);
+        inputs[t] = next;
+        out.push_back(next);
+    }
+    return out;
+}
+
+// ----------------------------------------------------------------------------
+// The memory plan: the device memory of a run by what it holds, from the same
+// tables the allocation uses, plus cuBLASLt's workspace.
+struct MemoryPlan {
+    std::vector<std::pair<std::string, size_t>> lines;
+    size_t total = 0;
+};
+
+static MemoryPlan memory_plan(GPT2* model, int B, int T, int recompute) {
+    MemoryPlan plan;
+    std::vector<DeviceBuffer> all = parameter_buffers(model);
+    for (const DeviceBuffer& b : activation_buffers(model, B, T, recompute)) all.push_back(b);
+    for (const DeviceBuffer& b : all) {
+        auto it = std::find_if(plan.lines.begin(), plan.lines.end(), [&](auto& l) { return l.first == b.group; });
+        if (it == plan.lines.end()) plan.lines.push_back({b.group, b.bytes});
+        else it->second += b.bytes;
+        plan.total += b.bytes;
+    }
+    plan.lines.push_back({"cuBLASLt workspace", CUBLASLT_WORKSPACE_BYTES});
+    plan.total += CUBLASLT_WORKSPACE_BYTES;
+    return plan;
+}
+
+// The largest micro-batch B <= max_B whose activations fit in `available`
+// bytes and that divides `sequences_per_rank` (when > 0: the tokens per step
+// must stay B x T x N x A), or 0.
+static int largest_fitting_batch(GPT2* model, int T, int recompute, size_t available, int max_B, long sequences_per_rank) {
+    for (int B = max_B; B >= 1; B--) {
+        if (sequences_per_rank > 0 && sequences_per_rank % B != 0) continue;
+        if (total_bytes(activation_buffers(model, B, T, recompute)) <= available) return B;
+    }
+    return 0;
 }
 
 // ----------------------------------------------------------------------------
@@ -822,7 +1053,7 @@ struct TrainOptions {
     const char* val_pattern = nullptr;    // -j
     const char* init = "d12";             // -e checkpoint file or descriptor
     const char* output_dir = nullptr;     // -o
-    int B = 4;                            // -b micro-batch sequences
+    int B = 4;                            // -b micro-batch sequences (0: auto)
     int T = 1024;                         // -t sequence length
     long total_batch_tokens = -1;         // -d tokens per optimizer step (-1: B*T*N)
     int max_steps = -1;                   // -x (-1: one epoch)
@@ -833,44 +1064,86 @@ struct TrainOptions {
     float weight_decay = 0.0f;            // -c
     int val_every = 20;                   // -v
     int val_batches = 20;                 // -m
+    int sample_every = 0;                 // -s
+    int sample_tokens = 64;               // -g
+    int hellaswag = 0;                    // -h
+    int checkpoint_every = 0;             // -n
+    int checkpoint_keep = 0;              // -nk
+    int resume = 0;                       // -y
+    int zero_stage = 0;                   // -z
+    int recompute = 0;                    // -r
     int overfit_single_batch = 0;         // -a
     float grad_clip = 1.0f;               // --grad-clip
     long seed = 1337;                     // --seed
-    int zero_stage = 0;                   // -z
+    float temperature = 1.0f;             // --temperature
+    int top_k = 0;                        // --top-k
+    const char* tokenizer = nullptr;      // --tokenizer
+    const char* hellaswag_file = "data/hellaswag/hellaswag_val.bin";  // --hellaswag-file
+    long ramp_tokens = 0;                 // --ramp-tokens
+    int ramp_steps = 0;                   // --ramp-steps
+    const char* ramp_lr = "none";         // --ramp-lr
+    int skip_nonfinite = 0;               // --skip-nonfinite
+    int memory_plan_only = 0;             // --memory-plan
 };
 
 static void print_usage(const char* program) {
     printf("Usage: %s [flags]   (GPT-2 training; %s build)\n", program, PRECISION_NAME);
+    printf("data and model\n");
     printf("  -i <glob>   train data shards (llm.c format); without -i: the built-in Markov corpus\n");
     printf("              (build/markov/, known loss floor) and a small model, 300 steps\n");
     printf("  -j <glob>   val data shards\n");
-    printf("  -e <init>   checkpoint .bin (llm.c format, version 3 or 5), or a model descriptor:\n");
+    printf("  -e <init>   model file .bin (llm.c format, version 3 or 5), or a model descriptor:\n");
     printf("              d12, d24, d36, d48, or e.g. \"L=2,C=64,H=4,V=250,maxT=64\" (default d12)\n");
-    printf("  -o <dir>    output directory: main.log and the final model_%%08d.bin\n");
-    printf("  -b <int>    micro-batch size B, sequences (default 4)\n");
+    printf("batch: tokens per step = B x T x N x A (N ranks, A accumulated micro-batches)\n");
+    printf("  -b <int>    micro-batch size B in sequences, or auto: the largest that fits (default 4)\n");
     printf("  -t <int>    sequence length T (default 1024)\n");
     printf("  -d <int>    tokens per optimizer step = B x T x N x A (default B x T x N: A = 1)\n");
     printf("  -x <int>    optimizer steps (default: one epoch of the train data)\n");
+    printf("  --ramp-tokens <int>  batch ramp: tokens per step at step 0, growing to -d (default 0: off)\n");
+    printf("  --ramp-steps <int>   batch ramp: steps to reach -d\n");
+    printf("  --ramp-lr <rule>     lr during the ramp: none, linear or sqrt in tokens/target (default none)\n");
+    printf("optimizer (AdamW, betas 0.9 and 0.95, eps 1e-8)\n");
     printf("  -k <name>   lr schedule: cosine, linear, constant, wsd (default cosine)\n");
     printf("  -l <float>  peak learning rate (default 3e-4)\n");
     printf("  -u <int>    warmup steps (default 0)\n");
     printf("  -q <float>  final lr as a fraction of the peak (default 1.0)\n");
     printf("  -c <float>  weight decay of the matrices (default 0.0)\n");
-    printf("  -v <int>    val loss every this many steps (default 20; 0 = never)\n");
-    printf("  -m <int>    val batches (default 20)\n");
-    printf("  -a <0|1>    overfit the first batch (default 0)\n");
-    printf("  -z <0|1>    ZeRO stage: 1 shards master weights and AdamW m, v over the ranks (default 0)\n");
     printf("  --grad-clip <float>  clip the global gradient norm (default 1.0; 0 = off)\n");
-    printf("  --seed <int>         weight init and stochastic rounding seed (default 1337)\n");
+    printf("  --skip-nonfinite <0|1>  skip a step whose loss or gradient is Inf/NaN instead of stopping (default 0)\n");
+    printf("  --seed <int>         weight init, stochastic rounding and sampling seed (default 1337)\n");
+    printf("evaluation and sampling\n");
+    printf("  -v <int>    val loss (and HellaSwag) every this many steps (default 20; 0 = never)\n");
+    printf("  -m <int>    val batches per rank (default 20)\n");
+    printf("  -h <0|1>    HellaSwag accuracy at each evaluation (default 0; needs -b >= 4)\n");
+    printf("  --hellaswag-file <path>  llm.c's eval .bin (default data/hellaswag/hellaswag_val.bin)\n");
+    printf("  -s <int>    sample every this many steps (default 0 = never)\n");
+    printf("  -g <int>    tokens per sample (default 64)\n");
+    printf("  --temperature <float>  sampling temperature (default 1.0; 0 = greedy)\n");
+    printf("  --top-k <int>          sample among the k most likely tokens (default 0 = all)\n");
+    printf("  --tokenizer <path>     llm.c tokenizer .bin to print samples as text (default: the GPT-2\n");
+    printf("                         files in data/gpt2 or ../shared/data/gpt2 when V = 50257)\n");
+    printf("checkpoints and memory\n");
+    printf("  -o <dir>    output directory: main.log, main.jsonl, checkpoints (model_%%08d.bin,\n");
+    printf("              state_%%08d_%%05d.bin, DONE_%%08d), a checkpoint at the end\n");
+    printf("  -n <int>    checkpoint every this many steps (default 0 = only at the end)\n");
+    printf("  -nk <int>   keep only the newest this many checkpoints (default 0 = all)\n");
+    printf("  -y <0|1>    resume from the newest complete checkpoint in -o (default 0)\n");
+    printf("  -z <0|1>    ZeRO stage: 1 shards master weights and AdamW m, v over the ranks (default 0)\n");
+    printf("  -r <0|1|2>  recompute in the backward: 1 = GELU, 2 = GELU and layernorm (default 0)\n");
+    printf("  --memory-plan 1      print the device memory plan and exit\n");
+    printf("  -a <0|1>    overfit the first batch (default 0)\n");
     printf("  --help      this text\n");
-    printf("AdamW: betas (0.9, 0.95), eps 1e-8.\n%s.\n", distributed_build_note());
+    printf("%s.\n", distributed_build_note());
 }
 
-static long parse_int(const char* flag, const char* text, long min_value) {
+static long parse_int(const char* flag, const char* text, long min_value, long max_value = LONG_MAX) {
     char* end = nullptr;
     errno = 0;
     long v = strtol(text, &end, 10);
-    if (errno || *end != '\0' || v < min_value) FAIL("%s %s: expected an integer >= %ld", flag, text, min_value);
+    if (errno || *end != '\0' || v < min_value || v > max_value) {
+        if (max_value == LONG_MAX) FAIL("%s %s: expected an integer >= %ld", flag, text, min_value);
+        FAIL("%s %s: expected an integer from %ld to %ld", flag, text, min_value, max_value);
+    }
     return v;
 }
 static float parse_float(const char* flag, const char* text) {
@@ -885,7 +1158,7 @@ static TrainOptions parse_options(int argc, char** argv, std::set<std::string>* 
     for (int i = 1; i < argc; i += 2) {
         const char* flag = argv[i];
         given->insert(flag);
-        if (strcmp(flag, "--help") == 0 || strcmp(flag, "-h") == 0) {
+        if (strcmp(flag, "--help") == 0) {
             print_usage(argv[0]);
             exit(EXIT_SUCCESS);
         }
@@ -895,7 +1168,7 @@ static TrainOptions parse_options(int argc, char** argv, std::set<std::string>* 
         else if (strcmp(flag, "-j") == 0) o.val_pattern = v;
         else if (strcmp(flag, "-e") == 0) o.init = v;
         else if (strcmp(flag, "-o") == 0) o.output_dir = v;
-        else if (strcmp(flag, "-b") == 0) o.B = parse_int(flag, v, 1);
+        else if (strcmp(flag, "-b") == 0) o.B = strcmp(v, "auto") == 0 ? 0 : parse_int(flag, v, 1);
         else if (strcmp(flag, "-t") == 0) o.T = parse_int(flag, v, 1);
         else if (strcmp(flag, "-d") == 0) o.total_batch_tokens = parse_int(flag, v, -1);
         else if (strcmp(flag, "-x") == 0) o.max_steps = parse_int(flag, v, -1);
@@ -906,13 +1179,29 @@ static TrainOptions parse_options(int argc, char** argv, std::set<std::string>* 
         else if (strcmp(flag, "-c") == 0) o.weight_decay = parse_float(flag, v);
         else if (strcmp(flag, "-v") == 0) o.val_every = parse_int(flag, v, 0);
         else if (strcmp(flag, "-m") == 0) o.val_batches = parse_int(flag, v, 1);
-        else if (strcmp(flag, "-a") == 0) o.overfit_single_batch = parse_int(flag, v, 0);
-        else if (strcmp(flag, "-z") == 0) o.zero_stage = parse_int(flag, v, 0);
+        else if (strcmp(flag, "-s") == 0) o.sample_every = parse_int(flag, v, 0);
+        else if (strcmp(flag, "-g") == 0) o.sample_tokens = parse_int(flag, v, 1);
+        else if (strcmp(flag, "-h") == 0) o.hellaswag = parse_int(flag, v, 0, 1);
+        else if (strcmp(flag, "-n") == 0) o.checkpoint_every = parse_int(flag, v, 0);
+        else if (strcmp(flag, "-nk") == 0) o.checkpoint_keep = parse_int(flag, v, 0);
+        else if (strcmp(flag, "-y") == 0) o.resume = parse_int(flag, v, 0, 1);
+        else if (strcmp(flag, "-z") == 0) o.zero_stage = parse_int(flag, v, 0, 1);
+        else if (strcmp(flag, "-r") == 0) o.recompute = parse_int(flag, v, 0, 2);
+        else if (strcmp(flag, "-a") == 0) o.overfit_single_batch = parse_int(flag, v, 0, 1);
         else if (strcmp(flag, "--grad-clip") == 0) o.grad_clip = parse_float(flag, v);
         else if (strcmp(flag, "--seed") == 0) o.seed = parse_int(flag, v, 0);
+        else if (strcmp(flag, "--temperature") == 0) o.temperature = parse_float(flag, v);
+        else if (strcmp(flag, "--top-k") == 0) o.top_k = parse_int(flag, v, 0);
+        else if (strcmp(flag, "--tokenizer") == 0) o.tokenizer = v;
+        else if (strcmp(flag, "--hellaswag-file") == 0) o.hellaswag_file = v;
+        else if (strcmp(flag, "--ramp-tokens") == 0) o.ramp_tokens = parse_int(flag, v, 0);
+        else if (strcmp(flag, "--ramp-steps") == 0) o.ramp_steps = parse_int(flag, v, 0);
+        else if (strcmp(flag, "--ramp-lr") == 0) o.ramp_lr = v;
+        else if (strcmp(flag, "--skip-nonfinite") == 0) o.skip_nonfinite = parse_int(flag, v, 0, 1);
+        else if (strcmp(flag, "--memory-plan") == 0) o.memory_plan_only = parse_int(flag, v, 0, 1);
         else FAIL("unknown flag %s (see --help)", flag);
     }
-    if (o.zero_stage > 1) FAIL("-z %d: ZeRO stage 0 or 1 (gradients are reduced once per step, so stage 2 would save nothing)", o.zero_stage);
+    if (o.resume && !o.output_dir) FAIL("-y 1: resuming needs the run's -o folder");
     return o;
 }
 
@@ -953,6 +1242,100 @@ static int grad_accum_steps_for(long total_batch_tokens, int B, int T, int num_p
     return (int)(total_batch_tokens / micro_tokens);
 }
 
+// The model's shape from -e without loading anything (the memory plan).
+static GPT2Config read_config(const char* init) {
+    GPT2Config c;
+    struct stat st;
+    if (stat(init, &st) != 0) {
+        if (!parse_descriptor(init, &c)) FAIL("-e %s: not a model file or a model descriptor", init);
+        return c;
+    }
+    FILE* f = fopen(init, "rb");
+    int header[256];
+    if (!f || fread(header, sizeof(int), 256, f) != 256 || header[0] != MODEL_MAGIC)
+        FAIL("%s: not a model file", init);
+    fclose(f);
+    return GPT2Config{header[2], header[3], header[7], header[4], header[5], header[6]};
+}
+
+static void print_memory_plan(GPT2* model, int B, int T, int recompute) {
+    const MemoryPlan plan = memory_plan(model, B, T, recompute);
+    size_t free_bytes = 0, device_bytes = 0;
+    cudaCheck(cudaMemGetInfo(&free_bytes, &device_bytes));
+    const double MiB = 1048576.0;
+    print0("memory plan per rank (B=%d, T=%d, recompute %d, ZeRO-%d over %d ranks):\n", B, T, recompute,
+           model->zero_stage, model->dist->num_processes);
+    for (const auto& line : plan.lines) print0("  %-34s %10.1f MiB\n", line.first.c_str(), line.second / MiB);
+    print0("  %-34s %10.1f MiB of %.1f MiB on the device\n", "total", plan.total / MiB, device_bytes / MiB);
+}
+
+// -b auto: the largest micro-batch whose activations fit (from the plan),
+// confirmed by allocating them and running a trial forward and backward;
+// on out-of-memory, the next smaller one. With -d the tokens per step stay:
+// B must divide the sequences each rank takes per step.
+static int choose_micro_batch(GPT2* model, int T, int recompute, long total_batch_tokens, int A_max) {
+    const int N = model->dist->num_processes;
+    const long sequences_per_rank = total_batch_tokens > 0 ? total_batch_tokens / ((long)T * N) : 0;
+    if (total_batch_tokens > 0 && total_batch_tokens % ((long)T * N) != 0)
+        FAIL("-b auto: -d %ld is not a multiple of T x N = %ld", total_batch_tokens, (long)T * N);
+    size_t free_bytes = 0, device_bytes = 0;
+    cudaCheck(cudaMemGetInfo(&free_bytes, &device_bytes));
+    int B = sequences_per_rank > 0 ? (int)std::min(sequences_per_rank, 4096L) : 4096;
+    while ((B = largest_fitting_batch(model, T, recompute, (size_t)(free_bytes * 0.98), B, sequences_per_rank)) > 0) {
+        const int A = sequences_per_rank > 0 ? (int)(sequences_per_rank / B) : 1;
+        if (gpt2_try_allocate_activations(model, B, T, std::max(A, A_max), recompute)) {
+            std::vector<int> tokens((size_t)B * T, 0);  // a trial step without the update
+            accumulate_gradients(model, whole_batch(model, tokens.data(), tokens.data(), 1));
+            cudaCheck(cudaMemsetAsync(model->grads_memory, 0, model->num_parameters * sizeof(float), model->stream));
+            cudaCheck(cudaStreamSynchronize(model->stream));
+            return B;
+        }
+        print0("-b auto: B=%d does not fit after all; trying smaller\n", B);
+        B -= 1;
+    }
+    FAIL("-b auto: not even B=1 fits at T=%d (%.1f MiB free); try -r 2, a smaller -t or more ranks with -z 1", T,
+         free_bytes / 1048576.0);
+}
+
+// Prints samples as text where a tokenizer is at hand, else as token ids.
+static std::string sample_text(const std::vector<int>& tokens, const llmc::Tokenizer* tokenizer) {
+    if (tokenizer) return tokenizer->decode(tokens);
+    std::string text;
+    for (int t : tokens) text += std::to_string(t) + " ";
+    return text;
+}
+
+static std::unique_ptr<llmc::Tokenizer> load_tokenizer(const TrainOptions& opt, int vocab_size) {
+    try {
+        if (opt.tokenizer) return std::make_unique<llmc::Tokenizer>(llmc::Tokenizer::from_bin(opt.tokenizer));
+        const std::string dir = llmc::find_gpt2_dir();
+        if (vocab_size == 50257 && !dir.empty())
+            return std::make_unique<llmc::Tokenizer>(
+                llmc::Tokenizer::from_gpt2_files(dir + "/encoder.json", dir + "/vocab.bpe"));
+    } catch (const llmc::TokenizerError& e) {
+        FAIL("%s", e.what());
+    }
+    return nullptr;
+}
+
+// main.log (llm.c's format) and main.jsonl (one object per event), rank 0.
+struct RunLog {
+    FILE* log = nullptr;
+    FILE* jsonl = nullptr;
+    void open(const char* dir, bool append) {
+        mkdir(dir, 0755);
+        for (auto [file, name] : {std::pair<FILE**, const char*>{&log, "main.log"}, {&jsonl, "main.jsonl"}}) {
+            const std::string path = std::string(dir) + "/" + name;
+            *file = fopen(path.c_str(), append ? "a" : "w");
+            if (!*file) FAIL("%s: cannot write (%s)", path.c_str(), strerror(errno));
+        }
+    }
+    void close() {
+        if (log) fclose(log);
+        if (jsonl) fclose(jsonl);
+    }
+};
+
 // What ZeRO-1 saves: master weights, m and v (12 bytes per parameter) live on
 // one rank in N, plus a gradient shard of 4 bytes per owned element.
 static void print_optimizer_memory(const GPT2& model) {
@@ -990,16 +1373,44 @@ int main(int argc, char** argv) {
     LRScheduler scheduler{LRSchedule::Cosine, opt.lr, opt.warmup_steps, 0, opt.final_lr_fraction};
     if (!parse_lr_schedule(opt.schedule, &scheduler.schedule))
         FAIL("-k %s: unknown schedule (cosine, linear, constant, wsd)", opt.schedule);
+    RampLRScaling ramp_lr;
+    if (!parse_ramp_lr_scaling(opt.ramp_lr, &ramp_lr)) FAIL("--ramp-lr %s: none, linear or sqrt", opt.ramp_lr);
 
     GPT2 model;
     model.dist = &dist;
     model.zero_stage = opt.zero_stage;
+    if (opt.memory_plan_only) {  // nothing allocated: the plan of -e at -b, -t, -r
+        model.config = read_config(opt.init);
+        gpt2_configure(&model);
+        if (opt.B == 0) FAIL("--memory-plan: give -b (auto needs the device)");
+        print_memory_plan(&model, opt.B, opt.T, opt.recompute);
+        distributed_free(&dist);
+        return 0;
+    }
+    // the newest complete checkpoint of -o (with -y 1), else -e
+    const int resume_step = opt.resume ? checkpoint_find_latest(opt.output_dir) : -1;
+    ResumeInfo resumed{RESUME_MAGIC, 0, {}, 0};
     struct stat st;
-    if (stat(opt.init, &st) == 0) gpt2_init_from_checkpoint(&model, opt.init);
-    else gpt2_init_from_descriptor(&model, opt.init, opt.seed);
+    if (resume_step >= 0) {
+        if (dist.rank == 0) checkpoint_remove_stale_temps(opt.output_dir);
+        resumed = load_checkpoint(&model, opt.output_dir, resume_step);
+        print0("resuming from step %d of %s\n", resume_step, opt.output_dir);
+    } else {
+        if (opt.resume) print0("no complete checkpoint in %s: starting from -e\n", opt.output_dir);
+        if (stat(opt.init, &st) == 0) gpt2_init_from_checkpoint(&model, opt.init);
+        else gpt2_init_from_descriptor(&model, opt.init, opt.seed);
+    }
     const GPT2Config& c = model.config;
+    const int start_step = std::max(resume_step, 0);
+
+    // B_global = B_micro x N x A sequences per step; a batch ramp raises A
+    // from a smaller start up to it.
+    if (opt.B == 0) opt.B = choose_micro_batch(&model, opt.T, opt.recompute, opt.total_batch_tokens, 1);
     const int A = grad_accum_steps_for(opt.total_batch_tokens, opt.B, opt.T, N);
-    const long tokens_per_step = (long)opt.B * opt.T * N * A;
+    const long micro_tokens_all = (long)opt.B * opt.T * N, tokens_per_step = micro_tokens_all * A;
+    const BatchRamp ramp{opt.ramp_tokens, opt.ramp_steps, tokens_per_step, micro_tokens_all, ramp_lr};
+    if (model.B == 0) gpt2_allocate_activations(&model, opt.B, opt.T, A, opt.recompute);
+    else if (model.max_accum_steps < A) FAIL("internal: -b auto staged %d micro-batches, need %d", model.max_accum_steps, A);
 
     // Every rank reads the whole global micro-batch (N x B sequences) and
     // trains on its B of them: so the ranks' sequences are disjoint, their union
@@ -1008,31 +1419,41 @@ int main(int argc, char** argv) {
     // others. Val batches are split by rank.
     DataLoader train_loader, val_loader;
     dataloader_init(&train_loader, opt.train_pattern, N * opt.B, opt.T, 0, 1, c.vocab_size, false, opt.seed);
+    if (resume_step >= 0) dataloader_restore(&train_loader, resumed.train_data);
     if (opt.val_pattern)
         dataloader_init(&val_loader, opt.val_pattern, opt.B, opt.T, dist.rank, N, c.vocab_size, false, opt.seed);
     const int steps = opt.max_steps > 0 ? opt.max_steps : std::max(1L, (long)(train_loader.num_tokens / tokens_per_step));
     scheduler.total_steps = steps;
+    std::vector<HellaSwagExample> hellaswag;
+    if (opt.hellaswag) {
+        std::string error;
+        if (opt.B < hellaswag_rows_needed()) FAIL("-h 1: HellaSwag needs -b >= %d (4 endings per example)", hellaswag_rows_needed());
+        if (!hellaswag_load(opt.hellaswag_file, &hellaswag, &error) || !hellaswag_check_vocab(hellaswag, c.vocab_size, &error))
+            FAIL("-h 1: %s", error.c_str());
+    }
+    const std::unique_ptr<llmc::Tokenizer> tokenizer = opt.sample_every > 0 && dist.rank == 0 ? load_tokenizer(opt, c.vocab_size) : nullptr;
 
     print0("model: L=%d C=%d NH=%d V=%d (padded %d) maxT=%d, %zu parameters, %s\n", c.num_layers, c.channels,
            c.num_heads, c.vocab_size, c.padded_vocab_size, c.max_seq_len, model.num_parameters, PRECISION_NAME);
     print0("batch: B=%d x T=%d x N=%d x A=%d = %ld tokens per step\n", opt.B, opt.T, N, A, tokens_per_step);
+    if (opt.ramp_tokens > 0)
+        print0("batch ramp: %ld tokens per step at step 0 (A=%d), %ld from step %d; lr scaling %s\n",
+               ramp.tokens(0), ramp.accum_steps(0), tokens_per_step, opt.ramp_steps, opt.ramp_lr);
     print0("ranks: %d (ZeRO-%d)\n", N, model.zero_stage);
     print_optimizer_memory(model);
+    print_memory_plan(&model, opt.B, opt.T, opt.recompute);
     print0("train: %s (%zu tokens), %d steps\n", opt.train_pattern, train_loader.num_tokens, steps);
-    gpt2_allocate_activations(&model, opt.B, opt.T, A);
-    // a val shard of the built-in corpus carries its loss floor
-    double loss_floor = 0, initial_gap = 0;
-    int floor_vocab = 0;
+    double loss_floor = 0, initial_gap = resumed.initial_val_gap;
+    int floor_vocab = 0;  // a val shard of the built-in corpus carries its loss floor
     const bool has_floor = opt.val_pattern && markov_corpus_floor(opt.val_pattern, &loss_floor, &floor_vocab);
     if (has_floor) print0("loss floor of the val data: %.6f nats/token\n", loss_floor);
+    cudaDeviceProp props;
+    cudaCheck(cudaGetDeviceProperties(&props, dist.local_rank));
+    const double peak_flops = gpu_peak_bf16_flops(props.name);
+    const double flops_token = flops_per_token(model.num_parameters, c.num_layers, c.channels, opt.T);
 
-    FILE* log = nullptr;
-    if (opt.output_dir && dist.rank == 0) {
-        mkdir(opt.output_dir, 0755);
-        const std::string path = std::string(opt.output_dir) + "/main.log";
-        log = fopen(path.c_str(), "w");
-        if (!log) FAIL("%s: cannot write (%s)", path.c_str(), strerror(errno));
-    }
+    RunLog log;
+    if (opt.output_dir && dist.rank == 0) log.open(opt.output_dir, resume_step >= 0);
     OptimizerSettings adamw;
     adamw.weight_decay = opt.weight_decay;
     adamw.grad_clip = opt.grad_clip;
@@ -1042,8 +1463,10 @@ int main(int argc, char** argv) {
     cudaEvent_t start, end;
     cudaCheck(cudaEventCreate(&start));
     cudaCheck(cudaEventCreate(&end));
+    double recent_ms = 0;  // mean step time, for the ETA
+    int timed_steps = 0;
 
-    for (int step = 0; step <= steps; step++) {
+    for (int step = start_step; step <= steps; step++) {
         const bool last = step == steps;
         if (opt.val_pattern && opt.val_every > 0 && (step % opt.val_every == 0 || last)) {
             const double val_loss = evaluate(&model, &val_loader, opt.val_batches);
@@ -1055,12 +1478,27 @@ int main(int argc, char** argv) {
             } else {
                 print0("step %d: val loss %.6f\n", step, val_loss);
             }
-            if (log) fprintf(log, "s:%d tel:%f\n", step, val_loss);
+            if (log.log) fprintf(log.log, "s:%d tel:%f\n", step, val_loss);
+            if (log.jsonl) fprintf(log.jsonl, "{\"step\": %d, \"val_loss\": %.9g}\n", step, val_loss);
+            if (opt.hellaswag) {
+                long scored = 0;
+                const double accuracy = evaluate_hellaswag(&model, hellaswag, &scored);
+                print0("step %d: HellaSwag accuracy %.4f (%ld of %zu examples fit T=%d)\n", step, accuracy, scored,
+                       hellaswag.size(), opt.T);
+                if (log.log) fprintf(log.log, "s:%d eval:%f\n", step, accuracy);
+                if (log.jsonl) fprintf(log.jsonl, "{\"step\": %d, \"hellaswag_acc\": %.9g}\n", step, accuracy);
+            }
+        }
+        if (opt.sample_every > 0 && step > 0 && (step % opt.sample_every == 0 || last) && dist.rank == 0) {
+            const std::vector<int> sample = gpt2_sample(&model, opt.sample_tokens, opt.temperature, opt.top_k,
+                                                        splitmix64((uint64_t)opt.seed ^ ((uint64_t)step << 32)));
+            printf("step %d: sample: %s\n", step, sample_text(sample, tokenizer.get()).c_str());
         }
         if (last) break;
-        // B_global = B_micro x N x A: this rank's B rows of each of the A global micro-batches
+        // this rank's B rows of each of the step's A global micro-batches
+        const int step_accum = ramp.accum_steps(step);
         long global_targets = 0;
-        for (int micro_step = 0; micro_step < A; micro_step++) {
+        for (int micro_step = 0; micro_step < step_accum; micro_step++) {
             if (opt.overfit_single_batch && micro_step == 0) dataloader_reset(&train_loader);
             dataloader_next_batch(&train_loader);
             global_targets += count_unmasked(train_loader.targets, N * micro_tokens);
@@ -1068,30 +1506,46 @@ int main(int argc, char** argv) {
             memcpy(&inputs[micro_step * micro_tokens], train_loader.inputs + mine, micro_tokens * sizeof(int));
             memcpy(&targets[micro_step * micro_tokens], train_loader.targets + mine, micro_tokens * sizeof(int));
         }
-        const float lr = (float)scheduler.at(step);
+        const float lr = (float)(scheduler.at(step) * ramp.lr_factor(step));
         cudaCheck(cudaEventRecord(start, model.stream));
-        StepResult r = train_step(&model, StepBatch{inputs.data(), targets.data(), A, global_targets}, lr, adamw);
+        StepResult r = train_step(&model, StepBatch{inputs.data(), targets.data(), step_accum, global_targets}, lr, adamw);
         cudaCheck(cudaEventRecord(end, model.stream));
         cudaCheck(cudaEventSynchronize(end));
         float ms = 0;
         cudaCheck(cudaEventElapsedTime(&ms, start, end));
-        if (!std::isfinite(r.loss) || !std::isfinite(r.grad_norm))
-            FAIL("step %d: loss %f, gradient norm %f: not finite; stopping (lower -l or check the data)", step + 1,
-                 r.loss, r.grad_norm);
-        print0("step %4d/%d | loss %.6f | norm %.4f | lr %.2e | %.1f ms | %.0f tok/s\n", step + 1, steps, r.loss,
-               r.grad_norm, lr, ms, tokens_per_step / (ms / 1000.0));
-        if (log) fprintf(log, "s:%d trl:%f\n", step, r.loss);
-    }
-    if (opt.output_dir) {
-        const std::vector<float> weights = gpt2_master_weights(&model);  // every rank takes part
-        if (dist.rank == 0) {
-            char path[4096];
-            snprintf(path, sizeof(path), "%s/model_%08d.bin", opt.output_dir, steps);
-            gpt2_write_checkpoint(&model, weights, path);
-            printf("wrote %s\n", path);
+        if (!std::isfinite(r.loss) || !std::isfinite(r.grad_norm)) {  // AdamW changed nothing (see adamw.cuh)
+            if (!opt.skip_nonfinite)
+                FAIL("step %d: loss %f, gradient norm %f: not finite; stopping, the weights of step %d and the "
+                     "checkpoints are intact (lower -l, check the data, or --skip-nonfinite 1)",
+                     step + 1, r.loss, r.grad_norm, step);
+            model.adam_step--;  // the step never happened for the optimizer
+            print0("step %4d/%d | loss %f | norm %f | skipped: not finite\n", step + 1, steps, r.loss, r.grad_norm);
+            continue;
+        }
+        const long step_tokens = ramp.tokens(step);
+        recent_ms = timed_steps == 0 ? ms : 0.9 * recent_ms + 0.1 * ms;
+        timed_steps++;
+        const double tok_per_s = step_tokens / (ms / 1000.0);
+        double mfu = 0;
+        char mfu_text[32] = "n/a";
+        if (mfu_percent(tok_per_s / N, flops_token, peak_flops, &mfu)) snprintf(mfu_text, sizeof mfu_text, "%.1f%%", mfu);
+        print0("step %4d/%d | loss %.6f | norm %.4f | lr %.2e | %ld tok/step | %.1f ms | %.0f tok/s | MFU %s | ETA %s\n",
+               step + 1, steps, r.loss, r.grad_norm, lr, step_tokens, ms, tok_per_s, mfu_text,
+               format_duration(recent_ms / 1000.0 * (steps - step - 1)).c_str());
+        if (log.log) fprintf(log.log, "s:%d trl:%f\n", step, r.loss);
+        if (log.jsonl)
+            fprintf(log.jsonl, "{\"step\": %d, \"loss\": %.9g, \"norm\": %.9g, \"lr\": %.9g, \"tokens_per_step\": %ld, "
+                    "\"ms\": %.3f, \"tok_per_s\": %.1f}\n", step + 1, r.loss, r.grad_norm, lr, step_tokens, ms, tok_per_s);
+        const bool checkpoint_due = opt.checkpoint_every > 0 && (step + 1) % opt.checkpoint_every == 0;
+        if (opt.output_dir && (checkpoint_due || step + 1 == steps)) {
+            if (log.log) fflush(log.log);
+            if (log.jsonl) fflush(log.jsonl);
+            const ResumeInfo info{RESUME_MAGIC, model.adam_step, dataloader_position(&train_loader), initial_gap};
+            save_checkpoint(&model, opt.output_dir, step + 1, info, opt.checkpoint_keep);
+            print0("checkpoint: step %d in %s\n", step + 1, opt.output_dir);
         }
     }
-    if (log) fclose(log);
+    log.close();
     cudaCheck(cudaEventDestroy(start));
     cudaCheck(cudaEventDestroy(end));
     dataloader_free(&train_loader);

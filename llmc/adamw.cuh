@@ -21,6 +21,9 @@ __global__ void adamw_kernel(floatX* __restrict__ params, float* __restrict__ ma
                              float decay, float one_minus_beta1, float beta2, float one_minus_beta2, float eps,
                              float step_size, float bc2_sqrt, float grad_clip, const float* grad_norm_squared,
                              uint32_t seed, size_t index_offset) {
+    // a non-finite gradient (an overflow, a bad batch) leaves the weights and
+    // moments as they were: the trainer then stops, or skips the step
+    if (grad_norm_squared && !isfinite(*grad_norm_squared)) return;
     float clip = 1.0f;
     if (grad_clip > 0.0f) clip = fminf(1.0f, grad_clip / (sqrtf(*grad_norm_squared) + 1e-6f));
     const BlockChunk chunk = block_chunk(n);
@@ -40,7 +43,7 @@ __global__ void adamw_kernel(floatX* __restrict__ params, float* __restrict__ ma
 }
 
 // t: the step number, from 1. grad_norm_squared: device pointer (may be null
-// when grad_clip <= 0). seed: should differ per step and per tensor, since the
+// when grad_clip <= 0); when it holds Inf or NaN nothing is updated. seed: should differ per step and per tensor, since the
 // rounding noise is a hash of (index within the tensor, seed). index_offset:
 // where element 0 of this call sits in its tensor, so that updating a tensor
 // in pieces (a ZeRO-1 shard) rounds exactly as updating it whole.

@@ -167,6 +167,15 @@ inline double host_sum(double value, const Distributed* d) {
     return value;
 }
 
+// Every rank has reached this point (checkpoints: all files durable before DONE).
+inline void host_barrier(const Distributed* d) {
+#ifdef MULTI_GPU
+    if (d->num_processes > 1) MPI_Barrier(MPI_COMM_WORLD);
+#else
+    (void)d;
+#endif
+}
+
 inline const char* distributed_build_note() {
 #ifdef MULTI_GPU
     return "MPI + NCCL build: mpirun -np N (or srun) runs N ranks, one per GPU; without mpirun, one rank";

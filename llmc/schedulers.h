@@ -2,6 +2,7 @@
 // wsd (warmup-stable-decay: constant, then a linear decay over the last 20%).
 // Every schedule ends at lr * final_fraction (constant stays at lr).
 #pragma once
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -44,5 +45,51 @@ struct LRScheduler {
         }
         }
         return max_lr;
+    }
+};
+
+// Batch-size ramp: the tokens per step grow linearly from start_tokens to the
+// target over `steps` steps, by raising the number of accumulated
+// micro-batches A (B, T and N stay; a step holds whole micro-batches of
+// micro_tokens = B x T x N, at least one). Batch size is an optimisation
+// hyperparameter: small batches early, when the gradient noise is small next
+// to its signal, save tokens. The learning rate can follow the batch:
+// linear (lr x tokens/target, the SGD rule) or sqrt (lr x sqrt(tokens/target),
+// the rule usually quoted for Adam). start_tokens = 0: no ramp.
+enum class RampLRScaling { None, Linear, Sqrt };
+
+inline bool parse_ramp_lr_scaling(const char* name, RampLRScaling* out) {
+    if (strcmp(name, "none") == 0) *out = RampLRScaling::None;
+    else if (strcmp(name, "linear") == 0) *out = RampLRScaling::Linear;
+    else if (strcmp(name, "sqrt") == 0) *out = RampLRScaling::Sqrt;
+    else return false;
+    return true;
+}
+
+struct BatchRamp {
+    long start_tokens;   // 0: no ramp
+    int steps;
+    long target_tokens;  // B x T x N x A of the run
+    long micro_tokens;   // B x T x N
+    RampLRScaling lr_scaling;
+
+    // A of optimizer step `step` (0-based).
+    int accum_steps(int step) const {
+        const long target_accum = target_tokens / micro_tokens;
+        if (start_tokens <= 0 || step >= steps) return (int)target_accum;
+        const double tokens = start_tokens + (double)(target_tokens - start_tokens) * step / steps;
+        const long accum = std::lround(tokens / micro_tokens);
+        return (int)std::min(target_accum, std::max(1L, accum));
+    }
+    long tokens(int step) const { return accum_steps(step) * micro_tokens; }
+    // the factor the schedule's lr is multiplied by at `step`
+    double lr_factor(int step) const {
+        const double fraction = (double)tokens(step) / target_tokens;
+        switch (lr_scaling) {
+        case RampLRScaling::Linear: return fraction;
+        case RampLRScaling::Sqrt: return std::sqrt(fraction);
+        case RampLRScaling::None: break;
+        }
+        return 1.0;
     }
 };

@@ -93,7 +93,7 @@ if want streams; then
     for t in "${SINGLE_TESTS[@]}"; do run "$t [CPUCUDA_STREAMS=deferred]" env CPUCUDA_STREAMS=deferred "build/cpu/$t"; done
     run "test_nccl [CPUCUDA_STREAMS=deferred, mpirun -np 2]" env CPUCUDA_STREAMS=deferred $MPIRUN -np 2 build/cpu/test_nccl
     dir=build/test-distributed/deferred
-    rm -rf "$dir"
+    rm -rf "$dir" && mkdir -p "$dir"
     for np in 1 2; do
         run "test_distributed fp32 [CPUCUDA_STREAMS=deferred, mpirun -np $np]" $MPIRUN -np $np -x CPUCUDA_WORKERS=1 \
             -x CPUCUDA_STREAMS=deferred build/cpu-fp32/test_distributed "$dir"
@@ -105,7 +105,7 @@ if want mpi; then
     for np in 1 2 4; do run "test_nccl [mpirun -np $np]" $MPIRUN -np $np build/cpu/test_nccl; done
     for build in cpu-fp32 cpu; do
         dir=build/test-distributed/$build
-        rm -rf "$dir"
+        rm -rf "$dir" && mkdir -p "$dir"
         for np in 1 2 3 4; do
             run "test_distributed $build [mpirun -np $np]" $MPIRUN -np $np -x CPUCUDA_WORKERS=1 "build/$build/test_distributed" "$dir"
         done
@@ -121,6 +121,7 @@ if want asan; then
     run "test_train_cli [asan]" bash test/test_train_cli.sh build/cpu-asan/train_gpt
     for t in build/host-asan/test_*; do [[ -x $t ]] && run "$(basename "$t") [asan]" "$t"; done
     run "test_nccl [asan, mpirun -np 2]" env ASAN_OPTIONS=detect_leaks=0 $MPIRUN -np 2 build/cpu-asan/test_nccl
+    mkdir -p build/test-distributed/asan
     run "test_distributed [asan, mpirun -np 3]" $MPIRUN -np 3 -x ASAN_OPTIONS=detect_leaks=0 -x CPUCUDA_WORKERS=1 \
         build/cpu-asan/test_distributed build/test-distributed/asan
     log="$LOG_DIR/oob_kernel.log"
@@ -158,6 +159,7 @@ if want gpu; then
         arch=sm_${GPU_ARCH:-90}
         for t in "${SINGLE_TESTS[@]}"; do run "$t [gpu]" "build/gpu/$arch/$t"; done
         run "test_nccl [gpu, mpirun -np 1]" $MPIRUN -np 1 "build/gpu/$arch/test_nccl"
+        mkdir -p build/test-distributed/gpu
         run "test_distributed [gpu, mpirun -np 1]" $MPIRUN -np 1 "build/gpu/$arch/test_distributed" build/test-distributed/gpu
     else
         echo "SKIP GPU tests: no GPU on this machine"

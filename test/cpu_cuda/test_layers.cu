@@ -553,6 +553,16 @@ static void test_adamw_in_pieces() {
     const auto mw = to_host(d_mw, n), mp = to_host(d_mp, n);
     CHECK(memcmp(w.data(), p.data(), n * sizeof(floatX)) == 0 && memcmp(mw.data(), mp.data(), n * 4) == 0,
           "adamw_update in 5 pieces with index offsets: weights and master bitwise equal to one whole update");
+    // a non-finite gradient norm leaves weights, master, m and v untouched
+    const auto m_before = to_host(d_m1, n);
+    for (float bad : {NAN, INFINITY}) {
+        float* d_norm = d.up(std::vector<float>{bad});
+        adamw_update(d_whole, d_mw, d_g, d_m1, d_v1, n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 4, 1.0f, d_norm, 7u, 0, g_stream);
+        CHECK(memcmp(to_host(d_whole, n).data(), w.data(), n * sizeof(floatX)) == 0 &&
+                  memcmp(to_host(d_mw, n).data(), mw.data(), n * 4) == 0 &&
+                  memcmp(to_host(d_m1, n).data(), m_before.data(), n * 4) == 0,
+              "adamw_update with a %s gradient norm changes nothing", std::isnan(bad) ? "NaN" : "Inf");
+    }
 }
 
 int main() {
