@@ -58,7 +58,7 @@ else
 endif
 LLMC_HDRS := $(wildcard llmc/*.h llmc/*.cuh)
 
-cpu: check-cuda-headers $(CPU_TESTS) $(DEV_BINS) $(HOST_BINS) build/cpu/train_gpt $(addprefix build/cpu-fp32/,test_matmul test_layers test_attention test_gpt2 test_distributed)
+cpu: check-cuda-headers $(CPU_TESTS) $(DEV_BINS) $(HOST_BINS) build/cpu/train_gpt $(addprefix build/cpu-fp32/,test_matmul test_layers test_attention test_gpt2 test_training test_distributed)
 
 # .cu -> preprocessed C++ with <<<>>> launches and extern __shared__ rewritten.
 # Variant directories: build/cpu (optimised) and build/cpu-asan (sanitizers).

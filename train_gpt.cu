@@ -1363,6 +1363,7 @@ static double evaluate(GPT2* model, DataLoader* loader, int batches) {
 }
 
 int main(int argc, char** argv) {
+    setvbuf(stdout, nullptr, _IOLBF, 0);  // whole lines, promptly, also into a pipe or a Slurm log
     Distributed dist;
     distributed_init(&dist, &argc, &argv);
     g_dist = &dist;

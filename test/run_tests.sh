@@ -59,15 +59,16 @@ run() {
 
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
 MPIRUN="mpirun --oversubscribe --bind-to none"
-SINGLE_TESTS=(test_kernels test_checks test_cublaslt test_streams test_matmul test_layers test_attention test_gpt2)
+SINGLE_TESTS=(test_kernels test_checks test_cublaslt test_streams test_matmul test_layers test_attention test_gpt2 test_training)
 # the model's kernels, rerun in every checking mode
 KERNEL_TESTS=(test_kernels test_cublaslt test_matmul test_layers test_attention)
 
 if want cpu; then
     echo "== CPU runtime tests"
     for t in "${SINGLE_TESTS[@]}"; do run "$t" "build/cpu/$t"; done
-    for t in test_matmul test_layers test_attention test_gpt2; do run "$t [fp32]" "build/cpu-fp32/$t"; done
+    for t in test_matmul test_layers test_attention test_gpt2 test_training; do run "$t [fp32]" "build/cpu-fp32/$t"; done
     run "test_train_cli" bash test/test_train_cli.sh build/cpu/train_gpt
+    run "test_resume" python3 test/test_resume.py build/cpu/train_gpt
 fi
 
 export SHARED_DATA=${SHARED_DATA:-../shared/data}

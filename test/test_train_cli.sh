@@ -101,5 +101,64 @@ gap=$(grep "^step 100: val loss" "$WORK/builtin" | sed -E 's/.*\(([0-9.]+)% of t
 grep -q "loss floor of the val data: 1.154616" "$WORK/builtin" && [[ -n $gap ]] && awk "BEGIN{exit !($gap < 30)}"
 check "built-in corpus: floor 1.154616 printed; after 100 steps the val gap is ${gap:-?}% of the initial gap (< 30%)" $?
 
+# ---- a complete run: checkpoints, NaN, evaluation, sampling, ramp, memory ----
+# NaN: checkpoints of earlier steps stay; with --skip-nonfinite the run goes on
+expect_error "a NaN after a checkpoint stops the run" "not finite" -e "$TINY" -i "$WORK/good.bin" -b 2 -t 16 -x 6 \
+    -l 1e30 --grad-clip 0 -v 0 -n 1 -o "$WORK/nan2"
+[[ -e "$WORK/nan2/DONE_00000001" && ! -e "$WORK/nan2/DONE_00000002" && ! -e "$WORK/nan2/model_00000002.bin" ]] &&
+    [[ $(stat -c %s "$WORK/nan2/model_00000001.bin") -gt 1024 ]] && ! ls "$WORK/nan2" | grep -q '\.tmp$'
+check "the checkpoint before the NaN is complete and kept; none written after it" $?
+"$BIN" -e "$TINY" -i "$WORK/good.bin" -b 2 -t 16 -x 6 -l 1e30 --grad-clip 0 -v 0 --skip-nonfinite 1 >"$WORK/out" 2>&1
+rc=$?
+[[ $rc -eq 0 ]] && grep -q "skipped: not finite" "$WORK/out"
+check "--skip-nonfinite 1 skips the non-finite steps and finishes ($(grep -c 'skipped' "$WORK/out") skipped)" $?
+expect_error "-y without -o" "needs the run's -o" -y 1
+expect_error "-r out of range" "from 0 to 2" -r 3
+
+# resuming with another process count or ZeRO stage is refused by name
+"$BIN" -e "$TINY" -i "$WORK/good.bin" -b 2 -t 16 -x 2 -v 0 -o "$WORK/ck" >/dev/null 2>&1
+python3 -c "
+import struct; p = '$WORK/ck/state_00000002_00000.bin'; d = bytearray(open(p,'rb').read())
+struct.pack_into('<i', d, 4 * 11, 1); open(p, 'wb').write(d)"
+expect_error "resume from a state file of another ZeRO stage" "zero" -e "$TINY" -i "$WORK/good.bin" -b 2 -t 16 -x 4 \
+    -v 0 -o "$WORK/ck" -y 1
+
+# sampling: the same seed gives the same text, another seed another
+sample() { "$BIN" -x 4 -v 0 -s 4 -g 12 --seed "$1" --top-k "$2" 2>/dev/null | grep "sample:"; }
+s1=$(sample 5 0) s2=$(sample 5 0) s3=$(sample 6 0) s4=$(sample 5 1)
+[[ -n $s1 && "$s1" == "$s2" && "$s1" != "$s3" && -n $s4 ]]
+check "sampling is deterministic for a seed and changes with it: $s1" $?
+
+# batch ramp: A grows from the start tokens to -d, lr scaled by sqrt
+"$BIN" -x 6 -v 0 -b 2 -d 1024 --ramp-tokens 256 --ramp-steps 4 --ramp-lr sqrt -l 1e-3 -u 0 -k constant >"$WORK/out" 2>&1
+tokens=$(grep -E '^step +[0-9]+/6' "$WORK/out" | sed -E 's/.* ([0-9]+) tok\/step.*/\1/' | tr '\n' ' ')
+lrs=$(grep -E '^step +[0-9]+/6' "$WORK/out" | sed -E 's/.*lr ([0-9.e+-]+) .*/\1/' | tr '\n' ' ')
+[[ "$tokens" == "256 512 640 896 1024 1024 " && "$lrs" == "5.00e-04 7.07e-04 7.91e-04 9.35e-04 1.00e-03 1.00e-03 " ]]
+check "batch ramp 256 -> 1024 tokens over 4 steps (got: $tokens), lr x sqrt(tokens/target) (got: $lrs)" $?
+expect_error "unknown ramp lr rule" "none, linear or sqrt" --ramp-lr cubic
+
+# the memory plan, printed without running
+"$BIN" -e d12 -b 8 -t 1024 --memory-plan 1 >"$WORK/plan" 2>&1
+grep -q "memory plan per rank (B=8, T=1024" "$WORK/plan" && grep -q "fp32 gradients" "$WORK/plan" &&
+    grep -q "activations (B x T x C x L)" "$WORK/plan" && grep -q "^  total" "$WORK/plan"
+check "--memory-plan 1 prints the plan of d12 and exits: $(grep '^  total' "$WORK/plan" | tr -s ' ')" $?
+"$BIN" -e d12 -b 8 -t 1024 -r 2 --memory-plan 1 >"$WORK/plan2" 2>&1
+a0=$(grep "activations" "$WORK/plan" | awk '{print $(NF-1)}') a2=$(grep "activations" "$WORK/plan2" | awk '{print $(NF-1)}')
+awk "BEGIN{exit !($a2 < $a0)}"
+check "-r 2 plans fewer activation bytes ($a2 MiB < $a0 MiB)" $?
+
+# -b auto on a virtual device of 150 MiB: the largest B that fits (a divisor of
+# the 256 sequences of -d), then A for -d; twice that B must not fit
+AUTO=(-e "L=2,C=64,H=4,V=256,maxT=256" -t 256 -d 65536 -x 1 -v 0)
+CPUCUDA_DEVICE_MEMORY_MB=150 "$BIN" "${AUTO[@]}" -b auto >"$WORK/auto" 2>&1
+rc=$?
+batch=$(grep "^batch:" "$WORK/auto")
+b=$(echo "$batch" | sed -E 's/batch: B=([0-9]+) .*/\1/')
+CPUCUDA_DEVICE_MEMORY_MB=150 "$BIN" "${AUTO[@]}" -b $((2 * b)) >"$WORK/auto2" 2>&1
+rc2=$?
+[[ $rc -eq 0 && $b -ge 1 && $rc2 -ne 0 ]] && grep -q "^error: out of device memory" "$WORK/auto2" &&
+    [[ $batch == "batch: B=$b x T=256 x N=1 x A=$((256 / b)) = 65536 tokens per step" ]]
+check "-b auto on 150 MiB: $batch; B=$((2 * b)) runs out of memory" $?
+
 echo "test_train_cli: $passed passed, $failed failed"
 [[ $failed -eq 0 ]]

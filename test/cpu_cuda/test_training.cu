@@ -1,0 +1,188 @@
+// What a long run relies on besides the math (CPU runtime):
+//   - recompute (-r 1, -r 2) gives bitwise the losses and weights of -r 0 and
+//     allocates exactly the activation memory it promises to save (measured
+//     with the runtime's allocation counter);
+//   - the memory plan matches what the runtime actually allocates (within 2%);
+//   - learning-rate schedules and the batch ramp give the expected values;
+//   - HellaSwag scoring is deterministic and does not depend on how the
+//     examples are batched; sampling is deterministic for a seed.
+#define TESTING
+#include "train_gpt.cu"
+#include "test/test_util.h"
+#include "cpucuda.h"
+
+static const char* MODEL = "L=3,C=64,H=4,V=256,maxT=64";
+
+static std::vector<int> tokens(size_t n, uint64_t seed, int V) {
+    std::vector<int> t(n);
+    for (size_t i = 0; i < n; i++) t[i] = (int)(splitmix64(seed * 1000003 + i) % V);
+    return t;
+}
+
+// ---- recompute ------------------------------------------------------------------
+struct Run {
+    std::vector<float> losses;
+    std::vector<floatX> weights;
+    size_t activation_bytes;
+};
+
+static Run train_with_recompute(int recompute) {
+    const int B = 4, T = 64, A = 2, steps = 3;
+    GPT2 model;
+    gpt2_init_from_descriptor(&model, MODEL, 11);
+    const size_t before = cpucuda::memory_stats().in_use;
+    gpt2_allocate_activations(&model, B, T, A, recompute);
+    Run run;
+    run.activation_bytes = cpucuda::memory_stats().in_use - before;
+    OptimizerSettings opt;
+    for (int s = 0; s < steps; s++) {
+        const std::vector<int> data = tokens((size_t)A * B * T + 1, s, 256);
+        run.losses.push_back(train_step(&model, whole_batch(&model, data.data(), data.data() + 1, A), 1e-3f, opt).loss);
+    }
+    run.weights.resize(model.num_parameters);
+    cudaCheck(cudaMemcpy(run.weights.data(), model.params_memory, run.weights.size() * sizeof(floatX),
+                         cudaMemcpyDeviceToHost));
+    gpt2_free(&model);
+    return run;
+}
+
+static void test_recompute() {
+    const Run r0 = train_with_recompute(0);
+    const size_t B = 4, T = 64, C = 64, L = 3, X = sizeof(floatX);
+    for (int r : {1, 2}) {
+        const Run rr = train_with_recompute(r);
+        const bool same = rr.losses == r0.losses &&
+                          memcmp(rr.weights.data(), r0.weights.data(), r0.weights.size() * X) == 0;
+        CHECK(same, "-r %d: 3 steps give bitwise the losses and weights of -r 0 (%.6f %.6f %.6f)", r, rr.losses[0],
+              rr.losses[1], rr.losses[2]);
+        // one layer's copy instead of L: GELU (B x T x 4C), and for -r 2 ln1 and ln2 (B x T x C each)
+        const size_t saved = (L - 1) * B * T * 4 * C * X + (r >= 2 ? 2 * (L - 1) * B * T * C * X : 0);
+        CHECK(r0.activation_bytes - rr.activation_bytes == saved,
+              "-r %d allocates %zu bytes less activation memory (runtime counter: %zu -> %zu bytes, %.0f%% less)", r,
+              saved, r0.activation_bytes, rr.activation_bytes,
+              100.0 * (r0.activation_bytes - rr.activation_bytes) / r0.activation_bytes);
+    }
+}
+
+// ---- memory plan vs the runtime's allocations ----------------------------------------
+static void test_memory_plan() {
+    matmul_teardown();  // the earlier tests' cuBLASLt workspace: this test counts its own
+    for (int recompute : {0, 2}) {
+        cpucuda::reset_peak_memory();
+        const size_t before = cpucuda::memory_stats().in_use;
+        GPT2 model;
+        gpt2_init_from_descriptor(&model, MODEL, 3);
+        gpt2_allocate_activations(&model, 8, 64, 1, recompute);
+        const std::vector<int> data = tokens(8 * 64 + 1, 9, 256);
+        OptimizerSettings opt;
+        train_step(&model, whole_batch(&model, data.data(), data.data() + 1, 1), 1e-3f, opt);
+        const size_t actual = cpucuda::memory_stats().peak - before;
+        const size_t planned = memory_plan(&model, 8, 64, recompute).total;
+        const double off = std::fabs((double)planned - (double)actual) / actual;
+        CHECK(off <= 0.02, "memory plan (-r %d) %.2f MiB vs the runtime's peak allocation over a step %.2f MiB: %.2f%% "
+              "apart (<= 2%%)", recompute, planned / 1048576.0, actual / 1048576.0, 100 * off);
+        gpt2_free(&model);
+        matmul_teardown();
+    }
+}
+
+// ---- schedules ---------------------------------------------------------------------
+static void test_schedules() {
+    const double peak = 1e-3;
+    struct Case { LRSchedule s; int step; double expected; const char* what; };
+    // warmup 10 steps, 110 steps, final fraction 0.1: decay over steps 10..110
+    const Case cases[] = {
+        {LRSchedule::Cosine, 0, 1e-4, "cosine: warmup step 0 = peak/10"},
+        {LRSchedule::Cosine, 9, 1e-3, "cosine: last warmup step = peak"},
+        {LRSchedule::Cosine, 60, 1e-4 + 0.5 * 0.9e-3, "cosine: halfway = (peak + final)/2"},
+        {LRSchedule::Cosine, 110, 1e-4, "cosine: the end = final"},
+        {LRSchedule::Linear, 35, 1e-3 - 0.25 * 0.9e-3, "linear: a quarter of the way"},
+        {LRSchedule::Constant, 80, 1e-3, "constant"},
+        {LRSchedule::WSD, 89, 1e-3, "wsd: stable until 80% of the decay steps"},
+        {LRSchedule::WSD, 100, 1e-3 - 0.5 * 0.9e-3, "wsd: halfway through the last 20%"},
+    };
+    for (const Case& c : cases) {
+        const LRScheduler s{c.s, peak, 10, 110, 0.1};
+        CHECK(std::fabs(s.at(c.step) - c.expected) <= 1e-12, "%s: lr(%d) = %.6e (expected %.6e)", c.what, c.step,
+              s.at(c.step), c.expected);
+    }
+    // ramp: 4096 -> 32768 tokens over 10 steps, micro-batches of 2048
+    const BatchRamp ramp{4096, 10, 32768, 2048, RampLRScaling::Sqrt};
+    std::string as;
+    bool monotone = true, whole = true;
+    for (int s = 0; s <= 12; s++) {
+        as += std::to_string(ramp.accum_steps(s)) + " ";
+        if (s > 0) monotone &= ramp.accum_steps(s) >= ramp.accum_steps(s - 1);
+        whole &= ramp.tokens(s) == ramp.accum_steps(s) * 2048L;
+    }
+    CHECK(ramp.accum_steps(0) == 2 && ramp.accum_steps(5) == 9 && ramp.accum_steps(10) == 16 && monotone && whole,
+          "batch ramp 4096 -> 32768 tokens over 10 steps: A = %s(2 at the start, 9 halfway, 16 from step 10)", as.c_str());
+    CHECK(std::fabs(ramp.lr_factor(0) - std::sqrt(4096.0 / 32768)) < 1e-12 && ramp.lr_factor(12) == 1.0,
+          "ramp lr scaling sqrt: %.4f at step 0, 1 at the end", ramp.lr_factor(0));
+    const BatchRamp linear{4096, 10, 32768, 2048, RampLRScaling::Linear}, off{0, 0, 32768, 2048, RampLRScaling::None};
+    CHECK(std::fabs(linear.lr_factor(0) - 0.125) < 1e-12 && off.accum_steps(0) == 16 && off.lr_factor(0) == 1.0,
+          "ramp lr scaling linear: 0.125 at step 0; no ramp: A = 16 from step 0");
+}
+
+// ---- HellaSwag and sampling ------------------------------------------------------------
+static std::vector<HellaSwagExample> synthetic_examples(int count, int V) {
+    std::vector<HellaSwagExample> examples;
+    for (int i = 0; i < count; i++) {
+        HellaSwagExample e;
+        e.index = i;
+        e.label = (int)(splitmix64(i) % 4);
+        e.context = tokens(5 + i % 7, 100 + i, V - 1);
+        for (int k = 0; k < 4; k++) e.endings.push_back(tokens(2 + (i + k) % 5, 200 + 4 * i + k, V - 1));
+        examples.push_back(e);
+    }
+    examples[3].context = tokens(60, 5, V - 1);  // does not fit in T = 32: skipped
+    return examples;
+}
+
+static void test_hellaswag_and_sampling() {
+    const char* model_desc = "L=1,C=32,H=2,V=300,maxT=32";
+    const std::vector<HellaSwagExample> examples = synthetic_examples(23, 300);
+    double accuracy[3];
+    long scored[3];
+    std::vector<int> samples[3];
+    const int batch[3] = {4, 12, 12};
+    for (int k = 0; k < 3; k++) {
+        GPT2 model;
+        gpt2_init_from_descriptor(&model, model_desc, 21);
+        gpt2_allocate_activations(&model, batch[k], 32, 1);
+        accuracy[k] = evaluate_hellaswag(&model, examples, &scored[k]);
+        samples[k] = gpt2_sample(&model, 20, k == 2 ? 0.0f : 1.0f, 0, 77);
+        gpt2_free(&model);
+    }
+    CHECK(scored[0] == 22 && accuracy[0] == accuracy[1] && scored[0] == scored[1],
+          "HellaSwag on a tiny model: accuracy %.4f over %ld examples (1 too long for T): the same with 1 and with 3 "
+          "examples per batch", accuracy[0], scored[0]);
+    CHECK(samples[0] == samples[1] && samples[0].size() == 20,
+          "sampling: the same 20 tokens for the same seed, whatever the batch size");
+    // greedy: each token is the argmax of the logits after the tokens before it
+    GPT2 model;
+    gpt2_init_from_descriptor(&model, model_desc, 21);
+    gpt2_allocate_activations(&model, 4, 32, 1);
+    std::vector<int> inputs(4 * 32, 299), targets(4 * 32, -1);
+    bool greedy = true;
+    std::vector<floatX> row(model.config.padded_vocab_size);
+    std::vector<float> logits(300);
+    for (size_t t = 0; t < samples[2].size(); t++) {
+        evaluate_batch(&model, inputs.data(), targets.data());
+        cudaCheck(cudaMemcpy(row.data(), model.acts.logits + t * model.config.padded_vocab_size,
+                             row.size() * sizeof(floatX), cudaMemcpyDeviceToHost));
+        for (int i = 0; i < 300; i++) logits[i] = to_float(row[i]);
+        greedy &= samples[2][t] == sampler_argmax(logits.data(), 300);
+        inputs[t + 1] = samples[2][t];
+    }
+    CHECK(greedy, "sampling at temperature 0 is the greedy continuation");
+    gpt2_free(&model);
+}
+
+int main() {
+    test_recompute();
+    test_memory_plan();
+    test_schedules();
+    test_hellaswag_and_sampling();
+    return test_summary("test_training");
+}
