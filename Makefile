@@ -131,6 +131,11 @@ build/gpu/check/%: %.cu
 	@mkdir -p $(@D)
 	$(NVCC) $(NVCC_FLAGS) -gencode arch=compute_90,code=sm_90 -gencode arch=compute_80,code=sm_80 $< -o $@ $(NVCC_LIBS)
 
+# build/gpu/single/train_gpt: the single-GPU trainer (no MPI, no NCCL), compile check.
+build/gpu/single/%: %.cu
+	@mkdir -p $(@D)
+	$(NVCC) -O3 -std=c++17 -I. -arch=sm_90 $< -o $@ -lcublasLt
+
 train_gpt: train_gpt.cu $(LLMC_HDRS)
 	$(NVCC) $(NVCC_FLAGS) $(PRECISION_FLAGS) -arch=sm_$(GPU_ARCH) $< -o $@ $(NVCC_LIBS)
 train_gpt_cpu: $(CPU_TRAINER)

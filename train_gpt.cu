@@ -1429,8 +1429,8 @@ int main(int argc, char** argv) {
     if (opt.hellaswag) {
         std::string error;
         if (opt.B < hellaswag_rows_needed()) FAIL("-h 1: HellaSwag needs -b >= %d (4 endings per example)", hellaswag_rows_needed());
-        if (!hellaswag_load(opt.hellaswag_file, &hellaswag, &error) || !hellaswag_check_vocab(hellaswag, c.vocab_size, &error))
-            FAIL("-h 1: %s", error.c_str());
+        if (!hellaswag_load(opt.hellaswag_file, &hellaswag, &error)) FAIL("-h 1: %s", error.c_str());
+        if (!hellaswag_check_vocab(hellaswag, c.vocab_size, &error)) FAIL("-h 1: %s: %s", opt.hellaswag_file, error.c_str());
     }
     const std::unique_ptr<llmc::Tokenizer> tokenizer = opt.sample_every > 0 && dist.rank == 0 ? load_tokenizer(opt, c.vocab_size) : nullptr;
 

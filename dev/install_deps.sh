@@ -2,7 +2,8 @@
 # Installs the Debian packages the CPU build and tests need: a C++ compiler,
 # Python 3 (the launch rewriter), OpenBLAS (cuBLASLt on the CPU), Open MPI
 # (NCCL on the CPU), Boost.Context (fibers), nlohmann-json (header-only JSON for the
-# tokenizer and data tools). The CUDA toolkit is expected under
+# tokenizer and data tools); then matplotlib for dev/plot_log.py (pip, when the
+# python3 on PATH lacks it; optional). The CUDA toolkit is expected under
 # /usr/local/cuda (or CUDA_HOME); it is not a Debian package.
 set -euo pipefail
 packages=(build-essential python3 libopenblas-dev libopenmpi-dev openmpi-bin libboost-context-dev nlohmann-json3-dev)
@@ -12,10 +13,14 @@ for p in "${packages[@]}"; do
 done
 if [[ ${#missing[@]} -eq 0 ]]; then
     echo "install_deps: all packages present"
-    exit 0
+else
+    SUDO=""
+    [[ $(id -u) -ne 0 ]] && SUDO=sudo
+    echo "install_deps: installing ${missing[*]}"
+    $SUDO apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null
 fi
-SUDO=""
-[[ $(id -u) -ne 0 ]] && SUDO=sudo
-echo "install_deps: installing ${missing[*]}"
-$SUDO apt-get update -qq
-DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null
+if ! python3 -c "import matplotlib" 2>/dev/null; then
+    echo "install_deps: installing matplotlib (pip) for dev/plot_log.py"
+    python3 -m pip install -q matplotlib || echo "install_deps: matplotlib not installed; the plot test will be skipped"
+fi

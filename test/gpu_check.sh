@@ -32,6 +32,21 @@ if make -s train_gpt GPU_ARCH=$GPU_ARCH >"$OUT_DIR/build_train_gpt.log" 2>&1; th
     timeout 120 ./train_gpt -x 20 -v 10 2>&1 | tee "$OUT_DIR/train.log"
     summary+=("train    $(grep -c '^step .*tok/s' "$OUT_DIR/train.log") steps; last: $(grep '^step .*tok/s' "$OUT_DIR/train.log" | tail -n 1)")
     summary+=("val      $(grep 'val loss' "$OUT_DIR/train.log" | tail -n 1)")
+    # checkpoint at 10 and 20, then resume from 10: the step-20 files must be bitwise the same
+    rm -rf "$OUT_DIR/ck" "$OUT_DIR/ck2"
+    timeout 120 ./train_gpt -x 20 -v 0 -n 10 -o "$OUT_DIR/ck" >"$OUT_DIR/ck.log" 2>&1
+    cp -r "$OUT_DIR/ck" "$OUT_DIR/ck2" && rm -f "$OUT_DIR/ck2/"*00000020*
+    timeout 120 ./train_gpt -x 20 -v 0 -n 10 -o "$OUT_DIR/ck2" -y 1 >"$OUT_DIR/ck2.log" 2>&1
+    if cmp -s "$OUT_DIR/ck/model_00000020.bin" "$OUT_DIR/ck2/model_00000020.bin" &&
+        cmp -s "$OUT_DIR/ck/state_00000020_00000.bin" "$OUT_DIR/ck2/state_00000020_00000.bin"; then
+        summary+=("resume   bitwise: step-20 model and state equal after resuming from step 10")
+    else
+        summary+=("resume   NOT bitwise (see $OUT_DIR/ck*.log)")
+    fi
+    # d12 with -b auto at T=1024: the chosen B, the memory plan and 3 steps with MFU
+    timeout 180 ./train_gpt -e d12 -b auto -t 1024 -x 3 -v 0 >"$OUT_DIR/auto.log" 2>&1
+    summary+=("b auto   $(grep '^batch:' "$OUT_DIR/auto.log"); $(grep '^  total' "$OUT_DIR/auto.log" | tr -s ' ')")
+    summary+=("b auto   $(grep '^step' "$OUT_DIR/auto.log" | tail -n 1)$(grep -m1 '^error' "$OUT_DIR/auto.log")")
 else
     summary+=("NO BUILD train_gpt: $(grep -m1 -i error "$OUT_DIR/build_train_gpt.log")")
 fi

@@ -148,6 +148,11 @@ if want nvcc; then
                 tail -n 15 "$LOG_DIR/nvcc_$name.log" | sed 's/^/    /'
             fi
         done
+        if make -s build/gpu/single/train_gpt >"$LOG_DIR/nvcc_single_train_gpt.log" 2>&1; then
+            pass "nvcc sm_90: train_gpt.cu as a single-GPU build (no MPI, no NCCL)"
+        else
+            fail "nvcc sm_90: train_gpt.cu as a single-GPU build (see $LOG_DIR/nvcc_single_train_gpt.log)"
+        fi
     else
         echo "SKIP nvcc compile check: nvcc not found (set NVCC or install the CUDA toolkit)"
     fi

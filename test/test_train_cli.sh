@@ -40,6 +40,7 @@ TINY="L=1,C=32,H=2,V=256,maxT=32"
 shard good.bin 5000 256
 shard small.bin 100 256
 shard badtok.bin 5000 300
+shard small_v.bin 5000 100
 
 "$BIN" --help >"$WORK/help" 2>&1
 check "--help exits 0" $?
@@ -93,6 +94,15 @@ grep -q "batch: B=2 x T=16 x N=1 x A=4 = 128 tokens per step" "$WORK/out"
 check "prints B, T, N, A and tokens per step" $?
 [[ $(grep -c "trl:" "$WORK/ok/main.log") -eq 3 && $(grep -c "tel:" "$WORK/ok/main.log") -eq 2 ]]
 check "main.log has 3 train and 2 val losses in llm.c's format" $?
+[[ $(grep -c '"loss"' "$WORK/ok/main.jsonl") -eq 3 && $(grep -c '"val_loss"' "$WORK/ok/main.jsonl") -eq 2 ]] &&
+    grep -qE '^step +3/3 \| loss [0-9.]+ \| norm [0-9.]+ \| lr [0-9.e+-]+ \| 128 tok/step \| [0-9.]+ ms \| [0-9]+ tok/s \| MFU n/a \| ETA 0s$' "$WORK/out"
+check "main.jsonl has the 3 steps and 2 evaluations; the step line has tokens per step, ms, tok/s, MFU (n/a: an unknown device), ETA" $?
+if python3 -c "import matplotlib" 2>/dev/null; then
+    python3 dev/plot_log.py "$WORK/ok" >/dev/null 2>&1 && [[ $(head -c 4 "$WORK/ok/main.png" | tail -c 3) == "PNG" ]]
+    check "dev/plot_log.py writes a PNG of loss and throughput" $?
+else
+    echo "SKIP dev/plot_log.py: matplotlib is not installed for $(command -v python3)"
+fi
 
 # the built-in corpus (no -i): 100 steps close most of the gap to the known floor
 (cd "$WORK" && "$OLDPWD/$BIN" -x 100 -v 100 >"$WORK/builtin" 2>&1)
@@ -136,6 +146,33 @@ lrs=$(grep -E '^step +[0-9]+/6' "$WORK/out" | sed -E 's/.*lr ([0-9.e+-]+) .*/\1/
 [[ "$tokens" == "256 512 640 896 1024 1024 " && "$lrs" == "5.00e-04 7.07e-04 7.91e-04 9.35e-04 1.00e-03 1.00e-03 " ]]
 check "batch ramp 256 -> 1024 tokens over 4 steps (got: $tokens), lr x sqrt(tokens/target) (got: $lrs)" $?
 expect_error "unknown ramp lr rule" "none, linear or sqrt" --ramp-lr cubic
+
+# HellaSwag (-h 1) from a small eval file in llm.c's format: the accuracy at
+# each evaluation, the same in two runs
+python3 - "$WORK/hs.bin" <<'PY'
+import struct, sys, random
+rng = random.Random(3)
+examples = []
+for i in range(10):
+    ctx = [rng.randrange(255) for _ in range(rng.randrange(3, 9))]
+    ends = [[rng.randrange(255) for _ in range(rng.randrange(1, 6))] for _ in range(4)]
+    body = [i, rng.randrange(4), 4, len(ctx), *ctx]
+    for e in ends:
+        body += [len(e), *e]
+    rec = [65535, 2 * (len(body) + 2)] + body
+    examples.append(rec)
+header = [20240522, 1, len(examples), max(2 * len(r) for r in examples)] + [0] * 252
+with open(sys.argv[1], "wb") as f:
+    f.write(struct.pack("<256i", *header))
+    for r in examples:
+        f.write(struct.pack("<%dH" % len(r), *r))
+PY
+hs() { "$BIN" -x 2 -v 2 -h 1 --hellaswag-file "$WORK/hs.bin" 2>&1 | grep "HellaSwag accuracy"; }
+h1=$(hs) h2=$(hs)
+[[ $(echo "$h1" | wc -l) -eq 2 && "$h1" == "$h2" ]] && echo "$h1" | grep -q "(10 of 10 examples fit T=64)"
+check "-h 1: HellaSwag accuracy at steps 0 and 2, the same in two runs: $(echo $h1 | tr '\n' ' ')" $?
+expect_error "-h 1 with a token id beyond the model's vocabulary" "hs.bin" -e "L=1,C=32,H=2,V=100,maxT=64" -i "$WORK/small_v.bin" -t 16 -x 1 -h 1 \
+    --hellaswag-file "$WORK/hs.bin"
 
 # the memory plan, printed without running
 "$BIN" -e d12 -b 8 -t 1024 --memory-plan 1 >"$WORK/plan" 2>&1
