@@ -1,5 +1,6 @@
 // What the host (data tool) tests share: small file helpers and running a
-// command to check its exit status and its one-line error.
+// command to check its exit status and its one-line error (inline, so a test
+// takes only what it uses without warnings).
 #pragma once
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -11,19 +12,19 @@
 #include <sstream>
 #include <string>
 
-static std::string g_tmp;  // the test's temporary folder (set by main)
+static inline std::string g_tmp;  // the test's temporary folder (set by main)
 
-static bool exists(const std::string& p) {
+static inline bool exists(const std::string& p) {
     struct stat st;
     return stat(p.c_str(), &st) == 0;
 }
-static std::string read_file(const std::string& p) {
+static inline std::string read_file(const std::string& p) {
     std::ifstream f(p, std::ios::binary);
     std::stringstream ss;
     ss << f.rdbuf();
     return ss.str();
 }
-static void write_file(const std::string& p, const std::string& data) {
+static inline void write_file(const std::string& p, const std::string& data) {
     std::ofstream f(p, std::ios::binary);
     f.write(data.data(), (std::streamsize)data.size());
 }
@@ -33,7 +34,7 @@ struct Run {
     std::string err;  // stderr
     std::string out;  // stdout
 };
-static Run run_cmd(const std::string& cmd) {
+static inline Run run_cmd(const std::string& cmd) {
     const std::string o = g_tmp + "/cmd.out", e = g_tmp + "/cmd.err";
     const int st = system((cmd + " >" + o + " 2>" + e).c_str());
     Run r;
@@ -42,9 +43,9 @@ static Run run_cmd(const std::string& cmd) {
     r.err = read_file(e);
     return r;
 }
-static std::string first_line(const std::string& s) { return s.substr(0, s.find('\n')); }
+static inline std::string first_line(const std::string& s) { return s.substr(0, s.find('\n')); }
 // exit 1 with exactly one line "error: ..." that contains every needle
-static bool is_clean_error(const Run& r, std::initializer_list<const char*> needles) {
+static inline bool is_clean_error(const Run& r, std::initializer_list<const char*> needles) {
     if (r.code != 1 || r.err.rfind("error: ", 0) != 0) return false;
     if (std::count(r.err.begin(), r.err.end(), '\n') != 1) return false;
     for (const char* n : needles)

@@ -15,23 +15,7 @@
 #include "llmc/checkpoint.h"
 #include "test/test_util.h"
 
-// (test/host/host_util.h's helpers minus the command runner, which is not needed here)
-static std::string g_tmp;  // the test's temporary folder (set by main)
-
-static bool exists(const std::string& p) {
-    struct stat st;
-    return stat(p.c_str(), &st) == 0;
-}
-static std::string read_file(const std::string& p) {
-    std::ifstream f(p, std::ios::binary);
-    std::stringstream ss;
-    ss << f.rdbuf();
-    return ss.str();
-}
-static void write_file(const std::string& p, const std::string& data) {
-    std::ofstream f(p, std::ios::binary);
-    f.write(data.data(), (std::streamsize)data.size());
-}
+#include "test/host/host_util.h"
 
 static bool contains(const std::string& s, const std::string& needle) { return s.find(needle) != std::string::npos; }
 static bool one_line(const std::string& s) { return !s.empty() && s.find('\n') == std::string::npos; }

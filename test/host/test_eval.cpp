@@ -17,11 +17,7 @@
 #include "llmc/hellaswag.h"
 #include "llmc/mfu.h"
 #include "llmc/sampler.h"
-// host_util.h's helpers are static and this test uses only some of them
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wunused-function"
 #include "test/host/host_util.h"
-#pragma GCC diagnostic pop
 #include "test/test_util.h"
 
 // ---------------------------------------------------------------------------
