@@ -34,6 +34,11 @@ TEST_CU    := $(wildcard test/cpu_cuda/test_*.cu)
 MPI_PROGRAMS := test_nccl test_distributed train_gpt
 CPU_TESTS  := $(patsubst test/cpu_cuda/%.cu,build/cpu/%,$(TEST_CU))
 ASAN_TESTS := $(patsubst test/cpu_cuda/%.cu,build/cpu-asan/%,$(TEST_CU))
+# Host C++ programs (data tools and their tests; rules below), defined here
+# because the `cpu` and `asan` targets list them.
+HOST_SRCS  := $(wildcard data/*.cpp dev/*.cpp test/host/*.cpp)
+HOST_BINS  := $(patsubst %.cpp,build/host/%,$(notdir $(HOST_SRCS)))
+HOST_ASAN  := $(patsubst %.cpp,build/host-asan/%,$(notdir $(HOST_SRCS)))
 DEV_CU     := $(wildcard dev/*.cu)
 DEV_BINS   := $(patsubst dev/%.cu,build/cpu/%,$(DEV_CU))
 
@@ -98,9 +103,6 @@ $(eval $(call cpu_variant,build/cpu-fp32,$(CPU_CXXFLAGS),-DENABLE_FP32))
 # Plain C++ (no CUDA): data/*.cpp, dev/*.cpp and test/host/*.cpp -> build/host/
 vpath %.cpp data dev test/host
 HOST_CXXFLAGS ?= -O2 -g -std=c++17 -Wall -Wno-sign-compare -pthread -I.
-HOST_SRCS  := $(wildcard data/*.cpp dev/*.cpp test/host/*.cpp)
-HOST_BINS  := $(patsubst %.cpp,build/host/%,$(notdir $(HOST_SRCS)))
-HOST_ASAN  := $(patsubst %.cpp,build/host-asan/%,$(notdir $(HOST_SRCS)))
 build/host/%: %.cpp
 	@mkdir -p $(@D)
 	$(CXX) $(HOST_CXXFLAGS) -MMD -MP $< -o $@
