@@ -1159,8 +1159,8 @@ static TrainOptions parse_options(int argc, char** argv, std::set<std::string>* 
         const char* flag = argv[i];
         given->insert(flag);
         if (strcmp(flag, "--help") == 0) {
-            print_usage(argv[0]);
-            exit(EXIT_SUCCESS);
+            if (g_dist->rank == 0) print_usage(argv[0]);
+            distributed_exit_success();
         }
         if (i + 1 >= argc) FAIL("flag %s needs a value (see --help)", flag);
         const char* v = argv[i + 1];
@@ -1211,8 +1211,9 @@ static TrainOptions parse_options(int argc, char** argv, std::set<std::string>* 
 // CPU cores. Flags given on the command line still win.
 constexpr const char* BUILTIN_CORPUS_DIR = "build/markov";
 static void use_builtin_corpus(TrainOptions* o, const std::set<std::string>& given) {
-    markov_corpus_write(BUILTIN_CORPUS_DIR, MARKOV_DEFAULT_SEED, MARKOV_DEFAULT_TRAIN_TOKENS,
-                        MARKOV_DEFAULT_VAL_TOKENS, MARKOV_DEFAULT_VOCAB);
+    if (!o->memory_plan_only)  // the plan needs the model's defaults, not the data
+        markov_corpus_write(BUILTIN_CORPUS_DIR, MARKOV_DEFAULT_SEED, MARKOV_DEFAULT_TRAIN_TOKENS,
+                            MARKOV_DEFAULT_VAL_TOKENS, MARKOV_DEFAULT_VOCAB);
     static const std::string train = markov_corpus_train_path(BUILTIN_CORPUS_DIR);
     static const std::string val = markov_corpus_val_path(BUILTIN_CORPUS_DIR);
     auto unset = [&](const char* flag) { return given.count(flag) == 0; };
@@ -1227,7 +1228,7 @@ static void use_builtin_corpus(TrainOptions* o, const std::set<std::string>& giv
     if (unset("-q")) o->final_lr_fraction = 0.1f;
     if (unset("-v")) o->val_every = 50;
     if (unset("-m")) o->val_batches = 16;
-    print0("data: the built-in Markov corpus in %s/ (no -i given)\n", BUILTIN_CORPUS_DIR);
+    if (!o->memory_plan_only) print0("data: the built-in Markov corpus in %s/ (no -i given)\n", BUILTIN_CORPUS_DIR);
 }
 
 // A = tokens per step / (B x T x N), which must divide exactly.

@@ -115,6 +115,18 @@ inline void distributed_free(Distributed* d) {
 #endif
 }
 
+// A clean early exit that every rank takes (--help): MPI is finalised first,
+// so the exit is not taken for a failure.
+[[noreturn]] inline void distributed_exit_success() {
+#ifdef MULTI_GPU
+    int initialized = 0, finalized = 0;
+    MPI_Initialized(&initialized);
+    MPI_Finalized(&finalized);
+    if (initialized && !finalized) MPI_Finalize();
+#endif
+    exit(EXIT_SUCCESS);
+}
+
 // Communication waits for everything issued so far on the compute stream.
 inline void comm_after_compute(const Distributed* d, cudaStream_t compute) {
     cudaCheck(cudaEventRecord(d->compute_ready, compute));

@@ -83,8 +83,9 @@ check "resuming 2 ranks' checkpoint on 1 is refused: $(head -1 "$WORK/err")" $?
 "$BIN" -z 2 >"$WORK/out" 2>"$WORK/err"
 [[ $? -ne 0 ]] && grep -q "^error: -z 2" "$WORK/err"
 check "-z 2 is refused: $(head -1 "$WORK/err")" $?
-"$BIN" --help | grep -q "MPI + NCCL build"
-check "--help says how the build runs ranks" $?
+$MPIRUN -np 2 "$BIN" --help >"$WORK/help" 2>&1
+[[ $? -eq 0 && $(grep -c "^Usage" "$WORK/help") -eq 1 ]] && grep -q "MPI + NCCL build" "$WORK/help"
+check "--help under mpirun -np 2: exit 0, printed once, says how the build runs ranks" $?
 
 # Rank 1 cannot open its data (MPMD launch: rank 0 has good data and reaches
 # its first collective). Every rank must stop, quickly, with rank 1's line.
