@@ -147,7 +147,9 @@ struct GradientSlice {
     size_t in_tensor;   // first element within its tensor (stochastic rounding indexes by it)
     size_t part;        // ZeRO-1: elements per rank
     size_t part_offset; // ZeRO-1: where this rank keeps its part in the shard arrays
-    size_t tail_offset; // ZeRO-1: where every rank keeps the tail in the shard arrays
+    size_t tail;        // ZeRO-1: the last size - N*part elements, which every rank holds ...
+    size_t tail_offset; // ... here in the shard arrays
+    size_t tail_begin() const { return size - tail; }
 };
 
 static const Distributed SINGLE_PROCESS;
@@ -222,7 +224,6 @@ static size_t total_bytes(const std::vector<DeviceBuffer>& buffers) {
     return sum;
 }
 
-
 // Cuts the parameter buffer into slices and lays out this rank's ZeRO-1 shard.
 static void gpt2_plan_slices(GPT2* model) {
     const int L = model->config.num_layers, N = model->dist->num_processes;
@@ -234,7 +235,8 @@ static void gpt2_plan_slices(GPT2* model) {
         const size_t size = model->param_sizes[k] / count;
         for (int l = 0; l < count; l++) {
             const size_t part = model->zero_stage == 1 ? size / N : 0;
-            model->slices.push_back(GradientSlice{k, per_layer[k] ? l : L, offset, size, l * size, part, parts, 0});
+            const size_t tail = model->zero_stage == 1 ? size - part * N : 0;
+            model->slices.push_back(GradientSlice{k, per_layer[k] ? l : L, offset, size, l * size, part, parts, tail, 0});
             offset += size;
             parts += part;
         }
@@ -242,7 +244,7 @@ static void gpt2_plan_slices(GPT2* model) {
     size_t tails = parts;
     for (GradientSlice& s : model->slices) {
         s.tail_offset = tails;
-        tails += s.size - s.part * N;
+        tails += s.tail;
     }
     model->shard_parts = parts;
     model->optimizer_elements = model->zero_stage == 1 ? tails : model->num_parameters;
@@ -253,15 +255,14 @@ static void gpt2_plan_slices(GPT2* model) {
 static std::vector<float> gpt2_local_values(const GPT2* model, const float* full) {
     if (model->zero_stage == 0) return std::vector<float>(full, full + model->num_parameters);
     std::vector<float> local(model->optimizer_elements);
-    const size_t r = model->dist->rank, N = model->dist->num_processes;
+    const size_t r = model->dist->rank;
     for (const GradientSlice& s : model->slices) {
         memcpy(&local[s.part_offset], full + s.offset + r * s.part, s.part * sizeof(float));
-        memcpy(&local[s.tail_offset], full + s.offset + N * s.part, (s.size - N * s.part) * sizeof(float));
+        memcpy(&local[s.tail_offset], full + s.offset + s.tail_begin(), s.tail * sizeof(float));
     }
     return local;
 }
 
-// Allocates parameters and optimizer state for model->config (weights unset).
 // Sizes, slices and the ZeRO-1 layout for model->config (nothing allocated).
 static void gpt2_configure(GPT2* model) {
     const GPT2Config& c = model->config;
@@ -288,6 +289,7 @@ static std::vector<DeviceBuffer> parameter_buffers(GPT2* model) {
     return list;
 }
 
+// Allocates parameters and optimizer state for model->config (weights unset).
 static void gpt2_allocate_parameters(GPT2* model) {
     gpt2_configure(model);
     const std::vector<DeviceBuffer> buffers = parameter_buffers(model);
@@ -463,13 +465,13 @@ static std::vector<float> gpt2_master_weights(GPT2* model) {
         return weights;
     }
     const Distributed* d = model->dist;
-    const size_t r = d->rank, N = d->num_processes;
+    const size_t r = d->rank;
     float* full = model->grads_memory;
     for (const GradientSlice& s : model->slices) {
         cudaCheck(cudaMemcpyAsync(full + s.offset + r * s.part, model->master_weights + s.part_offset,
                                   s.part * sizeof(float), cudaMemcpyDeviceToDevice, model->stream));
-        cudaCheck(cudaMemcpyAsync(full + s.offset + N * s.part, model->master_weights + s.tail_offset,
-                                  (s.size - N * s.part) * sizeof(float), cudaMemcpyDeviceToDevice, model->stream));
+        cudaCheck(cudaMemcpyAsync(full + s.offset + s.tail_begin(), model->master_weights + s.tail_offset,
+                                  s.tail * sizeof(float), cudaMemcpyDeviceToDevice, model->stream));
     }
     comm_after_compute(d, model->stream);
     group_start();
@@ -644,7 +646,6 @@ static void gpt2_classify(GPT2* model, float loss_scale, bool write_dlogits) {
 // the step's loss.
 static void gpt2_reduce_bucket(GPT2* model, int bucket) {
     const Distributed* d = model->dist;
-    const size_t N = d->num_processes;
     comm_after_compute(d, model->stream);
     group_start();
     for (const GradientSlice& s : model->slices) {
@@ -655,7 +656,7 @@ static void gpt2_reduce_bucket(GPT2* model, int bucket) {
             continue;
         }
         if (s.part > 0) reduce_scatter_sum(model->grad_shard + s.part_offset, g, s.part, d);
-        if (s.size > N * s.part) all_reduce_sum(model->grad_shard + s.tail_offset, g + N * s.part, s.size - N * s.part, d);
+        if (s.tail > 0) all_reduce_sum(model->grad_shard + s.tail_offset, g + s.tail_begin(), s.tail, d);
     }
     if (bucket == model->config.num_layers) all_reduce_sum(model->step_stats, model->step_stats, 1, d);
     group_end();
@@ -758,7 +759,7 @@ static void gpt2_update(GPT2* model, float lr, const OptimizerSettings& opt) {
     }
     // the squared norm of this rank's elements (the tails, held by every rank,
     // count on rank 0 only), summed over the ranks
-    const size_t r = d->rank, N = d->num_processes;
+    const size_t r = d->rank;
     global_norm_squared(model->step_stats + 1, model->scratch.reduce, model->grad_shard,
                         r == 0 ? model->optimizer_elements : model->shard_parts, stream);
     comm_after_compute(d, stream);
@@ -767,8 +768,8 @@ static void gpt2_update(GPT2* model, float lr, const OptimizerSettings& opt) {
     for (const GradientSlice& s : model->slices) {
         gpt2_adamw(model, model->grad_shard, s.part_offset, s.offset + r * s.part, s.in_tensor + r * s.part, s.part,
                    s.tensor, lr, opt);
-        gpt2_adamw(model, model->grad_shard, s.tail_offset, s.offset + N * s.part, s.in_tensor + N * s.part,
-                   s.size - N * s.part, s.tensor, lr, opt);
+        gpt2_adamw(model, model->grad_shard, s.tail_offset, s.offset + s.tail_begin(), s.in_tensor + s.tail_begin(),
+                   s.tail, s.tensor, lr, opt);
     }
     comm_after_compute(d, stream);  // the all-gather reads what AdamW wrote ...
     group_start();
@@ -864,9 +865,7 @@ static double evaluate_batch(GPT2* model, const int* inputs, const int* targets)
 }
 
 static void gpt2_free(GPT2* model) {
-    void* buffers[] = {model->params_memory, model->master_weights, model->grads_memory, model->adam_m, model->adam_v,
-                       model->grad_shard};
-    for (void* b : buffers) cudaCheck(cudaFree(b));
+    for (const DeviceBuffer& b : parameter_buffers(model)) cudaCheck(cudaFree(*b.ptr));
     if (model->B > 0) gpt2_free_activations(model);
     cudaCheck(cudaStreamDestroy(model->stream));
 }
@@ -1274,7 +1273,7 @@ static void print_memory_plan(GPT2* model, int B, int T, int recompute) {
 // confirmed by allocating them and running a trial forward and backward;
 // on out-of-memory, the next smaller one. With -d the tokens per step stay:
 // B must divide the sequences each rank takes per step.
-static int choose_micro_batch(GPT2* model, int T, int recompute, long total_batch_tokens, int A_max) {
+static int choose_micro_batch(GPT2* model, int T, int recompute, long total_batch_tokens) {
     const int N = model->dist->num_processes;
     const long sequences_per_rank = total_batch_tokens > 0 ? total_batch_tokens / ((long)T * N) : 0;
     if (total_batch_tokens > 0 && total_batch_tokens % ((long)T * N) != 0)
@@ -1284,7 +1283,7 @@ static int choose_micro_batch(GPT2* model, int T, int recompute, long total_batc
     int B = sequences_per_rank > 0 ? (int)std::min(sequences_per_rank, 4096L) : 4096;
     while ((B = largest_fitting_batch(model, T, recompute, (size_t)(free_bytes * 0.98), B, sequences_per_rank)) > 0) {
         const int A = sequences_per_rank > 0 ? (int)(sequences_per_rank / B) : 1;
-        if (gpt2_try_allocate_activations(model, B, T, std::max(A, A_max), recompute)) {
+        if (gpt2_try_allocate_activations(model, B, T, A, recompute)) {
             std::vector<int> tokens((size_t)B * T, 0);  // a trial step without the update
             accumulate_gradients(model, whole_batch(model, tokens.data(), tokens.data(), 1));
             cudaCheck(cudaMemsetAsync(model->grads_memory, 0, model->num_parameters * sizeof(float), model->stream));
@@ -1407,12 +1406,11 @@ int main(int argc, char** argv) {
 
     // B_global = B_micro x N x A sequences per step; a batch ramp raises A
     // from a smaller start up to it.
-    if (opt.B == 0) opt.B = choose_micro_batch(&model, opt.T, opt.recompute, opt.total_batch_tokens, 1);
+    if (opt.B == 0) opt.B = choose_micro_batch(&model, opt.T, opt.recompute, opt.total_batch_tokens);
     const int A = grad_accum_steps_for(opt.total_batch_tokens, opt.B, opt.T, N);
     const long micro_tokens_all = (long)opt.B * opt.T * N, tokens_per_step = micro_tokens_all * A;
     const BatchRamp ramp{opt.ramp_tokens, opt.ramp_steps, tokens_per_step, micro_tokens_all, ramp_lr};
-    if (model.B == 0) gpt2_allocate_activations(&model, opt.B, opt.T, A, opt.recompute);
-    else if (model.max_accum_steps < A) FAIL("internal: -b auto staged %d micro-batches, need %d", model.max_accum_steps, A);
+    if (model.B == 0) gpt2_allocate_activations(&model, opt.B, opt.T, A, opt.recompute);  // (-b auto allocated them)
 
     // Every rank reads the whole global micro-batch (N x B sequences) and
     // trains on its B of them: so the ranks' sequences are disjoint, their union

@@ -40,14 +40,20 @@ struct Distributed {
         }                                                                                                 \
     } while (0)
 
+// MPI is initialised and not yet finalised.
+inline bool mpi_running() {
+    int initialized = 0, finalized = 0;
+    MPI_Initialized(&initialized);
+    MPI_Finalized(&finalized);
+    return initialized && !finalized;
+}
+
 // A rank that exits early (a bad flag, a missing file, a NaN) would leave the
 // others waiting in a collective forever; aborting the MPI job stops them all.
 // (One rank alone just exits: its error line stays the only output.)
 inline void distributed_abort_at_exit() {
-    int initialized = 0, finalized = 0, size = 1;
-    MPI_Initialized(&initialized);
-    MPI_Finalized(&finalized);
-    if (initialized && !finalized) MPI_Comm_size(MPI_COMM_WORLD, &size);
+    int size = 1;
+    if (mpi_running()) MPI_Comm_size(MPI_COMM_WORLD, &size);
     if (size > 1) {
         fflush(stdout);
         fflush(stderr);
@@ -80,8 +86,7 @@ inline void distributed_init(Distributed* d, int* argc, char*** argv) {
     d->local_rank = distributed_local_rank();
     int devices = 0;
     cudaCheck(cudaGetDeviceCount(&devices));
-    if (d->num_processes > 1 && d->local_rank >= devices)
-    {
+    if (d->num_processes > 1 && d->local_rank >= devices) {
         fprintf(stderr, "error: rank %d: local rank %d has no GPU of its own (%d on this node); start at most "
                 "one rank per GPU\n", d->rank, d->local_rank, devices);
         exit(EXIT_FAILURE);
@@ -119,10 +124,7 @@ inline void distributed_free(Distributed* d) {
 // so the exit is not taken for a failure.
 [[noreturn]] inline void distributed_exit_success() {
 #ifdef MULTI_GPU
-    int initialized = 0, finalized = 0;
-    MPI_Initialized(&initialized);
-    MPI_Finalized(&finalized);
-    if (initialized && !finalized) MPI_Finalize();
+    if (mpi_running()) MPI_Finalize();
 #endif
     exit(EXIT_SUCCESS);
 }

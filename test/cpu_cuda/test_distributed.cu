@@ -162,7 +162,7 @@ static Result train(const Split& split, const Distributed* dist) {
         size_t scattered = 0, tails = 0;
         for (const GradientSlice& s : model.slices) {
             scattered += s.part * N;
-            tails += s.size - s.part * N;
+            tails += s.tail;
         }
         const CpuCudaNcclCounters& c = res.counters[0].c;
         const uint64_t ar = c.bytes[CPUCUDA_NCCL_ALLREDUCE], rs = c.bytes[CPUCUDA_NCCL_REDUCESCATTER];
