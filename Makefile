@@ -42,7 +42,7 @@ HOST_ASAN  := $(patsubst %.cpp,build/host-asan/%,$(notdir $(HOST_SRCS)))
 DEV_CU     := $(wildcard dev/*.cu)
 DEV_BINS   := $(patsubst dev/%.cu,build/cpu/%,$(DEV_CU))
 
-.PHONY: all cpu asan gpu test test-asan bench clean check-cuda-headers train_gpt_cpu
+.PHONY: all cpu asan gpu test test-asan bench clean check-cuda-headers train_gpt_cpu sass-report
 .SECONDARY:
 
 all: cpu
@@ -144,6 +144,11 @@ train_gpt_cpu: $(CPU_TRAINER)
 	cp $< $@
 
 gpu: $(addprefix build/gpu/sm_$(GPU_ARCH)/,$(GPU_NAMES))
+
+# Per-kernel registers, spills, occupancy and instruction counts of the sm_90
+# build of train_gpt.cu (needs cuobjdump and nvdisasm: dev/install_deps.sh).
+sass-report:
+	$(PYTHON) dev/sass_report.py --nvcc $(NVCC)
 
 # --- tests ---------------------------------------------------------------------
 # The sanitizer build of every test, plus the deliberately out-of-bounds kernel.

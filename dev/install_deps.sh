@@ -3,8 +3,10 @@
 # Python 3 (the launch rewriter), OpenBLAS (cuBLASLt on the CPU), Open MPI
 # (NCCL on the CPU), Boost.Context (fibers), nlohmann-json (header-only JSON for the
 # tokenizer and data tools); then matplotlib for dev/plot_log.py (pip, when the
-# python3 on PATH lacks it; optional). The CUDA toolkit is expected under
-# /usr/local/cuda (or CUDA_HOME); it is not a Debian package.
+# python3 on PATH lacks it; optional), and where nvcc is present, cuobjdump and
+# nvdisasm for dev/sass_report.py (pip wheels, when not found; optional). The
+# CUDA toolkit is expected under /usr/local/cuda (or CUDA_HOME); it is not a
+# Debian package.
 set -euo pipefail
 packages=(build-essential python3 libopenblas-dev libopenmpi-dev openmpi-bin libboost-context-dev nlohmann-json3-dev)
 missing=()
@@ -23,4 +25,10 @@ fi
 if ! python3 -c "import matplotlib" 2>/dev/null; then
     echo "install_deps: installing matplotlib (pip) for dev/plot_log.py"
     python3 -m pip install -q matplotlib || echo "install_deps: matplotlib not installed; the plot test will be skipped"
+fi
+nvcc=${NVCC:-${CUDA_HOME:-/usr/local/cuda}/bin/nvcc}
+if { command -v nvcc >/dev/null || [[ -x $nvcc ]]; } && ! python3 "$(dirname "$0")/sass_report.py" --tools >/dev/null; then
+    echo "install_deps: installing cuobjdump and nvdisasm (pip) for dev/sass_report.py"
+    python3 -m pip install -q nvidia-cuda-cuobjdump nvidia-cuda-nvdisasm ||
+        echo "install_deps: cuobjdump not installed; the SASS report will be skipped"
 fi

@@ -1,368 +1,530 @@
-// Causal multi-head self-attention, flash style: the forward pass streams K/V
-// tiles through shared memory with an online softmax and keeps, per query row,
-// only the log-sum-exp of its scores; the backward pass recomputes the
-// probabilities from it. No T x T matrix exists anywhere, and no atomics are
-// used, so results are bitwise reproducible.
+// Causal multi-head self-attention, FlashAttention-2 style, on tensor cores.
+//
+// Math, per (batch b, head h), with s_ij = (q_i . k_j) / sqrt(HS) for keys j <= i:
+//   forward:   P_ij = exp(s_ij - lse_i),  lse_i = log sum_j exp(s_ij),  out_i = sum_j P_ij v_j
+//   backward:  D_i = dO_i . out_i                      (= sum_j P_ij dP_ij)
+//              dP_ij = dO_i . v_j,  dS_ij = P_ij (dP_ij - D_i)
+//              dV_j = sum_i P_ij dO_i,  dK_j = sum_i dS_ij q_i / sqrt(HS),  dQ_i = sum_j dS_ij k_j / sqrt(HS)
+// No T x T matrix exists anywhere: the forward streams K/V tiles with an online
+// softmax (when a tile raises a row's running max m to m', the running sum l
+// and output o are first multiplied by exp(m - m')) and saves only lse; the
+// backward recomputes P from it. No atomics: every output row has one owner, so
+// results are bitwise reproducible run to run.
 //
 // Layouts (C = NH * HS):
-//   qkv  (B, T, 3C)  columns [0,C) q, [C,2C) k, [2C,3C) v; head h uses columns
-//                    h*HS .. h*HS+HS-1 inside each part
+//   qkv  (B, T, 3C)  columns [0,C) q, [C,2C) k, [2C,3C) v; head h at h*HS .. h*HS+HS-1 of each
 //   out  (B, T, C)   same head layout;  dout likewise
-//   lse  (B, NH, T)  float
+//   lse  (B, NH, T)  float;  scratch (B, NH, T) float: D
 //   dqkv (B, T, 3C)  overwritten by the backward
 //
-// Design, shared by the three kernels: a block of ROWS threads owns ROWS
-// consecutive rows of one (batch, head) -- query rows in the forward and in
-// the dQ kernel, key rows in the dK/dV kernel -- one row per thread. The owned
-// rows sit in shared memory with an odd row stride (HS + 1, so the threads of
-// a warp reading "their" element d hit 32 different banks); the per-row
-// accumulators (o, dq, dk, dv) are register arrays, which is why HS is a
-// template parameter. The other side (K and V, or Q and dO) streams through
-// shared memory in tiles of TILE rows that every thread reads in the same
-// order (broadcast reads, 16 bytes at a time), processed CH rows at a time
-// (8; 4 for HS < 32) so the scores of a chunk stay in registers. All
-// arithmetic is fp32; only global loads/stores are floatX.
-//
-//   HS    ROWS  TILE  CH  shared memory (forward / dQ / dK,dV)
-//   8      64    64   4   6.2 / 8.5 / 9.0 KB
-//   16     64    64   4   12.2 / 16.5 / 17.0 KB
-//   32     64    32   8   16.2 / 24.5 / 24.8 KB
-//   64     64    16   8   24.2 / 40.5 / 40.6 KB
-//   128    32     8   8   24.1 / 40.2 / 40.3 KB
-// (all under the 48 KB a kernel may use without opting in).
-// Registers (nvcc 12, sm_90, -Xptxas -v) at HS = 64: forward 128, dQ 136,
-// dK/dV 240; only the forward spills (8 bytes). At HS = 128 the dK/dV
-// kernel's two 128-float accumulators hit the 255-register limit and spill
-// ~350 bytes: correct, but slower (GPT-2 heads are all HS = 64).
-// Grid: (B*NH, ceil(T/ROWS)), so T <= 65535 * ROWS.
+// Kernels (bf16; HS any multiple of 16 up to 128; the fp32 build runs
+// attention_fp32.cuh instead). A block is 4 warps and owns 64 rows of one
+// (b, h), 16 per warp; the other side streams through shared memory in tiles,
+// double-buffered with cp.async (the next tile lands while this one is used):
+//   forward  owns query rows; K/V tiles of 64 keys.   S = Q K^T, online softmax, O += P V
+//   dQ       owns query rows; K/V tiles (64 keys, 32 at HS=128). Computes D for its rows
+//            first (saved for dK/dV), then S, P, dP = dO V^T, dS, dQ += dS K
+//   dK/dV    owns key rows; Q/dO tiles of 32 queries (16 at HS=128), from the block's
+//            first key to T.  S^T = K Q^T, P^T, dV += P^T dO, dP^T = V dO^T, dS^T, dK += dS^T Q
+// so the backward computes S and dP twice (once per pass) instead of adding dQ
+// with atomics. All products are mma.sync m16n8k16 (bf16 in, fp32 accumulate;
+// llmc/ptx.cuh). A warp keeps its own 16 rows' operand fragments (Q, dO or K, V)
+// in registers for the whole loop; the streamed side is read with ldmatrix
+// (.trans where the tile's rows are the product's k dimension). Scores, P and dS
+// never leave registers: an m16n8 accumulator pair is exactly an m16k16 A
+// fragment once packed to bf16, so P (and dS) feed the next mma directly.
+// Softmax runs in base 2 (x = s * log2(e) / sqrt(HS), exp2) on the accumulator
+// fragments; row max and sum are reduced over the 4 lanes that share a row.
+// Causality: tiles entirely above the diagonal are never loaded, and within the
+// diagonal tile a warp skips the 16-key (or 16-query) steps its rows cannot see.
+// Shared-memory rows are HS + 8 bf16 apart, so the 8 rows an ldmatrix phase
+// reads fall in 8 different 16-byte bank groups (no conflicts).
 #pragma once
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <type_traits>
+
+#include "llmc/attention_fp32.cuh"
 #include "llmc/cuda_common.h"
+#include "llmc/ptx.cuh"
 
 namespace attention_detail {
 
+typedef __nv_bfloat16 bf16;
+constexpr float LOG2E = 1.4426950408889634f;
+constexpr int WARPS = 4, THREADS = 32 * WARPS, ROWS = 16 * WARPS;  // rows a block owns
+
 template <int HS>
-struct Config {
-    static_assert(HS % 4 == 0, "attention: HS must be a multiple of 4 (float4 tile reads)");
-    static constexpr int ROWS = HS <= 64 ? 64 : 4096 / HS;          // threads per block = owned rows
-    static constexpr int TILE = 1024 / HS < 64 ? 1024 / HS : 64;    // rows per streamed tile
-    // rows per register chunk. For small HS nvcc keeps a whole chunk of the
-    // tiles (2 * CH * HS floats) in registers between the score and the update
-    // loops; CH = 4 keeps that under the register file (CH = 8 spills at HS = 16).
-    static constexpr int CH = HS >= 32 ? 8 : 4;
-    static constexpr int OWN = HS + 1;                               // owned-row stride (odd: no bank conflicts)
-    static_assert(TILE % CH == 0 && ROWS % TILE == 0, "attention: tile sizes");
-    // floats of dynamic shared memory per kernel
-    static constexpr size_t fwd_floats = 2 * TILE * HS + ROWS * OWN;
-    static constexpr size_t dq_floats = 2 * TILE * HS + 2 * ROWS * OWN;
-    static constexpr size_t dkv_floats = 2 * TILE * HS + 2 * TILE + 2 * ROWS * OWN;
-    static_assert(dkv_floats * sizeof(float) <= 48 * 1024 && dq_floats * sizeof(float) <= 48 * 1024,
-                  "attention: shared memory over 48 KB");
+struct Tiles {
+    static_assert(HS % 16 == 0 && HS <= 128, "attention: HS must be a multiple of 16, at most 128");
+    static constexpr int LD = HS + 8;                  // shared-memory row stride (bf16)
+    static constexpr int KV_FWD = 64;                  // keys per tile: forward
+    static constexpr int KV_DQ = HS <= 64 ? 64 : 32;   // keys per tile: dQ
+    static constexpr int Q_DKV = HS <= 64 ? 32 : 16;   // queries per tile: dK/dV
+    // bytes of dynamic shared memory per kernel
+    static constexpr size_t fwd_bytes = (size_t)(ROWS + 4 * KV_FWD) * LD * sizeof(bf16);
+    static constexpr size_t dq_bytes = (size_t)(2 * ROWS + 4 * KV_DQ) * LD * sizeof(bf16);
+    static constexpr size_t dkv_bytes = (size_t)(2 * ROWS + 4 * Q_DKV) * LD * sizeof(bf16) + 4 * Q_DKV * sizeof(float);
 };
 
-// s[c] = sum_d own[d] * tile[c*HS + d],  c < CH. `tile` is 16-byte aligned
-// (HS % 4 == 0 and every tile starts at a multiple of 4 floats).
-template <int HS, int CH>
-__device__ __forceinline__ void dot_chunk(float (&s)[CH], const float* own, const float* tile) {
+// --- tiles: global -> shared ----------------------------------------------------
+// Rows [row0, row0 + rows) of one head (HS bf16 each, global row stride `stride`)
+// into shared memory with row stride HS + 8, 16 bytes per cp.async; rows at or
+// past T are zero-filled with plain stores (a zero key or value row contributes
+// nothing once masked; garbage could be NaN, and 0 * NaN is NaN).
+template <int HS>
+__device__ __forceinline__ void load_tile(bf16* dst, const bf16* src, size_t stride, int row0, int rows, int T) {
+    constexpr int CHUNKS = HS / 8, LD = Tiles<HS>::LD;
+    for (int c = threadIdx.x; c < rows * CHUNKS; c += THREADS) {
+        const int r = c / CHUNKS, col = (c % CHUNKS) * 8;
+        bf16* d = dst + r * LD + col;
+        if (row0 + r < T) cp_async_16(d, src + (size_t)(row0 + r) * stride + col);
+        else *reinterpret_cast<uint4*>(d) = make_uint4(0, 0, 0, 0);
+    }
+}
+
+// --- fragments: shared -> registers (ldmatrix; layouts in llmc/ptx.cuh) -----------
+// A fragments (16 x 16, k = columns) of 16 rows of a row-major tile, all HS/16 k-steps.
+template <int HS>
+__device__ __forceinline__ void load_a_rows(uint32_t (&a)[HS / 16][4], const bf16* tile16) {
+    const int lane = threadIdx.x % 32;
 #pragma unroll
-    for (int c = 0; c < CH; c++) s[c] = 0.0f;
-#pragma unroll 4
-    for (int d = 0; d < HS; d += 4) {
-        const float a0 = own[d], a1 = own[d + 1], a2 = own[d + 2], a3 = own[d + 3];
+    for (int kk = 0; kk < HS / 16; kk++)
+        ldmatrix<4>(a[kk], tile16 + (lane % 16) * Tiles<HS>::LD + kk * 16 + (lane / 16) * 8);
+}
+// B fragments of two n8 tiles (n0..n0+15) for k-step k0..k0+15, from a tile
+// whose rows are n and columns k (K rows for S = Q K^T): b[0..1] n-tile 0, b[2..3] n-tile 1.
+template <int HS>
+__device__ __forceinline__ void load_b_nk(uint32_t (&b)[4], const bf16* tile, int n0, int k0) {
+    const int lane = threadIdx.x % 32;
+    ldmatrix<4>(b, tile + (n0 + (lane / 16) * 8 + lane % 8) * Tiles<HS>::LD + k0 + ((lane / 8) % 2) * 8);
+}
+// The same from a tile whose rows are k and columns n (V rows for O = P V).
+template <int HS>
+__device__ __forceinline__ void load_b_kn(uint32_t (&b)[4], const bf16* tile, int k0, int n0) {
+    const int lane = threadIdx.x % 32;
+    ldmatrix_trans<4>(b, tile + (k0 + ((lane / 8) % 2) * 8 + lane % 8) * Tiles<HS>::LD + n0 + (lane / 16) * 8);
+}
+__device__ __forceinline__ void mma_pair(float (&c0)[4], float (&c1)[4], const uint32_t (&a)[4], const uint32_t (&b)[4]) {
+    mma_bf16_16816(c0, a, {b[0], b[1]});
+    mma_bf16_16816(c1, a, {b[2], b[3]});
+}
+
+// acc[n] (16 x N) += A (16 x HS, fragments in registers) . tile^T for the tile's
+// rows n0 .. n0+N-1 (rows = n, columns = HS): S = Q K^T, dP = dO V^T and their
+// transposes. Only 16-column steps from `first` to `steps` - 1 are computed
+// (causal skipping); the others stay as they were.
+template <int HS, int N>
+__device__ __forceinline__ void mma_a_tileT(float (&acc)[N / 8][4], const uint32_t (&a)[HS / 16][4],
+                                            const bf16* tile, int first, int steps) {
 #pragma unroll
-        for (int c = 0; c < CH; c++) {
-            const float4 t = *reinterpret_cast<const float4*>(tile + c * HS + d);
-            s[c] += a0 * t.x + a1 * t.y + a2 * t.z + a3 * t.w;
+    for (int kk = 0; kk < HS / 16; kk++)
+#pragma unroll
+        for (int np = 0; np < N / 16; np++) {
+            if (np < first || np >= steps) continue;
+            uint32_t b[4];
+            load_b_nk<HS>(b, tile, np * 16, kk * 16);
+            mma_pair(acc[2 * np], acc[2 * np + 1], a[kk], b);
+        }
+}
+
+// acc (16 x HS) += P (16 x N, accumulator fragments, packed to bf16 here) . tile
+// (rows = N, columns = HS): O += P V, dQ += dS K, dV += P^T dO, dK += dS^T Q.
+// k-steps from `first` to `steps` - 1 only.
+template <int HS, int N>
+__device__ __forceinline__ void mma_p_tile(float (&acc)[HS / 8][4], const float (&p)[N / 8][4], const bf16* tile,
+                                           int first, int steps) {
+#pragma unroll
+    for (int kk = 0; kk < N / 16; kk++) {
+        if (kk < first || kk >= steps) continue;
+        // the accumulator pair of columns 16kk .. 16kk+15 is the A fragment of k-step kk
+        const uint32_t a[4] = {pack_bf16x2(p[2 * kk][0], p[2 * kk][1]), pack_bf16x2(p[2 * kk][2], p[2 * kk][3]),
+                               pack_bf16x2(p[2 * kk + 1][0], p[2 * kk + 1][1]),
+                               pack_bf16x2(p[2 * kk + 1][2], p[2 * kk + 1][3])};
+#pragma unroll
+        for (int hp = 0; hp < HS / 16; hp++) {
+            uint32_t b[4];
+            load_b_kn<HS>(b, tile, kk * 16, hp * 16);
+            mma_pair(acc[2 * hp], acc[2 * hp + 1], a, b);
         }
     }
 }
 
-// acc[d] += sum_c w[c] * tile[c*HS + d]
-template <int HS, int CH>
-__device__ __forceinline__ void accumulate_chunk(float (&acc)[HS], const float (&w)[CH], const float* tile) {
+template <int N>
+__device__ __forceinline__ void zero(float (&acc)[N][4]) {
 #pragma unroll
-    for (int d = 0; d < HS; d += 4) {
-        float x = acc[d], y = acc[d + 1], z = acc[d + 2], u = acc[d + 3];
-#pragma unroll
-        for (int c = 0; c < CH; c++) {
-            const float4 t = *reinterpret_cast<const float4*>(tile + c * HS + d);
-            x += w[c] * t.x; y += w[c] * t.y; z += w[c] * t.z; u += w[c] * t.w;
-        }
-        acc[d] = x; acc[d + 1] = y; acc[d + 2] = z; acc[d + 3] = u;
-    }
+    for (int n = 0; n < N; n++) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.0f;
+}
+// Max / sum over the 4 lanes that hold one accumulator row.
+__device__ __forceinline__ float quad_max(float x) {
+    x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 1));
+    return fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 2));
+}
+__device__ __forceinline__ float quad_sum(float x) {
+    x += __shfl_xor_sync(0xffffffffu, x, 1);
+    return x + __shfl_xor_sync(0xffffffffu, x, 2);
 }
 
-// Cooperative copy of `rows` rows starting at `row0` (HS floatX each, global row
-// stride `stride`) into shared memory with row stride `dst_stride`; rows at or
-// past T read as zero. Consecutive threads read consecutive columns (coalesced).
-template <int HS, int NTHREADS>
-__device__ __forceinline__ void load_rows(float* dst, int dst_stride, const floatX* src, size_t stride,
-                                          int row0, int rows, int T) {
-    for (int e = threadIdx.x; e < rows * HS; e += NTHREADS) {
-        const int r = e / HS, d = e % HS, row = row0 + r;
-        dst[r * dst_stride + d] = row < T ? to_float(src[(size_t)row * stride + d]) : 0.0f;
+// Writes 16 rows of a (16 x HS) accumulator (rows row0 + g, row0 + g + 8; only rows < T)
+// to dst (row stride `stride`), times `scale`, as bf16 pairs.
+template <int HS>
+__device__ __forceinline__ void store_rows(bf16* dst, size_t stride, const float (&acc)[HS / 8][4], int row0, int T,
+                                           float scale0, float scale1) {
+    const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+#pragma unroll
+    for (int half = 0; half < 2; half++) {
+        const int row = row0 + g + 8 * half;
+        if (row >= T) continue;
+        const float s = half ? scale1 : scale0;
+#pragma unroll
+        for (int n = 0; n < HS / 8; n++)
+            *reinterpret_cast<uint32_t*>(dst + (size_t)row * stride + n * 8 + 2 * t) =
+                pack_bf16x2(acc[n][2 * half] * s, acc[n][2 * half + 1] * s);
     }
 }
 
 // ---------------------------------------------------------------------------
-// Forward. For query row i (keys j <= i), with s_ij = (q_i . k_j) / sqrt(HS):
-//   m_i   = max_j s_ij,   l_i = sum_j exp(s_ij - m_i)
-//   out_i = sum_j exp(s_ij - m_i) v_j / l_i,   lse_i = m_i + log(l_i)
-// computed online: keys arrive in chunks; when a chunk raises the running max
-// from m to m', the running l and o are first multiplied by exp(m - m').
-// Block: ROWS threads = ROWS query rows of one (b, h); grid (B*NH, ceil(T/ROWS)),
+// Forward. Block: 64 query rows [q0, q0+64) of one (b, h); grid (B*NH, ceil(T/64)),
 // query blocks in reverse order so the longest (latest rows) start first.
 template <int HS>
-__global__ void __launch_bounds__(Config<HS>::ROWS)
-attention_forward_kernel(floatX* out, float* lse, const floatX* qkv, int T, int NH) {
-    using Cfg = Config<HS>;
-    constexpr int R = Cfg::ROWS, TILE = Cfg::TILE, CH = Cfg::CH, OWN = Cfg::OWN;
-    extern __shared__ float attn_smem[];
-    float* tile_k = attn_smem;              // TILE x HS
-    float* tile_v = tile_k + TILE * HS;     // TILE x HS
-    float* own_q = tile_v + TILE * HS;      // R x OWN, pre-scaled by 1/sqrt(HS)
+__global__ void __launch_bounds__(THREADS)
+attention_forward_kernel(bf16* out, float* lse, const bf16* qkv, int T, int NH) {
+    using Tl = Tiles<HS>;
+    constexpr int KV = Tl::KV_FWD, LD = Tl::LD;
+    extern __shared__ uint4 attn_tiles[];
+    bf16* q_tile = reinterpret_cast<bf16*>(attn_tiles);  // ROWS x LD
+    bf16* k_tiles = q_tile + ROWS * LD;                    // 2 x KV x LD
+    bf16* v_tiles = k_tiles + 2 * KV * LD;                 // 2 x KV x LD
 
     const int C = NH * HS, bh = blockIdx.x, b = bh / NH, h = bh % NH;
-    const int q0 = (gridDim.y - 1 - blockIdx.y) * R;
-    const int i = q0 + threadIdx.x;
+    const int q0 = (gridDim.y - 1 - blockIdx.y) * ROWS;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+    const int row_lo = q0 + 16 * warp;  // this warp's rows: row_lo + g, row_lo + g + 8
     const size_t stride = 3 * (size_t)C;
-    const floatX* base = qkv + (size_t)b * T * stride + h * HS;  // q; k at +C, v at +2C
-    const float scale = 1.0f / sqrtf((float)HS);
+    const bf16* base = qkv + (size_t)b * T * stride + h * HS;  // q; k at +C, v at +2C
+    const float scale_log2 = LOG2E / sqrtf((float)HS);
 
-    for (int e = threadIdx.x; e < R * HS; e += R) {
-        const int r = e / HS, d = e % HS, row = q0 + r;
-        own_q[r * OWN + d] = row < T ? to_float(base[(size_t)row * stride + d]) * scale : 0.0f;
-    }
-    const float* q = own_q + threadIdx.x * OWN;
+    const int tiles = CEIL_DIV(min(T, q0 + ROWS), KV);  // keys [0, q0 + 64) at most
+    load_tile<HS>(q_tile, base, stride, q0, ROWS, T);
+    load_tile<HS>(k_tiles, base + C, stride, 0, KV, T);
+    load_tile<HS>(v_tiles, base + 2 * C, stride, 0, KV, T);
+    cp_async_commit();
 
-    float o[HS];
-#pragma unroll
-    for (int d = 0; d < HS; d++) o[d] = 0.0f;
-    float m = -INFINITY, l = 0.0f;
-
-    const int kv_end = min(T, q0 + R);  // this block needs keys [0, kv_end)
-    for (int k0 = 0; k0 < kv_end; k0 += TILE) {
-        __syncthreads();  // everyone is done with the previous tile
-        load_rows<HS, R>(tile_k, HS, base + C, stride, k0, TILE, T);
-        load_rows<HS, R>(tile_v, HS, base + 2 * C, stride, k0, TILE, T);
-        __syncthreads();
-#pragma unroll 1  // chunks one after another (code size)
-        for (int c0 = 0; c0 < TILE; c0 += CH) {
-            const int j0 = k0 + c0;
-            if (i >= T || j0 > i) continue;  // the whole chunk lies after this row
-            float s[CH];
-            dot_chunk<HS, CH>(s, q, tile_k + c0 * HS);
-            float chunk_max = -INFINITY;
-#pragma unroll
-            for (int c = 0; c < CH; c++) {
-                if (j0 + c > i) s[c] = -INFINITY;  // causal mask
-                chunk_max = fmaxf(chunk_max, s[c]);
-            }
-            if (chunk_max > m) {  // chunk_max is finite: key j0 <= i is unmasked
-                const float corr = expf(m - chunk_max);  // 0 on the first chunk
-                l *= corr;
-#pragma unroll
-                for (int d = 0; d < HS; d++) o[d] *= corr;
-                m = chunk_max;
-            }
-            float p[CH];
-#pragma unroll
-            for (int c = 0; c < CH; c++) {
-                p[c] = expf(s[c] - m);
-                l += p[c];
-            }
-            accumulate_chunk<HS, CH>(o, p, tile_v + c0 * HS);
+    uint32_t qf[HS / 16][4];
+    float o[HS / 8][4], m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+    zero(o);
+    for (int it = 0; it < tiles; it++) {
+        const int k0 = it * KV, buf = it % 2;
+        if (it + 1 < tiles) {  // prefetch the next tile into the other buffer
+            load_tile<HS>(k_tiles + (1 - buf) * KV * LD, base + C, stride, k0 + KV, KV, T);
+            load_tile<HS>(v_tiles + (1 - buf) * KV * LD, base + 2 * C, stride, k0 + KV, KV, T);
+            cp_async_commit();
+            cp_async_wait<1>();
+        } else {
+            cp_async_wait<0>();
         }
-    }
-    if (i < T) {
-        const float inv_l = 1.0f / l;
-        floatX* dst = out + ((size_t)b * T + i) * C + h * HS;
+        __syncthreads();
+        if (it == 0) load_a_rows<HS>(qf, q_tile + 16 * warp * LD);
+        // 16-key steps of this tile that hold a key <= the warp's last row
+        const int steps = min(KV / 16, (row_lo + 15 - k0) / 16 + 1);
+        if (steps > 0) {
+            float s[KV / 8][4];
+            zero(s);
+            mma_a_tileT<HS, KV>(s, qf, k_tiles + buf * KV * LD, 0, steps);
+            // online softmax, rows r = 0 (g) and 1 (g + 8); element e of n-tile n is key k0 + 8n + 2t + e%2
 #pragma unroll
-        for (int d = 0; d < HS; d++) dst[d] = from_float<floatX>(o[d] * inv_l);
-        lse[(size_t)bh * T + i] = m + logf(l);
+            for (int r = 0; r < 2; r++) {
+                const int row = row_lo + g + 8 * r;
+                float mx = -INFINITY;
+#pragma unroll
+                for (int n = 0; n < KV / 8; n++)
+#pragma unroll
+                    for (int e = 2 * r; e < 2 * r + 2; e++) {
+                        const int key = k0 + 8 * n + 2 * t + e % 2;
+                        s[n][e] = n < 2 * steps && key <= row ? s[n][e] * scale_log2 : -INFINITY;
+                        mx = fmaxf(mx, s[n][e]);
+                    }
+                const float m_new = fmaxf(m[r], quad_max(mx));  // finite: key k0 <= row is always seen
+                const float corr = exp2f(m[r] - m_new);         // 0 on the first tile
+                m[r] = m_new;
+                l[r] *= corr;
+#pragma unroll
+                for (int n = 0; n < HS / 8; n++) o[n][2 * r] *= corr, o[n][2 * r + 1] *= corr;
+#pragma unroll
+                for (int n = 0; n < KV / 8; n++)
+#pragma unroll
+                    for (int e = 2 * r; e < 2 * r + 2; e++) {
+                        s[n][e] = exp2f(s[n][e] - m_new);
+                        l[r] += s[n][e];
+                    }
+            }
+            mma_p_tile<HS, KV>(o, s, v_tiles + buf * KV * LD, 0, steps);
+        }
+        __syncthreads();  // everyone is done with this buffer before it is refilled
     }
+    l[0] = quad_sum(l[0]);
+    l[1] = quad_sum(l[1]);
+    store_rows<HS>(out + (size_t)b * T * C + h * HS, C, o, row_lo, T, 1.0f / l[0], 1.0f / l[1]);
+    if (t == 0)
+#pragma unroll
+        for (int r = 0; r < 2; r++) {
+            const int row = row_lo + g + 8 * r;
+            if (row < T) lse[(size_t)bh * T + row] = (m[r] + log2f(l[r])) / LOG2E;
+        }
 }
 
 // ---------------------------------------------------------------------------
-// Backward. With P_ij = exp(s_ij - lse_i) (recomputed), dO = dout:
-//   dV_j  = sum_{i>=j} P_ij dO_i
-//   dP_ij = dO_i . v_j
-//   D_i   = sum_j P_ij dP_ij = dO_i . out_i
-//   dS_ij = P_ij (dP_ij - D_i)
-//   dQ_i  = scale * sum_{j<=i} dS_ij k_j
-//   dK_j  = scale * sum_{i>=j} dS_ij q_i
-// Two kernels, each owning the rows it writes (no atomics, fixed order):
-// (1) query rows: D_i (saved in scratch) and dQ_i, streaming K/V tiles;
-// (2) key rows: dK_j and dV_j, streaming Q/dO tiles with their lse and D.
-
-// (1) Block: ROWS query rows of one (b, h), as the forward.
+// Backward (1): dQ, and D for the dK/dV kernel. Block: 64 query rows, as the forward.
 template <int HS>
-__global__ void __launch_bounds__(Config<HS>::ROWS)
-attention_backward_dq_kernel(floatX* dqkv, float* Dvec, const floatX* dout, const floatX* qkv,
-                             const floatX* out, const float* lse, int T, int NH) {
-    using Cfg = Config<HS>;
-    constexpr int R = Cfg::ROWS, TILE = Cfg::TILE, CH = Cfg::CH, OWN = Cfg::OWN;
-    extern __shared__ float attn_smem[];
-    float* tile_k = attn_smem;             // TILE x HS
-    float* tile_v = tile_k + TILE * HS;    // TILE x HS
-    float* own_q = tile_v + TILE * HS;     // R x OWN
-    float* own_do = own_q + R * OWN;       // R x OWN
+__global__ void __launch_bounds__(THREADS)
+attention_backward_dq_kernel(bf16* dqkv, float* Dvec, const bf16* dout, const bf16* qkv, const bf16* out,
+                             const float* lse, int T, int NH) {
+    using Tl = Tiles<HS>;
+    constexpr int KV = Tl::KV_DQ, LD = Tl::LD;
+    extern __shared__ uint4 attn_tiles[];
+    bf16* q_tile = reinterpret_cast<bf16*>(attn_tiles);  // ROWS x LD
+    bf16* do_tile = q_tile + ROWS * LD;                    // ROWS x LD
+    bf16* k_tiles = do_tile + ROWS * LD;                   // 2 x KV x LD
+    bf16* v_tiles = k_tiles + 2 * KV * LD;                 // 2 x KV x LD
 
     const int C = NH * HS, bh = blockIdx.x, b = bh / NH, h = bh % NH;
-    const int q0 = (gridDim.y - 1 - blockIdx.y) * R;
-    const int i = q0 + threadIdx.x;
+    const int q0 = (gridDim.y - 1 - blockIdx.y) * ROWS;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+    const int row_lo = q0 + 16 * warp;
     const size_t stride = 3 * (size_t)C;
-    const floatX* base = qkv + (size_t)b * T * stride + h * HS;
+    const bf16* base = qkv + (size_t)b * T * stride + h * HS;
     const size_t out_off = (size_t)b * T * C + h * HS;  // (b, 0, h) in out / dout
-    const float scale = 1.0f / sqrtf((float)HS);
+    const float scale = 1.0f / sqrtf((float)HS), scale_log2 = LOG2E * scale;
 
-    load_rows<HS, R>(own_q, OWN, base, stride, q0, R, T);
-    load_rows<HS, R>(own_do, OWN, dout + out_off, C, q0, R, T);
-    __syncthreads();
-    const float* q = own_q + threadIdx.x * OWN;
-    const float* dO = own_do + threadIdx.x * OWN;
+    const int tiles = CEIL_DIV(min(T, q0 + ROWS), KV);
+    load_tile<HS>(q_tile, base, stride, q0, ROWS, T);
+    load_tile<HS>(do_tile, dout + out_off, C, q0, ROWS, T);
+    load_tile<HS>(k_tiles, base + C, stride, 0, KV, T);
+    load_tile<HS>(v_tiles, base + 2 * C, stride, 0, KV, T);
+    cp_async_commit();
 
-    float D = 0.0f, L = 0.0f;
-    if (i < T) {
-        const floatX* o = out + out_off + (size_t)i * C;
-        for (int d = 0; d < HS; d++) D += dO[d] * to_float(o[d]);
-        Dvec[(size_t)bh * T + i] = D;
-        L = lse[(size_t)bh * T + i];
-    }
-
-    float dq[HS];
-#pragma unroll
-    for (int d = 0; d < HS; d++) dq[d] = 0.0f;
-
-    const int kv_end = min(T, q0 + R);
-    for (int k0 = 0; k0 < kv_end; k0 += TILE) {
-        __syncthreads();
-        load_rows<HS, R>(tile_k, HS, base + C, stride, k0, TILE, T);
-        load_rows<HS, R>(tile_v, HS, base + 2 * C, stride, k0, TILE, T);
-        __syncthreads();
-#pragma unroll 1  // chunks one after another (code size)
-        for (int c0 = 0; c0 < TILE; c0 += CH) {
-            const int j0 = k0 + c0;
-            if (i >= T || j0 > i) continue;
-            float s[CH], ds[CH];
-            dot_chunk<HS, CH>(s, q, tile_k + c0 * HS);
-            dot_chunk<HS, CH>(ds, dO, tile_v + c0 * HS);  // dP
-#pragma unroll
-            for (int c = 0; c < CH; c++) {
-                const float p = j0 + c <= i ? expf(s[c] * scale - L) : 0.0f;
-                ds[c] = p * (ds[c] - D);
-            }
-            accumulate_chunk<HS, CH>(dq, ds, tile_k + c0 * HS);
+    uint32_t qf[HS / 16][4], dof[HS / 16][4];
+    float dq[HS / 8][4], lse2[2], D[2];
+    zero(dq);
+    for (int it = 0; it < tiles; it++) {
+        const int k0 = it * KV, buf = it % 2;
+        if (it + 1 < tiles) {
+            load_tile<HS>(k_tiles + (1 - buf) * KV * LD, base + C, stride, k0 + KV, KV, T);
+            load_tile<HS>(v_tiles + (1 - buf) * KV * LD, base + 2 * C, stride, k0 + KV, KV, T);
+            cp_async_commit();
+            cp_async_wait<1>();
+        } else {
+            cp_async_wait<0>();
         }
-    }
-    if (i < T) {
-        floatX* dst = dqkv + ((size_t)b * T + i) * stride + h * HS;
+        __syncthreads();
+        if (it == 0) {
+            load_a_rows<HS>(qf, q_tile + 16 * warp * LD);
+            load_a_rows<HS>(dof, do_tile + 16 * warp * LD);
+            // D_i = dO_i . out_i: lanes 2i and 2i+1 take the two halves of row row_lo + i
+            const int i = lane / 2, row = row_lo + i;
+            float d = 0.0f;
+            if (row < T) {
+                const bf16* o_row = out + out_off + (size_t)row * C + (lane % 2) * (HS / 2);
+                const bf16* do_row = do_tile + (16 * warp + i) * LD + (lane % 2) * (HS / 2);
 #pragma unroll
-        for (int d = 0; d < HS; d++) dst[d] = from_float<floatX>(dq[d] * scale);
+                for (int c = 0; c < HS / 2; c += 8) {
+                    union { uint4 v; bf16 e[8]; } o8;  // one 16-byte load of 8 bf16
+                    o8.v = *reinterpret_cast<const uint4*>(o_row + c);
+#pragma unroll
+                    for (int e = 0; e < 8; e++) d += __bfloat162float(o8.e[e]) * __bfloat162float(do_row[c + e]);
+                }
+            }
+            d += __shfl_xor_sync(0xffffffffu, d, 1);
+            if (row < T && lane % 2 == 0) Dvec[(size_t)bh * T + row] = d;
+            D[0] = __shfl_sync(0xffffffffu, d, 2 * g);
+            D[1] = __shfl_sync(0xffffffffu, d, 2 * g + 16);
+#pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int rr = row_lo + g + 8 * r;
+                lse2[r] = rr < T ? lse[(size_t)bh * T + rr] * LOG2E : 0.0f;
+            }
+        }
+        const int steps = min(KV / 16, (row_lo + 15 - k0) / 16 + 1);
+        if (steps > 0) {
+            float s[KV / 8][4], dp[KV / 8][4];
+            zero(s);
+            zero(dp);
+            mma_a_tileT<HS, KV>(s, qf, k_tiles + buf * KV * LD, 0, steps);
+            mma_a_tileT<HS, KV>(dp, dof, v_tiles + buf * KV * LD, 0, steps);
+#pragma unroll
+            for (int n = 0; n < KV / 8; n++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    const int row = row_lo + g + 8 * (e / 2), key = k0 + 8 * n + 2 * t + e % 2;
+                    const float p = n < 2 * steps && key <= row ? exp2f(s[n][e] * scale_log2 - lse2[e / 2]) : 0.0f;
+                    s[n][e] = p * (dp[n][e] - D[e / 2]);  // dS
+                }
+            mma_p_tile<HS, KV>(dq, s, k_tiles + buf * KV * LD, 0, steps);
+        }
+        __syncthreads();
     }
+    store_rows<HS>(dqkv + (size_t)b * T * stride + h * HS, stride, dq, row_lo, T, scale, scale);
 }
 
-// (2) Block: ROWS key rows of one (b, h); grid (B*NH, ceil(T/ROWS)) in natural
-// order (the earliest keys have the most queries). Query tiles run from the
-// block's first key to T.
+// ---------------------------------------------------------------------------
+// Backward (2): dK and dV. Block: 64 key rows [k0, k0+64) of one (b, h); grid
+// (B*NH, ceil(T/64)) in natural order (the earliest keys have the most queries).
+// Query tiles run from the block's first key to T.
 template <int HS>
-__global__ void __launch_bounds__(Config<HS>::ROWS)
-attention_backward_dkv_kernel(floatX* dqkv, const float* Dvec, const floatX* dout, const floatX* qkv,
-                              const float* lse, int T, int NH) {
-    using Cfg = Config<HS>;
-    constexpr int R = Cfg::ROWS, TILE = Cfg::TILE, CH = Cfg::CH, OWN = Cfg::OWN;
-    extern __shared__ float attn_smem[];
-    float* tile_q = attn_smem;             // TILE x HS
-    float* tile_do = tile_q + TILE * HS;   // TILE x HS
-    float* tile_lse = tile_do + TILE * HS; // TILE
-    float* tile_D = tile_lse + TILE;       // TILE
-    float* own_k = tile_D + TILE;          // R x OWN
-    float* own_v = own_k + R * OWN;        // R x OWN
+__global__ void __launch_bounds__(THREADS)
+attention_backward_dkv_kernel(bf16* dqkv, const float* Dvec, const bf16* dout, const bf16* qkv, const float* lse,
+                              int T, int NH) {
+    using Tl = Tiles<HS>;
+    constexpr int QT = Tl::Q_DKV, LD = Tl::LD;
+    extern __shared__ uint4 attn_tiles[];
+    bf16* k_tile = reinterpret_cast<bf16*>(attn_tiles);  // ROWS x LD
+    bf16* v_tile = k_tile + ROWS * LD;                     // ROWS x LD
+    bf16* q_tiles = v_tile + ROWS * LD;                    // 2 x QT x LD
+    bf16* do_tiles = q_tiles + 2 * QT * LD;                // 2 x QT x LD
+    float* lse_tiles = reinterpret_cast<float*>(do_tiles + 2 * QT * LD);  // 2 x QT, times log2(e)
+    float* D_tiles = lse_tiles + 2 * QT;                                   // 2 x QT
 
     const int C = NH * HS, bh = blockIdx.x, b = bh / NH, h = bh % NH;
-    const int kb0 = blockIdx.y * R;
-    const int j = kb0 + threadIdx.x;
+    const int kb0 = blockIdx.y * ROWS;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+    const int key_lo = kb0 + 16 * warp;  // this warp's keys: key_lo + g, key_lo + g + 8
     const size_t stride = 3 * (size_t)C;
-    const floatX* base = qkv + (size_t)b * T * stride + h * HS;
-    const floatX* dout_base = dout + (size_t)b * T * C + h * HS;
+    const bf16* base = qkv + (size_t)b * T * stride + h * HS;
+    const bf16* dout_base = dout + (size_t)b * T * C + h * HS;
     const float* lse_bh = lse + (size_t)bh * T;
     const float* D_bh = Dvec + (size_t)bh * T;
-    const float scale = 1.0f / sqrtf((float)HS);
+    const float scale = 1.0f / sqrtf((float)HS), scale_log2 = LOG2E * scale;
 
-    load_rows<HS, R>(own_k, OWN, base + C, stride, kb0, R, T);
-    load_rows<HS, R>(own_v, OWN, base + 2 * C, stride, kb0, R, T);
-    const float* k = own_k + threadIdx.x * OWN;
-    const float* v = own_v + threadIdx.x * OWN;
+    // queries at or past T: lse = +inf makes P = 0 (their Q and dO rows are zero)
+    auto load_q_tile = [&](int i0, int buf) {
+        load_tile<HS>(q_tiles + buf * QT * LD, base, stride, i0, QT, T);
+        load_tile<HS>(do_tiles + buf * QT * LD, dout_base, C, i0, QT, T);
+        for (int r = threadIdx.x; r < QT; r += THREADS) {
+            lse_tiles[buf * QT + r] = i0 + r < T ? lse_bh[i0 + r] * LOG2E : INFINITY;
+            D_tiles[buf * QT + r] = i0 + r < T ? D_bh[i0 + r] : 0.0f;
+        }
+    };
+    const int i_first = kb0, tiles = CEIL_DIV(T - i_first, QT);
+    load_tile<HS>(k_tile, base + C, stride, kb0, ROWS, T);
+    load_tile<HS>(v_tile, base + 2 * C, stride, kb0, ROWS, T);
+    load_q_tile(i_first, 0);
+    cp_async_commit();
 
-    float dk[HS], dv[HS];
-#pragma unroll
-    for (int d = 0; d < HS; d++) dk[d] = dv[d] = 0.0f;
-
-    for (int i0 = kb0 / TILE * TILE; i0 < T; i0 += TILE) {
-        __syncthreads();
-        load_rows<HS, R>(tile_q, HS, base, stride, i0, TILE, T);
-        load_rows<HS, R>(tile_do, HS, dout_base, C, i0, TILE, T);
-        for (int r = threadIdx.x; r < TILE; r += R) {
-            tile_lse[r] = i0 + r < T ? lse_bh[i0 + r] : 0.0f;
-            tile_D[r] = i0 + r < T ? D_bh[i0 + r] : 0.0f;
+    uint32_t kf[HS / 16][4], vf[HS / 16][4];
+    float dk[HS / 8][4], dv[HS / 8][4];
+    zero(dk);
+    zero(dv);
+    for (int it = 0; it < tiles; it++) {
+        const int i0 = i_first + it * QT, buf = it % 2;
+        if (it + 1 < tiles) {
+            load_q_tile(i0 + QT, 1 - buf);
+            cp_async_commit();
+            cp_async_wait<1>();
+        } else {
+            cp_async_wait<0>();
         }
         __syncthreads();
-#pragma unroll 1  // chunks one after another (code size)
-        for (int c0 = 0; c0 < TILE; c0 += CH) {
-            const int ic = i0 + c0;
-            if (j >= T || ic + CH - 1 < j || ic >= T) continue;  // no query of the chunk sees key j
-            float s[CH], dp[CH], p[CH];
-            dot_chunk<HS, CH>(s, k, tile_q + c0 * HS);
-            dot_chunk<HS, CH>(dp, v, tile_do + c0 * HS);
-#pragma unroll
-            for (int c = 0; c < CH; c++) {
-                const int iq = ic + c;
-                p[c] = iq >= j && iq < T ? expf(s[c] * scale - tile_lse[c0 + c]) : 0.0f;
-                dp[c] = p[c] * (dp[c] - tile_D[c0 + c]);  // dS
-            }
-            accumulate_chunk<HS, CH>(dv, p, tile_do + c0 * HS);
-            accumulate_chunk<HS, CH>(dk, dp, tile_q + c0 * HS);
+        if (it == 0) {
+            load_a_rows<HS>(kf, k_tile + 16 * warp * LD);
+            load_a_rows<HS>(vf, v_tile + 16 * warp * LD);
         }
-    }
-    if (j < T) {
-        floatX* dst = dqkv + ((size_t)b * T + j) * stride + h * HS;
+        // 16-query steps of this tile that hold a query >= the warp's first key
+        const int first = max(0, (key_lo - i0) / 16);
+        if (first < QT / 16) {
+            const bf16* q_t = q_tiles + buf * QT * LD;
+            const bf16* do_t = do_tiles + buf * QT * LD;
+            float s[QT / 8][4], dp[QT / 8][4];
+            zero(s);
+            zero(dp);
+            // steps before `first` hold only queries < every key of the warp: P = 0 there
+            mma_a_tileT<HS, QT>(s, kf, q_t, first, QT / 16);
+            mma_a_tileT<HS, QT>(dp, vf, do_t, first, QT / 16);
 #pragma unroll
-        for (int d = 0; d < HS; d++) {
-            dst[C + d] = from_float<floatX>(dk[d] * scale);
-            dst[2 * C + d] = from_float<floatX>(dv[d]);
+            for (int n = 0; n < QT / 8; n++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    const int key = key_lo + g + 8 * (e / 2), c = 8 * n + 2 * t + e % 2, query = i0 + c;
+                    const float p = query >= key ? exp2f(s[n][e] * scale_log2 - lse_tiles[buf * QT + c]) : 0.0f;
+                    s[n][e] = p;                                        // P^T
+                    dp[n][e] = p * (dp[n][e] - D_tiles[buf * QT + c]);  // dS^T
+                }
+            mma_p_tile<HS, QT>(dv, s, do_t, first, QT / 16);
+            mma_p_tile<HS, QT>(dk, dp, q_t, first, QT / 16);
         }
+        __syncthreads();
     }
+    bf16* dst = dqkv + (size_t)b * T * stride + h * HS;
+    store_rows<HS>(dst + C, stride, dk, key_lo, T, scale, scale);
+    store_rows<HS>(dst + 2 * C, stride, dv, key_lo, T, 1.0f, 1.0f);
 }
 
 template <int HS>
-inline void forward_launch(floatX* out, float* lse, const floatX* qkv, int B, int T, int NH,
-                           cudaStream_t stream) {
-    using Cfg = Config<HS>;
-    const dim3 grid(B * NH, CEIL_DIV(T, Cfg::ROWS));
-    attention_forward_kernel<HS><<<grid, Cfg::ROWS, Cfg::fwd_floats * sizeof(float), stream>>>(
-        out, lse, qkv, T, NH);
+inline void forward_launch(bf16* out, float* lse, const bf16* qkv, int B, int T, int NH, cudaStream_t stream) {
+    // dynamic shared memory over 48 KB needs an opt-in (cudaFuncSetAttribute takes the kernel by name)
+    static const cudaError_t opt_in = cudaFuncSetAttribute(
+        attention_forward_kernel<HS>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)Tiles<HS>::fwd_bytes);
+    cudaCheck(opt_in);
+    const dim3 grid(B * NH, CEIL_DIV(T, ROWS));
+    attention_forward_kernel<HS><<<grid, THREADS, Tiles<HS>::fwd_bytes, stream>>>(out, lse, qkv, T, NH);
     cudaCheck(cudaGetLastError());
 }
 
 template <int HS>
-inline void backward_launch(floatX* dqkv, float* scratch, const floatX* dout, const floatX* qkv,
-                            const floatX* out, const float* lse, int B, int T, int NH,
-                            cudaStream_t stream) {
-    using Cfg = Config<HS>;
-    const dim3 grid(B * NH, CEIL_DIV(T, Cfg::ROWS));
-    attention_backward_dq_kernel<HS><<<grid, Cfg::ROWS, Cfg::dq_floats * sizeof(float), stream>>>(
-        dqkv, scratch, dout, qkv, out, lse, T, NH);
+inline void backward_launch(bf16* dqkv, float* scratch, const bf16* dout, const bf16* qkv, const bf16* out,
+                            const float* lse, int B, int T, int NH, cudaStream_t stream) {
+    static const cudaError_t opt_in[2] = {
+        cudaFuncSetAttribute(attention_backward_dq_kernel<HS>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                             (int)Tiles<HS>::dq_bytes),
+        cudaFuncSetAttribute(attention_backward_dkv_kernel<HS>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                             (int)Tiles<HS>::dkv_bytes)};
+    cudaCheck(opt_in[0]);
+    cudaCheck(opt_in[1]);
+    const dim3 grid(B * NH, CEIL_DIV(T, ROWS));
+    attention_backward_dq_kernel<HS><<<grid, THREADS, Tiles<HS>::dq_bytes, stream>>>(dqkv, scratch, dout, qkv, out,
+                                                                                     lse, T, NH);
     cudaCheck(cudaGetLastError());
-    attention_backward_dkv_kernel<HS><<<grid, Cfg::ROWS, Cfg::dkv_floats * sizeof(float), stream>>>(
-        dqkv, scratch, dout, qkv, lse, T, NH);
+    attention_backward_dkv_kernel<HS><<<grid, THREADS, Tiles<HS>::dkv_bytes, stream>>>(dqkv, scratch, dout, qkv, lse,
+                                                                                       T, NH);
     cudaCheck(cudaGetLastError());
 }
 
-inline void unsupported_head_size(int HS) {
-    fprintf(stderr, "error: attention: head size %d not supported (8, 16, 32, 64, 128)\n", HS);
-    exit(1);
+// HS -> the instantiation for it (multiples of 16 up to 128).
+template <class F>
+inline void with_head_size(int HS, F f) {
+    switch (HS) {
+        case 16: f(std::integral_constant<int, 16>()); break;
+        case 32: f(std::integral_constant<int, 32>()); break;
+        case 48: f(std::integral_constant<int, 48>()); break;
+        case 64: f(std::integral_constant<int, 64>()); break;
+        case 80: f(std::integral_constant<int, 80>()); break;
+        case 96: f(std::integral_constant<int, 96>()); break;
+        case 112: f(std::integral_constant<int, 112>()); break;
+        case 128: f(std::integral_constant<int, 128>()); break;
+        default:
+            fprintf(stderr, "error: attention: head size %d not supported (a multiple of 16, at most 128)\n", HS);
+            exit(1);
+    }
+}
+
+// floatX = bf16: tensor cores; floatX = float: attention_fp32.cuh. Templates, so
+// that each build instantiates only its own kernels.
+template <class X>
+inline void forward(X* out, float* lse, const X* qkv, int B, int T, int NH, int HS, cudaStream_t stream) {
+    if constexpr (std::is_same_v<X, float>)
+        attention_fp32::forward(out, lse, qkv, B, T, NH, HS, stream);
+    else
+        with_head_size(HS, [&](auto hs) { forward_launch<decltype(hs)::value>(out, lse, qkv, B, T, NH, stream); });
+}
+template <class X>
+inline void backward(X* dqkv, float* scratch, const X* dout, const X* qkv, const X* out, const float* lse, int B,
+                     int T, int NH, int HS, cudaStream_t stream) {
+    if constexpr (std::is_same_v<X, float>)
+        attention_fp32::backward(dqkv, scratch, dout, qkv, out, lse, B, T, NH, HS, stream);
+    else
+        with_head_size(HS, [&](auto hs) {
+            backward_launch<decltype(hs)::value>(dqkv, scratch, dout, qkv, out, lse, B, T, NH, stream);
+        });
 }
 
 }  // namespace attention_detail
@@ -370,16 +532,8 @@ inline void unsupported_head_size(int HS) {
 // out (B,T,C) and lse (B,NH,T) from qkv (B,T,3C); causal, scale 1/sqrt(HS).
 inline void attention_forward(floatX* out, float* lse, const floatX* qkv, int B, int T, int NH, int HS,
                               cudaStream_t stream) {
-    using namespace attention_detail;
-    if (HS != 8 && HS != 16 && HS != 32 && HS != 64 && HS != 128) unsupported_head_size(HS);
     if ((size_t)B * T * NH == 0) return;
-    switch (HS) {
-        case 8: forward_launch<8>(out, lse, qkv, B, T, NH, stream); break;
-        case 16: forward_launch<16>(out, lse, qkv, B, T, NH, stream); break;
-        case 32: forward_launch<32>(out, lse, qkv, B, T, NH, stream); break;
-        case 64: forward_launch<64>(out, lse, qkv, B, T, NH, stream); break;
-        case 128: forward_launch<128>(out, lse, qkv, B, T, NH, stream); break;
-    }
+    attention_detail::forward(out, lse, qkv, B, T, NH, HS, stream);
 }
 
 // Floats of scratch attention_backward needs: D_i = dout_i . out_i per (b, h, i).
@@ -389,14 +543,6 @@ inline size_t attention_backward_scratch_floats(int B, int T, int NH) { return (
 inline void attention_backward(floatX* dqkv, float* scratch, const floatX* dout, const floatX* qkv,
                                const floatX* out, const float* lse, int B, int T, int NH, int HS,
                                cudaStream_t stream) {
-    using namespace attention_detail;
-    if (HS != 8 && HS != 16 && HS != 32 && HS != 64 && HS != 128) unsupported_head_size(HS);
     if ((size_t)B * T * NH == 0) return;
-    switch (HS) {
-        case 8: backward_launch<8>(dqkv, scratch, dout, qkv, out, lse, B, T, NH, stream); break;
-        case 16: backward_launch<16>(dqkv, scratch, dout, qkv, out, lse, B, T, NH, stream); break;
-        case 32: backward_launch<32>(dqkv, scratch, dout, qkv, out, lse, B, T, NH, stream); break;
-        case 64: backward_launch<64>(dqkv, scratch, dout, qkv, out, lse, B, T, NH, stream); break;
-        case 128: backward_launch<128>(dqkv, scratch, dout, qkv, out, lse, B, T, NH, stream); break;
-    }
+    attention_detail::backward(dqkv, scratch, dout, qkv, out, lse, B, T, NH, HS, stream);
 }

@@ -16,7 +16,8 @@
 #             the trainer under mpirun (test_multi_rank_cli.sh)
 #   asan      the AddressSanitizer/UBSan build of the tests, and a kernel that
 #             writes out of bounds, which the sanitizer must catch
-#   nvcc      every CUDA program compiled for sm_90 and sm_80 (not run)
+#   nvcc      every CUDA program compiled for sm_90 and sm_80 (not run); the SASS
+#             facts of the attention kernels (dev/sass_report.py --check)
 #   gpu       the GPU builds run, where a GPU is present
 set -u
 cd "$(dirname "$0")/.."
@@ -49,7 +50,7 @@ run() {
     f=$(echo "$tally" | sed -E 's/.*, ([0-9]+) failed/\1/')
     passed=$((passed + p))
     failed=$((failed + f))
-    grep '^FAIL' "$log" | sed "s|^|    [$label] |"
+    grep -E '^(FAIL|SKIP)' "$log" | sed "s|^|    [$label] |"
     if [[ $f -gt 0 || $rc -ne 0 ]]; then
         failures+=("$label")
         [[ $f -eq 0 ]] && { failed=$((failed + 1)); echo "    [$label] exit code $rc"; }
@@ -154,6 +155,7 @@ if want nvcc; then
         else
             fail "nvcc sm_90: train_gpt.cu as a single-GPU build (see $LOG_DIR/nvcc_single_train_gpt.log)"
         fi
+        run "sass_report (sm_90 SASS facts)" python3 dev/sass_report.py --check
     else
         echo "SKIP nvcc compile check: nvcc not found (set NVCC or install the CUDA toolkit)"
     fi

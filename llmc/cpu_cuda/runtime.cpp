@@ -25,6 +25,7 @@
 #include <cstdarg>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -261,6 +262,14 @@ void reset_peak_memory() {
 // ----------------------------------------------------------------------------
 enum class FiberState : uint8_t { Runnable, AtBarrier, AtWarp, Done };
 
+// One cp.async issued and not landed yet; `group` is the number of commits
+// before it, so it belongs to commit group `group` once that is committed.
+struct AsyncCopy {
+    void* dst;
+    const void* src;
+    unsigned bytes, group;
+};
+
 struct Fiber : ThreadCtx {
     bctx::fcontext_t ctx = nullptr;  // saved context while switched out
     FiberState state = FiberState::Runnable;
@@ -269,6 +278,11 @@ struct Fiber : ThreadCtx {
     unsigned mask = 0;
     int param = 0, width = 32;
     uint64_t value = 0, result = 0;
+    WarpWideFn wide_fn = nullptr;  // WarpOp::Wide: the operation, and its name for reports
+    const char* wide_name = nullptr;
+    // cp.async copies not landed yet (see cp_async)
+    std::vector<AsyncCopy> async_copies;
+    unsigned async_commits = 0;
     // pending block barrier
     int pred = 0, barrier_result = 0;
     unsigned stack = 0;  // the worker's stack it runs on, while started and not done
@@ -297,6 +311,7 @@ static const char* op_name(WarpOp op) {
         case WarpOp::Ballot: return "__ballot_sync";
         case WarpOp::Any: return "__any_sync";
         case WarpOp::All: return "__all_sync";
+        case WarpOp::Wide: return "a warp-wide matrix instruction";
     }
     return "?";
 }
@@ -474,6 +489,47 @@ static bool shuffle_source(const Fiber& f, unsigned lane, unsigned group, unsign
     return (group >> *src) & 1u;
 }
 
+// Lane `l` waits at a warp-wide instruction that not every lane of the warp
+// reached (PTX's `.aligned`: all lanes must execute the same instruction).
+static int report_wide_divergence(Worker& w, unsigned wi, const Fiber* lanes, unsigned n, unsigned l) {
+    const Fiber& f = lanes[l];
+    for (unsigned m = 0; m < 32; m++) {
+        const Fiber* g = m < n ? &lanes[m] : nullptr;
+        if (g && g->state == FiberState::AtWarp && g->op == WarpOp::Wide && g->wide_fn == f.wide_fn) continue;
+        const char* where = !g                                   ? "does not exist (partial warp)"
+                            : g->state == FiberState::Done      ? "has exited"
+                            : g->state == FiberState::AtBarrier ? "waits at __syncthreads"
+                            : g->op == WarpOp::Wide             ? g->wide_name
+                                                                : op_name(g->op);
+        fail_block(w, "warp %u: lane %u waits at %s but lane %u %s%s", wi, l, f.wide_name, m,
+                   g && g->state == FiberState::AtWarp ? "waits at " : "", where);
+        return -1;
+    }
+    fail_block(w, "warp %u: lane %u waits at %s with other lanes at other collectives", wi, l, f.wide_name);
+    return -1;
+}
+
+// A warp-wide instruction (mma.sync, ldmatrix: `.sync.aligned`) runs once all 32
+// lanes have arrived at the same one: `fn` sees every lane's operands at once.
+static int release_wide(Worker& w, unsigned wi, Fiber* lanes, unsigned n) {
+    void* io[32];
+    for (unsigned l = 0; l < n; l++) {
+        if (lanes[l].wide_fn != lanes[0].wide_fn) return report_wide_divergence(w, wi, lanes, n, 0);
+        io[l] = (void*)lanes[l].value;
+    }
+    if (n != 32) {
+        fail_block(w, "warp %u: %s needs all 32 lanes, but the warp has only %u threads", wi,
+                   lanes[0].wide_name, n);
+        return -1;
+    }
+    if (const char* error = lanes[0].wide_fn(io)) {
+        fail_block(w, "warp %u: %s: %s", wi, lanes[0].wide_name, error);
+        return -1;
+    }
+    for (unsigned l = 0; l < n; l++) lanes[l].state = FiberState::Runnable;
+    return (int)n;
+}
+
 // Resolves the collectives of warp `wi` whose lanes have all arrived. Returns the
 // number of lanes released, or -1 after reporting a divergence.
 static int release_warp(Worker& w, unsigned wi) {
@@ -493,6 +549,7 @@ static int release_warp(Worker& w, unsigned wi) {
         for (unsigned l = 0; l < n && uniform; l++)
             uniform = lanes[l].state == FiberState::AtWarp && lanes[l].op == op && lanes[l].mask == mask &&
                       lanes[l].width == width;
+        if (uniform && op == WarpOp::Wide) return release_wide(w, wi, lanes, n);
         if (uniform) {
             switch (op) {
                 case WarpOp::Sync:
@@ -538,6 +595,7 @@ static int release_warp(Worker& w, unsigned wi) {
         Fiber& f = lanes[l];
         if (f.state != FiberState::AtWarp || ((done_groups >> l) & 1u)) continue;
         const unsigned group = f.mask & present;
+        if (f.op == WarpOp::Wide) return report_wide_divergence(w, wi, lanes, n, l);
         if (!((f.mask >> l) & 1u)) {
             fail_block(w, "warp %u lane %u calls %s with mask 0x%08x that excludes itself", wi, l,
                        op_name(f.op), f.mask);
@@ -676,6 +734,7 @@ static void asan_before_jump(Worker& w, Fiber* to, void** fake, bool dying) {
 #endif
 
 static void fiber_main(bctx::transfer_t t);
+static void land_async_copies(Fiber* f, unsigned pending);
 
 // Switches from `self` (nullptr: the scheduler) to `next` (nullptr: back to
 // the scheduler). A thread that has not started yet gets a free stack first;
@@ -740,6 +799,8 @@ static void fiber_main(bctx::transfer_t t) {
     Fiber* next;
     for (;;) {
         w.launch->entry(w.launch->closure);
+        self->async_commits++;  // a thread's last copies land even if it never waited
+        land_async_copies(self, 0);
         self->state = FiberState::Done;
         next = pick_next(w);
         if (!next || next->ctx) break;
@@ -777,6 +838,58 @@ uint64_t warp_collective(WarpOp op, unsigned mask, uint64_t value, int param, in
     return self->result;
 }
 
+void warp_wide(const char* name, WarpWideFn fn, void* io) {
+    Fiber* self = static_cast<Fiber*>(tls_thread);
+    if (!self) device_trap("warp-wide matrix instruction outside a kernel");
+    self->state = FiberState::AtWarp;
+    self->op = WarpOp::Wide;
+    self->mask = 0xffffffffu;
+    self->width = 32;
+    self->value = (uint64_t)io;
+    self->wide_fn = fn;
+    self->wide_name = name;
+    park(self);
+}
+
+// cp.async: the copy is queued and lands at the cp.async.wait_group that
+// covers it (or when the thread exits). Until then the destination holds a
+// poison pattern (0xFF bytes: NaN as bf16 and as fp32), so reading it early -
+// a missing wait, or a missing __syncthreads after another thread's wait -
+// gives wrong results here as it can on a GPU.
+void cp_async(void* dst, const void* src, unsigned bytes) {
+    Fiber* self = static_cast<Fiber*>(tls_thread);
+    if (!self) device_trap("cp.async outside a kernel");
+    if (((uintptr_t)dst | (uintptr_t)src) % bytes) {
+        fail_block(*tls_worker, "thread (%u,%u,%u): cp.async of %u bytes from %p to %p: addresses must be "
+                   "%u-byte aligned", self->tid.x, self->tid.y, self->tid.z, bytes, src, dst, bytes);
+        return;
+    }
+    std::memset(dst, 0xFF, bytes);
+    self->async_copies.push_back({dst, src, bytes, self->async_commits});
+}
+void cp_async_commit() {
+    Fiber* self = static_cast<Fiber*>(tls_thread);
+    if (!self) device_trap("cp.async.commit_group outside a kernel");
+    self->async_commits++;
+}
+// Lands every copy of the groups committed before the `pending` most recent
+// ones (copies not yet committed to a group stay in flight, as in PTX).
+static void land_async_copies(Fiber* f, unsigned pending) {
+    if (f->async_copies.empty()) return;
+    const unsigned done = f->async_commits > pending ? f->async_commits - pending : 0;
+    size_t kept = 0;
+    for (const AsyncCopy& c : f->async_copies) {
+        if (c.group < done) std::memcpy(c.dst, c.src, c.bytes);
+        else f->async_copies[kept++] = c;
+    }
+    f->async_copies.resize(kept);
+}
+void cp_async_wait(int pending) {
+    Fiber* self = static_cast<Fiber*>(tls_thread);
+    if (!self) device_trap("cp.async.wait_group outside a kernel");
+    land_async_copies(self, (unsigned)pending);
+}
+
 unsigned active_mask() {
     Worker& w = *tls_worker;
     const unsigned wi = tls_thread->warp;
@@ -806,6 +919,8 @@ static void run_block(Worker& w, LaunchState& L, uint64_t linear) {
         f.state = FiberState::Runnable;
         f.ctx = nullptr;
         f.pred = 0;
+        f.async_copies.clear();
+        f.async_commits = 0;
     }
     w.free_stacks.clear();
     for (unsigned i = L.nthreads; i-- > 0;) w.free_stacks.push_back(i);  // stack 0 is taken first
@@ -964,8 +1079,12 @@ std::string kernel_base_name(const char* expr) {
 cudaError_t func_set_attribute(const char* text, cudaFuncAttribute attr, int value) {
     if (attr != cudaFuncAttributeMaxDynamicSharedMemorySize) return cudaSuccess;  // hints only
     if (value < 0 || (size_t)value > config().smem_per_block_optin) return record(cudaErrorInvalidValue);
+    // Launches name a kernel as written ("k<HS>"), not the instantiation, so a
+    // name holds the largest grant of any of its instantiations: valid CUDA code
+    // always launches; a missing opt-in is caught only when no sibling opted in.
     std::lock_guard<std::mutex> lock(attr_mutex);
-    max_dynamic_smem[kernel_base_name(text)] = (size_t)value;
+    size_t& limit = max_dynamic_smem[kernel_base_name(text)];
+    limit = std::max(limit, (size_t)value);
     return cudaSuccess;
 }
 

@@ -222,7 +222,7 @@ int main() {
     printf("test_attention (%s)\n", PRECISION_NAME);
     test_case(2, 32, 4, 16, 1.0, 1);
     test_case(1, 65, 2, 64, 1.0, 2);   // T not a multiple of the tile or block
-    test_case(2, 7, 3, 8, 1.0, 3);     // T smaller than one chunk
+    test_case(2, 7, 3, 16, 1.0, 3);    // T smaller than one 16-row step
     test_case(1, 128, 1, 128, 1.0, 4); // HS=128: 32-thread blocks, several query blocks
     test_case(1, 1, 2, 32, 1.0, 5);    // a single token
     test_case(2, 50, 2, 32, 4.0, 6);   // sharp softmax: scores of +-15, running max moves

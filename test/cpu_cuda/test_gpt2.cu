@@ -36,9 +36,16 @@ static const double TOL_LOGITS = 1e-2;       // 5.3e-3
 static const double TOL_LOSS = 1e-4;         // 3.2e-5 (single batch), 2.1e-5 (5 steps)
 static const double TOL_NORM = 3e-3;         // 1.2e-3
 static const double TOL_GRAD = 2.5e-2;       // 1.3e-2 (ln1w of the V=50257 case), others <= 8.8e-3
-static const double TOL_SPLIT_GRAD = 1e-5;   // 6.3e-7: the split changes only fp32 summation order
+// Splits: the accumulation itself changes only the fp32 summation order (the
+// fp32 build checks it to 1e-5), but one bf16 activation gradient can round
+// the other way: the CPU runtime's cuBLASLt slices a product along m or n by
+// its shape, and OpenBLAS picks its kernel by shape, so the same row of a
+// matmul can differ in the last fp32 bit when B changes (measured: 1 of 8192
+// elements of layer 0's fc backward at B=2 vs B=8, rounding to the other bf16
+// neighbour), and every gradient downstream moves by up to a bf16 ulp.
+static const double TOL_SPLIT_GRAD = 5e-3;   // 2.0e-3 (B=2 and B=1 vs B=8), 1.9e-5 (B=4)
 static const double TOL_SPLIT_LOSS = 1e-4;   // 2.1e-5: stochastic rounding of slightly different weights
-static const double TOL_SPLIT_PARAMS = 1e-2; // 3.1e-3
+static const double TOL_SPLIT_PARAMS = 5e-2; // 2.8e-2: Adam turns the flipped sign of tiny gradients into lr steps
 // Final parameters after 5 steps vs PyTorch's fp32 run. Adam's first steps
 // are nearly lr * sign(g), so an entry whose gradient is within bf16 rounding
 // of 0 can step the other way; the vectors that start at 0 (biases), whose

@@ -74,8 +74,19 @@ int block_barrier(int pred);
 
 // Warp collectives. Each lane deposits a 64-bit value; when every lane named in
 // `mask` has arrived at the same kind of collective, each lane gets its result.
-enum class WarpOp : int { Sync, ShflIdx, ShflUp, ShflDown, ShflXor, Ballot, Any, All };
+enum class WarpOp : int { Sync, ShflIdx, ShflUp, ShflDown, ShflXor, Ballot, Any, All, Wide };
 uint64_t warp_collective(WarpOp op, unsigned mask, uint64_t value, int param, int width);
+// A `.sync.aligned` warp-wide instruction (mma.sync, ldmatrix; cpucuda_ptx.h):
+// each lane passes a pointer to its own operands and results; once all 32
+// lanes have arrived at the same instruction, `fn` runs once with io[lane] of
+// every lane, and returns nullptr or what is wrong (reported as a failure).
+using WarpWideFn = const char* (*)(void* const* io);
+void warp_wide(const char* name, WarpWideFn fn, void* io);
+// cp.async (cpucuda_ptx.h): queue a copy, close a commit group, wait until at
+// most `pending` groups are in flight.
+void cp_async(void* dst, const void* src, unsigned bytes);
+void cp_async_commit();
+void cp_async_wait(int pending);
 unsigned active_mask();
 
 [[noreturn]] void device_trap(const char* what);

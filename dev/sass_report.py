@@ -1,0 +1,272 @@
+#!/usr/bin/env python3
+"""SASS facts of the sm_90 build: one row per kernel (__global__ function).
+
+Compiles train_gpt.cu (or --source FILE.cu) with nvcc for sm_90 as a single-GPU
+build (no MPI, no NCCL) into a temporary folder, with -c: the SASS is that of
+the linked program, and a probe .cu without main() works too. From ptxas -v:
+registers, spills, stack frame, static shared memory; from cuobjdump -elf: the
+__launch_bounds__ block size (EIATTR_MAX_THREADS); from cuobjdump -sass: counts
+of tensor-core, ldmatrix, cp.async and 16-byte global instructions.
+
+--check then asserts, one PASS/FAIL line each, ending "sass_report: N passed,
+M failed" (exit 1 on failure): there is at least one kernel whose name contains
+"attention"; each uses tensor cores (HMMA/HGMMA > 0) and cp.async (LDGSTS > 0);
+none at HS = 64 or 128 spills. Names are matched as displayed: demangled, with
+no namespaces or parameters. Convention: HS is a kernel's FIRST INTEGER TEMPLATE
+ARGUMENT (attention_forward_kernel<64>, attn_fwd<bf16, 64, true>: HS 64); a
+kernel whose HS can't be found is checked for spills anyway.
+
+cuobjdump and the nvdisasm it runs for -sass: $CUOBJDUMP/$NVDISASM, $CUDA_HOME/bin,
+PATH, or the pip wheels nvidia-cuda-cuobjdump and nvidia-cuda-nvdisasm
+(nvidia/cu13/bin/). Without them --check prints a SKIP line and a 0/0 tally
+(exit 0); --tools prints where they are (exit 1 if not found).
+"""
+import argparse
+import collections
+import glob
+import importlib.util
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+
+CUDA_HOME = os.environ.get("CUDA_HOME", "/usr/local/cuda")
+FLAGS = ["-O3", "-std=c++17", "-I.", "-arch=sm_90", "-Xptxas", "-v"]
+# sm_90 limits for the occupancy column
+REGS_PER_SM, REG_UNIT, THREADS_PER_SM, BLOCKS_PER_SM = 65536, 256, 2048, 32
+NAME_W = 40
+COLS = [("regs", 4), ("spill", 6), ("stack", 5), ("smem", 6), ("thr", 5), ("blk/SM", 6), ("MMA", 5),
+        ("LDSM", 5), ("LDGSTS", 6), ("LDG128", 6), ("STG128", 6), ("instrs", 7)]
+SKIP_TOOLS = "SKIP sass report: cuobjdump/nvdisasm not found (pip install nvidia-cuda-cuobjdump nvidia-cuda-nvdisasm)"
+
+
+def die(msg):
+    print(f"error: {msg}")
+    sys.exit(1)
+
+
+def find_tool(name):
+    """$NAME, $CUDA_HOME/bin, PATH, then the pip wheels' nvidia/*/bin."""
+    env = os.environ.get(name.upper())
+    candidates = [env] if env else []
+    candidates += [os.path.join(CUDA_HOME, "bin", name), shutil.which(name)]
+    spec = importlib.util.find_spec("nvidia")
+    for d in (spec.submodule_search_locations or []) if spec else []:
+        candidates += sorted(glob.glob(os.path.join(d, "*", "bin", name)))
+    return next((c for c in candidates if c and os.access(c, os.X_OK)), None)
+
+
+def default_nvcc():
+    candidates = (os.environ.get("NVCC"), os.path.join(CUDA_HOME, "bin", "nvcc"), "/usr/local/cuda/bin/nvcc")
+    return next((c for c in candidates if c and os.access(c, os.X_OK)), "nvcc")
+
+
+def compile_source(nvcc, src, out_dir):
+    """Compiles src to an object in out_dir; returns (object path, ptxas log)."""
+    obj = os.path.join(out_dir, "kernels.o")
+    p = subprocess.run([nvcc] + FLAGS + ["-c", src, "-o", obj], capture_output=True, text=True)
+    log = p.stdout + p.stderr
+    if p.returncode != 0:
+        tail = "\n".join(log.strip().splitlines()[-15:])
+        die(f"nvcc failed on {src} (exit {p.returncode}):\n{tail}")
+    return obj, log
+
+
+def parse_ptxas(log):
+    """{mangled: {regs, stack, spill, smem}} for every entry function."""
+    kernels, entry = {}, None
+    for line in log.splitlines():
+        if m := re.search(r"Compiling entry function '([^']+)'", line):
+            entry = kernels.setdefault(m.group(1), dict(regs=0, stack=0, spill=0, smem=0))
+        elif m := re.search(r"Function properties for (\S+)", line):
+            entry = kernels.get(m.group(1))  # None for a non-inlined device function
+        elif entry is not None and (m := re.search(r"(\d+) bytes stack frame, (\d+) bytes spill stores, "
+                                                   r"(\d+) bytes spill loads", line)):
+            entry["stack"], entry["spill"] = int(m.group(1)), int(m.group(2)) + int(m.group(3))
+        elif entry is not None and (m := re.search(r"Used (\d+) registers", line)):
+            entry["regs"] = int(m.group(1))
+            s = re.search(r"(\d+) bytes smem", line)
+            entry["smem"] = int(s.group(1)) if s else 0
+    return kernels
+
+
+def cuobjdump(tool, flag, obj, nvdisasm):
+    env = dict(os.environ, PATH=os.path.dirname(nvdisasm) + os.pathsep + os.environ.get("PATH", ""))
+    p = subprocess.run([tool, flag, obj], capture_output=True, text=True, env=env)
+    if p.returncode != 0:
+        die(f"cuobjdump {flag} failed: {(p.stdout + p.stderr).strip()[-500:]}")
+    return p.stdout
+
+
+def parse_max_threads(elf):
+    """{mangled: threads} from each kernel's .nv.info EIATTR_MAX_THREADS (or REQNTID)."""
+    threads, kernel, want = {}, None, False
+    for line in elf.splitlines():
+        if line.startswith("."):
+            m = re.match(r"\.nv\.info\.(\S+)$", line)
+            kernel = m.group(1) if m else None
+        elif kernel and re.search(r"EIATTR_(MAX_THREADS|REQNTID)\b", line):
+            want = True
+        elif want and line.strip().startswith("Value:"):
+            x, y, z = (int(v, 16) for v in line.split()[1:4])
+            threads[kernel], want = x * y * z, False
+    return threads
+
+
+def count_sass(sass):
+    """{mangled: Counter} of instruction classes per function."""
+    counts, cur = {}, None
+    for line in sass.splitlines():
+        if m := re.match(r"\s*Function : (\S+)", line):
+            cur = counts.setdefault(m.group(1), collections.Counter())
+        elif cur is not None and (m := re.match(r"\s*/\*[0-9a-f]+\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]*)", line)):
+            parts = m.group(1).split(".")
+            op = parts[0]
+            if op == "NOP":
+                continue  # padding after the last branch
+            cur["instrs"] += 1
+            cur["MMA"] += op in ("HMMA", "HGMMA")
+            cur["LDSM"] += op == "LDSM"
+            cur["LDGSTS"] += op == "LDGSTS"
+            cur["LDG128"] += op == "LDG" and "128" in parts
+            cur["STG128"] += op == "STG" and "128" in parts
+    return counts
+
+
+def split_top(s, sep):
+    """Splits s at sep where not inside <> or ()."""
+    out, depth, start, i = [], 0, 0, 0
+    while i < len(s):
+        if depth == 0 and s.startswith(sep, i):
+            out.append(s[start:i])
+            start = i = i + len(sep)
+            continue
+        depth += (s[i] in "<(") - (s[i] in ">)")
+        i += 1
+    return out + [s[start:]]
+
+
+def short_name(demangled):
+    """'void ns::k<64>(float*, int)' -> 'k<64>': no return type, namespaces or parameters."""
+    name = demangled[5:] if demangled.startswith("void ") else demangled
+    return split_top(split_top(name, "(")[0], "::")[-1]
+
+
+def template_args(name):
+    return split_top(name[name.index("<") + 1:name.rindex(">")], ",") if "<" in name else []
+
+
+def head_size(name):
+    """The first integer template argument (the HS convention), else None."""
+    for arg in template_args(name):
+        if m := re.fullmatch(r"\s*(-?\d+)[uUlL]*\s*", arg):  # c++filt: 64, 64u, 64l, 64ul
+            return int(m.group(1))
+    return None
+
+
+def fit(name, width):
+    """Shortens to width, keeping the template arguments (they tell instantiations apart)."""
+    if len(name) <= width:
+        return name
+    base, targs = (name[:name.index("<")], name[name.index("<"):]) if "<" in name else (name, "")
+    inner = targs[1:-1]
+    while len(targs) > width // 2 and "<" in inner:  # nested template arguments collapse first
+        inner = re.sub(r"<[^<>]*>", "\0", inner)
+        targs = "<" + inner.replace("\0", "<..>") + ">"
+    keep = max(width - len(targs) - 2, 4)
+    return (base[:keep] + ".." + targs)[:width]
+
+
+def demangle(names):
+    tool = shutil.which("c++filt") or shutil.which("cu++filt")
+    if not tool or not names:
+        return {n: n for n in names}
+    out = subprocess.run([tool], input="\n".join(names), capture_output=True, text=True).stdout.splitlines()
+    return dict(zip(names, out)) if len(out) == len(names) else {n: n for n in names}
+
+
+def blocks_per_sm(regs, threads):
+    """Blocks per SM that registers and threads allow (registers per warp rounded up to 256)."""
+    if not threads:
+        return "n/a"
+    warps = -(-threads // 32)
+    reg_warps = REGS_PER_SM // (-(-max(regs, 1) * 32 // REG_UNIT) * REG_UNIT)
+    return str(min(reg_warps // warps, THREADS_PER_SM // (warps * 32), BLOCKS_PER_SM))
+
+
+def make_row(ptxas, name, threads, counts):
+    row = dict(ptxas, name=name, thr=threads or "n/a")
+    row["blk/SM"] = blocks_per_sm(ptxas["regs"], threads)
+    row.update({c: counts.get(c, 0) for c in ("MMA", "LDSM", "LDGSTS", "LDG128", "STG128", "instrs")})
+    return row
+
+
+def print_table(rows, src):
+    print(f"# sm_90 SASS of {src}: regs per thread; spill = spill store+load bytes; stack = frame bytes;")
+    print("# smem = STATIC shared bytes (ptxas; dynamic smem is a launch parameter, not included);")
+    print("# thr = __launch_bounds__ block size; blk/SM = blocks per SM allowed by registers and threads alone;")
+    print("# MMA = HMMA+HGMMA, LDSM = ldmatrix, LDGSTS = cp.async, LDG128/STG128 = 16-byte global loads/stores;")
+    print("# instrs = SASS instructions (NOPs not counted).")
+    print(f"{'kernel':<{NAME_W}}" + "".join(f" {c:>{w}}" for c, w in COLS))
+    for r in rows:
+        print(f"{fit(r['name'], NAME_W):<{NAME_W}}" + "".join(f" {str(r[c]):>{w}}" for c, w in COLS))
+
+
+def check(rows):
+    results = []
+    attn = [r for r in rows if "attention" in r["name"]]
+    results.append((bool(attn), f"{len(attn)} attention kernel(s) found (need at least one)"))
+    for r in attn:
+        n, hs = r["name"], head_size(r["name"])
+        results.append((r["MMA"] > 0, f"{n}: tensor cores (HMMA/HGMMA {r['MMA']} > 0)"))
+        results.append((r["LDGSTS"] > 0, f"{n}: cp.async (LDGSTS {r['LDGSTS']} > 0)"))
+        if hs in (64, 128, None):
+            results.append((r["spill"] == 0, f"{n}: no spills (HS {'?' if hs is None else hs}: {r['spill']} bytes)"))
+    for ok, msg in results:
+        print(("PASS " if ok else "FAIL ") + msg)
+    failed = sum(not ok for ok, _ in results)
+    print(f"sass_report: {len(results) - failed} passed, {failed} failed")
+    return failed == 0
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--nvcc", help="default: $NVCC, $CUDA_HOME/bin/nvcc, /usr/local/cuda/bin/nvcc, PATH")
+    ap.add_argument("--source", default="train_gpt.cu", help="the .cu to report on (default train_gpt.cu)")
+    ap.add_argument("--check", action="store_true", help="assert the attention kernels' SASS facts")
+    ap.add_argument("--tools", action="store_true", help="print where cuobjdump and nvdisasm are")
+    args = ap.parse_args()
+    tools = {t: find_tool(t) for t in ("cuobjdump", "nvdisasm")}
+    if args.tools:
+        for t, path in tools.items():
+            print(f"{t}: {path or 'not found'}")
+        sys.exit(0 if all(tools.values()) else 1)
+    if not all(tools.values()):
+        if args.check:
+            print(SKIP_TOOLS + "\nsass_report: 0 passed, 0 failed")
+            sys.exit(0)
+        die("cuobjdump or nvdisasm not found: python3 -m pip install nvidia-cuda-cuobjdump nvidia-cuda-nvdisasm")
+    nvcc = shutil.which(args.nvcc or default_nvcc())
+    if not nvcc:
+        die(f"nvcc not found ({args.nvcc or default_nvcc()}): pass --nvcc PATH or set NVCC or CUDA_HOME")
+    if not os.path.isfile(args.source):
+        die(f"no such source file: {args.source}")
+    with tempfile.TemporaryDirectory(prefix="sass_report.") as tmp:
+        obj, log = compile_source(nvcc, args.source, tmp)
+        elf = cuobjdump(tools["cuobjdump"], "-elf", obj, tools["nvdisasm"])
+        sass = cuobjdump(tools["cuobjdump"], "-sass", obj, tools["nvdisasm"])
+    kernels, threads, counts = parse_ptxas(log), parse_max_threads(elf), count_sass(sass)
+    if not kernels:
+        die(f"ptxas -v reported no entry functions for {args.source}")
+    names = demangle(list(kernels))
+    rows = [make_row(k, short_name(names[m]), threads.get(m), counts.get(m, {})) for m, k in kernels.items()]
+    rows.sort(key=lambda r: [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", r["name"])])
+    print_table(rows, args.source)
+    if args.check:
+        sys.exit(0 if check(rows) else 1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,52 @@
+// The PTX instructions of llmc/ptx.cuh (tensor-core mma.sync, ldmatrix,
+// cp.async) for the CPU runtime: the same functions, with the same
+// signatures, emulated exactly as the PTX ISA defines them (README.md,
+// "Tensor cores and async copies"). llmc/ptx.cuh includes this file in the CPU
+// build and inline PTX under nvcc; kernels see one set of functions.
+#pragma once
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace cpucuda {
+struct MmaOperands {  // one lane's registers of mma.m16n8k16
+    const uint32_t* a;
+    const uint32_t* b;
+    float* acc;
+};
+struct LdmatrixOperands {  // one lane's row address and destination registers
+    const void* row;
+    uint32_t* r;
+    int num;
+    bool trans;
+};
+const char* mma_m16n8k16_bf16_f32(void* const* io);  // ptx.cpp
+const char* ldmatrix_m8n8_b16(void* const* io);
+}  // namespace cpucuda
+
+// mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32: acc = A B + acc.
+inline void mma_bf16_16816(float (&acc)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
+    ::cpucuda::MmaOperands io{a, b, acc};
+    ::cpucuda::warp_wide("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32",
+                         ::cpucuda::mma_m16n8k16_bf16_f32, &io);
+}
+
+// ldmatrix.sync.aligned.m8n8.{x1,x2,x4}[.trans].shared.b16
+template <int N>
+inline void ldmatrix(uint32_t (&r)[N], const void* row) {
+    static_assert(N == 1 || N == 2 || N == 4, "ldmatrix: .x1, .x2 or .x4");
+    ::cpucuda::LdmatrixOperands io{row, r, N, false};
+    ::cpucuda::warp_wide("ldmatrix.sync.aligned.m8n8.shared.b16", ::cpucuda::ldmatrix_m8n8_b16, &io);
+}
+template <int N>
+inline void ldmatrix_trans(uint32_t (&r)[N], const void* row) {
+    static_assert(N == 1 || N == 2 || N == 4, "ldmatrix: .x1, .x2 or .x4");
+    ::cpucuda::LdmatrixOperands io{row, r, N, true};
+    ::cpucuda::warp_wide("ldmatrix.sync.aligned.m8n8.trans.shared.b16", ::cpucuda::ldmatrix_m8n8_b16, &io);
+}
+
+// cp.async.cg.shared.global [dst], [src], 16; commit_group; wait_group N.
+inline void cp_async_16(void* smem_dst, const void* gmem_src) { ::cpucuda::cp_async(smem_dst, gmem_src, 16); }
+inline void cp_async_commit() { ::cpucuda::cp_async_commit(); }
+template <int N>
+inline void cp_async_wait() { ::cpucuda::cp_async_wait(N); }

@@ -1,0 +1,352 @@
+// The tensor-core and async-copy primitives of llmc/ptx.cuh, pinned to the PTX
+// ISA's documented register layouts. Each kernel fills and reads fragments by
+// the manual's formulas (g = lane / 4, t = lane % 4):
+//   mma.m16n8k16 A: a[0] = A[g][2t,2t+1], a[1] = A[g+8][2t,..], a[2] = A[g][2t+8,..], a[3] = A[g+8][2t+8,..]
+//                B: b[0] = B[2t,2t+1][g], b[1] = B[2t+8,2t+9][g]
+//                C/D: C[g][2t], C[g][2t+1], C[g+8][2t], C[g+8][2t+1]
+//   ldmatrix m8n8: lane 8j+i gives row i of matrix j; register j of lane l
+//                holds M_j[g][2t,2t+1] (.trans: M_j[2t,2t+1][g])
+// so a runtime (or a GPU) that used any other layout fails here. Inputs are
+// small integers, exact in bf16 and in every fp32 partial sum, so results are
+// compared bitwise, on the CPU runtime and on a GPU alike. The cases under
+// `#ifdef CPUCUDA` test the runtime's checking: poison before a cp.async lands,
+// and reports for misused warp-wide instructions.
+#include <cuda_runtime.h>
+
+#include <cstring>
+#include <vector>
+
+#include "llmc/ptx.cuh"
+#include "test/test_device.h"
+#ifdef CPUCUDA
+#include <cpucuda.h>
+#endif
+
+typedef __nv_bfloat16 bf16;
+
+__device__ __host__ inline uint32_t pair(bf16 lo, bf16 hi) {
+    return (uint32_t)__bfloat16_as_ushort(lo) | (uint32_t)__bfloat16_as_ushort(hi) << 16;
+}
+
+// D (16x8, row-major) = A (16x16, row-major) B (16x8, row-major) + C, fragments by the manual.
+__global__ void mma_kernel(float* D, const bf16* A, const bf16* B, const float* C) {
+    const int lane = threadIdx.x, g = lane / 4, t = lane % 4;
+    const uint32_t a[4] = {pair(A[g * 16 + 2 * t], A[g * 16 + 2 * t + 1]),
+                           pair(A[(g + 8) * 16 + 2 * t], A[(g + 8) * 16 + 2 * t + 1]),
+                           pair(A[g * 16 + 2 * t + 8], A[g * 16 + 2 * t + 9]),
+                           pair(A[(g + 8) * 16 + 2 * t + 8], A[(g + 8) * 16 + 2 * t + 9])};
+    const uint32_t b[2] = {pair(B[(2 * t) * 8 + g], B[(2 * t + 1) * 8 + g]),
+                           pair(B[(2 * t + 8) * 8 + g], B[(2 * t + 9) * 8 + g])};
+    float acc[4] = {C[g * 8 + 2 * t], C[g * 8 + 2 * t + 1], C[(g + 8) * 8 + 2 * t], C[(g + 8) * 8 + 2 * t + 1]};
+    mma_bf16_16816(acc, a, b);
+    D[g * 8 + 2 * t] = acc[0];
+    D[g * 8 + 2 * t + 1] = acc[1];
+    D[(g + 8) * 8 + 2 * t] = acc[2];
+    D[(g + 8) * 8 + 2 * t + 1] = acc[3];
+}
+
+// ldmatrix of N 8x8 matrices of 16-bit ids from a padded shared tile: matrix j
+// row i lies at smem[(j * 8 + i) * STRIDE + 8 * (j % 2)], so every lane's
+// address differs and matrices are not contiguous. out[lane * 4 + j] = r[j].
+template <int N, bool TRANS>
+__global__ void ldmatrix_kernel(uint32_t* out, const unsigned short* ids) {
+    constexpr int STRIDE = 24;  // 48 bytes: rows 16-byte aligned, matrices apart
+    __shared__ __align__(16) unsigned short smem[32 * STRIDE];
+    for (int e = threadIdx.x; e < 32 * STRIDE; e += 32) smem[e] = 0xDEAD;
+    __syncwarp();
+    const int lane = threadIdx.x;
+    for (int c = 0; c < 8; c++) {  // lane 8j+i writes row i of matrix j
+        const int j = lane / 8, i = lane % 8;
+        smem[(j * 8 + i) * STRIDE + 8 * (j % 2) + c] = ids[(j * 8 + i) * 8 + c];
+    }
+    __syncwarp();
+    const int j = (lane / 8) % N, i = lane % 8;  // lanes past 8N repeat valid addresses (ignored)
+    const unsigned short* row = smem + (j * 8 + i) * STRIDE + 8 * (j % 2);
+    uint32_t r[N];
+    if constexpr (TRANS) ldmatrix_trans<N>(r, row);
+    else ldmatrix<N>(r, row);
+    for (int k = 0; k < 4; k++) out[lane * 4 + k] = k < N ? r[k] : 0;
+}
+
+// The pattern the attention kernels use: A from a row-major 16x16 tile by
+// ldmatrix.x4, B from a row-major 16x8 (k x n) tile by ldmatrix.x2.trans.
+__global__ void ldmatrix_mma_kernel(float* D, const bf16* A, const bf16* B) {
+    __shared__ __align__(16) bf16 sa[16 * 16], sb[16 * 8];
+    const int lane = threadIdx.x;
+    for (int e = lane; e < 256; e += 32) sa[e] = A[e];
+    for (int e = lane; e < 128; e += 32) sb[e] = B[e];
+    __syncwarp();
+    uint32_t a[4], b[2];
+    ldmatrix<4>(a, sa + (lane % 16) * 16 + (lane / 16) * 8);
+    ldmatrix_trans<2>(b, sb + (lane % 16) * 8);
+    float acc[4] = {0, 0, 0, 0};
+    mma_bf16_16816(acc, a, b);
+    const int g = lane / 4, t = lane % 4;
+    D[g * 8 + 2 * t] = acc[0];
+    D[g * 8 + 2 * t + 1] = acc[1];
+    D[(g + 8) * 8 + 2 * t] = acc[2];
+    D[(g + 8) * 8 + 2 * t + 1] = acc[3];
+}
+
+// cp.async of a 128-element row per thread, two commit groups: out1 is read
+// after wait_group 1 (the first group has landed), out2 after wait_group 0.
+// `early` reads the second group's destination before it has been waited for.
+__global__ void cp_async_kernel(float* out1, float* out2, float* early, const float* src) {
+    __shared__ __align__(16) float s[2][64 * 4];
+    const int i = threadIdx.x;
+    cp_async_16(&s[0][i * 4], src + i * 4);
+    cp_async_commit();
+    cp_async_16(&s[1][i * 4], src + 256 + i * 4);
+    cp_async_commit();
+    early[i] = s[1][i * 4];  // undefined on a GPU; poison on the CPU runtime
+    cp_async_wait<1>();
+    __syncthreads();
+    for (int k = 0; k < 4; k++) out1[i * 4 + k] = s[0][(63 - i) * 4 + k];  // another thread's copy
+    cp_async_wait<0>();
+    __syncthreads();
+    for (int k = 0; k < 4; k++) out2[i * 4 + k] = s[1][(63 - i) * 4 + k];
+}
+
+// The same without the barrier after the wait: thread i reads what thread 63-i
+// copied, which may not have landed (thread 63-i may not have waited yet).
+__global__ void cp_async_no_barrier_kernel(float* out, const float* src) {
+    __shared__ __align__(16) float s[64 * 4];
+    const int i = threadIdx.x;
+    cp_async_16(&s[i * 4], src + i * 4);
+    cp_async_commit();
+    cp_async_wait<0>();
+    out[i] = s[(63 - i) * 4];
+}
+
+static bf16 bf(float x) { return __float2bfloat16(x); }
+
+// Small integers: every product and partial sum is exact, on any adder tree.
+static void test_mma_layout() {
+    std::vector<bf16> A(256), B(128);
+    std::vector<float> C(128);
+    for (int e = 0; e < 256; e++) A[e] = bf((float)((e * 7 + 3) % 9 - 4));
+    for (int e = 0; e < 128; e++) B[e] = bf((float)((e * 5 + 1) % 7 - 3));
+    for (int e = 0; e < 128; e++) C[e] = (float)((e * 11) % 13 - 6) * 0.5f;
+    bf16 *dA = to_device(A), *dB = to_device(B);
+    float* dC = to_device(C);
+    float* dD;
+    CUDA_OK(cudaMalloc(&dD, 128 * sizeof(float)));
+    mma_kernel<<<1, 32>>>(dD, dA, dB, dC);
+    CUDA_OK(cudaDeviceSynchronize());
+    std::vector<float> D = to_host(dD, 128);
+    int wrong = 0;
+    for (int m = 0; m < 16; m++)
+        for (int n = 0; n < 8; n++) {
+            double s = C[m * 8 + n];
+            for (int k = 0; k < 16; k++) s += (double)__bfloat162float(A[m * 16 + k]) * __bfloat162float(B[k * 8 + n]);
+            wrong += D[m * 8 + n] != (float)s;
+        }
+    CHECK(wrong == 0, "mma.m16n8k16 bf16: D = A B + C exactly, fragments by the PTX ISA layout (%d of 128 wrong)", wrong);
+
+    // One nonzero A element at a time: D's column block must light up exactly where the layout says.
+    int misplaced = 0;
+    std::fill(C.begin(), C.end(), 0.0f);
+    CUDA_OK(cudaMemcpy(dC, C.data(), 128 * sizeof(float), cudaMemcpyHostToDevice));
+    for (int k = 0; k < 128; k++) B[k] = bf((float)(k + 1));  // distinct rows of B
+    CUDA_OK(cudaMemcpy(dB, B.data(), 128 * sizeof(bf16), cudaMemcpyHostToDevice));
+    for (int m = 0; m < 16; m += 5)
+        for (int k = 0; k < 16; k++) {
+            std::fill(A.begin(), A.end(), bf(0.0f));
+            A[m * 16 + k] = bf(1.0f);
+            CUDA_OK(cudaMemcpy(dA, A.data(), 256 * sizeof(bf16), cudaMemcpyHostToDevice));
+            mma_kernel<<<1, 32>>>(dD, dA, dB, dC);
+            D = to_host(dD, 128);
+            for (int r = 0; r < 16; r++)
+                for (int n = 0; n < 8; n++) misplaced += D[r * 8 + n] != (r == m ? (float)(k * 8 + n + 1) : 0.0f);
+        }
+    CHECK(misplaced == 0, "mma: a single A[m][k] = 1 selects row k of B into row m of D (%d wrong)", misplaced);
+
+    // Random bf16 values: the fp32 sum within rounding of the exact one.
+    uint64_t s = 12345;
+    auto rnd = [&] { s = s * 6364136223846793005ull + 1442695040888963407ull; return (float)((s >> 40) / 8388608.0 - 1.0); };
+    for (auto& x : A) x = bf(rnd());
+    for (auto& x : B) x = bf(rnd());
+    for (auto& x : C) x = rnd();
+    CUDA_OK(cudaMemcpy(dA, A.data(), 256 * sizeof(bf16), cudaMemcpyHostToDevice));
+    CUDA_OK(cudaMemcpy(dB, B.data(), 128 * sizeof(bf16), cudaMemcpyHostToDevice));
+    CUDA_OK(cudaMemcpy(dC, C.data(), 128 * sizeof(float), cudaMemcpyHostToDevice));
+    mma_kernel<<<1, 32>>>(dD, dA, dB, dC);
+    D = to_host(dD, 128);
+    double worst = 0;
+    for (int m = 0; m < 16; m++)
+        for (int n = 0; n < 8; n++) {
+            double ref = C[m * 8 + n], mag = std::fabs(ref);
+            for (int k = 0; k < 16; k++) {
+                const double p = (double)__bfloat162float(A[m * 16 + k]) * __bfloat162float(B[k * 8 + n]);
+                ref += p;
+                mag += std::fabs(p);
+            }
+            worst = std::fmax(worst, std::fabs(D[m * 8 + n] - ref) / mag);
+        }
+    CHECK(worst < 1e-6, "mma with random bf16 inputs: fp32 accumulation error %.2e of sum |terms| (< 1e-6)", worst);
+    cudaFree(dA); cudaFree(dB); cudaFree(dC); cudaFree(dD);
+}
+
+template <int N, bool TRANS>
+static void check_ldmatrix(const unsigned short* d_ids, const std::vector<unsigned short>& ids) {
+    uint32_t* d_out;
+    CUDA_OK(cudaMalloc(&d_out, 128 * sizeof(uint32_t)));
+    ldmatrix_kernel<N, TRANS><<<1, 32>>>(d_out, d_ids);
+    CUDA_OK(cudaDeviceSynchronize());
+    std::vector<uint32_t> out = to_host(d_out, 128);
+    int wrong = 0;
+    for (int lane = 0; lane < 32; lane++) {
+        const int g = lane / 4, t = lane % 4;
+        for (int j = 0; j < N; j++) {
+            auto M = [&](int r, int c) { return (uint32_t)ids[(j * 8 + r) * 8 + c]; };
+            const uint32_t want = TRANS ? M(2 * t, g) | M(2 * t + 1, g) << 16 : M(g, 2 * t) | M(g, 2 * t + 1) << 16;
+            wrong += out[lane * 4 + j] != want;
+        }
+    }
+    CHECK(wrong == 0, "ldmatrix.m8n8.x%d%s.b16: every lane's registers as the PTX ISA lays them out (%d wrong)", N,
+          TRANS ? ".trans" : "", wrong);
+    cudaFree(d_out);
+}
+
+static void test_ldmatrix() {
+    std::vector<unsigned short> ids(256);
+    for (int e = 0; e < 256; e++) ids[e] = (unsigned short)(0x100 + e);  // matrix j row r col c: 0x100 + 64j + 8r + c
+    unsigned short* d_ids = to_device(ids);
+    check_ldmatrix<1, false>(d_ids, ids);
+    check_ldmatrix<2, false>(d_ids, ids);
+    check_ldmatrix<4, false>(d_ids, ids);
+    check_ldmatrix<1, true>(d_ids, ids);
+    check_ldmatrix<2, true>(d_ids, ids);
+    check_ldmatrix<4, true>(d_ids, ids);
+    cudaFree(d_ids);
+
+    std::vector<bf16> A(256), B(128);
+    for (int e = 0; e < 256; e++) A[e] = bf((float)((e * 13 + 5) % 11 - 5));
+    for (int e = 0; e < 128; e++) B[e] = bf((float)((e * 3 + 2) % 9 - 4));
+    bf16 *dA = to_device(A), *dB = to_device(B);
+    float* dD;
+    CUDA_OK(cudaMalloc(&dD, 128 * sizeof(float)));
+    ldmatrix_mma_kernel<<<1, 32>>>(dD, dA, dB);
+    CUDA_OK(cudaDeviceSynchronize());
+    std::vector<float> D = to_host(dD, 128);
+    int wrong = 0;
+    for (int m = 0; m < 16; m++)
+        for (int n = 0; n < 8; n++) {
+            double s = 0;
+            for (int k = 0; k < 16; k++) s += (double)__bfloat162float(A[m * 16 + k]) * __bfloat162float(B[k * 8 + n]);
+            wrong += D[m * 8 + n] != (float)s;
+        }
+    CHECK(wrong == 0, "ldmatrix.x4 (A, row-major) + ldmatrix.x2.trans (B, k x n row-major) feed mma exactly (%d wrong)",
+          wrong);
+    cudaFree(dA); cudaFree(dB); cudaFree(dD);
+}
+
+static bool is_poison(float x) {
+    uint32_t b;
+    std::memcpy(&b, &x, 4);
+    return b == 0xFFFFFFFFu;
+}
+
+static void test_cp_async() {
+    std::vector<float> src(512);
+    for (int e = 0; e < 512; e++) src[e] = (float)e;
+    float* d_src = to_device(src);
+    float *d1, *d2, *de;
+    CUDA_OK(cudaMalloc(&d1, 256 * sizeof(float)));
+    CUDA_OK(cudaMalloc(&d2, 256 * sizeof(float)));
+    CUDA_OK(cudaMalloc(&de, 64 * sizeof(float)));
+    cp_async_kernel<<<1, 64>>>(d1, d2, de, d_src);
+    CUDA_OK(cudaDeviceSynchronize());
+    std::vector<float> o1 = to_host(d1, 256), o2 = to_host(d2, 256), early = to_host(de, 64);
+    int wrong = 0;
+    for (int i = 0; i < 64; i++)
+        for (int k = 0; k < 4; k++) {
+            wrong += o1[i * 4 + k] != src[(63 - i) * 4 + k];
+            wrong += o2[i * 4 + k] != src[256 + (63 - i) * 4 + k];
+        }
+    CHECK(wrong == 0, "cp.async 16 B in two commit groups: wait_group 1 lands the first, wait_group 0 both (%d wrong)",
+          wrong);
+#ifdef CPUCUDA
+    int poisoned = 0;
+    for (float x : early) poisoned += is_poison(x);
+    CHECK(poisoned == 64, "CPU runtime: a cp.async destination read before its wait_group holds poison (%d of 64)",
+          poisoned);
+    float* d_out;
+    CUDA_OK(cudaMalloc(&d_out, 64 * sizeof(float)));
+    cp_async_no_barrier_kernel<<<1, 64>>>(d_out, d_src);
+    CUDA_OK(cudaDeviceSynchronize());
+    std::vector<float> out = to_host(d_out, 64);
+    int stale = 0;
+    for (int i = 0; i < 64; i++) stale += out[i] != src[(63 - i) * 4];
+    CHECK(stale > 0, "CPU runtime: a missing __syncthreads after cp.async.wait_group shows (%d of 64 reads wrong)",
+          stale);
+    cudaFree(d_out);
+#endif
+    cudaFree(d_src); cudaFree(d1); cudaFree(d2); cudaFree(de);
+}
+
+#ifdef CPUCUDA
+// Misuse that a GPU leaves undefined; the runtime reports it.
+__global__ void half_warp_mma_kernel(float* out) {
+    uint32_t a[4] = {0, 0, 0, 0}, b[2] = {0, 0};
+    float acc[4] = {0, 0, 0, 0};
+    if (threadIdx.x < 16) mma_bf16_16816(acc, a, b);
+    out[threadIdx.x] = acc[0];
+}
+__global__ void misaligned_ldmatrix_kernel(uint32_t* out) {
+    __shared__ __align__(16) unsigned short s[8 * 16];
+    for (int e = threadIdx.x; e < 128; e += 32) s[e] = (unsigned short)e;
+    __syncwarp();
+    uint32_t r[1];
+    ldmatrix<1>(r, s + (threadIdx.x % 8) * 16 + 1);  // 2 bytes off
+    out[threadIdx.x] = r[0];
+}
+__global__ void mma_vs_ldmatrix_kernel(uint32_t* out) {
+    __shared__ __align__(16) unsigned short s[8 * 8];
+    for (int e = threadIdx.x; e < 64; e += 32) s[e] = (unsigned short)e;
+    __syncwarp();
+    uint32_t a[4] = {0, 0, 0, 0}, b[2] = {0, 0};
+    float acc[4] = {0, 0, 0, 0};
+    uint32_t r[1] = {0};
+    if (threadIdx.x == 5) mma_bf16_16816(acc, a, b);
+    else ldmatrix<1>(r, s + (threadIdx.x % 8) * 8);
+    out[threadIdx.x] = r[0] + (uint32_t)acc[0];
+}
+
+static bool contains(const char* s, const char* sub) { return s && std::strstr(s, sub); }
+
+template <class F>
+static const char* failure_of(F launch) {
+    launch();
+    cudaError_t e = cudaDeviceSynchronize();
+    cudaGetLastError();
+    return e == cudaErrorLaunchFailure ? cpucuda::last_kernel_failure() : "";
+}
+
+static void test_misuse() {
+    uint32_t* d;
+    CUDA_OK(cudaMalloc(&d, 64 * sizeof(uint32_t)));
+    const char* msg = failure_of([&] { half_warp_mma_kernel<<<1, 32>>>((float*)d); });
+    CHECK(contains(msg, "mma.sync") && contains(msg, "has exited"),
+          "mma.sync reached by half a warp is reported: \"%s\"", msg);
+    msg = failure_of([&] { half_warp_mma_kernel<<<1, 16>>>((float*)d); });
+    CHECK(contains(msg, "needs all 32 lanes"), "mma.sync in a 16-thread block is reported: \"%s\"", msg);
+    msg = failure_of([&] { misaligned_ldmatrix_kernel<<<1, 32>>>(d); });
+    CHECK(contains(msg, "ldmatrix") && contains(msg, "16-byte aligned"),
+          "a misaligned ldmatrix row is reported: \"%s\"", msg);
+    msg = failure_of([&] { mma_vs_ldmatrix_kernel<<<1, 32>>>(d); });
+    CHECK(contains(msg, "mma.sync") && contains(msg, "ldmatrix"),
+          "lanes at different warp-wide instructions are reported: \"%s\"", msg);
+    cudaFree(d);
+}
+#endif
+
+int main() {
+    test_mma_layout();
+    test_ldmatrix();
+    test_cp_async();
+#ifdef CPUCUDA
+    test_misuse();
+#endif
+    return test_summary("test_ptx");
+}
