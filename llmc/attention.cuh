@@ -111,22 +111,37 @@ __device__ __forceinline__ void mma_pair(float (&c0)[4], float (&c1)[4], const u
     mma_bf16_16816(c1, a, {b[2], b[3]});
 }
 
-// acc[n] (16 x N) += A (16 x HS, fragments in registers) . tile^T for the tile's
-// rows n0 .. n0+N-1 (rows = n, columns = HS): S = Q K^T, dP = dO V^T and their
-// transposes. Only 16-column steps from `first` to `steps` - 1 are computed
-// (causal skipping); the others stay as they were.
-template <int HS, int N>
-__device__ __forceinline__ void mma_a_tileT(float (&acc)[N / 8][4], const uint32_t (&a)[HS / 16][4],
-                                            const bf16* tile, int first, int steps) {
+// The A fragment of k-step kk: from registers, or read from 16 shared-memory rows.
+template <int HS>
+__device__ __forceinline__ void a_fragment(uint32_t (&out)[4], const uint32_t (&a)[HS / 16][4], int kk) {
 #pragma unroll
-    for (int kk = 0; kk < HS / 16; kk++)
+    for (int i = 0; i < 4; i++) out[i] = a[kk][i];
+}
+template <int HS>
+__device__ __forceinline__ void a_fragment(uint32_t (&out)[4], const bf16* rows16, int kk) {
+    const int lane = threadIdx.x % 32;
+    ldmatrix<4>(out, rows16 + (lane % 16) * Tiles<HS>::LD + kk * 16 + (lane / 16) * 8);
+}
+
+// acc[n] (16 x N) += A (16 x HS: fragments in registers, or 16 rows in shared
+// memory) . tile^T for the tile's rows n0 .. n0+N-1 (rows = n, columns = HS):
+// S = Q K^T, dP = dO V^T and their transposes. Only 16-column steps from
+// `first` to `steps` - 1 are computed (causal skipping); the others stay as they were.
+template <int HS, int N, class ASource>
+__device__ __forceinline__ void mma_a_tileT(float (&acc)[N / 8][4], const ASource& a_src, const bf16* tile,
+                                            int first, int steps) {
+#pragma unroll
+    for (int kk = 0; kk < HS / 16; kk++) {
+        uint32_t a[4];
+        a_fragment<HS>(a, a_src, kk);
 #pragma unroll
         for (int np = 0; np < N / 16; np++) {
             if (np < first || np >= steps) continue;
             uint32_t b[4];
             load_b_nk<HS>(b, tile, np * 16, kk * 16);
-            mma_pair(acc[2 * np], acc[2 * np + 1], a[kk], b);
+            mma_pair(acc[2 * np], acc[2 * np + 1], a, b);
         }
+    }
 }
 
 // acc (16 x HS) += P (16 x N, accumulator fragments, packed to bf16 here) . tile
@@ -411,7 +426,10 @@ attention_backward_dkv_kernel(bf16* dqkv, const float* Dvec, const bf16* dout, c
     load_q_tile(i_first, 0);
     cp_async_commit();
 
-    uint32_t kf[HS / 16][4], vf[HS / 16][4];
+    // K and V fragments stay in registers; at HS = 128 those of V would make the
+    // kernel spill, so V's are read from shared memory at each use instead
+    constexpr bool V_IN_REGISTERS = HS < 128;
+    uint32_t kf[HS / 16][4], vf[V_IN_REGISTERS ? HS / 16 : 1][4];
     float dk[HS / 8][4], dv[HS / 8][4];
     zero(dk);
     zero(dv);
@@ -427,7 +445,7 @@ attention_backward_dkv_kernel(bf16* dqkv, const float* Dvec, const bf16* dout, c
         __syncthreads();
         if (it == 0) {
             load_a_rows<HS>(kf, k_tile + 16 * warp * LD);
-            load_a_rows<HS>(vf, v_tile + 16 * warp * LD);
+            if constexpr (V_IN_REGISTERS) load_a_rows<HS>(vf, v_tile + 16 * warp * LD);
         }
         // 16-query steps of this tile that hold a query >= the warp's first key
         const int first = max(0, (key_lo - i0) / 16);
@@ -439,7 +457,8 @@ attention_backward_dkv_kernel(bf16* dqkv, const float* Dvec, const bf16* dout, c
             zero(dp);
             // steps before `first` hold only queries < every key of the warp: P = 0 there
             mma_a_tileT<HS, QT>(s, kf, q_t, first, QT / 16);
-            mma_a_tileT<HS, QT>(dp, vf, do_t, first, QT / 16);
+            if constexpr (V_IN_REGISTERS) mma_a_tileT<HS, QT>(dp, vf, do_t, first, QT / 16);
+            else mma_a_tileT<HS, QT>(dp, v_tile + 16 * warp * LD, do_t, first, QT / 16);
 #pragma unroll
             for (int n = 0; n < QT / 8; n++)
 #pragma unroll

@@ -13,6 +13,20 @@ summary=()
 nvidia-smi -L || { echo "gpu_check: no GPU visible (nvidia-smi -L failed)"; exit 1; }
 nvcc --version | tail -n 2
 
+# First the tensor-core attention (no MPI or NCCL needed): its primitive and
+# kernel tests, then the kernels alone at d12 shapes next to PyTorch's SDPA.
+for name in test_ptx test_attention bench_attention; do
+    if make -s NO_MULTI_GPU=1 "build/gpu/sm_$GPU_ARCH/$name" >"$OUT_DIR/build_$name.log" 2>&1; then
+        [[ $name == test_* ]] && { timeout 120 "build/gpu/sm_$GPU_ARCH/$name" >"$OUT_DIR/$name.log" 2>&1; summary+=("$name $(tail -n 1 "$OUT_DIR/$name.log")"); }
+    else
+        summary+=("NO BUILD $name: $(grep -m1 -i error "$OUT_DIR/build_$name.log")")
+    fi
+done
+timeout 120 build/gpu/sm_$GPU_ARCH/bench_attention 16,32,64 1024 12 64 20 >"$OUT_DIR/attention.log" 2>&1 || echo "error: bench_attention exit $?" >>"$OUT_DIR/attention.log"
+timeout 180 python3 dev/bench_attention_sdpa.py 16,32,64 1024 12 64 20 >"$OUT_DIR/attention_sdpa.log" 2>&1 || echo "error: bench_attention_sdpa exit $?" >>"$OUT_DIR/attention_sdpa.log"
+while IFS= read -r line; do summary+=("attn     $line"); done < <(grep -hE '^(device|backend|attention|SKIP|error)' "$OUT_DIR/attention.log" "$OUT_DIR/attention_sdpa.log")
+printf '%s\n' "${summary[@]}"
+
 # Build each program on its own so one failure does not hide the others.
 for src in test/cpu_cuda/test_*.cu dev/*.cu; do
     name=$(basename "$src" .cu)

@@ -60,9 +60,9 @@ run() {
 
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
 MPIRUN="mpirun --oversubscribe --bind-to none"
-SINGLE_TESTS=(test_kernels test_checks test_cublaslt test_streams test_matmul test_layers test_attention test_gpt2 test_training)
+SINGLE_TESTS=(test_kernels test_checks test_ptx test_cublaslt test_streams test_matmul test_layers test_attention test_gpt2 test_training)
 # the model's kernels, rerun in every checking mode
-KERNEL_TESTS=(test_kernels test_cublaslt test_matmul test_layers test_attention)
+KERNEL_TESTS=(test_kernels test_ptx test_cublaslt test_matmul test_layers test_attention)
 
 if want cpu; then
     echo "== CPU runtime tests"
@@ -85,7 +85,7 @@ if want schedules; then
             run "$t [CPUCUDA_SCHEDULE=$sched]" env CPUCUDA_SCHEDULE=$sched "build/cpu/$t"
         done
     done
-    for t in test_kernels test_layers test_attention; do run "$t [CPUCUDA_WORKERS=1]" env CPUCUDA_WORKERS=1 build/cpu/$t; done
+    for t in test_kernels test_ptx test_layers test_attention; do run "$t [CPUCUDA_WORKERS=1]" env CPUCUDA_WORKERS=1 build/cpu/$t; done
     run "test_checks [a smaller virtual device]" env CPUCUDA_SM_COUNT=8 CPUCUDA_DEVICE_MEMORY_MB=200 \
         CPUCUDA_SMEM_OPTIN_KB=100 build/cpu/test_checks
 fi
