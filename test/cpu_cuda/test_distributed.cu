@@ -45,12 +45,15 @@ static void cpucuda_nccl_get_counters(ncclComm_t, CpuCudaNcclCounters* c) { mems
 #if defined(ENABLE_FP32)
 static const double TOL_GRAD = 1e-5, TOL_LOSS = 1e-5, TOL_NORM = 1e-5, TOL_PARAMS = 5e-5, TOL_TENSOR = 1e-3;
 #else
-// bf16 weights: the forward is bitwise the same for every split, so the first
-// gradients agree as in fp32; after that, stochastic rounding of slightly
-// different new weights can land on the other neighbour, and the next forward
-// differs by a bf16 ulp here and there (measured: losses 2.4e-5, norms
-// 3.1e-4, weights 5e-3, tensors 7.5e-3).
-static const double TOL_GRAD = 1e-5, TOL_LOSS = 1e-4, TOL_NORM = 1e-3, TOL_PARAMS = 1e-2, TOL_TENSOR = 2e-2;
+// bf16 weights: stochastic rounding of slightly different new weights can
+// land on the other neighbour, and the next forward differs by a bf16 ulp here
+// and there. Even the first gradients can: the CPU runtime's matmul may differ
+// in the last fp32 bit for the same row when B changes (OpenBLAS picks its
+// kernel by shape), one activation gradient then rounds to the other bf16
+// neighbour, and the tensor-core attention carries that to every gradient
+// upstream (measured at B = 2 vs 8: gradients 1.5e-3, losses 1.6e-5, norms
+// 3.0e-4, weights 9.9e-3, tensors 4.4e-2). The fp32 build checks the split itself.
+static const double TOL_GRAD = 5e-3, TOL_LOSS = 1e-4, TOL_NORM = 1e-3, TOL_PARAMS = 2e-2, TOL_TENSOR = 1e-1;
 #endif
 
 static const char* MODEL = "L=2,C=64,H=4,V=250,maxT=32";
