@@ -166,6 +166,25 @@ __device__ __forceinline__ void mma_p_tile(float (&acc)[HS / 8][4], const float 
     }
 }
 
+// Double buffering of K/V tiles (forward, dQ): starts copying tile it + 1 (if
+// any) into the other buffer, then waits for tile it's copies and makes every
+// thread's visible to the block.
+template <int HS, int KV>
+__device__ __forceinline__ void next_kv_tile(bf16* k_tiles, bf16* v_tiles, const bf16* k_base, const bf16* v_base,
+                                             size_t stride, int it, int tiles, int T) {
+    constexpr int LD = Tiles<HS>::LD;
+    if (it + 1 < tiles) {
+        const int buf = (it + 1) % 2;
+        load_tile<HS>(k_tiles + buf * KV * LD, k_base, stride, (it + 1) * KV, KV, T);
+        load_tile<HS>(v_tiles + buf * KV * LD, v_base, stride, (it + 1) * KV, KV, T);
+        cp_async_commit();
+        cp_async_wait<1>();
+    } else {
+        cp_async_wait<0>();
+    }
+    __syncthreads();
+}
+
 template <int N>
 __device__ __forceinline__ void zero(float (&acc)[N][4]) {
 #pragma unroll
@@ -231,15 +250,7 @@ attention_forward_kernel(bf16* out, float* lse, const bf16* qkv, int T, int NH) 
     zero(o);
     for (int it = 0; it < tiles; it++) {
         const int k0 = it * KV, buf = it % 2;
-        if (it + 1 < tiles) {  // prefetch the next tile into the other buffer
-            load_tile<HS>(k_tiles + (1 - buf) * KV * LD, base + C, stride, k0 + KV, KV, T);
-            load_tile<HS>(v_tiles + (1 - buf) * KV * LD, base + 2 * C, stride, k0 + KV, KV, T);
-            cp_async_commit();
-            cp_async_wait<1>();
-        } else {
-            cp_async_wait<0>();
-        }
-        __syncthreads();
+        next_kv_tile<HS, KV>(k_tiles, v_tiles, base + C, base + 2 * C, stride, it, tiles, T);
         if (it == 0) load_a_rows<HS>(qf, q_tile + 16 * warp * LD);
         // 16-key steps of this tile that hold a key <= the warp's last row
         const int steps = min(KV / 16, (row_lo + 15 - k0) / 16 + 1);
@@ -324,15 +335,7 @@ attention_backward_dq_kernel(bf16* dqkv, float* Dvec, const bf16* dout, const bf
     zero(dq);
     for (int it = 0; it < tiles; it++) {
         const int k0 = it * KV, buf = it % 2;
-        if (it + 1 < tiles) {
-            load_tile<HS>(k_tiles + (1 - buf) * KV * LD, base + C, stride, k0 + KV, KV, T);
-            load_tile<HS>(v_tiles + (1 - buf) * KV * LD, base + 2 * C, stride, k0 + KV, KV, T);
-            cp_async_commit();
-            cp_async_wait<1>();
-        } else {
-            cp_async_wait<0>();
-        }
-        __syncthreads();
+        next_kv_tile<HS, KV>(k_tiles, v_tiles, base + C, base + 2 * C, stride, it, tiles, T);
         if (it == 0) {
             load_a_rows<HS>(qf, q_tile + 16 * warp * LD);
             load_a_rows<HS>(dof, do_tile + 16 * warp * LD);

@@ -18,14 +18,16 @@ static inline float bf16_hi(uint32_t r) { float f; uint32_t b = r & 0xFFFF0000u;
 //   a[2] = A[g][2t+8..2t+9]  a[3] = A[g+8][2t+8..2t+9]
 //   b[0] = B[2t..2t+1][g]    b[1] = B[2t+8..2t+9][g]
 //   acc  = C[g][2t], C[g][2t+1], C[g+8][2t], C[g+8][2t+1]
-// Numerics: every product of two bf16 is exact in fp32; the emulation adds the
-// 16 products and C exactly (in double, k in order) and rounds once to fp32,
+// Numerics: every product of two bf16 is exact in fp32; the emulation adds C
+// and the 16 products in double (k in order) and rounds once to fp32,
 // round-to-nearest-even. The hardware's adder tree is not documented: it may
 // truncate aligned addends and round differently in the last bit or two; no
 // test here depends on bits the PTX ISA does not define.
+typedef double Row8 __attribute__((vector_size(64)));  // 8 doubles: a row of B, C or D
+
 const char* mma_m16n8k16_bf16_f32(void* const* io) {
-    float A[16][16], B[8][16];  // B stored by column: B[n][k]
-    double C[16][8];
+    double A[16][16];
+    Row8 B[16], C[16];  // B by k (a row of 8 n), C by m
     for (int lane = 0; lane < 32; lane++) {
         const MmaOperands& o = *static_cast<const MmaOperands*>(io[lane]);
         const int g = lane / 4, t = lane % 4;
@@ -35,17 +37,17 @@ const char* mma_m16n8k16_bf16_f32(void* const* io) {
             A[rows[i]][cols[i] + 1] = bf16_hi(o.a[i]);
         }
         for (int i = 0; i < 2; i++) {
-            B[g][2 * t + 8 * i] = bf16_lo(o.b[i]);
-            B[g][2 * t + 8 * i + 1] = bf16_hi(o.b[i]);
+            B[2 * t + 8 * i][g] = bf16_lo(o.b[i]);
+            B[2 * t + 8 * i + 1][g] = bf16_hi(o.b[i]);
         }
         for (int i = 0; i < 4; i++) C[g + 8 * (i / 2)][2 * t + i % 2] = o.acc[i];
     }
-    for (int m = 0; m < 16; m++)
-        for (int n = 0; n < 8; n++) {
-            double s = C[m][n];
-            for (int k = 0; k < 16; k++) s += (double)A[m][k] * (double)B[n][k];
-            C[m][n] = (double)(float)s;
-        }
+    // C then the 16 products (each exact in double), added in k order in double
+    for (int m = 0; m < 16; m++) {
+        Row8 acc = C[m];
+        for (int k = 0; k < 16; k++) acc += A[m][k] * B[k];
+        C[m] = acc;
+    }
     for (int lane = 0; lane < 32; lane++) {
         float* acc = static_cast<const MmaOperands*>(io[lane])->acc;
         const int g = lane / 4, t = lane % 4;
