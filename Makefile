@@ -114,9 +114,14 @@ build/host-asan/%: %.cpp
 # --- GPU build (nvcc) ---------------------------------------------------------
 # Links only what a driverless build machine has: cuBLASLt, NCCL, MPI (no -lnvidia-ml).
 # NO_MULTI_GPU=1: a single-GPU build without MPI and NCCL.
+# NCCL_HOME: an NCCL outside the system paths, e.g. the nvidia-nccl-cu13 wheel's
+# site-packages/nvidia/nccl (which ships only libnccl.so.2).
 ifeq ($(NO_MULTI_GPU),1)
   NVCC_FLAGS := -O3 -std=c++17 -I.
   NVCC_LIBS  := -lcublasLt
+else ifneq ($(NCCL_HOME),)
+  NVCC_FLAGS := -O3 -std=c++17 -I. -I$(MPI_INC) -I$(NCCL_HOME)/include -DMULTI_GPU
+  NVCC_LIBS  := -lcublasLt -L$(NCCL_HOME)/lib -l:libnccl.so.2 -Xlinker -rpath=$(NCCL_HOME)/lib -L$(MPI_LIB) -lmpi
 else
   NVCC_FLAGS := -O3 -std=c++17 -I. -I$(MPI_INC) -DMULTI_GPU
   NVCC_LIBS  := -lcublasLt -lnccl -L$(MPI_LIB) -lmpi

@@ -1,84 +1,139 @@
 #!/usr/bin/env bash
-# The one prepared GPU check, for a machine with an NVIDIA GPU (e.g. a lent
-# H200): builds every CUDA program for sm_$GPU_ARCH with nvcc, runs the GPU
-# tests, the trainer for a few steps and a d12 benchmark (T=1024, the largest
-# B that fits), and prints a summary. Budget: under 8 minutes.
-#   bash test/gpu_check.sh            (GPU_ARCH=90 by default)
+# The one prepared GPU check, for one call on a fresh GPU machine (a lent H200:
+# nvcc, PyTorch, no Open MPI, at most 8 files back from $OUT, 10 minutes a call).
+#   bash test/gpu_check.sh                       on the GPU machine
+#   GPU_CHECK_DRY_RUN=1 bash test/gpu_check.sh   on a CPU machine: nvidia-smi, the
+#       nvcc build and the GPU programs are stubs, so CI checks the script's logic
+# One `make -j` of exactly what it runs (NO_MULTI_GPU=1 without Open MPI), then,
+# each step capped so the whole call ends within GPU_CHECK_BUDGET seconds (420)
+# and each summary line printed as soon as it is known: the benchmarks first
+# (d12 training step, ours and PyTorch's at the same B and T, and the attention
+# kernels next to SDPA), then the GPU tests, then the trainer (20 steps, a
+# bitwise resume, -b auto). Everything it writes ends up in ONE tarball under
+# $OUT (default build/gpu-check), beside summary.txt.
 set -u
 cd "$(dirname "$0")/.."
 export GPU_ARCH=${GPU_ARCH:-90}
 OUT_DIR=${OUT:-build/gpu-check}
-mkdir -p "$OUT_DIR"
-summary=()
-nvidia-smi -L || { echo "gpu_check: no GPU visible (nvidia-smi -L failed)"; exit 1; }
-nvcc --version | tail -n 2
+BUDGET=${GPU_CHECK_BUDGET:-420}
+DRY=${GPU_CHECK_DRY_RUN:-0}
+WORK=build/gpu-check-work
+BIN=build/gpu/sm_$GPU_ARCH
+rm -rf "$WORK" && mkdir -p "$WORK" "$OUT_DIR"
+SUMMARY=$OUT_DIR/summary.txt
+: >"$SUMMARY"
 
-# First the tensor-core attention (no MPI or NCCL needed): its primitive and
-# kernel tests, then the kernels alone at d12 shapes next to PyTorch's SDPA.
-for name in test_ptx test_attention bench_attention; do
-    if make -s NO_MULTI_GPU=1 "build/gpu/sm_$GPU_ARCH/$name" >"$OUT_DIR/build_$name.log" 2>&1; then
-        [[ $name == test_* ]] && { timeout 120 "build/gpu/sm_$GPU_ARCH/$name" >"$OUT_DIR/$name.log" 2>&1; summary+=("$name $(tail -n 1 "$OUT_DIR/$name.log")"); }
-    else
-        summary+=("NO BUILD $name: $(grep -m1 -i error "$OUT_DIR/build_$name.log")")
+say() { echo "gpu_check: $*" | tee -a "$SUMMARY"; }
+# capped SECONDS CMD...: runs CMD with at most SECONDS, and never past the budget
+capped() {
+    local want=$1 left=$((BUDGET - SECONDS - 15))
+    shift
+    ((left < 5)) && { echo "error: gpu_check budget spent before: $*"; return 124; }
+    timeout $((want < left ? want : left)) "$@"
+}
+finish() {
+    tar -czf "$OUT_DIR/gpu_check_logs.tar.gz" -C "$WORK" . 2>/dev/null
+    say "done in ${SECONDS}s (budget ${BUDGET}s); logs: $OUT_DIR/gpu_check_logs.tar.gz"
+    exit "${1:-0}"
+}
+
+if [[ $DRY == 1 ]]; then  # stand-ins for the GPU machine's tools and for our GPU programs
+    STUBS=$WORK/stubs
+    mkdir -p "$STUBS"
+    printf '#!/bin/sh\necho "GPU 0: NVIDIA H200 (dry run)"\n' >"$STUBS/nvidia-smi"
+    chmod +x "$STUBS/nvidia-smi"
+    export PATH="$STUBS:$PATH"
+fi
+
+nvidia-smi -L >"$WORK/nvidia-smi.log" 2>&1 || { say "no GPU visible (nvidia-smi -L failed)"; finish 1; }
+say "$(head -n 1 "$WORK/nvidia-smi.log")"
+
+# --- the build: one make of what runs below ------------------------------------
+TESTS=(test_ptx test_attention test_kernels test_matmul test_layers test_cublaslt test_streams test_gpt2 test_training)
+PROGRAMS=("${TESTS[@]}" bench_train bench_attention)
+MPI_TESTS=()
+MAKE_VARS=(NO_MULTI_GPU=1)
+if [[ ${GPU_CHECK_NO_MPI:-0} != 1 ]] && command -v mpirun >/dev/null &&
+    [[ -f /usr/lib/x86_64-linux-gnu/openmpi/include/mpi.h ]]; then
+    MAKE_VARS=()  # Open MPI present: multi-GPU builds, and the NCCL tests (one rank)
+    MPI_TESTS=(test_nccl test_distributed)
+    # NCCL: the system's, else the nvidia-nccl-cu13 wheel's
+    if [[ ! -f /usr/include/nccl.h && ! -f ${CUDA_HOME:-/usr/local/cuda}/include/nccl.h ]]; then
+        wheel=$(python3 -c 'import nvidia.nccl as n; print(list(n.__path__)[0])' 2>/dev/null)
+        [[ -n $wheel ]] && MAKE_VARS=(NCCL_HOME="$wheel")
     fi
-done
-timeout 120 build/gpu/sm_$GPU_ARCH/bench_attention 16,32,64 1024 12 64 20 >"$OUT_DIR/attention.log" 2>&1 || echo "error: bench_attention exit $?" >>"$OUT_DIR/attention.log"
-timeout 180 python3 dev/bench_attention_sdpa.py 16,32,64 1024 12 64 20 >"$OUT_DIR/attention_sdpa.log" 2>&1 || echo "error: bench_attention_sdpa exit $?" >>"$OUT_DIR/attention_sdpa.log"
-while IFS= read -r line; do summary+=("attn     $line"); done < <(grep -hE '^(device|backend|attention|SKIP|error)' "$OUT_DIR/attention.log" "$OUT_DIR/attention_sdpa.log")
-printf '%s\n' "${summary[@]}"
-
-# Build each program on its own so one failure does not hide the others.
-for src in test/cpu_cuda/test_*.cu dev/*.cu; do
-    name=$(basename "$src" .cu)
-    if make -s "build/gpu/sm_$GPU_ARCH/$name" >"$OUT_DIR/build_$name.log" 2>&1; then
-        summary+=("built    $name")
-    else
-        summary+=("NO BUILD $name: $(grep -m1 -i error "$OUT_DIR/build_$name.log")")
-    fi
-done
-
-# The GPU tests, through the same runner and tally as `make test`.
-TEST_SECTIONS=gpu bash test/run_tests.sh 2>&1 | tee "$OUT_DIR/tests.log"
-summary+=("tests    $(tail -n 1 "$OUT_DIR/tests.log")")
-
-# The trainer itself: 20 steps on the built-in corpus (bf16).
-if make -s train_gpt GPU_ARCH=$GPU_ARCH >"$OUT_DIR/build_train_gpt.log" 2>&1; then
-    timeout 120 ./train_gpt -x 20 -v 10 2>&1 | tee "$OUT_DIR/train.log"
-    summary+=("train    $(grep -c '^step .*tok/s' "$OUT_DIR/train.log") steps; last: $(grep '^step .*tok/s' "$OUT_DIR/train.log" | tail -n 1)")
-    summary+=("val      $(grep 'val loss' "$OUT_DIR/train.log" | tail -n 1)")
-    # checkpoint at 10 and 20, then resume from 10: the step-20 files must be bitwise the same
-    rm -rf "$OUT_DIR/ck" "$OUT_DIR/ck2"
-    timeout 120 ./train_gpt -x 20 -v 0 -n 10 -o "$OUT_DIR/ck" >"$OUT_DIR/ck.log" 2>&1
-    cp -r "$OUT_DIR/ck" "$OUT_DIR/ck2" && rm -f "$OUT_DIR/ck2/"*00000020*
-    timeout 120 ./train_gpt -x 20 -v 0 -n 10 -o "$OUT_DIR/ck2" -y 1 >"$OUT_DIR/ck2.log" 2>&1
-    if cmp -s "$OUT_DIR/ck/model_00000020.bin" "$OUT_DIR/ck2/model_00000020.bin" &&
-        cmp -s "$OUT_DIR/ck/state_00000020_00000.bin" "$OUT_DIR/ck2/state_00000020_00000.bin"; then
-        summary+=("resume   bitwise: step-20 model and state equal after resuming from step 10")
-    else
-        summary+=("resume   NOT bitwise (see $OUT_DIR/ck*.log)")
-    fi
-    # d12 with -b auto at T=1024: the chosen B, the memory plan and 3 steps with MFU
-    timeout 180 ./train_gpt -e d12 -b auto -t 1024 -x 3 -v 0 >"$OUT_DIR/auto.log" 2>&1
-    summary+=("b auto   $(grep '^batch:' "$OUT_DIR/auto.log"); $(grep '^  total' "$OUT_DIR/auto.log" | tr -s ' ')")
-    summary+=("b auto   $(grep '^step' "$OUT_DIR/auto.log" | tail -n 1)$(grep -m1 '^error' "$OUT_DIR/auto.log")")
+fi
+PROGRAMS+=("${MPI_TESTS[@]}")
+say "build: ${MAKE_VARS[*]:-MULTI_GPU} ${PROGRAMS[*]} train_gpt"
+if [[ $DRY == 1 ]]; then
+    bash test/gpu_check_stubs.sh "$BIN" "${PROGRAMS[@]}" train_gpt >"$WORK/build.log" 2>&1
 else
-    summary+=("NO BUILD train_gpt: $(grep -m1 -i error "$OUT_DIR/build_train_gpt.log")")
+    capped 240 make -j"$(nproc)" "${MAKE_VARS[@]}" "${PROGRAMS[@]/#/$BIN/}" "$BIN/train_gpt" >"$WORK/build.log" 2>&1
+fi || say "build failed (rc $?): $(grep -m1 -iE 'error' "$WORK/build.log")"
+say "build done at ${SECONDS}s"
+
+# --- benchmarks first: the d12 step (largest B that fits), ours then PyTorch's ------
+bench_B=""
+for B in 64 32 16; do
+    [[ -x $BIN/bench_train ]] || break
+    if capped 90 "$BIN/bench_train" d12 "$B" 1024 10 989 >"$WORK/bench_B$B.log" 2>&1; then
+        bench_B=$B
+        say "ours     $(grep '^model' "$WORK/bench_B$B.log")"
+        break
+    fi
+    say "ours     B=$B: $(tail -n 1 "$WORK/bench_B$B.log")"
+done
+if [[ -n $bench_B ]]; then
+    capped 150 python3 dev/bench_train_torch.py d12 "$bench_B" 1024 10 989 >"$WORK/bench_torch.log" 2>&1
+    say "pytorch  $(grep -hE '^(model|SKIP|error)' "$WORK/bench_torch.log" | head -n 1)"
+    ours=$(grep -o '[0-9]* tok/s' "$WORK/bench_B$bench_B.log" | head -n 1 | cut -d' ' -f1)
+    theirs=$(grep '^model' "$WORK/bench_torch.log" | grep -o '[0-9]* tok/s' | head -n 1 | cut -d' ' -f1)
+    [[ -n $ours && -n $theirs ]] && say "ratio    ours / pytorch tok/s = $(awk -v a="$ours" -v b="$theirs" 'BEGIN { printf "%.2f", a / b }')"
+fi
+if [[ -x $BIN/bench_attention ]]; then
+    capped 60 "$BIN/bench_attention" 16,32,64 1024 12 64 20 >"$WORK/attention.log" 2>&1
+    capped 90 python3 dev/bench_attention_sdpa.py 16,32,64 1024 12 64 20 >"$WORK/attention_sdpa.log" 2>&1
+    grep -hE '^(attention .*forward\+backward|backend|SKIP|error)' "$WORK/attention.log" "$WORK/attention_sdpa.log" |
+        while IFS= read -r line; do say "attn     $line"; done
 fi
 
-# d12 at T=1024: the largest micro-batch that fits (out of memory exits with an error line).
-bench=build/gpu/sm_$GPU_ARCH/bench_train
-if [[ -x $bench ]]; then
-    for B in 64 48 32 16 8; do
-        if timeout 120 $bench d12 $B 1024 10 989 >"$OUT_DIR/bench_B$B.log" 2>&1; then
-            cat "$OUT_DIR/bench_B$B.log"
-            summary+=("bench    $(head -n 1 "$OUT_DIR/bench_B$B.log")")
-            summary+=("memory   $(grep 'memory' "$OUT_DIR/bench_B$B.log")")
-            break
-        fi
-        summary+=("bench    B=$B: $(tail -n 1 "$OUT_DIR/bench_B$B.log")")
-    done
-fi
+# --- the GPU tests, each with its tally line -------------------------------------
+for t in "${TESTS[@]}"; do
+    [[ -x $BIN/$t ]] || { say "test     $t: not built"; continue; }
+    capped 60 "$BIN/$t" >"$WORK/$t.log" 2>&1
+    rc=$?
+    tally=$(grep -E '^[A-Za-z0-9_]+: [0-9]+ passed, [0-9]+ failed$' "$WORK/$t.log" | tail -n 1)
+    say "test     ${tally:-$t: no tally (exit $rc)}$(grep -m1 '^FAIL' "$WORK/$t.log" | sed 's/^/; first /' | cut -c1-160)"
+done
 
-echo
-echo "== gpu_check summary (sm_$GPU_ARCH)"
-printf '%s\n' "${summary[@]}"
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+for t in "${MPI_TESTS[@]}"; do
+    [[ -x $BIN/$t ]] || { say "test     $t: not built"; continue; }
+    args=()
+    [[ $t == test_distributed ]] && mkdir -p "$WORK/$t.dir" && args=("$WORK/$t.dir")
+    capped 60 mpirun --oversubscribe -np 1 "$BIN/$t" "${args[@]}" >"$WORK/$t.log" 2>&1
+    say "test     $(grep -E '^[A-Za-z0-9_]+: [0-9]+ passed, [0-9]+ failed$' "$WORK/$t.log" | tail -n 1) [mpirun -np 1]"
+done
+
+# --- the trainer: 20 steps on the built-in corpus, a bitwise resume, -b auto -----
+TRAIN=$BIN/train_gpt
+if [[ -x $TRAIN ]]; then
+    capped 60 "$TRAIN" -x 20 -v 10 -o "$WORK/run" >"$WORK/train.log" 2>&1
+    say "train    $(grep '^step' "$WORK/train.log" | tail -n 1)$(grep -m1 '^error' "$WORK/train.log")"
+    # checkpoints at 10 and 20, then resume from 10: the step-20 files must be bitwise the same
+    capped 60 "$TRAIN" -x 20 -v 0 -n 10 -o "$WORK/ck" >"$WORK/ck.log" 2>&1
+    rm -rf "$WORK/ck2" && cp -r "$WORK/ck" "$WORK/ck2" && rm -f "$WORK/ck2/"*00000020*
+    capped 60 "$TRAIN" -x 20 -v 0 -n 10 -o "$WORK/ck2" -y 1 >"$WORK/ck2.log" 2>&1
+    if cmp -s "$WORK/ck/model_00000020.bin" "$WORK/ck2/model_00000020.bin" &&
+        cmp -s "$WORK/ck/state_00000020_00000.bin" "$WORK/ck2/state_00000020_00000.bin"; then
+        say "resume   bitwise: step-20 model and state equal after resuming from step 10"
+    else
+        say "resume   NOT bitwise (see ck.log, ck2.log)"
+    fi
+    capped 90 "$TRAIN" -e d12 -b auto -t 1024 -x 3 -v 0 -o "$WORK/auto" >"$WORK/auto.log" 2>&1
+    say "b auto   $(grep '^batch:' "$WORK/auto.log"); $(grep '^step' "$WORK/auto.log" | tail -n 1)$(grep -m1 '^error' "$WORK/auto.log")"
+    rm -f "$WORK"/{ck,ck2,auto,run}/*.bin  # checkpoints stay out of the tarball
+else
+    say "train    train_gpt not built"
+fi
+finish 0

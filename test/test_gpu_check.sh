@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# test/gpu_check.sh in its dry run (GPU_CHECK_DRY_RUN=1: nvidia-smi, the build
+# and the GPU programs stubbed by test/gpu_check_stubs.sh), so that the script
+# that meets the first GPU cannot rot: with and without Open MPI, and with a
+# budget too small for any step (it must still finish and leave its tarball).
+set -u
+cd "$(dirname "$0")/.."
+passed=0
+failed=0
+check() {  # check DESCRIPTION COMMAND...
+    local what=$1
+    shift
+    if "$@" >/dev/null 2>&1; then passed=$((passed + 1)); echo "PASS $what"; else failed=$((failed + 1)); echo "FAIL $what"; fi
+}
+has() { grep -qF -- "$2" "$1/summary.txt"; }
+
+dry() {  # dry OUT_DIR [VAR=value...]: one dry run into OUT_DIR
+    local out=$1
+    shift
+    rm -rf "$out"
+    env GPU_CHECK_DRY_RUN=1 GPU_ARCH=dry OUT="$out" "$@" bash test/gpu_check.sh >"$out.log" 2>&1
+}
+
+out=build/gpu-check-dry/mpi
+mkdir -p build/gpu-check-dry
+dry "$out"
+check "dry run exits 0" test $? -eq 0
+check "with Open MPI: multi-GPU build" has "$out" "build: MULTI_GPU"
+check "benchmark falls back from B=64 (out of memory) to B=32" has "$out" "ours     model d12 (124475904 parameters), B=32"
+check "PyTorch's step is reported (or skipped, saying why)" grep -qE "^gpu_check: pytorch  (model|SKIP)" "$out/summary.txt"
+check "attention benchmark lines" has "$out" "attn     attention llmc B=64"
+check "every GPU test gives its tally line" test "$(grep -c '^gpu_check: test     test_.*: 3 passed, 0 failed' "$out/summary.txt")" -eq 11
+check "the NCCL tests run on one rank" has "$out" "test_distributed: 3 passed, 0 failed [mpirun -np 1]"
+check "trainer, resume and -b auto lines" bash -c "grep -q '^gpu_check: train    step 20/20' $out/summary.txt &&
+    grep -q 'resume   bitwise' $out/summary.txt && grep -q 'b auto   batch: B=32' $out/summary.txt"
+check "two files under \$OUT (at most 8 come back): summary.txt and one tarball" \
+    test "$(ls "$out" | tr '\n' ' ')" = "gpu_check_logs.tar.gz summary.txt "
+check "the tarball holds the logs and no checkpoint" bash -c "tar -tzf $out/gpu_check_logs.tar.gz | grep -q bench_B32.log &&
+    tar -tzf $out/gpu_check_logs.tar.gz | grep -q train.log && ! tar -tzf $out/gpu_check_logs.tar.gz | grep -q '\.bin$'"
+check "the last line says it is done, within its budget" grep -qE "^gpu_check: done in [0-9]+s \(budget 420s\)" "$out/summary.txt"
+
+out=build/gpu-check-dry/no-mpi
+dry "$out" GPU_CHECK_NO_MPI=1
+check "without Open MPI: NO_MULTI_GPU=1 and no NCCL tests" bash -c "grep -q 'build: NO_MULTI_GPU=1' $out/summary.txt &&
+    ! grep -q test_nccl $out/summary.txt && grep -q 'test     test_gpt2: 3 passed' $out/summary.txt"
+
+out=build/gpu-check-dry/budget
+dry "$out" GPU_CHECK_BUDGET=10
+check "a spent budget skips the steps but still finishes with its tarball" bash -c "grep -q '^gpu_check: done in' $out/summary.txt &&
+    test -f $out/gpu_check_logs.tar.gz && grep -q 'budget spent' $out/../budget.log"
+echo "test_gpu_check: $passed passed, $failed failed"
+[[ $failed -eq 0 ]]
