@@ -16,6 +16,10 @@
 // The clip factor is read from device memory here, so the optimizer never
 // waits for the norm on the host. The scalars that depend only on the
 // hyperparameters are computed in double on the host, as torch does in Python.
+// N consecutive elements per thread (16-byte accesses to the fp32 arrays where
+// n and the pointers allow, else 1); the arithmetic per element is the same
+// either way, so the result does not depend on N.
+template <int N>
 __global__ void adamw_kernel(floatX* __restrict__ params, float* __restrict__ master, const float* __restrict__ grads,
                              float* __restrict__ m, float* __restrict__ v, size_t n,
                              float decay, float one_minus_beta1, float beta2, float one_minus_beta2, float eps,
@@ -26,19 +30,26 @@ __global__ void adamw_kernel(floatX* __restrict__ params, float* __restrict__ ma
     if (grad_norm_squared && !isfinite(*grad_norm_squared)) return;
     float clip = 1.0f;
     if (grad_clip > 0.0f) clip = fminf(1.0f, grad_clip / (sqrtf(*grad_norm_squared) + 1e-6f));
-    const BlockChunk chunk = block_chunk(n);
-    for (size_t i = chunk.begin + threadIdx.x; i < chunk.end; i += blockDim.x) {
-        const float g = grads[i] * clip;
-        float p = master[i] * decay;
-        float mi = m[i];
-        mi = mi + one_minus_beta1 * (g - mi);
-        const float vi = beta2 * v[i] + one_minus_beta2 * g * g;
-        const float denom = sqrtf(vi) / bc2_sqrt + eps;
-        p = p - step_size * (mi / denom);
-        m[i] = mi;
-        v[i] = vi;
-        master[i] = p;
-        stochastic_round(p, &params[i], (uint32_t)(index_offset + i), seed);  // exact when floatX is float
+    const BlockChunk chunk = block_chunk(n / N);
+    for (size_t k = chunk.begin + threadIdx.x; k < chunk.end; k += blockDim.x) {
+        const size_t i = k * N;
+        const Packed<float, N> g = load_packed_streaming<N>(grads + i);
+        Packed<float, N> p = load_packed<N>(master + i), mi = load_packed<N>(m + i), vi = load_packed<N>(v + i);
+        Packed<floatX, N> w;
+#pragma unroll
+        for (int e = 0; e < N; e++) {
+            const float ge = g.v[e] * clip;
+            mi.v[e] = mi.v[e] + one_minus_beta1 * (ge - mi.v[e]);
+            vi.v[e] = beta2 * vi.v[e] + one_minus_beta2 * ge * ge;
+            const float denom = sqrtf(vi.v[e]) / bc2_sqrt + eps;
+            const float decayed = p.v[e] * decay;
+            p.v[e] = decayed - step_size * (mi.v[e] / denom);
+            stochastic_round(p.v[e], &w.v[e], (uint32_t)(index_offset + i + e), seed);  // exact when floatX is float
+        }
+        store_packed(m + i, mi);
+        store_packed(v + i, vi);
+        store_packed(master + i, p);
+        store_packed(params + i, w);
     }
 }
 
@@ -57,8 +68,14 @@ inline void adamw_update(floatX* params, float* master, const float* grads, floa
     const float bc2_sqrt = (float)std::sqrt(bias_correction2);
     const float decay = (float)(1.0 - (double)lr * (double)weight_decay);
     const int block = 256;
-    adamw_kernel<<<chunked_grid_blocks(n, block), block, 0, stream>>>(
-        params, master, grads, m, v, n, decay, (float)(1.0 - (double)beta1), beta2, (float)(1.0 - (double)beta2), eps,
-        step_size, bc2_sqrt, grad_clip, grad_norm_squared, seed, index_offset);
+    const float one_minus_beta1 = (float)(1.0 - (double)beta1), one_minus_beta2 = (float)(1.0 - (double)beta2);
+    if (pack_width<float>(n, master, grads, m, v) > 1 && reinterpret_cast<uintptr_t>(params) % 16 == 0)
+        adamw_kernel<PACK128<float>><<<chunked_grid_blocks(n / PACK128<float>, block), block, 0, stream>>>(
+            params, master, grads, m, v, n, decay, one_minus_beta1, beta2, one_minus_beta2, eps, step_size, bc2_sqrt,
+            grad_clip, grad_norm_squared, seed, index_offset);
+    else
+        adamw_kernel<1><<<chunked_grid_blocks(n, block), block, 0, stream>>>(
+            params, master, grads, m, v, n, decay, one_minus_beta1, beta2, one_minus_beta2, eps, step_size, bc2_sqrt,
+            grad_clip, grad_norm_squared, seed, index_offset);
     cudaCheck(cudaGetLastError());
 }

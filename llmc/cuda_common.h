@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <cuda_runtime.h>
 #include <cuda_bf16.h>
 
@@ -103,6 +104,44 @@ __device__ inline BlockChunk block_chunk(size_t n) {
     const size_t begin = (size_t)blockIdx.x * per_block;
     const size_t end = begin + per_block;
     return BlockChunk{begin < n ? begin : n, end < n ? end : n};
+}
+
+// ---------------------------------------------------------------------------
+// 128-bit accesses: N consecutive elements moved as one load or store. With
+// N = 16 / sizeof(T) (8 bf16, 4 float) a GPU issues one LDG.128 / STG.128 per
+// thread instead of N narrow ones. Kernels take N as a template parameter;
+// launchers pick it with pack_width(), falling back to 1 where a pointer or the
+// length does not allow 16-byte accesses, so every size stays correct.
+template <class T, int N>
+struct alignas(sizeof(T) * N) Packed {
+    T v[N];
+};
+template <class T>
+constexpr int PACK128 = 16 / (int)sizeof(T);
+
+// Plain load / store, and a streaming load (__ldcs: the data is read once, so
+// it should not push reused data out of the caches).
+template <int N, class T>
+__device__ inline Packed<T, N> load_packed(const T* p) { return *reinterpret_cast<const Packed<T, N>*>(p); }
+template <int N, class T>
+__device__ inline void store_packed(T* p, const Packed<T, N>& x) { *reinterpret_cast<Packed<T, N>*>(p) = x; }
+template <int N, class T>
+__device__ inline Packed<T, N> load_packed_streaming(const T* p) {
+    if constexpr (sizeof(Packed<T, N>) == 16) {
+        const int4 raw = __ldcs(reinterpret_cast<const int4*>(p));
+        Packed<T, N> x;
+        memcpy(&x, &raw, 16);
+        return x;
+    } else {
+        return load_packed<N>(p);
+    }
+}
+
+// PACK128<T> if n is a multiple of it and every pointer is 16-byte aligned, else 1.
+template <class T, class... Ptrs>
+inline int pack_width(size_t n, const Ptrs*... ptrs) {
+    const bool aligned = ((reinterpret_cast<uintptr_t>(ptrs) % 16 == 0) && ...);
+    return aligned && n % PACK128<T> == 0 ? PACK128<T> : 1;
 }
 
 // ---------------------------------------------------------------------------

@@ -14,18 +14,23 @@
 
 // ---------------------------------------------------------------------------
 // Forward: out[b,t,c] = wte[inp[b,t], c] + wpe[t, c]   (sum in fp32, one rounding)
-// One thread per output element in a block-chunked loop; consecutive threads take
-// consecutive c, so the wte/wpe row reads and the out writes are coalesced.
+// N consecutive c per thread (16-byte accesses, or 1 where C or a pointer does
+// not allow them) in a block-chunked loop; consecutive threads take consecutive
+// c, so the wte/wpe row reads and the out writes are coalesced.
+template <int N>
 __global__ void encoder_forward_kernel(floatX* out, const int* inp, const floatX* wte, const floatX* wpe,
                                        int T, int C, size_t total) {
-    const BlockChunk chunk = block_chunk(total);
-    for (size_t i = chunk.begin + threadIdx.x; i < chunk.end; i += blockDim.x) {
-        const size_t bt = i / C;
+    const BlockChunk chunk = block_chunk(total / N);
+    for (size_t k = chunk.begin + threadIdx.x; k < chunk.end; k += blockDim.x) {
+        const size_t i = k * N, bt = i / C;
         const int c = (int)(i % C);
         const int t = (int)(bt % T);
-        const int token = inp[bt];
-        const float sum = to_float(wte[(size_t)token * C + c]) + to_float(wpe[(size_t)t * C + c]);
-        out[i] = from_float<floatX>(sum);
+        const Packed<floatX, N> w = load_packed<N>(wte + (size_t)inp[bt] * C + c);
+        const Packed<floatX, N> p = load_packed<N>(wpe + (size_t)t * C + c);
+        Packed<floatX, N> o;
+#pragma unroll
+        for (int e = 0; e < N; e++) o.v[e] = from_float<floatX>(to_float(w.v[e]) + to_float(p.v[e]));
+        store_packed(out + i, o);
     }
 }
 
@@ -33,7 +38,12 @@ inline void encoder_forward(floatX* out, const int* inp, const floatX* wte, cons
                             int B, int T, int C, cudaStream_t stream) {
     const size_t total = (size_t)B * T * C;
     const int block = 256;
-    encoder_forward_kernel<<<chunked_grid_blocks(total, block), block, 0, stream>>>(out, inp, wte, wpe, T, C, total);
+    if (pack_width<floatX>(C, out, wte, wpe) > 1)
+        encoder_forward_kernel<PACK128<floatX>><<<chunked_grid_blocks(total / PACK128<floatX>, block), block, 0,
+                                                  stream>>>(out, inp, wte, wpe, T, C, total);
+    else
+        encoder_forward_kernel<1><<<chunked_grid_blocks(total, block), block, 0, stream>>>(out, inp, wte, wpe, T, C,
+                                                                                           total);
     cudaCheck(cudaGetLastError());
 }
 

@@ -10,12 +10,15 @@ inline size_t global_norm_scratch_floats() { return GLOBAL_NORM_MAX_BLOCKS; }
 
 // Stage 1: partial[k] = sum over this block's chunk of g[i]^2
 // (fp32 per thread, then the block reduction).
+// N consecutive elements per thread (16-byte loads where n and the pointer allow).
+template <int N>
 __global__ void global_norm_partial_kernel(float* partial, const float* grads, size_t n) {
     float sum = 0.0f;
-    const BlockChunk chunk = block_chunk(n);
-    for (size_t i = chunk.begin + threadIdx.x; i < chunk.end; i += blockDim.x) {
-        const float g = grads[i];
-        sum += g * g;
+    const BlockChunk chunk = block_chunk(n / N);
+    for (size_t k = chunk.begin + threadIdx.x; k < chunk.end; k += blockDim.x) {
+        const Packed<float, N> g = load_packed_streaming<N>(grads + k * N);
+#pragma unroll
+        for (int e = 0; e < N; e++) sum += g.v[e] * g.v[e];
     }
     sum = block_reduce_sum(sum);
     if (threadIdx.x == 0) partial[blockIdx.x] = sum;
@@ -35,7 +38,10 @@ inline void global_norm_squared(float* norm_squared, float* scratch, const float
                                 cudaStream_t stream) {
     const size_t needed = CEIL_DIV(n, (size_t)GLOBAL_NORM_BLOCK);
     const int blocks = (int)(needed < (size_t)GLOBAL_NORM_MAX_BLOCKS ? (needed > 0 ? needed : 1) : GLOBAL_NORM_MAX_BLOCKS);
-    global_norm_partial_kernel<<<blocks, GLOBAL_NORM_BLOCK, 0, stream>>>(scratch, grads, n);
+    if (pack_width<float>(n, grads) > 1)
+        global_norm_partial_kernel<PACK128<float>><<<blocks, GLOBAL_NORM_BLOCK, 0, stream>>>(scratch, grads, n);
+    else
+        global_norm_partial_kernel<1><<<blocks, GLOBAL_NORM_BLOCK, 0, stream>>>(scratch, grads, n);
     cudaCheck(cudaGetLastError());
     global_norm_final_kernel<<<1, GLOBAL_NORM_BLOCK, 0, stream>>>(norm_squared, scratch, blocks);
     cudaCheck(cudaGetLastError());

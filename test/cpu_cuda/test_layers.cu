@@ -571,6 +571,7 @@ int main() {
     test_encoder(3, 13, 40, 50);
     test_encoder(2, 5, 768, 1000);
     test_encoder(1, 1, 40, 5);
+    test_encoder(2, 3, 20, 50);   // C not a multiple of 8: one element per access
     test_layernorm_reference_gradient();
     test_layernorm(37, 40);
     test_layernorm(1, 768);
@@ -579,6 +580,7 @@ int main() {
     test_layernorm(3, 6200);    // 2*C floats of shared memory > 48 KiB: the opt-in path
     test_gelu(1037);
     test_gelu(200003);          // more elements than the bounded grid has threads
+    test_gelu(200008);          // a multiple of 8: 16-byte accesses (bf16)
     test_classifier(6, 250, 256, {1, 5});
     test_classifier(3, 50257, 50304, {1});
     test_accumulate_loss(1);
@@ -589,6 +591,7 @@ int main() {
     test_adamw(1037, 0.1f, 0.5f);      // clipping active
     test_adamw(1037, 0.0f, 0.0f);      // clipping disabled, no weight decay
     test_adamw(140001, 0.1f, 1e3f);    // clip above the norm: inactive; grid-stride wraps
+    test_adamw(140000, 0.1f, 0.5f);    // a multiple of 4: 16-byte accesses
     test_stochastic_rounding();
     test_adamw_in_pieces();
     CUDA_OK(cudaStreamDestroy(g_stream));
