@@ -578,6 +578,7 @@ int main() {
     test_layernorm(37, 768);
     test_layernorm(600, 40);    // more rows than backward blocks: rows per block > 1
     test_layernorm(3, 6200);    // 2*C floats of shared memory > 48 KiB: the opt-in path
+    test_layernorm(9, 36);      // C not a multiple of 8: one element per access
     test_gelu(1037);
     test_gelu(200003);          // more elements than the bounded grid has threads
     test_gelu(200008);          // a multiple of 8: 16-byte accesses (bf16)
