@@ -50,42 +50,58 @@ __device__ inline void block_softmax_merge(float& m, float& s) {
 //   loss[i] = log(sum_{c<V} exp(x[c] - m)) + m - x[y],   m = max_{c<V} x[c]
 //   dlogits[i, c] = dloss * (softmax(x)[c] - [c == y])  for c < V,  0 for V <= c < Vp
 // masked rows (y == -1): loss 0, dlogits all 0.
-// Pass 1 reads the row once with the online max+sum; after the block merge
-// (whose barriers order every read of pass 1, including x[y], before any
-// write) pass 2 overwrites each thread's own columns with the gradient.
+// Threads take N-element packs (16-byte accesses where Vp and the pointer
+// allow; 1 element otherwise). Pass 1 reads the row once with the online
+// max+sum; after the block merge (whose barriers order every read of pass 1,
+// including x[y], before any write) pass 2 overwrites each thread's own packs
+// with the gradient, reading them again (from the cache on a GPU).
+template <int N>
 __global__ void fused_classifier_kernel(floatX* logits, float* losses, const int* targets, float dloss, int V,
                                         int Vp, bool write_dlogits) {
     const int row = blockIdx.x;
     floatX* x = logits + (size_t)row * Vp;
     const int target = targets[row];
+    const int stride = blockDim.x * N;
     if (target < 0) {  // the same for the whole block: no barrier is skipped by only some threads
         if (threadIdx.x == 0) losses[row] = 0.0f;
+        const Packed<floatX, N> zero = {};
         if (write_dlogits)
-            for (int c = threadIdx.x; c < Vp; c += blockDim.x) x[c] = from_float<floatX>(0.0f);
+            for (int c = threadIdx.x * N; c < Vp; c += stride) store_packed(x + c, zero);
         return;
     }
     const float x_target = to_float(x[target]);
     float m = -INFINITY, s = 0.0f;
-    for (int c = threadIdx.x; c < V; c += blockDim.x) {
-        const float v = to_float(x[c]);
-        if (v > m) {
-            s = softmax_rescale(s, m, v) + 1.0f;
-            m = v;
-        } else {
-            s += expf(v - m);
+    for (int c0 = threadIdx.x * N; c0 < V; c0 += stride) {
+        const Packed<floatX, N> xv = load_packed<N>(x + c0);
+#pragma unroll
+        for (int e = 0; e < N; e++) {
+            if (c0 + e >= V) break;
+            const float v = to_float(xv.v[e]);
+            if (v > m) {
+                s = softmax_rescale(s, m, v) + 1.0f;
+                m = v;
+            } else {
+                s += expf(v - m);
+            }
         }
     }
     block_softmax_merge(m, s);
     if (threadIdx.x == 0) losses[row] = logf(s) + m - x_target;
     if (!write_dlogits) return;
     const float inv_s = 1.0f / s;
-    for (int c = threadIdx.x; c < Vp; c += blockDim.x) {
-        float d = 0.0f;
-        if (c < V) {
-            const float p = expf(to_float(x[c]) - m) * inv_s;
-            d = dloss * (p - (c == target ? 1.0f : 0.0f));
+    for (int c0 = threadIdx.x * N; c0 < Vp; c0 += stride) {
+        Packed<floatX, N> xv = load_packed<N>(x + c0);
+#pragma unroll
+        for (int e = 0; e < N; e++) {
+            const int c = c0 + e;
+            float d = 0.0f;
+            if (c < V) {
+                const float p = expf(to_float(xv.v[e]) - m) * inv_s;
+                d = dloss * (p - (c == target ? 1.0f : 0.0f));
+            }
+            xv.v[e] = from_float<floatX>(d);
         }
-        x[c] = from_float<floatX>(d);
+        store_packed(x + c0, xv);
     }
 }
 
@@ -93,9 +109,13 @@ __global__ void fused_classifier_kernel(floatX* logits, float* losses, const int
 inline void fused_classifier(floatX* logits, float* losses, const int* targets, float dloss, int N, int V, int Vp,
                              bool write_dlogits, cudaStream_t stream) {
     if (N <= 0) return;
-    // 512 threads: ~100 columns each at V = 50257; small vocabularies get just enough warps
+    // 512 threads: ~12 packs of 8 each at V = 50257; small vocabularies get just enough warps
     const int block = Vp >= 512 ? 512 : CEIL_DIV(Vp, WARP_SIZE) * WARP_SIZE;
-    fused_classifier_kernel<<<N, block, 0, stream>>>(logits, losses, targets, dloss, V, Vp, write_dlogits);
+    if (pack_width<floatX>(Vp, logits) > 1)
+        fused_classifier_kernel<PACK128<floatX>><<<N, block, 0, stream>>>(logits, losses, targets, dloss, V, Vp,
+                                                                          write_dlogits);
+    else
+        fused_classifier_kernel<1><<<N, block, 0, stream>>>(logits, losses, targets, dloss, V, Vp, write_dlogits);
     cudaCheck(cudaGetLastError());
 }
 

@@ -584,6 +584,7 @@ int main() {
     test_gelu(200008);          // a multiple of 8: 16-byte accesses (bf16)
     test_classifier(6, 250, 256, {1, 5});
     test_classifier(3, 50257, 50304, {1});
+    test_classifier(4, 37, 37, {2});   // Vp not a multiple of 8: one element per access
     test_accumulate_loss(1);
     test_accumulate_loss(3001);
     test_global_norm(1);
