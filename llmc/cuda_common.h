@@ -6,6 +6,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <map>
+#include <utility>
 #include <cuda_runtime.h>
 #include <cuda_bf16.h>
 
@@ -145,9 +147,10 @@ inline int pack_width(size_t n, const Ptrs*... ptrs) {
 }
 
 // ---------------------------------------------------------------------------
-// Launch sizing for block-chunked loops: enough blocks to fill the device a few
-// times over, never more than the work needs. (Under the CPU runtime every GPU
-// thread is a fiber, so a bounded grid also keeps the CPU build fast.)
+// Launch sizing for block-chunked loops: as many blocks as the device holds at
+// once (SM count x blocks per SM of this kernel, from the occupancy API), never
+// more than the work needs. The CPU runtime reports its own, smaller occupancy
+// (every GPU thread is a fiber there), so the same code keeps the CPU build fast.
 inline int num_sms() {
     static int count = 0;
     if (count == 0) {
@@ -157,8 +160,15 @@ inline int num_sms() {
     }
     return count;
 }
-inline int chunked_grid_blocks(size_t n, int block_size) {
+inline int chunked_grid_blocks(const void* kernel, size_t n, int block_size) {
+    static std::map<std::pair<const void*, int>, int> per_sm;  // asked once per kernel and block size
+    const auto [it, fresh] = per_sm.try_emplace({kernel, block_size}, 0);
+    if (fresh) cudaCheck(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&it->second, kernel, block_size, 0));
     const size_t needed = CEIL_DIV(n, (size_t)block_size);
-    const size_t cap = (size_t)num_sms() * 4;
+    const size_t cap = (size_t)num_sms() * (it->second > 0 ? it->second : 1);
     return (int)(needed < cap ? (needed > 0 ? needed : 1) : cap);
+}
+template <class Kernel>
+inline int chunked_grid_blocks(Kernel* kernel, size_t n, int block_size) {
+    return chunked_grid_blocks(reinterpret_cast<const void*>(kernel), n, block_size);
 }

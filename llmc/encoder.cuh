@@ -39,10 +39,11 @@ inline void encoder_forward(floatX* out, const int* inp, const floatX* wte, cons
     const size_t total = (size_t)B * T * C;
     const int block = 256;
     if (pack_width<floatX>(C, out, wte, wpe) > 1)
-        encoder_forward_kernel<PACK128<floatX>><<<chunked_grid_blocks(total / PACK128<floatX>, block), block, 0,
+        encoder_forward_kernel<PACK128<floatX>><<<chunked_grid_blocks(encoder_forward_kernel<PACK128<floatX>>,
+                                                                      total / PACK128<floatX>, block), block, 0,
                                                   stream>>>(out, inp, wte, wpe, T, C, total);
     else
-        encoder_forward_kernel<1><<<chunked_grid_blocks(total, block), block, 0, stream>>>(out, inp, wte, wpe, T, C,
+        encoder_forward_kernel<1><<<chunked_grid_blocks(encoder_forward_kernel<1>, total, block), block, 0, stream>>>(out, inp, wte, wpe, T, C,
                                                                                            total);
     cudaCheck(cudaGetLastError());
 }
@@ -128,6 +129,6 @@ inline void encoder_backward(float* dwte, float* dwpe, const floatX* dout, const
         cudaCheck(cudaGetLastError());
     }
     const size_t TC = (size_t)T * C;
-    encoder_backward_wpe_kernel<<<chunked_grid_blocks(TC, block), block, 0, stream>>>(dwpe, dout, B, T, C);
+    encoder_backward_wpe_kernel<<<chunked_grid_blocks(encoder_backward_wpe_kernel, TC, block), block, 0, stream>>>(dwpe, dout, B, T, C);
     cudaCheck(cudaGetLastError());
 }

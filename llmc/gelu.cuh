@@ -54,10 +54,10 @@ __global__ void gelu_backward_inplace_kernel(floatX* d_in_out, const floatX* inp
 inline void gelu_forward(floatX* out, const floatX* inp, size_t n, cudaStream_t stream) {
     const int block = 256;
     if (pack_width<floatX>(n, out, inp) > 1)
-        gelu_forward_kernel<PACK128<floatX>><<<chunked_grid_blocks(n / PACK128<floatX>, block), block, 0, stream>>>(
+        gelu_forward_kernel<PACK128<floatX>><<<chunked_grid_blocks(gelu_forward_kernel<PACK128<floatX>>, n / PACK128<floatX>, block), block, 0, stream>>>(
             out, inp, n);
     else
-        gelu_forward_kernel<1><<<chunked_grid_blocks(n, block), block, 0, stream>>>(out, inp, n);
+        gelu_forward_kernel<1><<<chunked_grid_blocks(gelu_forward_kernel<1>, n, block), block, 0, stream>>>(out, inp, n);
     cudaCheck(cudaGetLastError());
 }
 
@@ -65,8 +65,9 @@ inline void gelu_backward_inplace(floatX* d_in_out, const floatX* inp, size_t n,
     const int block = 256;
     if (pack_width<floatX>(n, d_in_out, inp) > 1)
         gelu_backward_inplace_kernel<PACK128<floatX>>
-            <<<chunked_grid_blocks(n / PACK128<floatX>, block), block, 0, stream>>>(d_in_out, inp, n);
+            <<<chunked_grid_blocks(gelu_backward_inplace_kernel<PACK128<floatX>>, n / PACK128<floatX>, block), block, 0,
+               stream>>>(d_in_out, inp, n);
     else
-        gelu_backward_inplace_kernel<1><<<chunked_grid_blocks(n, block), block, 0, stream>>>(d_in_out, inp, n);
+        gelu_backward_inplace_kernel<1><<<chunked_grid_blocks(gelu_backward_inplace_kernel<1>, n, block), block, 0, stream>>>(d_in_out, inp, n);
     cudaCheck(cudaGetLastError());
 }

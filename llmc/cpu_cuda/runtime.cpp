@@ -150,6 +150,7 @@ struct Config {
     size_t stack_bytes;
     size_t total_memory;
     int sm_count;
+    int blocks_per_sm;            // the most blocks the occupancy API reports per SM
     size_t smem_per_block;        // default dynamic limit of a kernel
     size_t smem_per_block_optin;  // the most cudaFuncSetAttribute can grant
     Schedule schedule = Schedule::Forward;
@@ -163,6 +164,7 @@ struct Config {
         stack_bytes = (size_t)env_long("CPUCUDA_STACK_KB", 64, 16, 65536) * 1024;
         total_memory = (size_t)env_long("CPUCUDA_DEVICE_MEMORY_MB", 16384, 1, 1L << 24) << 20;
         sm_count = (int)env_long("CPUCUDA_SM_COUNT", 132, 1, 4096);
+        blocks_per_sm = (int)env_long("CPUCUDA_BLOCKS_PER_SM", 4, 1, 32);
         smem_per_block = (size_t)env_long("CPUCUDA_SMEM_PER_BLOCK_KB", 48, 1, 1024) * 1024;
         smem_per_block_optin = (size_t)env_long("CPUCUDA_SMEM_OPTIN_KB", 227, 1, 1024) * 1024;
         smem_per_block_optin = std::max(smem_per_block_optin, smem_per_block);
@@ -1331,6 +1333,20 @@ cudaError_t cudaDeviceSynchronize(void) {
 cudaError_t cudaDeviceReset(void) { return cudaSuccess; }
 cudaError_t cudaDriverGetVersion(int* v) { *v = CUDART_VERSION; return cudaSuccess; }
 cudaError_t cudaRuntimeGetVersion(int* v) { *v = CUDART_VERSION; return cudaSuccess; }
+
+// The virtual device's occupancy: what threads per SM (2048) and shared
+// memory allow, capped at CPUCUDA_BLOCKS_PER_SM (4). Grids sized from it stay
+// small, which keeps the CPU build fast (every GPU thread is a fiber); kernel
+// registers do not limit anything here.
+cudaError_t cudaOccupancyMaxActiveBlocksPerMultiprocessor(int* num_blocks, const void* func, int block_size,
+                                                          size_t dynamic_smem) {
+    if (!num_blocks || !func || block_size <= 0 || block_size > 1024) return cpucuda::record(cudaErrorInvalidValue);
+    const cpucuda::Config& c = cpucuda::config();
+    size_t blocks = std::min<size_t>(c.blocks_per_sm, 2048 / (size_t)block_size);
+    if (dynamic_smem) blocks = std::min(blocks, (228u * 1024) / dynamic_smem);
+    *num_blocks = (int)blocks;
+    return cudaSuccess;
+}
 
 #undef cudaFuncSetAttribute
 // The C entry point: kernels launched by this runtime are known by name, not by

@@ -250,6 +250,14 @@ static void test_virtual_device() {
     const char* sms = getenv("CPUCUDA_SM_COUNT");
     const char* mem = getenv("CPUCUDA_DEVICE_MEMORY_MB");
     const char* optin = getenv("CPUCUDA_SMEM_OPTIN_KB");
+    int per_sm[4];
+    CUDA_OK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm[0], synced_sum_kernel, 256, 0));
+    CUDA_OK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm[1], synced_sum_kernel, 1024, 0));
+    CUDA_OK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm[2], synced_sum_kernel, 128, 100 * 1024));
+    CUDA_OK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm[3], synced_sum_kernel, 32, 0));
+    CHECK(per_sm[0] == 4 && per_sm[1] == 2 && per_sm[2] == 2 && per_sm[3] == 4,
+          "occupancy: min(4 (CPUCUDA_BLOCKS_PER_SM), 2048 threads, 228 KiB of shared memory) blocks per SM: %d %d %d %d",
+          per_sm[0], per_sm[1], per_sm[2], per_sm[3]);
     if (!sms || !mem || !optin) {
         CHECK(p.multiProcessorCount == 132 && p.totalGlobalMem == (16384ull << 20) &&
                   p.sharedMemPerBlock == 48 * 1024 && p.sharedMemPerBlockOptin == 227 * 1024,

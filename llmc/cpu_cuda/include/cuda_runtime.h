@@ -403,6 +403,12 @@ inline double max(double a, double b) { return fmax(a, b); }
 
 // --- the C++ conveniences of the toolkit's cuda_runtime.h ---------------------------
 template <class T>
+inline cudaError_t cudaOccupancyMaxActiveBlocksPerMultiprocessor(int* num_blocks, T* func, int block_size,
+                                                                 size_t dynamic_smem) {
+    return ::cudaOccupancyMaxActiveBlocksPerMultiprocessor(num_blocks, (const void*)func, block_size, dynamic_smem);
+}
+
+template <class T>
 inline cudaError_t cudaMalloc(T** p, size_t size) { return cudaMalloc((void**)p, size); }
 template <class T>
 inline cudaError_t cudaMallocHost(T** p, size_t size) { return cudaMallocHost((void**)p, size); }
