@@ -88,9 +88,11 @@ inline int encoder_backward_plan(int* plan, const int* inp_host, int B, int T) {
 }
 
 // dwte[v, c] += sum over the positions p of token v, in increasing p, of dout[p, c]
-// One warp per distinct token (8 per block); lanes stride over c, so reads of a
-// dout row and the read-modify-write of the dwte row are coalesced. Each dwte
-// row belongs to exactly one warp: no atomics, the order of the sum is fixed.
+// One warp per distinct token (8 per block); lanes take N-column packs (16-byte
+// reads of dout where C and the pointers allow), so reads of a dout row and the
+// read-modify-write of the dwte row are coalesced. Each dwte row belongs to
+// exactly one warp: no atomics, the order of the sum is fixed.
+template <int N>
 __global__ void encoder_backward_wte_kernel(float* dwte, const floatX* dout, const int* plan, int num_distinct,
                                             int BT, int C) {
     const int group = blockIdx.x * (blockDim.x / WARP_SIZE) + threadIdx.x / WARP_SIZE;
@@ -101,34 +103,55 @@ __global__ void encoder_backward_wte_kernel(float* dwte, const floatX* dout, con
     const int* tokens = plan + 2 * (size_t)BT + 1;
     const int begin = offsets[group], end = offsets[group + 1];
     float* row = dwte + (size_t)tokens[group] * C;
-    for (int c = lane; c < C; c += WARP_SIZE) {
-        float sum = 0.0f;
-        for (int k = begin; k < end; k++) sum += to_float(dout[(size_t)positions[k] * C + c]);
-        row[c] += sum;
+    for (int c = lane * N; c < C; c += WARP_SIZE * N) {
+        float sum[N] = {};
+        for (int k = begin; k < end; k++) {
+            const Packed<floatX, N> d = load_packed<N>(dout + (size_t)positions[k] * C + c);
+#pragma unroll
+            for (int e = 0; e < N; e++) sum[e] += to_float(d.v[e]);
+        }
+#pragma unroll
+        for (int e = 0; e < N; e++) row[c + e] += sum[e];
     }
 }
 
 // dwpe[t, c] += sum over b = 0..B-1, in that order, of dout[b, t, c]
-// One thread per (t, c) in a block-chunked loop; the sum over b is serial.
+// N consecutive (t, c) per thread in a block-chunked loop; the sum over b is serial.
+template <int N>
 __global__ void encoder_backward_wpe_kernel(float* dwpe, const floatX* dout, int B, int T, int C) {
     const size_t TC = (size_t)T * C;
-    const BlockChunk chunk = block_chunk(TC);
-    for (size_t i = chunk.begin + threadIdx.x; i < chunk.end; i += blockDim.x) {
-        float sum = 0.0f;
-        for (int b = 0; b < B; b++) sum += to_float(dout[b * TC + i]);
-        dwpe[i] += sum;
+    const BlockChunk chunk = block_chunk(TC / N);
+    for (size_t k = chunk.begin + threadIdx.x; k < chunk.end; k += blockDim.x) {
+        float sum[N] = {};
+        for (int b = 0; b < B; b++) {
+            const Packed<floatX, N> d = load_packed<N>(dout + b * TC + k * N);
+#pragma unroll
+            for (int e = 0; e < N; e++) sum[e] += to_float(d.v[e]);
+        }
+#pragma unroll
+        for (int e = 0; e < N; e++) dwpe[k * N + e] += sum[e];
     }
 }
 
 inline void encoder_backward(float* dwte, float* dwpe, const floatX* dout, const int* plan_device, int num_distinct,
                              int B, int T, int C, cudaStream_t stream) {
     const int block = 256, warps_per_block = block / WARP_SIZE;
+    const size_t TC = (size_t)T * C;
+    constexpr int P = PACK128<floatX>;
+    const bool packed = pack_width<floatX>(C, dout) > 1;
     if (num_distinct > 0) {
-        encoder_backward_wte_kernel<<<CEIL_DIV(num_distinct, warps_per_block), block, 0, stream>>>(
-            dwte, dout, plan_device, num_distinct, B * T, C);
+        const int blocks = CEIL_DIV(num_distinct, warps_per_block);
+        if (packed)
+            encoder_backward_wte_kernel<P><<<blocks, block, 0, stream>>>(dwte, dout, plan_device, num_distinct, B * T, C);
+        else
+            encoder_backward_wte_kernel<1><<<blocks, block, 0, stream>>>(dwte, dout, plan_device, num_distinct, B * T, C);
         cudaCheck(cudaGetLastError());
     }
-    const size_t TC = (size_t)T * C;
-    encoder_backward_wpe_kernel<<<chunked_grid_blocks(encoder_backward_wpe_kernel, TC, block), block, 0, stream>>>(dwpe, dout, B, T, C);
+    if (packed)
+        encoder_backward_wpe_kernel<P><<<chunked_grid_blocks(encoder_backward_wpe_kernel<P>, TC / P, block), block, 0,
+                                         stream>>>(dwpe, dout, B, T, C);
+    else
+        encoder_backward_wpe_kernel<1><<<chunked_grid_blocks(encoder_backward_wpe_kernel<1>, TC, block), block, 0,
+                                         stream>>>(dwpe, dout, B, T, C);
     cudaCheck(cudaGetLastError());
 }

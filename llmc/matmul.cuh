@@ -86,27 +86,35 @@ inline void matmul_cublaslt(void* d, cudaDataType_t d_type, const floatX* a, con
 
 // ---------------------------------------------------------------------------
 // Bias gradient, stage 1: block (bx, by) sums rows [by*rows_per_chunk, ...) of
-// 32 columns. Thread (tx, ty) adds rows ty, ty+8, ... of column bx*32+tx, then
-// the 8 partial sums are added in ty order: a fixed order, so the result is
-// bitwise reproducible (no atomics).
+// 32 N-column packs (N = 8 bf16: 16-byte loads; 1 where OC or the pointer does
+// not allow them). Thread (tx, ty) adds rows ty, ty+8, ... of its pack, then
+// the 8 partial sums are added in ty order: a fixed order (the same for any
+// N), so the result is bitwise reproducible (no atomics).
 constexpr int BIAS_COLS = 32, BIAS_ROW_THREADS = 8, BIAS_MAX_CHUNKS = 64;
 
-__global__ void bias_backward_partial_kernel(float* partials, const floatX* dout, int N, int OC, int rows_per_chunk) {
-    __shared__ float sums[BIAS_ROW_THREADS][BIAS_COLS];
-    const int col = blockIdx.x * BIAS_COLS + threadIdx.x;
+template <int N>
+__global__ void bias_backward_partial_kernel(float* partials, const floatX* dout, int rows, int OC, int rows_per_chunk) {
+    __shared__ float sums[BIAS_ROW_THREADS][BIAS_COLS * N];
+    const int col = (blockIdx.x * BIAS_COLS + threadIdx.x) * N;
     const int row_begin = blockIdx.y * rows_per_chunk;
-    const int row_end = min(N, row_begin + rows_per_chunk);
-    float sum = 0.0f;
+    const int row_end = min(rows, row_begin + rows_per_chunk);
+    float sum[N] = {};
     if (col < OC)
-        for (int row = row_begin + threadIdx.y; row < row_end; row += BIAS_ROW_THREADS)
-            sum += to_float(dout[(size_t)row * OC + col]);
-    sums[threadIdx.y][threadIdx.x] = sum;
+        for (int row = row_begin + threadIdx.y; row < row_end; row += BIAS_ROW_THREADS) {
+            const Packed<floatX, N> d = load_packed<N>(dout + (size_t)row * OC + col);
+#pragma unroll
+            for (int e = 0; e < N; e++) sum[e] += to_float(d.v[e]);
+        }
+#pragma unroll
+    for (int e = 0; e < N; e++) sums[threadIdx.y][threadIdx.x * N + e] = sum[e];
     __syncthreads();
-    if (threadIdx.y == 0 && col < OC) {
-        float total = 0.0f;
-        for (int i = 0; i < BIAS_ROW_THREADS; i++) total += sums[i][threadIdx.x];
-        partials[(size_t)blockIdx.y * OC + col] = total;
-    }
+    if (threadIdx.y == 0 && col < OC)
+#pragma unroll
+        for (int e = 0; e < N; e++) {
+            float total = 0.0f;
+            for (int i = 0; i < BIAS_ROW_THREADS; i++) total += sums[i][threadIdx.x * N + e];
+            partials[(size_t)blockIdx.y * OC + col + e] = total;
+        }
 }
 
 // Stage 2: dbias[c] += sum of the chunk partials of column c, in chunk order.
@@ -124,8 +132,13 @@ inline void bias_backward(float* dbias, float* scratch, const floatX* dout, int 
     // Chunks of at least 256 rows (32 per thread); at most BIAS_MAX_CHUNKS partials per column.
     const int num_chunks = min(BIAS_MAX_CHUNKS, max(1, N / 256));
     const int rows_per_chunk = CEIL_DIV(N, num_chunks);
-    dim3 grid(CEIL_DIV(OC, BIAS_COLS), num_chunks), block(BIAS_COLS, BIAS_ROW_THREADS);
-    bias_backward_partial_kernel<<<grid, block, 0, stream>>>(scratch, dout, N, OC, rows_per_chunk);
+    const dim3 block(BIAS_COLS, BIAS_ROW_THREADS);
+    if (pack_width<floatX>(OC, dout) > 1)
+        bias_backward_partial_kernel<PACK128<floatX>><<<dim3(CEIL_DIV(OC, BIAS_COLS * PACK128<floatX>), num_chunks),
+                                                        block, 0, stream>>>(scratch, dout, N, OC, rows_per_chunk);
+    else
+        bias_backward_partial_kernel<1><<<dim3(CEIL_DIV(OC, BIAS_COLS), num_chunks), block, 0, stream>>>(
+            scratch, dout, N, OC, rows_per_chunk);
     cudaCheck(cudaGetLastError());
     bias_backward_final_kernel<<<CEIL_DIV(OC, 256), 256, 0, stream>>>(dbias, scratch, num_chunks, OC);
     cudaCheck(cudaGetLastError());
