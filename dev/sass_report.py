@@ -14,7 +14,9 @@ M failed" (exit 1 on failure): there is at least one kernel whose name contains
 none at HS = 64 or 128 spills. Names are matched as displayed: demangled, with
 no namespaces or parameters. Convention: HS is a kernel's FIRST INTEGER TEMPLATE
 ARGUMENT (attention_forward_kernel<64>, attn_fwd<bf16, 64, true>: HS 64); a
-kernel whose HS can't be found is checked for spills anyway.
+kernel whose HS can't be found is checked for spills anyway. Every other kernel
+whose first template argument is 4 or 8 (a 16-byte Packed access, see
+llmc/cuda_common.h) must issue LDG.128 and must not spill.
 
 cuobjdump and the nvdisasm it runs for -sass: $CUOBJDUMP/$NVDISASM, $CUDA_HOME/bin,
 PATH, or the pip wheels nvidia-cuda-cuobjdump and nvidia-cuda-nvdisasm
@@ -224,6 +226,13 @@ def check(rows):
         results.append((r["LDGSTS"] > 0, f"{n}: cp.async (LDGSTS {r['LDGSTS']} > 0)"))
         if hs in (64, 128, None):
             results.append((r["spill"] == 0, f"{n}: no spills (HS {'?' if hs is None else hs}: {r['spill']} bytes)"))
+    # the memory-bound kernels' 16-byte instantiations (Packed<T, N> with N = 8 bf16 or 4 fp32, the first
+    # template argument) must issue 16-byte loads, and none of them may spill
+    packed = [r for r in rows if "attention" not in r["name"] and head_size(r["name"]) in (4, 8)]
+    results.append((bool(packed), f"{len(packed)} kernel(s) with 16-byte accesses found (need at least one)"))
+    for r in packed:
+        results.append((r["LDG128"] > 0 and r["spill"] == 0,
+                        f"{r['name']}: 16-byte loads (LDG.128 {r['LDG128']} > 0), no spills ({r['spill']} bytes)"))
     for ok, msg in results:
         print(("PASS " if ok else "FAIL ") + msg)
     failed = sum(not ok for ok, _ in results)
