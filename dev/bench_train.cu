@@ -1,7 +1,11 @@
 // Training-step benchmark: a GPT-2 model (default d12) on random tokens.
 // Prints ms per step, tokens/s, model FLOPs utilisation against a peak, and
 // peak device memory. Under the CPU runtime it also prints where the time
-// goes: cuBLASLt matmuls (GEMM) vs the hand-written kernels.
+// goes: cuBLASLt matmuls (GEMM) vs the hand-written kernels. Then a roofline
+// per kernel family: FLOPs and bytes of one step (forward, backward, AdamW) and
+// the time they take at least on an H200 (989 TFLOP/s bf16, 4.8 TB/s); with
+// BENCH_FAMILIES=1 each family's launches of one step are also run and timed
+// alone with CUDA events (on the CPU runtime: CPU times).
 //   usage: bench_train [descriptor] [B] [T] [steps] [peak TFLOP/s]
 //   e.g.   build/cpu/bench_train d12 4 64 2        (CPU: GEMM share)
 //          build/gpu/sm_90/bench_train d12 16 1024 10 989   (H100/H200 bf16 dense peak)
@@ -11,7 +15,125 @@
 #include <cpucuda.h>
 #endif
 #include <chrono>
+#include <functional>
 #include <random>
+
+// --- the roofline of one step, per kernel family -------------------------------
+// Bytes are what each kernel must move at least (every operand read once, every
+// result written once); X = sizeof(floatX). The launches are those of
+// gpt2_forward / gpt2_backward / gpt2_update for one micro-batch, on the
+// model's own buffers (values do not matter for the time).
+struct Family {
+    const char* name;
+    double flops, bytes;
+    std::function<void()> run;
+};
+
+static std::vector<Family> step_families(GPT2* m) {
+    const GPT2Config& c = m->config;
+    const int B = m->B, T = m->T, C = c.channels, NH = c.num_heads, L = c.num_layers, Vp = c.padded_vocab_size;
+    const int BT = B * T, HS = C / NH;
+    const double X = sizeof(floatX), bt = BT, n = (double)m->num_parameters, l = L;
+    ActivationTensors& a = m->acts;
+    BackwardScratch& s = m->scratch;
+    const ParameterTensors<floatX>& p = m->params;
+    const ParameterTensors<float>& g = m->grads;
+    cudaStream_t st = m->stream;
+    const double attn_unit = 2.0 * B * NH * (double)T * T * HS / 2;  // one causal T x T x HS product
+    // per layer: qkv (C -> 3C), attproj (C -> C), fc (C -> 4C), fcproj (4C -> C); the LM head (C -> Vp)
+    const int shapes[4][2] = {{C, 3 * C}, {C, C}, {C, 4 * C}, {4 * C, C}};
+    double mm_flops = 6.0 * bt * C * Vp, mm_bytes = 3 * bt * C * X + 3 * bt * Vp * X + (double)Vp * C * (2 * X + 8);
+    for (auto& sh : shapes) {
+        const double ic = sh[0], oc = sh[1];
+        mm_flops += l * 6.0 * bt * ic * oc;
+        mm_bytes += l * (3 * bt * ic * X + 3 * bt * oc * X + ic * oc * (2 * X + 8));
+    }
+    return {
+        {"matmuls (cuBLASLt)", mm_flops, mm_bytes,
+         [=] {
+             for (int k = 0; k < L; k++)
+                 for (auto& sh : shapes) {
+                     matmul_forward(a.fch, a.fch_gelu, p.fcw, p.fcb, BT, sh[0], sh[1], st);
+                     matmul_backward(s.dwide, g.fcw, g.fcb, s.reduce, a.fch, a.fch_gelu, p.fcw, BT, sh[0], sh[1], st);
+                 }
+             matmul_forward(a.logits, a.lnf, p.wte, nullptr, BT, C, Vp, st);
+             matmul_backward(s.dnarrow, g.wte, nullptr, s.reduce, a.logits, a.lnf, p.wte, BT, C, Vp, st);
+         }},
+        {"attention forward", l * 2 * attn_unit, l * (3 * bt * C * X + bt * C * X + bt * NH * 4),
+         [=] { for (int k = 0; k < L; k++) attention_forward(a.atty, a.att_lse, a.qkv, B, T, NH, HS, st); }},
+        {"attention backward", l * 7 * attn_unit, l * (3 * bt * C * X + 2 * bt * C * X + 3 * bt * C * X + 2 * bt * NH * 4),
+         [=] {
+             for (int k = 0; k < L; k++)
+                 attention_backward(s.dwide, s.reduce, s.dnarrow, a.qkv, a.atty, a.att_lse, B, T, NH, HS, st);
+         }},
+        {"gelu forward + backward", 0, l * 5 * bt * 4 * C * X,
+         [=] {
+             for (int k = 0; k < L; k++) {
+                 gelu_forward(a.fch_gelu, a.fch, (size_t)BT * 4 * C, st);
+                 gelu_backward_inplace(s.dwide, a.fch, (size_t)BT * 4 * C, st);
+             }
+         }},
+        {"layernorm forward (+ residual)", 0, (2 * l + 1) * 4 * bt * C * X,
+         [=] {
+             for (int k = 0; k < 2 * L + 1; k++)
+                 fused_residual_layernorm_forward(a.residual2, a.ln2, a.ln2_mean, a.ln2_rstd, a.residual3, a.proj_out,
+                                                  p.ln2w, p.ln2b, BT, C, st);
+         }},
+        {"layernorm backward", 0, (2 * l + 1) * 4 * bt * C * X,
+         [=] {
+             for (int k = 0; k < 2 * L + 1; k++)
+                 layernorm_backward(s.dresidual, g.ln2w, g.ln2b, s.reduce, s.dnarrow, a.residual2, p.ln2w, a.ln2_mean,
+                                    a.ln2_rstd, BT, C, st);
+         }},
+        {"classifier", 0, 2 * bt * Vp * X,
+         [=] { fused_classifier(a.logits, a.losses, m->targets, 1.0f / BT, BT, c.vocab_size, Vp, true, st); }},
+        {"encoder forward + backward", 0, 2 * bt * C * X + bt * C * X + 2.0 * T * C * 4,
+         [=] {
+             encoder_forward(a.encoded, m->inputs, p.wte, p.wpe, B, T, C, st);
+             encoder_backward(g.wte, g.wpe, s.dresidual, s.encoder_plan, 0, B, T, C, st);
+         }},
+        {"AdamW + global norm + zeroing", 0, n * (30 + 4 + 4),
+         [=] {
+             global_norm_squared(m->step_stats + 1, s.reduce, m->grads_memory, m->num_parameters, st);
+             adamw_update(m->params_memory, m->master_weights, m->grads_memory, m->adam_m, m->adam_v,
+                          m->num_parameters, 1e-4f, 0.9f, 0.95f, 1e-8f, 0.0f, 1, 0.0f, nullptr, 1, 0, st);
+             cudaCheck(cudaMemsetAsync(m->grads_memory, 0, m->num_parameters * sizeof(float), st));
+         }},
+    };
+}
+
+static void print_roofline(GPT2* m, bool timed) {
+    const double peak_flops = 989e12, peak_bytes = 4.8e12;
+    cudaEvent_t start, end;
+    cudaCheck(cudaEventCreate(&start));
+    cudaCheck(cudaEventCreate(&end));
+    printf("roofline of one step (B=%d T=%d), H200 bound = max(FLOPs / 989 TFLOP/s, bytes / 4.8 TB/s)%s\n", m->B, m->T,
+#ifdef CPUCUDA
+           timed ? "; times: CPU runtime (CPU times, not a GPU's)" : "");
+#else
+           timed ? "; times: CUDA events on this GPU" : "");
+#endif
+    printf("  %-32s %12s %12s %10s%s\n", "family", "GFLOP", "GB", "bound ms", timed ? "    time ms" : "");
+    double bound_all = 0, bound_rest = 0;
+    for (const Family& f : step_families(m)) {
+        const double bound = 1000 * std::max(f.flops / peak_flops, f.bytes / peak_bytes);
+        bound_all += bound;
+        if (strncmp(f.name, "matmuls", 7) != 0 && strncmp(f.name, "attention", 9) != 0) bound_rest += bound;
+        printf("  %-32s %12.1f %12.3f %10.3f", f.name, f.flops / 1e9, f.bytes / 1e9, bound);
+        if (timed) {
+            f.run();  // warm-up
+            cudaCheck(cudaEventRecord(start, m->stream));
+            f.run();
+            cudaCheck(cudaEventRecord(end, m->stream));
+            cudaCheck(cudaEventSynchronize(end));
+            float ms = 0;
+            cudaCheck(cudaEventElapsedTime(&ms, start, end));
+            printf(" %10.3f", ms);
+        }
+        printf("\n");
+    }
+    printf("  bound of the step: %.1f ms; outside matmuls and attention: %.1f ms\n", bound_all, bound_rest);
+}
 
 int main(int argc, char** argv) {
     const char* descriptor = argc > 1 ? argv[1] : "d12";
@@ -69,6 +191,7 @@ int main(int argc, char** argv) {
     cudaCheck(cudaMemGetInfo(&free_bytes, &total_bytes));
     printf("device memory in use: %.1f MiB of %.1f MiB\n", (total_bytes - free_bytes) / 1048576.0, total_bytes / 1048576.0);
 #endif
+    print_roofline(&model, getenv("BENCH_FAMILIES") && atoi(getenv("BENCH_FAMILIES")) == 1);
     gpt2_free(&model);
     matmul_teardown();
     return 0;
