@@ -11,6 +11,10 @@
 // any bf16 rounding of the running sum.
 #pragma once
 #include <cublasLt.h>
+
+#include <map>
+#include <tuple>
+
 #include "llmc/cuda_common.h"
 
 inline void cublas_check(cublasStatus_t status, const char* file, int line) {
@@ -40,8 +44,19 @@ inline void matmul_teardown() {
 constexpr cudaDataType_t FLOATX_CUDA_TYPE =
     sizeof(floatX) == 4 ? CUDA_R_32F : CUDA_R_16BF;
 
+// The alignment cuBLASLt's preferences take for a pointer: the largest power of
+// two up to 256 that divides its address (algorithms with wider loads need it).
+inline uint32_t pointer_alignment(const void* p) {
+    uint32_t alignment = 256;
+    while (alignment > 1 && reinterpret_cast<uintptr_t>(p) % alignment) alignment /= 2;
+    return alignment;
+}
+
 // Column-major D(m, n) = op(A)(m, k) @ op(B)(k, n) [+ bias(m)] + beta * D.
 // A, B are floatX; D is floatX or fp32 (d_type); fp32 accumulation throughout.
+// The algorithm is asked for once per shape, layout and pointer alignments
+// (the preferences say how aligned A, B, C and D are, so cuBLASLt may pick
+// algorithms with 16-byte accesses) and reused.
 inline void matmul_cublaslt(void* d, cudaDataType_t d_type, const floatX* a, const floatX* b,
                             const floatX* bias, int m, int n, int k, bool trans_a, bool trans_b,
                             float beta, cudaStream_t stream) {
@@ -61,23 +76,37 @@ inline void matmul_cublaslt(void* d, cudaDataType_t d_type, const floatX* a, con
     cublasCheck(cublasLtMatrixLayoutCreate(&layout_b, FLOATX_CUDA_TYPE, trans_b ? n : k, trans_b ? k : n, trans_b ? n : k));
     cublasCheck(cublasLtMatrixLayoutCreate(&layout_d, d_type, m, n, m));
 
-    cublasLtMatmulPreference_t preference;
-    cublasCheck(cublasLtMatmulPreferenceCreate(&preference));
-    const size_t workspace_bytes = CUBLASLT_WORKSPACE_BYTES;
-    cublasCheck(cublasLtMatmulPreferenceSetAttribute(preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
-                                                     &workspace_bytes, sizeof(workspace_bytes)));
-    cublasLtMatmulHeuristicResult_t heuristic;
-    int found = 0;
-    cublasCheck(cublasLtMatmulAlgoGetHeuristic(cublaslt_handle, desc, layout_a, layout_b, layout_d, layout_d,
-                                               preference, 1, &heuristic, &found));
-    if (found == 0) {
-        fprintf(stderr, "error: cuBLASLt: no algorithm for m=%d n=%d k=%d\n", m, n, k);
-        exit(EXIT_FAILURE);
+    const uint32_t align_a = pointer_alignment(a), align_b = pointer_alignment(b), align_d = pointer_alignment(d);
+    using Key = std::tuple<int, int, int, bool, bool, bool, int, uint32_t, uint32_t, uint32_t>;
+    static std::map<Key, cublasLtMatmulAlgo_t> algorithms;
+    const Key key{m, n, k, trans_a, trans_b, bias != nullptr, (int)d_type, align_a, align_b, align_d};
+    auto found_algo = algorithms.find(key);
+    if (found_algo == algorithms.end()) {
+        cublasLtMatmulPreference_t preference;
+        cublasCheck(cublasLtMatmulPreferenceCreate(&preference));
+        const size_t workspace_bytes = CUBLASLT_WORKSPACE_BYTES;
+        cublasCheck(cublasLtMatmulPreferenceSetAttribute(preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                                         &workspace_bytes, sizeof(workspace_bytes)));
+        const cublasLtMatmulPreferenceAttributes_t align_attrs[4] = {
+            CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+            CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
+        const uint32_t aligns[4] = {align_a, align_b, align_d, align_d};  // C is D (in place)
+        for (int i = 0; i < 4; i++)
+            cublasCheck(cublasLtMatmulPreferenceSetAttribute(preference, align_attrs[i], &aligns[i], sizeof(aligns[i])));
+        cublasLtMatmulHeuristicResult_t heuristic;
+        int found = 0;
+        cublasCheck(cublasLtMatmulAlgoGetHeuristic(cublaslt_handle, desc, layout_a, layout_b, layout_d, layout_d,
+                                                   preference, 1, &heuristic, &found));
+        cublasCheck(cublasLtMatmulPreferenceDestroy(preference));
+        if (found == 0) {
+            fprintf(stderr, "error: cuBLASLt: no algorithm for m=%d n=%d k=%d\n", m, n, k);
+            exit(EXIT_FAILURE);
+        }
+        found_algo = algorithms.emplace(key, heuristic.algo).first;
     }
     const float alpha = 1.0f;
     cublasCheck(cublasLtMatmul(cublaslt_handle, desc, &alpha, a, layout_a, b, layout_b, &beta, d, layout_d, d,
-                               layout_d, &heuristic.algo, cublaslt_workspace, CUBLASLT_WORKSPACE_BYTES, stream));
-    cublasCheck(cublasLtMatmulPreferenceDestroy(preference));
+                               layout_d, &found_algo->second, cublaslt_workspace, CUBLASLT_WORKSPACE_BYTES, stream));
     cublasCheck(cublasLtMatrixLayoutDestroy(layout_a));
     cublasCheck(cublasLtMatrixLayoutDestroy(layout_b));
     cublasCheck(cublasLtMatrixLayoutDestroy(layout_d));
