@@ -13,7 +13,8 @@ for name in "$@"; do
     case $name in
         test_*) body="echo \"PASS stub\"; echo \"$name: 3 passed, 0 failed\"" ;;
         bench_train) body='[ "$2" -ge 64 ] && { echo "error: out of memory at B=$2 (stub)"; exit 1; }
-echo "model d12 (124475904 parameters), B=$2 T=$3, bf16: 100.0 ms/step, $(( $2 * $3 * 10 )) tok/s (stub)"' ;;
+echo "model d12 (124475904 parameters), B=$2 T=$3, bf16: 100.0 ms/step, $(( $2 * $3 * 10 )) tok/s (stub)"
+echo "roofline of one step (B=$2 T=$3) (stub)"; echo "  gelu forward + backward  0.0  24.2  5.0  6.0 (stub)"' ;;
         bench_attention) body='for B in 16 32 64; do echo "attention llmc B=$B T=1024 NH=12 HS=64 forward+backward 1e12 FLOP 1.0 ms 1.00 TFLOP/s (stub)"; done' ;;
         train_gpt) body='out=.; every=0; steps=20; auto=0
 while [ $# -gt 0 ]; do case $1 in -o) out=$2; shift;; -n) every=$2; shift;; -x) steps=$2; shift;; -b) [ "$2" = auto ] && auto=1; shift;; *) ;; esac; shift; done

@@ -27,6 +27,7 @@ dry "$out"
 check "dry run exits 0" test $? -eq 0
 check "with Open MPI: multi-GPU build" has "$out" "build: MULTI_GPU"
 check "benchmark falls back from B=64 (out of memory) to B=32" has "$out" "ours     model d12 (124475904 parameters), B=32"
+check "the per-family roofline of the benchmark is reported" has "$out" "roofline   gelu forward + backward"
 check "PyTorch's step is reported (or skipped, saying why)" grep -qE "^gpu_check: pytorch  (model|SKIP)" "$out/summary.txt"
 check "attention benchmark lines" has "$out" "attn     attention llmc B=64"
 check "every GPU test gives its tally line" test "$(grep -c '^gpu_check: test     test_.*: 3 passed, 0 failed' "$out/summary.txt")" -eq 11
