@@ -253,7 +253,7 @@ attention_forward_kernel(bf16* out, float* lse, const bf16* qkv, int T, int NH) 
         next_kv_tile<HS, KV>(k_tiles, v_tiles, base + C, base + 2 * C, stride, it, tiles, T);
         if (it == 0) load_a_rows<HS>(qf, q_tile + 16 * warp * LD);
         // 16-key steps of this tile that hold a key <= the warp's last row
-        const int steps = min(KV / 16, (row_lo + 15 - k0) / 16 + 1);
+        const int steps = row_lo + 15 < k0 ? 0 : min(KV / 16, (row_lo + 15 - k0) / 16 + 1);
         if (steps > 0) {
             float s[KV / 8][4];
             zero(s);
@@ -363,7 +363,7 @@ attention_backward_dq_kernel(bf16* dqkv, float* Dvec, const bf16* dout, const bf
                 lse2[r] = rr < T ? lse[(size_t)bh * T + rr] * LOG2E : 0.0f;
             }
         }
-        const int steps = min(KV / 16, (row_lo + 15 - k0) / 16 + 1);
+        const int steps = row_lo + 15 < k0 ? 0 : min(KV / 16, (row_lo + 15 - k0) / 16 + 1);
         if (steps > 0) {
             float s[KV / 8][4], dp[KV / 8][4];
             zero(s);
