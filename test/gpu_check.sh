@@ -86,7 +86,9 @@ for B in 64 32 16; do
 done
 if [[ -n $bench_B ]]; then
     capped 150 python3 dev/bench_train_torch.py d12 "$bench_B" 1024 10 989 >"$WORK/bench_torch.log" 2>&1
-    say "pytorch  $(grep -hE '^(model|SKIP|error)' "$WORK/bench_torch.log" | head -n 1)"
+    rc=$?
+    line=$(grep -hE '^(model|SKIP|error)' "$WORK/bench_torch.log" | head -n 1)
+    say "pytorch  ${line:-no result (exit $rc; 124: out of time)}"
     ours=$(grep -o '[0-9]* tok/s' "$WORK/bench_B$bench_B.log" | head -n 1 | cut -d' ' -f1)
     theirs=$(grep '^model' "$WORK/bench_torch.log" | grep -o '[0-9]* tok/s' | head -n 1 | cut -d' ' -f1)
     [[ -n $ours && -n $theirs ]] && say "ratio    ours / pytorch tok/s = $(awk -v a="$ours" -v b="$theirs" 'BEGIN { printf "%.2f", a / b }')"
