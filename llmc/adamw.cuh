@@ -69,13 +69,11 @@ inline void adamw_update(floatX* params, float* master, const float* grads, floa
     const float decay = (float)(1.0 - (double)lr * (double)weight_decay);
     const int block = 256;
     const float one_minus_beta1 = (float)(1.0 - (double)beta1), one_minus_beta2 = (float)(1.0 - (double)beta2);
-    if (pack_width<float>(n, master, grads, m, v) > 1 && reinterpret_cast<uintptr_t>(params) % 16 == 0)
-        adamw_kernel<PACK128<float>><<<chunked_grid_blocks(adamw_kernel<PACK128<float>>, n / PACK128<float>, block), block, 0, stream>>>(
+    with_pack_width<float>(pack_width<float>(n, master, grads, m, v, params), [&](auto pack) {
+        constexpr int P = decltype(pack)::value;
+        adamw_kernel<P><<<chunked_grid_blocks(adamw_kernel<P>, n / P, block), block, 0, stream>>>(
             params, master, grads, m, v, n, decay, one_minus_beta1, beta2, one_minus_beta2, eps, step_size, bc2_sqrt,
             grad_clip, grad_norm_squared, seed, index_offset);
-    else
-        adamw_kernel<1><<<chunked_grid_blocks(adamw_kernel<1>, n, block), block, 0, stream>>>(
-            params, master, grads, m, v, n, decay, one_minus_beta1, beta2, one_minus_beta2, eps, step_size, bc2_sqrt,
-            grad_clip, grad_norm_squared, seed, index_offset);
+    });
     cudaCheck(cudaGetLastError());
 }

@@ -111,11 +111,10 @@ inline void fused_classifier(floatX* logits, float* losses, const int* targets, 
     if (N <= 0) return;
     // 512 threads: ~12 packs of 8 each at V = 50257; small vocabularies get just enough warps
     const int block = Vp >= 512 ? 512 : CEIL_DIV(Vp, WARP_SIZE) * WARP_SIZE;
-    if (pack_width<floatX>(Vp, logits) > 1)
-        fused_classifier_kernel<PACK128<floatX>><<<N, block, 0, stream>>>(logits, losses, targets, dloss, V, Vp,
-                                                                          write_dlogits);
-    else
-        fused_classifier_kernel<1><<<N, block, 0, stream>>>(logits, losses, targets, dloss, V, Vp, write_dlogits);
+    with_pack_width<floatX>(pack_width<floatX>(Vp, logits), [&](auto pack) {
+        fused_classifier_kernel<decltype(pack)::value><<<N, block, 0, stream>>>(logits, losses, targets, dloss, V, Vp,
+                                                                                write_dlogits);
+    });
     cudaCheck(cudaGetLastError());
 }
 

@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <map>
+#include <type_traits>
 #include <utility>
 #include <cuda_runtime.h>
 #include <cuda_bf16.h>
@@ -144,6 +145,13 @@ template <class T, class... Ptrs>
 inline int pack_width(size_t n, const Ptrs*... ptrs) {
     const bool aligned = ((reinterpret_cast<uintptr_t>(ptrs) % 16 == 0) && ...);
     return aligned && n % PACK128<T> == 0 ? PACK128<T> : 1;
+}
+// Calls f(std::integral_constant<int, N>()) with N = width (PACK128<T> or 1, from
+// pack_width): the launchers' one switch between the two instantiations.
+template <class T, class F>
+inline void with_pack_width(int width, F f) {
+    if (width == PACK128<T>) f(std::integral_constant<int, PACK128<T>>());
+    else f(std::integral_constant<int, 1>());
 }
 
 // ---------------------------------------------------------------------------

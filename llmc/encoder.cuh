@@ -38,13 +38,11 @@ inline void encoder_forward(floatX* out, const int* inp, const floatX* wte, cons
                             int B, int T, int C, cudaStream_t stream) {
     const size_t total = (size_t)B * T * C;
     const int block = 256;
-    if (pack_width<floatX>(C, out, wte, wpe) > 1)
-        encoder_forward_kernel<PACK128<floatX>><<<chunked_grid_blocks(encoder_forward_kernel<PACK128<floatX>>,
-                                                                      total / PACK128<floatX>, block), block, 0,
-                                                  stream>>>(out, inp, wte, wpe, T, C, total);
-    else
-        encoder_forward_kernel<1><<<chunked_grid_blocks(encoder_forward_kernel<1>, total, block), block, 0, stream>>>(out, inp, wte, wpe, T, C,
-                                                                                           total);
+    with_pack_width<floatX>(pack_width<floatX>(C, out, wte, wpe), [&](auto pack) {
+        constexpr int P = decltype(pack)::value;
+        encoder_forward_kernel<P><<<chunked_grid_blocks(encoder_forward_kernel<P>, total / P, block), block, 0, stream>>>(
+            out, inp, wte, wpe, T, C, total);
+    });
     cudaCheck(cudaGetLastError());
 }
 
@@ -137,21 +135,15 @@ inline void encoder_backward(float* dwte, float* dwpe, const floatX* dout, const
                              int B, int T, int C, cudaStream_t stream) {
     const int block = 256, warps_per_block = block / WARP_SIZE;
     const size_t TC = (size_t)T * C;
-    constexpr int P = PACK128<floatX>;
-    const bool packed = pack_width<floatX>(C, dout) > 1;
-    if (num_distinct > 0) {
-        const int blocks = CEIL_DIV(num_distinct, warps_per_block);
-        if (packed)
-            encoder_backward_wte_kernel<P><<<blocks, block, 0, stream>>>(dwte, dout, plan_device, num_distinct, B * T, C);
-        else
-            encoder_backward_wte_kernel<1><<<blocks, block, 0, stream>>>(dwte, dout, plan_device, num_distinct, B * T, C);
-        cudaCheck(cudaGetLastError());
-    }
-    if (packed)
+    with_pack_width<floatX>(pack_width<floatX>(C, dout), [&](auto pack) {
+        constexpr int P = decltype(pack)::value;
+        if (num_distinct > 0) {
+            encoder_backward_wte_kernel<P><<<CEIL_DIV(num_distinct, warps_per_block), block, 0, stream>>>(
+                dwte, dout, plan_device, num_distinct, B * T, C);
+            cudaCheck(cudaGetLastError());
+        }
         encoder_backward_wpe_kernel<P><<<chunked_grid_blocks(encoder_backward_wpe_kernel<P>, TC / P, block), block, 0,
                                          stream>>>(dwpe, dout, B, T, C);
-    else
-        encoder_backward_wpe_kernel<1><<<chunked_grid_blocks(encoder_backward_wpe_kernel<1>, TC, block), block, 0,
-                                         stream>>>(dwpe, dout, B, T, C);
+    });
     cudaCheck(cudaGetLastError());
 }

@@ -53,21 +53,19 @@ __global__ void gelu_backward_inplace_kernel(floatX* d_in_out, const floatX* inp
 
 inline void gelu_forward(floatX* out, const floatX* inp, size_t n, cudaStream_t stream) {
     const int block = 256;
-    if (pack_width<floatX>(n, out, inp) > 1)
-        gelu_forward_kernel<PACK128<floatX>><<<chunked_grid_blocks(gelu_forward_kernel<PACK128<floatX>>, n / PACK128<floatX>, block), block, 0, stream>>>(
-            out, inp, n);
-    else
-        gelu_forward_kernel<1><<<chunked_grid_blocks(gelu_forward_kernel<1>, n, block), block, 0, stream>>>(out, inp, n);
+    with_pack_width<floatX>(pack_width<floatX>(n, out, inp), [&](auto pack) {
+        constexpr int P = decltype(pack)::value;
+        gelu_forward_kernel<P><<<chunked_grid_blocks(gelu_forward_kernel<P>, n / P, block), block, 0, stream>>>(out, inp, n);
+    });
     cudaCheck(cudaGetLastError());
 }
 
 inline void gelu_backward_inplace(floatX* d_in_out, const floatX* inp, size_t n, cudaStream_t stream) {
     const int block = 256;
-    if (pack_width<floatX>(n, d_in_out, inp) > 1)
-        gelu_backward_inplace_kernel<PACK128<floatX>>
-            <<<chunked_grid_blocks(gelu_backward_inplace_kernel<PACK128<floatX>>, n / PACK128<floatX>, block), block, 0,
-               stream>>>(d_in_out, inp, n);
-    else
-        gelu_backward_inplace_kernel<1><<<chunked_grid_blocks(gelu_backward_inplace_kernel<1>, n, block), block, 0, stream>>>(d_in_out, inp, n);
+    with_pack_width<floatX>(pack_width<floatX>(n, d_in_out, inp), [&](auto pack) {
+        constexpr int P = decltype(pack)::value;
+        gelu_backward_inplace_kernel<P><<<chunked_grid_blocks(gelu_backward_inplace_kernel<P>, n / P, block), block, 0,
+                                          stream>>>(d_in_out, inp, n);
+    });
     cudaCheck(cudaGetLastError());
 }

@@ -38,10 +38,9 @@ inline void global_norm_squared(float* norm_squared, float* scratch, const float
                                 cudaStream_t stream) {
     const size_t needed = CEIL_DIV(n, (size_t)GLOBAL_NORM_BLOCK);
     const int blocks = (int)(needed < (size_t)GLOBAL_NORM_MAX_BLOCKS ? (needed > 0 ? needed : 1) : GLOBAL_NORM_MAX_BLOCKS);
-    if (pack_width<float>(n, grads) > 1)
-        global_norm_partial_kernel<PACK128<float>><<<blocks, GLOBAL_NORM_BLOCK, 0, stream>>>(scratch, grads, n);
-    else
-        global_norm_partial_kernel<1><<<blocks, GLOBAL_NORM_BLOCK, 0, stream>>>(scratch, grads, n);
+    with_pack_width<float>(pack_width<float>(n, grads), [&](auto pack) {
+        global_norm_partial_kernel<decltype(pack)::value><<<blocks, GLOBAL_NORM_BLOCK, 0, stream>>>(scratch, grads, n);
+    });
     cudaCheck(cudaGetLastError());
     global_norm_final_kernel<<<1, GLOBAL_NORM_BLOCK, 0, stream>>>(norm_squared, scratch, blocks);
     cudaCheck(cudaGetLastError());

@@ -86,12 +86,10 @@ inline void layernorm_forward(floatX* out, float* mean, float* rstd, const float
                               const floatX* bias, int N, int C, cudaStream_t stream) {
     const int block = 256, rows_per_block = block / WARP_SIZE;
     if (N <= 0) return;
-    if (pack_width<floatX>(C, out, inp, weight, bias) > 1)
-        layernorm_forward_kernel<PACK128<floatX>><<<CEIL_DIV(N, rows_per_block), block, 0, stream>>>(
+    with_pack_width<floatX>(pack_width<floatX>(C, out, inp, weight, bias), [&](auto pack) {
+        layernorm_forward_kernel<decltype(pack)::value><<<CEIL_DIV(N, rows_per_block), block, 0, stream>>>(
             out, mean, rstd, inp, weight, bias, N, C);
-    else
-        layernorm_forward_kernel<1><<<CEIL_DIV(N, rows_per_block), block, 0, stream>>>(out, mean, rstd, inp, weight,
-                                                                                       bias, N, C);
+    });
     cudaCheck(cudaGetLastError());
 }
 
@@ -100,12 +98,10 @@ inline void fused_residual_layernorm_forward(floatX* residual, floatX* out, floa
                                              const floatX* bias, int N, int C, cudaStream_t stream) {
     const int block = 256, rows_per_block = block / WARP_SIZE;
     if (N <= 0) return;
-    if (pack_width<floatX>(C, residual, out, inp1, inp2, weight, bias) > 1)
-        fused_residual_layernorm_forward_kernel<PACK128<floatX>><<<CEIL_DIV(N, rows_per_block), block, 0, stream>>>(
-            residual, out, mean, rstd, inp1, inp2, weight, bias, N, C);
-    else
-        fused_residual_layernorm_forward_kernel<1><<<CEIL_DIV(N, rows_per_block), block, 0, stream>>>(
-            residual, out, mean, rstd, inp1, inp2, weight, bias, N, C);
+    with_pack_width<floatX>(pack_width<floatX>(C, residual, out, inp1, inp2, weight, bias), [&](auto pack) {
+        fused_residual_layernorm_forward_kernel<decltype(pack)::value>
+            <<<CEIL_DIV(N, rows_per_block), block, 0, stream>>>(residual, out, mean, rstd, inp1, inp2, weight, bias, N, C);
+    });
     cudaCheck(cudaGetLastError());
 }
 
@@ -211,20 +207,15 @@ inline void layernorm_backward(floatX* dinp, float* dweight, float* dbias, float
     if (N <= 0) return;
     const int G = layernorm_backward_blocks(N, C), warps = layernorm_backward_warps(C);
     const size_t smem = (size_t)warps * 2 * C * sizeof(float);
-    // shared memory over the default 48 KiB needs an opt-in (cudaFuncSetAttribute takes the kernel by name)
-    if (pack_width<floatX>(C, dinp, dout, inp, weight) > 1) {
+    with_pack_width<floatX>(pack_width<floatX>(C, dinp, dout, inp, weight), [&](auto pack) {
+        constexpr int P = decltype(pack)::value;
+        // shared memory over the default 48 KiB needs an opt-in (cudaFuncSetAttribute takes the kernel by name)
         if (smem > 48 * 1024)
-            cudaCheck(cudaFuncSetAttribute(layernorm_backward_kernel<PACK128<floatX>>,
-                                           cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-        layernorm_backward_kernel<PACK128<floatX>><<<G, warps * WARP_SIZE, smem, stream>>>(
-            dinp, scratch, dout, inp, weight, mean, rstd, N, C);
-    } else {
-        if (smem > 48 * 1024)
-            cudaCheck(cudaFuncSetAttribute(layernorm_backward_kernel<1>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+            cudaCheck(cudaFuncSetAttribute(layernorm_backward_kernel<P>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                            (int)smem));
-        layernorm_backward_kernel<1><<<G, warps * WARP_SIZE, smem, stream>>>(dinp, scratch, dout, inp, weight, mean,
+        layernorm_backward_kernel<P><<<G, warps * WARP_SIZE, smem, stream>>>(dinp, scratch, dout, inp, weight, mean,
                                                                              rstd, N, C);
-    }
+    });
     cudaCheck(cudaGetLastError());
     layernorm_backward_finish_kernel<<<chunked_grid_blocks(layernorm_backward_finish_kernel, 2 * (size_t)C, 256), 256, 0, stream>>>(dweight, dbias, scratch, G, C);
     cudaCheck(cudaGetLastError());

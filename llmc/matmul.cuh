@@ -162,12 +162,11 @@ inline void bias_backward(float* dbias, float* scratch, const floatX* dout, int 
     const int num_chunks = min(BIAS_MAX_CHUNKS, max(1, N / 256));
     const int rows_per_chunk = CEIL_DIV(N, num_chunks);
     const dim3 block(BIAS_COLS, BIAS_ROW_THREADS);
-    if (pack_width<floatX>(OC, dout) > 1)
-        bias_backward_partial_kernel<PACK128<floatX>><<<dim3(CEIL_DIV(OC, BIAS_COLS * PACK128<floatX>), num_chunks),
-                                                        block, 0, stream>>>(scratch, dout, N, OC, rows_per_chunk);
-    else
-        bias_backward_partial_kernel<1><<<dim3(CEIL_DIV(OC, BIAS_COLS), num_chunks), block, 0, stream>>>(
+    with_pack_width<floatX>(pack_width<floatX>(OC, dout), [&](auto pack) {
+        constexpr int P = decltype(pack)::value;
+        bias_backward_partial_kernel<P><<<dim3(CEIL_DIV(OC, BIAS_COLS * P), num_chunks), block, 0, stream>>>(
             scratch, dout, N, OC, rows_per_chunk);
+    });
     cudaCheck(cudaGetLastError());
     bias_backward_final_kernel<<<CEIL_DIV(OC, 256), 256, 0, stream>>>(dbias, scratch, num_chunks, OC);
     cudaCheck(cudaGetLastError());
