@@ -94,6 +94,18 @@ __device__ __forceinline__ void load_rows(float* dst, int dst_stride, const floa
     }
 }
 
+// The K/V tile of keys [k0, k0 + TILE) into shared memory, between two barriers
+// (everyone is done with the previous tile before it is overwritten; the new
+// one is complete before anyone reads it). Forward and dQ kernel.
+template <int HS, int R, int TILE>
+__device__ __forceinline__ void load_kv_tile(float* tile_k, float* tile_v, const float* base, int C, size_t stride,
+                                             int k0, int T) {
+    __syncthreads();
+    load_rows<HS, R>(tile_k, HS, base + C, stride, k0, TILE, T);
+    load_rows<HS, R>(tile_v, HS, base + 2 * C, stride, k0, TILE, T);
+    __syncthreads();
+}
+
 // ---------------------------------------------------------------------------
 // Forward. For query row i (keys j <= i), with s_ij = (q_i . k_j) / sqrt(HS):
 //   m_i   = max_j s_ij,   l_i = sum_j exp(s_ij - m_i)
@@ -132,10 +144,7 @@ attention_forward_kernel(float* out, float* lse, const float* qkv, int T, int NH
 
     const int kv_end = min(T, q0 + R);  // this block needs keys [0, kv_end)
     for (int k0 = 0; k0 < kv_end; k0 += TILE) {
-        __syncthreads();  // everyone is done with the previous tile
-        load_rows<HS, R>(tile_k, HS, base + C, stride, k0, TILE, T);
-        load_rows<HS, R>(tile_v, HS, base + 2 * C, stride, k0, TILE, T);
-        __syncthreads();
+        load_kv_tile<HS, R, TILE>(tile_k, tile_v, base, C, stride, k0, T);
 #pragma unroll 1  // chunks one after another (code size)
         for (int c0 = 0; c0 < TILE; c0 += CH) {
             const int j0 = k0 + c0;
@@ -226,10 +235,7 @@ attention_backward_dq_kernel(float* dqkv, float* Dvec, const float* dout, const 
 
     const int kv_end = min(T, q0 + R);
     for (int k0 = 0; k0 < kv_end; k0 += TILE) {
-        __syncthreads();
-        load_rows<HS, R>(tile_k, HS, base + C, stride, k0, TILE, T);
-        load_rows<HS, R>(tile_v, HS, base + 2 * C, stride, k0, TILE, T);
-        __syncthreads();
+        load_kv_tile<HS, R, TILE>(tile_k, tile_v, base, C, stride, k0, T);
 #pragma unroll 1  // chunks one after another (code size)
         for (int c0 = 0; c0 < TILE; c0 += CH) {
             const int j0 = k0 + c0;
