@@ -166,17 +166,13 @@ __device__ __forceinline__ void mma_p_tile(float (&acc)[HS / 8][4], const float 
     }
 }
 
-// Double buffering of K/V tiles (forward, dQ): starts copying tile it + 1 (if
-// any) into the other buffer, then waits for tile it's copies and makes every
-// thread's visible to the block.
-template <int HS, int KV>
-__device__ __forceinline__ void next_kv_tile(bf16* k_tiles, bf16* v_tiles, const bf16* k_base, const bf16* v_base,
-                                             size_t stride, int it, int tiles, int T) {
-    constexpr int LD = Tiles<HS>::LD;
+// Double buffering, the loop step of the forward and dQ kernels: starts copying tile
+// it + 1 (if any) into the other buffer with load(it + 1, buffer), then waits
+// for tile it's copies and makes every thread's visible to the block.
+template <class Load>
+__device__ __forceinline__ void next_tile(int it, int tiles, Load load) {
     if (it + 1 < tiles) {
-        const int buf = (it + 1) % 2;
-        load_tile<HS>(k_tiles + buf * KV * LD, k_base, stride, (it + 1) * KV, KV, T);
-        load_tile<HS>(v_tiles + buf * KV * LD, v_base, stride, (it + 1) * KV, KV, T);
+        load(it + 1, (it + 1) % 2);
         cp_async_commit();
         cp_async_wait<1>();
     } else {
@@ -240,9 +236,12 @@ attention_forward_kernel(bf16* out, float* lse, const bf16* qkv, int T, int NH) 
     const float scale_log2 = LOG2E / sqrtf((float)HS);
 
     const int tiles = CEIL_DIV(min(T, q0 + ROWS), KV);  // keys [0, q0 + 64) at most
+    auto load_kv_tile = [&](int tile, int buf) {  // keys [tile * KV, tile * KV + KV) into buffer buf
+        load_tile<HS>(k_tiles + buf * KV * LD, base + C, stride, tile * KV, KV, T);
+        load_tile<HS>(v_tiles + buf * KV * LD, base + 2 * C, stride, tile * KV, KV, T);
+    };
     load_tile<HS>(q_tile, base, stride, q0, ROWS, T);
-    load_tile<HS>(k_tiles, base + C, stride, 0, KV, T);
-    load_tile<HS>(v_tiles, base + 2 * C, stride, 0, KV, T);
+    load_kv_tile(0, 0);
     cp_async_commit();
 
     uint32_t qf[HS / 16][4];
@@ -250,7 +249,7 @@ attention_forward_kernel(bf16* out, float* lse, const bf16* qkv, int T, int NH) 
     zero(o);
     for (int it = 0; it < tiles; it++) {
         const int k0 = it * KV, buf = it % 2;
-        next_kv_tile<HS, KV>(k_tiles, v_tiles, base + C, base + 2 * C, stride, it, tiles, T);
+        next_tile(it, tiles, load_kv_tile);
         if (it == 0) load_a_rows<HS>(qf, q_tile + 16 * warp * LD);
         // 16-key steps of this tile that hold a key <= the warp's last row
         const int steps = row_lo + 15 < k0 ? 0 : min(KV / 16, (row_lo + 15 - k0) / 16 + 1);
@@ -324,10 +323,13 @@ attention_backward_dq_kernel(bf16* dqkv, float* Dvec, const bf16* dout, const bf
     const float scale = 1.0f / sqrtf((float)HS), scale_log2 = LOG2E * scale;
 
     const int tiles = CEIL_DIV(min(T, q0 + ROWS), KV);
+    auto load_kv_tile = [&](int tile, int buf) {  // keys [tile * KV, tile * KV + KV) into buffer buf
+        load_tile<HS>(k_tiles + buf * KV * LD, base + C, stride, tile * KV, KV, T);
+        load_tile<HS>(v_tiles + buf * KV * LD, base + 2 * C, stride, tile * KV, KV, T);
+    };
     load_tile<HS>(q_tile, base, stride, q0, ROWS, T);
     load_tile<HS>(do_tile, dout + out_off, C, q0, ROWS, T);
-    load_tile<HS>(k_tiles, base + C, stride, 0, KV, T);
-    load_tile<HS>(v_tiles, base + 2 * C, stride, 0, KV, T);
+    load_kv_tile(0, 0);
     cp_async_commit();
 
     uint32_t qf[HS / 16][4], dof[HS / 16][4];
@@ -335,7 +337,7 @@ attention_backward_dq_kernel(bf16* dqkv, float* Dvec, const bf16* dout, const bf
     zero(dq);
     for (int it = 0; it < tiles; it++) {
         const int k0 = it * KV, buf = it % 2;
-        next_kv_tile<HS, KV>(k_tiles, v_tiles, base + C, base + 2 * C, stride, it, tiles, T);
+        next_tile(it, tiles, load_kv_tile);
         if (it == 0) {
             load_a_rows<HS>(qf, q_tile + 16 * warp * LD);
             load_a_rows<HS>(dof, do_tile + 16 * warp * LD);
@@ -438,6 +440,8 @@ attention_backward_dkv_kernel(bf16* dqkv, const float* Dvec, const bf16* dout, c
     zero(dv);
     for (int it = 0; it < tiles; it++) {
         const int i0 = i_first + it * QT, buf = it % 2;
+        // the double buffering of next_tile, written out: with it, ptxas gives this kernel 5 more registers
+        // at HS = 64 (173), one block per SM fewer
         if (it + 1 < tiles) {
             load_q_tile(i0 + QT, 1 - buf);
             cp_async_commit();
