@@ -50,32 +50,38 @@ __device__ inline void block_softmax_merge(float& m, float& s) {
 //   loss[i] = log(sum_{c<V} exp(x[c] - m)) + m - x[y],   m = max_{c<V} x[c]
 //   dlogits[i, c] = dloss * (softmax(x)[c] - [c == y])  for c < V,  0 for V <= c < Vp
 // masked rows (y == -1): loss 0, dlogits all 0.
-// Threads take N-element packs (16-byte accesses where Vp and the pointer
-// allow; 1 element otherwise). Pass 1 reads the row once with the online
-// max+sum; after the block merge (whose barriers order every read of pass 1,
-// including x[y], before any write) pass 2 overwrites each thread's own packs
-// with the gradient, reading them again (from the cache on a GPU).
+// The row is read from memory once: pass 1 loads each thread's N-element packs
+// (16-byte accesses where Vp and the pointer allow; 1 element otherwise),
+// folds them into the online max+sum and keeps them in the block's shared
+// memory (Vp elements, ~100 KB at GPT-2's vocabulary: two blocks per SM).
+// After the block merge (whose barriers order every read of x, including
+// x[y], before any write) pass 2 turns each thread's own packs, read back from
+// shared memory, into the gradient and writes it over the logits. A thread
+// only ever reads back what it stored itself, so no barrier is needed for that.
 template <int N>
 __global__ void fused_classifier_kernel(floatX* logits, float* losses, const int* targets, float dloss, int V,
                                         int Vp, bool write_dlogits) {
+    extern __shared__ uint4 classifier_smem[];  // one name and type for every N (nvcc requires it)
+    Packed<floatX, N>* row_cache = reinterpret_cast<Packed<floatX, N>*>(classifier_smem);  // Vp / N packs
     const int row = blockIdx.x;
     floatX* x = logits + (size_t)row * Vp;
     const int target = targets[row];
-    const int stride = blockDim.x * N;
+    const int packs = Vp / N;
     if (target < 0) {  // the same for the whole block: no barrier is skipped by only some threads
         if (threadIdx.x == 0) losses[row] = 0.0f;
         const Packed<floatX, N> zero = {};
         if (write_dlogits)
-            for (int c = threadIdx.x * N; c < Vp; c += stride) store_packed(x + c, zero);
+            for (int k = threadIdx.x; k < packs; k += blockDim.x) store_packed(x + k * N, zero);
         return;
     }
     const float x_target = to_float(x[target]);
     float m = -INFINITY, s = 0.0f;
-    for (int c0 = threadIdx.x * N; c0 < V; c0 += stride) {
-        const Packed<floatX, N> xv = load_packed<N>(x + c0);
+    for (int k = threadIdx.x; k < packs; k += blockDim.x) {
+        const Packed<floatX, N> xv = load_packed_streaming<N>(x + k * N);
+        row_cache[k] = xv;
 #pragma unroll
         for (int e = 0; e < N; e++) {
-            if (c0 + e >= V) break;
+            if (k * N + e >= V) break;
             const float v = to_float(xv.v[e]);
             if (v > m) {
                 s = softmax_rescale(s, m, v) + 1.0f;
@@ -89,11 +95,11 @@ __global__ void fused_classifier_kernel(floatX* logits, float* losses, const int
     if (threadIdx.x == 0) losses[row] = logf(s) + m - x_target;
     if (!write_dlogits) return;
     const float inv_s = 1.0f / s;
-    for (int c0 = threadIdx.x * N; c0 < Vp; c0 += stride) {
-        Packed<floatX, N> xv = load_packed<N>(x + c0);
+    for (int k = threadIdx.x; k < packs; k += blockDim.x) {
+        Packed<floatX, N> xv = row_cache[k];
 #pragma unroll
         for (int e = 0; e < N; e++) {
-            const int c = c0 + e;
+            const int c = k * N + e;
             float d = 0.0f;
             if (c < V) {
                 const float p = expf(to_float(xv.v[e]) - m) * inv_s;
@@ -101,19 +107,42 @@ __global__ void fused_classifier_kernel(floatX* logits, float* losses, const int
             }
             xv.v[e] = from_float<floatX>(d);
         }
-        store_packed(x + c0, xv);
+        store_packed(x + k * N, xv);
     }
+}
+
+// The most dynamic shared memory a block may have on this device (with the opt-in).
+inline size_t max_block_shared_memory() {
+    static int bytes = 0;
+    if (bytes == 0) {
+        int device = 0;
+        cudaCheck(cudaGetDevice(&device));
+        cudaCheck(cudaDeviceGetAttribute(&bytes, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+    }
+    return (size_t)bytes;
 }
 
 // targets[i] in [0, V) or -1 (masked). dloss = 1 / (unmasked targets in the whole global batch).
 inline void fused_classifier(floatX* logits, float* losses, const int* targets, float dloss, int N, int V, int Vp,
                              bool write_dlogits, cudaStream_t stream) {
     if (N <= 0) return;
-    // 512 threads: ~12 packs of 8 each at V = 50257; small vocabularies get just enough warps
-    const int block = Vp >= 512 ? 512 : CEIL_DIV(Vp, WARP_SIZE) * WARP_SIZE;
+    const size_t smem = (size_t)Vp * sizeof(floatX);  // one row
+    if (smem > max_block_shared_memory()) {
+        fprintf(stderr, "error: fused_classifier: a row of %d logits (%zu bytes) does not fit in a block's shared "
+                "memory (%zu bytes)\n", Vp, smem, max_block_shared_memory());
+        exit(EXIT_FAILURE);
+    }
+    // 1024 threads: ~6 packs of 8 each at V = 50257; small vocabularies get just enough warps
+    const int block = Vp >= 1024 ? 1024 : CEIL_DIV(Vp, WARP_SIZE) * WARP_SIZE;
     with_pack_width<floatX>(pack_width<floatX>(Vp, logits), [&](auto pack) {
-        fused_classifier_kernel<decltype(pack)::value><<<N, block, 0, stream>>>(logits, losses, targets, dloss, V, Vp,
-                                                                                write_dlogits);
+        constexpr int P = decltype(pack)::value;
+        static size_t granted = 48 << 10;  // above the default 48 KB a kernel needs the opt-in
+        if (smem > granted) {
+            cudaCheck(cudaFuncSetAttribute(fused_classifier_kernel<P>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                           (int)smem));
+            granted = smem;
+        }
+        fused_classifier_kernel<P><<<N, block, smem, stream>>>(logits, losses, targets, dloss, V, Vp, write_dlogits);
     });
     cudaCheck(cudaGetLastError());
 }
