@@ -174,6 +174,7 @@ struct GPT2 {
     // activations for micro-batches of B sequences of T tokens
     int B, T;
     int recompute = 0;  // -r: 0 keeps every layer's activations, 1 recomputes GELU, 2 also layernorm outputs
+    int gelu_fusion = 0;  // -ge: GELU in cuBLASLt's epilogues, 1 in the forward, 2 also in the backward
     ActivationTensors acts;
     BackwardScratch scratch;
     float* step_stats;  // device: [0] summed loss of the step, [1] squared grad norm
@@ -607,8 +608,8 @@ static void gpt2_forward(GPT2* model) {
                                          a.proj_out, p.ln2w + l * C, p.ln2b + l * C, BT, C, stream);
         // MLP block: residual3 = residual2 + proj(gelu(fc(ln2(residual2)))); the
         // add is fused with the next layernorm (the next layer's ln1, or lnf).
-        matmul_forward(fch, ln2, p.fcw + (size_t)l * 4 * C * C, p.fcb + l * 4 * C, BT, C, 4 * C, stream);
-        gelu_forward(fch_gelu, fch, (size_t)BT * 4 * C, stream);
+        matmul_forward_gelu(fch_gelu, fch, ln2, p.fcw + (size_t)l * 4 * C * C, p.fcb + l * 4 * C, BT, C, 4 * C,
+                            model->gelu_fusion >= 1, stream);
         matmul_forward(a.proj_out, fch_gelu, p.fcprojw + (size_t)l * 4 * C * C, p.fcprojb + l * C, BT, 4 * C, C,
                        stream);
         if (l + 1 < L)
@@ -694,9 +695,9 @@ static void gpt2_backward(GPT2* model, const int* encoder_plan_host, int num_dis
                               p.ln1b + l * C, BT, C, stream);
         }
         // MLP block (dresidual is the gradient w.r.t. residual3 here)
-        matmul_backward(s.dwide, g.fcprojw + (size_t)l * 4 * C * C, g.fcprojb + l * C, s.reduce, s.dresidual,
-                        fch_gelu, p.fcprojw + (size_t)l * 4 * C * C, BT, 4 * C, C, stream);
-        gelu_backward_inplace(s.dwide, a.fch + l * 4 * tc, (size_t)BT * 4 * C, stream);
+        matmul_backward_gelu(s.dwide, g.fcprojw + (size_t)l * 4 * C * C, g.fcprojb + l * C, s.reduce, s.dresidual,
+                             fch_gelu, a.fch + l * 4 * tc, p.fcprojw + (size_t)l * 4 * C * C, BT, 4 * C, C,
+                             model->gelu_fusion >= 2, stream);
         matmul_backward(s.dnarrow, g.fcw + (size_t)l * 4 * C * C, g.fcb + l * 4 * C, s.reduce, s.dwide,
                         ln2, p.fcw + (size_t)l * 4 * C * C, BT, C, 4 * C, stream);
         layernorm_backward(s.dresidual, g.ln2w + l * C, g.ln2b + l * C, s.reduce, s.dnarrow, a.residual2 + l * tc,
@@ -1071,6 +1072,7 @@ struct TrainOptions {
     int resume = 0;                       // -y
     int zero_stage = 0;                   // -z
     int recompute = 0;                    // -r
+    int gelu_fusion = -1;                 // -ge (-1: by compute capability)
     int overfit_single_batch = 0;         // -a
     float grad_clip = 1.0f;               // --grad-clip
     long seed = 1337;                     // --seed
@@ -1129,6 +1131,8 @@ static void print_usage(const char* program) {
     printf("  -y <0|1>    resume from the newest complete checkpoint in -o (default 0)\n");
     printf("  -z <0|1>    ZeRO stage: 1 shards master weights and AdamW m, v over the ranks (default 0)\n");
     printf("  -r <0|1|2>  recompute in the backward: 1 = GELU, 2 = GELU and layernorm (default 0)\n");
+    printf("  -ge <0|1|2> GELU in cuBLASLt's matmul epilogues: 1 = forward, 2 = forward and backward\n");
+    printf("              (default 2 on compute capability 9.0 and newer, 0 before)\n");
     printf("  --memory-plan 1      print the device memory plan and exit\n");
     printf("  -a <0|1>    overfit the first batch (default 0)\n");
     printf("  --help      this text\n");
@@ -1186,6 +1190,7 @@ static TrainOptions parse_options(int argc, char** argv, std::set<std::string>* 
         else if (strcmp(flag, "-y") == 0) o.resume = parse_int(flag, v, 0, 1);
         else if (strcmp(flag, "-z") == 0) o.zero_stage = parse_int(flag, v, 0, 1);
         else if (strcmp(flag, "-r") == 0) o.recompute = parse_int(flag, v, 0, 2);
+        else if (strcmp(flag, "-ge") == 0) o.gelu_fusion = parse_int(flag, v, 0, 2);
         else if (strcmp(flag, "-a") == 0) o.overfit_single_batch = parse_int(flag, v, 0, 1);
         else if (strcmp(flag, "--grad-clip") == 0) o.grad_clip = parse_float(flag, v);
         else if (strcmp(flag, "--seed") == 0) o.seed = parse_int(flag, v, 0);
@@ -1451,6 +1456,11 @@ int main(int argc, char** argv) {
     cudaCheck(cudaGetDeviceProperties(&props, dist.local_rank));
     const double peak_flops = gpu_peak_bf16_flops(props.name);
     const double flops_token = flops_per_token(model.num_parameters, c.num_layers, c.channels, opt.T);
+    // cuBLASLt's fused GELU pays off from Hopper on (llm.c measured a slowdown before)
+    model.gelu_fusion = opt.gelu_fusion >= 0 ? opt.gelu_fusion : (props.major >= 9 ? 2 : 0);
+    const char* fusion_names[] = {"GELU kernels", "GELU in the forward matmul's epilogue",
+                                  "GELU in the forward and backward matmuls' epilogues"};
+    print0("gelu: -ge %d, %s\n", model.gelu_fusion, fusion_names[model.gelu_fusion]);
 
     RunLog log;
     if (opt.output_dir && dist.rank == 0) log.open(opt.output_dir, resume_step >= 0);

@@ -1,5 +1,6 @@
-// Linear layers through cuBLASLt, and the bias gradient (a hand-written,
-// deterministic column sum).
+// Linear layers through cuBLASLt, with the bias, GELU and bias-gradient work
+// in cuBLASLt's epilogues where the library has an algorithm for them, and the
+// hand-written kernels (gelu.cuh, the deterministic column sum below) elsewhere.
 //
 // Row-major shapes, PyTorch's Linear layout (weight is [out, in]):
 //   forward   out(N, OC)   = inp(N, IC) @ weight(OC, IC)^T + bias(OC)
@@ -13,9 +14,11 @@
 #include <cublasLt.h>
 
 #include <map>
+#include <optional>
 #include <tuple>
 
 #include "llmc/cuda_common.h"
+#include "llmc/gelu.cuh"
 
 inline void cublas_check(cublasStatus_t status, const char* file, int line) {
     if (status != CUBLAS_STATUS_SUCCESS) {
@@ -52,24 +55,51 @@ inline uint32_t pointer_alignment(const void* p) {
     return alignment;
 }
 
-// Column-major D(m, n) = op(A)(m, k) @ op(B)(k, n) [+ bias(m)] + beta * D.
+// What cuBLASLt does after the product (cublasLt.h's epilogues), column-major:
+//   DEFAULT        D = T                  T = op(A) op(B) + beta D
+//   BIAS           D = T + bias           bias: m, D's type
+//   GELU_AUX_BIAS  aux = T + bias, D = gelu(aux)          aux: m x n floatX, ld m
+//   DGELU          D = T * gelu'(aux)                      (aux: the forward's pre-GELU)
+//   BGRADB         D = T, bias[j] = sum over k of op(B)[:, j]   (bias: n, D's type; overwritten)
+struct Epilogue {
+    cublasLtEpilogue_t kind = CUBLASLT_EPILOGUE_DEFAULT;
+    const void* bias = nullptr;
+    const void* aux = nullptr;
+};
+
+// Column-major D(m, n) = op(A)(m, k) @ op(B)(k, n) + beta * D, then the epilogue.
 // A, B are floatX; D is floatX or fp32 (d_type); fp32 accumulation throughout.
-// The algorithm is asked for once per shape, layout and pointer alignments
-// (the preferences say how aligned A, B, C and D are, so cuBLASLt may pick
-// algorithms with 16-byte accesses) and reused.
-inline void matmul_cublaslt(void* d, cudaDataType_t d_type, const floatX* a, const floatX* b,
-                            const floatX* bias, int m, int n, int k, bool trans_a, bool trans_b,
-                            float beta, cudaStream_t stream) {
+// The algorithm is asked for once per shape, layout, epilogue and pointer
+// alignments (the preferences say how aligned A, B, C and D are, so cuBLASLt
+// may pick algorithms with 16-byte accesses; the bias and aux pointers' own
+// alignment also counts) and reused. Returns false where the library has no
+// algorithm for a fused epilogue (the caller then runs its own kernel); a
+// plain or BIAS matmul it cannot do is an error.
+inline bool matmul_cublaslt(void* d, cudaDataType_t d_type, const floatX* a, const floatX* b, int m, int n, int k,
+                            bool trans_a, bool trans_b, float beta, Epilogue epilogue, cudaStream_t stream) {
     cublasLtMatmulDesc_t desc;
     cublasCheck(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
     const cublasOperation_t op_a = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
     const cublasOperation_t op_b = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
     cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &op_a, sizeof(op_a)));
     cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_b, sizeof(op_b)));
-    if (bias) {
-        const cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_BIAS;
-        cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof(epilogue)));
-        cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)));
+    cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue.kind,
+                                               sizeof(epilogue.kind)));
+    if (epilogue.bias) {
+        const int32_t bias_type = d_type;
+        cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &epilogue.bias,
+                                                   sizeof(epilogue.bias)));
+        cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type,
+                                                   sizeof(bias_type)));
+    }
+    if (epilogue.aux) {
+        const int64_t aux_ld = m;
+        const int32_t aux_type = FLOATX_CUDA_TYPE;
+        cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &epilogue.aux,
+                                                   sizeof(epilogue.aux)));
+        cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &aux_ld, sizeof(aux_ld)));
+        cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE, &aux_type,
+                                                   sizeof(aux_type)));
     }
     cublasLtMatrixLayout_t layout_a, layout_b, layout_d;
     cublasCheck(cublasLtMatrixLayoutCreate(&layout_a, FLOATX_CUDA_TYPE, trans_a ? k : m, trans_a ? m : k, trans_a ? k : m));
@@ -77,9 +107,10 @@ inline void matmul_cublaslt(void* d, cudaDataType_t d_type, const floatX* a, con
     cublasCheck(cublasLtMatrixLayoutCreate(&layout_d, d_type, m, n, m));
 
     const uint32_t align_a = pointer_alignment(a), align_b = pointer_alignment(b), align_d = pointer_alignment(d);
-    using Key = std::tuple<int, int, int, bool, bool, bool, int, uint32_t, uint32_t, uint32_t>;
-    static std::map<Key, cublasLtMatmulAlgo_t> algorithms;
-    const Key key{m, n, k, trans_a, trans_b, bias != nullptr, (int)d_type, align_a, align_b, align_d};
+    using Key = std::tuple<int, int, int, bool, bool, int, int, uint32_t, uint32_t, uint32_t, uint32_t, uint32_t>;
+    static std::map<Key, std::optional<cublasLtMatmulAlgo_t>> algorithms;  // nullopt: refused
+    const Key key{m, n, k, trans_a, trans_b, (int)epilogue.kind, (int)d_type, align_a, align_b, align_d,
+                  epilogue.bias ? pointer_alignment(epilogue.bias) : 0, epilogue.aux ? pointer_alignment(epilogue.aux) : 0};
     auto found_algo = algorithms.find(key);
     if (found_algo == algorithms.end()) {
         cublasLtMatmulPreference_t preference;
@@ -95,22 +126,32 @@ inline void matmul_cublaslt(void* d, cudaDataType_t d_type, const floatX* a, con
             cublasCheck(cublasLtMatmulPreferenceSetAttribute(preference, align_attrs[i], &aligns[i], sizeof(aligns[i])));
         cublasLtMatmulHeuristicResult_t heuristic;
         int found = 0;
-        cublasCheck(cublasLtMatmulAlgoGetHeuristic(cublaslt_handle, desc, layout_a, layout_b, layout_d, layout_d,
-                                                   preference, 1, &heuristic, &found));
+        const cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(
+            cublaslt_handle, desc, layout_a, layout_b, layout_d, layout_d, preference, 1, &heuristic, &found);
         cublasCheck(cublasLtMatmulPreferenceDestroy(preference));
-        if (found == 0) {
+        const bool fused = epilogue.kind != CUBLASLT_EPILOGUE_DEFAULT && epilogue.kind != CUBLASLT_EPILOGUE_BIAS;
+        if (!fused) cublasCheck(status);
+        if (status == CUBLAS_STATUS_SUCCESS && found > 0) {
+            found_algo = algorithms.emplace(key, heuristic.algo).first;
+        } else if (fused) {
+            printf("note: cuBLASLt has no algorithm for epilogue %d at m=%d n=%d k=%d (%s); a kernel does that part\n",
+                   (int)epilogue.kind, m, n, k, cublasLtGetStatusString(status));
+            found_algo = algorithms.emplace(key, std::nullopt).first;
+        } else {
             fprintf(stderr, "error: cuBLASLt: no algorithm for m=%d n=%d k=%d\n", m, n, k);
             exit(EXIT_FAILURE);
         }
-        found_algo = algorithms.emplace(key, heuristic.algo).first;
     }
-    const float alpha = 1.0f;
-    cublasCheck(cublasLtMatmul(cublaslt_handle, desc, &alpha, a, layout_a, b, layout_b, &beta, d, layout_d, d,
-                               layout_d, &found_algo->second, cublaslt_workspace, CUBLASLT_WORKSPACE_BYTES, stream));
+    if (found_algo->second) {
+        const float alpha = 1.0f;
+        cublasCheck(cublasLtMatmul(cublaslt_handle, desc, &alpha, a, layout_a, b, layout_b, &beta, d, layout_d, d,
+                                   layout_d, &*found_algo->second, cublaslt_workspace, CUBLASLT_WORKSPACE_BYTES, stream));
+    }
     cublasCheck(cublasLtMatrixLayoutDestroy(layout_a));
     cublasCheck(cublasLtMatrixLayoutDestroy(layout_b));
     cublasCheck(cublasLtMatrixLayoutDestroy(layout_d));
     cublasCheck(cublasLtMatmulDescDestroy(desc));
+    return found_algo->second.has_value();
 }
 
 // ---------------------------------------------------------------------------
@@ -173,18 +214,65 @@ inline void bias_backward(float* dbias, float* scratch, const floatX* dout, int 
 }
 
 // ---------------------------------------------------------------------------
-// The two Linear passes, in row-major terms (see the top of the file). A
+// The Linear passes, in row-major terms (see the top of the file). A
 // row-major (R, C) matrix is a column-major (C, R) one, so
 // out^T = weight^T-as-stored @ inp^T becomes D(OC, N) = A^T(OC, IC) B(IC, N).
 inline void matmul_forward(floatX* out, const floatX* inp, const floatX* weight, const floatX* bias,
                            int N, int IC, int OC, cudaStream_t stream) {
-    matmul_cublaslt(out, FLOATX_CUDA_TYPE, weight, inp, bias, OC, N, IC, true, false, 0.0f, stream);
+    const Epilogue epilogue{bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT, bias};
+    matmul_cublaslt(out, FLOATX_CUDA_TYPE, weight, inp, OC, N, IC, true, false, 0.0f, epilogue, stream);
+}
+
+// A Linear followed by GELU: pre_gelu = inp @ weight^T + bias (kept for the
+// backward), out = gelu(pre_gelu). fuse_gelu: one matmul writes both
+// (GELU_AUX_BIAS); otherwise, or where cuBLASLt has no such algorithm, the
+// matmul and then gelu_forward. cuBLASLt's GELU is its own code: the two paths
+// agree to bf16 rounding, not bitwise.
+inline void matmul_forward_gelu(floatX* out, floatX* pre_gelu, const floatX* inp, const floatX* weight,
+                                const floatX* bias, int N, int IC, int OC, bool fuse_gelu, cudaStream_t stream) {
+    const Epilogue epilogue{CUBLASLT_EPILOGUE_GELU_AUX_BIAS, bias, pre_gelu};
+    if (fuse_gelu && matmul_cublaslt(out, FLOATX_CUDA_TYPE, weight, inp, OC, N, IC, true, false, 0.0f, epilogue, stream))
+        return;
+    matmul_forward(pre_gelu, inp, weight, bias, N, IC, OC, stream);
+    gelu_forward(out, pre_gelu, (size_t)N * OC, stream);
+}
+
+// The weight half of the backward: dweight += dout^T @ inp, and dbias (may be
+// null) += the sum of dout over the N rows. That sum comes from the dweight
+// matmul, which reads dout anyway, where cuBLASLt takes BGRADB: into scratch,
+// then added (BGRADB overwrites; the gradient buffer accumulates). Elsewhere
+// bias_backward makes its own pass over dout.
+inline void matmul_backward_weights(float* dweight, float* dbias, float* scratch, const floatX* dout,
+                                    const floatX* inp, int N, int IC, int OC, cudaStream_t stream) {
+    const Epilogue bgradb{CUBLASLT_EPILOGUE_BGRADB, scratch};
+    if (dbias && matmul_cublaslt(dweight, CUDA_R_32F, inp, dout, IC, OC, N, false, true, 1.0f, bgradb, stream)) {
+        bias_backward_final_kernel<<<CEIL_DIV(OC, 256), 256, 0, stream>>>(dbias, scratch, 1, OC);  // dbias += scratch
+        cudaCheck(cudaGetLastError());
+        return;
+    }
+    matmul_cublaslt(dweight, CUDA_R_32F, inp, dout, IC, OC, N, false, true, 1.0f, Epilogue{}, stream);
+    if (dbias) bias_backward(dbias, scratch, dout, N, OC, stream);
 }
 
 // dinp may be null (nothing upstream needs it); dbias may be null (no bias).
 inline void matmul_backward(floatX* dinp, float* dweight, float* dbias, float* scratch, const floatX* dout,
                             const floatX* inp, const floatX* weight, int N, int IC, int OC, cudaStream_t stream) {
-    if (dinp) matmul_cublaslt(dinp, FLOATX_CUDA_TYPE, weight, dout, nullptr, IC, N, OC, false, false, 0.0f, stream);
-    matmul_cublaslt(dweight, CUDA_R_32F, inp, dout, nullptr, IC, OC, N, false, true, 1.0f, stream);
-    if (dbias) bias_backward(dbias, scratch, dout, N, OC, stream);
+    if (dinp) matmul_cublaslt(dinp, FLOATX_CUDA_TYPE, weight, dout, IC, N, OC, false, false, 0.0f, Epilogue{}, stream);
+    matmul_backward_weights(dweight, dbias, scratch, dout, inp, N, IC, OC, stream);
+}
+
+// The backward of a Linear whose input was inp = gelu(pre_gelu): dinp is the
+// gradient w.r.t. pre_gelu, (dout @ weight) * gelu'(pre_gelu). fuse_gelu: in
+// the matmul (DGELU); otherwise, or where cuBLASLt has no such algorithm, the
+// matmul and then gelu_backward_inplace.
+inline void matmul_backward_gelu(floatX* dinp, float* dweight, float* dbias, float* scratch, const floatX* dout,
+                                 const floatX* inp, const floatX* pre_gelu, const floatX* weight, int N, int IC,
+                                 int OC, bool fuse_gelu, cudaStream_t stream) {
+    const Epilogue dgelu{CUBLASLT_EPILOGUE_DGELU, nullptr, pre_gelu};
+    if (!fuse_gelu ||
+        !matmul_cublaslt(dinp, FLOATX_CUDA_TYPE, weight, dout, IC, N, OC, false, false, 0.0f, dgelu, stream)) {
+        matmul_cublaslt(dinp, FLOATX_CUDA_TYPE, weight, dout, IC, N, OC, false, false, 0.0f, Epilogue{}, stream);
+        gelu_backward_inplace(dinp, pre_gelu, (size_t)N * IC, stream);
+    }
+    matmul_backward_weights(dweight, dbias, scratch, dout, inp, N, IC, OC, stream);
 }
