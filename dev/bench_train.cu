@@ -48,13 +48,22 @@ static std::vector<Family> step_families(GPT2* m) {
         mm_flops += l * 6.0 * bt * ic * oc;
         mm_bytes += l * (3 * bt * ic * X + 3 * bt * oc * X + ic * oc * (2 * X + 8));
     }
-    return {
-        {"matmuls (cuBLASLt)", mm_flops, mm_bytes,
+    // -ge 2: the fc matmul also writes the pre-GELU input, the fcproj input
+    // gradient reads it back; the GELU kernels are gone
+    const bool fused = m->gelu_fusion == 2;
+    if (fused) mm_bytes += l * 2 * bt * 4 * C * X;
+    std::vector<Family> families = {
+        {fused ? "matmuls (cuBLASLt, GELU fused)" : "matmuls (cuBLASLt)", mm_flops, mm_bytes,
          [=] {
              for (int k = 0; k < L; k++)
-                 for (auto& sh : shapes) {
-                     matmul_forward(a.fch, a.fch_gelu, p.fcw, p.fcb, BT, sh[0], sh[1], st);
-                     matmul_backward(s.dwide, g.fcw, g.fcb, s.reduce, a.fch, a.fch_gelu, p.fcw, BT, sh[0], sh[1], st);
+                 for (int i = 0; i < 4; i++) {
+                     const int ic = shapes[i][0], oc = shapes[i][1];
+                     if (fused && i == 2) matmul_forward_gelu(a.fch_gelu, a.fch, a.ln2, p.fcw, p.fcb, BT, ic, oc, true, st);
+                     else matmul_forward(a.fch, a.fch_gelu, p.fcw, p.fcb, BT, ic, oc, st);
+                     if (fused && i == 3)
+                         matmul_backward_gelu(s.dwide, g.fcw, g.fcb, s.reduce, a.fch, a.fch_gelu, a.fch, p.fcw, BT, ic, oc,
+                                              true, st);
+                     else matmul_backward(s.dwide, g.fcw, g.fcb, s.reduce, a.fch, a.fch_gelu, p.fcw, BT, ic, oc, st);
                  }
              matmul_forward(a.logits, a.lnf, p.wte, nullptr, BT, C, Vp, st);
              matmul_backward(s.dnarrow, g.wte, nullptr, s.reduce, a.logits, a.lnf, p.wte, BT, C, Vp, st);
@@ -65,13 +74,6 @@ static std::vector<Family> step_families(GPT2* m) {
          [=] {
              for (int k = 0; k < L; k++)
                  attention_backward(s.dwide, s.reduce, s.dnarrow, a.qkv, a.atty, a.att_lse, B, T, NH, HS, st);
-         }},
-        {"gelu forward + backward", 0, l * 5 * bt * 4 * C * X,
-         [=] {
-             for (int k = 0; k < L; k++) {
-                 gelu_forward(a.fch_gelu, a.fch, (size_t)BT * 4 * C, st);
-                 gelu_backward_inplace(s.dwide, a.fch, (size_t)BT * 4 * C, st);
-             }
          }},
         {"layernorm forward (+ residual)", 0, (2 * l + 1) * 4 * bt * C * X,
          [=] {
@@ -100,6 +102,14 @@ static std::vector<Family> step_families(GPT2* m) {
              cudaCheck(cudaMemsetAsync(m->grads_memory, 0, m->num_parameters * sizeof(float), st));
          }},
     };
+    if (!fused)
+        families.push_back({"gelu forward + backward", 0, l * 5 * bt * 4 * C * X, [=] {
+                                for (int k = 0; k < L; k++) {
+                                    gelu_forward(a.fch_gelu, a.fch, (size_t)BT * 4 * C, st);
+                                    gelu_backward_inplace(s.dwide, a.fch, (size_t)BT * 4 * C, st);
+                                }
+                            }});
+    return families;
 }
 
 static void print_roofline(GPT2* m, bool timed) {
@@ -135,6 +145,32 @@ static void print_roofline(GPT2* m, bool timed) {
     printf("  bound of the step: %.1f ms; outside matmuls and attention: %.1f ms\n", bound_all, bound_rest);
 }
 
+// ms per step over `steps` steps after one warm-up step (the first touch of
+// every buffer, and the cuBLASLt heuristics); profile: the CPU runtime's
+// per-kernel profile covers exactly these steps.
+static double time_steps(GPT2* model, const StepBatch& batch, int steps, bool profile) {
+    OptimizerSettings opt;
+    train_step(model, batch, 1e-4f, opt);
+#ifdef CPUCUDA
+    cpucuda::set_profiling(profile);
+    cpucuda::reset_profile();
+#else
+    (void)profile;
+#endif
+    cudaEvent_t start, end;
+    cudaCheck(cudaEventCreate(&start));
+    cudaCheck(cudaEventCreate(&end));
+    cudaCheck(cudaEventRecord(start, model->stream));
+    for (int i = 0; i < steps; i++) train_step(model, batch, 1e-4f, opt);
+    cudaCheck(cudaEventRecord(end, model->stream));
+    cudaCheck(cudaEventSynchronize(end));
+    float ms = 0;
+    cudaCheck(cudaEventElapsedTime(&ms, start, end));
+    cudaCheck(cudaEventDestroy(start));
+    cudaCheck(cudaEventDestroy(end));
+    return ms / steps;
+}
+
 int main(int argc, char** argv) {
     const char* descriptor = argc > 1 ? argv[1] : "d12";
     const int B = argc > 2 ? atoi(argv[2]) : 4;
@@ -151,30 +187,26 @@ int main(int argc, char** argv) {
     std::vector<int> tokens((size_t)B * T + 1);
     for (int& t : tokens) t = rng() % c.vocab_size;
     const StepBatch batch = whole_batch(&model, tokens.data(), tokens.data() + 1, 1);
-    OptimizerSettings opt;
 
-    train_step(&model, batch, 1e-4f, opt);  // warm-up: first touch of every buffer
-#ifdef CPUCUDA
-    cpucuda::set_profiling(true);
-    cpucuda::reset_profile();
-#endif
-    cudaEvent_t start, end;
-    cudaCheck(cudaEventCreate(&start));
-    cudaCheck(cudaEventCreate(&end));
-    cudaCheck(cudaEventRecord(start, model.stream));
-    for (int i = 0; i < steps; i++) train_step(&model, batch, 1e-4f, opt);
-    cudaCheck(cudaEventRecord(end, model.stream));
-    cudaCheck(cudaEventSynchronize(end));
-    float ms = 0;
-    cudaCheck(cudaEventElapsedTime(&ms, start, end));
-    const double step_ms = ms / steps;
+    // The trainer's default -ge (2 from compute capability 9.0), and the GELU
+    // kernels (-ge 0) for the ratio, timed in this one run.
+    cudaDeviceProp props;
+    cudaCheck(cudaGetDeviceProperties(&props, 0));
+    const int default_fusion = props.major >= 9 ? 2 : 0, other_fusion = 2 - default_fusion;
+    model.gelu_fusion = other_fusion;
+    const double other_ms = time_steps(&model, batch, steps, false);
+    model.gelu_fusion = default_fusion;
+    const double step_ms = time_steps(&model, batch, steps, true);
+    const float ms = (float)(step_ms * steps);
     const double tokens_per_s = (double)B * T / (step_ms / 1000.0);
     // 6 FLOPs per parameter per token (forward + backward) plus attention
     const double flops_per_token = 6.0 * model.num_parameters + 6.0 * c.num_layers * c.channels * T;
     const double achieved_tflops = flops_per_token * tokens_per_s / 1e12;
-    printf("model %s (%zu parameters), B=%d T=%d, %s: %.1f ms/step, %.0f tok/s, %.2f TFLOP/s, MFU %.1f%% of %.0f TFLOP/s\n",
-           descriptor, model.num_parameters, B, T, PRECISION_NAME, step_ms, tokens_per_s, achieved_tflops,
+    printf("model %s (%zu parameters), B=%d T=%d, %s, -ge %d: %.1f ms/step, %.0f tok/s, %.2f TFLOP/s, MFU %.1f%% of %.0f TFLOP/s\n",
+           descriptor, model.num_parameters, B, T, PRECISION_NAME, default_fusion, step_ms, tokens_per_s, achieved_tflops,
            100.0 * achieved_tflops / peak_tflops, peak_tflops);
+    printf("-ge %d: %.1f ms/step; -ge 2 is %.2fx the speed of -ge 0\n", other_fusion, other_ms,
+           default_fusion == 2 ? other_ms / step_ms : step_ms / other_ms);
 #ifdef CPUCUDA
     double gemm = 0, kernels = 0;
     for (const auto& e : cpucuda::profile()) (e.name == "cublasLtMatmul" ? gemm : kernels) += e.seconds;

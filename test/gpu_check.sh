@@ -79,6 +79,7 @@ for B in 64 32 16; do
     if BENCH_FAMILIES=1 capped 120 "$BIN/bench_train" d12 "$B" 1024 10 989 >"$WORK/bench_B$B.log" 2>&1; then
         bench_B=$B
         say "ours     $(grep '^model' "$WORK/bench_B$B.log")"
+        say "ours     $(grep -m1 '^-ge' "$WORK/bench_B$B.log")"
         sed -n '/^roofline/,$p' "$WORK/bench_B$B.log" | while IFS= read -r line; do say "roofline $line"; done
         break
     fi
@@ -107,6 +108,7 @@ for t in "${TESTS[@]}"; do
     rc=$?
     tally=$(grep -E '^[A-Za-z0-9_]+: [0-9]+ passed, [0-9]+ failed$' "$WORK/$t.log" | tail -n 1)
     say "test     ${tally:-$t: no tally (exit $rc)}$(grep -m1 '^FAIL' "$WORK/$t.log" | sed 's/^/; first /' | cut -c1-160)"
+    grep '^INFO' "$WORK/$t.log" | while IFS= read -r line; do say "info     $line"; done
 done
 
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1

@@ -27,6 +27,8 @@ dry "$out"
 check "dry run exits 0" test $? -eq 0
 check "with Open MPI: multi-GPU build" has "$out" "build: MULTI_GPU"
 check "benchmark falls back from B=64 (out of memory) to B=32" has "$out" "ours     model d12 (124475904 parameters), B=32"
+check "benchmark says how -ge 2 compares with -ge 0" has "$out" "ours     -ge 0: 110.0 ms/step; -ge 2 is 1.10x"
+check "the INFO lines of a test reach the summary" has "$out" "info     INFO cuBLASLt epilogues taken"
 check "the per-family roofline of the benchmark is reported" has "$out" "roofline   gelu forward + backward"
 check "PyTorch's step is reported (or skipped, saying why)" grep -qE "^gpu_check: pytorch  (model|SKIP)" "$out/summary.txt"
 check "attention benchmark lines" has "$out" "attn     attention llmc B=64"
