@@ -117,8 +117,8 @@ static void bench_shape(const Shape& s, int iters, cudaStream_t stream) {
     cudaCheck(cudaMalloc(&lse, rows * s.NH * sizeof(float)));
     cudaCheck(cudaMalloc(&scratch, attention_backward_scratch_floats(s.B, s.T, s.NH) * sizeof(float)));
 
-    auto forward = [&] { attention_forward(out, lse, qkv, s.B, s.T, s.NH, s.HS, stream); };
-    auto backward = [&] { attention_backward(dqkv, scratch, dout, qkv, out, lse, s.B, s.T, s.NH, s.HS, stream); };
+    auto forward = [&] { attention_forward(out, lse, qkv, nullptr, s.B, s.T, s.NH, s.HS, stream); };
+    auto backward = [&] { attention_backward(dqkv, scratch, dout, qkv, out, lse, nullptr, s.B, s.T, s.NH, s.HS, stream); };
     forward();  // warm-up: first launch of each kernel, first touch of every buffer
     backward();
     const double fwd_ms = time_ms(forward, iters, stream);

@@ -37,6 +37,11 @@
 // fragments; row max and sum are reduced over the 4 lanes that share a row.
 // Causality: tiles entirely above the diagonal are never loaded, and within the
 // diagonal tile a warp skips the 16-key (or 16-query) steps its rows cannot see.
+// Document masking (docs != nullptr, see document_spans): query i sees keys
+// j with start_i <= j <= i only, start_i the first position of i's document.
+// Tiles wholly before the document of a block's first row (or, in dK/dV, wholly
+// after the end of the document of its last key) are never loaded either, so
+// the cost falls with the documents' length; a warp skips such 16-steps too.
 // Shared-memory rows are HS + 8 bf16 apart, so the 8 rows an ldmatrix phase
 // reads fall in 8 different 16-byte bank groups (no conflicts).
 #pragma once
@@ -186,6 +191,12 @@ __device__ __forceinline__ void zero(float (&acc)[N][4]) {
 #pragma unroll
     for (int n = 0; n < N; n++) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.0f;
 }
+// The document span of position i (< T) of a sequence: docs_b[i] = {first
+// position of i's document, one past its last}; no masking: the whole sequence.
+__device__ __forceinline__ int2 doc_span(const int2* docs_b, int i, int T) {
+    return docs_b ? docs_b[i] : make_int2(0, T);
+}
+
 // Max / sum over the 4 lanes that hold one accumulator row.
 __device__ __forceinline__ float quad_max(float x) {
     x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 1));
@@ -219,7 +230,7 @@ __device__ __forceinline__ void store_rows(bf16* dst, size_t stride, const float
 // query blocks in reverse order so the longest (latest rows) start first.
 template <int HS>
 __global__ void __launch_bounds__(THREADS)
-attention_forward_kernel(bf16* out, float* lse, const bf16* qkv, int T, int NH) {
+attention_forward_kernel(bf16* out, float* lse, const bf16* qkv, const int2* docs, int T, int NH) {
     using Tl = Tiles<HS>;
     constexpr int KV = Tl::KV_FWD, LD = Tl::LD;
     extern __shared__ uint4 attn_tiles[];
@@ -234,11 +245,16 @@ attention_forward_kernel(bf16* out, float* lse, const bf16* qkv, int T, int NH) 
     const size_t stride = 3 * (size_t)C;
     const bf16* base = qkv + (size_t)b * T * stride + h * HS;  // q; k at +C, v at +2C
     const float scale_log2 = LOG2E / sqrtf((float)HS);
-
-    const int tiles = CEIL_DIV(min(T, q0 + ROWS), KV);  // keys [0, q0 + 64) at most
-    auto load_kv_tile = [&](int tile, int buf) {  // keys [tile * KV, tile * KV + KV) into buffer buf
-        load_tile<HS>(k_tiles + buf * KV * LD, base + C, stride, tile * KV, KV, T);
-        load_tile<HS>(v_tiles + buf * KV * LD, base + 2 * C, stride, tile * KV, KV, T);
+    const int2* docs_b = docs ? docs + (size_t)b * T : nullptr;
+    // keys [tile0 * KV, q0 + 64): from the document of the block's first row
+    const int tile0 = doc_span(docs_b, q0, T).x / KV;
+    const int tiles = CEIL_DIV(min(T, q0 + ROWS), KV) - tile0;
+    const int warp_start = doc_span(docs_b, min(row_lo, T - 1), T).x;
+    const int row_start[2] = {doc_span(docs_b, min(row_lo + g, T - 1), T).x,
+                              doc_span(docs_b, min(row_lo + g + 8, T - 1), T).x};
+    auto load_kv_tile = [&](int it, int buf) {  // keys of tile tile0 + it into buffer buf
+        load_tile<HS>(k_tiles + buf * KV * LD, base + C, stride, (tile0 + it) * KV, KV, T);
+        load_tile<HS>(v_tiles + buf * KV * LD, base + 2 * C, stride, (tile0 + it) * KV, KV, T);
     };
     load_tile<HS>(q_tile, base, stride, q0, ROWS, T);
     load_kv_tile(0, 0);
@@ -248,15 +264,17 @@ attention_forward_kernel(bf16* out, float* lse, const bf16* qkv, int T, int NH) 
     float o[HS / 8][4], m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
     zero(o);
     for (int it = 0; it < tiles; it++) {
-        const int k0 = it * KV, buf = it % 2;
+        const int k0 = (tile0 + it) * KV, buf = it % 2;
         next_tile(it, tiles, load_kv_tile);
         if (it == 0) load_a_rows<HS>(qf, q_tile + 16 * warp * LD);
-        // 16-key steps of this tile that hold a key <= the warp's last row
+        // 16-key steps of this tile that hold a key <= the warp's last row, from
+        // the first that holds a key of the warp's first row's document
         const int steps = row_lo + 15 < k0 ? 0 : min(KV / 16, (row_lo + 15 - k0) / 16 + 1);
-        if (steps > 0) {
+        const int first = max(0, (warp_start - k0) / 16);
+        if (first < steps) {
             float s[KV / 8][4];
             zero(s);
-            mma_a_tileT<HS, KV>(s, qf, k_tiles + buf * KV * LD, 0, steps);
+            mma_a_tileT<HS, KV>(s, qf, k_tiles + buf * KV * LD, first, steps);
             // online softmax, rows r = 0 (g) and 1 (g + 8); element e of n-tile n is key k0 + 8n + 2t + e%2
 #pragma unroll
             for (int r = 0; r < 2; r++) {
@@ -267,11 +285,14 @@ attention_forward_kernel(bf16* out, float* lse, const bf16* qkv, int T, int NH) 
 #pragma unroll
                     for (int e = 2 * r; e < 2 * r + 2; e++) {
                         const int key = k0 + 8 * n + 2 * t + e % 2;
-                        s[n][e] = n < 2 * steps && key <= row ? s[n][e] * scale_log2 : -INFINITY;
+                        const bool seen = n >= 2 * first && n < 2 * steps && key <= row && key >= row_start[r];
+                        s[n][e] = seen ? s[n][e] * scale_log2 : -INFINITY;
                         mx = fmaxf(mx, s[n][e]);
                     }
-                const float m_new = fmaxf(m[r], quad_max(mx));  // finite: key k0 <= row is always seen
-                const float corr = exp2f(m[r] - m_new);         // 0 on the first tile
+                // -inf while the row has seen no key yet (its document starts later)
+                const float m_new = fmaxf(m[r], quad_max(mx));
+                const float m_use = m_new == -INFINITY ? 0.0f : m_new;  // so that exp2 gives 0, not NaN
+                const float corr = exp2f(m[r] - m_use);                  // 0 on the row's first keys
                 m[r] = m_new;
                 l[r] *= corr;
 #pragma unroll
@@ -280,11 +301,11 @@ attention_forward_kernel(bf16* out, float* lse, const bf16* qkv, int T, int NH) 
                 for (int n = 0; n < KV / 8; n++)
 #pragma unroll
                     for (int e = 2 * r; e < 2 * r + 2; e++) {
-                        s[n][e] = exp2f(s[n][e] - m_new);
+                        s[n][e] = exp2f(s[n][e] - m_use);
                         l[r] += s[n][e];
                     }
             }
-            mma_p_tile<HS, KV>(o, s, v_tiles + buf * KV * LD, 0, steps);
+            mma_p_tile<HS, KV>(o, s, v_tiles + buf * KV * LD, first, steps);
         }
         __syncthreads();  // everyone is done with this buffer before it is refilled
     }
@@ -304,7 +325,7 @@ attention_forward_kernel(bf16* out, float* lse, const bf16* qkv, int T, int NH) 
 template <int HS>
 __global__ void __launch_bounds__(THREADS)
 attention_backward_dq_kernel(bf16* dqkv, float* Dvec, const bf16* dout, const bf16* qkv, const bf16* out,
-                             const float* lse, int T, int NH) {
+                             const float* lse, const int2* docs, int T, int NH) {
     using Tl = Tiles<HS>;
     constexpr int KV = Tl::KV_DQ, LD = Tl::LD;
     extern __shared__ uint4 attn_tiles[];
@@ -321,11 +342,15 @@ attention_backward_dq_kernel(bf16* dqkv, float* Dvec, const bf16* dout, const bf
     const bf16* base = qkv + (size_t)b * T * stride + h * HS;
     const size_t out_off = (size_t)b * T * C + h * HS;  // (b, 0, h) in out / dout
     const float scale = 1.0f / sqrtf((float)HS), scale_log2 = LOG2E * scale;
-
-    const int tiles = CEIL_DIV(min(T, q0 + ROWS), KV);
-    auto load_kv_tile = [&](int tile, int buf) {  // keys [tile * KV, tile * KV + KV) into buffer buf
-        load_tile<HS>(k_tiles + buf * KV * LD, base + C, stride, tile * KV, KV, T);
-        load_tile<HS>(v_tiles + buf * KV * LD, base + 2 * C, stride, tile * KV, KV, T);
+    const int2* docs_b = docs ? docs + (size_t)b * T : nullptr;
+    const int tile0 = doc_span(docs_b, q0, T).x / KV;  // as the forward
+    const int tiles = CEIL_DIV(min(T, q0 + ROWS), KV) - tile0;
+    const int warp_start = doc_span(docs_b, min(row_lo, T - 1), T).x;
+    const int row_start[2] = {doc_span(docs_b, min(row_lo + g, T - 1), T).x,
+                              doc_span(docs_b, min(row_lo + g + 8, T - 1), T).x};
+    auto load_kv_tile = [&](int it, int buf) {  // keys of tile tile0 + it into buffer buf
+        load_tile<HS>(k_tiles + buf * KV * LD, base + C, stride, (tile0 + it) * KV, KV, T);
+        load_tile<HS>(v_tiles + buf * KV * LD, base + 2 * C, stride, (tile0 + it) * KV, KV, T);
     };
     load_tile<HS>(q_tile, base, stride, q0, ROWS, T);
     load_tile<HS>(do_tile, dout + out_off, C, q0, ROWS, T);
@@ -336,7 +361,7 @@ attention_backward_dq_kernel(bf16* dqkv, float* Dvec, const bf16* dout, const bf
     float dq[HS / 8][4], lse2[2], D[2];
     zero(dq);
     for (int it = 0; it < tiles; it++) {
-        const int k0 = it * KV, buf = it % 2;
+        const int k0 = (tile0 + it) * KV, buf = it % 2;
         next_tile(it, tiles, load_kv_tile);
         if (it == 0) {
             load_a_rows<HS>(qf, q_tile + 16 * warp * LD);
@@ -366,21 +391,23 @@ attention_backward_dq_kernel(bf16* dqkv, float* Dvec, const bf16* dout, const bf
             }
         }
         const int steps = row_lo + 15 < k0 ? 0 : min(KV / 16, (row_lo + 15 - k0) / 16 + 1);
-        if (steps > 0) {
+        const int first = max(0, (warp_start - k0) / 16);
+        if (first < steps) {
             float s[KV / 8][4], dp[KV / 8][4];
             zero(s);
             zero(dp);
-            mma_a_tileT<HS, KV>(s, qf, k_tiles + buf * KV * LD, 0, steps);
-            mma_a_tileT<HS, KV>(dp, dof, v_tiles + buf * KV * LD, 0, steps);
+            mma_a_tileT<HS, KV>(s, qf, k_tiles + buf * KV * LD, first, steps);
+            mma_a_tileT<HS, KV>(dp, dof, v_tiles + buf * KV * LD, first, steps);
 #pragma unroll
             for (int n = 0; n < KV / 8; n++)
 #pragma unroll
                 for (int e = 0; e < 4; e++) {
                     const int row = row_lo + g + 8 * (e / 2), key = k0 + 8 * n + 2 * t + e % 2;
-                    const float p = n < 2 * steps && key <= row ? exp2f(s[n][e] * scale_log2 - lse2[e / 2]) : 0.0f;
+                    const bool seen = n >= 2 * first && n < 2 * steps && key <= row && key >= row_start[e / 2];
+                    const float p = seen ? exp2f(s[n][e] * scale_log2 - lse2[e / 2]) : 0.0f;
                     s[n][e] = p * (dp[n][e] - D[e / 2]);  // dS
                 }
-            mma_p_tile<HS, KV>(dq, s, k_tiles + buf * KV * LD, 0, steps);
+            mma_p_tile<HS, KV>(dq, s, k_tiles + buf * KV * LD, first, steps);
         }
         __syncthreads();
     }
@@ -394,7 +421,7 @@ attention_backward_dq_kernel(bf16* dqkv, float* Dvec, const bf16* dout, const bf
 template <int HS>
 __global__ void __launch_bounds__(THREADS)
 attention_backward_dkv_kernel(bf16* dqkv, const float* Dvec, const bf16* dout, const bf16* qkv, const float* lse,
-                              int T, int NH) {
+                              const int2* docs, int T, int NH) {
     using Tl = Tiles<HS>;
     constexpr int QT = Tl::Q_DKV, LD = Tl::LD;
     extern __shared__ uint4 attn_tiles[];
@@ -425,7 +452,12 @@ attention_backward_dkv_kernel(bf16* dqkv, const float* Dvec, const bf16* dout, c
             D_tiles[buf * QT + r] = i0 + r < T ? D_bh[i0 + r] : 0.0f;
         }
     };
-    const int i_first = kb0, tiles = CEIL_DIV(T - i_first, QT);
+    // queries [kb0, end of the document of the block's last key)
+    const int2* docs_b = docs ? docs + (size_t)b * T : nullptr;
+    const int i_first = kb0, tiles = CEIL_DIV(doc_span(docs_b, min(kb0 + ROWS, T) - 1, T).y - i_first, QT);
+    const int warp_end = doc_span(docs_b, min(key_lo + 15, T - 1), T).y;
+    const int key_end[2] = {doc_span(docs_b, min(key_lo + g, T - 1), T).y,
+                            doc_span(docs_b, min(key_lo + g + 8, T - 1), T).y};
     load_tile<HS>(k_tile, base + C, stride, kb0, ROWS, T);
     load_tile<HS>(v_tile, base + 2 * C, stride, kb0, ROWS, T);
     load_q_tile(i_first, 0);
@@ -455,28 +487,30 @@ attention_backward_dkv_kernel(bf16* dqkv, const float* Dvec, const bf16* dout, c
             if constexpr (V_IN_REGISTERS) load_a_rows<HS>(vf, v_tile + 16 * warp * LD);
         }
         // 16-query steps of this tile that hold a query >= the warp's first key
-        const int first = max(0, (key_lo - i0) / 16);
-        if (first < QT / 16) {
+        // and one before the end of the document of its last key
+        const int first = max(0, (key_lo - i0) / 16), steps = min(QT / 16, CEIL_DIV(warp_end - i0, 16));
+        if (first < steps) {
             const bf16* q_t = q_tiles + buf * QT * LD;
             const bf16* do_t = do_tiles + buf * QT * LD;
             float s[QT / 8][4], dp[QT / 8][4];
             zero(s);
             zero(dp);
             // steps before `first` hold only queries < every key of the warp: P = 0 there
-            mma_a_tileT<HS, QT>(s, kf, q_t, first, QT / 16);
-            if constexpr (V_IN_REGISTERS) mma_a_tileT<HS, QT>(dp, vf, do_t, first, QT / 16);
-            else mma_a_tileT<HS, QT>(dp, v_tile + 16 * warp * LD, do_t, first, QT / 16);
+            mma_a_tileT<HS, QT>(s, kf, q_t, first, steps);
+            if constexpr (V_IN_REGISTERS) mma_a_tileT<HS, QT>(dp, vf, do_t, first, steps);
+            else mma_a_tileT<HS, QT>(dp, v_tile + 16 * warp * LD, do_t, first, steps);
 #pragma unroll
             for (int n = 0; n < QT / 8; n++)
 #pragma unroll
                 for (int e = 0; e < 4; e++) {
                     const int key = key_lo + g + 8 * (e / 2), c = 8 * n + 2 * t + e % 2, query = i0 + c;
-                    const float p = query >= key ? exp2f(s[n][e] * scale_log2 - lse_tiles[buf * QT + c]) : 0.0f;
+                    const bool seen = query >= key && query < key_end[e / 2];
+                    const float p = seen ? exp2f(s[n][e] * scale_log2 - lse_tiles[buf * QT + c]) : 0.0f;
                     s[n][e] = p;                                        // P^T
                     dp[n][e] = p * (dp[n][e] - D_tiles[buf * QT + c]);  // dS^T
                 }
-            mma_p_tile<HS, QT>(dv, s, do_t, first, QT / 16);
-            mma_p_tile<HS, QT>(dk, dp, q_t, first, QT / 16);
+            mma_p_tile<HS, QT>(dv, s, do_t, first, steps);
+            mma_p_tile<HS, QT>(dk, dp, q_t, first, steps);
         }
         __syncthreads();
     }
@@ -486,19 +520,20 @@ attention_backward_dkv_kernel(bf16* dqkv, const float* Dvec, const bf16* dout, c
 }
 
 template <int HS>
-inline void forward_launch(bf16* out, float* lse, const bf16* qkv, int B, int T, int NH, cudaStream_t stream) {
+inline void forward_launch(bf16* out, float* lse, const bf16* qkv, const int2* docs, int B, int T, int NH,
+                           cudaStream_t stream) {
     // dynamic shared memory over 48 KB needs an opt-in (cudaFuncSetAttribute takes the kernel by name)
     static const cudaError_t opt_in = cudaFuncSetAttribute(
         attention_forward_kernel<HS>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)Tiles<HS>::fwd_bytes);
     cudaCheck(opt_in);
     const dim3 grid(B * NH, CEIL_DIV(T, ROWS));
-    attention_forward_kernel<HS><<<grid, THREADS, Tiles<HS>::fwd_bytes, stream>>>(out, lse, qkv, T, NH);
+    attention_forward_kernel<HS><<<grid, THREADS, Tiles<HS>::fwd_bytes, stream>>>(out, lse, qkv, docs, T, NH);
     cudaCheck(cudaGetLastError());
 }
 
 template <int HS>
 inline void backward_launch(bf16* dqkv, float* scratch, const bf16* dout, const bf16* qkv, const bf16* out,
-                            const float* lse, int B, int T, int NH, cudaStream_t stream) {
+                            const float* lse, const int2* docs, int B, int T, int NH, cudaStream_t stream) {
     static const cudaError_t opt_in[2] = {
         cudaFuncSetAttribute(attention_backward_dq_kernel<HS>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                              (int)Tiles<HS>::dq_bytes),
@@ -508,10 +543,10 @@ inline void backward_launch(bf16* dqkv, float* scratch, const bf16* dout, const 
     cudaCheck(opt_in[1]);
     const dim3 grid(B * NH, CEIL_DIV(T, ROWS));
     attention_backward_dq_kernel<HS><<<grid, THREADS, Tiles<HS>::dq_bytes, stream>>>(dqkv, scratch, dout, qkv, out,
-                                                                                     lse, T, NH);
+                                                                                     lse, docs, T, NH);
     cudaCheck(cudaGetLastError());
     attention_backward_dkv_kernel<HS><<<grid, THREADS, Tiles<HS>::dkv_bytes, stream>>>(dqkv, scratch, dout, qkv, lse,
-                                                                                       T, NH);
+                                                                                       docs, T, NH);
     cudaCheck(cudaGetLastError());
 }
 
@@ -536,30 +571,50 @@ inline void with_head_size(int HS, F f) {
 // floatX = bf16: tensor cores; floatX = float: attention_fp32.cuh. Templates, so
 // that each build instantiates only its own kernels.
 template <class X>
-inline void forward(X* out, float* lse, const X* qkv, int B, int T, int NH, int HS, cudaStream_t stream) {
+inline void forward(X* out, float* lse, const X* qkv, const int2* docs, int B, int T, int NH, int HS,
+                    cudaStream_t stream) {
     if constexpr (std::is_same_v<X, float>)
-        attention_fp32::forward(out, lse, qkv, B, T, NH, HS, stream);
+        attention_fp32::forward(out, lse, qkv, docs, B, T, NH, HS, stream);
     else
-        with_head_size(HS, [&](auto hs) { forward_launch<decltype(hs)::value>(out, lse, qkv, B, T, NH, stream); });
+        with_head_size(HS, [&](auto hs) { forward_launch<decltype(hs)::value>(out, lse, qkv, docs, B, T, NH, stream); });
 }
 template <class X>
-inline void backward(X* dqkv, float* scratch, const X* dout, const X* qkv, const X* out, const float* lse, int B,
-                     int T, int NH, int HS, cudaStream_t stream) {
+inline void backward(X* dqkv, float* scratch, const X* dout, const X* qkv, const X* out, const float* lse,
+                     const int2* docs, int B, int T, int NH, int HS, cudaStream_t stream) {
     if constexpr (std::is_same_v<X, float>)
-        attention_fp32::backward(dqkv, scratch, dout, qkv, out, lse, B, T, NH, HS, stream);
+        attention_fp32::backward(dqkv, scratch, dout, qkv, out, lse, docs, B, T, NH, HS, stream);
     else
         with_head_size(HS, [&](auto hs) {
-            backward_launch<decltype(hs)::value>(dqkv, scratch, dout, qkv, out, lse, B, T, NH, stream);
+            backward_launch<decltype(hs)::value>(dqkv, scratch, dout, qkv, out, lse, docs, B, T, NH, stream);
         });
 }
 
 }  // namespace attention_detail
 
+// Document spans of (B, T) input tokens for the attention's document mask: a
+// document begins at position 0 and at every doc_token (the EOT token that
+// starts each document in the shards); spans[b * T + i] = {the first position
+// of i's document, one past its last}.
+inline void document_spans(int2* spans, const int* tokens, int B, int T, int doc_token) {
+    for (int b = 0; b < B; b++) {
+        const int* x = tokens + (size_t)b * T;
+        int2* sp = spans + (size_t)b * T;
+        for (int start = 0; start < T;) {
+            int end = start + 1;
+            while (end < T && x[end] != doc_token) end++;
+            for (int i = start; i < end; i++) sp[i] = make_int2(start, end);
+            start = end;
+        }
+    }
+}
+
 // out (B,T,C) and lse (B,NH,T) from qkv (B,T,3C); causal, scale 1/sqrt(HS).
-inline void attention_forward(floatX* out, float* lse, const floatX* qkv, int B, int T, int NH, int HS,
-                              cudaStream_t stream) {
+// docs: nullptr, or (B, T) document spans (document_spans): causal within each
+// document only.
+inline void attention_forward(floatX* out, float* lse, const floatX* qkv, const int2* docs, int B, int T, int NH,
+                              int HS, cudaStream_t stream) {
     if ((size_t)B * T * NH == 0) return;
-    attention_detail::forward(out, lse, qkv, B, T, NH, HS, stream);
+    attention_detail::forward(out, lse, qkv, docs, B, T, NH, HS, stream);
 }
 
 // Floats of scratch attention_backward needs: D_i = dout_i . out_i per (b, h, i).
@@ -567,8 +622,8 @@ inline size_t attention_backward_scratch_floats(int B, int T, int NH) { return (
 
 // dqkv (B,T,3C) is overwritten with dL/dqkv. scratch: attention_backward_scratch_floats floats.
 inline void attention_backward(floatX* dqkv, float* scratch, const floatX* dout, const floatX* qkv,
-                               const floatX* out, const float* lse, int B, int T, int NH, int HS,
+                               const floatX* out, const float* lse, const int2* docs, int B, int T, int NH, int HS,
                                cudaStream_t stream) {
     if ((size_t)B * T * NH == 0) return;
-    attention_detail::backward(dqkv, scratch, dout, qkv, out, lse, B, T, NH, HS, stream);
+    attention_detail::backward(dqkv, scratch, dout, qkv, out, lse, docs, B, T, NH, HS, stream);
 }

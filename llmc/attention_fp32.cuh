@@ -23,6 +23,10 @@
 //   128    32     8   8   24.1 / 40.2 / 40.3 KB
 // (all under the 48 KB a kernel may use without opting in).
 // Grid: (B*NH, ceil(T/ROWS)), so T <= 65535 * ROWS.
+// Document masking (docs != nullptr: (B, T) spans {first position of the
+// token's document, one past its last}): query i sees keys start_i <= j <= i;
+// tiles before the document of a block's first row (dK/dV: after the end of
+// the document of its last key) are not loaded, chunks a row cannot see skipped.
 #pragma once
 #include <cmath>
 #include <cstdio>
@@ -30,6 +34,10 @@
 #include "llmc/cuda_common.h"
 
 namespace attention_fp32 {
+
+__device__ __forceinline__ int2 doc_span(const int2* docs_b, int i, int T) {
+    return docs_b ? docs_b[i] : make_int2(0, T);
+}
 
 template <int HS>
 struct Config {
@@ -116,7 +124,7 @@ __device__ __forceinline__ void load_kv_tile(float* tile_k, float* tile_v, const
 // query blocks in reverse order so the longest (latest rows) start first.
 template <int HS>
 __global__ void __launch_bounds__(Config<HS>::ROWS)
-attention_forward_kernel(float* out, float* lse, const float* qkv, int T, int NH) {
+attention_forward_kernel(float* out, float* lse, const float* qkv, const int2* docs, int T, int NH) {
     using Cfg = Config<HS>;
     constexpr int R = Cfg::ROWS, TILE = Cfg::TILE, CH = Cfg::CH, OWN = Cfg::OWN;
     extern __shared__ float attn_smem[];
@@ -142,22 +150,25 @@ attention_forward_kernel(float* out, float* lse, const float* qkv, int T, int NH
     for (int d = 0; d < HS; d++) o[d] = 0.0f;
     float m = -INFINITY, l = 0.0f;
 
-    const int kv_end = min(T, q0 + R);  // this block needs keys [0, kv_end)
-    for (int k0 = 0; k0 < kv_end; k0 += TILE) {
+    const int2* docs_b = docs ? docs + (size_t)b * T : nullptr;
+    const int start = doc_span(docs_b, min(i, T - 1), T).x;  // this row's document
+    // this block needs keys [kv_begin, kv_end): from the document of its first row
+    const int kv_begin = doc_span(docs_b, q0, T).x / TILE * TILE, kv_end = min(T, q0 + R);
+    for (int k0 = kv_begin; k0 < kv_end; k0 += TILE) {
         load_kv_tile<HS, R, TILE>(tile_k, tile_v, base, C, stride, k0, T);
 #pragma unroll 1  // chunks one after another (code size)
         for (int c0 = 0; c0 < TILE; c0 += CH) {
             const int j0 = k0 + c0;
-            if (i >= T || j0 > i) continue;  // the whole chunk lies after this row
+            if (i >= T || j0 > i || j0 + CH <= start) continue;  // the row sees no key of the chunk
             float s[CH];
             dot_chunk<HS, CH>(s, q, tile_k + c0 * HS);
             float chunk_max = -INFINITY;
 #pragma unroll
             for (int c = 0; c < CH; c++) {
-                if (j0 + c > i) s[c] = -INFINITY;  // causal mask
+                if (j0 + c > i || j0 + c < start) s[c] = -INFINITY;  // causal and document mask
                 chunk_max = fmaxf(chunk_max, s[c]);
             }
-            if (chunk_max > m) {  // chunk_max is finite: key j0 <= i is unmasked
+            if (chunk_max > m) {  // chunk_max is finite: the chunk holds a key the row sees
                 const float corr = expf(m - chunk_max);  // 0 on the first chunk
                 l *= corr;
 #pragma unroll
@@ -198,7 +209,7 @@ attention_forward_kernel(float* out, float* lse, const float* qkv, int T, int NH
 template <int HS>
 __global__ void __launch_bounds__(Config<HS>::ROWS)
 attention_backward_dq_kernel(float* dqkv, float* Dvec, const float* dout, const float* qkv,
-                             const float* out, const float* lse, int T, int NH) {
+                             const float* out, const float* lse, const int2* docs, int T, int NH) {
     using Cfg = Config<HS>;
     constexpr int R = Cfg::ROWS, TILE = Cfg::TILE, CH = Cfg::CH, OWN = Cfg::OWN;
     extern __shared__ float attn_smem[];
@@ -233,19 +244,21 @@ attention_backward_dq_kernel(float* dqkv, float* Dvec, const float* dout, const 
 #pragma unroll
     for (int d = 0; d < HS; d++) dq[d] = 0.0f;
 
-    const int kv_end = min(T, q0 + R);
-    for (int k0 = 0; k0 < kv_end; k0 += TILE) {
+    const int2* docs_b = docs ? docs + (size_t)b * T : nullptr;
+    const int start = doc_span(docs_b, min(i, T - 1), T).x;
+    const int kv_begin = doc_span(docs_b, q0, T).x / TILE * TILE, kv_end = min(T, q0 + R);  // as the forward
+    for (int k0 = kv_begin; k0 < kv_end; k0 += TILE) {
         load_kv_tile<HS, R, TILE>(tile_k, tile_v, base, C, stride, k0, T);
 #pragma unroll 1  // chunks one after another (code size)
         for (int c0 = 0; c0 < TILE; c0 += CH) {
             const int j0 = k0 + c0;
-            if (i >= T || j0 > i) continue;
+            if (i >= T || j0 > i || j0 + CH <= start) continue;
             float s[CH], ds[CH];
             dot_chunk<HS, CH>(s, q, tile_k + c0 * HS);
             dot_chunk<HS, CH>(ds, dO, tile_v + c0 * HS);  // dP
 #pragma unroll
             for (int c = 0; c < CH; c++) {
-                const float p = j0 + c <= i ? expf(s[c] * scale - L) : 0.0f;
+                const float p = j0 + c <= i && j0 + c >= start ? expf(s[c] * scale - L) : 0.0f;
                 ds[c] = p * (ds[c] - D);
             }
             accumulate_chunk<HS, CH>(dq, ds, tile_k + c0 * HS);
@@ -264,7 +277,7 @@ attention_backward_dq_kernel(float* dqkv, float* Dvec, const float* dout, const 
 template <int HS>
 __global__ void __launch_bounds__(Config<HS>::ROWS)
 attention_backward_dkv_kernel(float* dqkv, const float* Dvec, const float* dout, const float* qkv,
-                              const float* lse, int T, int NH) {
+                              const float* lse, const int2* docs, int T, int NH) {
     using Cfg = Config<HS>;
     constexpr int R = Cfg::ROWS, TILE = Cfg::TILE, CH = Cfg::CH, OWN = Cfg::OWN;
     extern __shared__ float attn_smem[];
@@ -294,7 +307,10 @@ attention_backward_dkv_kernel(float* dqkv, const float* Dvec, const float* dout,
 #pragma unroll
     for (int d = 0; d < HS; d++) dk[d] = dv[d] = 0.0f;
 
-    for (int i0 = kb0 / TILE * TILE; i0 < T; i0 += TILE) {
+    const int2* docs_b = docs ? docs + (size_t)b * T : nullptr;
+    const int end = doc_span(docs_b, min(j, T - 1), T).y;  // queries before the end of key j's document
+    const int q_end = doc_span(docs_b, min(kb0 + R, T) - 1, T).y;  // ... of the block's last key
+    for (int i0 = kb0 / TILE * TILE; i0 < q_end; i0 += TILE) {
         __syncthreads();
         load_rows<HS, R>(tile_q, HS, base, stride, i0, TILE, T);
         load_rows<HS, R>(tile_do, HS, dout_base, C, i0, TILE, T);
@@ -306,14 +322,14 @@ attention_backward_dkv_kernel(float* dqkv, const float* Dvec, const float* dout,
 #pragma unroll 1  // chunks one after another (code size)
         for (int c0 = 0; c0 < TILE; c0 += CH) {
             const int ic = i0 + c0;
-            if (j >= T || ic + CH - 1 < j || ic >= T) continue;  // no query of the chunk sees key j
+            if (j >= T || ic + CH - 1 < j || ic >= end) continue;  // no query of the chunk sees key j
             float s[CH], dp[CH], p[CH];
             dot_chunk<HS, CH>(s, k, tile_q + c0 * HS);
             dot_chunk<HS, CH>(dp, v, tile_do + c0 * HS);
 #pragma unroll
             for (int c = 0; c < CH; c++) {
                 const int iq = ic + c;
-                p[c] = iq >= j && iq < T ? expf(s[c] * scale - tile_lse[c0 + c]) : 0.0f;
+                p[c] = iq >= j && iq < end ? expf(s[c] * scale - tile_lse[c0 + c]) : 0.0f;
                 dp[c] = p[c] * (dp[c] - tile_D[c0 + c]);  // dS
             }
             accumulate_chunk<HS, CH>(dv, p, tile_do + c0 * HS);
@@ -331,52 +347,53 @@ attention_backward_dkv_kernel(float* dqkv, const float* Dvec, const float* dout,
 }
 
 template <int HS>
-inline void forward_launch(float* out, float* lse, const float* qkv, int B, int T, int NH,
+inline void forward_launch(float* out, float* lse, const float* qkv, const int2* docs, int B, int T, int NH,
                            cudaStream_t stream) {
     using Cfg = Config<HS>;
     const dim3 grid(B * NH, CEIL_DIV(T, Cfg::ROWS));
     attention_forward_kernel<HS><<<grid, Cfg::ROWS, Cfg::fwd_floats * sizeof(float), stream>>>(
-        out, lse, qkv, T, NH);
+        out, lse, qkv, docs, T, NH);
     cudaCheck(cudaGetLastError());
 }
 
 template <int HS>
 inline void backward_launch(float* dqkv, float* scratch, const float* dout, const float* qkv,
-                            const float* out, const float* lse, int B, int T, int NH,
+                            const float* out, const float* lse, const int2* docs, int B, int T, int NH,
                             cudaStream_t stream) {
     using Cfg = Config<HS>;
     const dim3 grid(B * NH, CEIL_DIV(T, Cfg::ROWS));
     attention_backward_dq_kernel<HS><<<grid, Cfg::ROWS, Cfg::dq_floats * sizeof(float), stream>>>(
-        dqkv, scratch, dout, qkv, out, lse, T, NH);
+        dqkv, scratch, dout, qkv, out, lse, docs, T, NH);
     cudaCheck(cudaGetLastError());
     attention_backward_dkv_kernel<HS><<<grid, Cfg::ROWS, Cfg::dkv_floats * sizeof(float), stream>>>(
-        dqkv, scratch, dout, qkv, lse, T, NH);
+        dqkv, scratch, dout, qkv, lse, docs, T, NH);
     cudaCheck(cudaGetLastError());
 }
 
 // out (B,T,C) and lse (B,NH,T) from qkv (B,T,3C); HS in {8, 16, 32, 64, 128}. Templates
 // (F = float) so that only a build that calls them instantiates their kernels.
 template <class F>
-inline void forward(F* out, float* lse, const F* qkv, int B, int T, int NH, int HS, cudaStream_t stream) {
+inline void forward(F* out, float* lse, const F* qkv, const int2* docs, int B, int T, int NH, int HS,
+                    cudaStream_t stream) {
     switch (HS) {
-        case 8: forward_launch<8>(out, lse, qkv, B, T, NH, stream); break;
-        case 16: forward_launch<16>(out, lse, qkv, B, T, NH, stream); break;
-        case 32: forward_launch<32>(out, lse, qkv, B, T, NH, stream); break;
-        case 64: forward_launch<64>(out, lse, qkv, B, T, NH, stream); break;
-        case 128: forward_launch<128>(out, lse, qkv, B, T, NH, stream); break;
+        case 8: forward_launch<8>(out, lse, qkv, docs, B, T, NH, stream); break;
+        case 16: forward_launch<16>(out, lse, qkv, docs, B, T, NH, stream); break;
+        case 32: forward_launch<32>(out, lse, qkv, docs, B, T, NH, stream); break;
+        case 64: forward_launch<64>(out, lse, qkv, docs, B, T, NH, stream); break;
+        case 128: forward_launch<128>(out, lse, qkv, docs, B, T, NH, stream); break;
         default: fprintf(stderr, "error: attention: head size %d not supported in fp32 (8, 16, 32, 64, 128)\n", HS); exit(1);
     }
 }
 
 template <class F>
-inline void backward(F* dqkv, float* scratch, const F* dout, const F* qkv, const F* out, const float* lse, int B,
-                     int T, int NH, int HS, cudaStream_t stream) {
+inline void backward(F* dqkv, float* scratch, const F* dout, const F* qkv, const F* out, const float* lse,
+                     const int2* docs, int B, int T, int NH, int HS, cudaStream_t stream) {
     switch (HS) {
-        case 8: backward_launch<8>(dqkv, scratch, dout, qkv, out, lse, B, T, NH, stream); break;
-        case 16: backward_launch<16>(dqkv, scratch, dout, qkv, out, lse, B, T, NH, stream); break;
-        case 32: backward_launch<32>(dqkv, scratch, dout, qkv, out, lse, B, T, NH, stream); break;
-        case 64: backward_launch<64>(dqkv, scratch, dout, qkv, out, lse, B, T, NH, stream); break;
-        case 128: backward_launch<128>(dqkv, scratch, dout, qkv, out, lse, B, T, NH, stream); break;
+        case 8: backward_launch<8>(dqkv, scratch, dout, qkv, out, lse, docs, B, T, NH, stream); break;
+        case 16: backward_launch<16>(dqkv, scratch, dout, qkv, out, lse, docs, B, T, NH, stream); break;
+        case 32: backward_launch<32>(dqkv, scratch, dout, qkv, out, lse, docs, B, T, NH, stream); break;
+        case 64: backward_launch<64>(dqkv, scratch, dout, qkv, out, lse, docs, B, T, NH, stream); break;
+        case 128: backward_launch<128>(dqkv, scratch, dout, qkv, out, lse, docs, B, T, NH, stream); break;
         default: fprintf(stderr, "error: attention: head size %d not supported in fp32 (8, 16, 32, 64, 128)\n", HS); exit(1);
     }
 }

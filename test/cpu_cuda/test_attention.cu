@@ -18,6 +18,10 @@
 //               backward reads the forward's bf16 `out` for D_i (measured: out
 //               <= 2.7e-3, dq/dk/dv <= 5e-3).
 // The fp32 build runs attention_fp32.cuh; the bf16 build the tensor-core kernels.
+// Document-masked cases (random document lengths, some shorter than a 16-row
+// step, some longer than a tile) mask every key before the query's document in
+// the reference, and check that the last document run alone as a sequence of
+// its own gives the same outputs.
 #include <cuda_runtime.h>
 
 #include <chrono>
@@ -63,8 +67,9 @@ struct Reference {
 };
 
 // Naive attention in double; q/k/v/dout read from the (rounded) inputs.
-static Reference reference(const std::vector<double>& qkv, const std::vector<double>& dout, int B, int T,
-                           int NH, int HS) {
+// start[b * T + i]: the first key query i sees (its document's first position).
+static Reference reference(const std::vector<double>& qkv, const std::vector<double>& dout,
+                           const std::vector<int>& start, int B, int T, int NH, int HS) {
     const int C = NH * HS;
     const double scale = 1.0 / std::sqrt((double)HS);
     Reference r;
@@ -82,17 +87,18 @@ static Reference reference(const std::vector<double>& qkv, const std::vector<dou
             auto at = [&](int t, int d) { return ((size_t)b * T + t) * C + h * HS + d; };
             // forward: full masked score matrix, then softmax per row
             for (int i = 0; i < T; i++) {
+                const int j0 = start[(size_t)b * T + i];
                 double mx = -INFINITY;
-                for (int j = 0; j <= i; j++) {
+                for (int j = j0; j <= i; j++) {
                     double s = 0;
                     for (int d = 0; d < HS; d++) s += q(i, d) * k(j, d);
                     P[(size_t)i * T + j] = s * scale;
                     mx = std::fmax(mx, s * scale);
                 }
                 double sum = 0;
-                for (int j = 0; j <= i; j++) sum += std::exp(P[(size_t)i * T + j] - mx);
+                for (int j = j0; j <= i; j++) sum += std::exp(P[(size_t)i * T + j] - mx);
                 for (int j = 0; j < T; j++)
-                    P[(size_t)i * T + j] = j <= i ? std::exp(P[(size_t)i * T + j] - mx) / sum : 0.0;
+                    P[(size_t)i * T + j] = j >= j0 && j <= i ? std::exp(P[(size_t)i * T + j] - mx) / sum : 0.0;
                 r.lse[((size_t)b * NH + h) * T + i] = mx + std::log(sum);
                 for (int d = 0; d < HS; d++) {
                     double o = 0;
@@ -136,8 +142,8 @@ struct Outputs {
 
 // One forward + backward on a created stream; every output buffer starts as NaN
 // bytes so an element the kernels fail to write shows.
-static Outputs run_device(const std::vector<floatX>& qkv, const std::vector<floatX>& dout, int B, int T, int NH,
-                          int HS) {
+static Outputs run_device(const std::vector<floatX>& qkv, const std::vector<floatX>& dout,
+                          const std::vector<int2>& spans, int B, int T, int NH, int HS) {
     const size_t C = (size_t)NH * HS, n_qkv = (size_t)B * T * 3 * C, n_out = (size_t)B * T * C;
     const size_t n_lse = (size_t)B * NH * T, n_scratch = attention_backward_scratch_floats(B, T, NH);
     cudaStream_t stream;
@@ -154,8 +160,9 @@ static Outputs run_device(const std::vector<floatX>& qkv, const std::vector<floa
     CUDA_OK(cudaMemsetAsync(d_dqkv, 0xFF, n_qkv * sizeof(floatX), stream));
     CUDA_OK(cudaMemsetAsync(d_lse, 0xFF, n_lse * sizeof(float), stream));
     CUDA_OK(cudaMemsetAsync(d_scratch, 0xFF, n_scratch * sizeof(float), stream));
-    attention_forward(d_out, d_lse, d_qkv, B, T, NH, HS, stream);
-    attention_backward(d_dqkv, d_scratch, d_dout, d_qkv, d_out, d_lse, B, T, NH, HS, stream);
+    int2* d_docs = spans.empty() ? nullptr : to_device(spans);
+    attention_forward(d_out, d_lse, d_qkv, d_docs, B, T, NH, HS, stream);
+    attention_backward(d_dqkv, d_scratch, d_dout, d_qkv, d_out, d_lse, d_docs, B, T, NH, HS, stream);
     CUDA_OK(cudaStreamSynchronize(stream));
     Outputs o;
     o.out = to_host(d_out, n_out);
@@ -167,6 +174,7 @@ static Outputs run_device(const std::vector<floatX>& qkv, const std::vector<floa
     cudaFree(d_dqkv);
     cudaFree(d_lse);
     cudaFree(d_scratch);
+    if (d_docs) cudaFree(d_docs);
     CUDA_OK(cudaStreamDestroy(stream));
     return o;
 }
@@ -177,8 +185,10 @@ static bool bitwise_equal(const std::vector<T>& a, const std::vector<T>& b) {
 }
 
 // qk_amp scales q and k: larger values give sharper softmax rows (scores of
-// tens), which exercises the online rescaling.
-static void test_case(int B, int T, int NH, int HS, double qk_amp, uint64_t seed) {
+// tens), which exercises the online rescaling. mean_doc > 0: document-masked,
+// documents of 1 .. 2 mean_doc - 1 tokens (uniform), each starting with token 0
+// of a token sequence given to document_spans.
+static void test_case(int B, int T, int NH, int HS, double qk_amp, uint64_t seed, int mean_doc = 0) {
     const auto t_start = std::chrono::steady_clock::now();
     const size_t C = (size_t)NH * HS, n_qkv = (size_t)B * T * 3 * C, n_out = (size_t)B * T * C;
     Rng rng(seed);
@@ -194,11 +204,22 @@ static void test_case(int B, int T, int NH, int HS, double qk_amp, uint64_t seed
         dout_d[e] = to_float(dout[e]);
     }
 
-    const Reference ref = reference(qkv_d, dout_d, B, T, NH, HS);
-    const Outputs got = run_device(qkv, dout, B, T, NH, HS);
+    std::vector<int2> spans;
+    std::vector<int> start((size_t)B * T, 0);
+    if (mean_doc > 0) {
+        std::vector<int> tokens((size_t)B * T, 1);
+        for (int b = 0; b < B; b++)
+            for (int t = 0; t < T; t += 1 + (int)((rng.uniform() + 1) / 2 * (2 * mean_doc - 1))) tokens[(size_t)b * T + t] = 0;
+        spans.resize((size_t)B * T);
+        document_spans(spans.data(), tokens.data(), B, T, 0);
+        for (size_t e = 0; e < start.size(); e++) start[e] = spans[e].x;
+    }
+    const Reference ref = reference(qkv_d, dout_d, start, B, T, NH, HS);
+    const Outputs got = run_device(qkv, dout, spans, B, T, NH, HS);
 
-    char shape[96];
-    snprintf(shape, sizeof shape, "(B,T,NH,HS)=(%d,%d,%d,%d)%s", B, T, NH, HS, qk_amp > 1 ? " sharp" : "");
+    char shape[128];
+    snprintf(shape, sizeof shape, "(B,T,NH,HS)=(%d,%d,%d,%d)%s%s", B, T, NH, HS, qk_amp > 1 ? " sharp" : "",
+             mean_doc > 0 ? " documents" : "");
     auto same = [](size_t k) { return k; };
     // (B,T,C) element k -> its place in (B,T,3C), part 0/1/2 = q/k/v
     auto part = [C](int p) { return [C, p](size_t k) { return (k / C) * 3 * C + p * C + k % C; }; };
@@ -213,10 +234,25 @@ static void test_case(int B, int T, int NH, int HS, double qk_amp, uint64_t seed
     CHECK(e_dq <= TOL_ACT && e_dk <= TOL_ACT && e_dv <= TOL_ACT,
           "%s backward dq/dk/dv: rel err %.2e / %.2e / %.2e (bound %.0e)", shape, e_dq, e_dk, e_dv, TOL_ACT);
 
-    const Outputs again = run_device(qkv, dout, B, T, NH, HS);
+    const Outputs again = run_device(qkv, dout, spans, B, T, NH, HS);
     CHECK(bitwise_equal(got.out, again.out) && bitwise_equal(got.lse, again.lse) &&
               bitwise_equal(got.dqkv, again.dqkv),
           "%s deterministic: a second run is bitwise equal", shape);
+    if (mean_doc > 0) {
+        // The last sequence's last document alone, as a sequence of its own
+        // (everything before it removed): the same outputs, to rounding (the
+        // tiles fall differently), so nothing before a document leaks into it.
+        const int b = B - 1, doc0 = spans[(size_t)b * T + T - 1].x, len = T - doc0;
+        std::vector<floatX> qkv1((size_t)len * 3 * C), dout1((size_t)len * C);
+        memcpy(qkv1.data(), &qkv[((size_t)b * T + doc0) * 3 * C], qkv1.size() * sizeof(floatX));
+        memcpy(dout1.data(), &dout[((size_t)b * T + doc0) * C], dout1.size() * sizeof(floatX));
+        const Outputs alone = run_device(qkv1, dout1, {}, 1, len, NH, HS);
+        double worst = 0;
+        for (size_t e = 0; e < alone.out.size(); e++)
+            worst = std::fmax(worst, std::fabs(to_float(alone.out[e]) - to_float(got.out[((size_t)b * T + doc0) * C + e])));
+        CHECK(worst <= 4 * TOL_ACT, "%s the last document (%d tokens) alone gives its outputs: max diff %.2e", shape, len,
+              worst);
+    }
     const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count();
     printf("      %s took %.2f s\n", shape, secs);
 }
@@ -235,5 +271,12 @@ int main() {
     if (sizeof(floatX) == 2) test_case(1, 70, 2, 48, 1.0, 10);  // bf16: any multiple of 16
     else printf("SKIP HS=48: the fp32 kernels take HS in {8, 16, 32, 64, 128}\n");
     test_case(1, 1024, 1, 64, 1.0, 11); // T = maxT of GPT-2: 16 query blocks, 16 tiles for the last
+    // document masks: short documents (many inside one 16-row step), tile-sized ones, long ones
+    test_case(2, 200, 2, 64, 1.0, 12, 5);
+    test_case(1, 300, 2, 32, 4.0, 13, 40);
+    test_case(2, 256, 1, 64, 1.0, 14, 100);
+    test_case(1, 130, 2, 128, 1.0, 15, 30);
+    if (sizeof(floatX) == 2) test_case(1, 100, 1, 16, 1.0, 16, 12);
+    else test_case(1, 100, 1, 8, 1.0, 16, 12);
     return test_summary("test_attention");
 }
