@@ -186,6 +186,12 @@ struct GPT2 {
     int* staged_inputs;   // (A, B, T)
     int* staged_targets;  // (A, B, T)
     int* staged_plans;    // A encoder-backward plans
+    // documents (--doc-mask, --doc-positions; see document_layout)
+    int doc_mask = 0;             // attention stays inside each document
+    int doc_positions = 0;        // position ids restart at each document
+    int* documents;               // device: the current micro-batch's document layout
+    int* staged_documents;        // pinned: A document layouts
+    int distinct_positions = 0;   // groups of the current micro-batch's position plan
     cudaStream_t stream;
     // data parallelism: set before the weights are allocated
     const Distributed* dist = &SINGLE_PROCESS;
@@ -499,6 +505,28 @@ static bool gpt2_write_model_file(const GPT2* model, const std::string& path, st
     }, error);
 }
 
+// ---- documents ----------------------------------------------------------------
+// A document starts at each token V - 1 (GPT-2's <|endoftext|>, which begins
+// every document in the shards; the built-in corpus's EOT) and at the start of
+// each sequence. With --doc-mask or --doc-positions the host derives, per
+// micro-batch, from its tokens, a document layout of document_ints:
+//   [0, 2BT)     (B, T) int2 spans {first position, one past the last} of each
+//                token's document: the attention's mask (document_spans)
+//   [2BT, 3BT)   position ids: t minus the first position of t's document
+//   [3BT, ...)   their encoder-backward plan (dwpe, summed per position id)
+static size_t document_ints(int B, int T) {
+    return CEIL_DIV(3 * (size_t)B * T + encoder_backward_plan_ints(B, T), 4) * 4;  // 16-byte slices
+}
+// Returns the number of distinct position ids (the plan's groups).
+static int document_layout(int* layout, const int* tokens, int B, int T, int doc_token) {
+    const size_t BT = (size_t)B * T;
+    int2* spans = reinterpret_cast<int2*>(layout);
+    int* positions = layout + 2 * BT;
+    document_spans(spans, tokens, B, T, doc_token);
+    for (size_t i = 0; i < BT; i++) positions[i] = (int)(i % T) - spans[i].x;
+    return encoder_backward_plan(layout + 3 * BT, positions, B, T);
+}
+
 // ---- activations ------------------------------------------------------------
 // Every device buffer the forward and backward use, as one table.
 // Recompute (-r) keeps one layer's copy of a tensor instead of L, and
@@ -531,6 +559,7 @@ static std::vector<DeviceBuffer> activation_buffers(GPT2* model, int B, int T, i
         {(void**)&s.dresidual, BT * C * X, "backward scratch"},  {(void**)&s.dwide, BT * 4 * C * X, "backward scratch"},
         {(void**)&s.dnarrow, BT * C * X, "backward scratch"},    {(void**)&s.reduce, reduce_floats * F, "backward scratch"},
         {(void**)&s.encoder_plan, encoder_backward_plan_ints(B, T) * sizeof(int), "backward scratch"},
+        {(void**)&model->documents, document_ints(B, T) * sizeof(int), "inputs and step statistics"},
         {(void**)&model->step_stats, 2 * F, "inputs and step statistics"},
         {(void**)&model->inputs, BT * sizeof(int), "inputs and step statistics"},
         {(void**)&model->targets, BT * sizeof(int), "inputs and step statistics"},
@@ -551,6 +580,7 @@ static bool gpt2_try_allocate_activations(GPT2* model, int B, int T, int max_acc
     cudaCheck(cudaMallocHost(&model->staged_inputs, staged * sizeof(int)));
     cudaCheck(cudaMallocHost(&model->staged_targets, staged * sizeof(int)));
     cudaCheck(cudaMallocHost(&model->staged_plans, max_accum_steps * encoder_backward_plan_ints(B, T) * sizeof(int)));
+    cudaCheck(cudaMallocHost(&model->staged_documents, max_accum_steps * document_ints(B, T) * sizeof(int)));
     return true;
 }
 
@@ -563,7 +593,8 @@ static void gpt2_allocate_activations(GPT2* model, int B, int T, int max_accum_s
 static void gpt2_free_activations(GPT2* model) {
     for (const DeviceBuffer& b : activation_buffers(model, model->B, model->T, model->recompute))
         cudaCheck(cudaFree(*b.ptr));
-    for (int* b : {model->staged_inputs, model->staged_targets, model->staged_plans}) cudaCheck(cudaFreeHost(b));
+    for (int* b : {model->staged_inputs, model->staged_targets, model->staged_plans, model->staged_documents})
+        cudaCheck(cudaFreeHost(b));
     model->B = model->T = 0;
 }
 
@@ -588,7 +619,9 @@ static void gpt2_forward(GPT2* model) {
     ActivationTensors& a = model->acts;
     cudaStream_t stream = model->stream;
 
-    encoder_forward(a.encoded, model->inputs, p.wte, p.wpe, B, T, C, stream);
+    const int2* docs = model->doc_mask ? reinterpret_cast<const int2*>(model->documents) : nullptr;
+    const int* positions = model->doc_positions ? model->documents + 2 * (size_t)BT : nullptr;
+    encoder_forward(a.encoded, model->inputs, positions, p.wte, p.wpe, B, T, C, stream);
     layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, a.encoded, p.ln1w, p.ln1b, BT, C, stream);
     for (int l = 0; l < L; l++) {
         const size_t tc = (size_t)BT * C;
@@ -602,7 +635,7 @@ static void gpt2_forward(GPT2* model) {
         floatX* fch_gelu = layer_gelu(model, l);
         // attention block: residual2 = residual + proj(attention(ln1(residual)))
         matmul_forward(qkv, ln1, p.qkvw + (size_t)l * 3 * C * C, p.qkvb + l * 3 * C, BT, C, 3 * C, stream);
-        attention_forward(atty, a.att_lse + (size_t)l * BT * NH, qkv, B, T, NH, HS, stream);
+        attention_forward(atty, a.att_lse + (size_t)l * BT * NH, qkv, docs, B, T, NH, HS, stream);
         matmul_forward(a.proj_out, atty, p.attprojw + (size_t)l * C * C, p.attprojb + l * C, BT, C, C, stream);
         fused_residual_layernorm_forward(residual2, ln2, a.ln2_mean + l * BT, a.ln2_rstd + l * BT, residual,
                                          a.proj_out, p.ln2w + l * C, p.ln2b + l * C, BT, C, stream);
@@ -674,6 +707,7 @@ static void gpt2_backward(GPT2* model, const int* encoder_plan_host, int num_dis
     BackwardScratch& s = model->scratch;
     cudaStream_t stream = model->stream;
     const size_t tc = (size_t)BT * C;
+    const int2* docs = model->doc_mask ? reinterpret_cast<const int2*>(model->documents) : nullptr;
 
     cudaCheck(cudaMemcpyAsync(s.encoder_plan, encoder_plan_host, encoder_backward_plan_ints(B, T) * sizeof(int),
                               cudaMemcpyHostToDevice, stream));
@@ -706,14 +740,16 @@ static void gpt2_backward(GPT2* model, const int* encoder_plan_host, int num_dis
         matmul_backward(s.dnarrow, g.attprojw + (size_t)l * C * C, g.attprojb + l * C, s.reduce, s.dresidual,
                         a.atty + l * tc, p.attprojw + (size_t)l * C * C, BT, C, C, stream);
         attention_backward(s.dwide, s.reduce, s.dnarrow, a.qkv + l * 3 * tc, a.atty + l * tc,
-                           a.att_lse + (size_t)l * BT * NH, B, T, NH, HS, stream);
+                           a.att_lse + (size_t)l * BT * NH, docs, B, T, NH, HS, stream);
         matmul_backward(s.dnarrow, g.qkvw + (size_t)l * 3 * C * C, g.qkvb + l * 3 * C, s.reduce, s.dwide,
                         ln1, p.qkvw + (size_t)l * 3 * C * C, BT, C, 3 * C, stream);
         layernorm_backward(s.dresidual, g.ln1w + l * C, g.ln1b + l * C, s.reduce, s.dnarrow, residual,
                            p.ln1w + l * C, a.ln1_mean + l * BT, a.ln1_rstd + l * BT, BT, C, stream);
         if (reduce) gpt2_reduce_bucket(model, l);  // layer l's gradients are complete
     }
-    encoder_backward(g.wte, g.wpe, s.dresidual, s.encoder_plan, num_distinct_tokens, B, T, C, stream);
+    const int* position_plan = model->doc_positions ? model->documents + 3 * (size_t)BT : nullptr;
+    encoder_backward(g.wte, g.wpe, s.dresidual, s.encoder_plan, num_distinct_tokens, position_plan,
+                     model->distinct_positions, B, T, C, stream);
     if (reduce) gpt2_reduce_bucket(model, L);  // wte, wpe, lnfw, lnfb and the loss
 }
 
@@ -807,13 +843,21 @@ static long count_unmasked(const int* targets, size_t n) {
     return StepBatch{inputs, targets, A, count_unmasked(targets, (size_t)A * model->B * model->T)};
 }
 
-// Copies micro-batch `i` of the pinned staging area to the device (async).
+// Copies micro-batch `i` of the pinned staging area to the device (async),
+// with its document layout where documents matter.
 static void upload_micro_batch(GPT2* model, int i) {
     const size_t n = (size_t)model->B * model->T;
     cudaCheck(cudaMemcpyAsync(model->inputs, model->staged_inputs + i * n, n * sizeof(int), cudaMemcpyHostToDevice,
                               model->stream));
     cudaCheck(cudaMemcpyAsync(model->targets, model->staged_targets + i * n, n * sizeof(int),
                               cudaMemcpyHostToDevice, model->stream));
+    if (model->doc_mask || model->doc_positions) {
+        const size_t ints = document_ints(model->B, model->T);
+        int* layout = model->staged_documents + i * ints;
+        model->distinct_positions = document_layout(layout, model->staged_inputs + i * n, model->B, model->T,
+                                                    model->config.vocab_size - 1);
+        cudaCheck(cudaMemcpyAsync(model->documents, layout, ints * sizeof(int), cudaMemcpyHostToDevice, model->stream));
+    }
 }
 
 // Runs this rank's A micro-batches of one optimizer step, forward and backward,
@@ -1073,6 +1117,8 @@ struct TrainOptions {
     int zero_stage = 0;                   // -z
     int recompute = 0;                    // -r
     int gelu_fusion = -1;                 // -ge (-1: by compute capability)
+    int doc_mask = 0;                     // --doc-mask
+    int doc_positions = 0;                // --doc-positions
     int overfit_single_batch = 0;         // -a
     float grad_clip = 1.0f;               // --grad-clip
     long seed = 1337;                     // --seed
@@ -1111,6 +1157,9 @@ static void print_usage(const char* program) {
     printf("  -c <float>  weight decay of the matrices (default 0.0)\n");
     printf("  --grad-clip <float>  clip the global gradient norm (default 1.0; 0 = off)\n");
     printf("  --skip-nonfinite <0|1>  skip a step whose loss or gradient is Inf/NaN instead of stopping (default 0)\n");
+    printf("  --doc-mask <0|1>        attention within each document only (documents start at token V-1,\n");
+    printf("                          GPT-2's <|endoftext|>) (default 0: causal over the whole sequence)\n");
+    printf("  --doc-positions <0|1>   position ids restart at 0 at each document (default 0)\n");
     printf("  --seed <int>         weight init, stochastic rounding and sampling seed (default 1337)\n");
     printf("evaluation and sampling\n");
     printf("  -v <int>    val loss (and HellaSwag) every this many steps (default 20; 0 = never)\n");
@@ -1202,6 +1251,8 @@ static TrainOptions parse_options(int argc, char** argv, std::set<std::string>* 
         else if (strcmp(flag, "--ramp-steps") == 0) o.ramp_steps = parse_int(flag, v, 0);
         else if (strcmp(flag, "--ramp-lr") == 0) o.ramp_lr = v;
         else if (strcmp(flag, "--skip-nonfinite") == 0) o.skip_nonfinite = parse_int(flag, v, 0, 1);
+        else if (strcmp(flag, "--doc-mask") == 0) o.doc_mask = parse_int(flag, v, 0, 1);
+        else if (strcmp(flag, "--doc-positions") == 0) o.doc_positions = parse_int(flag, v, 0, 1);
         else if (strcmp(flag, "--memory-plan") == 0) o.memory_plan_only = parse_int(flag, v, 0, 1);
         else FAIL("unknown flag %s (see --help)", flag);
     }
@@ -1385,6 +1436,8 @@ int main(int argc, char** argv) {
     GPT2 model;
     model.dist = &dist;
     model.zero_stage = opt.zero_stage;
+    model.doc_mask = opt.doc_mask;
+    model.doc_positions = opt.doc_positions;
     if (opt.memory_plan_only) {  // nothing allocated: the plan of -e at -b, -t, -r
         model.config = read_config(opt.init);
         gpt2_configure(&model);
@@ -1441,6 +1494,10 @@ int main(int argc, char** argv) {
     print0("model: L=%d C=%d NH=%d V=%d (padded %d) maxT=%d, %zu parameters, %s\n", c.num_layers, c.channels,
            c.num_heads, c.vocab_size, c.padded_vocab_size, c.max_seq_len, model.num_parameters, PRECISION_NAME);
     print0("batch: B=%d x T=%d x N=%d x A=%d = %ld tokens per step\n", opt.B, opt.T, N, A, tokens_per_step);
+    if (model.doc_mask || model.doc_positions)
+        print0("documents: starting at token %d; attention %s; positions %s\n", c.vocab_size - 1,
+               model.doc_mask ? "within each document" : "across documents",
+               model.doc_positions ? "restart at each document" : "0..T-1 per sequence");
     if (opt.ramp_tokens > 0)
         print0("batch ramp: %ld tokens per step at step 0 (A=%d), %ld from step %d; lr scaling %s\n",
                ramp.tokens(0), ramp.accum_steps(0), tokens_per_step, opt.ramp_steps, opt.ramp_lr);
@@ -1539,13 +1596,15 @@ int main(int argc, char** argv) {
         double mfu = 0;
         char mfu_text[32] = "n/a";
         if (mfu_percent(tok_per_s / N, flops_token, peak_flops, &mfu)) snprintf(mfu_text, sizeof mfu_text, "%.1f%%", mfu);
-        print0("step %4d/%d | loss %.6f | norm %.4f | lr %.2e | %ld tok/step | %.1f ms | %.0f tok/s | MFU %s | ETA %s\n",
-               step + 1, steps, r.loss, r.grad_norm, lr, step_tokens, ms, tok_per_s, mfu_text,
+        const double util = 100.0 * r.num_targets / step_tokens;  // token slots that carry a counted target
+        print0("step %4d/%d | loss %.6f | norm %.4f | lr %.2e | %ld tok/step | util %.1f%% | %.1f ms | %.0f tok/s | "
+               "MFU %s | ETA %s\n", step + 1, steps, r.loss, r.grad_norm, lr, step_tokens, util, ms, tok_per_s, mfu_text,
                format_duration(recent_ms / 1000.0 * (steps - step - 1)).c_str());
         if (log.log) fprintf(log.log, "s:%d trl:%f\n", step, r.loss);
         if (log.jsonl)
             fprintf(log.jsonl, "{\"step\": %d, \"loss\": %.9g, \"norm\": %.9g, \"lr\": %.9g, \"tokens_per_step\": %ld, "
-                    "\"ms\": %.3f, \"tok_per_s\": %.1f}\n", step + 1, r.loss, r.grad_norm, lr, step_tokens, ms, tok_per_s);
+                    "\"util\": %.4f, \"ms\": %.3f, \"tok_per_s\": %.1f}\n", step + 1, r.loss, r.grad_norm, lr, step_tokens,
+                    util / 100, ms, tok_per_s);
         const bool checkpoint_due = opt.checkpoint_every > 0 && (step + 1) % opt.checkpoint_every == 0;
         if (opt.output_dir && (checkpoint_due || step + 1 == steps)) {
             if (log.log) fflush(log.log);

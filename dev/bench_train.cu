@@ -91,8 +91,8 @@ static std::vector<Family> step_families(GPT2* m) {
          [=] { fused_classifier(a.logits, a.losses, m->targets, 1.0f / BT, BT, c.vocab_size, Vp, true, st); }},
         {"encoder forward + backward", 0, 2 * bt * C * X + bt * C * X + 2.0 * T * C * 4,
          [=] {
-             encoder_forward(a.encoded, m->inputs, p.wte, p.wpe, B, T, C, st);
-             encoder_backward(g.wte, g.wpe, s.dresidual, s.encoder_plan, 0, B, T, C, st);
+             encoder_forward(a.encoded, m->inputs, nullptr, p.wte, p.wpe, B, T, C, st);
+             encoder_backward(g.wte, g.wpe, s.dresidual, s.encoder_plan, 0, nullptr, 0, B, T, C, st);
          }},
         {"AdamW + global norm + zeroing", 0, n * (30 + 4 + 4),
          [=] {

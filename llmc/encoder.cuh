@@ -13,18 +13,19 @@
 #include "llmc/cuda_common.h"
 
 // ---------------------------------------------------------------------------
-// Forward: out[b,t,c] = wte[inp[b,t], c] + wpe[t, c]   (sum in fp32, one rounding)
+// Forward: out[b,t,c] = wte[inp[b,t], c] + wpe[pos[b,t], c]   (sum in fp32, one rounding)
+// pos: position ids (e.g. restarting at each document), or nullptr for pos[b,t] = t.
 // N consecutive c per thread (16-byte accesses, or 1 where C or a pointer does
 // not allow them) in a block-chunked loop; consecutive threads take consecutive
 // c, so the wte/wpe row reads and the out writes are coalesced.
 template <int N>
-__global__ void encoder_forward_kernel(floatX* out, const int* inp, const floatX* wte, const floatX* wpe,
-                                       int T, int C, size_t total) {
+__global__ void encoder_forward_kernel(floatX* out, const int* inp, const int* pos, const floatX* wte,
+                                       const floatX* wpe, int T, int C, size_t total) {
     const BlockChunk chunk = block_chunk(total / N);
     for (size_t k = chunk.begin + threadIdx.x; k < chunk.end; k += blockDim.x) {
         const size_t i = k * N, bt = i / C;
         const int c = (int)(i % C);
-        const int t = (int)(bt % T);
+        const int t = pos ? pos[bt] : (int)(bt % T);
         const Packed<floatX, N> w = load_packed<N>(wte + (size_t)inp[bt] * C + c);
         const Packed<floatX, N> p = load_packed<N>(wpe + (size_t)t * C + c);
         Packed<floatX, N> o;
@@ -34,14 +35,14 @@ __global__ void encoder_forward_kernel(floatX* out, const int* inp, const floatX
     }
 }
 
-inline void encoder_forward(floatX* out, const int* inp, const floatX* wte, const floatX* wpe,
+inline void encoder_forward(floatX* out, const int* inp, const int* pos, const floatX* wte, const floatX* wpe,
                             int B, int T, int C, cudaStream_t stream) {
     const size_t total = (size_t)B * T * C;
     const int block = 256;
     with_pack_width<floatX>(pack_width<floatX>(C, out, wte, wpe), [&](auto pack) {
         constexpr int P = decltype(pack)::value;
         encoder_forward_kernel<P><<<chunked_grid_blocks(encoder_forward_kernel<P>, total / P, block), block, 0, stream>>>(
-            out, inp, wte, wpe, T, C, total);
+            out, inp, pos, wte, wpe, T, C, total);
     });
     cudaCheck(cudaGetLastError());
 }
@@ -131,8 +132,12 @@ __global__ void encoder_backward_wpe_kernel(float* dwpe, const floatX* dout, int
     }
 }
 
+// position_plan (device, nullptr for positions t): the plan of the forward's
+// position ids, built like the token plan; then dwpe is summed per position id
+// by the same per-group kernel as dwte.
 inline void encoder_backward(float* dwte, float* dwpe, const floatX* dout, const int* plan_device, int num_distinct,
-                             int B, int T, int C, cudaStream_t stream) {
+                             const int* position_plan, int distinct_positions, int B, int T, int C,
+                             cudaStream_t stream) {
     const int block = 256, warps_per_block = block / WARP_SIZE;
     const size_t TC = (size_t)T * C;
     with_pack_width<floatX>(pack_width<floatX>(C, dout), [&](auto pack) {
@@ -142,8 +147,12 @@ inline void encoder_backward(float* dwte, float* dwpe, const floatX* dout, const
                 dwte, dout, plan_device, num_distinct, B * T, C);
             cudaCheck(cudaGetLastError());
         }
-        encoder_backward_wpe_kernel<P><<<chunked_grid_blocks(encoder_backward_wpe_kernel<P>, TC / P, block), block, 0,
-                                         stream>>>(dwpe, dout, B, T, C);
+        if (position_plan)
+            encoder_backward_wte_kernel<P><<<CEIL_DIV(distinct_positions, warps_per_block), block, 0, stream>>>(
+                dwpe, dout, position_plan, distinct_positions, B * T, C);
+        else
+            encoder_backward_wpe_kernel<P><<<chunked_grid_blocks(encoder_backward_wpe_kernel<P>, TC / P, block), block,
+                                             0, stream>>>(dwpe, dout, B, T, C);
     });
     cudaCheck(cudaGetLastError());
 }

@@ -95,7 +95,7 @@ check "prints B, T, N, A and tokens per step" $?
 [[ $(grep -c "trl:" "$WORK/ok/main.log") -eq 3 && $(grep -c "tel:" "$WORK/ok/main.log") -eq 2 ]]
 check "main.log has 3 train and 2 val losses in llm.c's format" $?
 [[ $(grep -c '"loss"' "$WORK/ok/main.jsonl") -eq 3 && $(grep -c '"val_loss"' "$WORK/ok/main.jsonl") -eq 2 ]] &&
-    grep -qE '^step +3/3 \| loss [0-9.]+ \| norm [0-9.]+ \| lr [0-9.e+-]+ \| 128 tok/step \| [0-9.]+ ms \| [0-9]+ tok/s \| MFU n/a \| ETA 0s$' "$WORK/out"
+    grep -qE '^step +3/3 \| loss [0-9.]+ \| norm [0-9.]+ \| lr [0-9.e+-]+ \| 128 tok/step \| util [0-9.]+% \| [0-9.]+ ms \| [0-9]+ tok/s \| MFU n/a \| ETA 0s$' "$WORK/out"
 check "main.jsonl has the 3 steps and 2 evaluations; the step line has tokens per step, ms, tok/s, MFU (n/a: an unknown device), ETA" $?
 if python3 -c "import matplotlib" 2>/dev/null; then
     python3 dev/plot_log.py "$WORK/ok" >/dev/null 2>&1 && [[ $(head -c 4 "$WORK/ok/main.png" | tail -c 3) == "PNG" ]]

@@ -105,7 +105,7 @@ static void test_encoder(int B, int T, int C, int V) {
     int* d_inp = d.up(inp);
     floatX *d_wte = d.up(wte), *d_wpe = d.up(wpe), *d_dout = d.up(dout);
     floatX* d_out = d.alloc<floatX>((size_t)BT * C);
-    encoder_forward(d_out, d_inp, d_wte, d_wpe, B, T, C, g_stream);
+    encoder_forward(d_out, d_inp, nullptr, d_wte, d_wpe, B, T, C, g_stream);
     const auto out = dbl(to_host(d_out, (size_t)BT * C));
     std::vector<double> ref((size_t)BT * C);
     for (int p = 0; p < BT; p++)
@@ -139,7 +139,7 @@ static void test_encoder(int B, int T, int C, int V) {
 
     int* d_plan = d.up(plan);
     float *d_dwte = d.up(dwte0), *d_dwpe = d.up(dwpe0);
-    encoder_backward(d_dwte, d_dwpe, d_dout, d_plan, D, B, T, C, g_stream);
+    encoder_backward(d_dwte, d_dwpe, d_dout, d_plan, D, nullptr, 0, B, T, C, g_stream);
     const auto dwte = to_host(d_dwte, dwte0.size()), dwpe = to_host(d_dwpe, dwpe0.size());
     std::vector<double> rwte = dbl(dwte0), rwpe = dbl(dwpe0);
     for (int p = 0; p < BT; p++)
@@ -159,9 +159,36 @@ static void test_encoder(int B, int T, int C, int V) {
     CHECK(untouched, "encoder_backward leaves rows of absent tokens bitwise unchanged");
     d.put(d_dwte, dwte0);
     d.put(d_dwpe, dwpe0);
-    encoder_backward(d_dwte, d_dwpe, d_dout, d_plan, D, B, T, C, g_stream);
+    encoder_backward(d_dwte, d_dwpe, d_dout, d_plan, D, nullptr, 0, B, T, C, g_stream);
     CHECK(same_bits(dwte, to_host(d_dwte, dwte0.size())) && same_bits(dwpe, to_host(d_dwpe, dwpe0.size())),
           "encoder_backward twice: bitwise identical");
+
+    // Position ids that restart (documents of 1..6 tokens): wpe[pos] in the
+    // forward, dwpe summed per position id through the position plan.
+    std::vector<int> pos(BT);
+    for (int p = 0, len = 0, start = 0; p < BT; p++) {
+        if (p % T == 0 || p - start >= len) start = p, len = 1 + (int)(g_rng() % 6);
+        pos[p] = p - start;
+    }
+    int* d_pos = d.up(pos);
+    encoder_forward(d_out, d_inp, d_pos, d_wte, d_wpe, B, T, C, g_stream);
+    for (int p = 0; p < BT; p++)
+        for (int c = 0; c < C; c++)
+            ref[(size_t)p * C + c] = (double)to_float(wte[(size_t)inp[p] * C + c]) + to_float(wpe[(size_t)pos[p] * C + c]);
+    const double e_pos = norm_err(dbl(to_host(d_out, (size_t)BT * C)), ref);
+    CHECK(e_pos <= TOL_X, "encoder_forward with position ids B=%d T=%d C=%d (norm err %.2e <= %.1e)", B, T, C, e_pos, TOL_X);
+    std::vector<int> pos_plan(encoder_backward_plan_ints(B, T));
+    const int P = encoder_backward_plan(pos_plan.data(), pos.data(), B, T);
+    int* d_pos_plan = d.up(pos_plan);
+    d.put(d_dwte, dwte0);
+    d.put(d_dwpe, dwpe0);
+    encoder_backward(d_dwte, d_dwpe, d_dout, d_plan, D, d_pos_plan, P, B, T, C, g_stream);
+    rwpe = dbl(dwpe0);
+    for (int p = 0; p < BT; p++)
+        for (int c = 0; c < C; c++) rwpe[(size_t)pos[p] * C + c] += to_float(dout[(size_t)p * C + c]);
+    const double e_pwpe = norm_err(dbl(to_host(d_dwpe, dwpe0.size())), rwpe);
+    CHECK(e_pwpe <= TOL_F32 && same_bits(dwte, to_host(d_dwte, dwte0.size())),
+          "encoder_backward with position ids: dwpe per id (norm err %.2e <= %.0e), dwte unchanged", e_pwpe, TOL_F32);
 }
 
 // --- layernorm -----------------------------------------------------------------------------
