@@ -5,7 +5,10 @@
 //   - the memory plan matches what the runtime actually allocates (within 2%);
 //   - learning-rate schedules and the batch ramp give the expected values;
 //   - HellaSwag scoring is deterministic and does not depend on how the
-//     examples are batched; sampling is deterministic for a seed.
+//     examples are batched; sampling is deterministic for a seed;
+//   - with --doc-mask and --doc-positions a document's losses do not depend on
+//     what precedes it in its sequence, and sequences of one document each
+//     give bitwise the losses of plain causal attention.
 #define TESTING
 #include "train_gpt.cu"
 #include "test/test_util.h"
@@ -205,10 +208,69 @@ static void test_hellaswag_and_sampling() {
     gpt2_free(&model);
 }
 
+// ---- documents (--doc-mask, --doc-positions) ------------------------------------------
+static std::vector<float> token_losses(GPT2* model, const std::vector<int>& inputs, const std::vector<int>& targets) {
+    evaluate_batch(model, inputs.data(), targets.data());
+    std::vector<float> losses(inputs.size());
+    cudaCheck(cudaMemcpy(losses.data(), model->acts.losses, losses.size() * sizeof(float), cudaMemcpyDeviceToHost));
+    return losses;
+}
+
+static void test_documents() {
+    const int B = 2, T = 64, V = 256, EOT = V - 1, first_len = 29;
+#ifdef ENABLE_FP32
+    const double bound = 1e-5;
+#else
+    const double bound = 5e-3;  // bf16: the tiles fall differently in the two sequences (measured: 0, bitwise)
+#endif
+    GPT2 model;
+    gpt2_init_from_descriptor(&model, MODEL, 5);
+    gpt2_allocate_activations(&model, B, T, 1);
+    // sequence 0: EOT, a first document, EOT, then document D; sequence 1: D from position 0, then another one.
+    // Targets: the next token (the last position of each sequence unmasked too, as shards do).
+    const std::vector<int> other = tokens(2 * T + 1, 31, V - 1), doc = tokens(T, 32, V - 1);
+    std::vector<int> inputs(B * T), targets(B * T);
+    const int d0 = first_len + 1, len = T - d0;  // D's start in sequence 0, and its length there
+    for (int t = 0; t < T; t++) {
+        inputs[t] = t == 0 || t == d0 ? EOT : t < d0 ? other[t] : doc[t - d0 - 1];
+        inputs[T + t] = t == 0 ? EOT : t <= len ? doc[t - 1] : t == len + 1 ? EOT : other[T + t];
+    }
+    for (int t = 0; t < T; t++) {
+        targets[t] = t + 1 < T ? inputs[t + 1] : other[2 * T];
+        targets[T + t] = t + 1 < T ? inputs[T + t + 1] : other[2 * T];
+    }
+    // in sequence 1, D (with its EOT) sits at positions 0 .. len; in sequence 0 at d0 .. d0 + len - 1, its
+    // first len - 1 tokens predicting the same next tokens
+    auto diff = [&](const std::vector<float>& l) {
+        double worst = 0;
+        for (int k = 0; k < len - 1; k++)
+            worst = std::fmax(worst, std::fabs(l[d0 + k] - l[T + k]) / std::fmax(1e-3, std::fabs(l[T + k])));
+        return worst;
+    };
+    model.doc_mask = model.doc_positions = 1;
+    const double masked = diff(token_losses(&model, inputs, targets));
+    model.doc_mask = model.doc_positions = 0;
+    const double plain = diff(token_losses(&model, inputs, targets));
+    CHECK(masked <= bound && plain > 10 * bound,
+          "--doc-mask 1 --doc-positions 1: a %d-token document after another one has the losses it has at the start "
+          "of a sequence (max rel diff %.2e <= %.0e; %.2e without the mask)", len, masked, bound, plain);
+    // one document per sequence (an EOT only at position 0): the mask changes nothing, bitwise
+    std::vector<int> single(inputs);
+    for (int b = 0; b < B; b++)
+        for (int t = 1; t < T; t++) single[b * T + t] = other[b * T + t];
+    const std::vector<float> off = token_losses(&model, single, targets);
+    model.doc_mask = 1;
+    const std::vector<float> on = token_losses(&model, single, targets);
+    CHECK(memcmp(on.data(), off.data(), on.size() * sizeof(float)) == 0,
+          "--doc-mask 1 on sequences of one document each: bitwise the losses of causal attention");
+    gpt2_free(&model);
+}
+
 int main() {
     test_recompute();
     test_memory_plan();
     test_schedules();
     test_hellaswag_and_sampling();
+    test_documents();
     return test_summary("test_training");
 }
