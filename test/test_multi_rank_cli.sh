@@ -20,9 +20,9 @@ check() {  # check NAME CONDITION-EXIT-STATUS
 RUN=(-x 4 -v 0)
 "$BIN" "${RUN[@]}" -b 8 >"$WORK/n1" 2>&1
 check "one process, B=8: runs" $?
-# same_losses FILE: the four losses within 2e-4 of one process with B=8
+# same_losses FILE [REFERENCE]: the four losses within 2e-4 of one process with B=8
 same_losses() {
-    python3 - "$WORK/n1" "$1" <<'PY'
+    python3 - "${2:-$WORK/n1}" "$1" <<'PY'
 import re, sys
 def losses(p): return [float(m) for m in re.findall(r"^step +\d+/\d+ \| loss ([0-9.]+)", open(p).read(), re.M)]
 a, b = losses(sys.argv[1]), losses(sys.argv[2])
@@ -40,6 +40,14 @@ for setup in "2 4 0 512" "2 2 0 512" "2 2 1 512" "4 2 0 512" "4 1 1 512"; do
     [[ $rc -eq 0 && $same -eq 0 ]] && grep -q "batch: B=$b x T=64 x N=$np x A=$((d / (b * 64 * np))) = 512 tokens per step" "$WORK/run"
     check "mpirun -np $np, B=$b, ZeRO-$z: 4 losses equal one process with B=8 (max diff $worst <= 2e-4; bf16)" $?
 done
+# documents: masked attention and per-document positions split the same way (with ZeRO-1 and recompute)
+DOCS=(--doc-mask 1 --doc-positions 1)
+"$BIN" "${RUN[@]}" -b 8 "${DOCS[@]}" >"$WORK/n1d" 2>&1
+timeout 300 $MPIRUN -np 2 "$BIN" "${RUN[@]}" -b 2 -d 512 -z 1 -r 2 "${DOCS[@]}" >"$WORK/run" 2>&1
+rc=$?
+worst=$(same_losses "$WORK/run" "$WORK/n1d")
+[[ $rc -eq 0 && $? -eq 0 ]] && ! cmp -s <(grep '^step' "$WORK/n1") <(grep '^step' "$WORK/n1d")
+check "--doc-mask 1 --doc-positions 1: mpirun -np 2, B=2, A=2, ZeRO-1, -r 2 gives the 4 losses of one process with B=8 (max diff $worst), which differ from unmasked ones" $?
 
 timeout 300 $MPIRUN -np 2 "$BIN" "${RUN[@]}" -b 4 -z 1 >"$WORK/z1" 2>&1
 [[ $(grep -c '^model:' "$WORK/z1") -eq 1 && $(grep -cE '^step +4/4' "$WORK/z1") -eq 1 ]]
