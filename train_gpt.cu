@@ -1119,6 +1119,7 @@ struct TrainOptions {
     int gelu_fusion = -1;                 // -ge (-1: by compute capability)
     int doc_mask = 0;                     // --doc-mask
     int doc_positions = 0;                // --doc-positions
+    const char* packing = "packed";       // --packing
     int overfit_single_batch = 0;         // -a
     float grad_clip = 1.0f;               // --grad-clip
     long seed = 1337;                     // --seed
@@ -1160,6 +1161,8 @@ static void print_usage(const char* program) {
     printf("  --doc-mask <0|1>        attention within each document only (documents start at token V-1,\n");
     printf("                          GPT-2's <|endoftext|>) (default 0: causal over the whole sequence)\n");
     printf("  --doc-positions <0|1>   position ids restart at 0 at each document (default 0)\n");
+    printf("  --packing <how>         packed: sequences cut from the token stream (llm.c); slots: one document\n");
+    printf("                          per sequence, cut at T, the rest padded with masked targets (default packed)\n");
     printf("  --seed <int>         weight init, stochastic rounding and sampling seed (default 1337)\n");
     printf("evaluation and sampling\n");
     printf("  -v <int>    val loss (and HellaSwag) every this many steps (default 20; 0 = never)\n");
@@ -1253,6 +1256,7 @@ static TrainOptions parse_options(int argc, char** argv, std::set<std::string>* 
         else if (strcmp(flag, "--skip-nonfinite") == 0) o.skip_nonfinite = parse_int(flag, v, 0, 1);
         else if (strcmp(flag, "--doc-mask") == 0) o.doc_mask = parse_int(flag, v, 0, 1);
         else if (strcmp(flag, "--doc-positions") == 0) o.doc_positions = parse_int(flag, v, 0, 1);
+        else if (strcmp(flag, "--packing") == 0) o.packing = v;
         else if (strcmp(flag, "--memory-plan") == 0) o.memory_plan_only = parse_int(flag, v, 0, 1);
         else FAIL("unknown flag %s (see --help)", flag);
     }
@@ -1430,6 +1434,10 @@ int main(int argc, char** argv) {
     LRScheduler scheduler{LRSchedule::Cosine, opt.lr, opt.warmup_steps, 0, opt.final_lr_fraction};
     if (!parse_lr_schedule(opt.schedule, &scheduler.schedule))
         FAIL("-k %s: unknown schedule (cosine, linear, constant, wsd)", opt.schedule);
+    DataPacking packing;
+    if (strcmp(opt.packing, "packed") == 0) packing = DataPacking::Packed;
+    else if (strcmp(opt.packing, "slots") == 0) packing = DataPacking::Slots;
+    else FAIL("--packing %s: packed or slots", opt.packing);
     RampLRScaling ramp_lr;
     if (!parse_ramp_lr_scaling(opt.ramp_lr, &ramp_lr)) FAIL("--ramp-lr %s: none, linear or sqrt", opt.ramp_lr);
 
@@ -1476,10 +1484,10 @@ int main(int argc, char** argv) {
     // and every rank counts the targets of the global batch without asking the
     // others. Val batches are split by rank.
     DataLoader train_loader, val_loader;
-    dataloader_init(&train_loader, opt.train_pattern, N * opt.B, opt.T, 0, 1, c.vocab_size, false, opt.seed);
+    dataloader_init(&train_loader, opt.train_pattern, N * opt.B, opt.T, 0, 1, c.vocab_size, false, opt.seed, packing);
     if (resume_step >= 0) dataloader_restore(&train_loader, resumed.train_data);
     if (opt.val_pattern)
-        dataloader_init(&val_loader, opt.val_pattern, opt.B, opt.T, dist.rank, N, c.vocab_size, false, opt.seed);
+        dataloader_init(&val_loader, opt.val_pattern, opt.B, opt.T, dist.rank, N, c.vocab_size, false, opt.seed, packing);
     const int steps = opt.max_steps > 0 ? opt.max_steps : std::max(1L, (long)(train_loader.num_tokens / tokens_per_step));
     scheduler.total_steps = steps;
     std::vector<HellaSwagExample> hellaswag;

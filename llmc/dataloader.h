@@ -18,6 +18,15 @@
 // with B' = N*B reads as its batch k; and the data of one optimizer step
 // (A batches on each of N ranks) depends only on B*N*A.
 //
+// With DataPacking::Slots a sequence is one document instead (a "slot"):
+// document j of a shard runs from its j-th document start (a token
+// vocab_size - 1, GPT-2's <|endoftext|>, which begins every document; or the
+// shard's first token) to the next one, which is its last target; it is cut
+// at T + 1 tokens, and the rest of the slot holds inputs vocab_size - 1 with
+// targets -1 (masked: no loss, no gradient). Shards are scanned for their
+// document starts at init. Everything above holds with documents in place of
+// sequences.
+//
 // The next batch is read by a background thread while the current one is
 // used; results do not depend on its timing. Token ids are checked against
 // vocab_size when a shard is first used (one scan of that shard, in the
@@ -58,6 +67,8 @@
 
 struct DataLoaderImpl;
 
+enum class DataPacking { Packed, Slots };
+
 struct DataLoader {
     // configuration, as given to dataloader_init
     int B, T;
@@ -65,10 +76,11 @@ struct DataLoader {
     int vocab_size;        // token ids must be < vocab_size (no check when <= 0)
     bool shuffle;
     uint64_t seed;
+    DataPacking packing;
     // the data
     size_t num_shards;
     size_t num_tokens;     // total over shards
-    size_t num_sequences;  // sequences in one epoch: sum over shards of floor((n-1)/T)
+    size_t num_sequences;  // sequences in one epoch: sum over shards of floor((n-1)/T) (Slots: of documents)
     // the batch: host arrays of B*T each, valid after dataloader_next_batch.
     // The pointers stay the same for the loader's lifetime.
     int* inputs;
@@ -105,7 +117,8 @@ struct DataLoaderShard {
     std::string path;
     int token_size;       // 2 or 4
     uint64_t ntok;
-    uint64_t nseq;        // floor((ntok-1)/T)
+    uint64_t nseq;        // floor((ntok-1)/T); Slots: documents
+    std::vector<uint64_t> doc_starts;  // Slots: token offset of each document's first token
     uint64_t first_seq;   // index of its first sequence within an epoch
     bool validated;       // token ids checked (worker thread only)
 };
@@ -117,6 +130,7 @@ struct DataLoaderImpl {
     int B = 0, T = 0, rank = 0, nproc = 1, vocab_size = 0;
     bool shuffle = false;
     uint64_t seed = 0;
+    DataPacking packing = DataPacking::Packed;
     uint64_t num_sequences = 0;
     std::vector<DataLoaderShard> shards;  // every matching file, in name order
     uint64_t cursor = 0;                  // global index of the next step's first sequence
@@ -248,6 +262,29 @@ inline DataLoaderShard dataloader_open_shard_(const std::string& path, int T) {
     return s;
 }
 
+// Slots: the offsets at which the shard's documents start: 0, and every other
+// token `doc_token` (main thread, at init).
+inline std::vector<uint64_t> dataloader_document_starts_(const DataLoaderShard& s, uint32_t doc_token) {
+    std::vector<uint64_t> starts;
+    int fd = open(s.path.c_str(), O_RDONLY);
+    if (fd < 0) dataloader_fail_(s.path, dataloader_fmt_("cannot open: %s", strerror(errno)));
+    const size_t chunk_tokens = 1 << 20;
+    std::vector<unsigned char> buf(chunk_tokens * 4);
+    for (uint64_t t0 = 0; t0 < s.ntok; t0 += chunk_tokens) {
+        const size_t cnt = (size_t)std::min<uint64_t>(chunk_tokens, s.ntok - t0);
+        if (!dataloader_pread_all_(fd, buf.data(), cnt * s.token_size, DATALOADER_HEADER_BYTES + t0 * s.token_size))
+            dataloader_fail_(s.path, dataloader_fmt_("cannot read: %s", strerror(errno)));
+        for (size_t i = 0; i < cnt; i++) {
+            uint32_t id;
+            if (s.token_size == 2) { uint16_t v; memcpy(&v, &buf[i * 2], 2); id = v; }
+            else memcpy(&id, &buf[i * 4], 4);
+            if (t0 + i == 0 || id == doc_token) starts.push_back(t0 + i);
+        }
+    }
+    close(fd);
+    return starts;
+}
+
 // Worker: makes impl->fd the open file of shard `si`; "" or an error message.
 inline std::string dataloader_use_shard_(DataLoaderImpl* im, size_t si, int vocab_size) {
     DataLoaderShard& s = im->shards[si];
@@ -312,17 +349,30 @@ inline std::string dataloader_fill_(DataLoaderImpl* im, uint64_t cursor) {
         }
         std::string err = dataloader_use_shard_(im, lo, im->vocab_size);
         if (!err.empty()) return err;
-        uint64_t off = DATALOADER_HEADER_BYTES + j * (uint64_t)T * (uint64_t)s.token_size;
-        if (!dataloader_pread_all_(im->fd, seqbuf.data(), (size_t)(T + 1) * s.token_size, off))
+        // tokens [first, first + n) of the shard; `real` of them are inputs with a target
+        uint64_t first = j * (uint64_t)T;
+        int n = T + 1, real = T;
+        if (im->packing == DataPacking::Slots) {
+            first = s.doc_starts[j];
+            const uint64_t next = j + 1 < s.nseq ? s.doc_starts[j + 1] + 1 : s.ntok;  // through the next start
+            n = (int)std::min<uint64_t>(next - first, (uint64_t)T + 1);
+            real = n - 1;
+        }
+        uint64_t off = DATALOADER_HEADER_BYTES + first * (uint64_t)s.token_size;
+        if (!dataloader_pread_all_(im->fd, seqbuf.data(), (size_t)n * s.token_size, off))
             return "error: " + s.path + ": cannot read: " + strerror(errno);
         int* in = im->stage_inputs.data() + (size_t)b * T;
         int* tg = im->stage_targets.data() + (size_t)b * T;
-        for (int t = 0; t <= T; t++) {
+        for (int t = 0; t < n; t++) {
             uint32_t id;
             if (s.token_size == 2) { uint16_t v; memcpy(&v, &seqbuf[(size_t)t * 2], 2); id = v; }
             else memcpy(&id, &seqbuf[(size_t)t * 4], 4);
-            if (t < T) in[t] = (int)id;
+            if (t < real) in[t] = (int)id;
             if (t > 0) tg[t - 1] = (int)id;
+        }
+        for (int t = real; t < T; t++) {  // the slot's padding
+            in[t] = im->vocab_size - 1;
+            tg[t] = -1;
         }
     }
     return "";
@@ -371,13 +421,16 @@ inline void dataloader_wait_ready_(DataLoaderImpl* im) {
 }
 
 inline void dataloader_init(DataLoader* loader, const char* pattern, int B, int T, int process_rank,
-                            int num_processes, int vocab_size, bool shuffle, uint64_t seed) {
+                            int num_processes, int vocab_size, bool shuffle, uint64_t seed,
+                            DataPacking packing = DataPacking::Packed) {
     const std::string where = pattern ? pattern : "(null)";
     if (!pattern) dataloader_fail_(where, "no shard pattern given");
     if (B <= 0 || T <= 0)
         dataloader_fail_(where, dataloader_fmt_("batch size B=%d and sequence length T=%d must be positive", B, T));
     if (num_processes <= 0 || process_rank < 0 || process_rank >= num_processes)
         dataloader_fail_(where, dataloader_fmt_("process rank %d is not in [0, %d)", process_rank, num_processes));
+    if (packing == DataPacking::Slots && vocab_size <= 0)
+        dataloader_fail_(where, "one document per slot needs the vocabulary size (documents start at token V-1)");
 
     std::vector<std::string> paths;
     glob_t g;
@@ -400,16 +453,23 @@ inline void dataloader_init(DataLoader* loader, const char* pattern, int B, int 
     uint64_t total_tok = 0, total_seq = 0;
     for (const std::string& p : paths) {
         DataLoaderShard s = dataloader_open_shard_(p, T);
+        if (packing == DataPacking::Slots) {
+            s.doc_starts = dataloader_document_starts_(s, (uint32_t)vocab_size - 1);
+            s.nseq = s.doc_starts.size();
+        }
         s.first_seq = total_seq;
         total_tok += s.ntok;
         total_seq += s.nseq;
         im->shards.push_back(s);
     }
     const uint64_t need = (uint64_t)B * (uint64_t)T + 1;
-    if (total_tok < need)
+    if (packing == DataPacking::Packed && total_tok < need)
         dataloader_fail_(where, dataloader_fmt_("too few tokens: %llu in %zu shard(s), need at least B*T+1 = %llu (B=%d, T=%d)",
                                                 (unsigned long long)total_tok, paths.size(),
                                                 (unsigned long long)need, B, T));
+    if (total_seq < (uint64_t)B && packing == DataPacking::Slots)
+        dataloader_fail_(where, dataloader_fmt_("too few documents: the %zu shard(s) hold %llu, need at least B = %d "
+                                                "(one per slot)", paths.size(), (unsigned long long)total_seq, B));
     if (total_seq < (uint64_t)B)
         dataloader_fail_(where, dataloader_fmt_("too few sequences: the %zu shard(s) hold %llu sequences of T+1 = %d tokens "
                                                 "(a shard of n tokens holds floor((n-1)/T)), need at least B = %d",
@@ -422,6 +482,7 @@ inline void dataloader_init(DataLoader* loader, const char* pattern, int B, int 
     loader->vocab_size = vocab_size;
     loader->shuffle = shuffle;
     loader->seed = seed;
+    loader->packing = packing;
     loader->num_shards = im->shards.size();
     loader->num_tokens = (size_t)total_tok;
     loader->num_sequences = (size_t)total_seq;
@@ -438,6 +499,7 @@ inline void dataloader_init(DataLoader* loader, const char* pattern, int B, int 
     im->vocab_size = vocab_size;
     im->shuffle = shuffle;
     im->seed = seed;
+    im->packing = packing;
     im->num_sequences = total_seq;
     im->cursor = 0;
     im->worker = std::thread(dataloader_worker_, im);

@@ -104,6 +104,12 @@ else
     echo "SKIP dev/plot_log.py: matplotlib is not installed for $(command -v python3)"
 fi
 
+# one document per slot on the built-in corpus (documents of mean length 64 at T = 64): some slots are padded
+(cd "$WORK" && "$OLDPWD/$BIN" -x 2 -v 0 --packing slots --doc-mask 1 >"$WORK/slots" 2>&1) &&
+    grep -qE '^step +2/2 \| .* \| util [0-9]{1,2}\.[0-9]% \|' "$WORK/slots"
+check "--packing slots runs and its util is below 100%: $(grep -o 'util [0-9.]*%' "$WORK/slots" | tail -1)" $?
+expect_error "--packing with an unknown value" "--packing tight: packed or slots" --packing tight
+
 # the built-in corpus (no -i): 100 steps close most of the gap to the known floor
 (cd "$WORK" && "$OLDPWD/$BIN" -x 100 -v 100 >"$WORK/builtin" 2>&1)
 check "built-in corpus run" $?

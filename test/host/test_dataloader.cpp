@@ -187,6 +187,13 @@ static int child_main(int argc, char** argv) {
         dataloader_free(&b);
         return 0;
     }
+    if (mode == "restore-packed-into-slots" && argc == 4) {
+        DataLoader a, b;
+        dataloader_init(&a, argv[3], 1, 4, 0, 1, kVocab, false, 0);
+        dataloader_init(&b, argv[3], 1, 4, 0, 1, kVocab, false, 0, DataPacking::Slots);
+        dataloader_restore(&b, dataloader_position(&a));
+        return 0;
+    }
     if (mode == "markov" && argc == 5) {
         markov_corpus_write(argv[3], 1, 1000, 1000, atoi(argv[4]));
         return 0;
@@ -421,6 +428,50 @@ static void test_position(bool shuffle) {
           shuffle ? "on" : "off");
     for (auto& l : two) dataloader_free(&l);
     dataloader_free(&one);
+}
+
+// One document per slot: documents start at token kVocab - 1 (and at a
+// shard's first token); a slot holds one document through the next start (its
+// last target), cut at T + 1 tokens, padded with kVocab - 1 inputs and -1 targets.
+static void test_slots() {
+    const int E = kVocab - 1, T = 4, P = E;
+    const std::string d = g_dir + "/slots";
+    mkdir(d.c_str(), 0755);
+    write_shard(d + "/a.bin", {(uint32_t)E, 1, 2, 3, (uint32_t)E, 11, 12, (uint32_t)E, 21, 22, 23, 24, 25, 26}, 2);
+    write_shard(d + "/b.bin", {31, 32, (uint32_t)E, 41}, 4);  // a shard that does not start with a document start
+    const std::string pat = d + "/*.bin";
+    const std::vector<std::vector<int>> want = {
+        {E, 1, 2, 3, 1, 2, 3, E},        // exactly T + 1 tokens through the next start
+        {E, 11, 12, P, 11, 12, E, -1},   // shorter: padded
+        {E, 21, 22, 23, 21, 22, 23, 24}, // longer: cut at T + 1 tokens
+        {31, 32, P, P, 32, E, -1, -1},   // the second shard's first document has no start token
+        {E, P, P, P, 41, -1, -1, -1},    // the last document of the data: no next start
+    };
+    DataLoader L;
+    dataloader_init(&L, pat.c_str(), 1, T, 0, 1, kVocab, false, 1, DataPacking::Slots);
+    bool ok = L.num_sequences == want.size();
+    for (int epoch = 0; epoch < 2; epoch++)
+        for (const auto& w : want) ok = ok && rows(take(L), 1, T)[0] == w;
+    CHECK(ok, "slots: 5 documents in 2 shards give one slot each (exact, padded, cut, no start token, last), twice");
+    dataloader_free(&L);
+    // the stream of slots splits over ranks and restores from a position as the packed stream does
+    DataLoader two[2], one;
+    for (int r = 0; r < 2; r++) dataloader_init(&two[r], pat.c_str(), 1, T, r, 2, kVocab, true, 3, DataPacking::Slots);
+    dataloader_init(&one, pat.c_str(), 2, T, 0, 1, kVocab, true, 3, DataPacking::Slots);
+    dataloader_next_batch(&two[0]);
+    dataloader_next_batch(&two[1]);
+    dataloader_restore(&one, dataloader_position(&two[0]));
+    bool same = true;
+    for (int i = 0; i < 6; i++) {
+        const auto w = rows(take(one), 2, T), g0 = rows(take(two[0]), 1, T), g1 = rows(take(two[1]), 1, T);
+        same = same && w[0] == g0[0] && w[1] == g1[0];
+    }
+    CHECK(same, "slots, shuffled: 2 ranks of B=1 read what one process of B=2 reads, from a restored position");
+    for (auto& l : two) dataloader_free(&l);
+    dataloader_free(&one);
+    // a packed position does not restore into a slots loader over the same data (another stream)
+    expect_error("slots: a packed position is refused", {"restore-packed-into-slots", pat},
+                 {"cannot restore the data position"});
 }
 
 static void test_uint32() {
@@ -850,6 +901,7 @@ int main(int argc, char** argv) {
     test_shuffle();
     test_position(false);
     test_position(true);
+    test_slots();
     test_uint32();
     test_large_offsets();
     test_prefetch_and_large_batches();
