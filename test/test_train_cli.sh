@@ -109,6 +109,13 @@ fi
     grep -qE '^step +2/2 \| .* \| util [0-9]{1,2}\.[0-9]% \|' "$WORK/slots"
 check "--packing slots runs and its util is below 100%: $(grep -o 'util [0-9.]*%' "$WORK/slots" | tail -1)" $?
 expect_error "--packing with an unknown value" "--packing tight: packed or slots" --packing tight
+# resume with slots and the document mask: the data position is a document index
+SLOTS=(-v 0 --packing slots --doc-mask 1 --doc-positions 1)
+(cd "$WORK" && "$OLDPWD/$BIN" -x 4 -n 2 "${SLOTS[@]}" -o "$WORK/slots_a" >/dev/null 2>&1 &&
+    "$OLDPWD/$BIN" -x 2 "${SLOTS[@]}" -o "$WORK/slots_b" >/dev/null 2>&1 &&
+    "$OLDPWD/$BIN" -x 4 -n 2 "${SLOTS[@]}" -o "$WORK/slots_b" -y 1 >/dev/null 2>&1) &&
+    cmp -s "$WORK/slots_a/model_00000004.bin" "$WORK/slots_b/model_00000004.bin"
+check "--packing slots --doc-mask 1 --doc-positions 1: 2 steps, then 2 more resumed, give bitwise the 4-step model" $?
 
 # the built-in corpus (no -i): 100 steps close most of the gap to the known floor
 (cd "$WORK" && "$OLDPWD/$BIN" -x 100 -v 100 >"$WORK/builtin" 2>&1)
