@@ -70,7 +70,7 @@ struct Tiles {
     // bytes of dynamic shared memory per kernel
     static constexpr size_t fwd_bytes = (size_t)(ROWS + 4 * KV_FWD) * LD * sizeof(bf16);
     static constexpr size_t dq_bytes = (size_t)(2 * ROWS + 4 * KV_DQ) * LD * sizeof(bf16);
-    static constexpr size_t dkv_bytes = (size_t)(2 * ROWS + 4 * Q_DKV) * LD * sizeof(bf16) + 4 * Q_DKV * sizeof(float);
+    static constexpr size_t dkv_bytes = (size_t)(2 * ROWS + 4 * Q_DKV) * LD * sizeof(bf16) + 6 * Q_DKV * sizeof(float);
 };
 
 // --- tiles: global -> shared ----------------------------------------------------
@@ -191,11 +191,26 @@ __device__ __forceinline__ void zero(float (&acc)[N][4]) {
 #pragma unroll
     for (int n = 0; n < N; n++) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.0f;
 }
-// The document span of position i (< T) of a sequence: docs_b[i] = {first
-// position of i's document, one past its last}; no masking: the whole sequence.
-__device__ __forceinline__ int2 doc_span(const int2* docs_b, int i, int T) {
-    return docs_b ? docs_b[i] : make_int2(0, T);
-}
+// Document masking, read once per block from the (B, T) spans of its sequence
+// (docs_b[i] = {first position of i's document, one past its last}). The
+// kernels are instantiated with and without it (DOCS), so plain causal
+// attention pays nothing for it: no registers, no extra conditions.
+// Query-row blocks (forward, dQ): where the documents start of the block's
+// first row (tiles before it are skipped), of the warp's first row, of the lane's two rows.
+struct DocRows {
+    int block_start = 0, warp_start = 0, row_start[2] = {0, 0};
+    __device__ DocRows(const int2* docs_b, int q0, int row_lo, int T) {
+        if (!docs_b) return;
+        const int g = threadIdx.x % 32 / 4;
+        block_start = docs_b[q0].x;
+        warp_start = docs_b[min(row_lo, T - 1)].x;
+        row_start[0] = docs_b[min(row_lo + g, T - 1)].x;
+        row_start[1] = docs_b[min(row_lo + g + 8, T - 1)].x;
+    }
+};
+// Key-row blocks (dK/dV) skip the query tiles after the end of the document of
+// their last key, and keep each query's document start beside its lse in
+// shared memory: query i >= key j sees j exactly when start_i <= j.
 
 // Max / sum over the 4 lanes that hold one accumulator row.
 __device__ __forceinline__ float quad_max(float x) {
@@ -228,7 +243,7 @@ __device__ __forceinline__ void store_rows(bf16* dst, size_t stride, const float
 // ---------------------------------------------------------------------------
 // Forward. Block: 64 query rows [q0, q0+64) of one (b, h); grid (B*NH, ceil(T/64)),
 // query blocks in reverse order so the longest (latest rows) start first.
-template <int HS>
+template <int HS, bool DOCS>
 __global__ void __launch_bounds__(THREADS)
 attention_forward_kernel(bf16* out, float* lse, const bf16* qkv, const int2* docs, int T, int NH) {
     using Tl = Tiles<HS>;
@@ -245,13 +260,10 @@ attention_forward_kernel(bf16* out, float* lse, const bf16* qkv, const int2* doc
     const size_t stride = 3 * (size_t)C;
     const bf16* base = qkv + (size_t)b * T * stride + h * HS;  // q; k at +C, v at +2C
     const float scale_log2 = LOG2E / sqrtf((float)HS);
-    const int2* docs_b = docs ? docs + (size_t)b * T : nullptr;
+    const DocRows doc(DOCS ? docs + (size_t)b * T : nullptr, q0, row_lo, T);
     // keys [tile0 * KV, q0 + 64): from the document of the block's first row
-    const int tile0 = doc_span(docs_b, q0, T).x / KV;
+    const int tile0 = doc.block_start / KV;
     const int tiles = CEIL_DIV(min(T, q0 + ROWS), KV) - tile0;
-    const int warp_start = doc_span(docs_b, min(row_lo, T - 1), T).x;
-    const int row_start[2] = {doc_span(docs_b, min(row_lo + g, T - 1), T).x,
-                              doc_span(docs_b, min(row_lo + g + 8, T - 1), T).x};
     auto load_kv_tile = [&](int it, int buf) {  // keys of tile tile0 + it into buffer buf
         load_tile<HS>(k_tiles + buf * KV * LD, base + C, stride, (tile0 + it) * KV, KV, T);
         load_tile<HS>(v_tiles + buf * KV * LD, base + 2 * C, stride, (tile0 + it) * KV, KV, T);
@@ -270,7 +282,7 @@ attention_forward_kernel(bf16* out, float* lse, const bf16* qkv, const int2* doc
         // 16-key steps of this tile that hold a key <= the warp's last row, from
         // the first that holds a key of the warp's first row's document
         const int steps = row_lo + 15 < k0 ? 0 : min(KV / 16, (row_lo + 15 - k0) / 16 + 1);
-        const int first = max(0, (warp_start - k0) / 16);
+        const int first = DOCS ? max(0, (doc.warp_start - k0) / 16) : 0;
         if (first < steps) {
             float s[KV / 8][4];
             zero(s);
@@ -285,14 +297,15 @@ attention_forward_kernel(bf16* out, float* lse, const bf16* qkv, const int2* doc
 #pragma unroll
                     for (int e = 2 * r; e < 2 * r + 2; e++) {
                         const int key = k0 + 8 * n + 2 * t + e % 2;
-                        const bool seen = n >= 2 * first && n < 2 * steps && key <= row && key >= row_start[r];
+                        const bool seen = n < 2 * steps && key <= row && (!DOCS || key >= doc.row_start[r]);
                         s[n][e] = seen ? s[n][e] * scale_log2 : -INFINITY;
                         mx = fmaxf(mx, s[n][e]);
                     }
-                // -inf while the row has seen no key yet (its document starts later)
+                // finite once a row has seen a key: always without documents (key 0 <= row is in the
+                // first tile), only from its document's start with them
                 const float m_new = fmaxf(m[r], quad_max(mx));
-                const float m_use = m_new == -INFINITY ? 0.0f : m_new;  // so that exp2 gives 0, not NaN
-                const float corr = exp2f(m[r] - m_use);                  // 0 on the row's first keys
+                const float m_use = DOCS && m_new == -INFINITY ? 0.0f : m_new;  // so that exp2 gives 0, not NaN
+                const float corr = exp2f(m[r] - m_use);                          // 0 on the row's first keys
                 m[r] = m_new;
                 l[r] *= corr;
 #pragma unroll
@@ -322,7 +335,7 @@ attention_forward_kernel(bf16* out, float* lse, const bf16* qkv, const int2* doc
 
 // ---------------------------------------------------------------------------
 // Backward (1): dQ, and D for the dK/dV kernel. Block: 64 query rows, as the forward.
-template <int HS>
+template <int HS, bool DOCS>
 __global__ void __launch_bounds__(THREADS)
 attention_backward_dq_kernel(bf16* dqkv, float* Dvec, const bf16* dout, const bf16* qkv, const bf16* out,
                              const float* lse, const int2* docs, int T, int NH) {
@@ -342,12 +355,9 @@ attention_backward_dq_kernel(bf16* dqkv, float* Dvec, const bf16* dout, const bf
     const bf16* base = qkv + (size_t)b * T * stride + h * HS;
     const size_t out_off = (size_t)b * T * C + h * HS;  // (b, 0, h) in out / dout
     const float scale = 1.0f / sqrtf((float)HS), scale_log2 = LOG2E * scale;
-    const int2* docs_b = docs ? docs + (size_t)b * T : nullptr;
-    const int tile0 = doc_span(docs_b, q0, T).x / KV;  // as the forward
+    const DocRows doc(DOCS ? docs + (size_t)b * T : nullptr, q0, row_lo, T);
+    const int tile0 = doc.block_start / KV;  // as the forward
     const int tiles = CEIL_DIV(min(T, q0 + ROWS), KV) - tile0;
-    const int warp_start = doc_span(docs_b, min(row_lo, T - 1), T).x;
-    const int row_start[2] = {doc_span(docs_b, min(row_lo + g, T - 1), T).x,
-                              doc_span(docs_b, min(row_lo + g + 8, T - 1), T).x};
     auto load_kv_tile = [&](int it, int buf) {  // keys of tile tile0 + it into buffer buf
         load_tile<HS>(k_tiles + buf * KV * LD, base + C, stride, (tile0 + it) * KV, KV, T);
         load_tile<HS>(v_tiles + buf * KV * LD, base + 2 * C, stride, (tile0 + it) * KV, KV, T);
@@ -391,7 +401,7 @@ attention_backward_dq_kernel(bf16* dqkv, float* Dvec, const bf16* dout, const bf
             }
         }
         const int steps = row_lo + 15 < k0 ? 0 : min(KV / 16, (row_lo + 15 - k0) / 16 + 1);
-        const int first = max(0, (warp_start - k0) / 16);
+        const int first = DOCS ? max(0, (doc.warp_start - k0) / 16) : 0;
         if (first < steps) {
             float s[KV / 8][4], dp[KV / 8][4];
             zero(s);
@@ -403,7 +413,7 @@ attention_backward_dq_kernel(bf16* dqkv, float* Dvec, const bf16* dout, const bf
 #pragma unroll
                 for (int e = 0; e < 4; e++) {
                     const int row = row_lo + g + 8 * (e / 2), key = k0 + 8 * n + 2 * t + e % 2;
-                    const bool seen = n >= 2 * first && n < 2 * steps && key <= row && key >= row_start[e / 2];
+                    const bool seen = n < 2 * steps && key <= row && (!DOCS || key >= doc.row_start[e / 2]);
                     const float p = seen ? exp2f(s[n][e] * scale_log2 - lse2[e / 2]) : 0.0f;
                     s[n][e] = p * (dp[n][e] - D[e / 2]);  // dS
                 }
@@ -418,7 +428,7 @@ attention_backward_dq_kernel(bf16* dqkv, float* Dvec, const bf16* dout, const bf
 // Backward (2): dK and dV. Block: 64 key rows [k0, k0+64) of one (b, h); grid
 // (B*NH, ceil(T/64)) in natural order (the earliest keys have the most queries).
 // Query tiles run from the block's first key to T.
-template <int HS>
+template <int HS, bool DOCS>
 __global__ void __launch_bounds__(THREADS)
 attention_backward_dkv_kernel(bf16* dqkv, const float* Dvec, const bf16* dout, const bf16* qkv, const float* lse,
                               const int2* docs, int T, int NH) {
@@ -431,6 +441,7 @@ attention_backward_dkv_kernel(bf16* dqkv, const float* Dvec, const bf16* dout, c
     bf16* do_tiles = q_tiles + 2 * QT * LD;                // 2 x QT x LD
     float* lse_tiles = reinterpret_cast<float*>(do_tiles + 2 * QT * LD);  // 2 x QT, times log2(e)
     float* D_tiles = lse_tiles + 2 * QT;                                   // 2 x QT
+    int* start_tiles = reinterpret_cast<int*>(D_tiles + 2 * QT);           // 2 x QT (DOCS)
 
     const int C = NH * HS, bh = blockIdx.x, b = bh / NH, h = bh % NH;
     const int kb0 = blockIdx.y * ROWS;
@@ -450,14 +461,12 @@ attention_backward_dkv_kernel(bf16* dqkv, const float* Dvec, const bf16* dout, c
         for (int r = threadIdx.x; r < QT; r += THREADS) {
             lse_tiles[buf * QT + r] = i0 + r < T ? lse_bh[i0 + r] * LOG2E : INFINITY;
             D_tiles[buf * QT + r] = i0 + r < T ? D_bh[i0 + r] : 0.0f;
+            if constexpr (DOCS) start_tiles[buf * QT + r] = i0 + r < T ? docs[(size_t)b * T + i0 + r].x : T;
         }
     };
     // queries [kb0, end of the document of the block's last key)
-    const int2* docs_b = docs ? docs + (size_t)b * T : nullptr;
-    const int i_first = kb0, tiles = CEIL_DIV(doc_span(docs_b, min(kb0 + ROWS, T) - 1, T).y - i_first, QT);
-    const int warp_end = doc_span(docs_b, min(key_lo + 15, T - 1), T).y;
-    const int key_end[2] = {doc_span(docs_b, min(key_lo + g, T - 1), T).y,
-                            doc_span(docs_b, min(key_lo + g + 8, T - 1), T).y};
+    const int q_end = DOCS ? docs[(size_t)b * T + min(kb0 + ROWS, T) - 1].y : T;
+    const int i_first = kb0, tiles = CEIL_DIV(q_end - i_first, QT);
     load_tile<HS>(k_tile, base + C, stride, kb0, ROWS, T);
     load_tile<HS>(v_tile, base + 2 * C, stride, kb0, ROWS, T);
     load_q_tile(i_first, 0);
@@ -487,30 +496,29 @@ attention_backward_dkv_kernel(bf16* dqkv, const float* Dvec, const bf16* dout, c
             if constexpr (V_IN_REGISTERS) load_a_rows<HS>(vf, v_tile + 16 * warp * LD);
         }
         // 16-query steps of this tile that hold a query >= the warp's first key
-        // and one before the end of the document of its last key
-        const int first = max(0, (key_lo - i0) / 16), steps = min(QT / 16, CEIL_DIV(warp_end - i0, 16));
-        if (first < steps) {
+        const int first = max(0, (key_lo - i0) / 16);
+        if (first < QT / 16) {
             const bf16* q_t = q_tiles + buf * QT * LD;
             const bf16* do_t = do_tiles + buf * QT * LD;
             float s[QT / 8][4], dp[QT / 8][4];
             zero(s);
             zero(dp);
             // steps before `first` hold only queries < every key of the warp: P = 0 there
-            mma_a_tileT<HS, QT>(s, kf, q_t, first, steps);
-            if constexpr (V_IN_REGISTERS) mma_a_tileT<HS, QT>(dp, vf, do_t, first, steps);
-            else mma_a_tileT<HS, QT>(dp, v_tile + 16 * warp * LD, do_t, first, steps);
+            mma_a_tileT<HS, QT>(s, kf, q_t, first, QT / 16);
+            if constexpr (V_IN_REGISTERS) mma_a_tileT<HS, QT>(dp, vf, do_t, first, QT / 16);
+            else mma_a_tileT<HS, QT>(dp, v_tile + 16 * warp * LD, do_t, first, QT / 16);
 #pragma unroll
             for (int n = 0; n < QT / 8; n++)
 #pragma unroll
                 for (int e = 0; e < 4; e++) {
                     const int key = key_lo + g + 8 * (e / 2), c = 8 * n + 2 * t + e % 2, query = i0 + c;
-                    const bool seen = query >= key && query < key_end[e / 2];
+                    const bool seen = query >= key && (!DOCS || start_tiles[buf * QT + c] <= key);
                     const float p = seen ? exp2f(s[n][e] * scale_log2 - lse_tiles[buf * QT + c]) : 0.0f;
                     s[n][e] = p;                                        // P^T
                     dp[n][e] = p * (dp[n][e] - D_tiles[buf * QT + c]);  // dS^T
                 }
-            mma_p_tile<HS, QT>(dv, s, do_t, first, steps);
-            mma_p_tile<HS, QT>(dk, dp, q_t, first, steps);
+            mma_p_tile<HS, QT>(dv, s, do_t, first, QT / 16);
+            mma_p_tile<HS, QT>(dk, dp, q_t, first, QT / 16);
         }
         __syncthreads();
     }
@@ -519,34 +527,34 @@ attention_backward_dkv_kernel(bf16* dqkv, const float* Dvec, const bf16* dout, c
     store_rows<HS>(dst + 2 * C, stride, dv, key_lo, T, 1.0f, 1.0f);
 }
 
-template <int HS>
+template <int HS, bool DOCS>
 inline void forward_launch(bf16* out, float* lse, const bf16* qkv, const int2* docs, int B, int T, int NH,
                            cudaStream_t stream) {
     // dynamic shared memory over 48 KB needs an opt-in (cudaFuncSetAttribute takes the kernel by name)
     static const cudaError_t opt_in = cudaFuncSetAttribute(
-        attention_forward_kernel<HS>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)Tiles<HS>::fwd_bytes);
+        attention_forward_kernel<HS, DOCS>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)Tiles<HS>::fwd_bytes);
     cudaCheck(opt_in);
     const dim3 grid(B * NH, CEIL_DIV(T, ROWS));
-    attention_forward_kernel<HS><<<grid, THREADS, Tiles<HS>::fwd_bytes, stream>>>(out, lse, qkv, docs, T, NH);
+    attention_forward_kernel<HS, DOCS><<<grid, THREADS, Tiles<HS>::fwd_bytes, stream>>>(out, lse, qkv, docs, T, NH);
     cudaCheck(cudaGetLastError());
 }
 
-template <int HS>
+template <int HS, bool DOCS>
 inline void backward_launch(bf16* dqkv, float* scratch, const bf16* dout, const bf16* qkv, const bf16* out,
                             const float* lse, const int2* docs, int B, int T, int NH, cudaStream_t stream) {
     static const cudaError_t opt_in[2] = {
-        cudaFuncSetAttribute(attention_backward_dq_kernel<HS>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+        cudaFuncSetAttribute(attention_backward_dq_kernel<HS, DOCS>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                              (int)Tiles<HS>::dq_bytes),
-        cudaFuncSetAttribute(attention_backward_dkv_kernel<HS>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+        cudaFuncSetAttribute(attention_backward_dkv_kernel<HS, DOCS>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                              (int)Tiles<HS>::dkv_bytes)};
     cudaCheck(opt_in[0]);
     cudaCheck(opt_in[1]);
     const dim3 grid(B * NH, CEIL_DIV(T, ROWS));
-    attention_backward_dq_kernel<HS><<<grid, THREADS, Tiles<HS>::dq_bytes, stream>>>(dqkv, scratch, dout, qkv, out,
-                                                                                     lse, docs, T, NH);
+    attention_backward_dq_kernel<HS, DOCS><<<grid, THREADS, Tiles<HS>::dq_bytes, stream>>>(dqkv, scratch, dout, qkv,
+                                                                                           out, lse, docs, T, NH);
     cudaCheck(cudaGetLastError());
-    attention_backward_dkv_kernel<HS><<<grid, THREADS, Tiles<HS>::dkv_bytes, stream>>>(dqkv, scratch, dout, qkv, lse,
-                                                                                       docs, T, NH);
+    attention_backward_dkv_kernel<HS, DOCS><<<grid, THREADS, Tiles<HS>::dkv_bytes, stream>>>(dqkv, scratch, dout, qkv,
+                                                                                             lse, docs, T, NH);
     cudaCheck(cudaGetLastError());
 }
 
@@ -576,7 +584,11 @@ inline void forward(X* out, float* lse, const X* qkv, const int2* docs, int B, i
     if constexpr (std::is_same_v<X, float>)
         attention_fp32::forward(out, lse, qkv, docs, B, T, NH, HS, stream);
     else
-        with_head_size(HS, [&](auto hs) { forward_launch<decltype(hs)::value>(out, lse, qkv, docs, B, T, NH, stream); });
+        with_head_size(HS, [&](auto hs) {
+            constexpr int H = decltype(hs)::value;
+            if (docs) forward_launch<H, true>(out, lse, qkv, docs, B, T, NH, stream);
+            else forward_launch<H, false>(out, lse, qkv, nullptr, B, T, NH, stream);
+        });
 }
 template <class X>
 inline void backward(X* dqkv, float* scratch, const X* dout, const X* qkv, const X* out, const float* lse,
@@ -585,7 +597,9 @@ inline void backward(X* dqkv, float* scratch, const X* dout, const X* qkv, const
         attention_fp32::backward(dqkv, scratch, dout, qkv, out, lse, docs, B, T, NH, HS, stream);
     else
         with_head_size(HS, [&](auto hs) {
-            backward_launch<decltype(hs)::value>(dqkv, scratch, dout, qkv, out, lse, docs, B, T, NH, stream);
+            constexpr int H = decltype(hs)::value;
+            if (docs) backward_launch<H, true>(dqkv, scratch, dout, qkv, out, lse, docs, B, T, NH, stream);
+            else backward_launch<H, false>(dqkv, scratch, dout, qkv, out, lse, nullptr, B, T, NH, stream);
         });
 }
 
