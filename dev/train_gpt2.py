@@ -103,9 +103,13 @@ class GPT(nn.Module):
     kind, layers stacked along dim 0), so that the parameter order is the file
     order and the gradients come out in that layout too."""
 
-    def __init__(self, cfg, init_tensors):
+    def __init__(self, cfg, init_tensors, docs=False):
+        """docs: documents (each starting at token V-1, and at position 0) are
+        kept apart: attention is causal within each one, and position ids
+        restart at each (the trainer's --doc-mask 1 --doc-positions 1)."""
         super().__init__()
         self.cfg = cfg
+        self.docs = docs
         for name in PARAM_NAMES:
             setattr(self, name, nn.Parameter(init_tensors[name].clone()))
         T = cfg.max_seq_len
@@ -122,7 +126,17 @@ class GPT(nn.Module):
         B, T = idx.shape
         C, NH = cfg.channels, cfg.num_heads
         HS = C // NH
-        x = F.embedding(idx, self.wte) + self.wpe[:T]
+        t = torch.arange(T)
+        if self.docs:
+            # start[b, t]: the last position p <= t with p == 0 or idx[b, p] == V-1
+            starts = torch.where((idx == cfg.vocab_size - 1) | (t == 0), t, torch.zeros_like(idx))
+            start = torch.cummax(starts, dim=1).values                      # (B,T)
+            mask = self.causal[:T, :T] & (t[None, None, :] >= start[:, :, None])  # (B,T,T): key >= its query's start
+            mask = mask[:, None]                                            # (B,1,T,T)
+            x = F.embedding(idx, self.wte) + self.wpe[t - start]
+        else:
+            mask = self.causal[:T, :T]
+            x = F.embedding(idx, self.wte) + self.wpe[:T]
         for l in range(cfg.num_layers):
             # attention
             h = F.layer_norm(x, (C,), self.ln1w[l], self.ln1b[l], eps=1e-5)
@@ -133,10 +147,10 @@ class GPT(nn.Module):
             k = k.view(B, T, NH, HS).transpose(1, 2)
             v = v.view(B, T, NH, HS).transpose(1, 2)
             if sdpa:
-                y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+                y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
             else:
                 att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(HS))  # (B,NH,T,T)
-                att = att.masked_fill(~self.causal[:T, :T], float("-inf"))
+                att = att.masked_fill(~mask, float("-inf"))
                 att = torch.softmax(att, dim=-1)
                 y = att @ v
             y = y.transpose(1, 2).contiguous().view(B, T, C)
@@ -387,6 +401,9 @@ def read_train(path, cfg):
 # one debug batch, and a short training run with gradient accumulation
 
 
+DOC_LENGTHS = [5, 1, 23, 9, 40, 2, 14, 70, 3, 11]  # shorter than a 16-row step, a tile, longer than a row
+
+
 def debug_state(model, x, y):
     """Forward/backward of one batch with the mean loss over its unmasked
     targets: the logits (first V columns), the loss and the gradients."""
@@ -481,12 +498,27 @@ VOCAB_SEED = 4242
 # masked batches have fewer targets per step, hence larger norms, and no single
 # value does both. The value is in each file's header (slot 21).
 SMALL_HP = HParams(lr=1e-3, warmup=2, final_frac=0.1, weight_decay=0.1, grad_clip=1.05)
+DOCS_HP = HParams(lr=1e-3, warmup=2, final_frac=0.1, weight_decay=0.1, grad_clip=1.10)
 MASKED_HP = HParams(lr=1e-3, warmup=2, final_frac=0.1, weight_decay=0.1, grad_clip=1.45)
 
 
 def tokens(rng, V, B, T):
     """B rows of T+1 tokens -> inputs and next-token targets, as in a data loader."""
     seq = rng.randint(0, V, size=(B, T + 1)).astype(np.int32)
+    return seq[:, :-1].copy(), seq[:, 1:].copy()
+
+
+def doc_tokens(rng, V, rows, T, lengths):
+    """rows of T+1 tokens cut from one stream of documents, as the data loader
+    cuts packed shards: each document is token V-1 followed by random tokens
+    below V-1, with lengths cycling through `lengths`, so documents cross
+    row (and micro-batch) boundaries."""
+    stream, k = [], 0
+    while len(stream) < rows * T + 1:
+        n = lengths[k % len(lengths)]
+        stream += [V - 1] + rng.randint(0, V - 1, size=n - 1).tolist()
+        k += 1
+    seq = np.array([stream[r * T:r * T + T + 1] for r in range(rows)], np.int32)
     return seq[:, :-1].copy(), seq[:, 1:].copy()
 
 
@@ -577,6 +609,26 @@ def generate(out):
               f"G = {counts[s].sum()}")
     report_train("masked_train", losses, norms, lrs, MASKED_HP)
 
+    # --- docs: packed documents, kept apart (--doc-mask 1 --doc-positions 1) -------
+    rng = np.random.RandomState(6)
+    x, y = doc_tokens(rng, cfg.vocab_size, 4, 32, DOC_LENGTHS)
+    logits, loss, grads = debug_state(GPT(cfg, init, docs=True), x, y)
+    write_debug(path("docs_debug.bin"), x, y, logits, loss, grads)
+    print(f"  docs_debug: {int((x == cfg.vocab_size - 1).sum())} document starts in 4 x 32 tokens, loss {loss:.6f}")
+
+    rng = np.random.RandomState(7)
+    K, A, B, T = 5, 2, 4, 32
+    xs = np.zeros((K, A, B, T), np.int32)
+    ys = np.zeros((K, A, B, T), np.int32)
+    for s in range(K):  # one stream per step, cut into A x B rows
+        x, y = doc_tokens(rng, cfg.vocab_size, A * B, T, DOC_LENGTHS[s:] + DOC_LENGTHS[:s])
+        xs[s], ys[s] = x.reshape(A, B, T), y.reshape(A, B, T)
+    model = GPT(cfg, init, docs=True)
+    losses, norms, lrs = train(model, DOCS_HP, xs, ys)
+    write_train(path("docs_train.bin"), DOCS_HP, num_parameters(cfg), SMALL_SEED, xs, ys,
+                losses, norms, lrs, model.params())
+    report_train("docs_train", losses, norms, lrs, DOCS_HP)
+
     # --- vocab: the real GPT-2 vocabulary, debug state only --------------------
     cfg = VOCAB
     init = init_params(cfg, VOCAB_SEED)
@@ -609,10 +661,10 @@ def write_sums(out, names):
 # self-check
 
 
-def replay_by_hand(cfg, init, t):
+def replay_by_hand(cfg, init, t, docs=False):
     """Replays a trajectory file's steps with the gradient clip and AdamW
     written out per element; returns the final weights and the norms."""
-    model = GPT(cfg, init)
+    model = GPT(cfg, init, docs=docs)
     params = model.params()
     m = [torch.zeros_like(p) for p in params]
     v = [torch.zeros_like(p) for p in params]
@@ -663,7 +715,7 @@ def check(out):
            "small_model_bf16.bin: equals torch's bf16 rounding of the init")
 
     debugs = {}
-    for name, c in (("small_debug.bin", SMALL), ("masked_debug.bin", SMALL),
+    for name, c in (("small_debug.bin", SMALL), ("masked_debug.bin", SMALL), ("docs_debug.bin", SMALL),
                     ("vocab_debug.bin", VOCAB)):
         d = read_debug(os.path.join(out, name), c)
         debugs[name] = d
@@ -672,7 +724,7 @@ def check(out):
                f"{name}: B={d['B']} T={d['T']}, {count} targets, loss {d['loss']:.6f}, "
                f"padded wte grads 0")
     trains = {}
-    for name in ("small_train.bin", "masked_train.bin"):
+    for name in ("small_train.bin", "masked_train.bin", "docs_train.bin"):
         d = read_train(os.path.join(out, name), SMALL)
         trains[name] = d
         clipped = [bool(n > d["grad_clip"]) for n in d["norms"]]
@@ -695,6 +747,23 @@ def check(out):
     diff = float((fused - torch.from_numpy(d["logits"])).abs().max())
     expect(diff < 1e-5 and abs(float(ref) - d["loss"]) < 1e-5,
            f"small_debug: logits, loss match fused attention + F.cross_entropy (max diff {diff:.1e})")
+    # documents: the explicit mask against SDPA's with the same boolean mask, and
+    # against each document run alone (a sequence of its own, positions from 0)
+    d = debugs["docs_debug.bin"]
+    docs_model = GPT(SMALL, init, docs=True)
+    xt = torch.from_numpy(d["x"]).long()
+    with torch.no_grad():
+        fused = docs_model(xt, sdpa=True)[..., :SMALL.vocab_size]
+        alone = torch.zeros_like(fused)
+        for b in range(xt.shape[0]):
+            starts = [t for t in range(xt.shape[1]) if t == 0 or int(xt[b, t]) == SMALL.vocab_size - 1]
+            for s0, s1 in zip(starts, starts[1:] + [xt.shape[1]]):
+                alone[b, s0:s1] = GPT(SMALL, init)(xt[b:b + 1, s0:s1])[0, :, :SMALL.vocab_size]
+    diff = float((fused - torch.from_numpy(d["logits"])).abs().max())
+    diff_alone = float((alone - torch.from_numpy(d["logits"])).abs().max())
+    expect(diff < 1e-5 and diff_alone < 1e-5,
+           f"docs_debug: logits match SDPA with the document mask (max diff {diff:.1e}) and each document "
+           f"run alone (max diff {diff_alone:.1e})")
     # accumulated masked step 0 == one big batch of A*B rows with the mean loss
     t = trains["masked_train.bin"]
     model = GPT(SMALL, init)
@@ -715,7 +784,7 @@ def check(out):
     # so they are compared apart, against a bound on their size.
     C = SMALL.channels
     for name, t in trains.items():
-        final, norms = replay_by_hand(SMALL, init, t)
+        final, norms = replay_by_hand(SMALL, init, t, docs=name.startswith("docs"))
         diffs = {k: (final[k] - torch.from_numpy(t["params"][k])).abs() for k in PARAM_NAMES}
         kbias = float(diffs["qkvb"][:, C:2 * C].max())
         diffs["qkvb"][:, C:2 * C] = 0

@@ -45,7 +45,7 @@ static const double TOL_GRAD = 2.5e-2;       // 1.3e-2 (ln1w of the V=50257 case
 // neighbour), and every gradient downstream moves by up to a bf16 ulp.
 static const double TOL_SPLIT_GRAD = 5e-3;   // 2.0e-3 (B=2 and B=1 vs B=8), 1.9e-5 (B=4)
 static const double TOL_SPLIT_LOSS = 1e-4;   // 2.1e-5: stochastic rounding of slightly different weights
-static const double TOL_SPLIT_PARAMS = 5e-2; // 2.8e-2: Adam turns the flipped sign of tiny gradients into lr steps
+static const double TOL_SPLIT_PARAMS = 5e-2; // 2.8e-2 (attprojw); zero-start vectors: their TOL_PARAMS (ln2b 2.4e-1 in the docs split)
 // Final parameters after 5 steps vs PyTorch's fp32 run. Adam's first steps
 // are nearly lr * sign(g), so an entry whose gradient is within bf16 rounding
 // of 0 can step the other way; the vectors that start at 0 (biases), whose
@@ -170,10 +170,12 @@ static void check_tensors(const char* what, const GPT2& model, const std::vector
     CHECK(e.key_bias_abs <= key_bias_tol, "%s key bias (rounding noise only): abs err %.1e", what, e.key_bias_abs);
 }
 
-static GPT2 small_model(int B, int T, int A) {
+// docs: the reference's documents kept apart (--doc-mask 1 --doc-positions 1).
+static GPT2 small_model(int B, int T, int A, bool docs = false) {
     GPT2 model;
     gpt2_init_from_checkpoint(&model, ref_path("small_model_fp32.bin").c_str());
     gpt2_allocate_activations(&model, B, T, A);
+    model.doc_mask = model.doc_positions = docs;
     return model;
 }
 
@@ -209,10 +211,11 @@ static void test_init_and_checkpoints() {
 
 // ---- one batch: logits, loss, gradients ------------------------------------------
 // gelu_fusion: the trainer's -ge (GELU in cuBLASLt's epilogues or in kernels).
-static void test_debug_case(const char* label, GPT2& model, const char* file, int gelu_fusion = 0) {
+static void test_debug_case(const char* label, GPT2& model, const char* file, int gelu_fusion = 0, bool docs = false) {
     DebugRef ref = read_debug(file, model);
     gpt2_allocate_activations(&model, ref.B, ref.T, 1);
     model.gelu_fusion = gelu_fusion;
+    model.doc_mask = model.doc_positions = docs;
     const int V = model.config.vocab_size, Vp = model.config.padded_vocab_size;
     const size_t BT = (size_t)ref.B * ref.T;
     evaluate_batch(&model, ref.x.data(), ref.y.data());
@@ -237,12 +240,12 @@ static void test_debug_case(const char* label, GPT2& model, const char* file, in
 }
 
 // ---- K optimizer steps with accumulation --------------------------------------------
-static void test_training(const char* label, const char* file, int gelu_fusion = 0) {
+static void test_training(const char* label, const char* file, int gelu_fusion = 0, bool docs = false) {
     GPT2 probe;
     gpt2_init_from_checkpoint(&probe, ref_path("small_model_fp32.bin").c_str());
     TrainRef ref = read_train(file, probe.num_parameters);
     gpt2_free(&probe);
-    GPT2 model = small_model(ref.B, ref.T, ref.A);
+    GPT2 model = small_model(ref.B, ref.T, ref.A, docs);
     model.gelu_fusion = gelu_fusion;
     OptimizerSettings opt;
     opt.beta1 = ref.beta1; opt.beta2 = ref.beta2; opt.eps = ref.eps;
@@ -274,7 +277,7 @@ static void test_training(const char* label, const char* file, int gelu_fusion =
 
 // ---- split invariance (errors: the worst tensor's scaled error) ------------------------------------------------------------
 // The same 8 sequences per step as (B, A) = (8,1), (4,2), (2,4), (1,8).
-static void test_split_invariance(const char* label, const char* file) {
+static void test_split_invariance(const char* label, const char* file, bool docs = false) {
     GPT2 probe;
     gpt2_init_from_checkpoint(&probe, ref_path("small_model_fp32.bin").c_str());
     TrainRef ref = read_train(file, probe.num_parameters);
@@ -287,7 +290,7 @@ static void test_split_invariance(const char* label, const char* file) {
     std::vector<float> base_grads, base_params, base_losses;
     for (int B : {8, 4, 2, 1}) {
         const int A = sequences / B;
-        GPT2 model = small_model(B, T, A);
+        GPT2 model = small_model(B, T, A, docs);
         accumulate_gradients(&model, whole_batch(&model, ref.x.data(), ref.y.data(), A));
         auto grads = read_device(model.grads_memory, model.num_parameters);
         cudaCheck(cudaMemset(model.grads_memory, 0, model.num_parameters * sizeof(float)));
@@ -301,10 +304,20 @@ static void test_split_invariance(const char* label, const char* file) {
         } else {
             double e_grad = tensor_errors(model, grads, base_grads).worst;
             double e_loss = max_rel_diff(losses.data(), base_losses.data(), losses.size());
-            double e_params = tensor_errors(model, params, base_params).worst;
+            // per tensor: TOL_SPLIT_PARAMS, or the tensor's bound against PyTorch where larger
+            // (the vectors that start at 0, whose few lr-sized Adam steps flip with rounding noise)
+            const TensorErrors e_p = tensor_errors(model, params, base_params);
+            int worst = 0;
+            double worst_ratio = 0;
+            for (int k = 0; k < NUM_PARAMETER_TENSORS; k++) {
+                const double ratio = e_p.err[k] / std::fmax(TOL_SPLIT_PARAMS, TOL_PARAMS[k]);
+                if (ratio > worst_ratio) worst_ratio = ratio, worst = k;
+            }
             CHECK(e_grad <= TOL_SPLIT_GRAD, "%s: (B=%d, A=%d) gradients equal (B=8, A=1): max rel diff %.2e", label, B, A, e_grad);
             CHECK(e_loss <= TOL_SPLIT_LOSS, "%s: (B=%d, A=%d) %d-step losses equal: max rel diff %.2e", label, B, A, steps, e_loss);
-            CHECK(e_params <= TOL_SPLIT_PARAMS, "%s: (B=%d, A=%d) parameters after %d steps equal: err %.2e", label, B, A, steps, e_params);
+            CHECK(worst_ratio <= 1, "%s: (B=%d, A=%d) parameters after %d steps equal: worst %s, err %.2e (bound %.0e)",
+                  label, B, A, steps, PARAMETER_NAMES[worst], e_p.err[worst],
+                  std::fmax(TOL_SPLIT_PARAMS, TOL_PARAMS[worst]));
         }
         gpt2_free(&model);
     }
@@ -353,15 +366,23 @@ int main() {
     }
     {
         GPT2 model;
+        gpt2_init_from_checkpoint(&model, ref_path("small_model_fp32.bin").c_str());
+        test_debug_case("docs", model, "docs_debug.bin", 0, true);
+        gpt2_free(&model);
+    }
+    {
+        GPT2 model;
         gpt2_init_from_descriptor(&model, "L=1,C=16,H=1,V=50257,maxT=16", 4242);
         test_debug_case("vocab50257", model, "vocab_debug.bin");
         gpt2_free(&model);
     }
     test_training("small_train", "small_train.bin");
     test_training("small_train -ge 2", "small_train.bin", 2);
+    test_training("docs_train", "docs_train.bin", 0, true);
     test_training("masked_train", "masked_train.bin");
     test_split_invariance("split", "small_train.bin");
     test_split_invariance("split masked", "masked_train.bin");
+    test_split_invariance("split docs", "docs_train.bin", true);
     test_naive_averaging_differs("masked_train.bin");
     matmul_teardown();
     return test_summary("test_gpt2");
