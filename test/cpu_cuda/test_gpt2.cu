@@ -77,8 +77,8 @@ struct Reader {
 };
 
 struct DebugRef { int B, T; std::vector<int> x, y; std::vector<float> logits, grads; float loss; };
-static DebugRef read_debug(const char* name, const GPT2& model) {
-    Reader r(ref_path(name));
+static DebugRef read_debug(const std::string& path, const GPT2& model) {
+    Reader r(path);
     auto header = r.read<int>(256);
     DebugRef d;
     d.B = header[2];
@@ -209,8 +209,8 @@ static void test_init_and_checkpoints() {
 
 // ---- one batch: logits, loss, gradients ------------------------------------------
 // gelu_fusion: the trainer's -ge (GELU in cuBLASLt's epilogues or in kernels).
-static void test_debug_case(const char* label, GPT2& model, const char* file, int gelu_fusion = 0) {
-    DebugRef ref = read_debug(file, model);
+static void test_debug_case(const char* label, GPT2& model, const std::string& path, int gelu_fusion = 0) {
+    DebugRef ref = read_debug(path, model);
     gpt2_allocate_activations(&model, ref.B, ref.T, 1);
     model.gelu_fusion = gelu_fusion;
     const int V = model.config.vocab_size, Vp = model.config.padded_vocab_size;
@@ -335,26 +335,40 @@ static void test_naive_averaging_differs(const char* file) {
     gpt2_free(&model);
 }
 
-int main() {
+int main(int argc, char** argv) {
     printf("precision: %s\n", PRECISION_NAME);
+    // --debug-case MODEL DEBUG LABEL: logits, loss and gradients of one model file against a
+    // debug-state file (test/test_hf.py: a transformers model imported by dev/import_hf.py)
+    if (argc == 5 && strcmp(argv[1], "--debug-case") == 0) {
+        GPT2 model;
+        gpt2_init_from_checkpoint(&model, argv[2]);
+        test_debug_case(argv[4], model, argv[3]);
+        gpt2_free(&model);
+        matmul_teardown();
+        return test_summary("test_gpt2");
+    }
+    if (argc != 1) {
+        fprintf(stderr, "error: usage: %s [--debug-case MODEL.bin DEBUG.bin LABEL]\n", argv[0]);
+        return 1;
+    }
     test_init_and_checkpoints();
     for (int gelu_fusion : {0, 1, 2}) {
         GPT2 model;
         gpt2_init_from_checkpoint(&model, ref_path("small_model_fp32.bin").c_str());
         test_debug_case(gelu_fusion ? (gelu_fusion == 1 ? "small -ge 1" : "small -ge 2") : "small", model,
-                        "small_debug.bin", gelu_fusion);
+                        ref_path("small_debug.bin"), gelu_fusion);
         gpt2_free(&model);
     }
     {
         GPT2 model;
         gpt2_init_from_checkpoint(&model, ref_path("small_model_fp32.bin").c_str());
-        test_debug_case("masked", model, "masked_debug.bin");
+        test_debug_case("masked", model, ref_path("masked_debug.bin"));
         gpt2_free(&model);
     }
     {
         GPT2 model;
         gpt2_init_from_descriptor(&model, "L=1,C=16,H=1,V=50257,maxT=16", 4242);
-        test_debug_case("vocab50257", model, "vocab_debug.bin");
+        test_debug_case("vocab50257", model, ref_path("vocab_debug.bin"));
         gpt2_free(&model);
     }
     test_training("small_train", "small_train.bin");
