@@ -4,13 +4,14 @@ GPT-2 saved by transformers, with one batch's logits, loss and gradients from tr
 dev/make_hf_fixture.py):
   (a) dev/import_hf.py -> the trainer's forward and backward (fp32 build, test_gpt2
       --debug-case) give transformers' logits, loss and gradients within 1e-5 (max error
-      over the tensor's max);
+      over the tensor's max); the bf16 build within its bounds (test_gpt2.cu's);
   (b) export -> import is bitwise the identity on the fp32 model file (and on the bf16 one);
   (c) the exported tensors are bitwise the fixture's (read with the safetensors package);
 and bad input: one `error:` line, exit 1. Needs numpy and safetensors (no torch); skips
 without them.
 
-Usage: test/test_hf.py [path/to/test_gpt2]   (default build/cpu-fp32/test_gpt2)
+Usage: test/test_hf.py [FP32_TEST_GPT2 [BF16_TEST_GPT2]]
+       (default build/cpu-fp32/test_gpt2 build/cpu/test_gpt2)
 """
 import hashlib
 import json
@@ -20,7 +21,8 @@ import subprocess
 import sys
 import tempfile
 
-BIN = sys.argv[1] if len(sys.argv) > 1 else "build/cpu-fp32/test_gpt2"
+DEFAULT_BINS = ["build/cpu-fp32/test_gpt2", "build/cpu/test_gpt2"]
+BINS = sys.argv[1:3] + DEFAULT_BINS[len(sys.argv[1:3]):]
 FIXTURE = "test/ref/hf_tiny"
 passed = failed = 0
 
@@ -76,15 +78,17 @@ try:
     header = np.frombuffer(read(m3)[:32], "<i4") if os.path.exists(m3) else np.zeros(8)
     check(f"imported header: magic, version, maxT, V, L, NH, C, Vp = {header.tolist()}",
           header.tolist() == [20240326, 3, 32, 1000, 2, 4, 64, 1024])
-    run = subprocess.run([BIN, "--debug-case", m3, os.path.join(FIXTURE, "debug.bin"), "transformers fixture"],
-                         capture_output=True, text=True)
-    tally = [line for line in run.stdout.splitlines() if line.startswith("test_gpt2: ")]
-    for line in run.stdout.splitlines():
-        if line.startswith(("PASS", "FAIL")):
-            print("  " + line)
-    check(f"{BIN} --debug-case on the import: logits, loss, 16 gradients as transformers' "
-          f"({tally[0] if tally else 'no tally, exit %d: %s' % (run.returncode, run.stderr.strip()[-200:])})",
-          run.returncode == 0 and tally and tally[0].endswith(" 0 failed"))
+    for bin_path, precision in zip(BINS, ("fp32", "bf16")):
+        run = subprocess.run([bin_path, "--debug-case", m3, os.path.join(FIXTURE, "debug.bin"), "transformers fixture"],
+                             capture_output=True, text=True)
+        tally = [line for line in run.stdout.splitlines() if line.startswith("test_gpt2: ")]
+        for line in run.stdout.splitlines():
+            if line.startswith(("PASS", "FAIL")):
+                print("  " + line)
+        check(f"{bin_path} ({precision}) --debug-case on the import: logits, loss, 16 gradients as transformers' "
+              f"({tally[0] if tally else 'no tally, exit %d: %s' % (run.returncode, run.stderr.strip()[-200:])})",
+              run.returncode == 0 and bool(tally) and tally[0].endswith(" 0 failed") and
+              f"precision: {precision}" in run.stdout)
 
     # (b) export -> import is the identity; (c) the export's tensors are the fixture's
     e32, e16 = os.path.join(tmp, "export_fp32"), os.path.join(tmp, "export_bf16")
@@ -99,6 +103,8 @@ try:
         fixture[k].dtype == exported[k].dtype and fixture[k].shape == exported[k].shape and
         np.array_equal(fixture[k].view(np.uint32), exported[k].view(np.uint32)) for k in fixture)
     check(f"exported model.safetensors: the fixture's {len(fixture)} tensors, names, shapes, bitwise values", same)
+    check("exported model.safetensors is byte-identical to the fixture's (written by transformers' save_pretrained)",
+          read(os.path.join(e32, "model.safetensors")) == read(os.path.join(FIXTURE, "model.safetensors")))
     fc, ec = json.load(open(os.path.join(FIXTURE, "config.json"))), json.load(open(os.path.join(e32, "config.json")))
     keys = ["model_type", "vocab_size", "n_positions", "n_embd", "n_layer", "n_head", "activation_function",
             "layer_norm_epsilon", "tie_word_embeddings"]

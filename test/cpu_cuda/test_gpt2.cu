@@ -21,6 +21,7 @@
 #if defined(ENABLE_FP32)
 static const double TOL_LOGITS = 1e-5, TOL_LOSS = 1e-5, TOL_NORM = 1e-5, TOL_GRAD = 1e-5;
 static const double TOL_SPLIT_GRAD = 1e-5, TOL_SPLIT_LOSS = 1e-5;
+static const double TOL_KEY_BIAS_GRAD = 1e-5;  // absolute
 // Parameters after 5 AdamW steps: Adam divides each gradient by its own RMS,
 // so entries with small gradients turn a ~5e-7 gradient difference into a
 // larger relative difference of their update (measured: 1.8e-5 vs PyTorch,
@@ -30,12 +31,16 @@ static const double TOL_SPLIT_PARAMS = 2e-4, TOL_KEY_BIAS_PARAMS = 1e-5;
 #else
 // bf16 build: activations and weights rounded to bf16, gradients and the
 // optimizer in fp32. Tighter than llm.c's test (logits within 25.0 absolute,
-// gradients within an absolute threshold plus 0.079 relative); the measured
-// values are in the comments.
-static const double TOL_LOGITS = 1e-2;       // 5.3e-3
-static const double TOL_LOSS = 1e-4;         // 3.2e-5 (single batch), 2.1e-5 (5 steps)
+// gradients within an absolute threshold plus 0.079 relative). The bounds are
+// those measured over more than these models: 48 random GPT-2s made by
+// transformers (V 1000 and 50257, L 2 and 4, C 64 and 128, GPT-2's init and
+// all-random weights; README "Tests"), whose worst is the second value in the
+// comments; the first is this file's models.
+static const double TOL_LOGITS = 3e-2;       // 5.3e-3; 1.7e-2
+static const double TOL_LOSS = 1e-3;         // 3.2e-5 (single batch), 2.1e-5 (5 steps); 3.5e-4
 static const double TOL_NORM = 3e-3;         // 1.2e-3
-static const double TOL_GRAD = 2.5e-2;       // 1.3e-2 (ln1w of the V=50257 case), others <= 8.8e-3
+static const double TOL_GRAD = 5e-2;         // 1.3e-2 (ln1w of the V=50257 case); 2.6e-2
+static const double TOL_KEY_BIAS_GRAD = 3e-4;  // absolute: 9.8e-5
 // Splits: the accumulation itself changes only the fp32 summation order (the
 // fp32 build checks it to 1e-5), but one bf16 activation gradient can round
 // the other way: the CPU runtime's cuBLASLt slices a product along m or n by
@@ -232,7 +237,8 @@ static void test_debug_case(const char* label, GPT2& model, const std::string& p
     double e_loss = std::fabs(loss - ref.loss) / std::fabs(ref.loss);
     CHECK(e_loss <= TOL_LOSS, "%s loss %.6f vs %.6f over %ld targets: rel err %.2e", label, loss, ref.loss, count, e_loss);
     auto grads = read_device(model.grads_memory, model.num_parameters);
-    check_tensors((std::string(label) + " gradient").c_str(), model, grads, ref.grads, std::vector<double>(NUM_PARAMETER_TENSORS, TOL_GRAD), 1e-5);
+    check_tensors((std::string(label) + " gradient").c_str(), model, grads, ref.grads,
+                  std::vector<double>(NUM_PARAMETER_TENSORS, TOL_GRAD), TOL_KEY_BIAS_GRAD);
     cudaCheck(cudaMemset(model.grads_memory, 0, model.num_parameters * sizeof(float)));
 }
 
