@@ -71,7 +71,7 @@ if want cpu; then
     for t in test_matmul test_layers test_attention test_gpt2 test_training; do run "$t [fp32]" "build/cpu-fp32/$t"; done
     run "test_train_cli" bash test/test_train_cli.sh build/cpu/train_gpt
     run "test_resume" python3 test/test_resume.py build/cpu/train_gpt
-    run "test_hf" python3 test/test_hf.py build/cpu-fp32/test_gpt2 build/cpu/test_gpt2
+    run "test_hf" python3 test/test_hf.py build/cpu-fp32/test_gpt2 build/cpu/test_gpt2 build/cpu/train_gpt
     run "test_gpu_check (gpu_check.sh, dry run)" bash test/test_gpu_check.sh
 fi
 

@@ -7,11 +7,13 @@ dev/make_hf_fixture.py):
       over the tensor's max); the bf16 build within its bounds (test_gpt2.cu's);
   (b) export -> import is bitwise the identity on the fp32 model file (and on the bf16 one);
   (c) the exported tensors are bitwise the fixture's (read with the safetensors package);
+  the trainer fine-tunes the import (-e, a few steps on the built-in corpus) and its
+  checkpoint exports;
 and bad input: one `error:` line, exit 1. Needs numpy and safetensors (no torch); skips
 without them.
 
-Usage: test/test_hf.py [FP32_TEST_GPT2 [BF16_TEST_GPT2]]
-       (default build/cpu-fp32/test_gpt2 build/cpu/test_gpt2)
+Usage: test/test_hf.py [FP32_TEST_GPT2 [BF16_TEST_GPT2 [TRAIN_GPT]]]
+       (default build/cpu-fp32/test_gpt2 build/cpu/test_gpt2 build/cpu/train_gpt)
 """
 import hashlib
 import json
@@ -21,8 +23,8 @@ import subprocess
 import sys
 import tempfile
 
-DEFAULT_BINS = ["build/cpu-fp32/test_gpt2", "build/cpu/test_gpt2"]
-BINS = sys.argv[1:3] + DEFAULT_BINS[len(sys.argv[1:3]):]
+DEFAULT_BINS = ["build/cpu-fp32/test_gpt2", "build/cpu/test_gpt2", "build/cpu/train_gpt"]
+BINS = sys.argv[1:4] + DEFAULT_BINS[len(sys.argv[1:4]):]
 FIXTURE = "test/ref/hf_tiny"
 passed = failed = 0
 
@@ -78,7 +80,7 @@ try:
     header = np.frombuffer(read(m3)[:32], "<i4") if os.path.exists(m3) else np.zeros(8)
     check(f"imported header: magic, version, maxT, V, L, NH, C, Vp = {header.tolist()}",
           header.tolist() == [20240326, 3, 32, 1000, 2, 4, 64, 1024])
-    for bin_path, precision in zip(BINS, ("fp32", "bf16")):
+    for bin_path, precision in zip(BINS[:2], ("fp32", "bf16")):
         run = subprocess.run([bin_path, "--debug-case", m3, os.path.join(FIXTURE, "debug.bin"), "transformers fixture"],
                              capture_output=True, text=True)
         tally = [line for line in run.stdout.splitlines() if line.startswith("test_gpt2: ")]
@@ -123,6 +125,18 @@ try:
     check(f"export of version 5 writes bf16 safetensors (dtypes {sorted(dtypes)})", r.returncode == 0 and dtypes == {"BF16"})
     r = tool("import_hf.py", e16, back, "--version", "5")
     check("export -> import of the bf16 model file is bitwise the identity", r.returncode == 0 and read(back) == read(m5))
+
+    # fine-tuning the import: -a 1 overfits one batch, so the loss falls every step
+    run_dir = os.path.join(tmp, "run")
+    r = subprocess.run([BINS[2], "-e", m3, "-t", "32", "-b", "4", "-x", "4", "-a", "1", "-l", "1e-3", "-u", "0",
+                        "-o", run_dir], capture_output=True, text=True)
+    losses = [float(line.split("| loss ")[1].split()[0]) for line in r.stdout.splitlines() if "| loss " in line]
+    check(f"{BINS[2]} -e <import> fine-tunes: train losses {losses} fall (exit {r.returncode})",
+          r.returncode == 0 and len(losses) == 4 and all(b < a for a, b in zip(losses, losses[1:])))
+    ckpt = os.path.join(run_dir, "model_00000004.bin")
+    r = tool("export_hf.py", ckpt, os.path.join(tmp, "export_ckpt"))
+    check(f"the fine-tuned checkpoint exports ({r.stdout.strip() or r.stderr.strip()})",
+          r.returncode == 0 and os.path.exists(os.path.join(tmp, "export_ckpt", "model.safetensors")))
 
     # bad input
     empty = os.path.join(tmp, "no_weights")
