@@ -138,6 +138,36 @@ try:
     check(f"the fine-tuned checkpoint exports ({r.stdout.strip() or r.stderr.strip()})",
           r.returncode == 0 and os.path.exists(os.path.join(tmp, "export_ckpt", "model.safetensors")))
 
+    # GPT-2's vocabulary: the export adds the tokenizer files (from $SHARED_DATA/gpt2)
+    gpt2_dir = os.path.join(os.environ.get("SHARED_DATA", "../shared/data"), "gpt2")
+    if not os.path.isfile(os.path.join(gpt2_dir, "encoder.json")) or not os.path.isfile(os.path.join(gpt2_dir, "vocab.bpe")):
+        print(f"SKIP export of a V=50257 model with the tokenizer files: {gpt2_dir}/encoder.json or vocab.bpe absent")
+    else:
+        header = np.zeros(256, "<i4")
+        header[:8] = [20240326, 3, 16, 50257, 1, 1, 8, 50304]
+        # wte, wpe; 13 C-vectors (ln1 2, qkvb 3, attprojb, ln2 2, fcb 4, fcprojb), 12 C x C
+        # blocks (qkvw 3, attprojw, fcw 4, fcprojw 4), lnf 2C
+        n = 50304 * 8 + 16 * 8 + 13 * 8 + 12 * 64 + 16
+        weights = np.random.RandomState(0).randn(n).astype("<f4")
+        weights[50257 * 8:50304 * 8] = 0  # the padded rows
+        v50257 = os.path.join(tmp, "v50257.bin")
+        open(v50257, "wb").write(header.tobytes() + weights.tobytes())
+        out = os.path.join(tmp, "export_v50257")
+        r = tool("export_hf.py", v50257, out, "--gpt2-dir", gpt2_dir)
+        conf = json.load(open(os.path.join(out, "config.json"))) if r.returncode == 0 else {}
+        copies = r.returncode == 0 and read(os.path.join(out, "vocab.json")) == read(os.path.join(gpt2_dir, "encoder.json")) \
+            and read(os.path.join(out, "merges.txt")) == read(os.path.join(gpt2_dir, "vocab.bpe"))
+        tok_conf = json.load(open(os.path.join(out, "tokenizer_config.json"))) if r.returncode == 0 else {}
+        check(f"export of a V=50257 model: vocab.json, merges.txt = encoder.json, vocab.bpe; EOT 50256 as bos/eos "
+              f"({r.stdout.strip() or r.stderr.strip()})",
+              copies and conf.get("eos_token_id") == 50256 and conf.get("bos_token_id") == 50256 and
+              tok_conf.get("eos_token") == "<|endoftext|>" and tok_conf.get("model_max_length") == 16)
+        weights[50300 * 8] = 1.0
+        open(v50257, "wb").write(header.tobytes() + weights.tobytes())
+        r = tool("export_hf.py", v50257, out, "--gpt2-dir", gpt2_dir)
+        check(f"export of a model whose padded vocabulary rows are not zero: {r.stderr.strip()}",
+              one_error_line(r) and "padded" in r.stderr)
+
     # bad input
     empty = os.path.join(tmp, "no_weights")
     os.makedirs(empty)
