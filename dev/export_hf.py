@@ -55,7 +55,6 @@ def main():
         json.dump(conf, f, indent=2)
     with open(os.path.join(args.out, "generation_config.json"), "w") as f:
         json.dump({"bos_token_id": conf["bos_token_id"], "eos_token_id": conf["eos_token_id"]}, f, indent=2)
-    note = ""
     if cfg["V"] == hf.GPT2_EOT + 1:
         write_tokenizer(args.out, args.gpt2_dir, cfg["maxT"])
         note = ", GPT-2 tokenizer files"

@@ -50,7 +50,8 @@ def padded_vocab(V):
     return (V + 127) // 128 * 128  # the trainer's round_up_vocab
 
 
-def shapes(maxT, V, Vp, L, NH, C):
+def shapes(cfg):
+    maxT, Vp, L, C = cfg["maxT"], cfg["Vp"], cfg["L"], cfg["C"]
     return {"wte": (Vp, C), "wpe": (maxT, C), "ln1w": (L, C), "ln1b": (L, C),
             "qkvw": (L, 3 * C, C), "qkvb": (L, 3 * C), "attprojw": (L, C, C), "attprojb": (L, C),
             "ln2w": (L, C), "ln2b": (L, C), "fcw": (L, 4 * C, C), "fcb": (L, 4 * C),
@@ -87,7 +88,8 @@ def read_model_file(path):
     if min(maxT, V, L, NH, C) <= 0 or Vp < V or C % NH:
         raise Error(f"{path}: inconsistent model shape in the header "
                     f"(maxT={maxT} V={V} Vp={Vp} L={L} NH={NH} C={C})")
-    sh = shapes(maxT, V, Vp, L, NH, C)
+    cfg = {"maxT": maxT, "V": V, "Vp": Vp, "L": L, "NH": NH, "C": C}
+    sh = shapes(cfg)
     n = sum(int(np.prod(s)) for s in sh.values())
     elem = 4 if version == VERSION_FP32 else 2
     if len(data) != 1024 + n * elem:
@@ -101,7 +103,6 @@ def read_model_file(path):
         k = int(np.prod(sh[name]))
         tensors[name] = flat[off:off + k].reshape(sh[name])
         off += k
-    cfg = {"maxT": maxT, "V": V, "Vp": Vp, "L": L, "NH": NH, "C": C}
     return cfg, tensors, version
 
 
@@ -198,7 +199,7 @@ def from_hf(cfg, state, where):
         raise Error(f"{where}: lm_head.weight differs from wte (untied output layer; GPT-2 ties them)")
     t = {"wte": np.concatenate([wte, np.zeros((Vp - V, C), dtype="<f4")]), "wpe": get("wpe.weight", (maxT, C)),
          "lnfw": get("ln_f.weight", (C,)), "lnfb": get("ln_f.bias", (C,))}
-    sh = shapes(maxT, V, Vp, L, cfg["NH"], C)
+    sh = shapes(cfg)
     for ours, (theirs, conv1d) in LAYER_TENSORS.items():
         per_layer = sh[ours][1:]
         hf_shape = per_layer[::-1] if conv1d else per_layer
