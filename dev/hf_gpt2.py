@@ -147,7 +147,7 @@ def read_safetensors(path):
             raise Error(f"{path}: truncated (tensor {name} ends past the end of the file)")
         a = np.frombuffer(data, dtype=_DTYPES[dt], count=(e - b) // np.dtype(_DTYPES[dt]).itemsize,
                           offset=8 + n + b).reshape(spec["shape"])
-        out[name] = from_bf16_bits(a) if dt == "BF16" else a.astype("<f4")
+        out[name] = from_bf16_bits(a) if dt == "BF16" else a.astype("<f4", copy=False)
     return out
 
 
