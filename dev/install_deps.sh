@@ -2,8 +2,9 @@
 # Installs the Debian packages the CPU build and tests need: a C++ compiler,
 # Python 3 (the launch rewriter), OpenBLAS (cuBLASLt on the CPU), Open MPI
 # (NCCL on the CPU), Boost.Context (fibers), nlohmann-json (header-only JSON for the
-# tokenizer and data tools); then matplotlib for dev/plot_log.py (pip, when the
-# python3 on PATH lacks it; optional), and where nvcc is present, cuobjdump and
+# tokenizer and data tools); then numpy and safetensors for the transformers
+# import/export test and matplotlib for dev/plot_log.py (pip, when the python3 on
+# PATH lacks them; optional), and where nvcc is present, cuobjdump and
 # nvdisasm for dev/sass_report.py (pip wheels, when not found; optional). The
 # CUDA toolkit is expected under /usr/local/cuda (or CUDA_HOME); it is not a
 # Debian package.
@@ -21,6 +22,10 @@ else
     echo "install_deps: installing ${missing[*]}"
     $SUDO apt-get update -qq
     DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+if ! python3 -c "import numpy, safetensors" 2>/dev/null; then
+    echo "install_deps: installing numpy and safetensors (pip) for dev/export_hf.py, dev/import_hf.py and their test"
+    python3 -m pip install -q numpy safetensors || echo "install_deps: safetensors not installed; test_hf.py will be skipped"
 fi
 if ! python3 -c "import matplotlib" 2>/dev/null; then
     echo "install_deps: installing matplotlib (pip) for dev/plot_log.py"

@@ -8,13 +8,24 @@ local OpenAI files (no download):
                       mergeable_ranks=<encoder.json ids, checked against vocab.bpe>,
                       special_tokens={"<|endoftext|>": 50256})
 
+"classes": the letter, number and white-space classes of every code point as tiktoken's own
+pattern engine sees them (the Rust regex crates, Unicode 16.0.0 in tiktoken 0.14; see
+dev/gen_unicode_tables.py): an Encoding whose pattern is just \\p{L} (or \\p{N}, \\s) and
+whose tokens are the 256 bytes encodes all code points; tiktoken drops text the pattern does
+not match, so the decoded output is exactly the class's members.
+
+Splitting in Python (the pieces of the sweeps, the invalid-UTF-8 cases) uses the `regex`
+module with GPT-2's pattern in which \\p{L}, \\p{N} and \\s are replaced by tiktoken's
+classes as explicit sets, so the result does not depend on the `regex` module's own Unicode
+version (Unicode 17 since 2025, which tiktoken does not use).
+
 Invalid UTF-8 (tiktoken's str API cannot take it): the project's tokenizer treats every
 byte that is not part of a valid UTF-8 sequence as a character of its own in the "other"
 class. The expected ids are derived the same way in Python: decode with
 errors="surrogateescape" (each such byte becomes a lone surrogate U+DC80..U+DCFF, a
-"[^\\s\\p{L}\\p{N}]" character), split with the `regex` module and GPT-2's pattern, encode
-each piece back to its bytes and BPE it with tiktoken's _encode_single_piece. The same
-procedure is checked to equal tiktoken's encode on every valid case.
+"[^\\s\\p{L}\\p{N}]" character), split as above, encode each piece back to its bytes and BPE
+it with tiktoken's _encode_single_piece. The same procedure is checked to equal tiktoken's
+encode on every valid case.
 
 "sweep" entries: every Unicode scalar value in a few contexts; the C++ test builds the same
 text and compares the count and the sha256 of its ids (little-endian uint32).
@@ -68,11 +79,38 @@ def load_encoding(gpt2_dir):
                              special_tokens={EOT: 50256})
 
 
-def reference_bytes(enc, data: bytes):
+def tiktoken_classes():
+    """{"letter": ranges, "number": ranges, "space": ranges} as tiktoken's engine classes them."""
+    ranks = {bytes([b]): b for b in range(256)}
+    every = "".join(chr(cp) for cp in range(0x110000) if not 0xD800 <= cp <= 0xDFFF)
+    out = {}
+    for name, cls in (("letter", r"\p{L}"), ("number", r"\p{N}"), ("space", r"\s")):
+        probe = tiktoken.Encoding(name="class_probe", pat_str=cls, mergeable_ranks=ranks, special_tokens={})
+        members = sorted(map(ord, probe.decode_bytes(probe.encode_ordinary(every)).decode()))
+        ranges = []
+        for cp in members:
+            if ranges and ranges[-1][1] == cp - 1:
+                ranges[-1][1] = cp
+            else:
+                ranges.append([cp, cp])
+        out[name] = ranges
+    return out
+
+
+def splitter(classes):
+    """GPT-2's pattern for the `regex` module with tiktoken's classes as explicit sets."""
+    def cls(name):
+        return "".join(f"\\U{a:08x}-\\U{b:08x}" for a, b in classes[name])
+    L, N, S = cls("letter"), cls("number"), cls("space")
+    pat = (rf"""'s|'t|'re|'ve|'m|'ll|'d| ?[{L}]+| ?[{N}]+| ?[^{S}{L}{N}]+|[{S}]+(?![^{S}])|[{S}]+""")
+    return regex.compile(pat)
+
+
+def reference_bytes(enc, split, data: bytes):
     """The surrogateescape procedure described above (no special tokens)."""
     text = data.decode("utf-8", errors="surrogateescape")
     ids = []
-    for piece in regex.findall(GPT2_PAT, text):
+    for piece in split.findall(text):
         ids += enc._encode_single_piece(piece.encode("utf-8", errors="surrogateescape"))
     return ids
 
@@ -122,6 +160,8 @@ CASES = [
     ("many newlines", "\n" * 100 + "x"),
     ("eot as text", "hello <|endoftext|> world"),
     ("partial eot", "<|endoftext <|endof|> endoftext|>"),
+    # U+088F is a letter in Unicode 17 but not in 16 (tiktoken's): the apostrophe then joins it
+    ("U+088F before 's", "\u088f's"),
     ("shakespeare", "First Citizen:\nBefore we proceed any further, hear me speak.\n\n"
                     "All:\nSpeak, speak.\n\nFirst Citizen:\nYou are all resolved rather to die than to famish?\n"),
 ]
@@ -150,6 +190,8 @@ SWEEPS = [
     ("all scalar values: C", "C"),
     ("all scalar values: ' Ca' + 'CC' + '1C' + '\\n'", " CaCC1C\n"),
     ("all scalar values: 'C  ' + 'C\\n'", "C  C\n"),
+    # 's splits off after a letter or number but joins an "other" character: the class shows
+    ("all scalar values: 'C' + \"'s \"", "C's "),
 ]
 
 
@@ -162,18 +204,24 @@ def main():
     assert enc.encode("Hello world") == [15496, 995]
     assert enc.encode("hello " + EOT, allowed_special="all") == [31373, 220, 50256]
 
+    classes = tiktoken_classes()
+    split = splitter(classes)
+    for name, n in (("letter", 141028), ("number", 1911), ("space", 25)):  # Unicode 16.0.0
+        count = sum(b - a + 1 for a, b in classes[name])
+        assert count == n, f"tiktoken {tiktoken.__version__}: {count} {name} code points, not Unicode 16's {n}"
+
     cases = []
     for name, text in CASES:
         ids = enc.encode_ordinary(text)
         data = text.encode("utf-8")
-        assert reference_bytes(enc, data) == ids, name  # the procedure for invalid bytes
+        assert reference_bytes(enc, split, data) == ids, name  # the procedure for invalid bytes
         assert enc.decode_bytes(ids) == data
         cases.append({"name": name, "hex": data.hex(), "text": text, "allow_special": False, "ids": ids})
     for name, text in SPECIAL_CASES:
         ids = enc.encode(text, allowed_special="all")
         cases.append({"name": name, "hex": text.encode().hex(), "text": text, "allow_special": True, "ids": ids})
     for name, data in INVALID_CASES:
-        ids = reference_bytes(enc, data)
+        ids = reference_bytes(enc, split, data)
         assert enc.decode_bytes(ids) == data
         cases.append({"name": name, "hex": data.hex(), "allow_special": False, "ids": ids,
                       "reference": "surrogateescape + regex + tiktoken _encode_single_piece"})
@@ -184,8 +232,8 @@ def main():
         ids = enc.encode_ordinary(text)
         assert enc.decode(ids) == text
         sha = hashlib.sha256(struct.pack(f"<{len(ids)}I", *ids)).hexdigest()
-        # the pre-tokenisation itself, by the regex module: sha256 of the pieces' byte lengths
-        lengths = [len(p.encode()) for p in regex.findall(GPT2_PAT, text)]
+        # the pre-tokenisation itself: sha256 of the pieces' byte lengths
+        lengths = [len(p.encode()) for p in split.findall(text)]
         piece_sha = hashlib.sha256(struct.pack(f"<{len(lengths)}I", *lengths)).hexdigest()
         sweeps.append({"name": name, "context": context, "bytes": len(text.encode()), "count": len(ids),
                        "sha256": sha, "pieces": len(lengths), "pieces_sha256": piece_sha})
@@ -196,6 +244,7 @@ def main():
         "reference": f"tiktoken {tiktoken.__version__}, GPT-2 pattern, local encoder.json/vocab.bpe",
         "cases": cases,
         "sweeps": sweeps,
+        "classes": classes,
     }
     os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
     with open(args.out, "w", encoding="utf-8") as f:  # one case per line
@@ -205,7 +254,10 @@ def main():
         for key in ("cases", "sweeps"):
             f.write(f' {json.dumps(key)}: [\n  ')
             f.write(",\n  ".join(json.dumps(c, ensure_ascii=True) for c in out[key]))
-            f.write("\n ]" + ("," if key == "cases" else "") + "\n")
+            f.write("\n ],\n")
+        f.write(' "classes": {\n  ')
+        f.write(",\n  ".join(f"{json.dumps(k)}: {json.dumps(v)}" for k, v in classes.items()))
+        f.write("\n }\n")
         f.write("}\n")
     json.load(open(args.out))
     print(f"{args.out}: {len(cases)} cases, {len(sweeps)} sweeps")

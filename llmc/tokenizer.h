@@ -15,7 +15,7 @@
 //   2. pre-tokenisation by GPT-2's pattern
 //        's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
 //      with Unicode letter/number/white-space classes (llmc/tokenizer_unicode.h, generated
-//      by dev/gen_unicode_tables.py);
+//      by dev/gen_unicode_tables.py) of Unicode 16.0.0, the version of tiktoken's engine;
 //   3. each piece: one token where the whole piece is a token, otherwise byte-level BPE:
 //      repeatedly merge the adjacent pair of lowest rank (leftmost on ties).
 //   Invalid UTF-8: each byte that is not part of a valid UTF-8 sequence (strictly: no

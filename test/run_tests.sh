@@ -4,7 +4,8 @@
 # a program that crashes or hangs without its tally line counts as one failure.
 #
 # Sections (TEST_SECTIONS, default all): cpu schedules streams mpi asan nvcc gpu
-#   cpu       every CPU test program once (bf16), the model's tests also in fp32
+#   cpu       every CPU test program once (bf16), the model's tests also in fp32;
+#             the transformers import/export against its fixture (test_hf.py)
 #   host      the plain C++ tests of the data tools (build/host/test_*); they
 #             find ../shared/data through SHARED_DATA and skip where it is absent
 #   schedules the kernel tests and test_gpt2 again with the threads of each
@@ -70,6 +71,7 @@ if want cpu; then
     for t in test_matmul test_layers test_attention test_gpt2 test_training; do run "$t [fp32]" "build/cpu-fp32/$t"; done
     run "test_train_cli" bash test/test_train_cli.sh build/cpu/train_gpt
     run "test_resume" python3 test/test_resume.py build/cpu/train_gpt
+    run "test_hf" python3 test/test_hf.py build/cpu-fp32/test_gpt2 build/cpu/test_gpt2 build/cpu/train_gpt
     run "test_gpu_check (gpu_check.sh, dry run)" bash test/test_gpu_check.sh
 fi
 

@@ -21,6 +21,7 @@
 #if defined(ENABLE_FP32)
 static const double TOL_LOGITS = 1e-5, TOL_LOSS = 1e-5, TOL_NORM = 1e-5, TOL_GRAD = 1e-5;
 static const double TOL_SPLIT_GRAD = 1e-5, TOL_SPLIT_LOSS = 1e-5;
+static const double TOL_KEY_BIAS_GRAD = 1e-5;  // absolute
 // Parameters after 5 AdamW steps: Adam divides each gradient by its own RMS,
 // so entries with small gradients turn a ~5e-7 gradient difference into a
 // larger relative difference of their update (measured: 1.8e-5 vs PyTorch,
@@ -30,12 +31,16 @@ static const double TOL_SPLIT_PARAMS = 2e-4, TOL_KEY_BIAS_PARAMS = 1e-5;
 #else
 // bf16 build: activations and weights rounded to bf16, gradients and the
 // optimizer in fp32. Tighter than llm.c's test (logits within 25.0 absolute,
-// gradients within an absolute threshold plus 0.079 relative); the measured
-// values are in the comments.
-static const double TOL_LOGITS = 1e-2;       // 5.3e-3
-static const double TOL_LOSS = 1e-4;         // 3.2e-5 (single batch), 2.1e-5 (5 steps)
+// gradients within an absolute threshold plus 0.079 relative). The bounds are
+// those measured over more than these models: 48 random GPT-2s made by
+// transformers (V 1000 and 50257, L 2 and 4, C 64 and 128, GPT-2's init and
+// all-random weights; README "Tests"), whose worst is the second value in the
+// comments; the first is this file's models.
+static const double TOL_LOGITS = 3e-2;       // 5.3e-3; 1.7e-2
+static const double TOL_LOSS = 1e-3;         // 3.2e-5 (single batch), 2.1e-5 (5 steps); 3.5e-4
 static const double TOL_NORM = 3e-3;         // 1.2e-3
-static const double TOL_GRAD = 2.5e-2;       // 1.3e-2 (ln1w of the V=50257 case), others <= 8.8e-3
+static const double TOL_GRAD = 5e-2;         // 1.3e-2 (ln1w of the V=50257 case); 2.6e-2
+static const double TOL_KEY_BIAS_GRAD = 3e-4;  // absolute: 9.8e-5
 // Splits: the accumulation itself changes only the fp32 summation order (the
 // fp32 build checks it to 1e-5), but one bf16 activation gradient can round
 // the other way: the CPU runtime's cuBLASLt slices a product along m or n by
@@ -77,8 +82,8 @@ struct Reader {
 };
 
 struct DebugRef { int B, T; std::vector<int> x, y; std::vector<float> logits, grads; float loss; };
-static DebugRef read_debug(const char* name, const GPT2& model) {
-    Reader r(ref_path(name));
+static DebugRef read_debug(const std::string& path, const GPT2& model) {
+    Reader r(path);
     auto header = r.read<int>(256);
     DebugRef d;
     d.B = header[2];
@@ -211,8 +216,9 @@ static void test_init_and_checkpoints() {
 
 // ---- one batch: logits, loss, gradients ------------------------------------------
 // gelu_fusion: the trainer's -ge (GELU in cuBLASLt's epilogues or in kernels).
-static void test_debug_case(const char* label, GPT2& model, const char* file, int gelu_fusion = 0, bool docs = false) {
-    DebugRef ref = read_debug(file, model);
+static void test_debug_case(const char* label, GPT2& model, const std::string& path, int gelu_fusion = 0,
+                            bool docs = false) {
+    DebugRef ref = read_debug(path, model);
     gpt2_allocate_activations(&model, ref.B, ref.T, 1);
     model.gelu_fusion = gelu_fusion;
     model.doc_mask = model.doc_positions = docs;
@@ -235,7 +241,8 @@ static void test_debug_case(const char* label, GPT2& model, const char* file, in
     double e_loss = std::fabs(loss - ref.loss) / std::fabs(ref.loss);
     CHECK(e_loss <= TOL_LOSS, "%s loss %.6f vs %.6f over %ld targets: rel err %.2e", label, loss, ref.loss, count, e_loss);
     auto grads = read_device(model.grads_memory, model.num_parameters);
-    check_tensors((std::string(label) + " gradient").c_str(), model, grads, ref.grads, std::vector<double>(NUM_PARAMETER_TENSORS, TOL_GRAD), 1e-5);
+    check_tensors((std::string(label) + " gradient").c_str(), model, grads, ref.grads,
+                  std::vector<double>(NUM_PARAMETER_TENSORS, TOL_GRAD), TOL_KEY_BIAS_GRAD);
     cudaCheck(cudaMemset(model.grads_memory, 0, model.num_parameters * sizeof(float)));
 }
 
@@ -348,32 +355,46 @@ static void test_naive_averaging_differs(const char* file) {
     gpt2_free(&model);
 }
 
-int main() {
+int main(int argc, char** argv) {
     printf("precision: %s\n", PRECISION_NAME);
+    // --debug-case MODEL DEBUG LABEL: logits, loss and gradients of one model file against a
+    // debug-state file (test/test_hf.py: a transformers model imported by dev/import_hf.py)
+    if (argc == 5 && strcmp(argv[1], "--debug-case") == 0) {
+        GPT2 model;
+        gpt2_init_from_checkpoint(&model, argv[2]);
+        test_debug_case(argv[4], model, argv[3]);
+        gpt2_free(&model);
+        matmul_teardown();
+        return test_summary("test_gpt2");
+    }
+    if (argc != 1) {
+        fprintf(stderr, "error: usage: %s [--debug-case MODEL.bin DEBUG.bin LABEL]\n", argv[0]);
+        return 1;
+    }
     test_init_and_checkpoints();
     for (int gelu_fusion : {0, 1, 2}) {
         GPT2 model;
         gpt2_init_from_checkpoint(&model, ref_path("small_model_fp32.bin").c_str());
         test_debug_case(gelu_fusion ? (gelu_fusion == 1 ? "small -ge 1" : "small -ge 2") : "small", model,
-                        "small_debug.bin", gelu_fusion);
+                        ref_path("small_debug.bin"), gelu_fusion);
         gpt2_free(&model);
     }
     {
         GPT2 model;
         gpt2_init_from_checkpoint(&model, ref_path("small_model_fp32.bin").c_str());
-        test_debug_case("masked", model, "masked_debug.bin");
+        test_debug_case("masked", model, ref_path("masked_debug.bin"));
         gpt2_free(&model);
     }
     {
         GPT2 model;
         gpt2_init_from_checkpoint(&model, ref_path("small_model_fp32.bin").c_str());
-        test_debug_case("docs", model, "docs_debug.bin", 0, true);
+        test_debug_case("docs", model, ref_path("docs_debug.bin"), 0, true);
         gpt2_free(&model);
     }
     {
         GPT2 model;
         gpt2_init_from_descriptor(&model, "L=1,C=16,H=1,V=50257,maxT=16", 4242);
-        test_debug_case("vocab50257", model, "vocab_debug.bin");
+        test_debug_case("vocab50257", model, ref_path("vocab_debug.bin"));
         gpt2_free(&model);
     }
     test_training("small_train", "small_train.bin");

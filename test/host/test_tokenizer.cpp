@@ -216,9 +216,43 @@ static void test_sweeps(const Tokenizer& tok, const nlohmann::json& cases) {
         for (auto p : pieces) lens.push_back((int)p.size());
         std::string psha = sha_u32(lens);
         CHECK(pieces.size() == s["pieces"].get<size_t>() && psha == s["pieces_sha256"].get<std::string>(),
-              "sweep %s: pre-tokenisation into %zu pieces as the regex module's", name.c_str(), pieces.size());
+              "sweep %s: pre-tokenisation into %zu pieces as the reference split (tiktoken's classes)", name.c_str(), pieces.size());
         CHECK(tok.decode(ids) == text, "sweep %s: round trip", name.c_str());
     }
+}
+
+// The letter/number/space class of every code point, against the classes tiktoken's own
+// engine gives (committed by dev/make_tokenizer_cases.py; Unicode 16.0.0).
+static void test_classes(const nlohmann::json& cases) {
+    using namespace llmc::tok_detail;
+    if (!cases.contains("classes")) {
+        printf("FAIL %s has no \"classes\" (regenerate with dev/make_tokenizer_cases.py)\n", g_cases.c_str());
+        g_tally.failed++;
+        return;
+    }
+    std::vector<uint8_t> want(0x110000, kOther);
+    for (auto [name, cls] : {std::pair<const char*, uint8_t>{"letter", kLetter}, {"number", kNumber}, {"space", kSpace}})
+        for (const auto& r : cases["classes"][name])
+            for (uint32_t cp = r[0]; cp <= r[1].get<uint32_t>(); cp++) want[cp] = cls;
+    const ClassTable& table = class_table();
+    long differ = 0, first = -1;
+    for (uint32_t cp = 0; cp < 0x110000; cp++) {
+        if (cp >= 0xD800 && cp <= 0xDFFF) continue;
+        if (table.get(cp) != want[cp]) {
+            if (first < 0) first = cp;
+            differ++;
+        }
+    }
+    CHECK(differ == 0, "letter/number/space class of all 1,112,064 scalar values as tiktoken's engine "
+          "(%ld differ; first U+%04lX)", differ, first < 0 ? 0 : first);
+}
+
+// Unicode 17 made U+088F a letter; tiktoken's Unicode 16 does not, so the apostrophe joins it
+// (the tables were Unicode 17's once, and 4,657 code points differed).
+static void test_unicode_version_regression(const Tokenizer& tok) {
+    auto ids = tok.encode("\xe0\xa2\x8f's");
+    CHECK(ids == std::vector<int>({156, 95, 237, 6, 82}), "U+088F then 's -> %s (tiktoken: [156, 95, 237, 6, 82])",
+          ids_str(ids).c_str());
 }
 
 // --- BPE internals ---------------------------------------------------------------------------
@@ -610,6 +644,14 @@ int main(int argc, char** argv) {
     }
     g_tmp = tmpl;
 
+    nlohmann::json cases;
+    if (g_cases.empty()) {
+        printf("FAIL test/data/tokenizer_cases.json not found (run from the project root)\n");
+        g_tally.failed++;
+    } else {
+        cases = nlohmann::json::parse(read_file(g_cases));
+        test_classes(cases);
+    }
     std::string gpt2 = g_shared + "/gpt2", ts_path = g_shared + "/tinyshakespeare.txt";
     test_library_errors(gpt2);
     if (!exists(gpt2 + "/encoder.json") || !exists(gpt2 + "/vocab.bpe")) {
@@ -620,14 +662,9 @@ int main(int argc, char** argv) {
         CHECK(tok.can_encode(), "GPT-2 tokenizer loads from encoder.json + vocab.bpe (%.2f s)", seconds_since(t0));
         test_spot_checks(tok);
         test_edge_encodes(tok);
-        nlohmann::json cases;
-        bool have_cases = false;
-        if (g_cases.empty()) {
-            printf("FAIL test/data/tokenizer_cases.json not found (run from the project root)\n");
-            g_tally.failed++;
-        } else {
-            cases = nlohmann::json::parse(read_file(g_cases));
-            have_cases = true;
+        test_unicode_version_regression(tok);
+        const bool have_cases = !g_cases.empty();
+        if (have_cases) {
             test_cases(tok, cases, "tiktoken");
             test_sweeps(tok, cases);
         }

@@ -1,0 +1,190 @@
+#!/usr/bin/env python3
+"""From and to transformers, against the committed fixture test/ref/hf_tiny (a random tiny
+GPT-2 saved by transformers, with one batch's logits, loss and gradients from transformers;
+dev/make_hf_fixture.py):
+  (a) dev/import_hf.py -> the trainer's forward and backward (fp32 build, test_gpt2
+      --debug-case) give transformers' logits, loss and gradients within 1e-5 (max error
+      over the tensor's max); the bf16 build within its bounds (test_gpt2.cu's);
+  (b) export -> import is bitwise the identity on the fp32 model file (and on the bf16 one);
+  (c) the exported tensors are bitwise the fixture's (read with the safetensors package);
+  the trainer fine-tunes the import (-e, a few steps on the built-in corpus) and its
+  checkpoint exports;
+and bad input: one `error:` line, exit 1. Needs numpy and safetensors (no torch); skips
+without them.
+
+Usage: test/test_hf.py [FP32_TEST_GPT2 [BF16_TEST_GPT2 [TRAIN_GPT]]]
+       (default build/cpu-fp32/test_gpt2 build/cpu/test_gpt2 build/cpu/train_gpt)
+"""
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+
+DEFAULT_BINS = ["build/cpu-fp32/test_gpt2", "build/cpu/test_gpt2", "build/cpu/train_gpt"]
+BINS = sys.argv[1:4] + DEFAULT_BINS[len(sys.argv[1:4]):]
+FIXTURE = "test/ref/hf_tiny"
+passed = failed = 0
+
+
+def check(name, ok):
+    global passed, failed
+    print(("PASS " if ok else "FAIL ") + name, flush=True)
+    if ok:
+        passed += 1
+    else:
+        failed += 1
+
+
+def done():
+    print("test_hf: %d passed, %d failed" % (passed, failed))
+    sys.exit(0)
+
+
+try:
+    import numpy as np
+    from safetensors import safe_open
+    from safetensors.numpy import load_file
+except ImportError as e:
+    print(f"SKIP transformers import/export tests: {e.name} is not installed (pip install numpy safetensors)")
+    done()
+
+
+def tool(script, *args):
+    return subprocess.run([sys.executable, f"dev/{script}", *args], capture_output=True, text=True)
+
+
+def read(path):
+    with open(path, "rb") as f:
+        return f.read()
+
+
+def one_error_line(r):
+    lines = r.stderr.strip().splitlines()
+    return r.returncode == 1 and len(lines) == 1 and lines[0].startswith("error: ")
+
+
+tmp = tempfile.mkdtemp(prefix="test_hf.")
+try:
+    sums = [line.split() for line in open(os.path.join(FIXTURE, "SHA256SUMS"))]
+    bad = [n for h, n in sums if hashlib.sha256(read(os.path.join(FIXTURE, n))).hexdigest() != h]
+    check(f"fixture {FIXTURE}: sha256 of {len(sums)} files as SHA256SUMS" + (f" (differ: {bad})" if bad else ""),
+          not bad and len(sums) >= 4)
+
+    # (a) import, then the trainer's forward and backward against transformers'
+    m3, m5 = os.path.join(tmp, "hf_tiny.bin"), os.path.join(tmp, "hf_tiny_bf16.bin")
+    r = tool("import_hf.py", FIXTURE, m3)
+    check(f"import_hf.py {FIXTURE} -> version 3 ({r.stdout.strip() or r.stderr.strip()})", r.returncode == 0)
+    header = np.frombuffer(read(m3)[:32], "<i4") if os.path.exists(m3) else np.zeros(8)
+    check(f"imported header: magic, version, maxT, V, L, NH, C, Vp = {header.tolist()}",
+          header.tolist() == [20240326, 3, 32, 1000, 2, 4, 64, 1024])
+    for bin_path, precision in zip(BINS[:2], ("fp32", "bf16")):
+        run = subprocess.run([bin_path, "--debug-case", m3, os.path.join(FIXTURE, "debug.bin"), "transformers fixture"],
+                             capture_output=True, text=True)
+        tally = [line for line in run.stdout.splitlines() if line.startswith("test_gpt2: ")]
+        for line in run.stdout.splitlines():
+            if line.startswith(("PASS", "FAIL")):
+                print("  " + line)
+        check(f"{bin_path} ({precision}) --debug-case on the import: logits, loss, 16 gradients as transformers' "
+              f"({tally[0] if tally else 'no tally, exit %d: %s' % (run.returncode, run.stderr.strip()[-200:])})",
+              run.returncode == 0 and bool(tally) and tally[0].endswith(" 0 failed") and
+              f"precision: {precision}" in run.stdout)
+
+    # (b) export -> import is the identity; (c) the export's tensors are the fixture's
+    e32, e16 = os.path.join(tmp, "export_fp32"), os.path.join(tmp, "export_bf16")
+    r = tool("export_hf.py", m3, e32)
+    check(f"export_hf.py version 3 -> fp32 folder ({r.stdout.strip() or r.stderr.strip()})", r.returncode == 0)
+    back = os.path.join(tmp, "back.bin")
+    r = tool("import_hf.py", e32, back)
+    check("export -> import of the fp32 model file is bitwise the identity",
+          r.returncode == 0 and read(back) == read(m3))
+    fixture, exported = load_file(os.path.join(FIXTURE, "model.safetensors")), load_file(os.path.join(e32, "model.safetensors"))
+    same = sorted(fixture) == sorted(exported) and all(
+        fixture[k].dtype == exported[k].dtype and fixture[k].shape == exported[k].shape and
+        np.array_equal(fixture[k].view(np.uint32), exported[k].view(np.uint32)) for k in fixture)
+    check(f"exported model.safetensors: the fixture's {len(fixture)} tensors, names, shapes, bitwise values", same)
+    check("exported model.safetensors is byte-identical to the fixture's (written by transformers' save_pretrained)",
+          read(os.path.join(e32, "model.safetensors")) == read(os.path.join(FIXTURE, "model.safetensors")))
+    fc, ec = json.load(open(os.path.join(FIXTURE, "config.json"))), json.load(open(os.path.join(e32, "config.json")))
+    keys = ["model_type", "vocab_size", "n_positions", "n_embd", "n_layer", "n_head", "activation_function",
+            "layer_norm_epsilon", "tie_word_embeddings"]
+    check("exported config.json: shape and computation fields as the fixture's",
+          all(fc.get(k) == ec.get(k) for k in keys) and os.path.exists(os.path.join(e32, "generation_config.json")))
+
+    r = tool("import_hf.py", FIXTURE, m5, "--version", "5")
+    bf = np.frombuffer(read(m5), "<u2", offset=1024).astype("<u4") << 16 if r.returncode == 0 else None
+    f32 = np.frombuffer(read(m3), "<f4", offset=1024)
+    # rounded, not truncated: within half a bf16 ulp (at most 2^-8 of the value) of the fp32 value
+    near = bf is not None and bool(np.all(np.abs(bf.view("<f4") - f32) <= np.abs(f32) * 2.0 ** -8))
+    check("import --version 5: the fp32 weights rounded to bf16 (each within half an ulp)", near)
+    r = tool("export_hf.py", m5, e16)
+    with safe_open(os.path.join(e16, "model.safetensors"), framework="numpy") as f:
+        dtypes = {f.get_slice(k).get_dtype() for k in f.keys()}
+    check(f"export of version 5 writes bf16 safetensors (dtypes {sorted(dtypes)})", r.returncode == 0 and dtypes == {"BF16"})
+    r = tool("import_hf.py", e16, back, "--version", "5")
+    check("export -> import of the bf16 model file is bitwise the identity", r.returncode == 0 and read(back) == read(m5))
+
+    # fine-tuning the import: -a 1 overfits one batch, so the loss falls every step
+    run_dir = os.path.join(tmp, "run")
+    r = subprocess.run([BINS[2], "-e", m3, "-t", "32", "-b", "4", "-x", "4", "-a", "1", "-l", "1e-3", "-u", "0",
+                        "-o", run_dir], capture_output=True, text=True)
+    losses = [float(line.split("| loss ")[1].split()[0]) for line in r.stdout.splitlines() if "| loss " in line]
+    check(f"{BINS[2]} -e <import> fine-tunes: train losses {losses} fall (exit {r.returncode})",
+          r.returncode == 0 and len(losses) == 4 and all(b < a for a, b in zip(losses, losses[1:])))
+    ckpt = os.path.join(run_dir, "model_00000004.bin")
+    r = tool("export_hf.py", ckpt, os.path.join(tmp, "export_ckpt"))
+    check(f"the fine-tuned checkpoint exports ({r.stdout.strip() or r.stderr.strip()})",
+          r.returncode == 0 and os.path.exists(os.path.join(tmp, "export_ckpt", "model.safetensors")))
+
+    # GPT-2's vocabulary: the export adds the tokenizer files (from $SHARED_DATA/gpt2)
+    gpt2_dir = os.path.join(os.environ.get("SHARED_DATA", "../shared/data"), "gpt2")
+    if not os.path.isfile(os.path.join(gpt2_dir, "encoder.json")) or not os.path.isfile(os.path.join(gpt2_dir, "vocab.bpe")):
+        print(f"SKIP export of a V=50257 model with the tokenizer files: {gpt2_dir}/encoder.json or vocab.bpe absent")
+    else:
+        header = np.zeros(256, "<i4")
+        header[:8] = [20240326, 3, 16, 50257, 1, 1, 8, 50304]
+        # wte, wpe; 13 C-vectors (ln1 2, qkvb 3, attprojb, ln2 2, fcb 4, fcprojb), 12 C x C
+        # blocks (qkvw 3, attprojw, fcw 4, fcprojw 4), lnf 2C
+        n = 50304 * 8 + 16 * 8 + 13 * 8 + 12 * 64 + 16
+        weights = np.random.RandomState(0).randn(n).astype("<f4")
+        weights[50257 * 8:50304 * 8] = 0  # the padded rows
+        v50257 = os.path.join(tmp, "v50257.bin")
+        open(v50257, "wb").write(header.tobytes() + weights.tobytes())
+        out = os.path.join(tmp, "export_v50257")
+        r = tool("export_hf.py", v50257, out, "--gpt2-dir", gpt2_dir)
+        conf = json.load(open(os.path.join(out, "config.json"))) if r.returncode == 0 else {}
+        copies = r.returncode == 0 and read(os.path.join(out, "vocab.json")) == read(os.path.join(gpt2_dir, "encoder.json")) \
+            and read(os.path.join(out, "merges.txt")) == read(os.path.join(gpt2_dir, "vocab.bpe"))
+        tok_conf = json.load(open(os.path.join(out, "tokenizer_config.json"))) if r.returncode == 0 else {}
+        check(f"export of a V=50257 model: vocab.json, merges.txt = encoder.json, vocab.bpe; EOT 50256 as bos/eos "
+              f"({r.stdout.strip() or r.stderr.strip()})",
+              copies and conf.get("eos_token_id") == 50256 and conf.get("bos_token_id") == 50256 and
+              tok_conf.get("eos_token") == "<|endoftext|>" and tok_conf.get("model_max_length") == 16)
+        weights[50300 * 8] = 1.0
+        open(v50257, "wb").write(header.tobytes() + weights.tobytes())
+        r = tool("export_hf.py", v50257, out, "--gpt2-dir", gpt2_dir)
+        check(f"export of a model whose padded vocabulary rows are not zero: {r.stderr.strip()}",
+              one_error_line(r) and "padded" in r.stderr)
+
+    # bad input
+    empty = os.path.join(tmp, "no_weights")
+    os.makedirs(empty)
+    shutil.copy(os.path.join(FIXTURE, "config.json"), empty)
+    r = tool("import_hf.py", empty, os.path.join(tmp, "x.bin"))
+    check(f"import of a folder without model.safetensors: {r.stderr.strip()}", one_error_line(r) and "model.safetensors" in r.stderr)
+    relu = os.path.join(tmp, "relu")
+    shutil.copytree(FIXTURE, relu)
+    json.dump(dict(fc, activation_function="relu"), open(os.path.join(relu, "config.json"), "w"))
+    r = tool("import_hf.py", relu, os.path.join(tmp, "x.bin"))
+    check(f"import of a relu GPT-2: {r.stderr.strip()}", one_error_line(r) and "activation_function" in r.stderr)
+    r = tool("export_hf.py", os.path.join(FIXTURE, "debug.bin"), os.path.join(tmp, "y"))
+    check(f"export of a file that is not a model file: {r.stderr.strip()}", one_error_line(r) and "magic" in r.stderr)
+    short = os.path.join(tmp, "short.bin")
+    open(short, "wb").write(read(m3)[:-4])
+    r = tool("export_hf.py", short, os.path.join(tmp, "y"))
+    check(f"export of a truncated model file: {r.stderr.strip()}", one_error_line(r) and "truncated" in r.stderr)
+finally:
+    shutil.rmtree(tmp, ignore_errors=True)
+done()
