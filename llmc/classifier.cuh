@@ -111,25 +111,15 @@ __global__ void fused_classifier_kernel(floatX* logits, float* losses, const int
     }
 }
 
-// The most dynamic shared memory a block may have on this device (with the opt-in).
-inline size_t max_block_shared_memory() {
-    static int bytes = 0;
-    if (bytes == 0) {
-        int device = 0;
-        cudaCheck(cudaGetDevice(&device));
-        cudaCheck(cudaDeviceGetAttribute(&bytes, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
-    }
-    return (size_t)bytes;
-}
-
 // targets[i] in [0, V) or -1 (masked). dloss = 1 / (unmasked targets in the whole global batch).
 inline void fused_classifier(floatX* logits, float* losses, const int* targets, float dloss, int N, int V, int Vp,
                              bool write_dlogits, cudaStream_t stream) {
     if (N <= 0) return;
     const size_t smem = (size_t)Vp * sizeof(floatX);  // one row
-    if (smem > max_block_shared_memory()) {
+    const size_t smem_max = device_attribute(cudaDevAttrMaxSharedMemoryPerBlockOptin);  // with the opt-in
+    if (smem > smem_max) {
         fprintf(stderr, "error: fused_classifier: a row of %d logits (%zu bytes) does not fit in a block's shared "
-                "memory (%zu bytes)\n", Vp, smem, max_block_shared_memory());
+                "memory (%zu bytes)\n", Vp, smem, smem_max);
         exit(EXIT_FAILURE);
     }
     // 1024 threads: ~6 packs of 8 each at V = 50257; small vocabularies get just enough warps

@@ -159,15 +159,18 @@ inline void with_pack_width(int width, F f) {
 // once (SM count x blocks per SM of this kernel, from the occupancy API), never
 // more than the work needs. The CPU runtime reports its own, smaller occupancy
 // (every GPU thread is a fiber there), so the same code keeps the CPU build fast.
-inline int num_sms() {
-    static int count = 0;
-    if (count == 0) {
+// An attribute of the current device, asked once.
+inline int device_attribute(cudaDeviceAttr attr) {
+    static std::map<int, int> known;
+    const auto [it, fresh] = known.try_emplace((int)attr, 0);
+    if (fresh) {
         int device = 0;
         cudaCheck(cudaGetDevice(&device));
-        cudaCheck(cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device));
+        cudaCheck(cudaDeviceGetAttribute(&it->second, attr, device));
     }
-    return count;
+    return it->second;
 }
+inline int num_sms() { return device_attribute(cudaDevAttrMultiProcessorCount); }
 inline int chunked_grid_blocks(const void* kernel, size_t n, int block_size) {
     static std::map<std::pair<const void*, int>, int> per_sm;  // asked once per kernel and block size
     const auto [it, fresh] = per_sm.try_emplace({kernel, block_size}, 0);
