@@ -46,3 +46,42 @@ double profile_clock();
 void profile_add(const char* name, double seconds);
 
 }  // namespace cpucuda
+
+namespace cpucuda {
+
+// initcheck (CPUCUDA_INITCHECK=1): fresh cudaMalloc memory and every block's
+// dynamic shared memory are filled with this 16-bit pattern before use. As
+// fp32 (0xFFA0FFA0) and as bf16 (0xFFA0) it is a signalling NaN; as an int, a
+// large negative number.
+constexpr uint16_t kPoison16 = 0xFFA0;
+bool initcheck_on();
+void poison(void* p, size_t bytes);
+
+#ifdef CPUCUDA_RACECHECK
+// racecheck (racecheck.cpp): what the runtime tells the checker.
+namespace race {
+// Sync clock of the worker: it ticks at every barrier and warp collective that
+// completes; an access is stamped with it.
+struct WarpClock {
+    uint64_t full = 0;          // the last collective of the whole warp
+    uint64_t* pairs = nullptr;  // [lane a * 32 + lane b]: the last one with both in a partial mask
+};
+struct SyncClock {
+    uint64_t clock = 1;
+    uint64_t barrier = 0;  // the last __syncthreads that opened
+    WarpClock warps[32];
+};
+struct RaceBlock {
+    const char* kernel;
+    uint64_t launch;  // launch id + 1
+    uint32_t block;   // linear block index
+    dim3 block_dim, grid_dim;
+    uintptr_t stacks_lo, stacks_hi, dyn_lo, dyn_hi;
+    SyncClock* sync;
+};
+void block_begin(const RaceBlock& b);
+void block_end();
+}  // namespace race
+#endif
+
+}  // namespace cpucuda

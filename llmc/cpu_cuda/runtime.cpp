@@ -156,10 +156,15 @@ struct Config {
     Schedule schedule = Schedule::Forward;
     uint64_t seed = 0;
     StreamMode stream_mode = StreamMode::Sync;
+    bool initcheck;
 
     Config() {
         int cores = (int)std::max(1u, std::thread::hardware_concurrency());
         workers = (int)env_long("CPUCUDA_WORKERS", cores, 1, 1024);
+#ifdef CPUCUDA_RACECHECK
+        workers = 1;  // racecheck's shadow is not locked (racecheck.cpp)
+#endif
+        initcheck = env_long("CPUCUDA_INITCHECK", 0, 0, 1) != 0;
         device_count = (int)env_long("CPUCUDA_DEVICE_COUNT", 8, 1, 64);
         stack_bytes = (size_t)env_long("CPUCUDA_STACK_KB", 64, 16, 65536) * 1024;
         total_memory = (size_t)env_long("CPUCUDA_DEVICE_MEMORY_MB", 16384, 1, 1L << 24) << 20;
@@ -205,6 +210,13 @@ void set_schedule(Schedule s, uint64_t seed) {
     config().seed = seed;
 }
 Schedule get_schedule() { return config().schedule; }
+
+bool initcheck_on() { return config().initcheck; }
+void poison(void* p, size_t bytes) {
+    uint16_t* h = (uint16_t*)p;
+    for (size_t i = 0; i < bytes / 2; i++) h[i] = kPoison16;
+    if (bytes & 1) ((unsigned char*)p)[bytes - 1] = (unsigned char)kPoison16;
+}
 
 bool streams_deferred() { return config().stream_mode == StreamMode::Deferred; }
 void set_stream_mode(StreamMode m) {
@@ -341,6 +353,9 @@ struct Worker {
     unsigned lane_order[32];
     std::mt19937_64 rng;
     bool failed = false;
+#ifdef CPUCUDA_RACECHECK
+    race::SyncClock sync;
+#endif
 
     ~Worker() {
         if (stacks) munmap(stacks, stack_stride * capacity);
@@ -491,6 +506,25 @@ static bool shuffle_source(const Fiber& f, unsigned lane, unsigned group, unsign
     return (group >> *src) & 1u;
 }
 
+#ifdef CPUCUDA_RACECHECK
+// Lanes `group` of warp `wi` completed a collective: ordered from now on.
+static void race_warp_sync(Worker& w, unsigned wi, unsigned group, unsigned present) {
+    race::WarpClock& c = w.sync.warps[wi];
+    const uint64_t t = ++w.sync.clock;
+    if (group == present) {
+        c.full = t;
+        return;
+    }
+    if (!c.pairs) c.pairs = (uint64_t*)calloc(32 * 32, sizeof(uint64_t));
+    for (unsigned a = 0; a < 32; a++)
+        if ((group >> a) & 1u)
+            for (unsigned b = 0; b < 32; b++)
+                if ((group >> b) & 1u) c.pairs[a * 32 + b] = t;
+}
+#else
+static inline void race_warp_sync(Worker&, unsigned, unsigned, unsigned) {}
+#endif
+
 // Lane `l` waits at a warp-wide instruction that not every lane of the warp
 // reached (PTX's `.aligned`: all lanes must execute the same instruction).
 static int report_wide_divergence(Worker& w, unsigned wi, const Fiber* lanes, unsigned n, unsigned l) {
@@ -528,6 +562,7 @@ static int release_wide(Worker& w, unsigned wi, Fiber* lanes, unsigned n) {
         fail_block(w, "warp %u: %s: %s", wi, lanes[0].wide_name, error);
         return -1;
     }
+    race_warp_sync(w, wi, 0xffffffffu, 0xffffffffu);
     for (unsigned l = 0; l < n; l++) lanes[l].state = FiberState::Runnable;
     return (int)n;
 }
@@ -588,6 +623,7 @@ static int release_warp(Worker& w, unsigned wi) {
         }
         if (uniform) {
             for (unsigned l = 0; l < n; l++) lanes[l].state = FiberState::Runnable;
+            race_warp_sync(w, wi, present, present);
             return (int)n;
         }
     }
@@ -647,6 +683,7 @@ static int release_warp(Worker& w, unsigned wi) {
             g.state = FiberState::Runnable;
             released++;
         }
+        race_warp_sync(w, wi, group, present);
         done_groups |= group;
     }
     return released;
@@ -708,6 +745,9 @@ static Fiber* pick_next(Worker& w) {
             w.fibers[i].state = FiberState::Runnable;
             w.fibers[i].barrier_result = count;
         }
+#ifdef CPUCUDA_RACECHECK
+        w.sync.barrier = ++w.sync.clock;
+#endif
         w.warp_pos = 0;
         w.lane_pos = 0;
         if (config().schedule == Schedule::Random) order_warps(w);
@@ -936,8 +976,29 @@ static void run_block(Worker& w, LaunchState& L, uint64_t linear) {
         ASAN_POISON_MEMORY_REGION((char*)dynamic_shared_memory() + L.spec.smem,
                                   config().smem_per_block_optin - L.spec.smem);
 #endif
+    // a block finds in shared memory only what it writes itself
+    if (config().initcheck && L.spec.smem) poison(dynamic_shared_memory(), L.spec.smem);
+#ifdef CPUCUDA_RACECHECK
+    {
+        race::RaceBlock rb;
+        rb.kernel = L.spec.name;
+        rb.launch = L.launch_id + 1;
+        rb.block = (uint32_t)linear;
+        rb.block_dim = L.spec.block;
+        rb.grid_dim = g;
+        rb.stacks_lo = (uintptr_t)w.stacks;
+        rb.stacks_hi = (uintptr_t)w.stacks + w.stack_stride * w.capacity;
+        rb.dyn_lo = (uintptr_t)w.dyn_smem;
+        rb.dyn_hi = (uintptr_t)w.dyn_smem + (w.dyn_smem ? config().smem_per_block_optin : 0);
+        rb.sync = &w.sync;
+        race::block_begin(rb);
+    }
+#endif
     Fiber* first = pick_next(w);
     if (first) jump_to(w, nullptr, first, false);
+#ifdef CPUCUDA_RACECHECK
+    race::block_end();
+#endif
 #ifdef CPUCUDA_ASAN
     ASAN_UNPOISON_MEMORY_REGION(dynamic_shared_memory(), config().smem_per_block_optin);
 #endif
@@ -1380,6 +1441,7 @@ cudaError_t cudaMalloc(void** p, size_t size) {
     } else
 #endif
     if (posix_memalign(&m, 256, size) != 0) return record(cudaErrorMemoryAllocation);
+    if (config().initcheck) cpucuda::poison(m, size);
     cpucuda::device_allocs[(uintptr_t)m] = size;
     cpucuda::mem_in_use += size;
     cpucuda::mem_peak = std::max(cpucuda::mem_peak, cpucuda::mem_in_use);
