@@ -46,7 +46,7 @@ HOST_ASAN  := $(patsubst %.cpp,build/host-asan/%,$(notdir $(HOST_SRCS)))
 DEV_CU     := $(wildcard dev/*.cu)
 DEV_BINS   := $(patsubst dev/%.cu,build/cpu/%,$(DEV_CU))
 
-.PHONY: all cpu asan gpu test test-asan bench clean check-cuda-headers train_gpt_cpu sass-report
+.PHONY: all cpu asan racecheck gpu test test-asan bench clean check-cuda-headers train_gpt_cpu sass-report
 .SECONDARY:
 
 all: cpu
@@ -167,7 +167,13 @@ sass-report:
 # The sanitizer build of every test, plus the deliberately out-of-bounds kernel.
 asan: $(ASAN_TESTS) $(HOST_ASAN) build/cpu-asan/oob_kernel build/cpu-asan/train_gpt
 
-test: cpu asan
+# The racecheck build of the kernel tests and the deliberately broken kernels
+# of test/sanitizer (also in the normal build, for initcheck and the schedules).
+SANITIZER_KERNELS := missing_sync_kernel unwritten_read_kernel warp_sync_kernel
+racecheck: $(addprefix build/cpu-racecheck/,test_kernels test_ptx test_cublaslt test_matmul test_layers \
+             test_attention test_gpt2 $(SANITIZER_KERNELS)) $(addprefix build/cpu/,$(SANITIZER_KERNELS))
+
+test: cpu asan racecheck
 	bash test/run_tests.sh
 
 test-asan: asan

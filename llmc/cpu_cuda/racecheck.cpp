@@ -26,9 +26,14 @@
 #ifdef CPUCUDA_RACECHECK
 #include <cuda_runtime.h>
 #include <dlfcn.h>
+#include <elf.h>
+#include <fcntl.h>
 #include <link.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
+
+#include <algorithm>
 
 #include <cstdio>
 #include <cstdlib>
@@ -37,6 +42,7 @@
 #include <set>
 #include <string>
 #include <tuple>
+#include <vector>
 
 #include "internal.h"
 
@@ -94,6 +100,42 @@ static uintptr_t tls_size() {
     return size;
 }
 static uintptr_t tls_lo = 0, tls_hi = 0;
+
+// A __shared__ variable of a class type (bf16) is a thread_local with a guard
+// byte: the first GPU thread of a block to pass the declaration sets it and
+// the others read it. That is the runtime's doing, not the kernel's: the
+// guards' offsets in the thread-local block (the _ZGV symbols of the
+// executable's symbol table) are left out of the check.
+static const std::vector<uintptr_t>& guard_offsets() {
+    static std::vector<uintptr_t> offsets = [] {
+        std::vector<uintptr_t> v;
+        int fd = open("/proc/self/exe", O_RDONLY);
+        struct stat st;
+        if (fd < 0 || fstat(fd, &st) != 0) return v;
+        void* m = mmap(nullptr, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
+        close(fd);
+        if (m == MAP_FAILED) return v;
+        const char* base = (const char*)m;
+        const ElfW(Ehdr)* eh = (const ElfW(Ehdr)*)base;
+        const ElfW(Shdr)* sh = (const ElfW(Shdr)*)(base + eh->e_shoff);
+        for (int i = 0; i < eh->e_shnum; i++) {
+            if (sh[i].sh_type != SHT_SYMTAB) continue;
+            const ElfW(Sym)* sym = (const ElfW(Sym)*)(base + sh[i].sh_offset);
+            const char* names = base + sh[sh[i].sh_link].sh_offset;
+            for (size_t k = 0; k < sh[i].sh_size / sizeof(ElfW(Sym)); k++)
+                if (ELF64_ST_TYPE(sym[k].st_info) == STT_TLS && !strncmp(names + sym[k].st_name, "_ZGV", 4))
+                    v.push_back(sym[k].st_value);
+        }
+        munmap(m, (size_t)st.st_size);
+        std::sort(v.begin(), v.end());
+        return v;
+    }();
+    return offsets;
+}
+static bool is_guard(uintptr_t a) {
+    const auto& g = guard_offsets();
+    return std::binary_search(g.begin(), g.end(), a - tls_lo);
+}
 
 void block_begin(const RaceBlock& b) {
     cur = b;
@@ -201,6 +243,7 @@ static void access(uintptr_t a, unsigned size, bool write, uintptr_t pc) {
     if (a - cur.stacks_lo < cur.stacks_hi - cur.stacks_lo) return;  // the fibers' own stacks
     const bool dyn = a - cur.dyn_lo < cur.dyn_hi - cur.dyn_lo;
     const bool shared = dyn || a - tls_lo < tls_hi - tls_lo;
+    if (size == 1 && shared && !dyn && is_guard(a)) return;
     if (!write && initcheck_on() && !(shared && !dyn) && poisoned(a, size)) report_uninitialised(a, size, pc);
     const uint16_t me = (uint16_t)(tls_thread->warp * 32 + tls_thread->lane);
     const Access now{cur.launch, cur.sync->clock, pc, cur.block, me};

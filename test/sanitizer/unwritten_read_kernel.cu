@@ -1,7 +1,8 @@
 // Deliberately wrong: the kernel reads the whole input buffer, but the host
 // filled only its first half. test/run_tests.sh (initcheck) expects the
 // normal build under CPUCUDA_INITCHECK=1 to produce NaN, and the racecheck
-// build under CPUCUDA_INITCHECK=1 to report the kernel and the line.
+// build under CPUCUDA_INITCHECK=1 to report the kernel and the line. Exits 1
+// when an output is NaN.
 #include <cuda_runtime.h>
 #include <cmath>
 #include <cstdio>
@@ -25,5 +26,5 @@ int main() {
     printf("unwritten_read_kernel finished: %d of %d outputs are NaN\n", nans, n);
     cudaFree(in);
     cudaFree(out);
-    return 0;
+    return nans ? 1 : 0;
 }
