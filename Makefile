@@ -25,8 +25,10 @@ CPU_LIBS   := -lopenblas -lboost_context -pthread
 ASAN_FLAGS := -O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer -DBOOST_USE_ASAN
 # racecheck: kernels get ThreadSanitizer's instrumentation (a call per load and
 # store), whose hooks are llmc/cpu_cuda/racecheck.cpp; libtsan is not linked.
+# -O1: at -O2 gcc's line table gives some kernel code inlined into a second
+# launch's thread function the file of the kernel but a line of cuda_runtime.h.
 RACE_FLAGS := -DCPUCUDA_RACECHECK
-RACE_INSTRUMENT := -fsanitize=thread --param tsan-instrument-func-entry-exit=0
+RACE_INSTRUMENT := -O1 -fsanitize=thread --param tsan-instrument-func-entry-exit=0
 
 # CUDA programs are found by name in these folders (both builds).
 vpath %.cu test/cpu_cuda test/sanitizer dev .

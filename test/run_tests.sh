@@ -18,7 +18,7 @@
 #             the trainer under mpirun (test_multi_rank_cli.sh)
 #   asan      the AddressSanitizer/UBSan build of the tests, and a kernel that
 #             writes out of bounds, which the sanitizer must catch
-#   racecheck the kernel tests and test_gpt2 (small) in build/cpu-racecheck,
+#   racecheck the kernel tests and test_gpt2 in build/cpu-racecheck,
 #             which reports shared/global memory races, with CPUCUDA_INITCHECK=1
 #             (reads of never-written memory reported too); the broken kernels
 #             of test/sanitizer must be reported by name and line
@@ -173,16 +173,15 @@ fi
 
 if want racecheck; then
     echo "== racecheck: shared and global memory races, and reads of poison (build/cpu-racecheck)"
-    for t in "${KERNEL_TESTS[@]}"; do run "$t [racecheck]" env CPUCUDA_INITCHECK=1 "build/cpu-racecheck/$t"; done
-    run "test_gpt2 [racecheck, small]" env CPUCUDA_INITCHECK=1 TEST_GPT2_SMALL=1 build/cpu-racecheck/test_gpt2
+    for t in "${KERNEL_TESTS[@]}" test_gpt2; do run "$t [racecheck]" env CPUCUDA_INITCHECK=1 "build/cpu-racecheck/$t"; done
     expect "racecheck reports a missing __syncthreads (missing_sync_kernel.cu:11/12)" \
         "racecheck: kernel 'reverse_tile_kernel': shared memory race" "missing_sync_kernel.cu:11" \
         "missing_sync_kernel.cu:12" -- build/cpu-racecheck/missing_sync_kernel
     expect "racecheck reports a warp reduction without __syncwarp (warp_sync_kernel.cu:15)" \
         "racecheck: kernel 'warp_sum_kernel': shared memory race" "warp_sync_kernel.cu:15" \
         -- build/cpu-racecheck/warp_sync_kernel
-    expect "initcheck reports a read of an unwritten buffer (unwritten_read_kernel.cu:11)" \
-        "initcheck: kernel 'scale_kernel'" "unwritten_read_kernel.cu:11 that nothing wrote" \
+    expect "initcheck reports a read of an unwritten buffer (unwritten_read_kernel.cu:12)" \
+        "initcheck: kernel 'scale_kernel'" "unwritten_read_kernel.cu:12 that nothing wrote" \
         -- env CPUCUDA_INITCHECK=1 build/cpu-racecheck/unwritten_read_kernel
 fi
 
