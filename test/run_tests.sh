@@ -173,7 +173,12 @@ fi
 
 if want racecheck; then
     echo "== racecheck: shared and global memory races, and reads of poison (build/cpu-racecheck)"
-    for t in "${KERNEL_TESTS[@]}" test_gpt2; do run "$t [racecheck]" env CPUCUDA_INITCHECK=1 "build/cpu-racecheck/$t"; done
+    for t in "${KERNEL_TESTS[@]}" test_gpt2; do
+        # test_ptx reads a cp.async destination before it lands on purpose (poison there is the point)
+        init=1
+        [[ $t == test_ptx ]] && init=0
+        run "$t [racecheck]" env CPUCUDA_INITCHECK=$init "build/cpu-racecheck/$t"
+    done
     expect "racecheck reports a missing __syncthreads (missing_sync_kernel.cu:11/12)" \
         "racecheck: kernel 'reverse_tile_kernel': shared memory race" "missing_sync_kernel.cu:11" \
         "missing_sync_kernel.cu:12" -- build/cpu-racecheck/missing_sync_kernel

@@ -4,6 +4,8 @@
 #include <cuda_runtime.h>
 
 #include <functional>
+#include <utility>
+#include <vector>
 
 namespace cpucuda {
 
@@ -56,6 +58,19 @@ namespace cpucuda {
 constexpr uint16_t kPoison16 = 0xFFA0;
 bool initcheck_on();
 void poison(void* p, size_t bytes);
+
+// The thread-local symbols of the executable (its ELF symbol table), as
+// offsets in its thread-local block. cudapp makes every static `__shared__` a
+// function-local `static thread_local`: a `_ZZ` symbol of a .cu unit (local,
+// under a FILE symbol that ends in .cu, or unique, from an inline or template
+// function); the project's code has no thread_local of its own.
+struct TlsSymbols {
+    size_t size = 0;                                  // of the thread-local block
+    std::vector<std::pair<uintptr_t, size_t>> shared;  // static __shared__: offset, bytes
+    std::vector<uintptr_t> guards;                     // their initialisation guards, sorted
+};
+const TlsSymbols& tls_symbols();
+uintptr_t executable_tls_base();  // of the calling thread
 
 #ifdef CPUCUDA_RACECHECK
 // racecheck (racecheck.cpp): what the runtime tells the checker.

@@ -20,17 +20,12 @@
 // Launches are ordered. The build runs one worker thread: the shadow is not
 // locked, and the order of blocks does not matter to the check.
 //
-// With CPUCUDA_INITCHECK=1, a read of 2 or more bytes of device or dynamic
-// shared memory that still holds the poison pattern (see runtime.cpp) is
-// reported too.
+// With CPUCUDA_INITCHECK=1, a read of 2 or more bytes of device or shared
+// memory that still holds the poison pattern (see runtime.cpp) is reported too.
 #ifdef CPUCUDA_RACECHECK
 #include <cuda_runtime.h>
 #include <dlfcn.h>
-#include <elf.h>
-#include <fcntl.h>
-#include <link.h>
 #include <sys/mman.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -79,71 +74,23 @@ static Entry* table() {
 static RaceBlock cur;
 static bool in_block = false;
 
-// Thread-local storage of the executable (where static __shared__ lives):
-// [thread pointer - size, thread pointer) on x86-64.
-static uintptr_t tls_size() {
-    static uintptr_t size = [] {
-        uintptr_t s = 0;
-        dl_iterate_phdr(
-            [](dl_phdr_info* info, size_t, void* out) {
-                for (int i = 0; i < info->dlpi_phnum; i++)
-                    if (info->dlpi_phdr[i].p_type == PT_TLS) {
-                        const ElfW(Phdr)& p = info->dlpi_phdr[i];
-                        const uintptr_t a = p.p_align ? p.p_align : 1;
-                        *(uintptr_t*)out = (p.p_memsz + a - 1) / a * a;
-                    }
-                return 1;  // the executable comes first
-            },
-            &s);
-        return s;
-    }();
-    return size;
-}
+// Thread-local storage of the executable (where static __shared__ lives) of
+// the thread running the block: [tls_lo, tls_hi).
 static uintptr_t tls_lo = 0, tls_hi = 0;
 
-// A __shared__ variable of a class type (bf16) is a thread_local with a guard
-// byte: the first GPU thread of a block to pass the declaration sets it and
-// the others read it. That is the runtime's doing, not the kernel's: the
-// guards' offsets in the thread-local block (the _ZGV symbols of the
-// executable's symbol table) are left out of the check.
-static const std::vector<uintptr_t>& guard_offsets() {
-    static std::vector<uintptr_t> offsets = [] {
-        std::vector<uintptr_t> v;
-        int fd = open("/proc/self/exe", O_RDONLY);
-        struct stat st;
-        if (fd < 0 || fstat(fd, &st) != 0) return v;
-        void* m = mmap(nullptr, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
-        close(fd);
-        if (m == MAP_FAILED) return v;
-        const char* base = (const char*)m;
-        const ElfW(Ehdr)* eh = (const ElfW(Ehdr)*)base;
-        const ElfW(Shdr)* sh = (const ElfW(Shdr)*)(base + eh->e_shoff);
-        for (int i = 0; i < eh->e_shnum; i++) {
-            if (sh[i].sh_type != SHT_SYMTAB) continue;
-            const ElfW(Sym)* sym = (const ElfW(Sym)*)(base + sh[i].sh_offset);
-            const char* names = base + sh[sh[i].sh_link].sh_offset;
-            for (size_t k = 0; k < sh[i].sh_size / sizeof(ElfW(Sym)); k++)
-                if (ELF64_ST_TYPE(sym[k].st_info) == STT_TLS && !strncmp(names + sym[k].st_name, "_ZGV", 4))
-                    v.push_back(sym[k].st_value);
-        }
-        munmap(m, (size_t)st.st_size);
-        std::sort(v.begin(), v.end());
-        return v;
-    }();
-    return offsets;
-}
+// The guard byte of a class-type __shared__ variable (see TlsSymbols) is set
+// by the first GPU thread of a block to pass the declaration and read by the
+// others: the runtime's doing, not the kernel's, so it is not checked.
 static bool is_guard(uintptr_t a) {
-    const auto& g = guard_offsets();
+    const auto& g = tls_symbols().guards;
     return std::binary_search(g.begin(), g.end(), a - tls_lo);
 }
 
 void block_begin(const RaceBlock& b) {
     cur = b;
     in_block = true;
-    uintptr_t tp;  // of the thread running the block (launches may come from several)
-    asm("mov %%fs:0, %0" : "=r"(tp));
-    tls_hi = tp;
-    tls_lo = tp - tls_size();
+    tls_lo = executable_tls_base();  // launches may come from several threads
+    tls_hi = tls_lo + tls_symbols().size;
 }
 void block_end() { in_block = false; }
 
@@ -244,7 +191,7 @@ static void access(uintptr_t a, unsigned size, bool write, uintptr_t pc) {
     const bool dyn = a - cur.dyn_lo < cur.dyn_hi - cur.dyn_lo;
     const bool shared = dyn || a - tls_lo < tls_hi - tls_lo;
     if (size == 1 && shared && !dyn && is_guard(a)) return;
-    if (!write && initcheck_on() && !(shared && !dyn) && poisoned(a, size)) report_uninitialised(a, size, pc);
+    if (!write && initcheck_on() && poisoned(a, size)) report_uninitialised(a, size, pc);
     const uint16_t me = (uint16_t)(tls_thread->warp * 32 + tls_thread->lane);
     const Access now{cur.launch, cur.sync->clock, pc, cur.block, me};
     Entry* t = table();

@@ -14,8 +14,11 @@
 #include <cuda_runtime.h>
 #include <boost/context/detail/fcontext.hpp>
 
+#include <elf.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -128,6 +131,7 @@ namespace cpucuda {
 
 __thread ThreadCtx* tls_thread = nullptr;
 __thread BlockCtx tls_block;
+static uintptr_t tls_block_offset = 0;  // of tls_block in the executable's thread-local block
 
 // ----------------------------------------------------------------------------
 // Configuration (environment variables, read once)
@@ -216,6 +220,54 @@ void poison(void* p, size_t bytes) {
     uint16_t* h = (uint16_t*)p;
     for (size_t i = 0; i < bytes / 2; i++) h[i] = kPoison16;
     if (bytes & 1) ((unsigned char*)p)[bytes - 1] = (unsigned char)kPoison16;
+}
+
+const TlsSymbols& tls_symbols() {
+    static const TlsSymbols syms = [] {
+        TlsSymbols t;
+        int fd = open("/proc/self/exe", O_RDONLY);
+        struct stat st;
+        if (fd < 0 || fstat(fd, &st) != 0) {
+            if (fd >= 0) close(fd);
+            return t;
+        }
+        void* m = mmap(nullptr, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
+        close(fd);
+        if (m == MAP_FAILED) return t;
+        const char* base = (const char*)m;
+        const Elf64_Ehdr* eh = (const Elf64_Ehdr*)base;
+        const Elf64_Phdr* ph = (const Elf64_Phdr*)(base + eh->e_phoff);
+        for (int i = 0; i < eh->e_phnum; i++)
+            if (ph[i].p_type == PT_TLS) t.size = ph[i].p_memsz;
+        const Elf64_Shdr* sh = (const Elf64_Shdr*)(base + eh->e_shoff);
+        for (int i = 0; i < eh->e_shnum; i++) {
+            if (sh[i].sh_type != SHT_SYMTAB) continue;
+            const Elf64_Sym* sym = (const Elf64_Sym*)(base + sh[i].sh_offset);
+            const char* names = base + sh[sh[i].sh_link].sh_offset;
+            bool cu_file = false;
+            for (size_t k = 0; k < sh[i].sh_size / sizeof(Elf64_Sym); k++) {
+                const char* name = names + sym[k].st_name;
+                const int type = ELF64_ST_TYPE(sym[k].st_info), bind = ELF64_ST_BIND(sym[k].st_info);
+                if (type == STT_FILE) {
+                    const size_t n = strlen(name);
+                    cu_file = n > 3 && !strcmp(name + n - 3, ".cu");
+                }
+                if (type != STT_TLS || sym[k].st_shndx == SHN_UNDEF || (bind == STB_LOCAL && !cu_file)) continue;
+                if (!strncmp(name, "_ZGVZ", 5)) t.guards.push_back(sym[k].st_value);
+                else if (!strncmp(name, "_ZZ", 3) && sym[k].st_size)
+                    t.shared.push_back({sym[k].st_value, sym[k].st_size});
+                else if (!strcmp(name, "_ZN7cpucuda9tls_blockE")) tls_block_offset = sym[k].st_value;
+            }
+        }
+        munmap(m, (size_t)st.st_size);
+        std::sort(t.guards.begin(), t.guards.end());
+        return t;
+    }();
+    return syms;
+}
+uintptr_t executable_tls_base() {
+    tls_symbols();
+    return (uintptr_t)&tls_block - tls_block_offset;
 }
 
 bool streams_deferred() { return config().stream_mode == StreamMode::Deferred; }
@@ -977,7 +1029,11 @@ static void run_block(Worker& w, LaunchState& L, uint64_t linear) {
                                   config().smem_per_block_optin - L.spec.smem);
 #endif
     // a block finds in shared memory only what it writes itself
-    if (config().initcheck && L.spec.smem) poison(dynamic_shared_memory(), L.spec.smem);
+    if (config().initcheck) {
+        if (L.spec.smem) poison(dynamic_shared_memory(), L.spec.smem);
+        const uintptr_t tls = executable_tls_base();
+        for (const auto& v : tls_symbols().shared) poison((void*)(tls + v.first), v.second);
+    }
 #ifdef CPUCUDA_RACECHECK
     {
         race::RaceBlock rb;
