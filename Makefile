@@ -173,7 +173,7 @@ asan: $(ASAN_TESTS) $(HOST_ASAN) build/cpu-asan/oob_kernel build/cpu-asan/train_
 # of test/sanitizer (also in the normal build, for initcheck and the schedules).
 SANITIZER_KERNELS := missing_sync_kernel unwritten_read_kernel warp_sync_kernel
 racecheck: $(addprefix build/cpu-racecheck/,test_kernels test_ptx test_cublaslt test_matmul test_layers \
-             test_attention test_gpt2 $(SANITIZER_KERNELS)) $(addprefix build/cpu/,$(SANITIZER_KERNELS))
+             test_attention test_gpt2 test_training $(SANITIZER_KERNELS)) $(addprefix build/cpu/,$(SANITIZER_KERNELS))
 
 test: cpu asan racecheck
 	bash test/run_tests.sh

@@ -18,11 +18,11 @@
 #             the trainer under mpirun (test_multi_rank_cli.sh)
 #   asan      the AddressSanitizer/UBSan build of the tests, and a kernel that
 #             writes out of bounds, which the sanitizer must catch
-#   racecheck the kernel tests and test_gpt2 in build/cpu-racecheck,
+#   racecheck the kernel tests, test_gpt2 and test_training in build/cpu-racecheck,
 #             which reports shared/global memory races, with CPUCUDA_INITCHECK=1
 #             (reads of never-written memory reported too); the broken kernels
 #             of test/sanitizer must be reported by name and line
-#   initcheck the kernel tests and test_gpt2 with CPUCUDA_INITCHECK=1 (fresh
+#   initcheck the kernel tests, test_gpt2 and test_training with CPUCUDA_INITCHECK=1 (fresh
 #             device and shared memory poisoned), and a kernel that reads an
 #             unwritten buffer must produce NaN
 #   nvcc      every CUDA program compiled for sm_90 and sm_80 (not run); the SASS
@@ -173,7 +173,7 @@ fi
 
 if want racecheck; then
     echo "== racecheck: shared and global memory races, and reads of poison (build/cpu-racecheck)"
-    for t in "${KERNEL_TESTS[@]}" test_gpt2; do
+    for t in "${KERNEL_TESTS[@]}" test_gpt2 test_training; do
         # test_ptx reads a cp.async destination before it lands on purpose (poison there is the point)
         init=1
         [[ $t == test_ptx ]] && init=0
@@ -192,7 +192,7 @@ fi
 
 if want initcheck; then
     echo "== initcheck: fresh device memory and shared memory poisoned (CPUCUDA_INITCHECK=1)"
-    for t in "${KERNEL_TESTS[@]}" test_gpt2; do run "$t [CPUCUDA_INITCHECK=1]" env CPUCUDA_INITCHECK=1 "build/cpu/$t"; done
+    for t in "${KERNEL_TESTS[@]}" test_gpt2 test_training; do run "$t [CPUCUDA_INITCHECK=1]" env CPUCUDA_INITCHECK=1 "build/cpu/$t"; done
     expect "initcheck: a kernel that reads an unwritten buffer computes NaN" "128 of 256 outputs are NaN" \
         -- env CPUCUDA_INITCHECK=1 build/cpu/unwritten_read_kernel
 fi
