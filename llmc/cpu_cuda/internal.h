@@ -96,7 +96,12 @@ struct RaceBlock {
 };
 void block_begin(const RaceBlock& b);
 void block_end();
+// An access of thread `tid` of the running block at instruction `pc`; the
+// runtime's own accesses for a kernel (ldmatrix rows, cp.async) come here.
+void access_as(uint16_t tid, uintptr_t addr, unsigned size, bool write, uintptr_t pc);
 }  // namespace race
+// ldmatrix (ptx.cpp): lane `lane` of the warp being released supplied `row`.
+void race_ldmatrix_row(unsigned lane, const void* row);
 #endif
 
 }  // namespace cpucuda

@@ -86,9 +86,24 @@ static bool is_guard(uintptr_t a) {
     return std::binary_search(g.begin(), g.end(), a - tls_lo);
 }
 
+// CPUCUDA_RACECHECK_SKIP=k1,k2: kernels (by base name) left unchecked, for
+// tests that run a deliberately broken kernel among correct ones.
+static bool skipped(const char* kernel) {
+    static const std::set<std::string> names = [] {
+        std::set<std::string> n;
+        const char* v = getenv("CPUCUDA_RACECHECK_SKIP");
+        for (std::string item; v && *v; v++) {
+            if (*v != ',') item += *v;
+            if (*v == ',' || !v[1]) n.insert(item), item.clear();
+        }
+        return n;
+    }();
+    return !names.empty() && names.count(kernel_base_name(kernel));
+}
+
 void block_begin(const RaceBlock& b) {
     cur = b;
-    in_block = true;
+    in_block = !skipped(b.kernel);
     tls_lo = executable_tls_base();  // launches may come from several threads
     tls_hi = tls_lo + tls_symbols().size;
 }
@@ -107,12 +122,18 @@ static std::string where(uintptr_t pc) {
     if (n <= 0) return "?";
     exe[n] = 0;
     char cmd[4400];
-    snprintf(cmd, sizeof cmd, "addr2line -e '%s' 0x%lx 2>/dev/null", exe,
+    snprintf(cmd, sizeof cmd, "addr2line -i -e '%s' 0x%lx 2>/dev/null", exe,
              (unsigned long)(pc - 1 - (uintptr_t)info.dli_fbase));
+    // innermost first: the first line outside the runtime's headers (cp.async
+    // and ldmatrix are inline functions of cpucuda_ptx.h)
     std::string out;
     if (FILE* f = popen(cmd, "r")) {
         char line[1024];
-        if (fgets(line, sizeof line, f)) out = line;
+        while (fgets(line, sizeof line, f)) {
+            const bool runtime_header = strstr(line, "cpu_cuda/include/") != nullptr;
+            if (out.empty() || !runtime_header) out = line;
+            if (!runtime_header) break;
+        }
         pclose(f);
     }
     while (!out.empty() && (out.back() == '\n' || out.back() == ' ')) out.pop_back();
@@ -137,12 +158,12 @@ static std::string thread_name(uint32_t linear_block, uint16_t tid) {
     return s;
 }
 
-static void report_race(const Access& before, bool before_write, bool now_write, bool shared, uintptr_t addr,
-                        unsigned size, uintptr_t pc) {
+static void report_race(const Access& before, bool before_write, uint16_t tid, bool now_write, bool shared,
+                        uintptr_t addr, unsigned size, uintptr_t pc) {
     std::lock_guard<std::mutex> lock(report_mutex);
     if (!reported.insert({cur.kernel, before.pc, pc}).second) return;
     count_report();
-    const std::string me = thread_name(cur.block, (uint16_t)(tls_thread->warp * 32 + tls_thread->lane));
+    const std::string me = thread_name(cur.block, tid);
     const char* between = before.block != cur.block ? "nothing orders the blocks of a launch"
                                                     : "no __syncthreads, __syncwarp or warp collective between";
     fprintf(stderr,
@@ -154,15 +175,14 @@ static void report_race(const Access& before, bool before_write, bool now_write,
             where(before.pc).c_str(), between);
 }
 
-void report_uninitialised(uintptr_t addr, unsigned size, uintptr_t pc) {
+static void report_uninitialised(uint16_t me, uintptr_t addr, unsigned size, uintptr_t pc) {
     std::lock_guard<std::mutex> lock(report_mutex);
     if (!reported.insert({cur.kernel, 0, pc}).second) return;
     count_report();
     fprintf(stderr,
             "cpu_cuda: initcheck: kernel '%s': %s reads %u bytes at 0x%lx at %s that nothing wrote "
             "(they hold the poison pattern)\n",
-            cur.kernel, thread_name(cur.block, (uint16_t)(tls_thread->warp * 32 + tls_thread->lane)).c_str(),
-            size, (unsigned long)addr, where(pc).c_str());
+            cur.kernel, thread_name(cur.block, me).c_str(), size, (unsigned long)addr, where(pc).c_str());
 }
 
 // --- the check ---------------------------------------------------------------------
@@ -185,14 +205,13 @@ static inline bool poisoned(uintptr_t a, unsigned size) {
     return true;
 }
 
-static void access(uintptr_t a, unsigned size, bool write, uintptr_t pc) {
-    if (!tls_thread || !in_block) return;
+void access_as(uint16_t me, uintptr_t a, unsigned size, bool write, uintptr_t pc) {
+    if (!in_block) return;
     if (a - cur.stacks_lo < cur.stacks_hi - cur.stacks_lo) return;  // the fibers' own stacks
     const bool dyn = a - cur.dyn_lo < cur.dyn_hi - cur.dyn_lo;
     const bool shared = dyn || a - tls_lo < tls_hi - tls_lo;
     if (size == 1 && shared && !dyn && is_guard(a)) return;
-    if (!write && initcheck_on() && poisoned(a, size)) report_uninitialised(a, size, pc);
-    const uint16_t me = (uint16_t)(tls_thread->warp * 32 + tls_thread->lane);
+    if (!write && initcheck_on() && poisoned(a, size)) report_uninitialised(me, a, size, pc);
     const Access now{cur.launch, cur.sync->clock, pc, cur.block, me};
     Entry* t = table();
     for (uintptr_t u = a >> 1, end = (a + size + 1) >> 1; u < end; u++) {
@@ -202,11 +221,11 @@ static void access(uintptr_t a, unsigned size, bool write, uintptr_t pc) {
             e.write.launch = e.read.launch = 0;
         }
         if (e.write.launch && !ordered(e.write, shared, me)) {
-            report_race(e.write, true, write, shared, a, size, pc);
+            report_race(e.write, true, me, write, shared, a, size, pc);
             e.write.launch = 0;  // one report per hazard, not one per unit
         }
         if (write) {
-            if (e.read.launch && !ordered(e.read, shared, me)) report_race(e.read, false, true, shared, a, size, pc);
+            if (e.read.launch && !ordered(e.read, shared, me)) report_race(e.read, false, me, true, shared, a, size, pc);
             e.write = now;
             e.read.launch = 0;
         } else {
@@ -219,7 +238,11 @@ static void access(uintptr_t a, unsigned size, bool write, uintptr_t pc) {
 }  // namespace cpucuda
 
 // --- the instrumentation's entry points (gcc -fsanitize=thread) ---------------------------
-using cpucuda::race::access;
+// An access of kernel code, by the GPU thread running (none on the host).
+static inline void access(uintptr_t a, unsigned size, bool write, uintptr_t pc) {
+    if (const cpucuda::ThreadCtx* t = cpucuda::tls_thread)
+        cpucuda::race::access_as((uint16_t)(t->warp * 32 + t->lane), a, size, write, pc);
+}
 #define RET (uintptr_t) __builtin_return_address(0)
 extern "C" {
 void __tsan_init() {}

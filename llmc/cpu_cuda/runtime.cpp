@@ -334,6 +334,9 @@ struct AsyncCopy {
     void* dst;
     const void* src;
     unsigned bytes, group;
+#ifdef CPUCUDA_RACECHECK
+    uintptr_t pc;  // where it was issued
+#endif
 };
 
 struct Fiber : ThreadCtx {
@@ -346,6 +349,9 @@ struct Fiber : ThreadCtx {
     uint64_t value = 0, result = 0;
     WarpWideFn wide_fn = nullptr;  // WarpOp::Wide: the operation, and its name for reports
     const char* wide_name = nullptr;
+#ifdef CPUCUDA_RACECHECK
+    uintptr_t wide_pc = 0;  // where the lane called it
+#endif
     // cp.async copies not landed yet (see cp_async)
     std::vector<AsyncCopy> async_copies;
     unsigned async_commits = 0;
@@ -572,6 +578,10 @@ static void race_warp_sync(Worker& w, unsigned wi, unsigned group, unsigned pres
         if ((group >> a) & 1u)
             for (unsigned b = 0; b < 32; b++)
                 if ((group >> b) & 1u) c.pairs[a * 32 + b] = t;
+}
+void race_ldmatrix_row(unsigned lane, const void* row) {
+    const unsigned wi = tls_thread->warp;  // the last lane to arrive runs the instruction
+    race::access_as((uint16_t)(wi * 32 + lane), (uintptr_t)row, 16, false, tls_worker->fibers[wi * 32 + lane].wide_pc);
 }
 #else
 static inline void race_warp_sync(Worker&, unsigned, unsigned, unsigned) {}
@@ -942,6 +952,9 @@ void warp_wide(const char* name, WarpWideFn fn, void* io) {
     self->value = (uint64_t)io;
     self->wide_fn = fn;
     self->wide_name = name;
+#ifdef CPUCUDA_RACECHECK
+    self->wide_pc = (uintptr_t)__builtin_return_address(0);
+#endif
     park(self);
 }
 
@@ -959,7 +972,16 @@ void cp_async(void* dst, const void* src, unsigned bytes) {
         return;
     }
     std::memset(dst, 0xFF, bytes);
+#ifdef CPUCUDA_RACECHECK
+    // the copy may happen any time until the wait: it reads and writes now, and writes when it lands
+    const uintptr_t pc = (uintptr_t)__builtin_return_address(0);
+    const uint16_t me = (uint16_t)(self->warp * 32 + self->lane);
+    race::access_as(me, (uintptr_t)src, bytes, false, pc);
+    race::access_as(me, (uintptr_t)dst, bytes, true, pc);
+    self->async_copies.push_back({dst, src, bytes, self->async_commits, pc});
+#else
     self->async_copies.push_back({dst, src, bytes, self->async_commits});
+#endif
 }
 void cp_async_commit() {
     Fiber* self = static_cast<Fiber*>(tls_thread);
@@ -973,8 +995,14 @@ static void land_async_copies(Fiber* f, unsigned pending) {
     const unsigned done = f->async_commits > pending ? f->async_commits - pending : 0;
     size_t kept = 0;
     for (const AsyncCopy& c : f->async_copies) {
-        if (c.group < done) std::memcpy(c.dst, c.src, c.bytes);
-        else f->async_copies[kept++] = c;
+        if (c.group < done) {
+            std::memcpy(c.dst, c.src, c.bytes);
+#ifdef CPUCUDA_RACECHECK
+            race::access_as((uint16_t)(f->warp * 32 + f->lane), (uintptr_t)c.dst, c.bytes, true, c.pc);
+#endif
+        } else {
+            f->async_copies[kept++] = c;
+        }
     }
     f->async_copies.resize(kept);
 }
