@@ -2,7 +2,9 @@
 // are compiled with gcc's ThreadSanitizer instrumentation (-fsanitize=thread)
 // but not linked with libtsan: every load and store of kernel code calls the
 // __tsan_readN/__tsan_writeN hooks defined here, which check it against a
-// shadow of the last write and the last read of each 2-byte unit.
+// shadow of the last write and the last read of each 2-byte unit. What the
+// runtime reads and writes for a kernel (ldmatrix rows, cp.async copies)
+// comes in through access_as.
 //
 // Why not libtsan with its fiber API: gcc 12's runtime has 256 thread slots;
 // a block of 1024 threads is 1024 live fibers, so slots are stolen at almost
@@ -15,8 +17,8 @@
 //
 // Shadow: a direct-mapped table, tagged by address: an entry pushed out by
 // another address forgets its history (a missed race, never a false one).
-// Between blocks of one launch nothing orders global memory (atomics are not
-// tracked, and neither order anything); each block has its own shared memory.
+// Between blocks of one launch nothing orders global memory (atomics are
+// neither checked nor order anything); each block has its own shared memory.
 // Launches are ordered. The build runs one worker thread: the shadow is not
 // locked, and the order of blocks does not matter to the check.
 //
@@ -29,7 +31,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -37,7 +38,6 @@
 #include <set>
 #include <string>
 #include <tuple>
-#include <vector>
 
 #include "internal.h"
 
