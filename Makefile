@@ -72,7 +72,8 @@ LLMC_HDRS := $(wildcard llmc/*.h llmc/*.cuh)
 cpu: check-cuda-headers $(CPU_TESTS) $(DEV_BINS) $(HOST_BINS) build/cpu/train_gpt $(addprefix build/cpu-fp32/,test_matmul test_layers test_attention test_gpt2 test_training test_distributed)
 
 # .cu -> preprocessed C++ with <<<>>> launches and extern __shared__ rewritten.
-# Variant directories: build/cpu (optimised) and build/cpu-asan (sanitizers).
+# Variant directories: build/cpu (optimised), build/cpu-asan (sanitizers),
+# build/cpu-fp32 and build/cpu-racecheck (below).
 define cpu_variant
 # $(1) = build dir, $(2) = compiler flags, $(3) = preprocessor flags,
 # $(4) = flags for the CUDA units only (not the runtime)
