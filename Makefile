@@ -23,9 +23,15 @@ CPU_INC    := -I$(RT_DIR)/include -I$(CUDA_HOME)/include -I.
 CPU_CXXFLAGS ?= -O2 -g -std=c++17 -Wall -Wno-unknown-pragmas -Wno-unused-function -Wno-sign-compare -pthread
 CPU_LIBS   := -lopenblas -lboost_context -pthread
 ASAN_FLAGS := -O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer -DBOOST_USE_ASAN
+# racecheck: kernels get ThreadSanitizer's instrumentation (a call per load and
+# store), whose hooks are llmc/cpu_cuda/racecheck.cpp; libtsan is not linked.
+# -O1: at -O2 gcc's line table gives some kernel code inlined into a second
+# launch's thread function the file of the kernel but a line of cuda_runtime.h.
+RACE_FLAGS := -DCPUCUDA_RACECHECK
+RACE_INSTRUMENT := -O1 -fsanitize=thread --param tsan-instrument-func-entry-exit=0
 
 # CUDA programs are found by name in these folders (both builds).
-vpath %.cu test/cpu_cuda dev .
+vpath %.cu test/cpu_cuda test/sanitizer dev .
 
 # CUDA test programs (portable .cu files; each builds for CPU and GPU).
 TEST_CU    := $(wildcard test/cpu_cuda/test_*.cu)
@@ -42,7 +48,7 @@ HOST_ASAN  := $(patsubst %.cpp,build/host-asan/%,$(notdir $(HOST_SRCS)))
 DEV_CU     := $(wildcard dev/*.cu)
 DEV_BINS   := $(patsubst dev/%.cu,build/cpu/%,$(DEV_CU))
 
-.PHONY: all cpu asan gpu test test-asan bench clean check-cuda-headers train_gpt_cpu sass-report
+.PHONY: all cpu asan racecheck gpu test test-asan bench clean check-cuda-headers train_gpt_cpu sass-report
 .SECONDARY:
 
 all: cpu
@@ -66,16 +72,18 @@ LLMC_HDRS := $(wildcard llmc/*.h llmc/*.cuh)
 cpu: check-cuda-headers $(CPU_TESTS) $(DEV_BINS) $(HOST_BINS) build/cpu/train_gpt $(addprefix build/cpu-fp32/,test_matmul test_layers test_attention test_gpt2 test_training test_distributed)
 
 # .cu -> preprocessed C++ with <<<>>> launches and extern __shared__ rewritten.
-# Variant directories: build/cpu (optimised) and build/cpu-asan (sanitizers).
+# Variant directories: build/cpu (optimised), build/cpu-asan (sanitizers),
+# build/cpu-fp32 and build/cpu-racecheck (below).
 define cpu_variant
-# $(1) = build dir, $(2) = compiler flags, $(3) = preprocessor flags
+# $(1) = build dir, $(2) = compiler flags, $(3) = preprocessor flags,
+# $(4) = flags for the CUDA units only (not the runtime)
 $(1)/%.ii: %.cu $(RT_HDRS) $(RT_DIR)/cudapp.py | check-cuda-headers
 	@mkdir -p $$(@D)
 	$(CXX) -std=c++17 -E -x c++ $(CPU_INC) -I$(MPI_INC) -DCPUCUDA $(3) $$(if $$(filter $$*,$(MPI_PROGRAMS)),-DMULTI_GPU) \
 	  -MMD -MP -MF $$@.d -MT $$@ $$< -o $$@.pp
 	$(PYTHON) $(RT_DIR)/cudapp.py $$@.pp $$@.tmp && mv $$@.tmp $$@ && rm -f $$@.pp
 $(1)/%.o: $(1)/%.ii
-	$(CXX) $(2) -x c++-cpp-output -c $$< -o $$@
+	$(CXX) $(2) $(4) -x c++-cpp-output -c $$< -o $$@
 $(1)/rt/%.o: $(RT_DIR)/%.cpp $(RT_HDRS)
 	@mkdir -p $$(@D)
 	$(CXX) $(2) $(CPU_INC) -c $$< -o $$@
@@ -92,12 +100,15 @@ $(1)/%: $(1)/%.o $(1)/libcpucuda.a $(1)/libcpucuda_mpi.a
 endef
 
 # header dependencies of each preprocessed unit (written by -MMD)
--include $(wildcard build/cpu/*.ii.d build/cpu-asan/*.ii.d build/cpu-fp32/*.ii.d)
+-include $(wildcard build/cpu/*.ii.d build/cpu-asan/*.ii.d build/cpu-fp32/*.ii.d build/cpu-racecheck/*.ii.d)
 
 $(eval $(call cpu_variant,build/cpu,$(CPU_CXXFLAGS)))
 $(eval $(call cpu_variant,build/cpu-asan,$(CPU_CXXFLAGS) $(ASAN_FLAGS)))
 # build/cpu-fp32: every activation and weight in fp32 (PRECISION=FP32), for tight comparisons.
 $(eval $(call cpu_variant,build/cpu-fp32,$(CPU_CXXFLAGS),-DENABLE_FP32))
+# build/cpu-racecheck: shared and global memory races reported (and, with
+# CPUCUDA_INITCHECK=1, reads of never-written memory); see the runtime README.
+$(eval $(call cpu_variant,build/cpu-racecheck,$(CPU_CXXFLAGS) $(RACE_FLAGS),$(RACE_FLAGS),$(RACE_INSTRUMENT)))
 
 # --- host C++ programs (tokenizer, shard writer, data tools and their tests) ------
 # Plain C++ (no CUDA): data/*.cpp, dev/*.cpp and test/host/*.cpp -> build/host/
@@ -159,7 +170,13 @@ sass-report:
 # The sanitizer build of every test, plus the deliberately out-of-bounds kernel.
 asan: $(ASAN_TESTS) $(HOST_ASAN) build/cpu-asan/oob_kernel build/cpu-asan/train_gpt
 
-test: cpu asan
+# The racecheck build of the kernel tests and the deliberately broken kernels
+# of test/sanitizer (also in the normal build, for initcheck and the schedules).
+SANITIZER_KERNELS := missing_sync_kernel unwritten_read_kernel warp_sync_kernel
+racecheck: $(addprefix build/cpu-racecheck/,test_kernels test_ptx test_cublaslt test_matmul test_layers \
+             test_attention test_gpt2 test_training $(SANITIZER_KERNELS)) $(addprefix build/cpu/,$(SANITIZER_KERNELS))
+
+test: cpu asan racecheck
 	bash test/run_tests.sh
 
 test-asan: asan

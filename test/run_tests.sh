@@ -3,13 +3,15 @@
 # "N passed, M failed". Each test program prints "<name>: N passed, M failed";
 # a program that crashes or hangs without its tally line counts as one failure.
 #
-# Sections (TEST_SECTIONS, default all): cpu schedules streams mpi asan nvcc gpu
+# Sections (TEST_SECTIONS, default all): cpu host schedules streams mpi asan
+#   racecheck initcheck nvcc gpu
 #   cpu       every CPU test program once (bf16), the model's tests also in fp32;
 #             the transformers import/export against its fixture (test_hf.py)
 #   host      the plain C++ tests of the data tools (build/host/test_*); they
 #             find ../shared/data through SHARED_DATA and skip where it is absent
 #   schedules the kernel tests and test_gpt2 again with the threads of each
-#             block in reverse and seeded random order, and with one worker
+#             block in reverse and seeded random order, and with one worker;
+#             a warp reduction that assumes lockstep lanes must come out wrong
 #   streams   the tests again with CPUCUDA_STREAMS=deferred: stream work runs
 #             only when needed, so missing stream dependencies show
 #   mpi       test_nccl under mpirun -np 1, 2, 4; data parallelism: test_distributed
@@ -17,12 +19,19 @@
 #             the trainer under mpirun (test_multi_rank_cli.sh)
 #   asan      the AddressSanitizer/UBSan build of the tests, and a kernel that
 #             writes out of bounds, which the sanitizer must catch
+#   racecheck the kernel tests, test_gpt2 and test_training in build/cpu-racecheck,
+#             which reports shared/global memory races, with CPUCUDA_INITCHECK=1
+#             (reads of never-written memory reported too); the broken kernels
+#             of test/sanitizer must be reported by name and line
+#   initcheck the kernel tests, test_gpt2 and test_training with CPUCUDA_INITCHECK=1 (fresh
+#             device and shared memory poisoned), and a kernel that reads an
+#             unwritten buffer must produce NaN
 #   nvcc      every CUDA program compiled for sm_90 and sm_80 (not run); the SASS
 #             facts of the attention kernels (dev/sass_report.py --check)
 #   gpu       the GPU builds run, where a GPU is present
 set -u
 cd "$(dirname "$0")/.."
-SECTIONS=${TEST_SECTIONS:-"cpu host schedules streams mpi asan nvcc gpu"}
+SECTIONS=${TEST_SECTIONS:-"cpu host schedules streams mpi asan racecheck initcheck nvcc gpu"}
 TIMEOUT=${TEST_TIMEOUT:-300}
 LOG_DIR=build/test-logs
 mkdir -p "$LOG_DIR"
@@ -59,6 +68,23 @@ run() {
     echo "$label: $p passed, $f failed"
 }
 
+# expect LABEL PATTERN... -- CMD...: a deliberately broken program must exit
+# non-zero and print every PATTERN (fixed strings).
+expect() {
+    local label=$1 log="$LOG_DIR/$(echo "$1" | tr -c 'A-Za-z0-9_.-' '_').log" patterns=() missing=""
+    shift
+    while [[ $1 != -- ]]; do patterns+=("$1"); shift; done
+    shift
+    timeout "$TIMEOUT" "$@" >"$log" 2>&1
+    local rc=$?
+    for p in "${patterns[@]}"; do grep -qF -- "$p" "$log" || missing+=" '$p'"; done
+    if [[ $rc -ne 0 && -z $missing ]]; then
+        pass "$label"
+    else
+        fail "$label (exit $rc; missing:${missing:- none}; see $log)"
+    fi
+}
+
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
 MPIRUN="mpirun --oversubscribe --bind-to none"
 SINGLE_TESTS=(test_kernels test_checks test_ptx test_cublaslt test_streams test_matmul test_layers test_attention test_gpt2 test_training)
@@ -91,6 +117,11 @@ if want schedules; then
     for t in test_kernels test_ptx test_layers test_attention; do run "$t [CPUCUDA_WORKERS=1]" env CPUCUDA_WORKERS=1 build/cpu/$t; done
     run "test_checks [a smaller virtual device]" env CPUCUDA_SM_COUNT=8 CPUCUDA_DEVICE_MEMORY_MB=200 \
         CPUCUDA_SMEM_OPTIN_KB=100 build/cpu/test_checks
+    # lanes run one after another between synchronisation points, never in lockstep
+    for sched in forward reverse random:7; do
+        expect "lockstep: a warp reduction without __syncwarp is wrong [CPUCUDA_SCHEDULE=$sched]" \
+            "expected 528" -- env CPUCUDA_SCHEDULE=$sched build/cpu/warp_sync_kernel
+    done
 fi
 
 if want streams; then
@@ -140,6 +171,35 @@ if want asan; then
         fail "sanitizer did not report the out-of-bounds kernel write (exit $rc; see $log)"
     fi
     unset ASAN_OPTIONS UBSAN_OPTIONS
+fi
+
+if want racecheck; then
+    echo "== racecheck: shared and global memory races, and reads of poison (build/cpu-racecheck)"
+    # test_ptx's cp_async_no_barrier_kernel reads another thread's cp.async destination
+    # without a barrier on purpose (to see the poison): checked on its own below
+    for t in "${KERNEL_TESTS[@]}" test_gpt2 test_training; do
+        run "$t [racecheck]" env CPUCUDA_INITCHECK=1 CPUCUDA_RACECHECK_SKIP=cp_async_no_barrier_kernel \
+            "build/cpu-racecheck/$t"
+    done
+    expect "racecheck reports a read of a cp.async destination without a barrier (test_ptx.cu:115/118)" \
+        "racecheck: kernel 'cp_async_no_barrier_kernel': shared memory race" "test_ptx.cu:115" "test_ptx.cu:118" \
+        -- build/cpu-racecheck/test_ptx
+    expect "racecheck reports a missing __syncthreads (missing_sync_kernel.cu:11/12)" \
+        "racecheck: kernel 'reverse_tile_kernel': shared memory race" "missing_sync_kernel.cu:11" \
+        "missing_sync_kernel.cu:12" -- build/cpu-racecheck/missing_sync_kernel
+    expect "racecheck reports a warp reduction without __syncwarp (warp_sync_kernel.cu:15)" \
+        "racecheck: kernel 'warp_sum_kernel': shared memory race" "warp_sync_kernel.cu:15" \
+        -- build/cpu-racecheck/warp_sync_kernel
+    expect "initcheck reports a read of an unwritten buffer (unwritten_read_kernel.cu:12)" \
+        "initcheck: kernel 'scale_kernel'" "unwritten_read_kernel.cu:12 that nothing wrote" \
+        -- env CPUCUDA_INITCHECK=1 build/cpu-racecheck/unwritten_read_kernel
+fi
+
+if want initcheck; then
+    echo "== initcheck: fresh device memory and shared memory poisoned (CPUCUDA_INITCHECK=1)"
+    for t in "${KERNEL_TESTS[@]}" test_gpt2 test_training; do run "$t [CPUCUDA_INITCHECK=1]" env CPUCUDA_INITCHECK=1 "build/cpu/$t"; done
+    expect "initcheck: a kernel that reads an unwritten buffer computes NaN" "128 of 256 outputs are NaN" \
+        -- env CPUCUDA_INITCHECK=1 build/cpu/unwritten_read_kernel
 fi
 
 if want nvcc; then

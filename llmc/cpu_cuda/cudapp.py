@@ -7,7 +7,8 @@ unit already run through the C preprocessor (g++ -E), for the CUDA-on-CPU runtim
         % [=](auto... cpucuda_a) { kernel(cpucuda_a...); })(args)
 
     extern __shared__ T name[];         (__shared__ reaches us as __cpucuda_shared__)
- -> static thread_local T* const name = (T*)::cpucuda::dynamic_shared_memory();
+ -> T* const name = (T*)::cpucuda::dynamic_shared_memory();
+    (static thread_local at namespace scope)
 
 and every other `__shared__` becomes `static thread_local`. Line numbers are kept
 (removed newlines are re-emitted), so compiler messages point at the .cu source.
@@ -158,12 +159,40 @@ def strip_attributes(type_text):
     return " ".join("".join(out).split())
 
 
+def in_function_body(text, pos):
+    """Whether pos lies inside braces other than a namespace's or an extern "C"
+    block's (extern __shared__ cannot be a class member, so: a function body)."""
+    stack = []
+    token = re.compile(r"[{}\"']")
+    i = 0
+    while True:
+        m = token.search(text, i, pos)
+        if not m:
+            return any(not ns for ns in stack)
+        j = m.start()
+        c = text[j]
+        if c in "\"'":
+            # a ' between digits is a C++14 digit separator, not a literal
+            i = j + 1 if c == "'" and j > 0 and text[j - 1].isalnum() else skip_literal(text, j)
+            continue
+        if c == "{":
+            head = text[max(0, j - 200):j]
+            stack.append(bool(re.search(r'(\bnamespace\b[\w\s:]*|\bextern\s*"C(\+\+)?"\s*)$', head)))
+        elif stack:
+            stack.pop()
+        i = j + 1
+
+
 def rewrite_shared(text):
     def extern_shared(m):
         t = strip_attributes(m.group(1))
         newlines = m.group(0).count("\n")
-        return ("static thread_local %s* const %s = (%s*)::cpucuda::dynamic_shared_memory();%s"
-                % (t, m.group(2), t, "\n" * newlines))
+        # In a function, a plain local that each GPU thread sets: a thread_local
+        # would be initialised by the first thread of a block and read by the
+        # others, which the racecheck build rightly reports as a race.
+        storage = "" if in_function_body(text, m.start()) else "static thread_local "
+        return ("%s%s* const %s = (%s*)::cpucuda::dynamic_shared_memory();%s"
+                % (storage, t, m.group(2), t, "\n" * newlines))
 
     text = EXTERN_SHARED.sub(extern_shared, text)
     return re.sub(r"\b" + SHARED + r"\b", "static thread_local", text)

@@ -4,6 +4,8 @@
 #include <cuda_runtime.h>
 
 #include <functional>
+#include <utility>
+#include <vector>
 
 namespace cpucuda {
 
@@ -44,5 +46,62 @@ void parallel_for(int tasks, const std::function<void(int)>& fn);
 bool profiling_on();
 double profile_clock();
 void profile_add(const char* name, double seconds);
+
+}  // namespace cpucuda
+
+namespace cpucuda {
+
+// initcheck (CPUCUDA_INITCHECK=1): fresh cudaMalloc memory and every block's
+// dynamic shared memory are filled with this 16-bit pattern before use. As
+// fp32 (0xFFA0FFA0) and as bf16 (0xFFA0) it is a signalling NaN; as an int, a
+// large negative number.
+constexpr uint16_t kPoison16 = 0xFFA0;
+bool initcheck_on();
+void poison(void* p, size_t bytes);
+
+// The thread-local symbols of the executable (its ELF symbol table), as
+// offsets in its thread-local block. cudapp makes every static `__shared__` a
+// function-local `static thread_local`: a `_ZZ` symbol of a .cu unit (local,
+// under a FILE symbol that ends in .cu, or unique, from an inline or template
+// function); the project's code has no thread_local of its own.
+struct TlsSymbols {
+    size_t size = 0;                                  // of the thread-local block
+    std::vector<std::pair<uintptr_t, size_t>> shared;  // static __shared__: offset, bytes
+    std::vector<uintptr_t> guards;                     // their initialisation guards, sorted
+};
+const TlsSymbols& tls_symbols();
+uintptr_t executable_tls_base();  // of the calling thread
+
+#ifdef CPUCUDA_RACECHECK
+// racecheck (racecheck.cpp): what the runtime tells the checker.
+namespace race {
+// Sync clock of the worker: it ticks at every barrier and warp collective that
+// completes; an access is stamped with it.
+struct WarpClock {
+    uint64_t full = 0;          // the last collective of the whole warp
+    uint64_t* pairs = nullptr;  // [lane a * 32 + lane b]: the last one with both in a partial mask
+};
+struct SyncClock {
+    uint64_t clock = 1;
+    uint64_t barrier = 0;  // the last __syncthreads that opened
+    WarpClock warps[32];
+};
+struct RaceBlock {
+    const char* kernel;
+    uint64_t launch;  // launch id + 1
+    uint32_t block;   // linear block index
+    dim3 block_dim, grid_dim;
+    uintptr_t stacks_lo, stacks_hi, dyn_lo, dyn_hi;
+    SyncClock* sync;
+};
+void block_begin(const RaceBlock& b);
+void block_end();
+// An access of thread `tid` of the running block at instruction `pc`; the
+// runtime's own accesses for a kernel (ldmatrix rows, cp.async) come here.
+void access_as(uint16_t tid, uintptr_t addr, unsigned size, bool write, uintptr_t pc);
+}  // namespace race
+// ldmatrix (ptx.cpp): lane `lane` of the warp being released supplied `row`.
+void race_ldmatrix_row(unsigned lane, const void* row);
+#endif
 
 }  // namespace cpucuda

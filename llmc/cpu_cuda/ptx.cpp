@@ -8,6 +8,8 @@
 
 #include <cstring>
 
+#include "internal.h"
+
 namespace cpucuda {
 
 static inline float bf16_lo(uint32_t r) { float f; uint32_t b = r << 16; std::memcpy(&f, &b, 4); return f; }
@@ -70,6 +72,9 @@ const char* ldmatrix_m8n8_b16(void* const* io) {
         if (o.num != num || o.trans != o0.trans) return "lanes disagree on .num or .trans";
         if (lane >= 8 * num) continue;
         if ((uintptr_t)o.row % 16) return "a row address is not 16-byte aligned";
+#ifdef CPUCUDA_RACECHECK
+        race_ldmatrix_row((unsigned)lane, o.row);
+#endif
         std::memcpy(M[lane / 8][lane % 8], o.row, 16);
     }
     for (int lane = 0; lane < 32; lane++) {

@@ -14,8 +14,11 @@
 #include <cuda_runtime.h>
 #include <boost/context/detail/fcontext.hpp>
 
+#include <elf.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -128,6 +131,7 @@ namespace cpucuda {
 
 __thread ThreadCtx* tls_thread = nullptr;
 __thread BlockCtx tls_block;
+static uintptr_t tls_block_offset = 0;  // of tls_block in the executable's thread-local block
 
 // ----------------------------------------------------------------------------
 // Configuration (environment variables, read once)
@@ -156,10 +160,15 @@ struct Config {
     Schedule schedule = Schedule::Forward;
     uint64_t seed = 0;
     StreamMode stream_mode = StreamMode::Sync;
+    bool initcheck;
 
     Config() {
         int cores = (int)std::max(1u, std::thread::hardware_concurrency());
         workers = (int)env_long("CPUCUDA_WORKERS", cores, 1, 1024);
+#ifdef CPUCUDA_RACECHECK
+        workers = 1;  // racecheck's shadow is not locked (racecheck.cpp)
+#endif
+        initcheck = env_long("CPUCUDA_INITCHECK", 0, 0, 1) != 0;
         device_count = (int)env_long("CPUCUDA_DEVICE_COUNT", 8, 1, 64);
         stack_bytes = (size_t)env_long("CPUCUDA_STACK_KB", 64, 16, 65536) * 1024;
         total_memory = (size_t)env_long("CPUCUDA_DEVICE_MEMORY_MB", 16384, 1, 1L << 24) << 20;
@@ -205,6 +214,61 @@ void set_schedule(Schedule s, uint64_t seed) {
     config().seed = seed;
 }
 Schedule get_schedule() { return config().schedule; }
+
+bool initcheck_on() { return config().initcheck; }
+void poison(void* p, size_t bytes) {
+    uint16_t* h = (uint16_t*)p;
+    for (size_t i = 0; i < bytes / 2; i++) h[i] = kPoison16;
+    if (bytes & 1) ((unsigned char*)p)[bytes - 1] = (unsigned char)kPoison16;
+}
+
+const TlsSymbols& tls_symbols() {
+    static const TlsSymbols syms = [] {
+        TlsSymbols t;
+        int fd = open("/proc/self/exe", O_RDONLY);
+        struct stat st;
+        if (fd < 0 || fstat(fd, &st) != 0) {
+            if (fd >= 0) close(fd);
+            return t;
+        }
+        void* m = mmap(nullptr, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
+        close(fd);
+        if (m == MAP_FAILED) return t;
+        const char* base = (const char*)m;
+        const Elf64_Ehdr* eh = (const Elf64_Ehdr*)base;
+        const Elf64_Phdr* ph = (const Elf64_Phdr*)(base + eh->e_phoff);
+        for (int i = 0; i < eh->e_phnum; i++)
+            if (ph[i].p_type == PT_TLS) t.size = ph[i].p_memsz;
+        const Elf64_Shdr* sh = (const Elf64_Shdr*)(base + eh->e_shoff);
+        for (int i = 0; i < eh->e_shnum; i++) {
+            if (sh[i].sh_type != SHT_SYMTAB) continue;
+            const Elf64_Sym* sym = (const Elf64_Sym*)(base + sh[i].sh_offset);
+            const char* names = base + sh[sh[i].sh_link].sh_offset;
+            bool cu_file = false;
+            for (size_t k = 0; k < sh[i].sh_size / sizeof(Elf64_Sym); k++) {
+                const char* name = names + sym[k].st_name;
+                const int type = ELF64_ST_TYPE(sym[k].st_info), bind = ELF64_ST_BIND(sym[k].st_info);
+                if (type == STT_FILE) {
+                    const size_t n = strlen(name);
+                    cu_file = n > 3 && !strcmp(name + n - 3, ".cu");
+                }
+                if (type != STT_TLS || sym[k].st_shndx == SHN_UNDEF || (bind == STB_LOCAL && !cu_file)) continue;
+                if (!strncmp(name, "_ZGVZ", 5)) t.guards.push_back(sym[k].st_value);
+                else if (!strncmp(name, "_ZZ", 3) && sym[k].st_size)
+                    t.shared.push_back({sym[k].st_value, sym[k].st_size});
+                else if (!strcmp(name, "_ZN7cpucuda9tls_blockE")) tls_block_offset = sym[k].st_value;
+            }
+        }
+        munmap(m, (size_t)st.st_size);
+        std::sort(t.guards.begin(), t.guards.end());
+        return t;
+    }();
+    return syms;
+}
+uintptr_t executable_tls_base() {
+    tls_symbols();
+    return (uintptr_t)&tls_block - tls_block_offset;
+}
 
 bool streams_deferred() { return config().stream_mode == StreamMode::Deferred; }
 void set_stream_mode(StreamMode m) {
@@ -270,6 +334,9 @@ struct AsyncCopy {
     void* dst;
     const void* src;
     unsigned bytes, group;
+#ifdef CPUCUDA_RACECHECK
+    uintptr_t pc;  // where it was issued
+#endif
 };
 
 struct Fiber : ThreadCtx {
@@ -282,6 +349,9 @@ struct Fiber : ThreadCtx {
     uint64_t value = 0, result = 0;
     WarpWideFn wide_fn = nullptr;  // WarpOp::Wide: the operation, and its name for reports
     const char* wide_name = nullptr;
+#ifdef CPUCUDA_RACECHECK
+    uintptr_t wide_pc = 0;  // where the lane called it
+#endif
     // cp.async copies not landed yet (see cp_async)
     std::vector<AsyncCopy> async_copies;
     unsigned async_commits = 0;
@@ -341,6 +411,9 @@ struct Worker {
     unsigned lane_order[32];
     std::mt19937_64 rng;
     bool failed = false;
+#ifdef CPUCUDA_RACECHECK
+    race::SyncClock sync;
+#endif
 
     ~Worker() {
         if (stacks) munmap(stacks, stack_stride * capacity);
@@ -491,6 +564,29 @@ static bool shuffle_source(const Fiber& f, unsigned lane, unsigned group, unsign
     return (group >> *src) & 1u;
 }
 
+#ifdef CPUCUDA_RACECHECK
+// Lanes `group` of warp `wi` completed a collective: ordered from now on.
+static void race_warp_sync(Worker& w, unsigned wi, unsigned group, unsigned present) {
+    race::WarpClock& c = w.sync.warps[wi];
+    const uint64_t t = ++w.sync.clock;
+    if (group == present) {
+        c.full = t;
+        return;
+    }
+    if (!c.pairs) c.pairs = (uint64_t*)calloc(32 * 32, sizeof(uint64_t));
+    for (unsigned a = 0; a < 32; a++)
+        if ((group >> a) & 1u)
+            for (unsigned b = 0; b < 32; b++)
+                if ((group >> b) & 1u) c.pairs[a * 32 + b] = t;
+}
+void race_ldmatrix_row(unsigned lane, const void* row) {
+    const unsigned wi = tls_thread->warp;  // the last lane to arrive runs the instruction
+    race::access_as((uint16_t)(wi * 32 + lane), (uintptr_t)row, 16, false, tls_worker->fibers[wi * 32 + lane].wide_pc);
+}
+#else
+static inline void race_warp_sync(Worker&, unsigned, unsigned, unsigned) {}
+#endif
+
 // Lane `l` waits at a warp-wide instruction that not every lane of the warp
 // reached (PTX's `.aligned`: all lanes must execute the same instruction).
 static int report_wide_divergence(Worker& w, unsigned wi, const Fiber* lanes, unsigned n, unsigned l) {
@@ -528,6 +624,7 @@ static int release_wide(Worker& w, unsigned wi, Fiber* lanes, unsigned n) {
         fail_block(w, "warp %u: %s: %s", wi, lanes[0].wide_name, error);
         return -1;
     }
+    race_warp_sync(w, wi, 0xffffffffu, 0xffffffffu);
     for (unsigned l = 0; l < n; l++) lanes[l].state = FiberState::Runnable;
     return (int)n;
 }
@@ -588,6 +685,7 @@ static int release_warp(Worker& w, unsigned wi) {
         }
         if (uniform) {
             for (unsigned l = 0; l < n; l++) lanes[l].state = FiberState::Runnable;
+            race_warp_sync(w, wi, present, present);
             return (int)n;
         }
     }
@@ -647,6 +745,7 @@ static int release_warp(Worker& w, unsigned wi) {
             g.state = FiberState::Runnable;
             released++;
         }
+        race_warp_sync(w, wi, group, present);
         done_groups |= group;
     }
     return released;
@@ -708,6 +807,9 @@ static Fiber* pick_next(Worker& w) {
             w.fibers[i].state = FiberState::Runnable;
             w.fibers[i].barrier_result = count;
         }
+#ifdef CPUCUDA_RACECHECK
+        w.sync.barrier = ++w.sync.clock;
+#endif
         w.warp_pos = 0;
         w.lane_pos = 0;
         if (config().schedule == Schedule::Random) order_warps(w);
@@ -850,6 +952,9 @@ void warp_wide(const char* name, WarpWideFn fn, void* io) {
     self->value = (uint64_t)io;
     self->wide_fn = fn;
     self->wide_name = name;
+#ifdef CPUCUDA_RACECHECK
+    self->wide_pc = (uintptr_t)__builtin_return_address(0);
+#endif
     park(self);
 }
 
@@ -867,7 +972,16 @@ void cp_async(void* dst, const void* src, unsigned bytes) {
         return;
     }
     std::memset(dst, 0xFF, bytes);
+#ifdef CPUCUDA_RACECHECK
+    // the copy may happen any time until the wait: it reads and writes now, and writes when it lands
+    const uintptr_t pc = (uintptr_t)__builtin_return_address(0);
+    const uint16_t me = (uint16_t)(self->warp * 32 + self->lane);
+    race::access_as(me, (uintptr_t)src, bytes, false, pc);
+    race::access_as(me, (uintptr_t)dst, bytes, true, pc);
+    self->async_copies.push_back({dst, src, bytes, self->async_commits, pc});
+#else
     self->async_copies.push_back({dst, src, bytes, self->async_commits});
+#endif
 }
 void cp_async_commit() {
     Fiber* self = static_cast<Fiber*>(tls_thread);
@@ -881,8 +995,14 @@ static void land_async_copies(Fiber* f, unsigned pending) {
     const unsigned done = f->async_commits > pending ? f->async_commits - pending : 0;
     size_t kept = 0;
     for (const AsyncCopy& c : f->async_copies) {
-        if (c.group < done) std::memcpy(c.dst, c.src, c.bytes);
-        else f->async_copies[kept++] = c;
+        if (c.group < done) {
+            std::memcpy(c.dst, c.src, c.bytes);
+#ifdef CPUCUDA_RACECHECK
+            race::access_as((uint16_t)(f->warp * 32 + f->lane), (uintptr_t)c.dst, c.bytes, true, c.pc);
+#endif
+        } else {
+            f->async_copies[kept++] = c;
+        }
     }
     f->async_copies.resize(kept);
 }
@@ -936,8 +1056,33 @@ static void run_block(Worker& w, LaunchState& L, uint64_t linear) {
         ASAN_POISON_MEMORY_REGION((char*)dynamic_shared_memory() + L.spec.smem,
                                   config().smem_per_block_optin - L.spec.smem);
 #endif
+    // a block finds in shared memory only what it writes itself
+    if (config().initcheck) {
+        if (L.spec.smem) poison(dynamic_shared_memory(), L.spec.smem);
+        const uintptr_t tls = executable_tls_base();
+        for (const auto& v : tls_symbols().shared) poison((void*)(tls + v.first), v.second);
+    }
+#ifdef CPUCUDA_RACECHECK
+    {
+        race::RaceBlock rb;
+        rb.kernel = L.spec.name;
+        rb.launch = L.launch_id + 1;
+        rb.block = (uint32_t)linear;
+        rb.block_dim = L.spec.block;
+        rb.grid_dim = g;
+        rb.stacks_lo = (uintptr_t)w.stacks;
+        rb.stacks_hi = (uintptr_t)w.stacks + w.stack_stride * w.capacity;
+        rb.dyn_lo = (uintptr_t)w.dyn_smem;
+        rb.dyn_hi = (uintptr_t)w.dyn_smem + (w.dyn_smem ? config().smem_per_block_optin : 0);
+        rb.sync = &w.sync;
+        race::block_begin(rb);
+    }
+#endif
     Fiber* first = pick_next(w);
     if (first) jump_to(w, nullptr, first, false);
+#ifdef CPUCUDA_RACECHECK
+    race::block_end();
+#endif
 #ifdef CPUCUDA_ASAN
     ASAN_UNPOISON_MEMORY_REGION(dynamic_shared_memory(), config().smem_per_block_optin);
 #endif
@@ -1380,6 +1525,7 @@ cudaError_t cudaMalloc(void** p, size_t size) {
     } else
 #endif
     if (posix_memalign(&m, 256, size) != 0) return record(cudaErrorMemoryAllocation);
+    if (config().initcheck) cpucuda::poison(m, size);
     cpucuda::device_allocs[(uintptr_t)m] = size;
     cpucuda::mem_in_use += size;
     cpucuda::mem_peak = std::max(cpucuda::mem_peak, cpucuda::mem_in_use);
