@@ -2,7 +2,8 @@
 # The trainer under mpirun (CPU runtime, one process per rank): the same
 # tokens per step split over 1, 2 and 4 ranks, with and without ZeRO-1, give
 # the same losses; only rank 0 prints; a rank that fails stops every rank
-# within 60 s with its error line, never a hang.
+# with its error line, never a hang. The hang guards scale with
+# TEST_TIMEOUT_SCALE (test/run_tests.sh); no check depends on how long a run took.
 # Usage: test/test_multi_rank_cli.sh [path/to/train_gpt]   (default build/cpu/train_gpt)
 set -u
 cd "$(dirname "$0")/.."
@@ -10,6 +11,7 @@ BIN=${1:-build/cpu/train_gpt}
 WORK=$(mktemp -d)
 trap 'rm -rf "$WORK"' EXIT
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
+GUARD=$((300 * ${TEST_TIMEOUT_SCALE:-1}))
 MPIRUN="mpirun --oversubscribe --bind-to none -x CPUCUDA_WORKERS=1"
 passed=0 failed=0
 check() {  # check NAME CONDITION-EXIT-STATUS
@@ -33,7 +35,7 @@ PY
 }
 for setup in "2 4 0 512" "2 2 0 512" "2 2 1 512" "4 2 0 512" "4 1 1 512"; do
     read -r np b z d <<<"$setup"
-    timeout 300 $MPIRUN -np "$np" "$BIN" "${RUN[@]}" -b "$b" -d "$d" -z "$z" >"$WORK/run" 2>&1
+    timeout $GUARD $MPIRUN -np "$np" "$BIN" "${RUN[@]}" -b "$b" -d "$d" -z "$z" >"$WORK/run" 2>&1
     rc=$?
     worst=$(same_losses "$WORK/run")
     same=$?
@@ -41,7 +43,7 @@ for setup in "2 4 0 512" "2 2 0 512" "2 2 1 512" "4 2 0 512" "4 1 1 512"; do
     check "mpirun -np $np, B=$b, ZeRO-$z: 4 losses equal one process with B=8 (max diff $worst <= 2e-4; bf16)" $?
 done
 
-timeout 300 $MPIRUN -np 2 "$BIN" "${RUN[@]}" -b 4 -z 1 >"$WORK/z1" 2>&1
+timeout $GUARD $MPIRUN -np 2 "$BIN" "${RUN[@]}" -b 4 -z 1 >"$WORK/z1" 2>&1
 [[ $(grep -c '^model:' "$WORK/z1") -eq 1 && $(grep -cE '^step +4/4' "$WORK/z1") -eq 1 ]]
 check "only rank 0 prints (one model line, one line per step)" $?
 grep -qE "optimizer state per rank: .* with ZeRO-1 .* saves .* MiB per rank" "$WORK/z1"
@@ -49,8 +51,8 @@ check "ZeRO-1 reports the memory it saves per rank: $(grep -o 'saves [0-9.]* MiB
 
 # -o under ZeRO-1: every rank holds the gathered weights; rank 0's model file
 # must match the ZeRO-0 run's within bf16 noise.
-timeout 300 $MPIRUN -np 2 "$BIN" "${RUN[@]}" -b 4 -z 1 -o "$WORK/out1" >/dev/null 2>&1 &&
-    timeout 300 $MPIRUN -np 2 "$BIN" "${RUN[@]}" -b 4 -z 0 -o "$WORK/out0" >/dev/null 2>&1 &&
+timeout $GUARD $MPIRUN -np 2 "$BIN" "${RUN[@]}" -b 4 -z 1 -o "$WORK/out1" >/dev/null 2>&1 &&
+    timeout $GUARD $MPIRUN -np 2 "$BIN" "${RUN[@]}" -b 4 -z 0 -o "$WORK/out0" >/dev/null 2>&1 &&
     python3 - "$WORK/out0/model_00000004.bin" "$WORK/out1/model_00000004.bin" <<'PY'
 import struct, sys
 def weights(path):
@@ -69,9 +71,9 @@ check "ZeRO-1 with -o writes the model, equal to ZeRO-0's within bf16 noise" $?
 
 # resume on 2 ranks with ZeRO-1: the step-6 checkpoint made again from the
 # step-3 one is bitwise the first (model and both ranks' state files)
-timeout 300 $MPIRUN -np 2 "$BIN" -x 6 -v 0 -b 4 -z 1 -n 3 -o "$WORK/ck" >/dev/null 2>&1
+timeout $GUARD $MPIRUN -np 2 "$BIN" -x 6 -v 0 -b 4 -z 1 -n 3 -o "$WORK/ck" >/dev/null 2>&1
 cp -r "$WORK/ck" "$WORK/ck2" && rm "$WORK/ck2/"*00000006*
-timeout 300 $MPIRUN -np 2 "$BIN" -x 6 -v 0 -b 4 -z 1 -n 3 -o "$WORK/ck2" -y 1 >"$WORK/out" 2>&1
+timeout $GUARD $MPIRUN -np 2 "$BIN" -x 6 -v 0 -b 4 -z 1 -n 3 -o "$WORK/ck2" -y 1 >"$WORK/out" 2>&1
 grep -q "resuming from step 3" "$WORK/out" && cmp -s "$WORK/ck/model_00000006.bin" "$WORK/ck2/model_00000006.bin" &&
     cmp -s "$WORK/ck/state_00000006_00000.bin" "$WORK/ck2/state_00000006_00000.bin" &&
     cmp -s "$WORK/ck/state_00000006_00001.bin" "$WORK/ck2/state_00000006_00001.bin" && [[ -e "$WORK/ck2/DONE_00000006" ]]
@@ -88,14 +90,12 @@ $MPIRUN -np 2 "$BIN" --help >"$WORK/help" 2>&1
 check "--help under mpirun -np 2: exit 0, printed once, says how the build runs ranks" $?
 
 # Rank 1 cannot open its data (MPMD launch: rank 0 has good data and reaches
-# its first collective). Every rank must stop, quickly, with rank 1's line.
-start=$(date +%s)
-timeout 60 mpirun --oversubscribe --bind-to none -np 1 "$BIN" -x 4 : -np 1 "$BIN" -x 4 -i "$WORK/missing_*.bin" \
+# its first collective). Every rank must stop with rank 1's line, not hang.
+timeout $((60 * ${TEST_TIMEOUT_SCALE:-1})) mpirun --oversubscribe --bind-to none -np 1 "$BIN" -x 4 : -np 1 "$BIN" -x 4 -i "$WORK/missing_*.bin" \
     >"$WORK/out" 2>"$WORK/err"
 rc=$?
-elapsed=$(($(date +%s) - start))
 [[ $rc -ne 0 && $rc -ne 124 ]] && grep -q "^error: .*missing_" "$WORK/err"
-check "one rank failing stops all ranks in ${elapsed} s (< 60, exit $rc) with: $(grep -m1 '^error:' "$WORK/err")" $?
+check "one rank failing stops all ranks (exit $rc, not the hang guard's 124) with: $(grep -m1 '^error:' "$WORK/err")" $?
 
 echo "test_multi_rank_cli: $passed passed, $failed failed"
 [[ $failed -eq 0 ]]
