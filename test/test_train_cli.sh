@@ -2,6 +2,8 @@
 # The trainer's command line: bad input gets one clear "error:" line and a
 # non-zero exit (never a crash); a short run works end to end.
 # Usage: test/test_train_cli.sh [path/to/train_gpt]   (default build/cpu/train_gpt)
+# TRAIN_CLI_SMALL=1 (the sanitizer build, test/run_tests.sh): the long runs
+# (the built-in corpus, -b auto) with fewer steps and a smaller model.
 set -u
 cd "$(dirname "$0")/.."
 BIN=${1:-build/cpu/train_gpt}
@@ -104,12 +106,14 @@ else
     echo "SKIP dev/plot_log.py: matplotlib is not installed for $(command -v python3)"
 fi
 
-# the built-in corpus (no -i): 100 steps close most of the gap to the known floor
-(cd "$WORK" && "$OLDPWD/$BIN" -x 100 -v 100 >"$WORK/builtin" 2>&1)
+SMALL=${TRAIN_CLI_SMALL:-0}
+# the built-in corpus (no -i): 100 steps close most of the gap to the known floor (small: 20 steps, some of it)
+read -r bsteps bgap <<<"$([[ $SMALL == 1 ]] && echo "20 90" || echo "100 30")"
+(cd "$WORK" && "$OLDPWD/$BIN" -x $bsteps -v $bsteps >"$WORK/builtin" 2>&1)
 check "built-in corpus run" $?
-gap=$(grep "^step 100: val loss" "$WORK/builtin" | sed -E 's/.*\(([0-9.]+)% of the initial gap\).*/\1/')
-grep -q "loss floor of the val data: 1.154616" "$WORK/builtin" && [[ -n $gap ]] && awk "BEGIN{exit !($gap < 30)}"
-check "built-in corpus: floor 1.154616 printed; after 100 steps the val gap is ${gap:-?}% of the initial gap (< 30%)" $?
+gap=$(grep "^step $bsteps: val loss" "$WORK/builtin" | sed -E 's/.*\(([0-9.]+)% of the initial gap\).*/\1/')
+grep -q "loss floor of the val data: 1.154616" "$WORK/builtin" && [[ -n $gap ]] && awk "BEGIN{exit !($gap < $bgap)}"
+check "built-in corpus: floor 1.154616 printed; after $bsteps steps the val gap is ${gap:-?}% of the initial gap (< $bgap%)" $?
 
 # ---- a complete run: checkpoints, NaN, evaluation, sampling, ramp, memory ----
 # NaN: checkpoints of earlier steps stay; with --skip-nonfinite the run goes on
@@ -184,18 +188,22 @@ a0=$(grep "activations" "$WORK/plan" | awk '{print $(NF-1)}') a2=$(grep "activat
 awk "BEGIN{exit !($a2 < $a0)}"
 check "-r 2 plans fewer activation bytes ($a2 MiB < $a0 MiB)" $?
 
-# -b auto on a virtual device of 150 MiB: the largest B that fits (a divisor of
-# the 256 sequences of -d), then A for -d; twice that B must not fit
-AUTO=(-e "L=2,C=64,H=4,V=256,maxT=256" -t 256 -d 65536 -x 1 -v 0)
-CPUCUDA_DEVICE_MEMORY_MB=150 "$BIN" "${AUTO[@]}" -b auto >"$WORK/auto" 2>&1
+# -b auto on a small virtual device: the largest B that fits (a divisor of
+# the 256 (small: 128) sequences of -d), then A for -d; twice that B must not fit
+if [[ $SMALL == 1 ]]; then
+    AUTO=(-e "L=1,C=32,H=2,V=256,maxT=128" -t 128 -d 16384 -x 1 -v 0) auto_mb=40 auto_t=128 auto_d=16384
+else
+    AUTO=(-e "L=2,C=64,H=4,V=256,maxT=256" -t 256 -d 65536 -x 1 -v 0) auto_mb=150 auto_t=256 auto_d=65536
+fi
+CPUCUDA_DEVICE_MEMORY_MB=$auto_mb "$BIN" "${AUTO[@]}" -b auto >"$WORK/auto" 2>&1
 rc=$?
 batch=$(grep "^batch:" "$WORK/auto")
 b=$(echo "$batch" | sed -E 's/batch: B=([0-9]+) .*/\1/')
-CPUCUDA_DEVICE_MEMORY_MB=150 "$BIN" "${AUTO[@]}" -b $((2 * b)) >"$WORK/auto2" 2>&1
+CPUCUDA_DEVICE_MEMORY_MB=$auto_mb "$BIN" "${AUTO[@]}" -b $((2 * b)) >"$WORK/auto2" 2>&1
 rc2=$?
 [[ $rc -eq 0 && $b -ge 1 && $rc2 -ne 0 ]] && grep -q "^error: out of device memory" "$WORK/auto2" &&
-    [[ $batch == "batch: B=$b x T=256 x N=1 x A=$((256 / b)) = 65536 tokens per step" ]]
-check "-b auto on 150 MiB: $batch; B=$((2 * b)) runs out of memory" $?
+    [[ $batch == "batch: B=$b x T=$auto_t x N=1 x A=$((auto_d / auto_t / b)) = $auto_d tokens per step" ]]
+check "-b auto on $auto_mb MiB: $batch; B=$((2 * b)) runs out of memory" $?
 
 echo "test_train_cli: $passed passed, $failed failed"
 [[ $failed -eq 0 ]]
