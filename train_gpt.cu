@@ -10,14 +10,19 @@
 // of unmasked targets in the whole global batch, so the sum in the buffer is
 // exactly the gradient of the big-batch mean loss, however the batch is split.
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <cfloat>
+#include <climits>
 #include <cstring>
 #include <set>
 #include <string>
+#include <type_traits>
+#include <variant>
 #include <vector>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -1048,112 +1053,193 @@ static const Distributed* g_dist = &SINGLE_PROCESS;
 #define print0(...) do { if (g_dist->rank == 0) printf(__VA_ARGS__); } while (0)
 
 struct TrainOptions {
-    const char* train_pattern = nullptr;  // -i
-    const char* val_pattern = nullptr;    // -j
-    const char* init = "d12";             // -e checkpoint file or descriptor
-    const char* output_dir = nullptr;     // -o
-    int B = 4;                            // -b micro-batch sequences (0: auto)
-    int T = 1024;                         // -t sequence length
-    long total_batch_tokens = -1;         // -d tokens per optimizer step (-1: B*T*N)
-    int max_steps = -1;                   // -x (-1: one epoch)
-    const char* schedule = "cosine";      // -k
-    float lr = 3e-4f;                     // -l
-    int warmup_steps = 0;                 // -u
-    float final_lr_fraction = 1.0f;       // -q
-    float weight_decay = 0.0f;            // -c
-    int val_every = 20;                   // -v
-    int val_batches = 20;                 // -m
-    int sample_every = 0;                 // -s
-    int sample_tokens = 64;               // -g
-    int hellaswag = 0;                    // -h
-    int checkpoint_every = 0;             // -n
-    int checkpoint_keep = 0;              // -nk
-    int resume = 0;                       // -y
-    int zero_stage = 0;                   // -z
-    int recompute = 0;                    // -r
-    int overfit_single_batch = 0;         // -a
-    float grad_clip = 1.0f;               // --grad-clip
-    long seed = 1337;                     // --seed
-    float temperature = 1.0f;             // --temperature
-    int top_k = 0;                        // --top-k
-    const char* tokenizer = nullptr;      // --tokenizer
-    const char* hellaswag_file = "data/hellaswag/hellaswag_val.bin";  // --hellaswag-file
-    long ramp_tokens = 0;                 // --ramp-tokens
-    int ramp_steps = 0;                   // --ramp-steps
-    const char* ramp_lr = "none";         // --ramp-lr
-    int skip_nonfinite = 0;               // --skip-nonfinite
-    int memory_plan_only = 0;             // --memory-plan
+    const char* train_pattern;  // -i
+    const char* val_pattern;
+    const char* init;
+    const char* output_dir;
+    int B;                      // 0: auto
+    int T;
+    long total_batch_tokens;    // -1: B*T*N
+    int max_steps;              // -1: one epoch
+    const char* schedule;
+    float lr;
+    int warmup_steps;
+    float final_lr_fraction;
+    float weight_decay;
+    int val_every;
+    int val_batches;
+    int sample_every;
+    int sample_tokens;
+    int hellaswag;
+    int checkpoint_every;
+    int checkpoint_keep;
+    int resume;
+    int zero_stage;
+    int recompute;
+    int overfit_single_batch;
+    float grad_clip;
+    long seed;
+    float temperature;
+    int top_k;
+    const char* tokenizer;
+    const char* hellaswag_file;
+    long ramp_tokens;
+    int ramp_steps;
+    const char* ramp_lr;
+    int skip_nonfinite;
+    int memory_plan_only;
+};
+
+// The one table of the flags: parsing, the defaults and --help come from it
+// (test_train_cli.sh checks README.md's flag table against --help). The
+// field's type picks the parser; min/max are its accepted range (a float range
+// is inclusive too). A default of null leaves a text field unset.
+using OptionField = std::variant<int TrainOptions::*, long TrainOptions::*, float TrainOptions::*,
+                                 const char* TrainOptions::*>;
+struct Flag {
+    const char* name;
+    OptionField field;
+    const char* metavar;  // "<int>", "<glob>", ...
+    double min, max;
+    const char* default_value;
+    const char* help;
+    const char* section;  // a heading printed before the first flag of each section
+};
+constexpr double INT_TOP = INT_MAX, LONG_TOP = (double)LONG_MAX, FLOAT_TOP = FLT_MAX;
+constexpr double STEP_TOP = 99999999;  // checkpoint names hold 8 digits of the step
+constexpr const char* AUTO_WORD = "auto";  // -b auto: stored as 0
+static const Flag FLAGS[] = {
+    {"-i", &TrainOptions::train_pattern, "<glob>", 0, 0, nullptr,
+     "train data shards (llm.c format); without -i: the built-in Markov corpus\n(build/markov/, known loss floor) "
+     "and a small model, 300 steps", "data and model"},
+    {"-j", &TrainOptions::val_pattern, "<glob>", 0, 0, nullptr, "val data shards", nullptr},
+    {"-e", &TrainOptions::init, "<init>", 0, 0, "d12",
+     "model file .bin (llm.c format, version 3 or 5), or a model descriptor:\nd12, d24, d36, d48, or e.g. "
+     "\"L=2,C=64,H=4,V=250,maxT=64\"", nullptr},
+    {"-b", &TrainOptions::B, "<int|auto>", 1, INT_TOP, "4",
+     "micro-batch size B in sequences, or auto: the largest that fits",
+     "batch: tokens per step = B x T x N x A (N ranks, A accumulated micro-batches)"},
+    {"-t", &TrainOptions::T, "<int>", 1, INT_TOP, "1024", "sequence length T", nullptr},
+    {"-d", &TrainOptions::total_batch_tokens, "<int>", -1, LONG_TOP, "-1",
+     "tokens per optimizer step = B x T x N x A; -1: B x T x N, A = 1", nullptr},
+    {"-x", &TrainOptions::max_steps, "<int>", -1, STEP_TOP, "-1", "optimizer steps; -1: one epoch of the train data",
+     nullptr},
+    {"--ramp-tokens", &TrainOptions::ramp_tokens, "<int>", 0, LONG_TOP, "0",
+     "batch ramp: tokens per step at step 0, growing to -d; 0: off", nullptr},
+    {"--ramp-steps", &TrainOptions::ramp_steps, "<int>", 0, STEP_TOP, "0", "batch ramp: steps to reach -d", nullptr},
+    {"--ramp-lr", &TrainOptions::ramp_lr, "<rule>", 0, 0, "none",
+     "lr during the ramp: none, linear or sqrt in tokens/target", nullptr},
+    {"-k", &TrainOptions::schedule, "<name>", 0, 0, "cosine", "lr schedule: cosine, linear, constant, wsd",
+     "optimizer (AdamW, betas 0.9 and 0.95, eps 1e-8)"},
+    {"-l", &TrainOptions::lr, "<float>", 0, FLOAT_TOP, "3e-4", "peak learning rate", nullptr},
+    {"-u", &TrainOptions::warmup_steps, "<int>", 0, INT_TOP, "0", "warmup steps", nullptr},
+    {"-q", &TrainOptions::final_lr_fraction, "<float>", 0, 1, "1.0", "final lr as a fraction of the peak", nullptr},
+    {"-c", &TrainOptions::weight_decay, "<float>", 0, FLOAT_TOP, "0.0", "weight decay of the matrices", nullptr},
+    {"--grad-clip", &TrainOptions::grad_clip, "<float>", 0, FLOAT_TOP, "1.0",
+     "clip the global gradient norm (0 = off)", nullptr},
+    {"--skip-nonfinite", &TrainOptions::skip_nonfinite, "<0|1>", 0, 1, "0",
+     "skip a step whose loss or gradient is Inf/NaN instead of stopping", nullptr},
+    {"--seed", &TrainOptions::seed, "<int>", 0, LONG_TOP, "1337", "weight init, stochastic rounding and sampling seed",
+     nullptr},
+    {"-v", &TrainOptions::val_every, "<int>", 0, INT_TOP, "20", "val loss (and HellaSwag) every this many steps (0 = never)",
+     "evaluation and sampling"},
+    {"-m", &TrainOptions::val_batches, "<int>", 1, INT_TOP, "20", "val batches per rank", nullptr},
+    {"-h", &TrainOptions::hellaswag, "<0|1>", 0, 1, "0", "HellaSwag accuracy at each evaluation (needs -b >= 4)",
+     nullptr},
+    {"--hellaswag-file", &TrainOptions::hellaswag_file, "<path>", 0, 0, "data/hellaswag/hellaswag_val.bin",
+     "llm.c's eval .bin", nullptr},
+    {"-s", &TrainOptions::sample_every, "<int>", 0, INT_TOP, "0", "sample every this many steps (0 = never)", nullptr},
+    {"-g", &TrainOptions::sample_tokens, "<int>", 1, INT_TOP, "64", "tokens per sample", nullptr},
+    {"--temperature", &TrainOptions::temperature, "<float>", 0, FLOAT_TOP, "1.0", "sampling temperature (0 = greedy)",
+     nullptr},
+    {"--top-k", &TrainOptions::top_k, "<int>", 0, INT_TOP, "0", "sample among the k most likely tokens (0 = all)",
+     nullptr},
+    {"--tokenizer", &TrainOptions::tokenizer, "<path>", 0, 0, nullptr,
+     "llm.c tokenizer .bin to print samples as text (default: the GPT-2\nfiles in data/gpt2 or ../shared/data/gpt2 "
+     "when V = 50257)", nullptr},
+    {"-o", &TrainOptions::output_dir, "<dir>", 0, 0, nullptr,
+     "output directory: main.log, main.jsonl, checkpoints (model_%08d.bin,\nstate_%08d_%05d.bin, DONE_%08d), a "
+     "checkpoint at the end", "checkpoints and memory"},
+    {"-n", &TrainOptions::checkpoint_every, "<int>", 0, STEP_TOP, "0", "checkpoint every this many steps (0 = only at the end)",
+     nullptr},
+    {"-nk", &TrainOptions::checkpoint_keep, "<int>", 0, INT_TOP, "0", "keep only the newest this many checkpoints (0 = all)",
+     nullptr},
+    {"-y", &TrainOptions::resume, "<0|1>", 0, 1, "0", "resume from the newest complete checkpoint in -o", nullptr},
+    {"-z", &TrainOptions::zero_stage, "<0|1>", 0, 1, "0",
+     "ZeRO stage: 1 shards master weights and AdamW m, v over the ranks", nullptr},
+    {"-r", &TrainOptions::recompute, "<0|1|2>", 0, 2, "0",
+     "recompute in the backward: 1 = GELU, 2 = GELU and layernorm", nullptr},
+    {"--memory-plan", &TrainOptions::memory_plan_only, "<0|1>", 0, 1, "0", "1: print the device memory plan and exit",
+     nullptr},
+    {"-a", &TrainOptions::overfit_single_batch, "<0|1>", 0, 1, "0", "overfit the first batch", nullptr},
 };
 
 static void print_usage(const char* program) {
     printf("Usage: %s [flags]   (GPT-2 training; %s build)\n", program, PRECISION_NAME);
-    printf("data and model\n");
-    printf("  -i <glob>   train data shards (llm.c format); without -i: the built-in Markov corpus\n");
-    printf("              (build/markov/, known loss floor) and a small model, 300 steps\n");
-    printf("  -j <glob>   val data shards\n");
-    printf("  -e <init>   model file .bin (llm.c format, version 3 or 5), or a model descriptor:\n");
-    printf("              d12, d24, d36, d48, or e.g. \"L=2,C=64,H=4,V=250,maxT=64\" (default d12)\n");
-    printf("batch: tokens per step = B x T x N x A (N ranks, A accumulated micro-batches)\n");
-    printf("  -b <int>    micro-batch size B in sequences, or auto: the largest that fits (default 4)\n");
-    printf("  -t <int>    sequence length T (default 1024)\n");
-    printf("  -d <int>    tokens per optimizer step = B x T x N x A (default B x T x N: A = 1)\n");
-    printf("  -x <int>    optimizer steps (default: one epoch of the train data)\n");
-    printf("  --ramp-tokens <int>  batch ramp: tokens per step at step 0, growing to -d (default 0: off)\n");
-    printf("  --ramp-steps <int>   batch ramp: steps to reach -d\n");
-    printf("  --ramp-lr <rule>     lr during the ramp: none, linear or sqrt in tokens/target (default none)\n");
-    printf("optimizer (AdamW, betas 0.9 and 0.95, eps 1e-8)\n");
-    printf("  -k <name>   lr schedule: cosine, linear, constant, wsd (default cosine)\n");
-    printf("  -l <float>  peak learning rate (default 3e-4)\n");
-    printf("  -u <int>    warmup steps (default 0)\n");
-    printf("  -q <float>  final lr as a fraction of the peak (default 1.0)\n");
-    printf("  -c <float>  weight decay of the matrices (default 0.0)\n");
-    printf("  --grad-clip <float>  clip the global gradient norm (default 1.0; 0 = off)\n");
-    printf("  --skip-nonfinite <0|1>  skip a step whose loss or gradient is Inf/NaN instead of stopping (default 0)\n");
-    printf("  --seed <int>         weight init, stochastic rounding and sampling seed (default 1337)\n");
-    printf("evaluation and sampling\n");
-    printf("  -v <int>    val loss (and HellaSwag) every this many steps (default 20; 0 = never)\n");
-    printf("  -m <int>    val batches per rank (default 20)\n");
-    printf("  -h <0|1>    HellaSwag accuracy at each evaluation (default 0; needs -b >= 4)\n");
-    printf("  --hellaswag-file <path>  llm.c's eval .bin (default data/hellaswag/hellaswag_val.bin)\n");
-    printf("  -s <int>    sample every this many steps (default 0 = never)\n");
-    printf("  -g <int>    tokens per sample (default 64)\n");
-    printf("  --temperature <float>  sampling temperature (default 1.0; 0 = greedy)\n");
-    printf("  --top-k <int>          sample among the k most likely tokens (default 0 = all)\n");
-    printf("  --tokenizer <path>     llm.c tokenizer .bin to print samples as text (default: the GPT-2\n");
-    printf("                         files in data/gpt2 or ../shared/data/gpt2 when V = 50257)\n");
-    printf("checkpoints and memory\n");
-    printf("  -o <dir>    output directory: main.log, main.jsonl, checkpoints (model_%%08d.bin,\n");
-    printf("              state_%%08d_%%05d.bin, DONE_%%08d), a checkpoint at the end\n");
-    printf("  -n <int>    checkpoint every this many steps (default 0 = only at the end)\n");
-    printf("  -nk <int>   keep only the newest this many checkpoints (default 0 = all)\n");
-    printf("  -y <0|1>    resume from the newest complete checkpoint in -o (default 0)\n");
-    printf("  -z <0|1>    ZeRO stage: 1 shards master weights and AdamW m, v over the ranks (default 0)\n");
-    printf("  -r <0|1|2>  recompute in the backward: 1 = GELU, 2 = GELU and layernorm (default 0)\n");
-    printf("  --memory-plan 1      print the device memory plan and exit\n");
-    printf("  -a <0|1>    overfit the first batch (default 0)\n");
-    printf("  --help      this text\n");
+    for (const Flag& f : FLAGS) {
+        if (f.section) printf("%s\n", f.section);
+        std::string head = std::string("  ") + f.name + " " + f.metavar, help = f.help;
+        if (f.default_value) help += std::string(" (default ") + f.default_value + ")";
+        // continuation lines of the help line up under its first line
+        for (size_t nl; (nl = help.find('\n')) != std::string::npos;) {
+            printf("%-25s %s\n", head.c_str(), help.substr(0, nl).c_str());
+            head.clear();
+            help.erase(0, nl + 1);
+        }
+        printf("%-25s %s\n", head.c_str(), help.c_str());
+    }
+    printf("%-25s %s\n", "  --help", "this text");
     printf("%s.\n", distributed_build_note());
 }
 
-static long parse_int(const char* flag, const char* text, long min_value, long max_value = LONG_MAX) {
+// One parser per field type. Each takes the whole text (no blanks, no trailing
+// characters, not empty) and a value inside the flag's range, else one error
+// line naming the flag and what it accepts.
+[[noreturn]] static void bad_value(const Flag& f, const char* text, const char* what) {
+    FAIL("%s %s: expected %s", f.name, *text ? text : "\"\"", what);
+}
+static long parse_integer(const Flag& f, const char* text) {
+    char range[96];
+    snprintf(range, sizeof range, "an integer from %.0f to %.0f", f.min, f.max);
     char* end = nullptr;
     errno = 0;
-    long v = strtol(text, &end, 10);
-    if (errno || *end != '\0' || v < min_value || v > max_value) {
-        if (max_value == LONG_MAX) FAIL("%s %s: expected an integer >= %ld", flag, text, min_value);
-        FAIL("%s %s: expected an integer from %ld to %ld", flag, text, min_value, max_value);
-    }
+    const long v = strtol(text, &end, 10);
+    if (!*text || isspace((unsigned char)*text) || *end || errno == ERANGE || v < f.min || v > f.max)
+        bad_value(f, text, range);
     return v;
 }
-static float parse_float(const char* flag, const char* text) {
+static float parse_real(const Flag& f, const char* text) {
+    char range[96];
+    snprintf(range, sizeof range, "a float from %g to %g (0 or at least %g in size)", f.min, f.max, FLT_MIN);
     char* end = nullptr;
-    float v = strtof(text, &end);
-    if (*end != '\0' || !std::isfinite(v)) FAIL("%s %s: expected a number", flag, text);
+    errno = 0;
+    const float v = strtof(text, &end);
+    // ERANGE: overflow, or an underflow to 0 or a denormal
+    if (!*text || isspace((unsigned char)*text) || *end || errno == ERANGE || !std::isfinite(v) || v < f.min ||
+        v > f.max)
+        bad_value(f, text, range);
     return v;
+}
+static void set_option(TrainOptions* o, const Flag& f, const char* text) {
+    std::visit([&](auto field) {
+        using T = std::remove_reference_t<decltype(o->*field)>;
+        if constexpr (std::is_same_v<T, const char*>) {
+            if (!*text) bad_value(f, text, "a non-empty value");
+            o->*field = text;
+        } else if constexpr (std::is_same_v<T, float>) {
+            o->*field = parse_real(f, text);
+        } else if (strcmp(f.metavar, "<int|auto>") == 0 && strcmp(text, AUTO_WORD) == 0) {  // the metavar offers it
+            o->*field = 0;
+        } else {
+            o->*field = (T)parse_integer(f, text);
+        }
+    }, f.field);
 }
 
 static TrainOptions parse_options(int argc, char** argv, std::set<std::string>* given) {
-    TrainOptions o;
+    TrainOptions o{};
+    for (const Flag& f : FLAGS)
+        if (f.default_value) set_option(&o, f, f.default_value);
     for (int i = 1; i < argc; i += 2) {
         const char* flag = argv[i];
         given->insert(flag);
@@ -1161,44 +1247,10 @@ static TrainOptions parse_options(int argc, char** argv, std::set<std::string>* 
             if (g_dist->rank == 0) print_usage(argv[0]);
             distributed_exit_success();
         }
+        const Flag* f = std::find_if(std::begin(FLAGS), std::end(FLAGS), [&](const Flag& x) { return strcmp(x.name, flag) == 0; });
+        if (f == std::end(FLAGS)) FAIL("unknown flag %s (see --help)", flag);
         if (i + 1 >= argc) FAIL("flag %s needs a value (see --help)", flag);
-        const char* v = argv[i + 1];
-        if (strcmp(flag, "-i") == 0) o.train_pattern = v;
-        else if (strcmp(flag, "-j") == 0) o.val_pattern = v;
-        else if (strcmp(flag, "-e") == 0) o.init = v;
-        else if (strcmp(flag, "-o") == 0) o.output_dir = v;
-        else if (strcmp(flag, "-b") == 0) o.B = strcmp(v, "auto") == 0 ? 0 : parse_int(flag, v, 1);
-        else if (strcmp(flag, "-t") == 0) o.T = parse_int(flag, v, 1);
-        else if (strcmp(flag, "-d") == 0) o.total_batch_tokens = parse_int(flag, v, -1);
-        else if (strcmp(flag, "-x") == 0) o.max_steps = parse_int(flag, v, -1);
-        else if (strcmp(flag, "-k") == 0) o.schedule = v;
-        else if (strcmp(flag, "-l") == 0) o.lr = parse_float(flag, v);
-        else if (strcmp(flag, "-u") == 0) o.warmup_steps = parse_int(flag, v, 0);
-        else if (strcmp(flag, "-q") == 0) o.final_lr_fraction = parse_float(flag, v);
-        else if (strcmp(flag, "-c") == 0) o.weight_decay = parse_float(flag, v);
-        else if (strcmp(flag, "-v") == 0) o.val_every = parse_int(flag, v, 0);
-        else if (strcmp(flag, "-m") == 0) o.val_batches = parse_int(flag, v, 1);
-        else if (strcmp(flag, "-s") == 0) o.sample_every = parse_int(flag, v, 0);
-        else if (strcmp(flag, "-g") == 0) o.sample_tokens = parse_int(flag, v, 1);
-        else if (strcmp(flag, "-h") == 0) o.hellaswag = parse_int(flag, v, 0, 1);
-        else if (strcmp(flag, "-n") == 0) o.checkpoint_every = parse_int(flag, v, 0);
-        else if (strcmp(flag, "-nk") == 0) o.checkpoint_keep = parse_int(flag, v, 0);
-        else if (strcmp(flag, "-y") == 0) o.resume = parse_int(flag, v, 0, 1);
-        else if (strcmp(flag, "-z") == 0) o.zero_stage = parse_int(flag, v, 0, 1);
-        else if (strcmp(flag, "-r") == 0) o.recompute = parse_int(flag, v, 0, 2);
-        else if (strcmp(flag, "-a") == 0) o.overfit_single_batch = parse_int(flag, v, 0, 1);
-        else if (strcmp(flag, "--grad-clip") == 0) o.grad_clip = parse_float(flag, v);
-        else if (strcmp(flag, "--seed") == 0) o.seed = parse_int(flag, v, 0);
-        else if (strcmp(flag, "--temperature") == 0) o.temperature = parse_float(flag, v);
-        else if (strcmp(flag, "--top-k") == 0) o.top_k = parse_int(flag, v, 0);
-        else if (strcmp(flag, "--tokenizer") == 0) o.tokenizer = v;
-        else if (strcmp(flag, "--hellaswag-file") == 0) o.hellaswag_file = v;
-        else if (strcmp(flag, "--ramp-tokens") == 0) o.ramp_tokens = parse_int(flag, v, 0);
-        else if (strcmp(flag, "--ramp-steps") == 0) o.ramp_steps = parse_int(flag, v, 0);
-        else if (strcmp(flag, "--ramp-lr") == 0) o.ramp_lr = v;
-        else if (strcmp(flag, "--skip-nonfinite") == 0) o.skip_nonfinite = parse_int(flag, v, 0, 1);
-        else if (strcmp(flag, "--memory-plan") == 0) o.memory_plan_only = parse_int(flag, v, 0, 1);
-        else FAIL("unknown flag %s (see --help)", flag);
+        set_option(&o, *f, argv[i + 1]);
     }
     if (o.resume && !o.output_dir) FAIL("-y 1: resuming needs the run's -o folder");
     return o;
@@ -1305,17 +1357,23 @@ static std::string sample_text(const std::vector<int>& tokens, const llmc::Token
     return text;
 }
 
+// A tokenizer with fewer tokens than the model could not print every sample:
+// refused before training, not at the first sample.
 static std::unique_ptr<llmc::Tokenizer> load_tokenizer(const TrainOptions& opt, int vocab_size) {
+    std::unique_ptr<llmc::Tokenizer> t;
     try {
-        if (opt.tokenizer) return std::make_unique<llmc::Tokenizer>(llmc::Tokenizer::from_bin(opt.tokenizer));
+        if (opt.tokenizer) t = std::make_unique<llmc::Tokenizer>(llmc::Tokenizer::from_bin(opt.tokenizer));
         const std::string dir = llmc::find_gpt2_dir();
-        if (vocab_size == 50257 && !dir.empty())
-            return std::make_unique<llmc::Tokenizer>(
+        if (!opt.tokenizer && vocab_size == 50257 && !dir.empty())
+            t = std::make_unique<llmc::Tokenizer>(
                 llmc::Tokenizer::from_gpt2_files(dir + "/encoder.json", dir + "/vocab.bpe"));
     } catch (const llmc::TokenizerError& e) {
         FAIL("%s", e.what());
     }
-    return nullptr;
+    if (t && t->vocab_size() < vocab_size)
+        FAIL("--tokenizer %s: %d tokens, fewer than the model's vocabulary of %d (a sample could not be printed)",
+             opt.tokenizer, t->vocab_size(), vocab_size);
+    return t;
 }
 
 // main.log (llm.c's format) and main.jsonl (one object per event), rank 0.
@@ -1362,7 +1420,7 @@ static double evaluate(GPT2* model, DataLoader* loader, int batches) {
     return host_sum(loss_sum, model->dist) / std::max(1.0, host_sum(count, model->dist));
 }
 
-int main(int argc, char** argv) {
+static int train(int argc, char** argv) {
     setvbuf(stdout, nullptr, _IOLBF, 0);  // whole lines, promptly, also into a pipe or a Slurm log
     Distributed dist;
     distributed_init(&dist, &argc, &argv);
@@ -1554,5 +1612,20 @@ int main(int argc, char** argv) {
     matmul_teardown();
     distributed_free(&dist);
     return 0;
+}
+
+// Whatever a library throws ends the run with one error line (and, under
+// mpirun, the exit aborts the other ranks), never with an abort and a core.
+int main(int argc, char** argv) {
+    try {
+        return train(argc, argv);
+    } catch (const std::bad_alloc&) {
+        fprintf(stderr, "error: out of host memory\n");
+    } catch (const std::exception& e) {
+        fprintf(stderr, "error: %s\n", e.what());
+    } catch (...) {
+        fprintf(stderr, "error: an unknown exception\n");
+    }
+    return EXIT_FAILURE;
 }
 #endif

@@ -49,7 +49,37 @@ check "--help exits 0" $?
 grep -q -- "-d <int>" "$WORK/help" && grep -q "B x T x N x A" "$WORK/help"
 check "--help names the flags and the batch equation" $?
 
+# README.md's flag table lists exactly the flags of --help, each with the same value form
+python3 - README.md "$WORK/help" <<'PY'
+import re, sys
+readme, help_text = open(sys.argv[1]).read(), open(sys.argv[2]).read()
+table = readme.split("\n| flag | meaning | default |")[1].split("\n\n")[0]
+rows = [line.split(" | ")[0] for line in table.splitlines()[2:]]
+documented = {m.replace("\\|", "|") for row in rows for m in re.findall(r"`(-[^`]+)`", row)}
+offered = {m.group(1).strip() for m in re.finditer(r"^  (-\S+(?: <\S+>)?)", help_text, re.M)}
+if documented != offered:
+    print("README only:", sorted(documented - offered), "--help only:", sorted(offered - documented))
+    sys.exit(1)
+PY
+check "README.md's flag table has exactly the flags and value forms of --help ($(grep -c '^  -' "$WORK/help") flags)" $?
+
 expect_error "unknown flag" "unknown flag -Z" -Z 1
+# every number whole, in range, in its type: no wrap-around, no empty value, no trailing text, no underflow
+expect_error "an int flag past 32 bits" "-b 4294967297: expected an integer from 1 to 2147483647" -b 4294967297
+expect_error "-x past the 8 digits of a checkpoint name" "-x 2147483648: expected an integer from -1 to 99999999" -x 2147483648
+expect_error "an empty number" '-l "": expected a float from 0 to' -l ""
+expect_error "an empty --grad-clip" '--grad-clip "": expected a float' --grad-clip ""
+for flag in -l -c -q --grad-clip --temperature; do
+    expect_error "a negative $flag" "$flag -0.5: expected a float from 0 to" $flag -0.5
+done
+expect_error "a float that underflows to 0" "-l 1e-50: expected a float" -l 1e-50
+expect_error "a denormal float" "-c 1e-40: expected a float" -c 1e-40
+expect_error "NaN" "--temperature nan: expected a float" --temperature nan
+expect_error "trailing text" "-t 64k: expected an integer" -t 64k
+expect_error "a leading blank" "-t  64: expected an integer" -t " 64"
+expect_error "a fraction above 1" "-q 1.5: expected a float from 0 to 1" -q 1.5
+expect_error "-o \"\" (would write into /)" '-o "": expected a non-empty value' -o ""
+expect_error "an empty -i" '-i "": expected a non-empty value' -i ""
 expect_error "flag without a value" "needs a value" -i "$WORK/good.bin" -b
 expect_error "non-numeric value" "expected an integer" -b four
 expect_error "bad descriptor" "not a checkpoint file or a model descriptor" -e "L=two"
@@ -142,6 +172,17 @@ sample() { "$BIN" -x 4 -v 0 -s 4 -g 12 --seed "$1" --top-k "$2" 2>/dev/null | gr
 s1=$(sample 5 0) s2=$(sample 5 0) s3=$(sample 6 0) s4=$(sample 5 1)
 [[ -n $s1 && "$s1" == "$s2" && "$s1" != "$s3" && -n $s4 ]]
 check "sampling is deterministic for a seed and changes with it: $s1" $?
+
+# a tokenizer smaller than the model's vocabulary: refused before training, one error line (was an abort at the first sample)
+python3 - "$WORK/tok300.bin" <<'PY'
+import struct, sys
+with open(sys.argv[1], "wb") as f:
+    f.write(struct.pack("<256i", 20240328, 2, 300, 299, *[0] * 252))
+    for i in range(300):
+        f.write(bytes([1, i]) if i < 256 else bytes([2, 97, i - 200]))
+PY
+expect_error "--tokenizer with fewer tokens than the model" "tok300.bin: 300 tokens, fewer than the model's vocabulary of 512" \
+    -e "L=1,C=32,H=2,V=512,maxT=64" -x 2 -v 0 -s 1 --tokenizer "$WORK/tok300.bin"
 
 # batch ramp: A grows from the start tokens to -d, lr scaled by sqrt
 "$BIN" -x 6 -v 0 -b 2 -d 1024 --ramp-tokens 256 --ramp-steps 4 --ramp-lr sqrt -l 1e-3 -u 0 -k constant >"$WORK/out" 2>&1
