@@ -492,15 +492,29 @@ static std::vector<float> gpt2_master_weights(GPT2* model) {
 // Writes the weights the model computes with (version 5 = bf16, or 3 in the
 // fp32 build; the fp32 master weights go to the state files) through a
 // temporary file, fsync and rename: an existing file is never half overwritten.
-static bool gpt2_write_model_file(const GPT2* model, const std::string& path, std::string* error) {
+template <class T>
+static bool all_finite(const std::vector<T>& values) {
+    for (const T& x : values)
+        if (!std::isfinite(to_float(x))) return false;
+    return true;
+}
+
+// A model whose weights are not all finite (a bf16 rounding can overflow to
+// Inf) is refused: the error names it and nothing is written.
+static bool gpt2_write_model_file(const GPT2* model, const std::string& path, CheckpointFile* written,
+                                  std::string* error) {
     std::vector<floatX> weights(model->num_parameters);
     cudaCheck(cudaMemcpy(weights.data(), model->params_memory, weights.size() * sizeof(floatX), cudaMemcpyDeviceToHost));
+    if (!all_finite(weights)) {
+        *error = path + ": the model's weights hold Inf or NaN; not written";
+        return false;
+    }
     const GPT2Config& c = model->config;
     int header[256] = {MODEL_MAGIC, sizeof(floatX) == 2 ? MODEL_VERSION_BF16 : MODEL_VERSION_FP32, c.max_seq_len,
                        c.vocab_size, c.num_layers, c.num_heads, c.channels, c.padded_vocab_size};
-    return write_file_atomic(path, [&](FILE* f) {
-        return fwrite(header, 4, 256, f) == 256 && fwrite(weights.data(), sizeof(floatX), weights.size(), f) == weights.size();
-    }, error);
+    return write_file_hashed(path, [&](HashingWriter& w) {
+        return w.put(header, 4, 256) && w.put(weights.data(), sizeof(floatX), weights.size());
+    }, written, error);
 }
 
 // ---- activations ------------------------------------------------------------
@@ -892,12 +906,6 @@ struct ResumeInfo {
 };
 constexpr uint32_t RESUME_MAGIC = 0x47505452;  // "RTPG"
 
-template <class T>
-static bool all_finite(const std::vector<T>& values) {
-    for (const T& x : values)
-        if (!std::isfinite(to_float(x))) return false;
-    return true;
-}
 
 static std::vector<float> device_to_host(const float* d, size_t n) {
     std::vector<float> h(n);
@@ -906,8 +914,13 @@ static std::vector<float> device_to_host(const float* d, size_t n) {
 }
 
 // Every rank calls it. Refuses (one error line, nothing written) when any
-// weight or moment is not finite, so earlier checkpoints stay the newest.
-static void save_checkpoint(GPT2* model, const std::string& dir, int step, const ResumeInfo& info, int keep_last) {
+// weight or moment is not finite, so earlier checkpoints stay the newest. A
+// DONE of this step from before (a resume that fell back past it) goes first:
+// it must never vouch for files being rewritten. The new DONE lists every
+// file's size and hash, and run_id, the owner; only the owner's older
+// checkpoints are pruned.
+static void save_checkpoint(GPT2* model, const std::string& dir, int step, const ResumeInfo& info, int keep_last,
+                            const std::string& run_id) {
     const Distributed* d = model->dist;
     const size_t local = model->optimizer_elements;
     const std::vector<float> m = device_to_host(model->adam_m, local), v = device_to_host(model->adam_v, local);
@@ -915,17 +928,63 @@ static void save_checkpoint(GPT2* model, const std::string& dir, int step, const
     if (!all_finite(m) || !all_finite(v) || !all_finite(master))
         FAIL("step %d: the optimizer state holds Inf or NaN; no checkpoint written (the earlier ones are kept)", step);
     std::string error;
-    mkdir(dir.c_str(), 0755);
-    if (d->rank == 0 && !gpt2_write_model_file(model, checkpoint_model_path(dir, step), &error)) FAIL("%s", error.c_str());
+    CheckpointFile model_file, state_file;
+    if (d->rank == 0) {
+        if (unlink(checkpoint_done_path(dir, step).c_str()) == 0) fsync_directory(dir);
+        if (!gpt2_write_model_file(model, checkpoint_model_path(dir, step), &model_file, &error))
+            FAIL("step %d: %s (the earlier checkpoints are kept)", step, error.c_str());
+    }
+    host_barrier(d);  // no stale DONE of this step is left
     const TrainingStateHeader h{d->num_processes, d->rank, 0, step, model->zero_stage, local, model->num_parameters,
                                 sizeof(ResumeInfo)};
-    if (!state_write(checkpoint_state_path(dir, step, d->rank), h, m.data(), v.data(), master.data(), &info, &error))
+    if (!state_write(checkpoint_state_path(dir, step, d->rank), h, m.data(), v.data(), master.data(), &info, &error,
+                     &state_file))
         FAIL("%s", error.c_str());
-    host_barrier(d);  // every rank's files are durable
+    const uint64_t mine[2] = {state_file.bytes, state_file.xxh64};
+    const std::vector<uint64_t> states = host_all_gather(mine, 2, d);  // also: every rank's file is durable
     if (d->rank == 0) {
-        if (!checkpoint_write_done(dir, step, &error)) FAIL("%s", error.c_str());
-        checkpoint_prune(dir, keep_last, d->num_processes);
+        DoneRecord done{run_id, {model_file}};
+        for (int r = 0; r < d->num_processes; r++) {
+            const std::string path = checkpoint_state_path(dir, step, r);
+            done.files.push_back(CheckpointFile{path.substr(dir.size() + 1), states[2 * r], states[2 * r + 1]});
+        }
+        if (!checkpoint_write_done(dir, step, done, &error)) FAIL("%s", error.c_str());
+        checkpoint_prune(dir, keep_last, run_id);
     }
+}
+
+// The newest complete checkpoint of dir whose model file and this rank's state
+// file match their DONE's sizes and hashes on every rank; a damaged one is
+// skipped with a warning line, falling back to the one before. -1: none is
+// complete. All ranks take the same step (rank 0's list, checks agreed).
+static int choose_resume_step(const std::string& dir, const Distributed* d, std::string* run_id) {
+    const std::vector<int> steps = d->rank == 0 ? checkpoint_complete_steps(dir) : std::vector<int>();
+    const int count = (int)host_sum(steps.size(), d);
+    std::vector<std::string> skipped;  // printed once a checkpoint is chosen
+    for (int i = 0; i < count; i++) {
+        const int step = (int)host_sum(d->rank == 0 ? steps[i] : 0, d);
+        DoneRecord done;
+        std::string problem;
+        if (checkpoint_read_done(dir, step, &done, &problem)) {
+            const std::string mine[] = {checkpoint_model_path(dir, step), checkpoint_state_path(dir, step, d->rank)};
+            DoneRecord check{done.run_id, {}};
+            for (const CheckpointFile& f : done.files)
+                for (const std::string& path : mine)
+                    if (path == dir + "/" + f.name) check.files.push_back(f);
+            checkpoint_verify_files(dir, check, &problem);
+        }
+        if (host_sum(problem.empty() ? 0 : 1, d) == 0) {
+            for (const std::string& w : skipped) fprintf(stderr, "warning: %s; falling back\n", w.c_str());
+            *run_id = done.run_id;
+            return step;
+        }
+        // (each rank reports what it found itself)
+        if (!problem.empty()) skipped.push_back("checkpoint " + std::to_string(step) + " not used: " + problem);
+    }
+    // one error line, not the warnings too: nothing is resumed
+    if (count > 0) FAIL("-y 1: no complete checkpoint in %s passes its checks (%s)", dir.c_str(),
+                        skipped.empty() ? "damaged as another rank reports" : skipped.front().c_str());
+    return -1;
 }
 
 // Loads checkpoint `step` of dir: the model (config, weights), then this
@@ -941,7 +1000,11 @@ static ResumeInfo load_checkpoint(GPT2* model, const std::string& dir, int step)
     std::string error;
     if (!state_read(checkpoint_state_path(dir, step, d->rank), expected, m.data(), v.data(), master.data(), &info, &error))
         FAIL("%s", error.c_str());
-    if (info.magic != RESUME_MAGIC) FAIL("%s: not written by this trainer", checkpoint_state_path(dir, step, d->rank).c_str());
+    const std::string state_path = checkpoint_state_path(dir, step, d->rank);
+    if (info.magic != RESUME_MAGIC) FAIL("%s: not written by this trainer", state_path.c_str());
+    // (skipped non-finite steps leave the AdamW step behind the step, never ahead)
+    if (info.adam_step < 0 || info.adam_step > step)
+        FAIL("%s: AdamW step %d is outside 0..%d, the checkpoint's step", state_path.c_str(), info.adam_step, step);
     cudaCheck(cudaMemcpy(model->adam_m, m.data(), local * sizeof(float), cudaMemcpyHostToDevice));
     cudaCheck(cudaMemcpy(model->adam_v, v.data(), local * sizeof(float), cudaMemcpyHostToDevice));
     cudaCheck(cudaMemcpy(model->master_weights, master.data(), local * sizeof(float), cudaMemcpyHostToDevice));
@@ -1381,7 +1444,6 @@ struct RunLog {
     FILE* log = nullptr;
     FILE* jsonl = nullptr;
     void open(const char* dir, bool append) {
-        mkdir(dir, 0755);
         for (auto [file, name] : {std::pair<FILE**, const char*>{&log, "main.log"}, {&jsonl, "main.jsonl"}}) {
             const std::string path = std::string(dir) + "/" + name;
             *file = fopen(path.c_str(), append ? "a" : "w");
@@ -1393,6 +1455,34 @@ struct RunLog {
         if (jsonl) fclose(jsonl);
     }
 };
+
+// -o becomes this run's: the folder exists (created here), rank 0 holds its
+// lock for the whole run, and a fresh run (-y 0) refuses a folder that holds
+// checkpoint files (of another run, or of this one: resume it with -y 1), so
+// no run ever overwrites or prunes what another wrote.
+static void claim_output_dir(const char* dir, const Distributed* d) {
+    if (d->rank == 0) {
+        struct stat st;
+        if (mkdir(dir, 0755) != 0 && errno != EEXIST) {
+            const std::string parent = checkpoint_parent_dir_(dir);
+            if (errno == ENOENT) FAIL("-o %s: cannot create the folder: %s does not exist", dir, parent.c_str());
+            FAIL("-o %s: cannot create the folder in %s (%s)", dir, parent.c_str(), strerror(errno));
+        }
+        if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode)) FAIL("-o %s: not a folder", dir);
+        std::string error;
+        if (!checkpoint_lock_dir(dir, &error)) FAIL("-o %s", error.c_str());
+    }
+    host_barrier(d);  // the folder is there and locked
+}
+
+// A fresh run in a folder with checkpoint files refuses.
+static void refuse_foreign_checkpoints(const char* dir, const Distributed* d) {
+    if (d->rank != 0) return;
+    const std::vector<int> steps = checkpoint_steps_with_files(dir);
+    if (steps.empty()) return;
+    FAIL("-o %s holds checkpoint files (steps %d..%d) of an earlier run; resume it with -y 1, or give a new folder",
+         dir, steps.front(), steps.back());
+}
 
 // What ZeRO-1 saves: master weights, m and v (12 bytes per parameter) live on
 // one rank in N, plus a gradient shard of 4 bytes per owned element.
@@ -1446,8 +1536,12 @@ static int train(int argc, char** argv) {
         distributed_free(&dist);
         return 0;
     }
-    // the newest complete checkpoint of -o (with -y 1), else -e
-    const int resume_step = opt.resume ? checkpoint_find_latest(opt.output_dir) : -1;
+    // the newest complete checkpoint of -o that passes its checks (with -y 1), else -e
+    std::string run_id;
+    if (opt.output_dir) claim_output_dir(opt.output_dir, &dist);
+    if (opt.output_dir && !opt.resume) refuse_foreign_checkpoints(opt.output_dir, &dist);
+    const int resume_step = opt.resume ? choose_resume_step(opt.output_dir, &dist, &run_id) : -1;
+    if (run_id.empty()) run_id = checkpoint_new_run_id();  // (only rank 0 writes DONE markers)
     ResumeInfo resumed{RESUME_MAGIC, 0, {}, 0};
     struct stat st;
     if (resume_step >= 0) {
@@ -1481,6 +1575,15 @@ static int train(int argc, char** argv) {
     if (opt.val_pattern)
         dataloader_init(&val_loader, opt.val_pattern, opt.B, opt.T, dist.rank, N, c.vocab_size, false, opt.seed);
     const int steps = opt.max_steps > 0 ? opt.max_steps : std::max(1L, (long)(train_loader.num_tokens / tokens_per_step));
+    if (resume_step > steps)
+        FAIL("-x %d: the run resumed from step %d is already past it (give -x > %d, or another -o)", steps,
+             resume_step, resume_step);
+    // a step reads at most tokens_per_step / T sequences (fewer in a ramp)
+    if (resume_step >= 0 && resumed.train_data.next_sequence > (uint64_t)resume_step * (tokens_per_step / opt.T))
+        FAIL("%s: data position %llu is beyond the %ld sequences that %d steps read", 
+             checkpoint_state_path(opt.output_dir, resume_step, dist.rank).c_str(),
+             (unsigned long long)resumed.train_data.next_sequence, (long)resume_step * (tokens_per_step / opt.T),
+             resume_step);
     scheduler.total_steps = steps;
     std::vector<HellaSwagExample> hellaswag;
     if (opt.hellaswag) {
@@ -1599,7 +1702,7 @@ static int train(int argc, char** argv) {
             if (log.log) fflush(log.log);
             if (log.jsonl) fflush(log.jsonl);
             const ResumeInfo info{RESUME_MAGIC, model.adam_step, dataloader_position(&train_loader), initial_gap};
-            save_checkpoint(&model, opt.output_dir, step + 1, info, opt.checkpoint_keep);
+            save_checkpoint(&model, opt.output_dir, step + 1, info, opt.checkpoint_keep, run_id);
             print0("checkpoint: step %d in %s\n", step + 1, opt.output_dir);
         }
     }

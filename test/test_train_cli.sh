@@ -164,8 +164,69 @@ expect_error "-r out of range" "from 0 to 2" -r 3
 python3 -c "
 import struct; p = '$WORK/ck/state_00000002_00000.bin'; d = bytearray(open(p,'rb').read())
 struct.pack_into('<i', d, 4 * 11, 1); open(p, 'wb').write(d)"
+: >"$WORK/ck/DONE_00000002"  # llm.c's empty DONE: no checksums, so the header check speaks
 expect_error "resume from a state file of another ZeRO stage" "zero" -e "$TINY" -i "$WORK/good.bin" -b 2 -t 16 -x 4 \
     -v 0 -o "$WORK/ck" -y 1
+
+# ---- folder ownership: one writer per -o, a fresh run never takes over or prunes another's checkpoints
+R=(-e "$TINY" -i "$WORK/good.bin" -b 2 -t 16 -v 0)
+"$BIN" "${R[@]}" -x 10 -n 2 -o "$WORK/own" >/dev/null 2>&1
+expect_error "a fresh run (-y 0, another seed) in a folder with another run's checkpoints" \
+    "holds checkpoint files (steps 2..10) of an earlier run; resume it with -y 1" "${R[@]}" -x 6 -n 2 -nk 2 --seed 7 -o "$WORK/own"
+[[ $(ls "$WORK/own" | grep -c '^DONE_') -eq 5 ]]
+check "the refused run deleted none of them (5 DONE kept)" $?
+expect_error "-x below the step it would resume from" "-x 6: the run resumed from step 10 is already past it" \
+    "${R[@]}" -x 6 -o "$WORK/own" -y 1
+grep -q "^run [0-9a-f]\{16\}$" "$WORK/own/DONE_00000010" &&
+    grep -qE "^file model_00000010.bin [0-9]+ [0-9a-f]{16}$" "$WORK/own/DONE_00000010" &&
+    grep -qE "^file state_00000010_00000.bin [0-9]+ [0-9a-f]{16}$" "$WORK/own/DONE_00000010"
+check "DONE names the run and each file's size and xxh64" $?
+# a second trainer while the first runs (real processes; the first is stopped by progress, not by time)
+"$BIN" "${R[@]}" -x 99999 -n 1 -o "$WORK/busy" >"$WORK/first" 2>&1 &
+first=$!
+until grep -q "^checkpoint: step 1 " "$WORK/first" || ! kill -0 $first 2>/dev/null; do :; done
+expect_error "a second trainer on a folder in use (-y 1)" "another trainer is writing into this folder (pid $first" \
+    "${R[@]}" -x 99999 -o "$WORK/busy" -y 1
+expect_error "a second trainer on a folder in use (-y 0)" "pid $first" "${R[@]}" -x 3 -o "$WORK/busy"
+kill -9 $first
+wait $first 2>/dev/null
+last=$(ls "$WORK/busy" | grep '^DONE_' | tail -n 1 | sed 's/^DONE_0*//')
+"$BIN" "${R[@]}" -x $((last + 1)) -o "$WORK/busy" -y 1 >"$WORK/out" 2>&1 && grep -q "resuming from step $last " "$WORK/out"
+check "once the first is gone (SIGKILL) its lock goes with it: -y 1 resumes" $?
+# two fresh trainers started at once on one new folder: exactly one runs, the other names the holder
+"$BIN" "${R[@]}" -x 3 -o "$WORK/race" >"$WORK/race1" 2>&1 & p1=$!
+"$BIN" "${R[@]}" -x 3 -o "$WORK/race" >"$WORK/race2" 2>&1 & p2=$!
+wait $p1; r1=$?
+wait $p2; r2=$?
+[[ $((r1 == 0)) -ne $((r2 == 0)) && -e "$WORK/race/DONE_00000003" ]] &&
+    cat "$WORK/race1" "$WORK/race2" | grep -qE "^error: .*(another trainer is writing into this folder|holds checkpoint files)"
+check "two trainers started together on one folder: one finishes (exits $r1, $r2), the other is refused" $?
+# orphans (model and state without DONE) older than the newest DONE are pruned, with -nk or without
+cp "$WORK/own/model_00000010.bin" "$WORK/own/model_00000003.bin"
+cp "$WORK/own/state_00000010_00000.bin" "$WORK/own/state_00000003_00000.bin"
+"$BIN" "${R[@]}" -x 12 -n 2 -o "$WORK/own" -y 1 >/dev/null 2>&1
+[[ ! -e "$WORK/own/model_00000003.bin" && ! -e "$WORK/own/state_00000003_00000.bin" && -e "$WORK/own/DONE_00000012" ]]
+check "an orphaned model/state pair older than the newest DONE is pruned" $?
+
+# checksums: a damaged newest checkpoint is skipped with a warning, the run resumes from the one before
+python3 -c "
+p = '$WORK/own/model_00000012.bin'; d = bytearray(open(p, 'rb').read()); d[2000] ^= 1; open(p, 'wb').write(d)"
+"$BIN" "${R[@]}" -x 14 -n 2 -o "$WORK/own" -y 1 >"$WORK/out" 2>"$WORK/err"
+rc=$?
+[[ $rc -eq 0 ]] && grep -q "resuming from step 10" "$WORK/out" &&
+    grep -q "^warning: checkpoint 12 not used: .*model_00000012.bin: checksum differs" "$WORK/err"
+check "a bit flipped in the newest model file: warning, fallback to step 10: $(head -1 "$WORK/err")" $?
+python3 -c "
+p = '$WORK/own/state_00000014_00000.bin'; d = bytearray(open(p, 'rb').read()); open(p, 'wb').write(d[:-4])"
+python3 -c "
+p = '$WORK/own/state_00000012_00000.bin'; d = bytearray(open(p, 'rb').read()); d[-30] ^= 4; open(p, 'wb').write(d)"
+"$BIN" "${R[@]}" -x 16 -n 2 -o "$WORK/own" -y 1 >"$WORK/out" 2>"$WORK/err"
+[[ $? -eq 0 ]] && grep -q "resuming from step 10" "$WORK/out" && [[ $(grep -c "^warning: checkpoint" "$WORK/err") -eq 2 ]]
+check "a truncated state at 14 and a flipped bit in the state at 12: two warnings, resumed from 10" $?
+rm -f "$WORK"/own/DONE_*
+printf 'gpt-trainer checkpoint 1\nrun 0123456789abcdef\nfile model_00000016.bin 12 0000000000000000\n' >"$WORK/own/DONE_00000016"
+expect_error "every complete checkpoint damaged: stop, never start over" "no complete checkpoint in .* passes its checks" \
+    "${R[@]}" -x 18 -o "$WORK/own" -y 1
 
 # sampling: the same seed gives the same text, another seed another
 sample() { "$BIN" -x 4 -v 0 -s 4 -g 12 --seed "$1" --top-k "$2" 2>/dev/null | grep "sample:"; }
