@@ -269,10 +269,34 @@ static std::vector<float> gpt2_local_values(const GPT2* model, const float* full
 }
 
 // Sizes, slices and the ZeRO-1 layout for model->config (nothing allocated).
+// Why a shape cannot be a model here, or "": every field positive, C a
+// multiple of NH, Vp >= V, and small enough that every size fits 64 bits, the
+// per-layer tables stay small, and the parameters number at most 2^40 (a
+// header or descriptor is checked before anything is allocated for it).
+static std::string model_shape_problem(const GPT2Config& c) {
+    constexpr long MAX_LAYERS = 4096, MAX_DIM = 1 << 24;
+    constexpr unsigned __int128 MAX_PARAMETERS = (unsigned __int128)1 << 40;
+    const struct { const char* name; long value, max; } fields[] = {
+        {"maxT", c.max_seq_len, MAX_DIM}, {"V", c.vocab_size, MAX_DIM}, {"Vp", c.padded_vocab_size, MAX_DIM},
+        {"L", c.num_layers, MAX_LAYERS}, {"NH", c.num_heads, MAX_DIM}, {"C", c.channels, MAX_DIM}};
+    for (const auto& f : fields)
+        if (f.value <= 0 || f.value > f.max)
+            return std::string(f.name) + "=" + std::to_string(f.value) + " is outside 1.." + std::to_string(f.max);
+    if (c.channels % c.num_heads != 0)
+        return "C=" + std::to_string(c.channels) + " is not a multiple of NH=" + std::to_string(c.num_heads);
+    if (c.padded_vocab_size < c.vocab_size)
+        return "Vp=" + std::to_string(c.padded_vocab_size) + " is below V=" + std::to_string(c.vocab_size);
+    const unsigned __int128 C = c.channels, L = c.num_layers;
+    const unsigned __int128 n = (unsigned __int128)c.padded_vocab_size * C + (unsigned __int128)c.max_seq_len * C +
+                                L * (12 * C * C + 13 * C) + 2 * C;
+    if (n > MAX_PARAMETERS) return "more than 2^40 parameters";
+    return "";
+}
+
 static void gpt2_configure(GPT2* model) {
     const GPT2Config& c = model->config;
-    if (c.channels % c.num_heads != 0)
-        FAIL("model: channels %d are not divisible by heads %d", c.channels, c.num_heads);
+    const std::string problem = model_shape_problem(c);
+    if (!problem.empty()) FAIL("model: %s", problem.c_str());
     parameter_sizes(model->param_sizes, c);
     model->num_parameters = 0;
     for (size_t s : model->param_sizes) model->num_parameters += s;
@@ -423,8 +447,9 @@ static void gpt2_init_from_descriptor(GPT2* model, const char* descriptor, uint6
 constexpr int MODEL_MAGIC = 20240326, MODEL_VERSION_FP32 = 3, MODEL_VERSION_BF16 = 5;
 
 static void gpt2_init_from_checkpoint(GPT2* model, const char* path) {
-    FILE* f = fopen(path, "rb");
-    if (!f) FAIL("%s: cannot open the checkpoint (%s)", path, strerror(errno));
+    std::string why;
+    FILE* f = fopen_regular_file(path, &why);
+    if (!f) FAIL("%s: cannot open the checkpoint (%s)", path, why.c_str());
     int header[256];
     if (fread(header, sizeof(int), 256, f) != 256) FAIL("%s: truncated checkpoint header", path);
     if (header[0] != MODEL_MAGIC) FAIL("%s: not a model checkpoint (magic %d, expected %d)", path, header[0], MODEL_MAGIC);
@@ -433,10 +458,10 @@ static void gpt2_init_from_checkpoint(GPT2* model, const char* path) {
         FAIL("%s: unsupported checkpoint version %d (3 = fp32, 5 = bf16)", path, version);
     GPT2Config& c = model->config;
     c = GPT2Config{header[2], header[3], header[7], header[4], header[5], header[6]};
-    if (c.max_seq_len <= 0 || c.vocab_size <= 0 || c.padded_vocab_size < c.vocab_size || c.num_layers <= 0 ||
-        c.num_heads <= 0 || c.channels <= 0 || c.channels % c.num_heads != 0)
-        FAIL("%s: inconsistent model shape in the header (maxT=%d V=%d Vp=%d L=%d NH=%d C=%d)", path,
-             c.max_seq_len, c.vocab_size, c.padded_vocab_size, c.num_layers, c.num_heads, c.channels);
+    const std::string problem = model_shape_problem(c);
+    if (!problem.empty())
+        FAIL("%s: not a usable model shape in the header: %s (maxT=%d V=%d Vp=%d L=%d NH=%d C=%d)", path,
+             problem.c_str(), c.max_seq_len, c.vocab_size, c.padded_vocab_size, c.num_layers, c.num_heads, c.channels);
     size_t sizes[NUM_PARAMETER_TENSORS], n = 0;
     parameter_sizes(sizes, c);
     for (size_t s : sizes) n += s;
@@ -1365,12 +1390,17 @@ static GPT2Config read_config(const char* init) {
         if (!parse_descriptor(init, &c)) FAIL("-e %s: not a model file or a model descriptor", init);
         return c;
     }
-    FILE* f = fopen(init, "rb");
+    std::string why;
+    FILE* f = fopen_regular_file(init, &why);
+    if (!f) FAIL("%s: cannot open the model file (%s)", init, why.c_str());
     int header[256];
-    if (!f || fread(header, sizeof(int), 256, f) != 256 || header[0] != MODEL_MAGIC)
-        FAIL("%s: not a model file", init);
+    const bool whole = fread(header, sizeof(int), 256, f) == 256;
     fclose(f);
-    return GPT2Config{header[2], header[3], header[7], header[4], header[5], header[6]};
+    if (!whole || header[0] != MODEL_MAGIC) FAIL("%s: not a model file", init);
+    c = GPT2Config{header[2], header[3], header[7], header[4], header[5], header[6]};
+    const std::string problem = model_shape_problem(c);
+    if (!problem.empty()) FAIL("%s: not a usable model shape in the header: %s", init, problem.c_str());
+    return c;
 }
 
 static void print_memory_plan(GPT2* model, int B, int T, int recompute) {
@@ -1440,19 +1470,47 @@ static std::unique_ptr<llmc::Tokenizer> load_tokenizer(const TrainOptions& opt, 
 }
 
 // main.log (llm.c's format) and main.jsonl (one object per event), rank 0.
+// Line-buffered: every record reaches the file in one write, whole, so a kill
+// never tears one. A resume from step S first cuts both back to what came
+// before S's evaluation: the steps up to S and the evaluations before S (the
+// run logs S's evaluation again), and drops a last line without its newline.
 struct RunLog {
     FILE* log = nullptr;
     FILE* jsonl = nullptr;
-    void open(const char* dir, bool append) {
+    void open(const char* dir, int resumed_step) {
         for (auto [file, name] : {std::pair<FILE**, const char*>{&log, "main.log"}, {&jsonl, "main.jsonl"}}) {
             const std::string path = std::string(dir) + "/" + name;
-            *file = fopen(path.c_str(), append ? "a" : "w");
+            if (resumed_step >= 0) cut_back(path, resumed_step);
+            *file = fopen(path.c_str(), resumed_step >= 0 ? "a" : "w");
             if (!*file) FAIL("%s: cannot write (%s)", path.c_str(), strerror(errno));
+            setvbuf(*file, nullptr, _IOLBF, 1 << 16);
         }
     }
     void close() {
         if (log) fclose(log);
         if (jsonl) fclose(jsonl);
+    }
+    // Whether a line of either log comes before the evaluation of step S. A
+    // train record logs the step it completed (main.log: that step - 1).
+    static bool before(const std::string& line, int S) {
+        int step = -1;
+        if (sscanf(line.c_str(), "s:%d ", &step) == 1) return step < S;
+        if (sscanf(line.c_str(), "{\"step\": %d,", &step) == 1)
+            return line.find("\"loss\"") != std::string::npos ? step <= S : step < S;
+        return false;
+    }
+    static void cut_back(const std::string& path, int S) {
+        std::string text, kept, why;
+        struct stat st;
+        if (stat(path.c_str(), &st) != 0) return;  // no log yet
+        if (!read_regular_file(path.c_str(), &text, SIZE_MAX, &why)) FAIL("%s: cannot read (%s)", path.c_str(), why.c_str());
+        for (size_t pos = 0, nl; (nl = text.find('\n', pos)) != std::string::npos; pos = nl + 1) {
+            const std::string line = text.substr(pos, nl + 1 - pos);
+            if (before(line, S)) kept += line;
+        }
+        std::string error;
+        if (!write_file_atomic(path, [&](FILE* f) { return fwrite(kept.data(), 1, kept.size(), f) == kept.size(); }, &error))
+            FAIL("%s", error.c_str());
     }
 };
 
@@ -1524,6 +1582,11 @@ static int train(int argc, char** argv) {
         FAIL("-k %s: unknown schedule (cosine, linear, constant, wsd)", opt.schedule);
     RampLRScaling ramp_lr;
     if (!parse_ramp_lr_scaling(opt.ramp_lr, &ramp_lr)) FAIL("--ramp-lr %s: none, linear or sqrt", opt.ramp_lr);
+
+    // the data is there before the model is built (minutes for a large one)
+    if (!opt.memory_plan_only)
+        for (const char* pattern : {opt.train_pattern, opt.val_pattern})
+            if (pattern) dataloader_find_shards(pattern);
 
     GPT2 model;
     model.dist = &dist;
@@ -1614,7 +1677,7 @@ static int train(int argc, char** argv) {
     const double flops_token = flops_per_token(model.num_parameters, c.num_layers, c.channels, opt.T);
 
     RunLog log;
-    if (opt.output_dir && dist.rank == 0) log.open(opt.output_dir, resume_step >= 0);
+    if (opt.output_dir && dist.rank == 0) log.open(opt.output_dir, resume_step);
     OptimizerSettings adamw;
     adamw.weight_decay = opt.weight_decay;
     adamw.grad_clip = opt.grad_clip;

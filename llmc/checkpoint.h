@@ -52,6 +52,8 @@
 #include <sys/types.h>
 #include <unistd.h>
 
+#include "llmc/regular_file.h"
+
 #define XXH_INLINE_ALL  // header-only use of Debian's libxxhash-dev: nothing to link
 #include <xxhash.h>
 
@@ -267,9 +269,10 @@ inline bool state_write(const std::string& path, const TrainingStateHeader& h, c
 // Opens a training-state file, reads and checks its header (magic, version, sane fields,
 // exact size) and returns the file positioned at the body; null with *error on failure.
 inline FILE* checkpoint_state_open_(const std::string& path, TrainingStateHeader* h, std::string* error) {
-    FILE* f = fopen(path.c_str(), "rb");
+    std::string why;
+    FILE* f = fopen_regular_file(path.c_str(), &why);
     if (!f) {
-        checkpoint_set_error_(error, path + ": cannot open the training state (" + strerror(errno) + ")");
+        checkpoint_set_error_(error, path + ": cannot open the training state (" + why + ")");
         return nullptr;
     }
     auto fail = [&](const std::string& msg) -> FILE* {
@@ -469,28 +472,11 @@ inline bool checkpoint_write_done(const std::string& dir, int step, const DoneRe
     }, error);
 }
 
-// The bytes of a small regular file; false (errno set) if it cannot be read. O_NONBLOCK:
-// a FIFO in its place must not block the open.
-inline bool checkpoint_read_small_file_(const std::string& path, std::string* text) {
-    int fd = open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
-    if (fd < 0) return false;
-    struct stat st;
-    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_size > (1 << 20)) {
-        close(fd);
-        errno = EINVAL;
-        return false;
-    }
-    text->assign((size_t)st.st_size, '\0');
-    ssize_t got = text->empty() ? 0 : read(fd, &(*text)[0], text->size());
-    close(fd);
-    return got == (ssize_t)text->size();
-}
-
 inline bool checkpoint_read_done(const std::string& dir, int step, DoneRecord* record, std::string* error) {
     const std::string path = checkpoint_done_path(dir, step);
-    std::string text;
-    if (!checkpoint_read_small_file_(path, &text)) {
-        checkpoint_set_error_(error, path + ": cannot read (" + strerror(errno) + ")");
+    std::string text, why;
+    if (!read_regular_file(path.c_str(), &text, 1 << 20, &why)) {
+        checkpoint_set_error_(error, path + ": cannot read (" + why + ")");
         return false;
     }
     *record = DoneRecord{};

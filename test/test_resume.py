@@ -8,6 +8,7 @@ wall-clock time, so the test behaves the same on a busy machine.
 
 Usage: test/test_resume.py [path/to/train_gpt]   (default build/cpu/train_gpt)
 """
+import json
 import os
 import random
 import re
@@ -34,8 +35,7 @@ def check(name, ok):
 
 
 def train_losses(run_dir):
-    """step -> loss text of main.jsonl; for a step logged twice (run again
-    after a resume) the later line, which must equal the earlier anyway."""
+    """step -> loss text of main.jsonl."""
     losses = {}
     with open(os.path.join(run_dir, "main.jsonl")) as f:
         for line in f:
@@ -150,6 +150,15 @@ def main():
     last_samples = [l for l in outputs[-1].splitlines() if "sample:" in l]
     check("the sample at step %d equals the uninterrupted run's" % STEPS,
           bool(last_samples) and last_samples[-1] == ref_samples[-1])
+    # the logs after 8 kills and resumes: every line whole, every step once
+    records = [json.loads(l) for l in open(os.path.join(run_dir, "main.jsonl"))]
+    loss_steps = [r["step"] for r in records if "loss" in r]
+    val_steps = [r["step"] for r in records if "val_loss" in r]
+    trl = [l.split()[0] for l in open(os.path.join(run_dir, "main.log")) if " trl:" in l]
+    check("main.jsonl: %d whole records, steps 1..%d once each, val at %s once each; main.log likewise"
+          % (len(records), STEPS, val_steps),
+          loss_steps == list(range(1, STEPS + 1)) and val_steps == [0, 8, 16, 24] and
+          trl == ["s:%d" % s for s in range(STEPS)])
     names = sorted(os.listdir(run_dir))
     done = [n for n in names if n.startswith("DONE_")]
     check("-nk 3 keeps the newest 3 complete checkpoints (%s), no temp files left" % " ".join(done),

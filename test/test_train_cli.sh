@@ -17,7 +17,7 @@ check() {  # check NAME CONDITION-EXIT-STATUS
 expect_error() {
     local name=$1 pattern=$2
     shift 2
-    "$BIN" "$@" >"$WORK/out" 2>"$WORK/err"
+    timeout $((300 * ${TEST_TIMEOUT_SCALE:-1})) "$BIN" "$@" >"$WORK/out" 2>"$WORK/err"  # a hang guard
     local rc=$? lines
     lines=$(wc -l <"$WORK/err")
     if [[ $rc -ne 0 && $rc -lt 128 && $lines -eq 1 ]] && grep -q "^error: .*$pattern" "$WORK/err"; then
@@ -101,6 +101,51 @@ expect_error "truncated checkpoint" "truncated" -e "$WORK/trunc.bin" -i "$WORK/g
 expect_error "checkpoint shorter than its header" "truncated checkpoint header" -e "$WORK/short.bin" -i "$WORK/good.bin"
 "$BIN" -e "$CKPT" -i "$WORK/good.bin" -b 2 -t 16 -x 1 -v 0 >/dev/null 2>&1
 check "the written checkpoint loads and trains" $?
+
+# a FIFO (or any non-regular file) as an input is refused, never waited on
+mkfifo "$WORK/fifo"
+expect_error "a FIFO as -i" "fifo: not a regular file" -e "$TINY" -i "$WORK/fifo" -b 2 -t 16
+expect_error "a FIFO as -j" "fifo: not a regular file" -e "$TINY" -i "$WORK/good.bin" -j "$WORK/fifo" -b 2 -t 16
+expect_error "a FIFO as -e" "fifo: cannot open the checkpoint (not a regular file)" -e "$WORK/fifo" -i "$WORK/good.bin"
+expect_error "a FIFO as -e with --memory-plan 1" "fifo: cannot open the model file (not a regular file)" -e "$WORK/fifo" --memory-plan 1
+expect_error "a FIFO as --tokenizer" "fifo: cannot open: not a regular file" -e "$TINY" -i "$WORK/good.bin" -b 2 -t 16 -x 1 \
+    -s 1 --tokenizer "$WORK/fifo"
+expect_error "a FIFO as --hellaswag-file" "fifo: cannot open: not a regular file" -e "$TINY" -i "$WORK/good.bin" -t 16 -x 1 \
+    -h 1 --hellaswag-file "$WORK/fifo"
+"$BIN" -e "$TINY" -i "$WORK/good.bin" -b 2 -t 16 -x 1 -v 0 -o "$WORK/fifock" >/dev/null 2>&1
+mv "$WORK/fifock/state_00000001_00000.bin" "$WORK/state.bin" && mkfifo "$WORK/fifock/state_00000001_00000.bin"
+expect_error "a FIFO as the state file to resume from" "not a regular file" -e "$TINY" -i "$WORK/good.bin" -b 2 -t 16 -x 2 \
+    -v 0 -o "$WORK/fifock" -y 1
+
+# -o whose parent is missing or a file; the data is checked before the model is built; a path with [ ] in it
+expect_error "-o in a missing folder" "-o $WORK/no/such/run: cannot create the folder: $WORK/no/such does not exist" \
+    -e "$TINY" -i "$WORK/good.bin" -o "$WORK/no/such/run"
+expect_error "-o inside a file" "-o $WORK/good.bin/run: cannot create the folder in $WORK/good.bin (Not a directory)" \
+    -e "$TINY" -i "$WORK/good.bin" -o "$WORK/good.bin/run"
+expect_error "a missing -i is found before the model is opened (here a FIFO as -e)" "missing_\*.bin: no file matches" \
+    -e "$WORK/fifo" -i "$WORK/missing_*.bin"
+cp "$WORK/good.bin" "$WORK/shard[1].bin"
+"$BIN" -e "$TINY" -i "$WORK/shard[1].bin" -b 2 -t 16 -x 1 -v 0 >"$WORK/out" 2>&1
+check "an existing shard whose name has [ ] in it is used as it is" $?
+
+# model headers are checked field by field before anything is allocated, --memory-plan included
+header() {  # header NAME maxT V L NH C Vp: an llm.c bf16 model header without a body
+    python3 -c "import struct, sys; open(sys.argv[1], 'wb').write(struct.pack('<256i', 20240326, 5, *map(int, sys.argv[2:]), *[0] * 248))" \
+        "$WORK/$1" "${@:2}"
+}
+header nh0.bin 64 256 2 0 64 256
+header cneg.bin 64 256 2 4 -64 256
+header deep.bin 64 256 16777216 1 1 256
+header cnh.bin 64 256 2 3 64 256
+header huge.bin 1024 50257 4096 128 16777216 50304
+expect_error "NH=0 in a header (--memory-plan 1; was SIGFPE)" "nh0.bin: .*NH=0 is outside 1..16777216" -e "$WORK/nh0.bin" --memory-plan 1 -b 1 -t 64
+expect_error "C<0 in a header (--memory-plan 1; printed absurd sizes)" "cneg.bin: .*C=-64 is outside" -e "$WORK/cneg.bin" --memory-plan 1 -b 1 -t 64
+expect_error "L=16777216 in a header (--memory-plan 1; ran for hours)" "deep.bin: .*L=16777216 is outside 1..4096" \
+    -e "$WORK/deep.bin" --memory-plan 1 -b 1 -t 64
+expect_error "C not a multiple of NH in a header" "cnh.bin: .*C=64 is not a multiple of NH=3" -e "$WORK/cnh.bin" -i "$WORK/good.bin"
+expect_error "a header of more than 2^40 parameters" "huge.bin: .*more than 2\^40 parameters" -e "$WORK/huge.bin" --memory-plan 1 -b 1 -t 64
+expect_error "a descriptor with C not a multiple of H" "model: C=30 is not a multiple of NH=4" -e "L=1,C=30,H=4,V=256,maxT=32" \
+    -i "$WORK/good.bin"
 
 # shapes and batch arithmetic
 expect_error "T > maxT" "-t 64 exceeds the model's maximum sequence length 32" -e "$TINY" -i "$WORK/good.bin" -t 64
