@@ -17,9 +17,14 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cfloat>
+#include <atomic>
+#include <chrono>
 #include <climits>
+#include <csignal>
 #include <cstring>
+#include <mutex>
 #include <set>
+#include <thread>
 #include <string>
 #include <type_traits>
 #include <variant>
@@ -1176,6 +1181,7 @@ struct TrainOptions {
     const char* ramp_lr;
     int skip_nonfinite;
     int memory_plan_only;
+    float stall_timeout;        // 0: automatic
 };
 
 // The one table of the flags: parsing, the defaults and --help come from it
@@ -1260,6 +1266,9 @@ static const Flag FLAGS[] = {
     {"--memory-plan", &TrainOptions::memory_plan_only, "<0|1>", 0, 1, "0", "1: print the device memory plan and exit",
      nullptr},
     {"-a", &TrainOptions::overfit_single_batch, "<0|1>", 0, 1, "0", "overfit the first batch", nullptr},
+    {"--stall-timeout", &TrainOptions::stall_timeout, "<float>", 0, FLOAT_TOP, "0",
+     "seconds a step, evaluation, checkpoint or collective may take before every rank\nstops the job "
+     "(0: 10 x the median step time, at least 600)", "reliability"},
 };
 
 static void print_usage(const char* program) {
@@ -1542,6 +1551,87 @@ static void refuse_foreign_checkpoints(const char* dir, const Distributed* d) {
          dir, steps.front(), steps.back());
 }
 
+// ---- stopping cleanly, and never hanging ----------------------------------
+// SIGTERM (Slurm's warning before preemption), SIGINT and SIGUSR1 ask the run
+// to stop after the current step with a checkpoint; a second one ends it at
+// once. SIGXFSZ is ignored so that a file-size limit fails the write with
+// EFBIG, which the writers report as one error line (earlier checkpoints stay).
+static volatile sig_atomic_t g_stop_signal = 0;
+
+static void on_stop_signal(int sig) {
+    if (g_stop_signal) {  // the second: at once
+        signal(sig, SIG_DFL);
+        raise(sig);
+        return;
+    }
+    g_stop_signal = sig;
+}
+
+static void install_signal_handlers() {
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_stop_signal;
+    sa.sa_flags = SA_RESTART;
+    sigemptyset(&sa.sa_mask);
+    for (int sig : {SIGTERM, SIGINT, SIGUSR1}) sigaction(sig, &sa, nullptr);
+    signal(SIGXFSZ, SIG_IGN);
+}
+
+// Whether any rank got a stop signal (every rank asks at the same point of
+// every step, so they all stop after the same step).
+static bool stop_requested(const Distributed* d) { return host_sum(g_stop_signal ? 1 : 0, d) > 0; }
+
+// A thread that ends the job when the main thread makes no progress (a step,
+// an evaluation, a checkpoint, or a collective in one, waiting for a rank that
+// is stopped or gone) for longer than the stall timeout: this rank prints what
+// it was doing and exits, and the launcher then ends the other ranks.
+class Watchdog {
+  public:
+    Watchdog(int rank, double fixed_timeout_s) : rank_(rank), fixed_(fixed_timeout_s) {
+        std::thread([this] { watch(); }).detach();
+    }
+    void mark(const std::string& what) {
+        std::lock_guard<std::mutex> lock(mu_);
+        what_ = what;
+        since_ = std::chrono::steady_clock::now();
+        armed_ = true;
+    }
+    // Automatic timeout: 10 x the median of the recent step times, at least 600 s.
+    void step_took(double ms) {
+        std::lock_guard<std::mutex> lock(mu_);
+        recent_ms_.push_back(ms);
+        if (recent_ms_.size() > 99) recent_ms_.erase(recent_ms_.begin());
+    }
+
+  private:
+    double timeout_s() const {  // (mu_ held)
+        if (fixed_ > 0) return fixed_;
+        std::vector<double> r = recent_ms_;
+        if (r.empty()) return 600;
+        std::nth_element(r.begin(), r.begin() + r.size() / 2, r.end());
+        return std::max(600.0, 10 * r[r.size() / 2] / 1000);
+    }
+    void watch() {
+        for (;;) {
+            std::this_thread::sleep_for(std::chrono::milliseconds(250));
+            std::lock_guard<std::mutex> lock(mu_);
+            const double idle = std::chrono::duration<double>(std::chrono::steady_clock::now() - since_).count();
+            if (!armed_ || idle <= timeout_s()) continue;
+            fprintf(stderr, "error: rank %d: no progress for %.0f s (--stall-timeout %.0f) during %s: another rank may be "
+                    "stopped or gone; ending the job\n", rank_, idle, timeout_s(), what_.c_str());
+            fflush(stderr);
+            _exit(EXIT_FAILURE);
+        }
+    }
+    const int rank_;
+    const double fixed_;
+    std::mutex mu_;
+    std::string what_;
+    std::chrono::steady_clock::time_point since_;
+    bool armed_ = false;
+    std::vector<double> recent_ms_;
+};
+
 // What ZeRO-1 saves: master weights, m and v (12 bytes per parameter) live on
 // one rank in N, plus a gradient shard of 4 bytes per owned element.
 static void print_optimizer_memory(const GPT2& model) {
@@ -1573,6 +1663,7 @@ static int train(int argc, char** argv) {
     Distributed dist;
     distributed_init(&dist, &argc, &argv);
     g_dist = &dist;
+    install_signal_handlers();
     const int N = dist.num_processes;
     std::set<std::string> given;
     TrainOptions opt = parse_options(argc, argv, &given);
@@ -1690,8 +1781,25 @@ static int train(int argc, char** argv) {
     double recent_ms = 0;  // mean step time, for the ETA
     int timed_steps = 0;
 
+    Watchdog& watchdog = *new Watchdog(dist.rank, opt.stall_timeout);  // (kept until exit, with its thread)
+    int saved_step = -1;
+    auto checkpoint_at = [&](int s) {
+        watchdog.mark("the checkpoint of step " + std::to_string(s));
+        const ResumeInfo info{RESUME_MAGIC, model.adam_step, dataloader_position(&train_loader), initial_gap};
+        save_checkpoint(&model, opt.output_dir, s, info, opt.checkpoint_keep, run_id);
+        saved_step = s;
+        print0("checkpoint: step %d in %s\n", s, opt.output_dir);
+    };
     for (int step = start_step; step <= steps; step++) {
         const bool last = step == steps;
+        watchdog.mark("the stop-signal check before step " + std::to_string(step + 1));
+        if (step > start_step && !last && stop_requested(&dist)) {
+            if (opt.output_dir && saved_step != step) checkpoint_at(step);
+            print0("stopped by a signal after step %d%s\n", step,
+                   opt.output_dir ? "; resume with -y 1" : " (no -o: nothing saved)");
+            break;
+        }
+        watchdog.mark("the evaluation or sample at step " + std::to_string(step));
         if (opt.val_pattern && opt.val_every > 0 && (step % opt.val_every == 0 || last)) {
             const double val_loss = evaluate(&model, &val_loader, opt.val_batches);
             if (has_floor) {
@@ -1731,6 +1839,7 @@ static int train(int argc, char** argv) {
             memcpy(&targets[micro_step * micro_tokens], train_loader.targets + mine, micro_tokens * sizeof(int));
         }
         const float lr = (float)(scheduler.at(step) * ramp.lr_factor(step));
+        watchdog.mark("step " + std::to_string(step + 1) + " (forward, backward, gradient all-reduce, AdamW)");
         cudaCheck(cudaEventRecord(start, model.stream));
         StepResult r = train_step(&model, StepBatch{inputs.data(), targets.data(), step_accum, global_targets}, lr, adamw);
         cudaCheck(cudaEventRecord(end, model.stream));
@@ -1746,6 +1855,7 @@ static int train(int argc, char** argv) {
             print0("step %4d/%d | loss %f | norm %f | skipped: not finite\n", step + 1, steps, r.loss, r.grad_norm);
             continue;
         }
+        watchdog.step_took(ms);
         const long step_tokens = ramp.tokens(step);
         recent_ms = timed_steps == 0 ? ms : 0.9 * recent_ms + 0.1 * ms;
         timed_steps++;
@@ -1761,14 +1871,9 @@ static int train(int argc, char** argv) {
             fprintf(log.jsonl, "{\"step\": %d, \"loss\": %.9g, \"norm\": %.9g, \"lr\": %.9g, \"tokens_per_step\": %ld, "
                     "\"ms\": %.3f, \"tok_per_s\": %.1f}\n", step + 1, r.loss, r.grad_norm, lr, step_tokens, ms, tok_per_s);
         const bool checkpoint_due = opt.checkpoint_every > 0 && (step + 1) % opt.checkpoint_every == 0;
-        if (opt.output_dir && (checkpoint_due || step + 1 == steps)) {
-            if (log.log) fflush(log.log);
-            if (log.jsonl) fflush(log.jsonl);
-            const ResumeInfo info{RESUME_MAGIC, model.adam_step, dataloader_position(&train_loader), initial_gap};
-            save_checkpoint(&model, opt.output_dir, step + 1, info, opt.checkpoint_keep, run_id);
-            print0("checkpoint: step %d in %s\n", step + 1, opt.output_dir);
-        }
+        if (opt.output_dir && (checkpoint_due || step + 1 == steps)) checkpoint_at(step + 1);
     }
+    watchdog.mark("the end of the run");
     log.close();
     cudaCheck(cudaEventDestroy(start));
     cudaCheck(cudaEventDestroy(end));

@@ -61,7 +61,8 @@ if documented != offered:
     print("README only:", sorted(documented - offered), "--help only:", sorted(offered - documented))
     sys.exit(1)
 PY
-check "README.md's flag table has exactly the flags and value forms of --help ($(grep -c '^  -' "$WORK/help") flags)" $?
+ok=$?  # (before the message's $(...) resets $?)
+check "README.md's flag table has exactly the flags and value forms of --help ($(grep -c '^  -' "$WORK/help") flags)" $ok
 
 expect_error "unknown flag" "unknown flag -Z" -Z 1
 # every number whole, in range, in its type: no wrap-around, no empty value, no trailing text, no underflow
@@ -200,7 +201,8 @@ check "the checkpoint before the NaN is complete and kept; none written after it
 "$BIN" -e "$TINY" -i "$WORK/good.bin" -b 2 -t 16 -x 6 -l 1e30 --grad-clip 0 -v 0 --skip-nonfinite 1 >"$WORK/out" 2>&1
 rc=$?
 [[ $rc -eq 0 ]] && grep -q "skipped: not finite" "$WORK/out"
-check "--skip-nonfinite 1 skips the non-finite steps and finishes ($(grep -c 'skipped' "$WORK/out") skipped)" $?
+ok=$?
+check "--skip-nonfinite 1 skips the non-finite steps and finishes ($(grep -c 'skipped' "$WORK/out") skipped)" $ok
 expect_error "-y without -o" "needs the run's -o" -y 1
 expect_error "-r out of range" "from 0 to 2" -r 3
 
@@ -260,7 +262,8 @@ p = '$WORK/own/model_00000012.bin'; d = bytearray(open(p, 'rb').read()); d[2000]
 rc=$?
 [[ $rc -eq 0 ]] && grep -q "resuming from step 10" "$WORK/out" &&
     grep -q "^warning: checkpoint 12 not used: .*model_00000012.bin: checksum differs" "$WORK/err"
-check "a bit flipped in the newest model file: warning, fallback to step 10: $(head -1 "$WORK/err")" $?
+ok=$?
+check "a bit flipped in the newest model file: warning, fallback to step 10: $(head -1 "$WORK/err")" $ok
 python3 -c "
 p = '$WORK/own/state_00000014_00000.bin'; d = bytearray(open(p, 'rb').read()); open(p, 'wb').write(d[:-4])"
 python3 -c "
@@ -272,6 +275,38 @@ rm -f "$WORK"/own/DONE_*
 printf 'gpt-trainer checkpoint 1\nrun 0123456789abcdef\nfile model_00000016.bin 12 0000000000000000\n' >"$WORK/own/DONE_00000016"
 expect_error "every complete checkpoint damaged: stop, never start over" "no complete checkpoint in .* passes its checks" \
     "${R[@]}" -x 18 -o "$WORK/own" -y 1
+
+# signals: SIGTERM stops after the current step with a checkpoint and exit 0; a second signal
+# ends the run at once; a file-size limit (SIGXFSZ) is one error line, earlier checkpoints kept
+"$BIN" "${R[@]}" -x 99999 -o "$WORK/sigterm" >"$WORK/sig1" 2>&1 &
+pid=$!
+until grep -qE "^step +2/" "$WORK/sig1" 2>/dev/null || ! kill -0 $pid 2>/dev/null; do :; done
+kill -TERM $pid
+wait $pid
+rc=$?
+n=$(grep -o "stopped by a signal after step [0-9]*" "$WORK/sig1" | grep -o "[0-9]*$")
+[[ $rc -eq 0 && -n $n && -e "$WORK/sigterm/DONE_$(printf %08d "$n")" ]] && grep -q "resume with -y 1" "$WORK/sig1"
+check "SIGTERM: stops after step ${n:-?} with its checkpoint, exit $rc" $?
+"$BIN" "${R[@]}" -x 99999 -o "$WORK/sigtwice" >"$WORK/sig2" 2>&1 &
+pid=$!
+until grep -qE "^step +2/" "$WORK/sig2" 2>/dev/null || ! kill -0 $pid 2>/dev/null; do :; done
+kill -STOP $pid && kill -TERM $pid && kill -INT $pid && kill -CONT $pid  # both pending, then delivered together
+wait $pid
+rc=$?
+[[ $rc -gt 128 ]] && ! grep -q "stopped by a signal" "$WORK/sig2"
+check "a second signal ends the run at once (exit $rc, by the signal)" $?
+# (the limit is set on the running trainer, after MPI's start-up, which a limit would break)
+"$BIN" "${R[@]}" -x 99999 -n 1 -o "$WORK/fsz" >"$WORK/out" 2>"$WORK/err" &
+pid=$!
+until grep -qE "^step +3/" "$WORK/out" 2>/dev/null || ! kill -0 $pid 2>/dev/null; do :; done
+prlimit --pid $pid --fsize=100000
+wait $pid
+rc=$?
+[[ $rc -eq 1 && $(wc -l <"$WORK/err") -eq 1 ]] && grep -q "^error: .*File too large" "$WORK/err" &&
+    ! ls "$WORK/fsz" | grep -q '\.tmp$' && last=$(ls "$WORK/fsz" | grep '^DONE_' | tail -n 1 | sed 's/^DONE_0*//') &&
+    "$BIN" "${R[@]}" -x $((last + 1)) -o "$WORK/fsz" -y 1 2>&1 | grep -q "resuming from step $last "
+ok=$?
+check "a file-size limit: one error line, exit $rc (not SIGXFSZ), no .tmp, the last complete checkpoint (${last:-?}) resumes: $(cat "$WORK/err")" $ok
 
 # sampling: the same seed gives the same text, another seed another
 sample() { "$BIN" -x 4 -v 0 -s 4 -g 12 --seed "$1" --top-k "$2" 2>/dev/null | grep "sample:"; }
@@ -321,7 +356,8 @@ PY
 hs() { "$BIN" -x 2 -v 2 -h 1 --hellaswag-file "$WORK/hs.bin" 2>&1 | grep "HellaSwag accuracy"; }
 h1=$(hs) h2=$(hs)
 [[ $(echo "$h1" | wc -l) -eq 2 && "$h1" == "$h2" ]] && echo "$h1" | grep -q "(10 of 10 examples fit T=64)"
-check "-h 1: HellaSwag accuracy at steps 0 and 2, the same in two runs: $(echo $h1 | tr '\n' ' ')" $?
+ok=$?
+check "-h 1: HellaSwag accuracy at steps 0 and 2, the same in two runs: $(echo $h1 | tr '\n' ' ')" $ok
 expect_error "-h 1 with a token id beyond the model's vocabulary" "hs.bin" -e "L=1,C=32,H=2,V=100,maxT=64" -i "$WORK/small_v.bin" -t 16 -x 1 -h 1 \
     --hellaswag-file "$WORK/hs.bin"
 
@@ -329,7 +365,8 @@ expect_error "-h 1 with a token id beyond the model's vocabulary" "hs.bin" -e "L
 "$BIN" -e d12 -b 8 -t 1024 --memory-plan 1 >"$WORK/plan" 2>&1
 grep -q "memory plan per rank (B=8, T=1024" "$WORK/plan" && grep -q "fp32 gradients" "$WORK/plan" &&
     grep -q "activations (B x T x C x L)" "$WORK/plan" && grep -q "^  total" "$WORK/plan"
-check "--memory-plan 1 prints the plan of d12 and exits: $(grep '^  total' "$WORK/plan" | tr -s ' ')" $?
+ok=$?
+check "--memory-plan 1 prints the plan of d12 and exits: $(grep '^  total' "$WORK/plan" | tr -s ' ')" $ok
 "$BIN" -e d12 -b 8 -t 1024 -r 2 --memory-plan 1 >"$WORK/plan2" 2>&1
 a0=$(grep "activations" "$WORK/plan" | awk '{print $(NF-1)}') a2=$(grep "activations" "$WORK/plan2" | awk '{print $(NF-1)}')
 awk "BEGIN{exit !($a2 < $a0)}"
@@ -350,7 +387,8 @@ CPUCUDA_DEVICE_MEMORY_MB=$auto_mb "$BIN" "${AUTO[@]}" -b $((2 * b)) >"$WORK/auto
 rc2=$?
 [[ $rc -eq 0 && $b -ge 1 && $rc2 -ne 0 ]] && grep -q "^error: out of device memory" "$WORK/auto2" &&
     [[ $batch == "batch: B=$b x T=$auto_t x N=1 x A=$((auto_d / auto_t / b)) = $auto_d tokens per step" ]]
-check "-b auto on $auto_mb MiB: $batch; B=$((2 * b)) runs out of memory" $?
+ok=$?
+check "-b auto on $auto_mb MiB: $batch; B=$((2 * b)) runs out of memory" $ok
 
 echo "test_train_cli: $passed passed, $failed failed"
 [[ $failed -eq 0 ]]
