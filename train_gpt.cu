@@ -1035,6 +1035,16 @@ static ResumeInfo load_checkpoint(GPT2* model, const std::string& dir, int step)
     // (skipped non-finite steps leave the AdamW step behind the step, never ahead)
     if (info.adam_step < 0 || info.adam_step > step)
         FAIL("%s: AdamW step %d is outside 0..%d, the checkpoint's step", state_path.c_str(), info.adam_step, step);
+    if (model->zero_stage == 0) {  // every rank holds the same replica: a differing one would train apart
+        XXH64_state_t h;
+        XXH64_reset(&h, 0);
+        for (const std::vector<float>* a : {&m, &v, &master}) XXH64_update(&h, a->data(), a->size() * sizeof(float));
+        const uint64_t mine = XXH64_digest(&h);
+        const std::vector<uint64_t> all = host_all_gather(&mine, 1, d);
+        for (int r = 1; r < d->num_processes; r++)
+            if (all[r] != all[0])
+                FAIL("%s: ZeRO-0 replicas differ: the optimizer state of rank %d is not rank 0's", state_path.c_str(), r);
+    }
     cudaCheck(cudaMemcpy(model->adam_m, m.data(), local * sizeof(float), cudaMemcpyHostToDevice));
     cudaCheck(cudaMemcpy(model->adam_v, v.data(), local * sizeof(float), cudaMemcpyHostToDevice));
     cudaCheck(cudaMemcpy(model->master_weights, master.data(), local * sizeof(float), cudaMemcpyHostToDevice));
