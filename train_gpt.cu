@@ -10,14 +10,24 @@
 // of unmasked targets in the whole global batch, so the sum in the buffer is
 // exactly the gradient of the big-batch mean loss, however the batch is split.
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <cfloat>
+#include <atomic>
+#include <chrono>
+#include <climits>
+#include <csignal>
 #include <cstring>
+#include <mutex>
 #include <set>
+#include <thread>
 #include <string>
+#include <type_traits>
+#include <variant>
 #include <vector>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -271,10 +281,34 @@ static std::vector<float> gpt2_local_values(const GPT2* model, const float* full
 }
 
 // Sizes, slices and the ZeRO-1 layout for model->config (nothing allocated).
+// Why a shape cannot be a model here, or "": every field positive, C a
+// multiple of NH, Vp >= V, and small enough that every size fits 64 bits, the
+// per-layer tables stay small, and the parameters number at most 2^40 (a
+// header or descriptor is checked before anything is allocated for it).
+static std::string model_shape_problem(const GPT2Config& c) {
+    constexpr long MAX_LAYERS = 4096, MAX_DIM = 1 << 24;
+    constexpr unsigned __int128 MAX_PARAMETERS = (unsigned __int128)1 << 40;
+    const struct { const char* name; long value, max; } fields[] = {
+        {"maxT", c.max_seq_len, MAX_DIM}, {"V", c.vocab_size, MAX_DIM}, {"Vp", c.padded_vocab_size, MAX_DIM},
+        {"L", c.num_layers, MAX_LAYERS}, {"NH", c.num_heads, MAX_DIM}, {"C", c.channels, MAX_DIM}};
+    for (const auto& f : fields)
+        if (f.value <= 0 || f.value > f.max)
+            return std::string(f.name) + "=" + std::to_string(f.value) + " is outside 1.." + std::to_string(f.max);
+    if (c.channels % c.num_heads != 0)
+        return "C=" + std::to_string(c.channels) + " is not a multiple of NH=" + std::to_string(c.num_heads);
+    if (c.padded_vocab_size < c.vocab_size)
+        return "Vp=" + std::to_string(c.padded_vocab_size) + " is below V=" + std::to_string(c.vocab_size);
+    const unsigned __int128 C = c.channels, L = c.num_layers;
+    const unsigned __int128 n = (unsigned __int128)c.padded_vocab_size * C + (unsigned __int128)c.max_seq_len * C +
+                                L * (12 * C * C + 13 * C) + 2 * C;
+    if (n > MAX_PARAMETERS) return "more than 2^40 parameters";
+    return "";
+}
+
 static void gpt2_configure(GPT2* model) {
     const GPT2Config& c = model->config;
-    if (c.channels % c.num_heads != 0)
-        FAIL("model: channels %d are not divisible by heads %d", c.channels, c.num_heads);
+    const std::string problem = model_shape_problem(c);
+    if (!problem.empty()) FAIL("model: %s", problem.c_str());
     parameter_sizes(model->param_sizes, c);
     model->num_parameters = 0;
     for (size_t s : model->param_sizes) model->num_parameters += s;
@@ -425,8 +459,9 @@ static void gpt2_init_from_descriptor(GPT2* model, const char* descriptor, uint6
 constexpr int MODEL_MAGIC = 20240326, MODEL_VERSION_FP32 = 3, MODEL_VERSION_BF16 = 5;
 
 static void gpt2_init_from_checkpoint(GPT2* model, const char* path) {
-    FILE* f = fopen(path, "rb");
-    if (!f) FAIL("%s: cannot open the checkpoint (%s)", path, strerror(errno));
+    std::string why;
+    FILE* f = fopen_regular_file(path, &why);
+    if (!f) FAIL("%s: cannot open the checkpoint (%s)", path, why.c_str());
     int header[256];
     if (fread(header, sizeof(int), 256, f) != 256) FAIL("%s: truncated checkpoint header", path);
     if (header[0] != MODEL_MAGIC) FAIL("%s: not a model checkpoint (magic %d, expected %d)", path, header[0], MODEL_MAGIC);
@@ -435,10 +470,10 @@ static void gpt2_init_from_checkpoint(GPT2* model, const char* path) {
         FAIL("%s: unsupported checkpoint version %d (3 = fp32, 5 = bf16)", path, version);
     GPT2Config& c = model->config;
     c = GPT2Config{header[2], header[3], header[7], header[4], header[5], header[6]};
-    if (c.max_seq_len <= 0 || c.vocab_size <= 0 || c.padded_vocab_size < c.vocab_size || c.num_layers <= 0 ||
-        c.num_heads <= 0 || c.channels <= 0 || c.channels % c.num_heads != 0)
-        FAIL("%s: inconsistent model shape in the header (maxT=%d V=%d Vp=%d L=%d NH=%d C=%d)", path,
-             c.max_seq_len, c.vocab_size, c.padded_vocab_size, c.num_layers, c.num_heads, c.channels);
+    const std::string problem = model_shape_problem(c);
+    if (!problem.empty())
+        FAIL("%s: not a usable model shape in the header: %s (maxT=%d V=%d Vp=%d L=%d NH=%d C=%d)", path,
+             problem.c_str(), c.max_seq_len, c.vocab_size, c.padded_vocab_size, c.num_layers, c.num_heads, c.channels);
     size_t sizes[NUM_PARAMETER_TENSORS], n = 0;
     parameter_sizes(sizes, c);
     for (size_t s : sizes) n += s;
@@ -494,15 +529,29 @@ static std::vector<float> gpt2_master_weights(GPT2* model) {
 // Writes the weights the model computes with (version 5 = bf16, or 3 in the
 // fp32 build; the fp32 master weights go to the state files) through a
 // temporary file, fsync and rename: an existing file is never half overwritten.
-static bool gpt2_write_model_file(const GPT2* model, const std::string& path, std::string* error) {
+template <class T>
+static bool all_finite(const std::vector<T>& values) {
+    for (const T& x : values)
+        if (!std::isfinite(to_float(x))) return false;
+    return true;
+}
+
+// A model whose weights are not all finite (a bf16 rounding can overflow to
+// Inf) is refused: the error names it and nothing is written.
+static bool gpt2_write_model_file(const GPT2* model, const std::string& path, CheckpointFile* written,
+                                  std::string* error) {
     std::vector<floatX> weights(model->num_parameters);
     cudaCheck(cudaMemcpy(weights.data(), model->params_memory, weights.size() * sizeof(floatX), cudaMemcpyDeviceToHost));
+    if (!all_finite(weights)) {
+        *error = path + ": the model's weights hold Inf or NaN; not written";
+        return false;
+    }
     const GPT2Config& c = model->config;
     int header[256] = {MODEL_MAGIC, sizeof(floatX) == 2 ? MODEL_VERSION_BF16 : MODEL_VERSION_FP32, c.max_seq_len,
                        c.vocab_size, c.num_layers, c.num_heads, c.channels, c.padded_vocab_size};
-    return write_file_atomic(path, [&](FILE* f) {
-        return fwrite(header, 4, 256, f) == 256 && fwrite(weights.data(), sizeof(floatX), weights.size(), f) == weights.size();
-    }, error);
+    return write_file_hashed(path, [&](HashingWriter& w) {
+        return w.put(header, 4, 256) && w.put(weights.data(), sizeof(floatX), weights.size());
+    }, written, error);
 }
 
 // ---- documents ----------------------------------------------------------------
@@ -932,12 +981,6 @@ struct ResumeInfo {
 };
 constexpr uint32_t RESUME_MAGIC = 0x47505452;  // "RTPG"
 
-template <class T>
-static bool all_finite(const std::vector<T>& values) {
-    for (const T& x : values)
-        if (!std::isfinite(to_float(x))) return false;
-    return true;
-}
 
 static std::vector<float> device_to_host(const float* d, size_t n) {
     std::vector<float> h(n);
@@ -946,8 +989,13 @@ static std::vector<float> device_to_host(const float* d, size_t n) {
 }
 
 // Every rank calls it. Refuses (one error line, nothing written) when any
-// weight or moment is not finite, so earlier checkpoints stay the newest.
-static void save_checkpoint(GPT2* model, const std::string& dir, int step, const ResumeInfo& info, int keep_last) {
+// weight or moment is not finite, so earlier checkpoints stay the newest. A
+// DONE of this step from before (a resume that fell back past it) goes first:
+// it must never vouch for files being rewritten. The new DONE lists every
+// file's size and hash, and run_id, the owner; only the owner's older
+// checkpoints are pruned.
+static void save_checkpoint(GPT2* model, const std::string& dir, int step, const ResumeInfo& info, int keep_last,
+                            const std::string& run_id) {
     const Distributed* d = model->dist;
     const size_t local = model->optimizer_elements;
     const std::vector<float> m = device_to_host(model->adam_m, local), v = device_to_host(model->adam_v, local);
@@ -955,17 +1003,63 @@ static void save_checkpoint(GPT2* model, const std::string& dir, int step, const
     if (!all_finite(m) || !all_finite(v) || !all_finite(master))
         FAIL("step %d: the optimizer state holds Inf or NaN; no checkpoint written (the earlier ones are kept)", step);
     std::string error;
-    mkdir(dir.c_str(), 0755);
-    if (d->rank == 0 && !gpt2_write_model_file(model, checkpoint_model_path(dir, step), &error)) FAIL("%s", error.c_str());
+    CheckpointFile model_file, state_file;
+    if (d->rank == 0) {
+        if (unlink(checkpoint_done_path(dir, step).c_str()) == 0) fsync_directory(dir);
+        if (!gpt2_write_model_file(model, checkpoint_model_path(dir, step), &model_file, &error))
+            FAIL("step %d: %s (the earlier checkpoints are kept)", step, error.c_str());
+    }
+    host_barrier(d);  // no stale DONE of this step is left
     const TrainingStateHeader h{d->num_processes, d->rank, 0, step, model->zero_stage, local, model->num_parameters,
                                 sizeof(ResumeInfo)};
-    if (!state_write(checkpoint_state_path(dir, step, d->rank), h, m.data(), v.data(), master.data(), &info, &error))
+    if (!state_write(checkpoint_state_path(dir, step, d->rank), h, m.data(), v.data(), master.data(), &info, &error,
+                     &state_file))
         FAIL("%s", error.c_str());
-    host_barrier(d);  // every rank's files are durable
+    const uint64_t mine[2] = {state_file.bytes, state_file.xxh64};
+    const std::vector<uint64_t> states = host_all_gather(mine, 2, d);  // also: every rank's file is durable
     if (d->rank == 0) {
-        if (!checkpoint_write_done(dir, step, &error)) FAIL("%s", error.c_str());
-        checkpoint_prune(dir, keep_last, d->num_processes);
+        DoneRecord done{run_id, {model_file}};
+        for (int r = 0; r < d->num_processes; r++) {
+            const std::string path = checkpoint_state_path(dir, step, r);
+            done.files.push_back(CheckpointFile{path.substr(dir.size() + 1), states[2 * r], states[2 * r + 1]});
+        }
+        if (!checkpoint_write_done(dir, step, done, &error)) FAIL("%s", error.c_str());
+        checkpoint_prune(dir, keep_last, run_id);
     }
+}
+
+// The newest complete checkpoint of dir whose model file and this rank's state
+// file match their DONE's sizes and hashes on every rank; a damaged one is
+// skipped with a warning line, falling back to the one before. -1: none is
+// complete. All ranks take the same step (rank 0's list, checks agreed).
+static int choose_resume_step(const std::string& dir, const Distributed* d, std::string* run_id) {
+    const std::vector<int> steps = d->rank == 0 ? checkpoint_complete_steps(dir) : std::vector<int>();
+    const int count = (int)host_sum(steps.size(), d);
+    std::vector<std::string> skipped;  // printed once a checkpoint is chosen
+    for (int i = 0; i < count; i++) {
+        const int step = (int)host_sum(d->rank == 0 ? steps[i] : 0, d);
+        DoneRecord done;
+        std::string problem;
+        if (checkpoint_read_done(dir, step, &done, &problem)) {
+            const std::string mine[] = {checkpoint_model_path(dir, step), checkpoint_state_path(dir, step, d->rank)};
+            DoneRecord check{done.run_id, {}};
+            for (const CheckpointFile& f : done.files)
+                for (const std::string& path : mine)
+                    if (path == dir + "/" + f.name) check.files.push_back(f);
+            checkpoint_verify_files(dir, check, &problem);
+        }
+        if (host_sum(problem.empty() ? 0 : 1, d) == 0) {
+            for (const std::string& w : skipped) fprintf(stderr, "warning: %s; falling back\n", w.c_str());
+            *run_id = done.run_id;
+            return step;
+        }
+        // (each rank reports what it found itself)
+        if (!problem.empty()) skipped.push_back("checkpoint " + std::to_string(step) + " not used: " + problem);
+    }
+    // one error line, not the warnings too: nothing is resumed
+    if (count > 0) FAIL("-y 1: no complete checkpoint in %s passes its checks (%s)", dir.c_str(),
+                        skipped.empty() ? "damaged as another rank reports" : skipped.front().c_str());
+    return -1;
 }
 
 // Loads checkpoint `step` of dir: the model (config, weights), then this
@@ -981,7 +1075,21 @@ static ResumeInfo load_checkpoint(GPT2* model, const std::string& dir, int step)
     std::string error;
     if (!state_read(checkpoint_state_path(dir, step, d->rank), expected, m.data(), v.data(), master.data(), &info, &error))
         FAIL("%s", error.c_str());
-    if (info.magic != RESUME_MAGIC) FAIL("%s: not written by this trainer", checkpoint_state_path(dir, step, d->rank).c_str());
+    const std::string state_path = checkpoint_state_path(dir, step, d->rank);
+    if (info.magic != RESUME_MAGIC) FAIL("%s: not written by this trainer", state_path.c_str());
+    // (skipped non-finite steps leave the AdamW step behind the step, never ahead)
+    if (info.adam_step < 0 || info.adam_step > step)
+        FAIL("%s: AdamW step %d is outside 0..%d, the checkpoint's step", state_path.c_str(), info.adam_step, step);
+    if (model->zero_stage == 0) {  // every rank holds the same replica: a differing one would train apart
+        XXH64_state_t h;
+        XXH64_reset(&h, 0);
+        for (const std::vector<float>* a : {&m, &v, &master}) XXH64_update(&h, a->data(), a->size() * sizeof(float));
+        const uint64_t mine = XXH64_digest(&h);
+        const std::vector<uint64_t> all = host_all_gather(&mine, 1, d);
+        for (int r = 1; r < d->num_processes; r++)
+            if (all[r] != all[0])
+                FAIL("%s: ZeRO-0 replicas differ: the optimizer state of rank %d is not rank 0's", state_path.c_str(), r);
+    }
     cudaCheck(cudaMemcpy(model->adam_m, m.data(), local * sizeof(float), cudaMemcpyHostToDevice));
     cudaCheck(cudaMemcpy(model->adam_v, v.data(), local * sizeof(float), cudaMemcpyHostToDevice));
     cudaCheck(cudaMemcpy(model->master_weights, master.data(), local * sizeof(float), cudaMemcpyHostToDevice));
@@ -1093,123 +1201,211 @@ static const Distributed* g_dist = &SINGLE_PROCESS;
 #define print0(...) do { if (g_dist->rank == 0) printf(__VA_ARGS__); } while (0)
 
 struct TrainOptions {
-    const char* train_pattern = nullptr;  // -i
-    const char* val_pattern = nullptr;    // -j
-    const char* init = "d12";             // -e checkpoint file or descriptor
-    const char* output_dir = nullptr;     // -o
-    int B = 4;                            // -b micro-batch sequences (0: auto)
-    int T = 1024;                         // -t sequence length
-    long total_batch_tokens = -1;         // -d tokens per optimizer step (-1: B*T*N)
-    int max_steps = -1;                   // -x (-1: one epoch)
-    const char* schedule = "cosine";      // -k
-    float lr = 3e-4f;                     // -l
-    int warmup_steps = 0;                 // -u
-    float final_lr_fraction = 1.0f;       // -q
-    float weight_decay = 0.0f;            // -c
-    int val_every = 20;                   // -v
-    int val_batches = 20;                 // -m
-    int sample_every = 0;                 // -s
-    int sample_tokens = 64;               // -g
-    int hellaswag = 0;                    // -h
-    int checkpoint_every = 0;             // -n
-    int checkpoint_keep = 0;              // -nk
-    int resume = 0;                       // -y
-    int zero_stage = 0;                   // -z
-    int recompute = 0;                    // -r
-    int gelu_fusion = -1;                 // -ge (-1: by compute capability)
-    int doc_mask = 0;                     // --doc-mask
-    int doc_positions = 0;                // --doc-positions
-    const char* packing = "packed";       // --packing
-    int overfit_single_batch = 0;         // -a
-    float grad_clip = 1.0f;               // --grad-clip
-    long seed = 1337;                     // --seed
-    float temperature = 1.0f;             // --temperature
-    int top_k = 0;                        // --top-k
-    const char* tokenizer = nullptr;      // --tokenizer
-    const char* hellaswag_file = "data/hellaswag/hellaswag_val.bin";  // --hellaswag-file
-    long ramp_tokens = 0;                 // --ramp-tokens
-    int ramp_steps = 0;                   // --ramp-steps
-    const char* ramp_lr = "none";         // --ramp-lr
-    int skip_nonfinite = 0;               // --skip-nonfinite
-    int memory_plan_only = 0;             // --memory-plan
+    const char* train_pattern;  // -i
+    const char* val_pattern;
+    const char* init;
+    const char* output_dir;
+    int B;                      // 0: auto
+    int T;
+    long total_batch_tokens;    // -1: B*T*N
+    int max_steps;              // -1: one epoch
+    const char* schedule;
+    float lr;
+    int warmup_steps;
+    float final_lr_fraction;
+    float weight_decay;
+    int val_every;
+    int val_batches;
+    int sample_every;
+    int sample_tokens;
+    int hellaswag;
+    int checkpoint_every;
+    int checkpoint_keep;
+    int resume;
+    int zero_stage;
+    int recompute;
+    int gelu_fusion;            // -1: by compute capability
+    int doc_mask;
+    int doc_positions;
+    const char* packing;
+    int overfit_single_batch;
+    float grad_clip;
+    long seed;
+    float temperature;
+    int top_k;
+    const char* tokenizer;
+    const char* hellaswag_file;
+    long ramp_tokens;
+    int ramp_steps;
+    const char* ramp_lr;
+    int skip_nonfinite;
+    int memory_plan_only;
+    float stall_timeout;        // 0: automatic
+};
+
+// The one table of the flags: parsing, the defaults and --help come from it
+// (test_train_cli.sh checks README.md's flag table against --help). The
+// field's type picks the parser; min/max are its accepted range (a float range
+// is inclusive too). A default of null leaves a text field unset.
+using OptionField = std::variant<int TrainOptions::*, long TrainOptions::*, float TrainOptions::*,
+                                 const char* TrainOptions::*>;
+struct Flag {
+    const char* name;
+    OptionField field;
+    const char* metavar;  // "<int>", "<glob>", ...
+    double min, max;
+    const char* default_value;
+    const char* help;
+    const char* section;  // a heading printed before the first flag of each section
+};
+constexpr double INT_TOP = INT_MAX, LONG_TOP = (double)LONG_MAX, FLOAT_TOP = FLT_MAX;
+constexpr double STEP_TOP = 99999999;  // checkpoint names hold 8 digits of the step
+constexpr const char* AUTO_WORD = "auto";  // -b auto: stored as 0
+static const Flag FLAGS[] = {
+    {"-i", &TrainOptions::train_pattern, "<glob>", 0, 0, nullptr,
+     "train data shards (llm.c format); without -i: the built-in Markov corpus\n(build/markov/, known loss floor) "
+     "and a small model, 300 steps", "data and model"},
+    {"-j", &TrainOptions::val_pattern, "<glob>", 0, 0, nullptr, "val data shards", nullptr},
+    {"-e", &TrainOptions::init, "<init>", 0, 0, "d12",
+     "model file .bin (llm.c format, version 3 or 5), or a model descriptor:\nd12, d24, d36, d48, or e.g. "
+     "\"L=2,C=64,H=4,V=250,maxT=64\"", nullptr},
+    {"--doc-mask", &TrainOptions::doc_mask, "<0|1>", 0, 1, "0",
+     "attention within each document only (documents start at token V-1,\nGPT-2's <|endoftext|>)", nullptr},
+    {"--doc-positions", &TrainOptions::doc_positions, "<0|1>", 0, 1, "0", "position ids restart at 0 at each document",
+     nullptr},
+    {"--packing", &TrainOptions::packing, "<packed|slots>", 0, 0, "packed",
+     "packed: sequences cut from the token stream (llm.c); slots: one document per\nsequence, cut at T, the rest "
+     "padded with masked targets", nullptr},
+    {"-b", &TrainOptions::B, "<int|auto>", 1, INT_TOP, "4",
+     "micro-batch size B in sequences, or auto: the largest that fits",
+     "batch: tokens per step = B x T x N x A (N ranks, A accumulated micro-batches)"},
+    {"-t", &TrainOptions::T, "<int>", 1, INT_TOP, "1024", "sequence length T", nullptr},
+    {"-d", &TrainOptions::total_batch_tokens, "<int>", -1, LONG_TOP, "-1",
+     "tokens per optimizer step = B x T x N x A; -1: B x T x N, A = 1", nullptr},
+    {"-x", &TrainOptions::max_steps, "<int>", -1, STEP_TOP, "-1", "optimizer steps; -1: one epoch of the train data",
+     nullptr},
+    {"--ramp-tokens", &TrainOptions::ramp_tokens, "<int>", 0, LONG_TOP, "0",
+     "batch ramp: tokens per step at step 0, growing to -d; 0: off", nullptr},
+    {"--ramp-steps", &TrainOptions::ramp_steps, "<int>", 0, STEP_TOP, "0", "batch ramp: steps to reach -d", nullptr},
+    {"--ramp-lr", &TrainOptions::ramp_lr, "<rule>", 0, 0, "none",
+     "lr during the ramp: none, linear or sqrt in tokens/target", nullptr},
+    {"-k", &TrainOptions::schedule, "<name>", 0, 0, "cosine", "lr schedule: cosine, linear, constant, wsd",
+     "optimizer (AdamW, betas 0.9 and 0.95, eps 1e-8)"},
+    {"-l", &TrainOptions::lr, "<float>", 0, FLOAT_TOP, "3e-4", "peak learning rate", nullptr},
+    {"-u", &TrainOptions::warmup_steps, "<int>", 0, INT_TOP, "0", "warmup steps", nullptr},
+    {"-q", &TrainOptions::final_lr_fraction, "<float>", 0, 1, "1.0", "final lr as a fraction of the peak", nullptr},
+    {"-c", &TrainOptions::weight_decay, "<float>", 0, FLOAT_TOP, "0.0", "weight decay of the matrices", nullptr},
+    {"--grad-clip", &TrainOptions::grad_clip, "<float>", 0, FLOAT_TOP, "1.0",
+     "clip the global gradient norm (0 = off)", nullptr},
+    {"--skip-nonfinite", &TrainOptions::skip_nonfinite, "<0|1>", 0, 1, "0",
+     "skip a step whose loss or gradient is Inf/NaN instead of stopping", nullptr},
+    {"--seed", &TrainOptions::seed, "<int>", 0, LONG_TOP, "1337", "weight init, stochastic rounding and sampling seed",
+     nullptr},
+    {"-v", &TrainOptions::val_every, "<int>", 0, INT_TOP, "20", "val loss (and HellaSwag) every this many steps (0 = never)",
+     "evaluation and sampling"},
+    {"-m", &TrainOptions::val_batches, "<int>", 1, INT_TOP, "20", "val batches per rank", nullptr},
+    {"-h", &TrainOptions::hellaswag, "<0|1>", 0, 1, "0", "HellaSwag accuracy at each evaluation (needs -b >= 4)",
+     nullptr},
+    {"--hellaswag-file", &TrainOptions::hellaswag_file, "<path>", 0, 0, "data/hellaswag/hellaswag_val.bin",
+     "llm.c's eval .bin", nullptr},
+    {"-s", &TrainOptions::sample_every, "<int>", 0, INT_TOP, "0", "sample every this many steps (0 = never)", nullptr},
+    {"-g", &TrainOptions::sample_tokens, "<int>", 1, INT_TOP, "64", "tokens per sample", nullptr},
+    {"--temperature", &TrainOptions::temperature, "<float>", 0, FLOAT_TOP, "1.0", "sampling temperature (0 = greedy)",
+     nullptr},
+    {"--top-k", &TrainOptions::top_k, "<int>", 0, INT_TOP, "0", "sample among the k most likely tokens (0 = all)",
+     nullptr},
+    {"--tokenizer", &TrainOptions::tokenizer, "<path>", 0, 0, nullptr,
+     "llm.c tokenizer .bin to print samples as text (default: the GPT-2\nfiles in data/gpt2 or ../shared/data/gpt2 "
+     "when V = 50257)", nullptr},
+    {"-o", &TrainOptions::output_dir, "<dir>", 0, 0, nullptr,
+     "output directory: main.log, main.jsonl, checkpoints (model_%08d.bin,\nstate_%08d_%05d.bin, DONE_%08d), a "
+     "checkpoint at the end", "checkpoints and memory"},
+    {"-n", &TrainOptions::checkpoint_every, "<int>", 0, STEP_TOP, "0", "checkpoint every this many steps (0 = only at the end)",
+     nullptr},
+    {"-nk", &TrainOptions::checkpoint_keep, "<int>", 0, INT_TOP, "0", "keep only the newest this many checkpoints (0 = all)",
+     nullptr},
+    {"-y", &TrainOptions::resume, "<0|1>", 0, 1, "0", "resume from the newest complete checkpoint in -o", nullptr},
+    {"-z", &TrainOptions::zero_stage, "<0|1>", 0, 1, "0",
+     "ZeRO stage: 1 shards master weights and AdamW m, v over the ranks", nullptr},
+    {"-r", &TrainOptions::recompute, "<0|1|2>", 0, 2, "0",
+     "recompute in the backward: 1 = GELU, 2 = GELU and layernorm", nullptr},
+    {"-ge", &TrainOptions::gelu_fusion, "<-1|0|1|2>", -1, 2, "-1",
+     "GELU in cuBLASLt's matmul epilogues: 1 = forward, 2 = forward and backward;\n-1: 2 on compute capability 9.0 "
+     "and newer, 0 before", nullptr},
+    {"--memory-plan", &TrainOptions::memory_plan_only, "<0|1>", 0, 1, "0", "1: print the device memory plan and exit",
+     nullptr},
+    {"-a", &TrainOptions::overfit_single_batch, "<0|1>", 0, 1, "0", "overfit the first batch", nullptr},
+    {"--stall-timeout", &TrainOptions::stall_timeout, "<float>", 0, FLOAT_TOP, "0",
+     "seconds a step, evaluation, checkpoint or collective may take before every rank\nstops the job "
+     "(0: 10 x the median step time, at least 600)", "reliability"},
 };
 
 static void print_usage(const char* program) {
     printf("Usage: %s [flags]   (GPT-2 training; %s build)\n", program, PRECISION_NAME);
-    printf("data and model\n");
-    printf("  -i <glob>   train data shards (llm.c format); without -i: the built-in Markov corpus\n");
-    printf("              (build/markov/, known loss floor) and a small model, 300 steps\n");
-    printf("  -j <glob>   val data shards\n");
-    printf("  -e <init>   model file .bin (llm.c format, version 3 or 5), or a model descriptor:\n");
-    printf("              d12, d24, d36, d48, or e.g. \"L=2,C=64,H=4,V=250,maxT=64\" (default d12)\n");
-    printf("batch: tokens per step = B x T x N x A (N ranks, A accumulated micro-batches)\n");
-    printf("  -b <int>    micro-batch size B in sequences, or auto: the largest that fits (default 4)\n");
-    printf("  -t <int>    sequence length T (default 1024)\n");
-    printf("  -d <int>    tokens per optimizer step = B x T x N x A (default B x T x N: A = 1)\n");
-    printf("  -x <int>    optimizer steps (default: one epoch of the train data)\n");
-    printf("  --ramp-tokens <int>  batch ramp: tokens per step at step 0, growing to -d (default 0: off)\n");
-    printf("  --ramp-steps <int>   batch ramp: steps to reach -d\n");
-    printf("  --ramp-lr <rule>     lr during the ramp: none, linear or sqrt in tokens/target (default none)\n");
-    printf("optimizer (AdamW, betas 0.9 and 0.95, eps 1e-8)\n");
-    printf("  -k <name>   lr schedule: cosine, linear, constant, wsd (default cosine)\n");
-    printf("  -l <float>  peak learning rate (default 3e-4)\n");
-    printf("  -u <int>    warmup steps (default 0)\n");
-    printf("  -q <float>  final lr as a fraction of the peak (default 1.0)\n");
-    printf("  -c <float>  weight decay of the matrices (default 0.0)\n");
-    printf("  --grad-clip <float>  clip the global gradient norm (default 1.0; 0 = off)\n");
-    printf("  --skip-nonfinite <0|1>  skip a step whose loss or gradient is Inf/NaN instead of stopping (default 0)\n");
-    printf("  --doc-mask <0|1>        attention within each document only (documents start at token V-1,\n");
-    printf("                          GPT-2's <|endoftext|>) (default 0: causal over the whole sequence)\n");
-    printf("  --doc-positions <0|1>   position ids restart at 0 at each document (default 0)\n");
-    printf("  --packing <how>         packed: sequences cut from the token stream (llm.c); slots: one document\n");
-    printf("                          per sequence, cut at T, the rest padded with masked targets (default packed)\n");
-    printf("  --seed <int>         weight init, stochastic rounding and sampling seed (default 1337)\n");
-    printf("evaluation and sampling\n");
-    printf("  -v <int>    val loss (and HellaSwag) every this many steps (default 20; 0 = never)\n");
-    printf("  -m <int>    val batches per rank (default 20)\n");
-    printf("  -h <0|1>    HellaSwag accuracy at each evaluation (default 0; needs -b >= 4)\n");
-    printf("  --hellaswag-file <path>  llm.c's eval .bin (default data/hellaswag/hellaswag_val.bin)\n");
-    printf("  -s <int>    sample every this many steps (default 0 = never)\n");
-    printf("  -g <int>    tokens per sample (default 64)\n");
-    printf("  --temperature <float>  sampling temperature (default 1.0; 0 = greedy)\n");
-    printf("  --top-k <int>          sample among the k most likely tokens (default 0 = all)\n");
-    printf("  --tokenizer <path>     llm.c tokenizer .bin to print samples as text (default: the GPT-2\n");
-    printf("                         files in data/gpt2 or ../shared/data/gpt2 when V = 50257)\n");
-    printf("checkpoints and memory\n");
-    printf("  -o <dir>    output directory: main.log, main.jsonl, checkpoints (model_%%08d.bin,\n");
-    printf("              state_%%08d_%%05d.bin, DONE_%%08d), a checkpoint at the end\n");
-    printf("  -n <int>    checkpoint every this many steps (default 0 = only at the end)\n");
-    printf("  -nk <int>   keep only the newest this many checkpoints (default 0 = all)\n");
-    printf("  -y <0|1>    resume from the newest complete checkpoint in -o (default 0)\n");
-    printf("  -z <0|1>    ZeRO stage: 1 shards master weights and AdamW m, v over the ranks (default 0)\n");
-    printf("  -r <0|1|2>  recompute in the backward: 1 = GELU, 2 = GELU and layernorm (default 0)\n");
-    printf("  -ge <0|1|2> GELU in cuBLASLt's matmul epilogues: 1 = forward, 2 = forward and backward\n");
-    printf("              (default 2 on compute capability 9.0 and newer, 0 before)\n");
-    printf("  --memory-plan 1      print the device memory plan and exit\n");
-    printf("  -a <0|1>    overfit the first batch (default 0)\n");
-    printf("  --help      this text\n");
+    for (const Flag& f : FLAGS) {
+        if (f.section) printf("%s\n", f.section);
+        std::string head = std::string("  ") + f.name + " " + f.metavar, help = f.help;
+        if (f.default_value) help += std::string(" (default ") + f.default_value + ")";
+        // continuation lines of the help line up under its first line
+        for (size_t nl; (nl = help.find('\n')) != std::string::npos;) {
+            printf("%-25s %s\n", head.c_str(), help.substr(0, nl).c_str());
+            head.clear();
+            help.erase(0, nl + 1);
+        }
+        printf("%-25s %s\n", head.c_str(), help.c_str());
+    }
+    printf("%-25s %s\n", "  --help", "this text");
     printf("%s.\n", distributed_build_note());
 }
 
-static long parse_int(const char* flag, const char* text, long min_value, long max_value = LONG_MAX) {
+// One parser per field type. Each takes the whole text (no blanks, no trailing
+// characters, not empty) and a value inside the flag's range, else one error
+// line naming the flag and what it accepts.
+[[noreturn]] static void bad_value(const Flag& f, const char* text, const char* what) {
+    FAIL("%s %s: expected %s", f.name, *text ? text : "\"\"", what);
+}
+static long parse_integer(const Flag& f, const char* text) {
+    char range[96];
+    snprintf(range, sizeof range, "an integer from %.0f to %.0f", f.min, f.max);
     char* end = nullptr;
     errno = 0;
-    long v = strtol(text, &end, 10);
-    if (errno || *end != '\0' || v < min_value || v > max_value) {
-        if (max_value == LONG_MAX) FAIL("%s %s: expected an integer >= %ld", flag, text, min_value);
-        FAIL("%s %s: expected an integer from %ld to %ld", flag, text, min_value, max_value);
-    }
+    const long v = strtol(text, &end, 10);
+    if (!*text || isspace((unsigned char)*text) || *end || errno == ERANGE || v < f.min || v > f.max)
+        bad_value(f, text, range);
     return v;
 }
-static float parse_float(const char* flag, const char* text) {
+static float parse_real(const Flag& f, const char* text) {
+    char range[96];
+    snprintf(range, sizeof range, "a float from %g to %g (0 or at least %g in size)", f.min, f.max, FLT_MIN);
     char* end = nullptr;
-    float v = strtof(text, &end);
-    if (*end != '\0' || !std::isfinite(v)) FAIL("%s %s: expected a number", flag, text);
+    errno = 0;
+    const float v = strtof(text, &end);
+    // ERANGE: overflow, or an underflow to 0 or a denormal
+    if (!*text || isspace((unsigned char)*text) || *end || errno == ERANGE || !std::isfinite(v) || v < f.min ||
+        v > f.max)
+        bad_value(f, text, range);
     return v;
+}
+static void set_option(TrainOptions* o, const Flag& f, const char* text) {
+    std::visit([&](auto field) {
+        using T = std::remove_reference_t<decltype(o->*field)>;
+        if constexpr (std::is_same_v<T, const char*>) {
+            if (!*text) bad_value(f, text, "a non-empty value");
+            o->*field = text;
+        } else if constexpr (std::is_same_v<T, float>) {
+            o->*field = parse_real(f, text);
+        } else if (strcmp(f.metavar, "<int|auto>") == 0 && strcmp(text, AUTO_WORD) == 0) {  // the metavar offers it
+            o->*field = 0;
+        } else {
+            o->*field = (T)parse_integer(f, text);
+        }
+    }, f.field);
 }
 
 static TrainOptions parse_options(int argc, char** argv, std::set<std::string>* given) {
-    TrainOptions o;
+    TrainOptions o{};
+    for (const Flag& f : FLAGS)
+        if (f.default_value) set_option(&o, f, f.default_value);
     for (int i = 1; i < argc; i += 2) {
         const char* flag = argv[i];
         given->insert(flag);
@@ -1217,48 +1413,10 @@ static TrainOptions parse_options(int argc, char** argv, std::set<std::string>* 
             if (g_dist->rank == 0) print_usage(argv[0]);
             distributed_exit_success();
         }
+        const Flag* f = std::find_if(std::begin(FLAGS), std::end(FLAGS), [&](const Flag& x) { return strcmp(x.name, flag) == 0; });
+        if (f == std::end(FLAGS)) FAIL("unknown flag %s (see --help)", flag);
         if (i + 1 >= argc) FAIL("flag %s needs a value (see --help)", flag);
-        const char* v = argv[i + 1];
-        if (strcmp(flag, "-i") == 0) o.train_pattern = v;
-        else if (strcmp(flag, "-j") == 0) o.val_pattern = v;
-        else if (strcmp(flag, "-e") == 0) o.init = v;
-        else if (strcmp(flag, "-o") == 0) o.output_dir = v;
-        else if (strcmp(flag, "-b") == 0) o.B = strcmp(v, "auto") == 0 ? 0 : parse_int(flag, v, 1);
-        else if (strcmp(flag, "-t") == 0) o.T = parse_int(flag, v, 1);
-        else if (strcmp(flag, "-d") == 0) o.total_batch_tokens = parse_int(flag, v, -1);
-        else if (strcmp(flag, "-x") == 0) o.max_steps = parse_int(flag, v, -1);
-        else if (strcmp(flag, "-k") == 0) o.schedule = v;
-        else if (strcmp(flag, "-l") == 0) o.lr = parse_float(flag, v);
-        else if (strcmp(flag, "-u") == 0) o.warmup_steps = parse_int(flag, v, 0);
-        else if (strcmp(flag, "-q") == 0) o.final_lr_fraction = parse_float(flag, v);
-        else if (strcmp(flag, "-c") == 0) o.weight_decay = parse_float(flag, v);
-        else if (strcmp(flag, "-v") == 0) o.val_every = parse_int(flag, v, 0);
-        else if (strcmp(flag, "-m") == 0) o.val_batches = parse_int(flag, v, 1);
-        else if (strcmp(flag, "-s") == 0) o.sample_every = parse_int(flag, v, 0);
-        else if (strcmp(flag, "-g") == 0) o.sample_tokens = parse_int(flag, v, 1);
-        else if (strcmp(flag, "-h") == 0) o.hellaswag = parse_int(flag, v, 0, 1);
-        else if (strcmp(flag, "-n") == 0) o.checkpoint_every = parse_int(flag, v, 0);
-        else if (strcmp(flag, "-nk") == 0) o.checkpoint_keep = parse_int(flag, v, 0);
-        else if (strcmp(flag, "-y") == 0) o.resume = parse_int(flag, v, 0, 1);
-        else if (strcmp(flag, "-z") == 0) o.zero_stage = parse_int(flag, v, 0, 1);
-        else if (strcmp(flag, "-r") == 0) o.recompute = parse_int(flag, v, 0, 2);
-        else if (strcmp(flag, "-ge") == 0) o.gelu_fusion = parse_int(flag, v, 0, 2);
-        else if (strcmp(flag, "-a") == 0) o.overfit_single_batch = parse_int(flag, v, 0, 1);
-        else if (strcmp(flag, "--grad-clip") == 0) o.grad_clip = parse_float(flag, v);
-        else if (strcmp(flag, "--seed") == 0) o.seed = parse_int(flag, v, 0);
-        else if (strcmp(flag, "--temperature") == 0) o.temperature = parse_float(flag, v);
-        else if (strcmp(flag, "--top-k") == 0) o.top_k = parse_int(flag, v, 0);
-        else if (strcmp(flag, "--tokenizer") == 0) o.tokenizer = v;
-        else if (strcmp(flag, "--hellaswag-file") == 0) o.hellaswag_file = v;
-        else if (strcmp(flag, "--ramp-tokens") == 0) o.ramp_tokens = parse_int(flag, v, 0);
-        else if (strcmp(flag, "--ramp-steps") == 0) o.ramp_steps = parse_int(flag, v, 0);
-        else if (strcmp(flag, "--ramp-lr") == 0) o.ramp_lr = v;
-        else if (strcmp(flag, "--skip-nonfinite") == 0) o.skip_nonfinite = parse_int(flag, v, 0, 1);
-        else if (strcmp(flag, "--doc-mask") == 0) o.doc_mask = parse_int(flag, v, 0, 1);
-        else if (strcmp(flag, "--doc-positions") == 0) o.doc_positions = parse_int(flag, v, 0, 1);
-        else if (strcmp(flag, "--packing") == 0) o.packing = v;
-        else if (strcmp(flag, "--memory-plan") == 0) o.memory_plan_only = parse_int(flag, v, 0, 1);
-        else FAIL("unknown flag %s (see --help)", flag);
+        set_option(&o, *f, argv[i + 1]);
     }
     if (o.resume && !o.output_dir) FAIL("-y 1: resuming needs the run's -o folder");
     return o;
@@ -1310,12 +1468,17 @@ static GPT2Config read_config(const char* init) {
         if (!parse_descriptor(init, &c)) FAIL("-e %s: not a model file or a model descriptor", init);
         return c;
     }
-    FILE* f = fopen(init, "rb");
+    std::string why;
+    FILE* f = fopen_regular_file(init, &why);
+    if (!f) FAIL("%s: cannot open the model file (%s)", init, why.c_str());
     int header[256];
-    if (!f || fread(header, sizeof(int), 256, f) != 256 || header[0] != MODEL_MAGIC)
-        FAIL("%s: not a model file", init);
+    const bool whole = fread(header, sizeof(int), 256, f) == 256;
     fclose(f);
-    return GPT2Config{header[2], header[3], header[7], header[4], header[5], header[6]};
+    if (!whole || header[0] != MODEL_MAGIC) FAIL("%s: not a model file", init);
+    c = GPT2Config{header[2], header[3], header[7], header[4], header[5], header[6]};
+    const std::string problem = model_shape_problem(c);
+    if (!problem.empty()) FAIL("%s: not a usable model shape in the header: %s", init, problem.c_str());
+    return c;
 }
 
 static void print_memory_plan(GPT2* model, int B, int T, int recompute) {
@@ -1365,35 +1528,177 @@ static std::string sample_text(const std::vector<int>& tokens, const llmc::Token
     return text;
 }
 
+// A tokenizer with fewer tokens than the model could not print every sample:
+// refused before training, not at the first sample.
 static std::unique_ptr<llmc::Tokenizer> load_tokenizer(const TrainOptions& opt, int vocab_size) {
+    std::unique_ptr<llmc::Tokenizer> t;
     try {
-        if (opt.tokenizer) return std::make_unique<llmc::Tokenizer>(llmc::Tokenizer::from_bin(opt.tokenizer));
+        if (opt.tokenizer) t = std::make_unique<llmc::Tokenizer>(llmc::Tokenizer::from_bin(opt.tokenizer));
         const std::string dir = llmc::find_gpt2_dir();
-        if (vocab_size == 50257 && !dir.empty())
-            return std::make_unique<llmc::Tokenizer>(
+        if (!opt.tokenizer && vocab_size == 50257 && !dir.empty())
+            t = std::make_unique<llmc::Tokenizer>(
                 llmc::Tokenizer::from_gpt2_files(dir + "/encoder.json", dir + "/vocab.bpe"));
     } catch (const llmc::TokenizerError& e) {
         FAIL("%s", e.what());
     }
-    return nullptr;
+    if (t && t->vocab_size() < vocab_size)
+        FAIL("--tokenizer %s: %d tokens, fewer than the model's vocabulary of %d (a sample could not be printed)",
+             opt.tokenizer, t->vocab_size(), vocab_size);
+    return t;
 }
 
 // main.log (llm.c's format) and main.jsonl (one object per event), rank 0.
+// Line-buffered: every record reaches the file in one write, whole, so a kill
+// never tears one. A resume from step S first cuts both back to what came
+// before S's evaluation: the steps up to S and the evaluations before S (the
+// run logs S's evaluation again), and drops a last line without its newline.
 struct RunLog {
     FILE* log = nullptr;
     FILE* jsonl = nullptr;
-    void open(const char* dir, bool append) {
-        mkdir(dir, 0755);
+    void open(const char* dir, int resumed_step) {
         for (auto [file, name] : {std::pair<FILE**, const char*>{&log, "main.log"}, {&jsonl, "main.jsonl"}}) {
             const std::string path = std::string(dir) + "/" + name;
-            *file = fopen(path.c_str(), append ? "a" : "w");
+            if (resumed_step >= 0) cut_back(path, resumed_step);
+            *file = fopen(path.c_str(), resumed_step >= 0 ? "a" : "w");
             if (!*file) FAIL("%s: cannot write (%s)", path.c_str(), strerror(errno));
+            setvbuf(*file, nullptr, _IOLBF, 1 << 16);
         }
     }
     void close() {
         if (log) fclose(log);
         if (jsonl) fclose(jsonl);
     }
+    // Whether a line of either log comes before the evaluation of step S. A
+    // train record logs the step it completed (main.log: that step - 1).
+    static bool before(const std::string& line, int S) {
+        int step = -1;
+        if (sscanf(line.c_str(), "s:%d ", &step) == 1) return step < S;
+        if (sscanf(line.c_str(), "{\"step\": %d,", &step) == 1)
+            return line.find("\"loss\"") != std::string::npos ? step <= S : step < S;
+        return false;
+    }
+    static void cut_back(const std::string& path, int S) {
+        std::string text, kept, why;
+        struct stat st;
+        if (stat(path.c_str(), &st) != 0) return;  // no log yet
+        if (!read_regular_file(path.c_str(), &text, SIZE_MAX, &why)) FAIL("%s: cannot read (%s)", path.c_str(), why.c_str());
+        for (size_t pos = 0, nl; (nl = text.find('\n', pos)) != std::string::npos; pos = nl + 1) {
+            const std::string line = text.substr(pos, nl + 1 - pos);
+            if (before(line, S)) kept += line;
+        }
+        std::string error;
+        if (!write_file_atomic(path, [&](FILE* f) { return fwrite(kept.data(), 1, kept.size(), f) == kept.size(); }, &error))
+            FAIL("%s", error.c_str());
+    }
+};
+
+// -o becomes this run's: the folder exists (created here), rank 0 holds its
+// lock for the whole run, and a fresh run (-y 0) refuses a folder that holds
+// checkpoint files (of another run, or of this one: resume it with -y 1), so
+// no run ever overwrites or prunes what another wrote.
+static void claim_output_dir(const char* dir, const Distributed* d) {
+    if (d->rank == 0) {
+        struct stat st;
+        if (mkdir(dir, 0755) != 0 && errno != EEXIST) {
+            const std::string parent = checkpoint_parent_dir_(dir);
+            if (errno == ENOENT) FAIL("-o %s: cannot create the folder: %s does not exist", dir, parent.c_str());
+            FAIL("-o %s: cannot create the folder in %s (%s)", dir, parent.c_str(), strerror(errno));
+        }
+        if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode)) FAIL("-o %s: not a folder", dir);
+        std::string error;
+        if (!checkpoint_lock_dir(dir, &error)) FAIL("-o %s", error.c_str());
+    }
+    host_barrier(d);  // the folder is there and locked
+}
+
+// A fresh run in a folder with checkpoint files refuses.
+static void refuse_foreign_checkpoints(const char* dir, const Distributed* d) {
+    if (d->rank != 0) return;
+    const std::vector<int> steps = checkpoint_steps_with_files(dir);
+    if (steps.empty()) return;
+    FAIL("-o %s holds checkpoint files (steps %d..%d) of an earlier run; resume it with -y 1, or give a new folder",
+         dir, steps.front(), steps.back());
+}
+
+// ---- stopping cleanly, and never hanging ----------------------------------
+// SIGTERM (Slurm's warning before preemption), SIGINT and SIGUSR1 ask the run
+// to stop after the current step with a checkpoint; a second one ends it at
+// once. SIGXFSZ is ignored so that a file-size limit fails the write with
+// EFBIG, which the writers report as one error line (earlier checkpoints stay).
+static volatile sig_atomic_t g_stop_signal = 0;
+
+static void on_stop_signal(int sig) {
+    if (g_stop_signal) {  // the second: at once
+        signal(sig, SIG_DFL);
+        raise(sig);
+        return;
+    }
+    g_stop_signal = sig;
+}
+
+static void install_signal_handlers() {
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_stop_signal;
+    sa.sa_flags = SA_RESTART;
+    sigemptyset(&sa.sa_mask);
+    for (int sig : {SIGTERM, SIGINT, SIGUSR1}) sigaction(sig, &sa, nullptr);
+    signal(SIGXFSZ, SIG_IGN);
+}
+
+// Whether any rank got a stop signal (every rank asks at the same point of
+// every step, so they all stop after the same step).
+static bool stop_requested(const Distributed* d) { return host_sum(g_stop_signal ? 1 : 0, d) > 0; }
+
+// A thread that ends the job when the main thread makes no progress (a step,
+// an evaluation, a checkpoint, or a collective in one, waiting for a rank that
+// is stopped or gone) for longer than the stall timeout: this rank prints what
+// it was doing and exits, and the launcher then ends the other ranks.
+class Watchdog {
+  public:
+    Watchdog(int rank, double fixed_timeout_s) : rank_(rank), fixed_(fixed_timeout_s) {
+        std::thread([this] { watch(); }).detach();
+    }
+    void mark(const std::string& what) {
+        std::lock_guard<std::mutex> lock(mu_);
+        what_ = what;
+        since_ = std::chrono::steady_clock::now();
+        armed_ = true;
+    }
+    // Automatic timeout: 10 x the median of the recent step times, at least 600 s.
+    void step_took(double ms) {
+        std::lock_guard<std::mutex> lock(mu_);
+        recent_ms_.push_back(ms);
+        if (recent_ms_.size() > 99) recent_ms_.erase(recent_ms_.begin());
+    }
+
+  private:
+    double timeout_s() const {  // (mu_ held)
+        if (fixed_ > 0) return fixed_;
+        std::vector<double> r = recent_ms_;
+        if (r.empty()) return 600;
+        std::nth_element(r.begin(), r.begin() + r.size() / 2, r.end());
+        return std::max(600.0, 10 * r[r.size() / 2] / 1000);
+    }
+    void watch() {
+        for (;;) {
+            std::this_thread::sleep_for(std::chrono::milliseconds(250));
+            std::lock_guard<std::mutex> lock(mu_);
+            const double idle = std::chrono::duration<double>(std::chrono::steady_clock::now() - since_).count();
+            if (!armed_ || idle <= timeout_s()) continue;
+            fprintf(stderr, "error: rank %d: no progress for %.0f s (--stall-timeout %.0f) during %s: another rank may be "
+                    "stopped or gone; ending the job\n", rank_, idle, timeout_s(), what_.c_str());
+            fflush(stderr);
+            _exit(EXIT_FAILURE);
+        }
+    }
+    const int rank_;
+    const double fixed_;
+    std::mutex mu_;
+    std::string what_;
+    std::chrono::steady_clock::time_point since_;
+    bool armed_ = false;
+    std::vector<double> recent_ms_;
 };
 
 // What ZeRO-1 saves: master weights, m and v (12 bytes per parameter) live on
@@ -1422,11 +1727,12 @@ static double evaluate(GPT2* model, DataLoader* loader, int batches) {
     return host_sum(loss_sum, model->dist) / std::max(1.0, host_sum(count, model->dist));
 }
 
-int main(int argc, char** argv) {
+static int train(int argc, char** argv) {
     setvbuf(stdout, nullptr, _IOLBF, 0);  // whole lines, promptly, also into a pipe or a Slurm log
     Distributed dist;
     distributed_init(&dist, &argc, &argv);
     g_dist = &dist;
+    install_signal_handlers();
     const int N = dist.num_processes;
     std::set<std::string> given;
     TrainOptions opt = parse_options(argc, argv, &given);
@@ -1441,6 +1747,11 @@ int main(int argc, char** argv) {
     RampLRScaling ramp_lr;
     if (!parse_ramp_lr_scaling(opt.ramp_lr, &ramp_lr)) FAIL("--ramp-lr %s: none, linear or sqrt", opt.ramp_lr);
 
+    // the data is there before the model is built (minutes for a large one)
+    if (!opt.memory_plan_only)
+        for (const char* pattern : {opt.train_pattern, opt.val_pattern})
+            if (pattern) dataloader_find_shards(pattern);
+
     GPT2 model;
     model.dist = &dist;
     model.zero_stage = opt.zero_stage;
@@ -1454,8 +1765,12 @@ int main(int argc, char** argv) {
         distributed_free(&dist);
         return 0;
     }
-    // the newest complete checkpoint of -o (with -y 1), else -e
-    const int resume_step = opt.resume ? checkpoint_find_latest(opt.output_dir) : -1;
+    // the newest complete checkpoint of -o that passes its checks (with -y 1), else -e
+    std::string run_id;
+    if (opt.output_dir) claim_output_dir(opt.output_dir, &dist);
+    if (opt.output_dir && !opt.resume) refuse_foreign_checkpoints(opt.output_dir, &dist);
+    const int resume_step = opt.resume ? choose_resume_step(opt.output_dir, &dist, &run_id) : -1;
+    if (run_id.empty()) run_id = checkpoint_new_run_id();  // (only rank 0 writes DONE markers)
     ResumeInfo resumed{RESUME_MAGIC, 0, {}, 0};
     struct stat st;
     if (resume_step >= 0) {
@@ -1489,6 +1804,15 @@ int main(int argc, char** argv) {
     if (opt.val_pattern)
         dataloader_init(&val_loader, opt.val_pattern, opt.B, opt.T, dist.rank, N, c.vocab_size, false, opt.seed, packing);
     const int steps = opt.max_steps > 0 ? opt.max_steps : std::max(1L, (long)(train_loader.num_tokens / tokens_per_step));
+    if (resume_step > steps)
+        FAIL("-x %d: the run resumed from step %d is already past it (give -x > %d, or another -o)", steps,
+             resume_step, resume_step);
+    // a step reads at most tokens_per_step / T sequences (fewer in a ramp)
+    if (resume_step >= 0 && resumed.train_data.next_sequence > (uint64_t)resume_step * (tokens_per_step / opt.T))
+        FAIL("%s: data position %llu is beyond the %ld sequences that %d steps read", 
+             checkpoint_state_path(opt.output_dir, resume_step, dist.rank).c_str(),
+             (unsigned long long)resumed.train_data.next_sequence, (long)resume_step * (tokens_per_step / opt.T),
+             resume_step);
     scheduler.total_steps = steps;
     std::vector<HellaSwagExample> hellaswag;
     if (opt.hellaswag) {
@@ -1528,7 +1852,7 @@ int main(int argc, char** argv) {
     print0("gelu: -ge %d, %s\n", model.gelu_fusion, fusion_names[model.gelu_fusion]);
 
     RunLog log;
-    if (opt.output_dir && dist.rank == 0) log.open(opt.output_dir, resume_step >= 0);
+    if (opt.output_dir && dist.rank == 0) log.open(opt.output_dir, resume_step);
     OptimizerSettings adamw;
     adamw.weight_decay = opt.weight_decay;
     adamw.grad_clip = opt.grad_clip;
@@ -1541,8 +1865,25 @@ int main(int argc, char** argv) {
     double recent_ms = 0;  // mean step time, for the ETA
     int timed_steps = 0;
 
+    Watchdog& watchdog = *new Watchdog(dist.rank, opt.stall_timeout);  // (kept until exit, with its thread)
+    int saved_step = -1;
+    auto checkpoint_at = [&](int s) {
+        watchdog.mark("the checkpoint of step " + std::to_string(s));
+        const ResumeInfo info{RESUME_MAGIC, model.adam_step, dataloader_position(&train_loader), initial_gap};
+        save_checkpoint(&model, opt.output_dir, s, info, opt.checkpoint_keep, run_id);
+        saved_step = s;
+        print0("checkpoint: step %d in %s\n", s, opt.output_dir);
+    };
     for (int step = start_step; step <= steps; step++) {
         const bool last = step == steps;
+        watchdog.mark("the stop-signal check before step " + std::to_string(step + 1));
+        if (step > start_step && !last && stop_requested(&dist)) {
+            if (opt.output_dir && saved_step != step) checkpoint_at(step);
+            print0("stopped by a signal after step %d%s\n", step,
+                   opt.output_dir ? "; resume with -y 1" : " (no -o: nothing saved)");
+            break;
+        }
+        watchdog.mark("the evaluation or sample at step " + std::to_string(step));
         if (opt.val_pattern && opt.val_every > 0 && (step % opt.val_every == 0 || last)) {
             const double val_loss = evaluate(&model, &val_loader, opt.val_batches);
             if (has_floor) {
@@ -1582,6 +1923,7 @@ int main(int argc, char** argv) {
             memcpy(&targets[micro_step * micro_tokens], train_loader.targets + mine, micro_tokens * sizeof(int));
         }
         const float lr = (float)(scheduler.at(step) * ramp.lr_factor(step));
+        watchdog.mark("step " + std::to_string(step + 1) + " (forward, backward, gradient all-reduce, AdamW)");
         cudaCheck(cudaEventRecord(start, model.stream));
         StepResult r = train_step(&model, StepBatch{inputs.data(), targets.data(), step_accum, global_targets}, lr, adamw);
         cudaCheck(cudaEventRecord(end, model.stream));
@@ -1597,6 +1939,7 @@ int main(int argc, char** argv) {
             print0("step %4d/%d | loss %f | norm %f | skipped: not finite\n", step + 1, steps, r.loss, r.grad_norm);
             continue;
         }
+        watchdog.step_took(ms);
         const long step_tokens = ramp.tokens(step);
         recent_ms = timed_steps == 0 ? ms : 0.9 * recent_ms + 0.1 * ms;
         timed_steps++;
@@ -1614,14 +1957,9 @@ int main(int argc, char** argv) {
                     "\"util\": %.4f, \"ms\": %.3f, \"tok_per_s\": %.1f}\n", step + 1, r.loss, r.grad_norm, lr, step_tokens,
                     util / 100, ms, tok_per_s);
         const bool checkpoint_due = opt.checkpoint_every > 0 && (step + 1) % opt.checkpoint_every == 0;
-        if (opt.output_dir && (checkpoint_due || step + 1 == steps)) {
-            if (log.log) fflush(log.log);
-            if (log.jsonl) fflush(log.jsonl);
-            const ResumeInfo info{RESUME_MAGIC, model.adam_step, dataloader_position(&train_loader), initial_gap};
-            save_checkpoint(&model, opt.output_dir, step + 1, info, opt.checkpoint_keep);
-            print0("checkpoint: step %d in %s\n", step + 1, opt.output_dir);
-        }
+        if (opt.output_dir && (checkpoint_due || step + 1 == steps)) checkpoint_at(step + 1);
     }
+    watchdog.mark("the end of the run");
     log.close();
     cudaCheck(cudaEventDestroy(start));
     cudaCheck(cudaEventDestroy(end));
@@ -1631,5 +1969,20 @@ int main(int argc, char** argv) {
     matmul_teardown();
     distributed_free(&dist);
     return 0;
+}
+
+// Whatever a library throws ends the run with one error line (and, under
+// mpirun, the exit aborts the other ranks), never with an abort and a core.
+int main(int argc, char** argv) {
+    try {
+        return train(argc, argv);
+    } catch (const std::bad_alloc&) {
+        fprintf(stderr, "error: out of host memory\n");
+    } catch (const std::exception& e) {
+        fprintf(stderr, "error: %s\n", e.what());
+    } catch (...) {
+        fprintf(stderr, "error: an unknown exception\n");
+    }
+    return EXIT_FAILURE;
 }
 #endif

@@ -30,7 +30,7 @@ static unsigned long long parse_num(const char* prog, const char* flag, const ch
     return v;
 }
 
-int main(int argc, char** argv) {
+static int run(int argc, char** argv) {
     const char* dir = "build/markov";
     const char* floor_of = nullptr;
     unsigned long long seed = MARKOV_DEFAULT_SEED, vocab = MARKOV_DEFAULT_VOCAB;
@@ -76,4 +76,13 @@ int main(int argc, char** argv) {
     printf("val floor %.6f nats/token (true-chain loss on val %.6f), entropy rate %.6f, uniform %.6f\n", val.floor,
            val.true_nll, val.entropy_rate, std::log((double)val.vocab_size));
     return 0;
+}
+
+int main(int argc, char** argv) {
+    try {
+        return run(argc, argv);
+    } catch (const std::exception& e) {
+        fprintf(stderr, "error: %s\n", e.what());
+        return 1;
+    }
 }

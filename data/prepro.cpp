@@ -230,8 +230,9 @@ struct Stats {
 // JSONL: one document per line, streamed in blocks; lines parse on the worker threads.
 void process_jsonl(const std::string& path, const Options& opt, const llmc::Tokenizer& tok,
                    llmc::ParallelEncoder& enc, ShardWriter& sw, Stats& st) {
-    FILE* f = fopen(path.c_str(), "rb");
-    if (!f) fail(path + ": cannot open: " + strerror(errno));
+    std::string why;
+    FILE* f = fopen_regular_file(path.c_str(), &why);
+    if (!f) fail(path + ": cannot open: " + why);
     struct Closer {
         FILE* f;
         ~Closer() { fclose(f); }
@@ -317,8 +318,9 @@ void process_jsonl(const std::string& path, const Options& opt, const llmc::Toke
 class MappedFile {
   public:
     explicit MappedFile(const std::string& path) {
-        int fd = open(path.c_str(), O_RDONLY);
-        if (fd < 0) fail(path + ": cannot open: " + strerror(errno));
+        std::string why;
+        int fd = open_regular_file(path.c_str(), &why);
+        if (fd < 0) fail(path + ": cannot open: " + why);
         struct stat st;
         if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
             close(fd);

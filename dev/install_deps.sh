@@ -2,14 +2,15 @@
 # Installs the Debian packages the CPU build and tests need: a C++ compiler,
 # Python 3 (the launch rewriter), OpenBLAS (cuBLASLt on the CPU), Open MPI
 # (NCCL on the CPU), Boost.Context (fibers), nlohmann-json (header-only JSON for the
-# tokenizer and data tools); then numpy and safetensors for the transformers
-# import/export test and matplotlib for dev/plot_log.py (pip, when the python3 on
-# PATH lacks them; optional), and where nvcc is present, cuobjdump and
+# tokenizer and data tools), xxHash (checkpoint checksums; header-only), strace (test_resume.py kills inside a checkpoint
+# write with it); then numpy and safetensors for the transformers import/export test and
+# matplotlib for dev/plot_log.py (pip, when the python3 on PATH lacks them; optional), and
+# where nvcc is present, cuobjdump and
 # nvdisasm for dev/sass_report.py (pip wheels, when not found; optional). The
 # CUDA toolkit is expected under /usr/local/cuda (or CUDA_HOME); it is not a
 # Debian package.
 set -euo pipefail
-packages=(build-essential python3 libopenblas-dev libopenmpi-dev openmpi-bin libboost-context-dev nlohmann-json3-dev)
+packages=(build-essential python3 libopenblas-dev libopenmpi-dev openmpi-bin libboost-context-dev nlohmann-json3-dev libxxhash-dev strace)
 missing=()
 for p in "${packages[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -3,8 +3,16 @@
 // A checkpoint of step S in folder dir is (llm.c's names):
 //   dir/model_%08d.bin          the model, llm.c's model format (written by the trainer)
 //   dir/state_%08d_%05d.bin     the training state of each rank (this file)
-//   dir/DONE_%08d               empty; written only after every rank's files are durable,
-//                               so a checkpoint is complete exactly when its DONE exists
+//   dir/DONE_%08d               written only after every rank's files are durable, so a
+//                               checkpoint is complete exactly when its DONE exists
+//   dir/train.lock              flock'ed by the one trainer that writes into dir (its pid inside)
+//
+// DONE_%08d (llm.c writes it empty and only tests that it exists) is text here:
+//   gpt-trainer checkpoint 1
+//   run <the run id: 16 hex digits>
+//   file <name> <bytes> <xxh64 of the bytes, 16 hex digits>     one line per file of the checkpoint
+// so a resume can check each file before trusting it, and a run prunes only its own
+// checkpoints. An empty DONE (llm.c's) is complete, with no run id and nothing to check.
 //
 // Training-state file (one per rank), little-endian. A header of 256 int32:
 //   [0] = 20240527 (magic)     [1] = 1 (version)      [2] = num_processes   [3] = rank
@@ -31,6 +39,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <ctime>
 #include <functional>
 #include <initializer_list>
 #include <string>
@@ -38,9 +47,15 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/types.h>
 #include <unistd.h>
+
+#include "llmc/regular_file.h"
+
+#define XXH_INLINE_ALL  // header-only use of Debian's libxxhash-dev: nothing to link
+#include <xxhash.h>
 
 #if defined(__BYTE_ORDER__) && defined(__ORDER_LITTLE_ENDIAN__)
 static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
@@ -131,6 +146,49 @@ inline bool write_file_atomic(const std::string& path, const std::function<bool(
     return true;
 }
 
+// One file of a checkpoint as its DONE lists it.
+struct CheckpointFile {
+    std::string name;  // inside the checkpoint's folder
+    uint64_t bytes = 0;
+    uint64_t xxh64 = 0;
+};
+
+// Writes through FILE* f and keeps the size and XXH64 of everything written.
+class HashingWriter {
+  public:
+    explicit HashingWriter(FILE* f) : f_(f) { XXH64_reset(&state_, 0); }
+    bool put(const void* p, size_t elem, size_t count) {
+        // (an empty part may come with a null pointer, which fwrite must not see)
+        if (count == 0) return true;
+        if (fwrite(p, elem, count, f_) != count) return false;
+        XXH64_update(&state_, p, elem * count);
+        bytes_ += elem * count;
+        return true;
+    }
+    uint64_t bytes() const { return bytes_; }
+    uint64_t digest() const { return XXH64_digest(&state_); }
+
+  private:
+    FILE* f_;
+    XXH64_state_t state_;
+    uint64_t bytes_ = 0;
+};
+
+// write_file_atomic through a HashingWriter; *written gets the file's name, size and hash.
+inline bool write_file_hashed(const std::string& path, const std::function<bool(HashingWriter&)>& write_body,
+                              CheckpointFile* written, std::string* error) {
+    uint64_t bytes = 0, digest = 0;
+    const bool ok = write_file_atomic(path, [&](FILE* f) {
+        HashingWriter w(f);
+        const bool body = write_body(w);
+        bytes = w.bytes();
+        digest = w.digest();
+        return body;
+    }, error);
+    if (ok && written) *written = CheckpointFile{path.substr(path.find_last_of('/') + 1), bytes, digest};
+    return ok;
+}
+
 // ---------------------------------------------------------------------------
 // names
 
@@ -169,7 +227,8 @@ inline bool checkpoint_state_size_(const TrainingStateHeader& h, uint64_t* size)
 }
 
 inline bool state_write(const std::string& path, const TrainingStateHeader& h, const float* m,
-                        const float* v, const float* master, const void* extra, std::string* error) {
+                        const float* v, const float* master, const void* extra, std::string* error,
+                        CheckpointFile* written = nullptr) {
     uint64_t size;
     const char* bad = nullptr;
     if (h.num_processes < 1 || h.rank < 0 || h.rank >= h.num_processes) bad = "rank out of range";
@@ -198,25 +257,22 @@ inline bool state_write(const std::string& path, const TrainingStateHeader& h, c
     hd[15] = (int32_t)(uint32_t)(h.num_parameters >> 32);
     hd[16] = (int32_t)h.extra_bytes;
     const size_t n = (size_t)h.shard_elements;
-    return write_file_atomic(
+    return write_file_hashed(
         path,
-        [&](FILE* f) {
-            // (an empty part may come with a null pointer, which fwrite must not see)
-            auto put = [f](const void* p, size_t elem, size_t count) {
-                return count == 0 || fwrite(p, elem, count, f) == count;
-            };
-            return put(hd, 4, CHECKPOINT_HEADER_INTS) && put(m, 4, n) && put(v, 4, n) && put(master, 4, n) &&
-                   put(extra, 1, h.extra_bytes);
+        [&](HashingWriter& w) {
+            return w.put(hd, 4, CHECKPOINT_HEADER_INTS) && w.put(m, 4, n) && w.put(v, 4, n) && w.put(master, 4, n) &&
+                   w.put(extra, 1, h.extra_bytes);
         },
-        error);
+        written, error);
 }
 
 // Opens a training-state file, reads and checks its header (magic, version, sane fields,
 // exact size) and returns the file positioned at the body; null with *error on failure.
 inline FILE* checkpoint_state_open_(const std::string& path, TrainingStateHeader* h, std::string* error) {
-    FILE* f = fopen(path.c_str(), "rb");
+    std::string why;
+    FILE* f = fopen_regular_file(path.c_str(), &why);
     if (!f) {
-        checkpoint_set_error_(error, path + ": cannot open the training state (" + strerror(errno) + ")");
+        checkpoint_set_error_(error, path + ": cannot open the training state (" + why + ")");
         return nullptr;
     }
     auto fail = [&](const std::string& msg) -> FILE* {
@@ -366,40 +422,213 @@ inline int checkpoint_find_latest(const std::string& dir) {
     return steps.empty() ? -1 : steps.back();
 }
 
-// Marks step's checkpoint complete. Call only once every rank's files are durable.
-inline bool checkpoint_write_done(const std::string& dir, int step, std::string* error) {
-    return write_file_atomic(checkpoint_done_path(dir, step), [](FILE*) { return true; }, error);
+// The complete checkpoints' steps, newest first.
+inline std::vector<int> checkpoint_complete_steps(const std::string& dir) {
+    std::vector<int> steps = checkpoint_done_steps_(dir);
+    std::reverse(steps.begin(), steps.end());
+    return steps;
 }
 
-// Keeps the newest keep_last complete checkpoints and deletes the older complete ones
-// (keep_last <= 0: keep all). Checkpoints without DONE (e.g. one being written) and all
-// other files are left alone. The DONE files go first, and that is made durable before any
-// data file is removed, so a crash here never leaves a DONE whose files are gone.
-// State files of ranks >= num_processes of a pruned step (from a run with more processes)
-// are removed too.
-inline void checkpoint_prune(const std::string& dir, int keep_last, int num_processes) {
-    if (keep_last <= 0) return;
-    std::vector<int> steps = checkpoint_done_steps_(dir);
-    if ((int)steps.size() <= keep_last) return;
-    steps.resize(steps.size() - (size_t)keep_last);  // the ones to delete
+// The step of a checkpoint file name (DONE_, model_, state_ of any rank), else -1.
+inline int checkpoint_file_step_(const std::string& name) {
+    int s = checkpoint_parse_step_(name.c_str(), "DONE_", "");
+    if (s < 0) s = checkpoint_parse_step_(name.c_str(), "model_", ".bin");
+    if (s < 0 && name.size() == 24 && name[14] == '_' && name.compare(20, 4, ".bin") == 0 &&
+        std::all_of(name.begin() + 15, name.begin() + 20, [](char c) { return c >= '0' && c <= '9'; }))
+        s = checkpoint_parse_step_(name.substr(0, 14).c_str(), "state_", "");
+    return s;
+}
+
+// The steps that have any checkpoint file (complete or not), ascending, without repeats.
+inline std::vector<int> checkpoint_steps_with_files(const std::string& dir) {
+    std::vector<int> steps;
+    for (const std::string& name : checkpoint_list_dir_(dir)) {
+        int s = checkpoint_file_step_(name);
+        if (s >= 0) steps.push_back(s);
+    }
+    std::sort(steps.begin(), steps.end());
+    steps.erase(std::unique(steps.begin(), steps.end()), steps.end());
+    return steps;
+}
+
+// ---------------------------------------------------------------------------
+// the DONE marker (see the top of this file)
+
+constexpr const char* CHECKPOINT_DONE_TITLE = "gpt-trainer checkpoint 1";
+
+struct DoneRecord {
+    std::string run_id;                 // empty: llm.c's empty DONE
+    std::vector<CheckpointFile> files;  // what it vouches for
+};
+
+// Marks step's checkpoint complete. Call only once every rank's files are durable.
+inline bool checkpoint_write_done(const std::string& dir, int step, const DoneRecord& record, std::string* error) {
+    return write_file_atomic(checkpoint_done_path(dir, step), [&](FILE* f) {
+        bool ok = fprintf(f, "%s\nrun %s\n", CHECKPOINT_DONE_TITLE, record.run_id.c_str()) > 0;
+        for (const CheckpointFile& c : record.files)
+            ok = ok && fprintf(f, "file %s %llu %016llx\n", c.name.c_str(), (unsigned long long)c.bytes,
+                               (unsigned long long)c.xxh64) > 0;
+        return ok;
+    }, error);
+}
+
+inline bool checkpoint_read_done(const std::string& dir, int step, DoneRecord* record, std::string* error) {
+    const std::string path = checkpoint_done_path(dir, step);
+    std::string text, why;
+    if (!read_regular_file(path.c_str(), &text, 1 << 20, &why)) {
+        checkpoint_set_error_(error, path + ": cannot read (" + why + ")");
+        return false;
+    }
+    *record = DoneRecord{};
+    if (text.empty()) return true;  // llm.c's
+    std::vector<std::string> lines;
+    for (size_t pos = 0, nl; pos < text.size(); pos = nl + 1) {
+        nl = text.find('\n', pos);
+        if (nl == std::string::npos) {
+            checkpoint_set_error_(error, path + ": damaged (its last line is not whole)");
+            return false;
+        }
+        lines.push_back(text.substr(pos, nl - pos));
+    }
+    if (lines.size() < 2 || lines[0] != CHECKPOINT_DONE_TITLE || lines[1].compare(0, 4, "run ") != 0 ||
+        lines[1].size() != 20) {
+        checkpoint_set_error_(error, path + ": not a DONE marker of this trainer (\"" + lines[0].substr(0, 40) + "\")");
+        return false;
+    }
+    record->run_id = lines[1].substr(4);
+    for (size_t i = 2; i < lines.size(); i++) {
+        char name[256];
+        unsigned long long bytes, hash;
+        int used = 0;
+        if (sscanf(lines[i].c_str(), "file %255s %llu %16llx%n", name, &bytes, &hash, &used) != 3 ||
+            used != (int)lines[i].size() || strchr(name, '/')) {
+            checkpoint_set_error_(error, path + ": damaged line " + std::to_string(i + 1));
+            return false;
+        }
+        record->files.push_back(CheckpointFile{name, bytes, hash});
+    }
+    return true;
+}
+
+// Checks every file the record lists: a regular file of the listed size and hash.
+inline bool checkpoint_verify_files(const std::string& dir, const DoneRecord& record, std::string* error) {
+    std::vector<char> buf(1 << 20);
+    for (const CheckpointFile& c : record.files) {
+        const std::string path = dir + "/" + c.name;
+        int fd = open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+        struct stat st;
+        if (fd < 0 || fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+            checkpoint_set_error_(error, path + ": " + (fd < 0 ? strerror(errno) : "not a regular file"));
+            if (fd >= 0) close(fd);
+            return false;
+        }
+        if ((uint64_t)st.st_size != c.bytes) {
+            close(fd);
+            checkpoint_set_error_(error, path + ": " + std::to_string(st.st_size) + " bytes, its DONE says " +
+                                             std::to_string(c.bytes));
+            return false;
+        }
+        XXH64_state_t h;
+        XXH64_reset(&h, 0);
+        ssize_t got;
+        while ((got = read(fd, buf.data(), buf.size())) > 0) XXH64_update(&h, buf.data(), (size_t)got);
+        const int e = errno;
+        close(fd);
+        if (got < 0) {
+            checkpoint_set_error_(error, path + ": read failed (" + strerror(e) + ")");
+            return false;
+        }
+        if (XXH64_digest(&h) != c.xxh64) {
+            checkpoint_set_error_(error, path + ": checksum differs from its DONE's (the file is damaged or from "
+                                             "another checkpoint)");
+            return false;
+        }
+    }
+    return true;
+}
+
+// A fresh run id: 16 hex digits from the kernel's random source.
+inline std::string checkpoint_new_run_id() {
+    uint64_t x = 0;
+    int fd = open("/dev/urandom", O_RDONLY | O_CLOEXEC);
+    if (fd < 0 || read(fd, &x, sizeof x) != (ssize_t)sizeof x) x = ((uint64_t)getpid() << 32) ^ (uint64_t)time(nullptr);
+    if (fd >= 0) close(fd);
+    char id[17];
+    snprintf(id, sizeof id, "%016llx", (unsigned long long)x);
+    return id;
+}
+
+// Deletes a checkpoint's files (DONE first, durably, so a crash in between never leaves a
+// DONE whose files are gone), every rank's state file included.
+inline void checkpoint_delete_steps_(const std::string& dir, const std::vector<int>& steps) {
+    if (steps.empty()) return;
     for (int s : steps) unlink(checkpoint_done_path(dir, s).c_str());
     fsync_directory(dir);
-    for (int s : steps) {
-        unlink(checkpoint_model_path(dir, s).c_str());
-        for (int r = 0; r < num_processes; r++) unlink(checkpoint_state_path(dir, s, r).c_str());
-    }
-    // exactly-named state files of those steps for other ranks
     for (const std::string& name : checkpoint_list_dir_(dir)) {
-        if (name.size() != 24 || name.compare(0, 6, "state_") != 0 || name[14] != '_' ||
-            name.compare(20, 4, ".bin") != 0)
-            continue;
-        std::string head = name.substr(0, 14);  // "state_" + 8 digits
-        int s = checkpoint_parse_step_(head.c_str(), "state_", "");
-        bool rank_digits = std::all_of(name.begin() + 15, name.begin() + 20, [](char c) { return c >= '0' && c <= '9'; });
-        if (s >= 0 && rank_digits && std::binary_search(steps.begin(), steps.end(), s))
-            unlink((dir + "/" + name).c_str());
+        int s = checkpoint_file_step_(name);
+        if (s >= 0 && std::binary_search(steps.begin(), steps.end(), s)) unlink((dir + "/" + name).c_str());
     }
     fsync_directory(dir);
+}
+
+// Keeps the newest keep_last complete checkpoints of run run_id and deletes its older ones
+// (keep_last <= 0: keep all); never a checkpoint whose DONE names another run (or none).
+// Model and state files without a DONE at a step older than the newest DONE are
+// remnants of an interrupted write and are deleted too; newer ones (one being written)
+// and all other files are left alone.
+inline void checkpoint_prune(const std::string& dir, int keep_last, const std::string& run_id) {
+    const std::vector<int> done = checkpoint_done_steps_(dir);
+    std::vector<int> doomed;
+    if (keep_last > 0) {
+        std::vector<int> own;
+        for (int s : done) {
+            DoneRecord r;
+            if (checkpoint_read_done(dir, s, &r, nullptr) && !run_id.empty() && r.run_id == run_id) own.push_back(s);
+        }
+        if ((int)own.size() > keep_last) doomed.assign(own.begin(), own.end() - keep_last);
+    }
+    if (!done.empty())
+        for (int s : checkpoint_steps_with_files(dir))
+            if (s < done.back() && !std::binary_search(done.begin(), done.end(), s)) doomed.push_back(s);
+    std::sort(doomed.begin(), doomed.end());
+    checkpoint_delete_steps_(dir, doomed);
+}
+
+// ---------------------------------------------------------------------------
+// the folder's one writer
+
+constexpr const char* CHECKPOINT_LOCK_NAME = "train.lock";
+
+// Takes dir/train.lock (flock, exclusive, not waiting) and writes this pid into it; the
+// lock lasts until the process exits (the fd stays open). Returns false with a reason
+// naming the holder's pid when another process has it.
+inline bool checkpoint_lock_dir(const std::string& dir, std::string* error) {
+    const std::string path = dir + "/" + CHECKPOINT_LOCK_NAME;
+    int fd = open(path.c_str(), O_RDWR | O_CREAT | O_NONBLOCK | O_CLOEXEC, 0644);
+    if (fd < 0) {
+        checkpoint_set_error_(error, path + ": cannot create the lock file (" + strerror(errno) + ")");
+        return false;
+    }
+    if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+        const int e = errno;
+        char pid[32] = {0};
+        ssize_t n = pread(fd, pid, sizeof pid - 1, 0);
+        close(fd);
+        while (n > 0 && (pid[n - 1] == '\n' || pid[n - 1] == ' ')) pid[--n] = '\0';
+        if (e == EWOULDBLOCK)
+            checkpoint_set_error_(error, dir + ": another trainer is writing into this folder (pid " +
+                                             (n > 0 ? pid : "unknown") + ", holding " + path + ")");
+        else
+            checkpoint_set_error_(error, path + ": cannot lock (" + strerror(e) + ")");
+        return false;
+    }
+    const std::string me = std::to_string(getpid()) + "\n";
+    if (ftruncate(fd, 0) != 0 || pwrite(fd, me.data(), me.size(), 0) != (ssize_t)me.size()) {
+        checkpoint_set_error_(error, path + ": cannot write the lock file (" + strerror(errno) + ")");
+        close(fd);
+        return false;
+    }
+    return true;  // fd stays open: the lock is held until exit
 }
 
 // Deletes the *.tmp files (not folders) that a killed run left in dir.

@@ -56,6 +56,8 @@
 #include <sys/types.h>
 #include <unistd.h>
 
+#include "llmc/regular_file.h"
+
 #define DATALOADER_MAGIC_U16 20240520
 #define DATALOADER_VERSION_U16 1
 #define DATALOADER_MAGIC_U32 20240801
@@ -218,8 +220,9 @@ inline bool dataloader_pread_all_(int fd, void* dst, size_t count, uint64_t offs
 inline DataLoaderShard dataloader_open_shard_(const std::string& path, int T) {
     DataLoaderShard s;
     s.path = path;
-    int fd = open(path.c_str(), O_RDONLY);
-    if (fd < 0) dataloader_fail_(path, dataloader_fmt_("cannot open: %s", strerror(errno)));
+    std::string why;
+    int fd = open_regular_file(path.c_str(), &why);
+    if (fd < 0) dataloader_fail_(path, why == NOT_A_REGULAR_FILE ? why : "cannot open: " + why);
     struct stat st;
     if (fstat(fd, &st) != 0) dataloader_fail_(path, dataloader_fmt_("cannot stat: %s", strerror(errno)));
     if (!S_ISREG(st.st_mode)) dataloader_fail_(path, "not a regular file");
@@ -291,8 +294,9 @@ inline std::string dataloader_use_shard_(DataLoaderImpl* im, size_t si, int voca
     if (im->fd_shard != si) {
         if (im->fd >= 0) close(im->fd);
         im->fd_shard = (size_t)-1;
-        im->fd = open(s.path.c_str(), O_RDONLY);
-        if (im->fd < 0) return "error: " + s.path + ": cannot open: " + strerror(errno);
+        std::string why;
+        im->fd = open_regular_file(s.path.c_str(), &why);
+        if (im->fd < 0) return "error: " + s.path + ": cannot open: " + why;
         im->fd_shard = si;
     }
     if (!s.validated) {
@@ -409,6 +413,30 @@ inline void dataloader_request_(DataLoaderImpl* im, uint64_t cursor) {
     im->cv.notify_all();
 }
 
+// The shard files of a pattern, in byte order (whatever the locale); exits with an error
+// line when none matches. A pattern that names an existing file is that file, so a
+// path with glob characters in it ([, ], *, ?) works as it is.
+inline std::vector<std::string> dataloader_find_shards(const char* pattern) {
+    struct stat st;
+    if (stat(pattern, &st) == 0) return {pattern};
+    std::vector<std::string> paths;
+    glob_t g;
+    memset(&g, 0, sizeof(g));
+    int rc = glob(pattern, GLOB_NOSORT, nullptr, &g);
+    if (rc == GLOB_NOMATCH || (rc == 0 && g.gl_pathc == 0)) {
+        globfree(&g);
+        dataloader_fail_(pattern, "no file matches");
+    }
+    if (rc != 0) {
+        globfree(&g);
+        dataloader_fail_(pattern, rc == GLOB_NOSPACE ? "glob: out of memory" : "glob: read error");
+    }
+    for (size_t i = 0; i < g.gl_pathc; i++) paths.push_back(g.gl_pathv[i]);
+    globfree(&g);
+    std::sort(paths.begin(), paths.end());
+    return paths;
+}
+
 // Waits for the requested batch; exits on a worker error.
 inline void dataloader_wait_ready_(DataLoaderImpl* im) {
     std::unique_lock<std::mutex> lock(im->mu);
@@ -432,21 +460,7 @@ inline void dataloader_init(DataLoader* loader, const char* pattern, int B, int 
     if (packing == DataPacking::Slots && vocab_size <= 0)
         dataloader_fail_(where, "one document per slot needs the vocabulary size (documents start at token V-1)");
 
-    std::vector<std::string> paths;
-    glob_t g;
-    memset(&g, 0, sizeof(g));
-    int rc = glob(pattern, GLOB_NOSORT, nullptr, &g);
-    if (rc == GLOB_NOMATCH || (rc == 0 && g.gl_pathc == 0)) {
-        globfree(&g);
-        dataloader_fail_(where, "no file matches");
-    }
-    if (rc != 0) {
-        globfree(&g);
-        dataloader_fail_(where, rc == GLOB_NOSPACE ? "glob: out of memory" : "glob: read error");
-    }
-    for (size_t i = 0; i < g.gl_pathc; i++) paths.push_back(g.gl_pathv[i]);
-    globfree(&g);
-    std::sort(paths.begin(), paths.end());  // byte order, whatever the locale
+    const std::vector<std::string> paths = dataloader_find_shards(pattern);
 
     DataLoaderImpl* im = new DataLoaderImpl();
     im->pattern = where;

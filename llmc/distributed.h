@@ -8,8 +8,10 @@
 // Every collective here runs on the communication stream, ordered against the
 // compute stream by events, so the host never waits for communication.
 #pragma once
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <vector>
 #include "llmc/cuda_common.h"
 #ifdef MULTI_GPU
 #define OMPI_SKIP_MPICXX 1  // the C API only
@@ -179,6 +181,21 @@ inline double host_sum(double value, const Distributed* d) {
     (void)d;
 #endif
     return value;
+}
+
+// Every rank's `count` values, rank by rank, on every rank (checkpoints: each rank's file
+// size and hash for the DONE marker).
+inline std::vector<uint64_t> host_all_gather(const uint64_t* mine, int count, const Distributed* d) {
+    std::vector<uint64_t> all(mine, mine + count);
+#ifdef MULTI_GPU
+    if (d->num_processes > 1) {
+        all.resize((size_t)count * d->num_processes);
+        MPI_Allgather(mine, count, MPI_UINT64_T, all.data(), count, MPI_UINT64_T, MPI_COMM_WORLD);
+    }
+#else
+    (void)d;
+#endif
+    return all;
 }
 
 // Every rank has reached this point (checkpoints: all files durable before DONE).

@@ -26,6 +26,8 @@
 #include <string>
 #include <vector>
 
+#include "llmc/regular_file.h"
+
 #define HELLASWAG_MAGIC 20240522
 #define HELLASWAG_VERSION 1
 #define HELLASWAG_HEADER_INTS 256
@@ -48,8 +50,9 @@ inline bool hellaswag_load(const std::string& path, std::vector<HellaSwagExample
     };
     // The whole file at once: the validation file is ~2.5 MB, and having it all
     // lets every length be checked against what is really there.
-    FILE* f = fopen(path.c_str(), "rb");
-    if (!f) return fail(std::string("cannot open: ") + strerror(errno));
+    std::string why;
+    FILE* f = fopen_regular_file(path.c_str(), &why);
+    if (!f) return fail("cannot open: " + why);
     std::vector<unsigned char> bytes;
     unsigned char buf[1 << 16];
     size_t got;

@@ -46,6 +46,8 @@
 #include <sys/types.h>
 #include <unistd.h>
 
+#include "llmc/regular_file.h"
+
 #define MARKOV_MARKER 0x31564B4D
 #define MARKOV_GENERATOR_VERSION 1
 #define MARKOV_SUCCESSORS 4
@@ -234,7 +236,8 @@ inline double markov_get_double_(const int32_t* slots) {
 // Reads a corpus shard's header: false when the file cannot be read, is not a
 // uint16 shard of the right size, or does not carry the corpus marker.
 inline bool markov_corpus_info(const char* shard_path, MarkovShardInfo* info) {
-    int fd = open(shard_path, O_RDONLY);
+    std::string why;
+    int fd = open_regular_file(shard_path, &why);
     if (fd < 0) return false;
     int32_t h[256];
     struct stat st;

@@ -52,6 +52,7 @@
 #include <unistd.h>
 #include <vector>
 
+#include "llmc/regular_file.h"
 #include "llmc/tokenizer_unicode.h"
 
 namespace llmc {
@@ -374,8 +375,9 @@ inline const ByteMap& byte_map() {
 }
 
 inline std::string read_whole_file(const std::string& path) {
-    FILE* f = fopen(path.c_str(), "rb");
-    if (!f) throw TokenizerError(path + ": cannot open: " + strerror(errno));
+    std::string why;
+    FILE* f = fopen_regular_file(path.c_str(), &why);
+    if (!f) throw TokenizerError(path + ": cannot open: " + why);
     std::string data;
     char buf[1 << 16];
     size_t got;

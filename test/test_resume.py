@@ -1,18 +1,22 @@
 #!/usr/bin/env python3
-"""Checkpoint and resume: a run killed with SIGKILL at random moments (and
-while a checkpoint file is being written) and resumed with -y 1 each time
-ends with bitwise the losses, model and optimizer state of a run that was
-never interrupted.
+"""Checkpoint and resume: a run killed with SIGKILL at points defined by its
+progress (after step n is logged, after its k-th checkpoint, and inside a
+checkpoint write: at the rename of the j-th file, so its .tmp is left
+behind) and resumed with -y 1 each time ends with bitwise the losses, model
+and optimizer state of a run that was never interrupted. No kill depends on
+wall-clock time, so the test behaves the same on a busy machine.
 
 Usage: test/test_resume.py [path/to/train_gpt]   (default build/cpu/train_gpt)
 """
+import json
 import os
 import random
+import re
+import shutil
 import signal
 import subprocess
 import sys
 import tempfile
-import time
 
 BIN = sys.argv[1] if len(sys.argv) > 1 else "build/cpu/train_gpt"
 STEPS = 24
@@ -31,8 +35,7 @@ def check(name, ok):
 
 
 def train_losses(run_dir):
-    """step -> loss text of main.jsonl; for a step logged twice (run again
-    after a resume) the later line, which must equal the earlier anyway."""
+    """step -> loss text of main.jsonl."""
     losses = {}
     with open(os.path.join(run_dir, "main.jsonl")) as f:
         for line in f:
@@ -47,59 +50,93 @@ def read(path):
         return f.read()
 
 
-def kill_when_writing(proc, run_dir, deadline):
-    """SIGKILL as soon as a checkpoint temp file exists; True if one did."""
-    while time.time() < deadline and proc.poll() is None:
-        try:
-            if any(name.endswith(".tmp") for name in os.listdir(run_dir)):
-                proc.send_signal(signal.SIGKILL)
-                return True
-        except FileNotFoundError:
-            pass
-    return False
+def renames_before(trace, run_dir):
+    """How many rename() calls a start makes before its first one into run_dir
+    (the built-in corpus is rewritten first), from an strace -e trace=rename log."""
+    names = [l for l in open(trace) if "rename(" in l]
+    return next(i for i, l in enumerate(names) if '"%s/' % run_dir in l)
+
+
+def start(run_dir, kill_at_rename=0):
+    """Starts a resuming run; with kill_at_rename > 0 under strace, which
+    SIGKILLs it on entering that rename() call (the file is written and
+    fsynced, still under its .tmp name)."""
+    cmd = [BIN, *ARGS, "-o", run_dir, "-y", "1"]
+    if kill_at_rename:
+        cmd = ["strace", "-f", "-qq", "-o", "/dev/null", "-e", "trace=rename",
+               "-e", "inject=rename:signal=SIGKILL:when=%d" % kill_at_rename, *cmd]
+    return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def kill_after(proc, pattern, nth=1):
+    """Reads the output until the nth line matching pattern, then SIGKILLs; the whole output."""
+    out = []
+    for line in proc.stdout:
+        out.append(line)
+        nth -= bool(re.search(pattern, line))
+        if nth == 0:
+            proc.send_signal(signal.SIGKILL)
+            break
+    rest, _ = proc.communicate()
+    return "".join(out) + rest
 
 
 def main():
+    if not shutil.which("strace"):
+        check("strace is installed (dev/install_deps.sh installs it; the test kills inside checkpoint writes with it)",
+              False)
+        return
     work = tempfile.mkdtemp()
     ref_dir, run_dir = os.path.join(work, "ref"), os.path.join(work, "run")
-    r = subprocess.run([BIN, *ARGS, "-o", ref_dir], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    trace = os.path.join(work, "ref.strace")
+    r = subprocess.run(["strace", "-f", "-qq", "-o", trace, "-e", "trace=rename", BIN, *ARGS, "-o", ref_dir],
+                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     check("uninterrupted run of %d steps (exit %d)" % (STEPS, r.returncode), r.returncode == 0)
     if r.returncode != 0:
         print(r.stdout[-2000:])
         return
     ref_samples = [l for l in r.stdout.splitlines() if "sample:" in l]
+    first = renames_before(trace, ref_dir)
 
+    # (kind, argument) of each start; the last runs to the end
     rng = random.Random(20261129)
-    kills = kills_in_write = starts = 0
-    outputs = []
-    while starts < 40:
-        starts += 1
-        proc = subprocess.Popen([BIN, *ARGS, "-o", run_dir, "-y", "1"], stdout=subprocess.PIPE,
-                                stderr=subprocess.STDOUT, text=True)
-        if kills_in_write < 2 and starts <= 12:  # the first kills aim at a checkpoint write
-            if kill_when_writing(proc, run_dir, time.time() + 20):
-                kills_in_write += 1
-                kills += 1
-        elif kills < 8:
-            time.sleep(rng.uniform(0.5, 3.5))
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGKILL)
-                kills += 1
-        out, _ = proc.communicate()
+    plan = [("step", 2),                   # before the first checkpoint: the next start begins afresh
+            ("rename", first + 2),         # the first checkpoint's state file: model renamed, state .tmp
+            ("rename", first + 3),         # its DONE: model and state in place, DONE .tmp
+            ("checkpoint", 1),             # right after a complete checkpoint
+            ("rename", first + 3 * rng.randint(1, 2) + rng.randint(1, 3)),
+            ("step", None), ("checkpoint", 2), ("step", None), ("end", None)]
+    outputs, kills, kills_in_write, resume_step = [], 0, 0, 0
+    for kind, arg in plan:
+        proc = start(run_dir, arg if kind == "rename" else 0)
+        if kind == "step":  # a few steps past where this start resumes
+            out = kill_after(proc, r"^step +%d/%d " % (arg or min(STEPS - 1, resume_step + rng.randint(1, 4)), STEPS))
+        elif kind == "checkpoint":  # right after this start's arg-th complete checkpoint
+            out = kill_after(proc, r"^checkpoint: step", arg)
+        else:
+            out = proc.communicate()[0]
         outputs.append(out)
-        if proc.returncode == 0:
+        m = re.search(r"resuming from step (\d+)", out)
+        resume_step = int(m.group(1)) if m else 0
+        if kind == "end":
             break
         if proc.returncode != -signal.SIGKILL:
             print(out[-2000:])
             break
-    check("the interrupted run finished after %d starts, %d SIGKILLs, %d of them while a checkpoint file was "
-          "being written" % (starts, kills, kills_in_write),
-          proc.returncode == 0 and kills >= 4 and kills_in_write >= 1)
+        kills += 1
+        if kind == "rename" and any(n.endswith(".tmp") for n in os.listdir(run_dir)):
+            kills_in_write += 1
+        # what the next start resumes from (the newest DONE)
+        done = [int(n[5:]) for n in os.listdir(run_dir) if re.fullmatch(r"DONE_\d{8}", n)]
+        resume_step = max(done, default=0)
+    check("the interrupted run finished after %d starts, %d SIGKILLs, %d of them inside a checkpoint write "
+          "(a .tmp left behind)" % (len(outputs), kills, kills_in_write),
+          proc.returncode == 0 and kills == len(plan) - 1 and kills_in_write == 3)
     if proc.returncode != 0:
         return
     resumed = [o.split("resuming from step ")[1].split()[0] for o in outputs if "resuming from step" in o]
     check("%d of the starts resumed from a complete checkpoint (steps %s)" % (len(resumed), " ".join(resumed)),
-          len(resumed) >= 3)
+          len(resumed) >= 5)
 
     ref_losses, run_losses = train_losses(ref_dir), train_losses(run_dir)
     same = [s for s in ref_losses if run_losses.get(s) == ref_losses[s]]
@@ -113,10 +150,20 @@ def main():
     last_samples = [l for l in outputs[-1].splitlines() if "sample:" in l]
     check("the sample at step %d equals the uninterrupted run's" % STEPS,
           bool(last_samples) and last_samples[-1] == ref_samples[-1])
+    # the logs after 8 kills and resumes: every line whole, every step once
+    records = [json.loads(l) for l in open(os.path.join(run_dir, "main.jsonl"))]
+    loss_steps = [r["step"] for r in records if "loss" in r]
+    val_steps = [r["step"] for r in records if "val_loss" in r]
+    trl = [l.split()[0] for l in open(os.path.join(run_dir, "main.log")) if " trl:" in l]
+    check("main.jsonl: %d whole records, steps 1..%d once each, val at %s once each; main.log likewise"
+          % (len(records), STEPS, val_steps),
+          loss_steps == list(range(1, STEPS + 1)) and val_steps == [0, 8, 16, 24] and
+          trl == ["s:%d" % s for s in range(STEPS)])
     names = sorted(os.listdir(run_dir))
     done = [n for n in names if n.startswith("DONE_")]
     check("-nk 3 keeps the newest 3 complete checkpoints (%s), no temp files left" % " ".join(done),
           done == ["DONE_%08d" % s for s in (STEPS - 6, STEPS - 3, STEPS)] and not any(n.endswith(".tmp") for n in names))
+    shutil.rmtree(work)
 
 
 main()

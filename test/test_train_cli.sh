@@ -2,6 +2,8 @@
 # The trainer's command line: bad input gets one clear "error:" line and a
 # non-zero exit (never a crash); a short run works end to end.
 # Usage: test/test_train_cli.sh [path/to/train_gpt]   (default build/cpu/train_gpt)
+# TRAIN_CLI_SMALL=1 (the sanitizer build, test/run_tests.sh): the long runs
+# (the built-in corpus, -b auto) with fewer steps and a smaller model.
 set -u
 cd "$(dirname "$0")/.."
 BIN=${1:-build/cpu/train_gpt}
@@ -15,7 +17,7 @@ check() {  # check NAME CONDITION-EXIT-STATUS
 expect_error() {
     local name=$1 pattern=$2
     shift 2
-    "$BIN" "$@" >"$WORK/out" 2>"$WORK/err"
+    timeout $((300 * ${TEST_TIMEOUT_SCALE:-1})) "$BIN" "$@" >"$WORK/out" 2>"$WORK/err"  # a hang guard
     local rc=$? lines
     lines=$(wc -l <"$WORK/err")
     if [[ $rc -ne 0 && $rc -lt 128 && $lines -eq 1 ]] && grep -q "^error: .*$pattern" "$WORK/err"; then
@@ -47,7 +49,38 @@ check "--help exits 0" $?
 grep -q -- "-d <int>" "$WORK/help" && grep -q "B x T x N x A" "$WORK/help"
 check "--help names the flags and the batch equation" $?
 
+# README.md's flag table lists exactly the flags of --help, each with the same value form
+python3 - README.md "$WORK/help" <<'PY'
+import re, sys
+readme, help_text = open(sys.argv[1]).read(), open(sys.argv[2]).read()
+table = readme.split("\n| flag | meaning | default |")[1].split("\n\n")[0]
+rows = [line.split(" | ")[0] for line in table.splitlines()[2:]]
+documented = {m.replace("\\|", "|") for row in rows for m in re.findall(r"`(-[^`]+)`", row)}
+offered = {m.group(1).strip() for m in re.finditer(r"^  (-\S+(?: <\S+>)?)", help_text, re.M)}
+if documented != offered:
+    print("README only:", sorted(documented - offered), "--help only:", sorted(offered - documented))
+    sys.exit(1)
+PY
+ok=$?  # (before the message's $(...) resets $?)
+check "README.md's flag table has exactly the flags and value forms of --help ($(grep -c '^  -' "$WORK/help") flags)" $ok
+
 expect_error "unknown flag" "unknown flag -Z" -Z 1
+# every number whole, in range, in its type: no wrap-around, no empty value, no trailing text, no underflow
+expect_error "an int flag past 32 bits" "-b 4294967297: expected an integer from 1 to 2147483647" -b 4294967297
+expect_error "-x past the 8 digits of a checkpoint name" "-x 2147483648: expected an integer from -1 to 99999999" -x 2147483648
+expect_error "an empty number" '-l "": expected a float from 0 to' -l ""
+expect_error "an empty --grad-clip" '--grad-clip "": expected a float' --grad-clip ""
+for flag in -l -c -q --grad-clip --temperature; do
+    expect_error "a negative $flag" "$flag -0.5: expected a float from 0 to" $flag -0.5
+done
+expect_error "a float that underflows to 0" "-l 1e-50: expected a float" -l 1e-50
+expect_error "a denormal float" "-c 1e-40: expected a float" -c 1e-40
+expect_error "NaN" "--temperature nan: expected a float" --temperature nan
+expect_error "trailing text" "-t 64k: expected an integer" -t 64k
+expect_error "a leading blank" "-t  64: expected an integer" -t " 64"
+expect_error "a fraction above 1" "-q 1.5: expected a float from 0 to 1" -q 1.5
+expect_error "-o \"\" (would write into /)" '-o "": expected a non-empty value' -o ""
+expect_error "an empty -i" '-i "": expected a non-empty value' -i ""
 expect_error "flag without a value" "needs a value" -i "$WORK/good.bin" -b
 expect_error "non-numeric value" "expected an integer" -b four
 expect_error "bad descriptor" "not a checkpoint file or a model descriptor" -e "L=two"
@@ -69,6 +102,51 @@ expect_error "truncated checkpoint" "truncated" -e "$WORK/trunc.bin" -i "$WORK/g
 expect_error "checkpoint shorter than its header" "truncated checkpoint header" -e "$WORK/short.bin" -i "$WORK/good.bin"
 "$BIN" -e "$CKPT" -i "$WORK/good.bin" -b 2 -t 16 -x 1 -v 0 >/dev/null 2>&1
 check "the written checkpoint loads and trains" $?
+
+# a FIFO (or any non-regular file) as an input is refused, never waited on
+mkfifo "$WORK/fifo"
+expect_error "a FIFO as -i" "fifo: not a regular file" -e "$TINY" -i "$WORK/fifo" -b 2 -t 16
+expect_error "a FIFO as -j" "fifo: not a regular file" -e "$TINY" -i "$WORK/good.bin" -j "$WORK/fifo" -b 2 -t 16
+expect_error "a FIFO as -e" "fifo: cannot open the checkpoint (not a regular file)" -e "$WORK/fifo" -i "$WORK/good.bin"
+expect_error "a FIFO as -e with --memory-plan 1" "fifo: cannot open the model file (not a regular file)" -e "$WORK/fifo" --memory-plan 1
+expect_error "a FIFO as --tokenizer" "fifo: cannot open: not a regular file" -e "$TINY" -i "$WORK/good.bin" -b 2 -t 16 -x 1 \
+    -s 1 --tokenizer "$WORK/fifo"
+expect_error "a FIFO as --hellaswag-file" "fifo: cannot open: not a regular file" -e "$TINY" -i "$WORK/good.bin" -t 16 -x 1 \
+    -h 1 --hellaswag-file "$WORK/fifo"
+"$BIN" -e "$TINY" -i "$WORK/good.bin" -b 2 -t 16 -x 1 -v 0 -o "$WORK/fifock" >/dev/null 2>&1
+mv "$WORK/fifock/state_00000001_00000.bin" "$WORK/state.bin" && mkfifo "$WORK/fifock/state_00000001_00000.bin"
+expect_error "a FIFO as the state file to resume from" "not a regular file" -e "$TINY" -i "$WORK/good.bin" -b 2 -t 16 -x 2 \
+    -v 0 -o "$WORK/fifock" -y 1
+
+# -o whose parent is missing or a file; the data is checked before the model is built; a path with [ ] in it
+expect_error "-o in a missing folder" "-o $WORK/no/such/run: cannot create the folder: $WORK/no/such does not exist" \
+    -e "$TINY" -i "$WORK/good.bin" -o "$WORK/no/such/run"
+expect_error "-o inside a file" "-o $WORK/good.bin/run: cannot create the folder in $WORK/good.bin (Not a directory)" \
+    -e "$TINY" -i "$WORK/good.bin" -o "$WORK/good.bin/run"
+expect_error "a missing -i is found before the model is opened (here a FIFO as -e)" "missing_\*.bin: no file matches" \
+    -e "$WORK/fifo" -i "$WORK/missing_*.bin"
+cp "$WORK/good.bin" "$WORK/shard[1].bin"
+"$BIN" -e "$TINY" -i "$WORK/shard[1].bin" -b 2 -t 16 -x 1 -v 0 >"$WORK/out" 2>&1
+check "an existing shard whose name has [ ] in it is used as it is" $?
+
+# model headers are checked field by field before anything is allocated, --memory-plan included
+header() {  # header NAME maxT V L NH C Vp: an llm.c bf16 model header without a body
+    python3 -c "import struct, sys; open(sys.argv[1], 'wb').write(struct.pack('<256i', 20240326, 5, *map(int, sys.argv[2:]), *[0] * 248))" \
+        "$WORK/$1" "${@:2}"
+}
+header nh0.bin 64 256 2 0 64 256
+header cneg.bin 64 256 2 4 -64 256
+header deep.bin 64 256 16777216 1 1 256
+header cnh.bin 64 256 2 3 64 256
+header huge.bin 1024 50257 4096 128 16777216 50304
+expect_error "NH=0 in a header (--memory-plan 1; was SIGFPE)" "nh0.bin: .*NH=0 is outside 1..16777216" -e "$WORK/nh0.bin" --memory-plan 1 -b 1 -t 64
+expect_error "C<0 in a header (--memory-plan 1; printed absurd sizes)" "cneg.bin: .*C=-64 is outside" -e "$WORK/cneg.bin" --memory-plan 1 -b 1 -t 64
+expect_error "L=16777216 in a header (--memory-plan 1; ran for hours)" "deep.bin: .*L=16777216 is outside 1..4096" \
+    -e "$WORK/deep.bin" --memory-plan 1 -b 1 -t 64
+expect_error "C not a multiple of NH in a header" "cnh.bin: .*C=64 is not a multiple of NH=3" -e "$WORK/cnh.bin" -i "$WORK/good.bin"
+expect_error "a header of more than 2^40 parameters" "huge.bin: .*more than 2\^40 parameters" -e "$WORK/huge.bin" --memory-plan 1 -b 1 -t 64
+expect_error "a descriptor with C not a multiple of H" "model: C=30 is not a multiple of NH=4" -e "L=1,C=30,H=4,V=256,maxT=32" \
+    -i "$WORK/good.bin"
 
 # shapes and batch arithmetic
 expect_error "T > maxT" "-t 64 exceeds the model's maximum sequence length 32" -e "$TINY" -i "$WORK/good.bin" -t 64
@@ -107,7 +185,8 @@ fi
 # one document per slot on the built-in corpus (documents of mean length 64 at T = 64): some slots are padded
 (cd "$WORK" && "$OLDPWD/$BIN" -x 2 -v 0 --packing slots --doc-mask 1 >"$WORK/slots" 2>&1) &&
     grep -qE '^step +2/2 \| .* \| util [0-9]{1,2}\.[0-9]% \|' "$WORK/slots"
-check "--packing slots runs and its util is below 100%: $(grep -o 'util [0-9.]*%' "$WORK/slots" | tail -1)" $?
+rc=$?
+check "--packing slots runs and its util is below 100%: $(grep -o 'util [0-9.]*%' "$WORK/slots" | tail -1)" $rc
 expect_error "--packing with an unknown value" "--packing tight: packed or slots" --packing tight
 # resume with slots and the document mask: the data position is a document index
 SLOTS=(-v 0 --packing slots --doc-mask 1 --doc-positions 1)
@@ -117,12 +196,14 @@ SLOTS=(-v 0 --packing slots --doc-mask 1 --doc-positions 1)
     cmp -s "$WORK/slots_a/model_00000004.bin" "$WORK/slots_b/model_00000004.bin"
 check "--packing slots --doc-mask 1 --doc-positions 1: 2 steps, then 2 more resumed, give bitwise the 4-step model" $?
 
-# the built-in corpus (no -i): 100 steps close most of the gap to the known floor
-(cd "$WORK" && "$OLDPWD/$BIN" -x 100 -v 100 >"$WORK/builtin" 2>&1)
+SMALL=${TRAIN_CLI_SMALL:-0}
+# the built-in corpus (no -i): 100 steps close most of the gap to the known floor (small: 20 steps, some of it)
+read -r bsteps bgap <<<"$([[ $SMALL == 1 ]] && echo "20 90" || echo "100 30")"
+(cd "$WORK" && "$OLDPWD/$BIN" -x $bsteps -v $bsteps >"$WORK/builtin" 2>&1)
 check "built-in corpus run" $?
-gap=$(grep "^step 100: val loss" "$WORK/builtin" | sed -E 's/.*\(([0-9.]+)% of the initial gap\).*/\1/')
-grep -q "loss floor of the val data: 1.154616" "$WORK/builtin" && [[ -n $gap ]] && awk "BEGIN{exit !($gap < 30)}"
-check "built-in corpus: floor 1.154616 printed; after 100 steps the val gap is ${gap:-?}% of the initial gap (< 30%)" $?
+gap=$(grep "^step $bsteps: val loss" "$WORK/builtin" | sed -E 's/.*\(([0-9.]+)% of the initial gap\).*/\1/')
+grep -q "loss floor of the val data: 1.154616" "$WORK/builtin" && [[ -n $gap ]] && awk "BEGIN{exit !($gap < $bgap)}"
+check "built-in corpus: floor 1.154616 printed; after $bsteps steps the val gap is ${gap:-?}% of the initial gap (< $bgap%)" $?
 
 # ---- a complete run: checkpoints, NaN, evaluation, sampling, ramp, memory ----
 # NaN: checkpoints of earlier steps stay; with --skip-nonfinite the run goes on
@@ -134,7 +215,8 @@ check "the checkpoint before the NaN is complete and kept; none written after it
 "$BIN" -e "$TINY" -i "$WORK/good.bin" -b 2 -t 16 -x 6 -l 1e30 --grad-clip 0 -v 0 --skip-nonfinite 1 >"$WORK/out" 2>&1
 rc=$?
 [[ $rc -eq 0 ]] && grep -q "skipped: not finite" "$WORK/out"
-check "--skip-nonfinite 1 skips the non-finite steps and finishes ($(grep -c 'skipped' "$WORK/out") skipped)" $?
+ok=$?
+check "--skip-nonfinite 1 skips the non-finite steps and finishes ($(grep -c 'skipped' "$WORK/out") skipped)" $ok
 expect_error "-y without -o" "needs the run's -o" -y 1
 expect_error "-r out of range" "from 0 to 2" -r 3
 
@@ -143,14 +225,119 @@ expect_error "-r out of range" "from 0 to 2" -r 3
 python3 -c "
 import struct; p = '$WORK/ck/state_00000002_00000.bin'; d = bytearray(open(p,'rb').read())
 struct.pack_into('<i', d, 4 * 11, 1); open(p, 'wb').write(d)"
+: >"$WORK/ck/DONE_00000002"  # llm.c's empty DONE: no checksums, so the header check speaks
 expect_error "resume from a state file of another ZeRO stage" "zero" -e "$TINY" -i "$WORK/good.bin" -b 2 -t 16 -x 4 \
     -v 0 -o "$WORK/ck" -y 1
+
+# ---- folder ownership: one writer per -o, a fresh run never takes over or prunes another's checkpoints
+R=(-e "$TINY" -i "$WORK/good.bin" -b 2 -t 16 -v 0)
+"$BIN" "${R[@]}" -x 10 -n 2 -o "$WORK/own" >/dev/null 2>&1
+expect_error "a fresh run (-y 0, another seed) in a folder with another run's checkpoints" \
+    "holds checkpoint files (steps 2..10) of an earlier run; resume it with -y 1" "${R[@]}" -x 6 -n 2 -nk 2 --seed 7 -o "$WORK/own"
+[[ $(ls "$WORK/own" | grep -c '^DONE_') -eq 5 ]]
+check "the refused run deleted none of them (5 DONE kept)" $?
+expect_error "-x below the step it would resume from" "-x 6: the run resumed from step 10 is already past it" \
+    "${R[@]}" -x 6 -o "$WORK/own" -y 1
+grep -q "^run [0-9a-f]\{16\}$" "$WORK/own/DONE_00000010" &&
+    grep -qE "^file model_00000010.bin [0-9]+ [0-9a-f]{16}$" "$WORK/own/DONE_00000010" &&
+    grep -qE "^file state_00000010_00000.bin [0-9]+ [0-9a-f]{16}$" "$WORK/own/DONE_00000010"
+check "DONE names the run and each file's size and xxh64" $?
+# a second trainer while the first runs (real processes; the first is stopped by progress, not by time)
+"$BIN" "${R[@]}" -x 99999 -n 1 -o "$WORK/busy" >"$WORK/first" 2>&1 &
+first=$!
+until grep -q "^checkpoint: step 1 " "$WORK/first" || ! kill -0 $first 2>/dev/null; do :; done
+expect_error "a second trainer on a folder in use (-y 1)" "another trainer is writing into this folder (pid $first" \
+    "${R[@]}" -x 99999 -o "$WORK/busy" -y 1
+expect_error "a second trainer on a folder in use (-y 0)" "pid $first" "${R[@]}" -x 3 -o "$WORK/busy"
+kill -9 $first
+wait $first 2>/dev/null
+last=$(ls "$WORK/busy" | grep '^DONE_' | tail -n 1 | sed 's/^DONE_0*//')
+"$BIN" "${R[@]}" -x $((last + 1)) -o "$WORK/busy" -y 1 >"$WORK/out" 2>&1 && grep -q "resuming from step $last " "$WORK/out"
+check "once the first is gone (SIGKILL) its lock goes with it: -y 1 resumes" $?
+# two fresh trainers started at once on one new folder: exactly one runs, the other names the holder
+"$BIN" "${R[@]}" -x 3 -o "$WORK/race" >"$WORK/race1" 2>&1 & p1=$!
+"$BIN" "${R[@]}" -x 3 -o "$WORK/race" >"$WORK/race2" 2>&1 & p2=$!
+wait $p1; r1=$?
+wait $p2; r2=$?
+[[ $((r1 == 0)) -ne $((r2 == 0)) && -e "$WORK/race/DONE_00000003" ]] &&
+    cat "$WORK/race1" "$WORK/race2" | grep -qE "^error: .*(another trainer is writing into this folder|holds checkpoint files)"
+check "two trainers started together on one folder: one finishes (exits $r1, $r2), the other is refused" $?
+# orphans (model and state without DONE) older than the newest DONE are pruned, with -nk or without
+cp "$WORK/own/model_00000010.bin" "$WORK/own/model_00000003.bin"
+cp "$WORK/own/state_00000010_00000.bin" "$WORK/own/state_00000003_00000.bin"
+"$BIN" "${R[@]}" -x 12 -n 2 -o "$WORK/own" -y 1 >/dev/null 2>&1
+[[ ! -e "$WORK/own/model_00000003.bin" && ! -e "$WORK/own/state_00000003_00000.bin" && -e "$WORK/own/DONE_00000012" ]]
+check "an orphaned model/state pair older than the newest DONE is pruned" $?
+
+# checksums: a damaged newest checkpoint is skipped with a warning, the run resumes from the one before
+python3 -c "
+p = '$WORK/own/model_00000012.bin'; d = bytearray(open(p, 'rb').read()); d[2000] ^= 1; open(p, 'wb').write(d)"
+"$BIN" "${R[@]}" -x 14 -n 2 -o "$WORK/own" -y 1 >"$WORK/out" 2>"$WORK/err"
+rc=$?
+[[ $rc -eq 0 ]] && grep -q "resuming from step 10" "$WORK/out" &&
+    grep -q "^warning: checkpoint 12 not used: .*model_00000012.bin: checksum differs" "$WORK/err"
+ok=$?
+check "a bit flipped in the newest model file: warning, fallback to step 10: $(head -1 "$WORK/err")" $ok
+python3 -c "
+p = '$WORK/own/state_00000014_00000.bin'; d = bytearray(open(p, 'rb').read()); open(p, 'wb').write(d[:-4])"
+python3 -c "
+p = '$WORK/own/state_00000012_00000.bin'; d = bytearray(open(p, 'rb').read()); d[-30] ^= 4; open(p, 'wb').write(d)"
+"$BIN" "${R[@]}" -x 16 -n 2 -o "$WORK/own" -y 1 >"$WORK/out" 2>"$WORK/err"
+[[ $? -eq 0 ]] && grep -q "resuming from step 10" "$WORK/out" && [[ $(grep -c "^warning: checkpoint" "$WORK/err") -eq 2 ]]
+check "a truncated state at 14 and a flipped bit in the state at 12: two warnings, resumed from 10" $?
+rm -f "$WORK"/own/DONE_*
+printf 'gpt-trainer checkpoint 1\nrun 0123456789abcdef\nfile model_00000016.bin 12 0000000000000000\n' >"$WORK/own/DONE_00000016"
+expect_error "every complete checkpoint damaged: stop, never start over" "no complete checkpoint in .* passes its checks" \
+    "${R[@]}" -x 18 -o "$WORK/own" -y 1
+
+# signals: SIGTERM stops after the current step with a checkpoint and exit 0; a second signal
+# ends the run at once; a file-size limit (SIGXFSZ) is one error line, earlier checkpoints kept
+"$BIN" "${R[@]}" -x 99999 -o "$WORK/sigterm" >"$WORK/sig1" 2>&1 &
+pid=$!
+until grep -qE "^step +2/" "$WORK/sig1" 2>/dev/null || ! kill -0 $pid 2>/dev/null; do :; done
+kill -TERM $pid
+wait $pid
+rc=$?
+n=$(grep -o "stopped by a signal after step [0-9]*" "$WORK/sig1" | grep -o "[0-9]*$")
+[[ $rc -eq 0 && -n $n && -e "$WORK/sigterm/DONE_$(printf %08d "$n")" ]] && grep -q "resume with -y 1" "$WORK/sig1"
+check "SIGTERM: stops after step ${n:-?} with its checkpoint, exit $rc" $?
+"$BIN" "${R[@]}" -x 99999 -o "$WORK/sigtwice" >"$WORK/sig2" 2>&1 &
+pid=$!
+until grep -qE "^step +2/" "$WORK/sig2" 2>/dev/null || ! kill -0 $pid 2>/dev/null; do :; done
+kill -STOP $pid && kill -TERM $pid && kill -INT $pid && kill -CONT $pid  # both pending, then delivered together
+wait $pid
+rc=$?
+[[ $rc -gt 128 ]] && ! grep -q "stopped by a signal" "$WORK/sig2"
+check "a second signal ends the run at once (exit $rc, by the signal)" $?
+# (the limit is set on the running trainer, after MPI's start-up, which a limit would break)
+"$BIN" "${R[@]}" -x 99999 -n 1 -o "$WORK/fsz" >"$WORK/out" 2>"$WORK/err" &
+pid=$!
+until grep -qE "^step +3/" "$WORK/out" 2>/dev/null || ! kill -0 $pid 2>/dev/null; do :; done
+prlimit --pid $pid --fsize=100000
+wait $pid
+rc=$?
+[[ $rc -eq 1 && $(wc -l <"$WORK/err") -eq 1 ]] && grep -q "^error: .*File too large" "$WORK/err" &&
+    ! ls "$WORK/fsz" | grep -q '\.tmp$' && last=$(ls "$WORK/fsz" | grep '^DONE_' | tail -n 1 | sed 's/^DONE_0*//') &&
+    "$BIN" "${R[@]}" -x $((last + 1)) -o "$WORK/fsz" -y 1 2>&1 | grep -q "resuming from step $last "
+ok=$?
+check "a file-size limit: one error line, exit $rc (not SIGXFSZ), no .tmp, the last complete checkpoint (${last:-?}) resumes: $(cat "$WORK/err")" $ok
 
 # sampling: the same seed gives the same text, another seed another
 sample() { "$BIN" -x 4 -v 0 -s 4 -g 12 --seed "$1" --top-k "$2" 2>/dev/null | grep "sample:"; }
 s1=$(sample 5 0) s2=$(sample 5 0) s3=$(sample 6 0) s4=$(sample 5 1)
 [[ -n $s1 && "$s1" == "$s2" && "$s1" != "$s3" && -n $s4 ]]
 check "sampling is deterministic for a seed and changes with it: $s1" $?
+
+# a tokenizer smaller than the model's vocabulary: refused before training, one error line (was an abort at the first sample)
+python3 - "$WORK/tok300.bin" <<'PY'
+import struct, sys
+with open(sys.argv[1], "wb") as f:
+    f.write(struct.pack("<256i", 20240328, 2, 300, 299, *[0] * 252))
+    for i in range(300):
+        f.write(bytes([1, i]) if i < 256 else bytes([2, 97, i - 200]))
+PY
+expect_error "--tokenizer with fewer tokens than the model" "tok300.bin: 300 tokens, fewer than the model's vocabulary of 512" \
+    -e "L=1,C=32,H=2,V=512,maxT=64" -x 2 -v 0 -s 1 --tokenizer "$WORK/tok300.bin"
 
 # batch ramp: A grows from the start tokens to -d, lr scaled by sqrt
 "$BIN" -x 6 -v 0 -b 2 -d 1024 --ramp-tokens 256 --ramp-steps 4 --ramp-lr sqrt -l 1e-3 -u 0 -k constant >"$WORK/out" 2>&1
@@ -183,7 +370,8 @@ PY
 hs() { "$BIN" -x 2 -v 2 -h 1 --hellaswag-file "$WORK/hs.bin" 2>&1 | grep "HellaSwag accuracy"; }
 h1=$(hs) h2=$(hs)
 [[ $(echo "$h1" | wc -l) -eq 2 && "$h1" == "$h2" ]] && echo "$h1" | grep -q "(10 of 10 examples fit T=64)"
-check "-h 1: HellaSwag accuracy at steps 0 and 2, the same in two runs: $(echo $h1 | tr '\n' ' ')" $?
+ok=$?
+check "-h 1: HellaSwag accuracy at steps 0 and 2, the same in two runs: $(echo $h1 | tr '\n' ' ')" $ok
 expect_error "-h 1 with a token id beyond the model's vocabulary" "hs.bin" -e "L=1,C=32,H=2,V=100,maxT=64" -i "$WORK/small_v.bin" -t 16 -x 1 -h 1 \
     --hellaswag-file "$WORK/hs.bin"
 
@@ -191,24 +379,30 @@ expect_error "-h 1 with a token id beyond the model's vocabulary" "hs.bin" -e "L
 "$BIN" -e d12 -b 8 -t 1024 --memory-plan 1 >"$WORK/plan" 2>&1
 grep -q "memory plan per rank (B=8, T=1024" "$WORK/plan" && grep -q "fp32 gradients" "$WORK/plan" &&
     grep -q "activations (B x T x C x L)" "$WORK/plan" && grep -q "^  total" "$WORK/plan"
-check "--memory-plan 1 prints the plan of d12 and exits: $(grep '^  total' "$WORK/plan" | tr -s ' ')" $?
+ok=$?
+check "--memory-plan 1 prints the plan of d12 and exits: $(grep '^  total' "$WORK/plan" | tr -s ' ')" $ok
 "$BIN" -e d12 -b 8 -t 1024 -r 2 --memory-plan 1 >"$WORK/plan2" 2>&1
 a0=$(grep "activations" "$WORK/plan" | awk '{print $(NF-1)}') a2=$(grep "activations" "$WORK/plan2" | awk '{print $(NF-1)}')
 awk "BEGIN{exit !($a2 < $a0)}"
 check "-r 2 plans fewer activation bytes ($a2 MiB < $a0 MiB)" $?
 
-# -b auto on a virtual device of 150 MiB: the largest B that fits (a divisor of
-# the 256 sequences of -d), then A for -d; twice that B must not fit
-AUTO=(-e "L=2,C=64,H=4,V=256,maxT=256" -t 256 -d 65536 -x 1 -v 0)
-CPUCUDA_DEVICE_MEMORY_MB=150 "$BIN" "${AUTO[@]}" -b auto >"$WORK/auto" 2>&1
+# -b auto on a small virtual device: the largest B that fits (a divisor of
+# the 256 (small: 128) sequences of -d), then A for -d; twice that B must not fit
+if [[ $SMALL == 1 ]]; then
+    AUTO=(-e "L=1,C=32,H=2,V=256,maxT=128" -t 128 -d 16384 -x 1 -v 0) auto_mb=40 auto_t=128 auto_d=16384
+else
+    AUTO=(-e "L=2,C=64,H=4,V=256,maxT=256" -t 256 -d 65536 -x 1 -v 0) auto_mb=150 auto_t=256 auto_d=65536
+fi
+CPUCUDA_DEVICE_MEMORY_MB=$auto_mb "$BIN" "${AUTO[@]}" -b auto >"$WORK/auto" 2>&1
 rc=$?
 batch=$(grep "^batch:" "$WORK/auto")
 b=$(echo "$batch" | sed -E 's/batch: B=([0-9]+) .*/\1/')
-CPUCUDA_DEVICE_MEMORY_MB=150 "$BIN" "${AUTO[@]}" -b $((2 * b)) >"$WORK/auto2" 2>&1
+CPUCUDA_DEVICE_MEMORY_MB=$auto_mb "$BIN" "${AUTO[@]}" -b $((2 * b)) >"$WORK/auto2" 2>&1
 rc2=$?
 [[ $rc -eq 0 && $b -ge 1 && $rc2 -ne 0 ]] && grep -q "^error: out of device memory" "$WORK/auto2" &&
-    [[ $batch == "batch: B=$b x T=256 x N=1 x A=$((256 / b)) = 65536 tokens per step" ]]
-check "-b auto on 150 MiB: $batch; B=$((2 * b)) runs out of memory" $?
+    [[ $batch == "batch: B=$b x T=$auto_t x N=1 x A=$((auto_d / auto_t / b)) = $auto_d tokens per step" ]]
+ok=$?
+check "-b auto on $auto_mb MiB: $batch; B=$((2 * b)) runs out of memory" $ok
 
 echo "test_train_cli: $passed passed, $failed failed"
 [[ $failed -eq 0 ]]

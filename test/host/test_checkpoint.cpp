@@ -1,6 +1,8 @@
 // Tests of llmc/checkpoint.h: the training-state file (bitwise round trip, header layout,
 // every mismatch and damage error), atomic writes that fail without touching the old file,
-// finding the newest complete checkpoint, pruning and stale temporary files.
+// finding the newest complete checkpoint, the DONE marker (run id, sizes, hashes) and its
+// verification, pruning (only the run's own checkpoints, and orphans), the folder lock and
+// stale temporary files.
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -295,6 +297,8 @@ static void test_atomic() {
     unlink("checkpoint_test_relative.tmpfile");
 }
 
+static const DoneRecord OWN{"00000000000000aa", {}};
+
 static void test_find_latest() {
     const std::string d = mkdir_in_tmp("latest");
     CHECK(checkpoint_find_latest(d) == -1 && checkpoint_find_latest(g_tmp + "/nope") == -1,
@@ -306,28 +310,28 @@ static void test_find_latest() {
     mkdir((d + "/DONE_99999999.d").c_str(), 0755);
     CHECK(checkpoint_find_latest(d) == -1, "junk names and checkpoints without DONE are not complete");
     std::string err;
-    bool ok = checkpoint_write_done(d, 10, &err) && checkpoint_write_done(d, 200, &err) &&
-              checkpoint_write_done(d, 50, &err);
-    CHECK(ok && exists(checkpoint_done_path(d, 200)) && file_size(checkpoint_done_path(d, 200)) == 0 &&
+    bool ok = checkpoint_write_done(d, 10, OWN, &err) && checkpoint_write_done(d, 200, OWN, &err) &&
+              checkpoint_write_done(d, 50, OWN, &err);
+    CHECK(ok && read_file(checkpoint_done_path(d, 200)) == "gpt-trainer checkpoint 1\nrun 00000000000000aa\n" &&
               !exists(checkpoint_done_path(d, 200) + ".tmp"),
-          "checkpoint_write_done creates an empty DONE file, no .tmp left");
+          "checkpoint_write_done writes the title and the run id, no .tmp left");
     CHECK(checkpoint_find_latest(d) == 200, "find_latest picks the largest DONE step (got %d)", checkpoint_find_latest(d));
     touch(d + "/DONE_00000000");
     CHECK(checkpoint_find_latest(d) == 200, "step 0 counts but is not the latest");
     err.clear();
-    CHECK(!checkpoint_write_done(g_tmp + "/nope", 5, &err) && one_line(err), "write_done into a missing folder: %s",
+    CHECK(!checkpoint_write_done(g_tmp + "/nope", 5, OWN, &err) && one_line(err), "write_done into a missing folder: %s",
           err.c_str());
 }
 
 static void test_prune() {
     const std::string d = mkdir_in_tmp("prune");
     const int P = 2;
-    auto make_ckpt = [&](int step, bool done) {
+    const auto make_ckpt = [&](int step, bool done) {
         touch(checkpoint_model_path(d, step));
         for (int r = 0; r < P; r++) touch(checkpoint_state_path(d, step, r));
         if (done) {
             std::string err;
-            checkpoint_write_done(d, step, &err);
+            checkpoint_write_done(d, step, OWN, &err);
         }
     };
     for (int s : {10, 20, 30, 40, 50}) make_ckpt(s, true);
@@ -345,14 +349,18 @@ static void test_prune() {
         for (int r = 0; r < P; r++) none = none && !exists(checkpoint_state_path(d, step, r));
         return none;
     };
-    checkpoint_prune(d, 0, P);
-    checkpoint_prune(d, -1, P);
-    checkpoint_prune(d, 5, P);
+    checkpoint_prune(d, 0, OWN.run_id);
+    checkpoint_prune(d, -1, OWN.run_id);
+    checkpoint_prune(d, 5, OWN.run_id);
     bool all_kept = true;
     for (int s : {10, 20, 30, 40, 50}) all_kept = all_kept && present(s) && exists(checkpoint_done_path(d, s));
     CHECK(all_kept, "prune with keep_last <= 0 or >= the count deletes nothing");
 
-    checkpoint_prune(d, 2, P);
+    checkpoint_prune(d, 2, "00000000000000bb");
+    bool foreign_kept = true;
+    for (int s : {10, 20, 30, 40, 50}) foreign_kept = foreign_kept && present(s);
+    CHECK(foreign_kept, "prune for another run id deletes none of these checkpoints");
+    checkpoint_prune(d, 2, OWN.run_id);
     CHECK(absent(10) && absent(20) && absent(30), "prune keep 2: steps 10, 20, 30 gone (DONE, model, every rank's state)");
     CHECK(!exists(checkpoint_state_path(d, 10, 5)), "prune also removes a pruned step's state of a rank beyond the process count");
     CHECK(present(40) && present(50) && exists(checkpoint_done_path(d, 40)) && exists(checkpoint_done_path(d, 50)),
@@ -364,13 +372,86 @@ static void test_prune() {
     CHECK(others, "other files are untouched");
     CHECK(checkpoint_find_latest(d) == 50, "find_latest after prune: 50");
 
-    checkpoint_prune(d, 1, P);
+    checkpoint_prune(d, 1, OWN.run_id);
     CHECK(absent(40) && present(50) && present(60), "prune keep 1: only step 50 (and the incomplete 60) left");
+
+    // orphans older than the newest DONE go, also with keep_last 0; another run's DONE stays
+    make_ckpt(45, false);
+    std::string err;
+    checkpoint_write_done(d, 5, DoneRecord{"00000000000000bb", {}}, &err);
+    touch(checkpoint_model_path(d, 5));
+    touch(d + "/DONE_00000003");  // llm.c's empty DONE: no owner
+    touch(checkpoint_model_path(d, 3));
+    checkpoint_prune(d, 0, OWN.run_id);
+    CHECK(absent(45) && present(60), "keep_last 0: the orphaned step 45 (older than DONE 50) is deleted, 60 is not");
+    checkpoint_prune(d, 1, OWN.run_id);
+    CHECK(exists(checkpoint_done_path(d, 5)) && exists(checkpoint_model_path(d, 5)) &&
+              exists(checkpoint_done_path(d, 3)) && exists(checkpoint_model_path(d, 3)) && present(50),
+          "another run's checkpoint and an ownerless (empty) DONE are never pruned");
 
     // a crash between the DONE removal and the data removal leaves data without DONE: not complete
     make_ckpt(70, true);
     unlink(checkpoint_done_path(d, 70).c_str());
     CHECK(checkpoint_find_latest(d) == 50, "files without DONE never count as complete");
+}
+
+static void test_done_and_verify() {
+    const std::string d = mkdir_in_tmp("verify");
+    State s = random_state(11, 500, 24);
+    std::string err;
+    CheckpointFile written;
+    const std::string p = checkpoint_state_path(d, 7, 3);
+    bool ok = state_write(p, s.h, s.m.data(), s.v.data(), s.master.data(), s.extra.data(), &err, &written);
+    const std::string raw = read_file(p);
+    CHECK(ok && written.name == "state_00000007_00003.bin" && written.bytes == raw.size() &&
+              written.xxh64 == XXH64(raw.data(), raw.size(), 0),
+          "state_write reports the file's name, size and XXH64");
+    const DoneRecord rec{"0123456789abcdef", {written}};
+    DoneRecord back;
+    ok = checkpoint_write_done(d, 7, rec, &err) && checkpoint_read_done(d, 7, &back, &err);
+    CHECK(ok && back.run_id == rec.run_id && back.files.size() == 1 && back.files[0].name == written.name &&
+              back.files[0].bytes == written.bytes && back.files[0].xxh64 == written.xxh64,
+          "DONE round trip: run id and the file line %s", err.c_str());
+    CHECK(checkpoint_verify_files(d, back, &err), "the files match their DONE %s", err.c_str());
+    std::string flipped = raw;
+    flipped[2000] ^= 1;
+    write_file(p, flipped);
+    err.clear();
+    CHECK(!checkpoint_verify_files(d, back, &err) && one_line(err) && contains(err, "checksum differs"),
+          "one flipped bit: %s", err.c_str());
+    write_file(p, raw.substr(0, raw.size() - 1));
+    err.clear();
+    CHECK(!checkpoint_verify_files(d, back, &err) && contains(err, "its DONE says"), "a truncated file: %s", err.c_str());
+    unlink(p.c_str());
+    mkfifo(p.c_str(), 0644);
+    err.clear();
+    CHECK(!checkpoint_verify_files(d, back, &err) && contains(err, "not a regular file"),
+          "a FIFO in its place: refused, not waited on: %s", err.c_str());
+    touch(checkpoint_done_path(d, 8));
+    CHECK(checkpoint_read_done(d, 8, &back, &err) && back.run_id.empty() && back.files.empty(),
+          "llm.c's empty DONE: complete, no owner, nothing to check");
+    for (const char* bad : {"gpt-trainer checkpoint 1\nrun 12\n", "something else\nrun 0123456789abcdef\n",
+                            "gpt-trainer checkpoint 1\nrun 0123456789abcdef\nfile a 12\n",
+                            "gpt-trainer checkpoint 1\nrun 0123456789abcdef\nfile ../x 1 0000000000000001\n",
+                            "gpt-trainer checkpoint 1\nrun 0123456789abcdef\nfile x 1 00000000000000"}) {
+        write_file(checkpoint_done_path(d, 9), bad);
+        err.clear();
+        CHECK(!checkpoint_read_done(d, 9, &back, &err) && one_line(err), "a damaged DONE is refused: %s", err.c_str());
+    }
+}
+
+static void test_lock() {
+    const std::string d = mkdir_in_tmp("lock");
+    std::string err;
+    CHECK(checkpoint_lock_dir(d, &err) && read_file(d + "/train.lock") == std::to_string(getpid()) + "\n",
+          "the lock is taken and names this pid %s", err.c_str());
+    // flock is per open file: a second open, even in this process, is another writer
+    err.clear();
+    CHECK(!checkpoint_lock_dir(d, &err) && one_line(err) &&
+              contains(err, "another trainer is writing into this folder (pid " + std::to_string(getpid())),
+          "a second writer is refused, naming the holder: %s", err.c_str());
+    err.clear();
+    CHECK(!checkpoint_lock_dir(g_tmp + "/nope", &err) && one_line(err), "a missing folder: %s", err.c_str());
 }
 
 static void test_stale_temps() {
@@ -411,6 +492,8 @@ int main() {
     test_atomic();
     test_find_latest();
     test_prune();
+    test_done_and_verify();
+    test_lock();
     test_stale_temps();
 
     std::string cmd = "rm -rf '" + g_tmp + "'";

@@ -484,6 +484,13 @@ static void test_tool_errors(const Tokenizer& tok) {
     r = run_cmd(base + d + "/missing.txt");
     CHECK(is_clean_error(r, {"missing.txt", "no such file"}) && no_output(), "prepro, missing input: %s",
           first_line(r.err).c_str());
+    for (const char* format : {"text", "jsonl"}) {  // (a plain open of a FIFO would wait for a writer forever)
+        mkfifo((d + "/fifo").c_str(), 0644);
+        r = run_cmd(base + "--format " + format + " " + d + "/fifo");
+        CHECK(is_clean_error(r, {"fifo", "not a regular file"}) && no_output(), "prepro, a FIFO as --format %s input: %s",
+              format, first_line(r.err).c_str());
+        unlink((d + "/fifo").c_str());
+    }
     write_file(d + "/empty.txt", "");
     r = run_cmd(base + d + "/empty.txt");
     CHECK(is_clean_error(r, {"no documents", "empty.txt is empty"}) && no_output(), "prepro, empty input file: %s",
