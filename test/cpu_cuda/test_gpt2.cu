@@ -202,7 +202,9 @@ static void test_init_and_checkpoints() {
     // write, reload: identical master weights
     const char* tmp = "build/test_gpt2_checkpoint.bin";
     std::string error;
-    CHECK(gpt2_write_model_file(&from_file, tmp, &error), "model file written %s", error.c_str());
+    CheckpointFile written;
+    CHECK(gpt2_write_model_file(&from_file, tmp, &written, &error) && written.bytes > 0, "model file written %s",
+          error.c_str());
     GPT2 reloaded;
     gpt2_init_from_checkpoint(&reloaded, tmp);
     std::vector<floatX> w1(n), w2(n);
