@@ -212,20 +212,18 @@ fi
 if want nvcc; then
     echo "== nvcc compile check (sm_90 + sm_80)"
     if [[ -x "${NVCC:-/usr/local/cuda/bin/nvcc}" ]] || command -v nvcc >/dev/null; then
-        for src in test/cpu_cuda/test_*.cu dev/*.cu train_gpt.cu; do
-            name=$(basename "$src" .cu)
-            if make -s "build/gpu/check/$name" >"$LOG_DIR/nvcc_$name.log" 2>&1; then
-                pass "nvcc sm_90+sm_80: $src"
-            else
-                fail "nvcc sm_90+sm_80: $src (see $LOG_DIR/nvcc_$name.log)"
-                tail -n 15 "$LOG_DIR/nvcc_$name.log" | sed 's/^/    /'
-            fi
+        # one make -j2 of every target (nvcc is the slow part of the suite), then
+        # each is up to date (built from its current source) or it failed
+        targets=()
+        for src in test/cpu_cuda/test_*.cu dev/*.cu train_gpt.cu; do targets+=("build/gpu/check/$(basename "$src" .cu)"); done
+        targets+=(build/gpu/single/train_gpt)
+        make -s -k -j2 "${targets[@]}" >"$LOG_DIR/nvcc.log" 2>&1
+        for t in "${targets[@]}"; do
+            what="nvcc sm_90+sm_80: $(basename "$t").cu"
+            [[ $t == build/gpu/single/* ]] && what="nvcc sm_90: train_gpt.cu as a single-GPU build (no MPI, no NCCL)"
+            if make -q "$t" 2>/dev/null; then pass "$what"; else fail "$what (see $LOG_DIR/nvcc.log)"; fi
         done
-        if make -s build/gpu/single/train_gpt >"$LOG_DIR/nvcc_single_train_gpt.log" 2>&1; then
-            pass "nvcc sm_90: train_gpt.cu as a single-GPU build (no MPI, no NCCL)"
-        else
-            fail "nvcc sm_90: train_gpt.cu as a single-GPU build (see $LOG_DIR/nvcc_single_train_gpt.log)"
-        fi
+        grep -m 15 -E 'error' "$LOG_DIR/nvcc.log" | sed 's/^/    /'
         run "sass_report (sm_90 SASS facts)" python3 dev/sass_report.py --check
     else
         echo "SKIP nvcc compile check: nvcc not found (set NVCC or install the CUDA toolkit)"
