@@ -267,23 +267,37 @@ inline DataLoaderShard dataloader_open_shard_(const std::string& path, int T) {
 
 // Slots: the offsets at which the shard's documents start: 0, and every other
 // token `doc_token` (main thread, at init).
-inline std::vector<uint64_t> dataloader_document_starts_(const DataLoaderShard& s, uint32_t doc_token) {
-    std::vector<uint64_t> starts;
-    int fd = open(s.path.c_str(), O_RDONLY);
-    if (fd < 0) dataloader_fail_(s.path, dataloader_fmt_("cannot open: %s", strerror(errno)));
+// Every token of the shard open as fd, in order, in chunks of 2^20:
+// visit(offset, id) until it returns false. False only on a read error (errno).
+template <class Visit>
+inline bool dataloader_scan_tokens_(int fd, const DataLoaderShard& s, std::vector<unsigned char>& buf, Visit visit) {
     const size_t chunk_tokens = 1 << 20;
-    std::vector<unsigned char> buf(chunk_tokens * 4);
+    buf.resize(chunk_tokens * 4);
     for (uint64_t t0 = 0; t0 < s.ntok; t0 += chunk_tokens) {
         const size_t cnt = (size_t)std::min<uint64_t>(chunk_tokens, s.ntok - t0);
         if (!dataloader_pread_all_(fd, buf.data(), cnt * s.token_size, DATALOADER_HEADER_BYTES + t0 * s.token_size))
-            dataloader_fail_(s.path, dataloader_fmt_("cannot read: %s", strerror(errno)));
+            return false;
         for (size_t i = 0; i < cnt; i++) {
             uint32_t id;
             if (s.token_size == 2) { uint16_t v; memcpy(&v, &buf[i * 2], 2); id = v; }
             else memcpy(&id, &buf[i * 4], 4);
-            if (t0 + i == 0 || id == doc_token) starts.push_back(t0 + i);
+            if (!visit(t0 + i, id)) return true;
         }
     }
+    return true;
+}
+
+inline std::vector<uint64_t> dataloader_document_starts_(const DataLoaderShard& s, uint32_t doc_token) {
+    std::vector<uint64_t> starts;
+    std::string why;
+    const int fd = open_regular_file(s.path.c_str(), &why);
+    if (fd < 0) dataloader_fail_(s.path, "cannot open: " + why);
+    std::vector<unsigned char> buf;
+    const bool read = dataloader_scan_tokens_(fd, s, buf, [&](uint64_t k, uint32_t id) {
+        if (k == 0 || id == doc_token) starts.push_back(k);
+        return true;
+    });
+    if (!read) dataloader_fail_(s.path, dataloader_fmt_("cannot read: %s", strerror(errno)));
     close(fd);
     return starts;
 }
@@ -301,27 +315,17 @@ inline std::string dataloader_use_shard_(DataLoaderImpl* im, size_t si, int voca
     }
     if (!s.validated) {
         if (vocab_size > 0) {
-            const size_t chunk_tokens = 1 << 20;
-            im->buf.resize(chunk_tokens * 4);
-            for (uint64_t t0 = 0; t0 < s.ntok; t0 += chunk_tokens) {
-                size_t cnt = (size_t)std::min<uint64_t>(chunk_tokens, s.ntok - t0);
-                uint64_t off = DATALOADER_HEADER_BYTES + t0 * (uint64_t)s.token_size;
-                if (!dataloader_pread_all_(im->fd, im->buf.data(), cnt * s.token_size, off))
-                    return "error: " + s.path + ": cannot read: " + strerror(errno);
-                for (size_t i = 0; i < cnt; i++) {
-                    uint32_t id;
-                    if (s.token_size == 2) { uint16_t v; memcpy(&v, &im->buf[i * 2], 2); id = v; }
-                    else memcpy(&id, &im->buf[i * 4], 4);
-                    if (id >= (uint32_t)vocab_size) {
-                        uint64_t k = t0 + i;
-                        return "error: " + s.path + ": " +
-                               dataloader_fmt_("token id %u at token offset %llu (byte offset %llu) is >= vocab_size %d",
-                                               id, (unsigned long long)k,
-                                               (unsigned long long)(DATALOADER_HEADER_BYTES + k * (uint64_t)s.token_size),
-                                               vocab_size);
-                    }
-                }
-            }
+            std::string bad;
+            const bool read = dataloader_scan_tokens_(im->fd, s, im->buf, [&](uint64_t k, uint32_t id) {
+                if (id < (uint32_t)vocab_size) return true;
+                bad = dataloader_fmt_("token id %u at token offset %llu (byte offset %llu) is >= vocab_size %d", id,
+                                      (unsigned long long)k,
+                                      (unsigned long long)(DATALOADER_HEADER_BYTES + k * (uint64_t)s.token_size),
+                                      vocab_size);
+                return false;
+            });
+            if (!read) return "error: " + s.path + ": cannot read: " + strerror(errno);
+            if (!bad.empty()) return "error: " + s.path + ": " + bad;
         }
         s.validated = true;
     }
