@@ -566,12 +566,14 @@ static bool gpt2_write_model_file(const GPT2* model, const std::string& path, Ch
 static size_t document_ints(int B, int T) {
     return CEIL_DIV(3 * (size_t)B * T + encoder_backward_plan_ints(B, T), 4) * 4;  // 16-byte slices
 }
-// Returns the number of distinct position ids (the plan's groups).
-static int document_layout(int* layout, const int* tokens, int B, int T, int doc_token) {
+// The positions and their plan only when asked for (with_positions); returns
+// the number of distinct position ids (the plan's groups), else 0.
+static int document_layout(int* layout, const int* tokens, int B, int T, int doc_token, bool with_positions) {
     const size_t BT = (size_t)B * T;
     int2* spans = reinterpret_cast<int2*>(layout);
     int* positions = layout + 2 * BT;
     document_spans(spans, tokens, B, T, doc_token);
+    if (!with_positions) return 0;
     for (size_t i = 0; i < BT; i++) positions[i] = (int)(i % T) - spans[i].x;
     return encoder_backward_plan(layout + 3 * BT, positions, B, T);
 }
@@ -904,8 +906,9 @@ static void upload_micro_batch(GPT2* model, int i) {
         const size_t ints = document_ints(model->B, model->T);
         int* layout = model->staged_documents + i * ints;
         model->distinct_positions = document_layout(layout, model->staged_inputs + i * n, model->B, model->T,
-                                                    model->config.vocab_size - 1);
-        cudaCheck(cudaMemcpyAsync(model->documents, layout, ints * sizeof(int), cudaMemcpyHostToDevice, model->stream));
+                                                    model->config.vocab_size - 1, model->doc_positions);
+        const size_t used = model->doc_positions ? ints : 2 * n;  // the spans alone without positions
+        cudaCheck(cudaMemcpyAsync(model->documents, layout, used * sizeof(int), cudaMemcpyHostToDevice, model->stream));
     }
 }
 
