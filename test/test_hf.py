@@ -23,23 +23,16 @@ import subprocess
 import sys
 import tempfile
 
+from checks import Checks
+
 DEFAULT_BINS = ["build/cpu-fp32/test_gpt2", "build/cpu/test_gpt2", "build/cpu/train_gpt"]
 BINS = sys.argv[1:4] + DEFAULT_BINS[len(sys.argv[1:4]):]
 FIXTURE = "test/ref/hf_tiny"
-passed = failed = 0
-
-
-def check(name, ok):
-    global passed, failed
-    print(("PASS " if ok else "FAIL ") + name, flush=True)
-    if ok:
-        passed += 1
-    else:
-        failed += 1
+check = Checks()
 
 
 def done():
-    print("test_hf: %d passed, %d failed" % (passed, failed))
+    check.tally("test_hf")
     sys.exit(0)
 
 

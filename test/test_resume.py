@@ -18,20 +18,13 @@ import subprocess
 import sys
 import tempfile
 
+from checks import Checks
+
 BIN = sys.argv[1] if len(sys.argv) > 1 else "build/cpu/train_gpt"
 STEPS = 24
 # the built-in corpus and model; a checkpoint every 3 steps, the newest 3 kept
 ARGS = ["-x", str(STEPS), "-n", "3", "-nk", "3", "-v", "8", "-s", "12", "-g", "8"]
-passed = failed = 0
-
-
-def check(name, ok):
-    global passed, failed
-    print(("PASS " if ok else "FAIL ") + name, flush=True)
-    if ok:
-        passed += 1
-    else:
-        failed += 1
+check = Checks()
 
 
 def train_losses(run_dir):
@@ -167,5 +160,5 @@ def main():
 
 
 main()
-print("test_resume: %d passed, %d failed" % (passed, failed))
-sys.exit(1 if failed else 0)
+check.tally("test_resume")
+sys.exit(1 if check.failed else 0)
