@@ -77,6 +77,13 @@ struct Epilogue {
 // plain or BIAS matmul it cannot do is an error.
 inline bool matmul_cublaslt(void* d, cudaDataType_t d_type, const floatX* a, const floatX* b, int m, int n, int k,
                             bool trans_a, bool trans_b, float beta, Epilogue epilogue, cudaStream_t stream) {
+    const uint32_t align_a = pointer_alignment(a), align_b = pointer_alignment(b), align_d = pointer_alignment(d);
+    using Key = std::tuple<int, int, int, bool, bool, int, int, uint32_t, uint32_t, uint32_t, uint32_t, uint32_t>;
+    static std::map<Key, std::optional<cublasLtMatmulAlgo_t>> algorithms;  // nullopt: refused
+    const Key key{m, n, k, trans_a, trans_b, (int)epilogue.kind, (int)d_type, align_a, align_b, align_d,
+                  epilogue.bias ? pointer_alignment(epilogue.bias) : 0, epilogue.aux ? pointer_alignment(epilogue.aux) : 0};
+    auto found_algo = algorithms.find(key);
+    if (found_algo != algorithms.end() && !found_algo->second) return false;  // refused before: no descriptors
     cublasLtMatmulDesc_t desc;
     cublasCheck(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
     const cublasOperation_t op_a = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
@@ -106,12 +113,6 @@ inline bool matmul_cublaslt(void* d, cudaDataType_t d_type, const floatX* a, con
     cublasCheck(cublasLtMatrixLayoutCreate(&layout_b, FLOATX_CUDA_TYPE, trans_b ? n : k, trans_b ? k : n, trans_b ? n : k));
     cublasCheck(cublasLtMatrixLayoutCreate(&layout_d, d_type, m, n, m));
 
-    const uint32_t align_a = pointer_alignment(a), align_b = pointer_alignment(b), align_d = pointer_alignment(d);
-    using Key = std::tuple<int, int, int, bool, bool, int, int, uint32_t, uint32_t, uint32_t, uint32_t, uint32_t>;
-    static std::map<Key, std::optional<cublasLtMatmulAlgo_t>> algorithms;  // nullopt: refused
-    const Key key{m, n, k, trans_a, trans_b, (int)epilogue.kind, (int)d_type, align_a, align_b, align_d,
-                  epilogue.bias ? pointer_alignment(epilogue.bias) : 0, epilogue.aux ? pointer_alignment(epilogue.aux) : 0};
-    auto found_algo = algorithms.find(key);
     if (found_algo == algorithms.end()) {
         cublasLtMatmulPreference_t preference;
         cublasCheck(cublasLtMatmulPreferenceCreate(&preference));
