@@ -1065,6 +1065,28 @@ static int choose_resume_step(const std::string& dir, const Distributed* d, std:
     return -1;
 }
 
+// How many of this rank's weights are not its fp32 master weight rounded to
+// floatX: each must be the master's top 16 bits or one more (AdamW rounds
+// stochastically, the initialisation to nearest), the master itself in the
+// fp32 build. A model file of another step or run misses on nearly every
+// element: this catches the swap where no checksum vouches for the pair
+// (llm.c's empty DONE).
+static size_t weights_off_master(GPT2* model, const std::vector<float>& master) {
+    std::vector<floatX> params(model->num_parameters);
+    cudaCheck(cudaMemcpy(params.data(), model->params_memory, params.size() * sizeof(floatX), cudaMemcpyDeviceToHost));
+    std::vector<float> full(params.size());
+    for (size_t i = 0; i < params.size(); i++) full[i] = to_float(params[i]);
+    const std::vector<float> mine = gpt2_local_values(model, full.data());
+    size_t off = 0;
+    for (size_t i = 0; i < mine.size(); i++) {
+        uint32_t w, p;
+        memcpy(&w, &mine[i], 4);
+        memcpy(&p, &master[i], 4);
+        off += sizeof(floatX) == 4 ? w != p : (w >> 16) - (p >> 16) > 1u;
+    }
+    return off;
+}
+
 // Loads checkpoint `step` of dir: the model (config, weights), then this
 // rank's state. model->dist and zero_stage must be set (they must match).
 static ResumeInfo load_checkpoint(GPT2* model, const std::string& dir, int step) {
@@ -1083,6 +1105,9 @@ static ResumeInfo load_checkpoint(GPT2* model, const std::string& dir, int step)
     // (skipped non-finite steps leave the AdamW step behind the step, never ahead)
     if (info.adam_step < 0 || info.adam_step > step)
         FAIL("%s: AdamW step %d is outside 0..%d, the checkpoint's step", state_path.c_str(), info.adam_step, step);
+    if (const size_t off = weights_off_master(model, master))
+        FAIL("%s: %zu of %zu weights are not the master weights of %s rounded: the two files are from different "
+             "checkpoints", checkpoint_model_path(dir, step).c_str(), off, local, state_path.c_str());
     if (model->zero_stage == 0) {  // every rank holds the same replica: a differing one would train apart
         XXH64_state_t h;
         XXH64_reset(&h, 0);
@@ -1496,8 +1521,8 @@ static void print_memory_plan(GPT2* model, int B, int T, int recompute) {
 }
 
 // -b auto: the largest micro-batch whose activations fit (from the plan),
-// confirmed by allocating them and running a trial forward and backward;
-// on out-of-memory, the next smaller one. With -d the tokens per step stay:
+// confirmed by allocating them (on out-of-memory, the next smaller one), the
+// smallest of the ranks' choices, then a trial forward and backward. With -d the tokens per step stay:
 // B must divide the sequences each rank takes per step.
 static int choose_micro_batch(GPT2* model, int T, int recompute, long total_batch_tokens) {
     const int N = model->dist->num_processes;
@@ -1506,21 +1531,30 @@ static int choose_micro_batch(GPT2* model, int T, int recompute, long total_batc
         FAIL("-b auto: -d %ld is not a multiple of T x N = %ld", total_batch_tokens, (long)T * N);
     size_t free_bytes = 0, device_bytes = 0;
     cudaCheck(cudaMemGetInfo(&free_bytes, &device_bytes));
+    auto accum_steps = [&](int B) { return sequences_per_rank > 0 ? (int)(sequences_per_rank / B) : 1; };
     int B = sequences_per_rank > 0 ? (int)std::min(sequences_per_rank, 4096L) : 4096;
     while ((B = largest_fitting_batch(model, T, recompute, (size_t)(free_bytes * 0.98), B, sequences_per_rank)) > 0) {
-        const int A = sequences_per_rank > 0 ? (int)(sequences_per_rank / B) : 1;
-        if (gpt2_try_allocate_activations(model, B, T, A, recompute)) {
-            std::vector<int> tokens((size_t)B * T, 0);  // a trial step without the update
-            accumulate_gradients(model, whole_batch(model, tokens.data(), tokens.data(), 1));
-            cudaCheck(cudaMemsetAsync(model->grads_memory, 0, model->num_parameters * sizeof(float), model->stream));
-            cudaCheck(cudaStreamSynchronize(model->stream));
-            return B;
-        }
+        if (gpt2_try_allocate_activations(model, B, T, accum_steps(B), recompute)) break;
         print0("-b auto: B=%d does not fit after all; trying smaller\n", B);
         B -= 1;
     }
-    FAIL("-b auto: not even B=1 fits at T=%d (%.1f MiB free); try -r 2, a smaller -t or more ranks with -z 1", T,
-         free_bytes / 1048576.0);
+    if (B == 0)
+        FAIL("-b auto: not even B=1 fits at T=%d (%.1f MiB free); try -r 2, a smaller -t or more ranks with -z 1", T,
+             free_bytes / 1048576.0);
+    // every rank takes the smallest B that fits on every rank: the tokens per
+    // step (B x T x N x A) must be the same number everywhere
+    const uint64_t mine = B;
+    const std::vector<uint64_t> all = host_all_gather(&mine, 1, model->dist);
+    const int agreed = (int)*std::min_element(all.begin(), all.end());
+    if (agreed < B) {
+        gpt2_free_activations(model);
+        gpt2_allocate_activations(model, agreed, T, accum_steps(agreed), recompute);
+    }
+    std::vector<int> tokens((size_t)agreed * T, 0);  // a trial step without the update
+    accumulate_gradients(model, whole_batch(model, tokens.data(), tokens.data(), 1));
+    cudaCheck(cudaMemsetAsync(model->grads_memory, 0, model->num_parameters * sizeof(float), model->stream));
+    cudaCheck(cudaStreamSynchronize(model->stream));
+    return agreed;
 }
 
 // Prints samples as text where a tokenizer is at hand, else as token ids.
@@ -1750,6 +1784,10 @@ static int train(int argc, char** argv) {
     RampLRScaling ramp_lr;
     if (!parse_ramp_lr_scaling(opt.ramp_lr, &ramp_lr)) FAIL("--ramp-lr %s: none, linear or sqrt", opt.ramp_lr);
 
+    // from here on no rank waits forever: building the model and -b auto's
+    // trial steps are covered too (a stopped rank stalls a collective in them)
+    Watchdog& watchdog = *new Watchdog(dist.rank, opt.stall_timeout);  // (kept until exit, with its thread)
+    watchdog.mark("building the model");
     // the data is there before the model is built (minutes for a large one)
     if (!opt.memory_plan_only)
         for (const char* pattern : {opt.train_pattern, opt.val_pattern})
@@ -1790,6 +1828,7 @@ static int train(int argc, char** argv) {
 
     // B_global = B_micro x N x A sequences per step; a batch ramp raises A
     // from a smaller start up to it.
+    watchdog.mark(opt.B == 0 ? "-b auto: choosing the micro-batch (a trial step)" : "allocating the activations");
     if (opt.B == 0) opt.B = choose_micro_batch(&model, opt.T, opt.recompute, opt.total_batch_tokens);
     const int A = grad_accum_steps_for(opt.total_batch_tokens, opt.B, opt.T, N);
     const long micro_tokens_all = (long)opt.B * opt.T * N, tokens_per_step = micro_tokens_all * A;
@@ -1802,6 +1841,7 @@ static int train(int argc, char** argv) {
     // and every rank counts the targets of the global batch without asking the
     // others. Val batches are split by rank.
     DataLoader train_loader, val_loader;
+    watchdog.mark("opening the data");
     dataloader_init(&train_loader, opt.train_pattern, N * opt.B, opt.T, 0, 1, c.vocab_size, false, opt.seed, packing);
     if (resume_step >= 0) dataloader_restore(&train_loader, resumed.train_data);
     if (opt.val_pattern)
@@ -1868,7 +1908,6 @@ static int train(int argc, char** argv) {
     double recent_ms = 0;  // mean step time, for the ETA
     int timed_steps = 0;
 
-    Watchdog& watchdog = *new Watchdog(dist.rank, opt.stall_timeout);  // (kept until exit, with its thread)
     int saved_step = -1;
     auto checkpoint_at = [&](int s) {
         watchdog.mark("the checkpoint of step " + std::to_string(s));

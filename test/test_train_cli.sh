@@ -228,6 +228,18 @@ struct.pack_into('<i', d, 4 * 11, 1); open(p, 'wb').write(d)"
 : >"$WORK/ck/DONE_00000002"  # llm.c's empty DONE: no checksums, so the header check speaks
 expect_error "resume from a state file of another ZeRO stage" "zero" -e "$TINY" -i "$WORK/good.bin" -b 2 -t 16 -x 4 \
     -v 0 -o "$WORK/ck" -y 1
+# a model file of another step swapped in behind llm.c's empty DONE (nothing vouches for the
+# pair): its weights are not the state's master weights rounded
+"$BIN" -e "$TINY" -i "$WORK/good.bin" -b 2 -t 16 -x 4 -n 2 -v 0 -o "$WORK/swap" >/dev/null 2>&1
+cp "$WORK/swap/model_00000002.bin" "$WORK/swap/model_00000004.bin"
+: >"$WORK/swap/DONE_00000004"
+expect_error "a model file of another step behind an empty DONE" "weights are not the master weights of" -e "$TINY" \
+    -i "$WORK/good.bin" -b 2 -t 16 -x 6 -v 0 -o "$WORK/swap" -y 1
+"$BIN" -e "$TINY" -i "$WORK/good.bin" -b 2 -t 16 -x 4 -n 2 -v 0 -o "$WORK/swap2" >/dev/null 2>&1
+: >"$WORK/swap2/DONE_00000004"
+"$BIN" -e "$TINY" -i "$WORK/good.bin" -b 2 -t 16 -x 6 -v 0 -o "$WORK/swap2" -y 1 >"$WORK/out" 2>&1 &&
+    grep -q "resuming from step 4" "$WORK/out"
+check "the same pair behind an empty DONE resumes (every bf16 weight is its master weight rounded)" $?
 
 # ---- folder ownership: one writer per -o, a fresh run never takes over or prunes another's checkpoints
 R=(-e "$TINY" -i "$WORK/good.bin" -b 2 -t 16 -v 0)
