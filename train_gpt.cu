@@ -48,6 +48,7 @@
 #include "llmc/hellaswag.h"
 #include "llmc/markov_corpus.h"
 #include "llmc/mfu.h"
+#include "llmc/rand.h"
 #include "llmc/sampler.h"
 #include "llmc/tokenizer.h"
 
@@ -66,40 +67,80 @@ struct GPT2Config {
     int channels;           // C
 };
 
-// The 16 parameter tensors, in llm.c's order (one contiguous buffer).
-constexpr int NUM_PARAMETER_TENSORS = 16;
-static const char* const PARAMETER_NAMES[NUM_PARAMETER_TENSORS] = {
-    "wte", "wpe", "ln1w", "ln1b", "qkvw", "qkvb", "attprojw", "attprojb",
-    "ln2w", "ln2b", "fcw", "fcb", "fcprojw", "fcprojb", "lnfw", "lnfb"};
+// The parameters: one row per tensor, in llm.c's order (the order of the one
+// contiguous buffer and of the model file). Sizes, names, weight decay, the
+// per-layer slices of data parallelism and the initialisation all read it.
+enum class Dim { Vp, maxT, C, C3, C4, One };  // C3 = 3C, C4 = 4C
+enum class Init {
+    Normal,    // N(0, 0.02)
+    Residual,  // N(0, 0.02 / sqrt(2L)): the two projections that add into the residual stream
+    Ones,      // layernorm gains
+    Zeros      // biases
+};
+struct ParameterSpec {
+    const char* name;
+    bool per_layer;  // one per layer (L of them), each its own slice of the all-reduce
+    Dim rows, cols;  // of one layer's tensor
+    bool decays;     // AdamW's weight decay: the matrices, embeddings included
+    Init init;
+};
+constexpr ParameterSpec PARAMETERS[] = {
+    // name    per layer  rows     cols      decays  init
+    {"wte",      false, Dim::Vp,   Dim::C,   true,  Init::Normal},  // (its padded vocabulary rows are 0)
+    {"wpe",      false, Dim::maxT, Dim::C,   true,  Init::Normal},
+    {"ln1w",     true,  Dim::C,    Dim::One, false, Init::Ones},
+    {"ln1b",     true,  Dim::C,    Dim::One, false, Init::Zeros},
+    {"qkvw",     true,  Dim::C3,   Dim::C,   true,  Init::Normal},
+    {"qkvb",     true,  Dim::C3,   Dim::One, false, Init::Zeros},
+    {"attprojw", true,  Dim::C,    Dim::C,   true,  Init::Residual},
+    {"attprojb", true,  Dim::C,    Dim::One, false, Init::Zeros},
+    {"ln2w",     true,  Dim::C,    Dim::One, false, Init::Ones},
+    {"ln2b",     true,  Dim::C,    Dim::One, false, Init::Zeros},
+    {"fcw",      true,  Dim::C4,   Dim::C,   true,  Init::Normal},
+    {"fcb",      true,  Dim::C4,   Dim::One, false, Init::Zeros},
+    {"fcprojw",  true,  Dim::C,    Dim::C4,  true,  Init::Residual},
+    {"fcprojb",  true,  Dim::C,    Dim::One, false, Init::Zeros},
+    {"lnfw",     false, Dim::C,    Dim::One, false, Init::Ones},
+    {"lnfb",     false, Dim::C,    Dim::One, false, Init::Zeros},
+};
+constexpr int NUM_PARAMETER_TENSORS = sizeof(PARAMETERS) / sizeof(PARAMETERS[0]);
+
+// Pointers to the tensors, by name, in the table's order (point_parameters
+// fills them as an array: the struct is exactly the table's pointers).
 template <class T>
 struct ParameterTensors {
     T *wte, *wpe, *ln1w, *ln1b, *qkvw, *qkvb, *attprojw, *attprojb;
     T *ln2w, *ln2b, *fcw, *fcb, *fcprojw, *fcprojb, *lnfw, *lnfb;
 };
+static_assert(sizeof(ParameterTensors<float>) == NUM_PARAMETER_TENSORS * sizeof(float*), "one pointer per row");
 
-inline void parameter_sizes(size_t sizes[NUM_PARAMETER_TENSORS], const GPT2Config& c) {
-    const size_t Vp = c.padded_vocab_size, C = c.channels, L = c.num_layers, maxT = c.max_seq_len;
-    const size_t list[NUM_PARAMETER_TENSORS] = {
-        Vp * C, maxT * C, L * C, L * C, L * 3 * C * C, L * 3 * C, L * C * C, L * C,
-        L * C, L * C, L * 4 * C * C, L * 4 * C, L * C * 4 * C, L * C, C, C};
-    memcpy(sizes, list, sizeof(list));
+inline size_t dim_size(Dim d, const GPT2Config& c) {
+    const size_t C = c.channels;
+    switch (d) {
+        case Dim::Vp: return c.padded_vocab_size;
+        case Dim::maxT: return c.max_seq_len;
+        case Dim::C: return C;
+        case Dim::C3: return 3 * C;
+        case Dim::C4: return 4 * C;
+        case Dim::One: return 1;
+    }
+    return 0;
 }
-
-// Weight decay applies to the matrices (embeddings included), not to biases or
-// layernorm gains: wte, wpe, qkvw, attprojw, fcw, fcprojw.
-inline bool parameter_decays(int tensor) {
-    return tensor == 0 || tensor == 1 || tensor == 4 || tensor == 6 || tensor == 10 || tensor == 12;
+inline size_t parameter_size(int k, const GPT2Config& c) {
+    const ParameterSpec& t = PARAMETERS[k];
+    return (t.per_layer ? c.num_layers : 1) * dim_size(t.rows, c) * dim_size(t.cols, c);
+}
+inline void parameter_sizes(size_t sizes[NUM_PARAMETER_TENSORS], const GPT2Config& c) {
+    for (int k = 0; k < NUM_PARAMETER_TENSORS; k++) sizes[k] = parameter_size(k, c);
 }
 
 // Points each named tensor into one contiguous buffer.
 template <class T>
 void point_parameters(ParameterTensors<T>* p, T* base, const size_t sizes[NUM_PARAMETER_TENSORS]) {
-    T** fields[NUM_PARAMETER_TENSORS] = {
-        &p->wte, &p->wpe, &p->ln1w, &p->ln1b, &p->qkvw, &p->qkvb, &p->attprojw, &p->attprojb,
-        &p->ln2w, &p->ln2b, &p->fcw, &p->fcb, &p->fcprojw, &p->fcprojb, &p->lnfw, &p->lnfb};
-    for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
-        *fields[i] = base;
-        base += sizes[i];
+    T** tensors = reinterpret_cast<T**>(p);
+    for (int k = 0; k < NUM_PARAMETER_TENSORS; k++) {
+        tensors[k] = base;
+        base += sizes[k];
     }
 }
 
@@ -151,7 +192,7 @@ struct BackwardScratch {
 // padding and every element is still reduced exactly once.
 struct GradientSlice {
     int tensor;         // index into the 16 parameter tensors
-    int bucket;         // its layer, or L for the tensors outside the layers
+    int layer;          // its layer, or L for the tensors outside the layers
     size_t offset;      // first element in the parameter buffer
     size_t size;
     size_t in_tensor;   // first element within its tensor (stochastic rounding indexes by it)
@@ -166,6 +207,12 @@ static const Distributed SINGLE_PROCESS;
 
 // ----------------------------------------------------------------------------
 // The model
+
+// What a step sums on the device and the host reads once, at its end.
+struct StepStats {
+    float loss_sum;           // the per-token losses, each already divided by the global batch's targets
+    float grad_norm_squared;  // of the summed gradient, before clipping
+};
 
 struct GPT2 {
     GPT2Config config;
@@ -187,12 +234,12 @@ struct GPT2 {
     int gelu_fusion = 0;  // -ge: GELU in cuBLASLt's epilogues, 1 in the forward, 2 also in the backward
     ActivationTensors acts;
     BackwardScratch scratch;
-    float* step_stats;  // device: [0] summed loss of the step, [1] squared grad norm
+    StepStats* stats;   // device: the step's loss sum and squared gradient norm
     int* inputs;        // device (B, T)
     int* targets;       // device (B, T)
     // pinned host staging for one step's A micro-batches, so uploads are
     // asynchronous (a pageable copy would make the host wait for the GPU)
-    int max_accum_steps;
+    int max_grad_accum_steps;
     int* staged_inputs;   // (A, B, T)
     int* staged_targets;  // (A, B, T)
     int* staged_plans;    // A encoder-backward plans
@@ -244,16 +291,16 @@ static size_t total_bytes(const std::vector<DeviceBuffer>& buffers) {
 // Cuts the parameter buffer into slices and lays out this rank's ZeRO-1 shard.
 static void gpt2_plan_slices(GPT2* model) {
     const int L = model->config.num_layers, N = model->dist->num_processes;
-    const bool per_layer[NUM_PARAMETER_TENSORS] = {0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0, 0};
     model->slices.clear();
     size_t offset = 0, parts = 0;
     for (int k = 0; k < NUM_PARAMETER_TENSORS; k++) {
-        const int count = per_layer[k] ? L : 1;
+        const bool per_layer = PARAMETERS[k].per_layer;
+        const int count = per_layer ? L : 1;
         const size_t size = model->param_sizes[k] / count;
         for (int l = 0; l < count; l++) {
             const size_t part = model->zero_stage == 1 ? size / N : 0;
             const size_t tail = model->zero_stage == 1 ? size - part * N : 0;
-            model->slices.push_back(GradientSlice{k, per_layer[k] ? l : L, offset, size, l * size, part, parts, tail, 0});
+            model->slices.push_back(GradientSlice{k, per_layer ? l : L, offset, size, l * size, part, parts, tail, 0});
             offset += size;
             parts += part;
         }
@@ -361,17 +408,10 @@ static void gpt2_set_weights(GPT2* model, const std::vector<float>& weights) {
 }
 
 // ---- initialisation from a seed ---------------------------------------------
-// N(0, 0.02) for the matrices, scaled by 1/sqrt(2L) for the two projections
-// that write into the residual stream; layernorm gains 1, biases 0, padded
-// vocabulary rows 0. Each element is a counter-based draw (splitmix64 hashes
-// of (seed, tensor, index) through Box-Muller), so the result does not depend
-// on the order of generation, and dev/train_gpt2.py draws identical values.
-static inline uint64_t splitmix64(uint64_t x) {
-    uint64_t z = x + 0x9E3779B97F4A7C15ull;
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
+// Each tensor as its row of PARAMETERS says; the padded vocabulary rows of wte
+// are 0. Each element is a counter-based draw (splitmix64 hashes of (seed,
+// tensor, index) through Box-Muller), so the result does not depend on the
+// order of generation, and dev/train_gpt2.py draws identical values.
 static inline double normal_draw(uint64_t stream_key, uint64_t i) {
     const uint64_t h1 = splitmix64(stream_key + 2 * i), h2 = splitmix64(stream_key + 2 * i + 1);
     const double u1 = (double)((h1 >> 11) + 1) * 0x1.0p-53;  // (0, 1]
@@ -384,24 +424,20 @@ static std::vector<float> gpt2_initial_weights(const GPT2Config& c, const size_t
     size_t total = 0;
     for (int k = 0; k < NUM_PARAMETER_TENSORS; k++) total += sizes[k];
     std::vector<float> w(total, 0.0f);
-    const double residual_std = 0.02 / sqrt(2.0 * c.num_layers);
     size_t offset = 0;
     for (int k = 0; k < NUM_PARAMETER_TENSORS; k++) {
-        const std::string name = PARAMETER_NAMES[k];
+        const Init init = PARAMETERS[k].init;
         float* t = w.data() + offset;
-        if (name == "ln1w" || name == "ln2w" || name == "lnfw") {
-            for (size_t i = 0; i < sizes[k]; i++) t[i] = 1.0f;
-        } else if (name == "wte" || name == "wpe" || name == "qkvw" || name == "fcw" || name == "attprojw" ||
-                   name == "fcprojw") {
-            const double std = (name == "attprojw" || name == "fcprojw") ? residual_std : 0.02;
+        if (init == Init::Ones) std::fill(t, t + sizes[k], 1.0f);
+        if (init == Init::Normal || init == Init::Residual) {
+            const double std = init == Init::Residual ? 0.02 / sqrt(2.0 * c.num_layers) : 0.02;
             const uint64_t key = splitmix64(seed * 16 + k);
             for (size_t i = 0; i < sizes[k]; i++) t[i] = (float)(std * normal_draw(key, i));
-            if (name == "wte")  // padded vocabulary rows are never real tokens
-                memset(t + (size_t)c.vocab_size * c.channels, 0,
-                       (size_t)(c.padded_vocab_size - c.vocab_size) * c.channels * sizeof(float));
-        }  // biases stay 0
+        }
         offset += sizes[k];
     }
+    // wte (the first tensor): its padded vocabulary rows are never real tokens
+    std::fill(w.begin() + (size_t)c.vocab_size * c.channels, w.begin() + sizes[0], 0.0f);
     return w;
 }
 
@@ -453,46 +489,33 @@ static void gpt2_init_from_descriptor(GPT2* model, const char* descriptor, uint6
     gpt2_set_weights(model, gpt2_initial_weights(model->config, model->param_sizes, seed));
 }
 
-// ---- checkpoints in llm.c's format ------------------------------------------
-// 256 x int32 header: [0]=20240326, [1]=3 (fp32) or 5 (bf16), [2]=maxT, [3]=V,
-// [4]=L, [5]=NH, [6]=C, [7]=Vp; then the 16 tensors in order.
-constexpr int MODEL_MAGIC = 20240326, MODEL_VERSION_FP32 = 3, MODEL_VERSION_BF16 = 5;
+// ---- model files (llm.c's format, llmc/checkpoint.h) --------------------------
+static GPT2Config config_of(const ModelFileHeader& h) {
+    return GPT2Config{h.max_seq_len, h.vocab_size, h.padded_vocab_size, h.num_layers, h.num_heads, h.channels};
+}
 
-static void gpt2_init_from_checkpoint(GPT2* model, const char* path) {
-    std::string why;
-    FILE* f = fopen_regular_file(path, &why);
-    if (!f) FAIL("%s: cannot open the checkpoint (%s)", path, why.c_str());
-    int header[256];
-    if (fread(header, sizeof(int), 256, f) != 256) FAIL("%s: truncated checkpoint header", path);
-    if (header[0] != MODEL_MAGIC) FAIL("%s: not a model checkpoint (magic %d, expected %d)", path, header[0], MODEL_MAGIC);
-    const int version = header[1];
-    if (version != MODEL_VERSION_FP32 && version != MODEL_VERSION_BF16)
-        FAIL("%s: unsupported checkpoint version %d (3 = fp32, 5 = bf16)", path, version);
-    GPT2Config& c = model->config;
-    c = GPT2Config{header[2], header[3], header[7], header[4], header[5], header[6]};
-    const std::string problem = model_shape_problem(c);
+// Opens a model file, reads its header and checks the shape it describes.
+static FILE* open_model_file(const char* path, GPT2Config* c, ModelFileHeader* h) {
+    std::string error;
+    FILE* f = model_file_open(path, h, &error);
+    if (!f) FAIL("%s", error.c_str());
+    *c = config_of(*h);
+    const std::string problem = model_shape_problem(*c);
     if (!problem.empty())
         FAIL("%s: not a usable model shape in the header: %s (maxT=%d V=%d Vp=%d L=%d NH=%d C=%d)", path,
-             problem.c_str(), c.max_seq_len, c.vocab_size, c.padded_vocab_size, c.num_layers, c.num_heads, c.channels);
-    size_t sizes[NUM_PARAMETER_TENSORS], n = 0;
-    parameter_sizes(sizes, c);
-    for (size_t s : sizes) n += s;
-    const size_t elem = version == MODEL_VERSION_FP32 ? 4 : 2;
-    struct stat st;
-    fstat(fileno(f), &st);
-    const size_t expected = 1024 + n * elem;
-    if ((size_t)st.st_size != expected)
-        FAIL("%s: file is %lld bytes, expected %zu for this model (%s)", path, (long long)st.st_size, expected,
-             (size_t)st.st_size < expected ? "truncated" : "trailing data");
-    std::vector<float> weights(n);
-    if (version == MODEL_VERSION_FP32) {
-        if (fread(weights.data(), 4, n, f) != n) FAIL("%s: read error", path);
-    } else {
-        std::vector<__nv_bfloat16> raw(n);
-        if (fread(raw.data(), 2, n, f) != n) FAIL("%s: read error", path);
-        for (size_t i = 0; i < n; i++) weights[i] = __bfloat162float(raw[i]);
-    }
-    fclose(f);
+             problem.c_str(), c->max_seq_len, c->vocab_size, c->padded_vocab_size, c->num_layers, c->num_heads,
+             c->channels);
+    return f;
+}
+
+static void gpt2_init_from_checkpoint(GPT2* model, const char* path) {
+    ModelFileHeader h;
+    FILE* f = open_model_file(path, &model->config, &h);
+    size_t n = 0;
+    for (int k = 0; k < NUM_PARAMETER_TENSORS; k++) n += parameter_size(k, model->config);
+    std::vector<float> weights;
+    std::string error;
+    if (!model_file_read_weights(f, path, h, n, &weights, &error)) FAIL("%s", error.c_str());
     gpt2_allocate_parameters(model);
     gpt2_set_weights(model, weights);
 }
@@ -547,11 +570,9 @@ static bool gpt2_write_model_file(const GPT2* model, const std::string& path, Ch
         return false;
     }
     const GPT2Config& c = model->config;
-    int header[256] = {MODEL_MAGIC, sizeof(floatX) == 2 ? MODEL_VERSION_BF16 : MODEL_VERSION_FP32, c.max_seq_len,
-                       c.vocab_size, c.num_layers, c.num_heads, c.channels, c.padded_vocab_size};
-    return write_file_hashed(path, [&](HashingWriter& w) {
-        return w.put(header, 4, 256) && w.put(weights.data(), sizeof(floatX), weights.size());
-    }, written, error);
+    const ModelFileHeader h{sizeof(floatX) == 2 ? MODEL_VERSION_BF16 : MODEL_VERSION_FP32, c.max_seq_len,
+                            c.vocab_size, c.num_layers, c.num_heads, c.channels, c.padded_vocab_size};
+    return model_file_write(path, h, weights.data(), weights.size(), written, error);
 }
 
 // ---- documents ----------------------------------------------------------------
@@ -611,7 +632,7 @@ static std::vector<DeviceBuffer> activation_buffers(GPT2* model, int B, int T, i
         {(void**)&s.dnarrow, BT * C * X, "backward scratch"},    {(void**)&s.reduce, reduce_floats * F, "backward scratch"},
         {(void**)&s.encoder_plan, encoder_backward_plan_ints(B, T) * sizeof(int), "backward scratch"},
         {(void**)&model->documents, document_ints(B, T) * sizeof(int), "inputs and step statistics"},
-        {(void**)&model->step_stats, 2 * F, "inputs and step statistics"},
+        {(void**)&model->stats, sizeof(StepStats), "inputs and step statistics"},
         {(void**)&model->inputs, BT * sizeof(int), "inputs and step statistics"},
         {(void**)&model->targets, BT * sizeof(int), "inputs and step statistics"},
     };
@@ -619,24 +640,24 @@ static std::vector<DeviceBuffer> activation_buffers(GPT2* model, int B, int T, i
 
 // Activations for micro-batches of (B, T), and pinned staging for A of them.
 // Returns false (nothing allocated) when the device is out of memory.
-static bool gpt2_try_allocate_activations(GPT2* model, int B, int T, int max_accum_steps, int recompute) {
+static bool gpt2_try_allocate_activations(GPT2* model, int B, int T, int max_grad_accum_steps, int recompute) {
     const GPT2Config& c = model->config;
     if (T > c.max_seq_len) FAIL("-t %d exceeds the model's maximum sequence length %d", T, c.max_seq_len);
     if (!allocate_buffers(activation_buffers(model, B, T, recompute))) return false;
     model->B = B;
     model->T = T;
     model->recompute = recompute;
-    model->max_accum_steps = max_accum_steps;
-    const size_t staged = (size_t)max_accum_steps * B * T;
+    model->max_grad_accum_steps = max_grad_accum_steps;
+    const size_t staged = (size_t)max_grad_accum_steps * B * T;
     cudaCheck(cudaMallocHost(&model->staged_inputs, staged * sizeof(int)));
     cudaCheck(cudaMallocHost(&model->staged_targets, staged * sizeof(int)));
-    cudaCheck(cudaMallocHost(&model->staged_plans, max_accum_steps * encoder_backward_plan_ints(B, T) * sizeof(int)));
-    cudaCheck(cudaMallocHost(&model->staged_documents, max_accum_steps * document_ints(B, T) * sizeof(int)));
+    cudaCheck(cudaMallocHost(&model->staged_plans, max_grad_accum_steps * encoder_backward_plan_ints(B, T) * sizeof(int)));
+    cudaCheck(cudaMallocHost(&model->staged_documents, max_grad_accum_steps * document_ints(B, T) * sizeof(int)));
     return true;
 }
 
-static void gpt2_allocate_activations(GPT2* model, int B, int T, int max_accum_steps, int recompute = 0) {
-    if (!gpt2_try_allocate_activations(model, B, T, max_accum_steps, recompute))
+static void gpt2_allocate_activations(GPT2* model, int B, int T, int max_grad_accum_steps, int recompute = 0) {
+    if (!gpt2_try_allocate_activations(model, B, T, max_grad_accum_steps, recompute))
         FAIL("out of device memory for the activations of B=%d, T=%d (%.1f MiB); try a smaller -b, -r 1 or 2, "
              "or -b auto", B, T, total_bytes(activation_buffers(model, B, T, recompute)) / 1048576.0);
 }
@@ -709,32 +730,32 @@ static void gpt2_forward(GPT2* model) {
 }
 
 // Cross-entropy of the logits against model->targets. Adds
-// loss_scale * sum(per-token losses) to step_stats[0]; with write_dlogits the
+// loss_scale * sum(per-token losses) to stats->loss_sum; with write_dlogits the
 // logits become dloss/dlogits, every unmasked token weighted by loss_scale.
-static void gpt2_classify(GPT2* model, float loss_scale, bool write_dlogits) {
+static void gpt2_cross_entropy(GPT2* model, float loss_scale, bool write_dlogits) {
     const int BT = model->B * model->T;
     fused_classifier(model->acts.logits, model->acts.losses, model->targets, loss_scale, BT,
                      model->config.vocab_size, model->config.padded_vocab_size, write_dlogits, model->stream);
-    accumulate_loss(model->step_stats, model->acts.losses, BT, loss_scale, model->stream);
+    accumulate_loss(&model->stats->loss_sum, model->acts.losses, BT, loss_scale, model->stream);
 }
 
 // ----------------------------------------------------------------------------
 // Backward: adds this micro-batch's weight gradients into the fp32 buffer.
-// Needs the dlogits left by gpt2_classify and the inputs on the host (to group
+// Needs the dlogits left by gpt2_cross_entropy and the inputs on the host (to group
 // token positions for the atomics-free embedding gradient).
 
-// Sums one bucket's gradients over the ranks, on the communication stream, once
+// Sums one layer's gradients over the ranks, on the communication stream, once
 // the compute stream has finished them: the backward of the layers below runs
 // meanwhile. ZeRO-0 all-reduces in place; ZeRO-1 reduce-scatters each slice
 // into this rank's shard. Sums, not averages: every rank's gradients already
-// carry 1/(unmasked targets of the global batch). The last bucket also sums
+// carry 1/(unmasked targets of the global batch). Layer L (the tensors outside the layers) also sums
 // the step's loss.
-static void gpt2_reduce_bucket(GPT2* model, int bucket) {
+static void gpt2_reduce_layer(GPT2* model, int layer) {
     const Distributed* d = model->dist;
     comm_after_compute(d, model->stream);
     group_start();
     for (const GradientSlice& s : model->slices) {
-        if (s.bucket != bucket) continue;
+        if (s.layer != layer) continue;
         float* g = model->grads_memory + s.offset;
         if (model->zero_stage == 0) {
             all_reduce_sum(g, g, s.size, d);
@@ -743,7 +764,7 @@ static void gpt2_reduce_bucket(GPT2* model, int bucket) {
         if (s.part > 0) reduce_scatter_sum(model->grad_shard + s.part_offset, g, s.part, d);
         if (s.tail > 0) all_reduce_sum(model->grad_shard + s.tail_offset, g + s.tail_begin(), s.tail, d);
     }
-    if (bucket == model->config.num_layers) all_reduce_sum(model->step_stats, model->step_stats, 1, d);
+    if (layer == model->config.num_layers) all_reduce_sum(&model->stats->loss_sum, &model->stats->loss_sum, 1, d);
     group_end();
 }
 
@@ -796,12 +817,12 @@ static void gpt2_backward(GPT2* model, const int* encoder_plan_host, int num_dis
                         ln1, p.qkvw + (size_t)l * 3 * C * C, BT, C, 3 * C, stream);
         layernorm_backward(s.dresidual, g.ln1w + l * C, g.ln1b + l * C, s.reduce, s.dnarrow, residual,
                            p.ln1w + l * C, a.ln1_mean + l * BT, a.ln1_rstd + l * BT, BT, C, stream);
-        if (reduce) gpt2_reduce_bucket(model, l);  // layer l's gradients are complete
+        if (reduce) gpt2_reduce_layer(model, l);  // layer l's gradients are complete
     }
     const int* position_plan = model->doc_positions ? model->documents + 3 * (size_t)BT : nullptr;
     encoder_backward(g.wte, g.wpe, s.dresidual, s.encoder_plan, num_distinct_tokens, position_plan,
                      model->distinct_positions, B, T, C, stream);
-    if (reduce) gpt2_reduce_bucket(model, L);  // wte, wpe, lnfw, lnfb and the loss
+    if (reduce) gpt2_reduce_layer(model, L);  // wte, wpe, lnfw, lnfb and the loss
 }
 
 // ----------------------------------------------------------------------------
@@ -822,8 +843,8 @@ static void gpt2_adamw(GPT2* model, const float* grads, size_t local, size_t wei
     const uint32_t seed = (uint32_t)splitmix64(opt.seed ^ ((uint64_t)model->adam_step << 8 | k));
     adamw_update(model->params_memory + weight, model->master_weights + local, grads + local, model->adam_m + local,
                  model->adam_v + local, n, lr, opt.beta1, opt.beta2, opt.eps,
-                 parameter_decays(k) ? opt.weight_decay : 0.0f, model->adam_step, opt.grad_clip,
-                 model->step_stats + 1, seed, in_tensor, model->stream);
+                 PARAMETERS[k].decays ? opt.weight_decay : 0.0f, model->adam_step, opt.grad_clip,
+                 &model->stats->grad_norm_squared, seed, in_tensor, model->stream);
 }
 
 // Global gradient norm, then AdamW (clipping folded in as a scale computed on
@@ -836,7 +857,7 @@ static void gpt2_update(GPT2* model, float lr, const OptimizerSettings& opt) {
     if (d->num_processes > 1) compute_after_comm(d, stream);  // the reduced gradients and loss
     model->adam_step++;
     if (model->zero_stage == 0) {
-        global_norm_squared(model->step_stats + 1, model->scratch.reduce, model->grads_memory, model->num_parameters,
+        global_norm_squared(&model->stats->grad_norm_squared, model->scratch.reduce, model->grads_memory, model->num_parameters,
                             stream);
         size_t offset = 0;
         for (int k = 0; k < NUM_PARAMETER_TENSORS; k++) {
@@ -848,10 +869,10 @@ static void gpt2_update(GPT2* model, float lr, const OptimizerSettings& opt) {
     // the squared norm of this rank's elements (the tails, held by every rank,
     // count on rank 0 only), summed over the ranks
     const size_t r = d->rank;
-    global_norm_squared(model->step_stats + 1, model->scratch.reduce, model->grad_shard,
+    global_norm_squared(&model->stats->grad_norm_squared, model->scratch.reduce, model->grad_shard,
                         r == 0 ? model->optimizer_elements : model->shard_parts, stream);
     comm_after_compute(d, stream);
-    all_reduce_sum(model->step_stats + 1, model->step_stats + 1, 1, d);
+    all_reduce_sum(&model->stats->grad_norm_squared, &model->stats->grad_norm_squared, 1, d);
     compute_after_comm(d, stream);
     for (const GradientSlice& s : model->slices) {
         gpt2_adamw(model, model->grad_shard, s.part_offset, s.offset + r * s.part, s.in_tensor + r * s.part, s.part,
@@ -894,6 +915,29 @@ static long count_unmasked(const int* targets, size_t n) {
     return StepBatch{inputs, targets, A, count_unmasked(targets, (size_t)A * model->B * model->T)};
 }
 
+// This rank's part of the next step, B_global = B_micro x N x A sequences:
+// each of the A micro-batches is a global one of N x B_micro sequences that
+// every rank reads alike, keeping its own B_micro. So the ranks' sequences are
+// disjoint, their union is what one process with N x A micro-batches reads,
+// in the same order, and every rank counts the targets of the whole global
+// batch (the loss's divisor) without asking the others.
+static StepBatch next_step_batch(DataLoader* loader, const GPT2* model, int grad_accum_steps, bool overfit,
+                                 std::vector<int>* inputs, std::vector<int>* targets) {
+    const int N = model->dist->num_processes;
+    const size_t micro_tokens = (size_t)model->B * model->T, mine = model->dist->rank * micro_tokens;
+    inputs->resize(grad_accum_steps * micro_tokens);
+    targets->resize(grad_accum_steps * micro_tokens);
+    long global_targets = 0;
+    for (int micro_step = 0; micro_step < grad_accum_steps; micro_step++) {
+        if (overfit && micro_step == 0) dataloader_reset(loader);
+        dataloader_next_batch(loader);
+        global_targets += count_unmasked(loader->targets, N * micro_tokens);
+        memcpy(inputs->data() + micro_step * micro_tokens, loader->inputs + mine, micro_tokens * sizeof(int));
+        memcpy(targets->data() + micro_step * micro_tokens, loader->targets + mine, micro_tokens * sizeof(int));
+    }
+    return StepBatch{inputs->data(), targets->data(), grad_accum_steps, global_targets};
+}
+
 // Copies micro-batch `i` of the pinned staging area to the device (async),
 // with its document layout where documents matter.
 static void upload_micro_batch(GPT2* model, int i) {
@@ -919,18 +963,18 @@ static void upload_micro_batch(GPT2* model, int i) {
 static void accumulate_gradients(GPT2* model, const StepBatch& batch) {
     const int A = batch.grad_accum_steps;
     const size_t micro_tokens = (size_t)model->B * model->T, plan_ints = encoder_backward_plan_ints(model->B, model->T);
-    if (A > model->max_accum_steps) FAIL("internal: %d micro-steps, staging holds %d", A, model->max_accum_steps);
+    if (A > model->max_grad_accum_steps) FAIL("internal: %d micro-steps, staging holds %d", A, model->max_grad_accum_steps);
     memcpy(model->staged_inputs, batch.inputs, A * micro_tokens * sizeof(int));  // the previous step has
     memcpy(model->staged_targets, batch.targets, A * micro_tokens * sizeof(int)); // finished with these
     const float dloss = batch.global_targets > 0 ? 1.0f / batch.global_targets : 0.0f;  // a token's share of the mean
     const bool multi_rank = model->dist->num_processes > 1;
-    cudaCheck(cudaMemsetAsync(model->step_stats, 0, sizeof(float), model->stream));
+    cudaCheck(cudaMemsetAsync(&model->stats->loss_sum, 0, sizeof(float), model->stream));
     for (int micro_step = 0; micro_step < A; micro_step++) {  // weights frozen; gradients add up in fp32
         int* plan = model->staged_plans + micro_step * plan_ints;
         const int num_distinct = encoder_backward_plan(plan, batch.inputs + micro_step * micro_tokens, model->B, model->T);
         upload_micro_batch(model, micro_step);
         gpt2_forward(model);
-        gpt2_classify(model, dloss, true);  // logits become dloss/dlogits; the loss adds up too
+        gpt2_cross_entropy(model, dloss, true);  // logits become dloss/dlogits; the loss adds up too
         gpt2_backward(model, plan, num_distinct, multi_rank && micro_step == A - 1);  // reduce on the last only
     }
 }
@@ -940,10 +984,10 @@ static StepResult train_step(GPT2* model, const StepBatch& batch, float lr, cons
     accumulate_gradients(model, batch);
     gpt2_update(model, lr, opt);  // the buffer holds d(mean loss)/dW of the whole global batch
     cudaCheck(cudaMemsetAsync(model->grads_memory, 0, model->num_parameters * sizeof(float), model->stream));
-    float stats[2];
-    cudaCheck(cudaMemcpyAsync(stats, model->step_stats, sizeof(stats), cudaMemcpyDeviceToHost, model->stream));
+    StepStats stats;
+    cudaCheck(cudaMemcpyAsync(&stats, model->stats, sizeof(stats), cudaMemcpyDeviceToHost, model->stream));
     cudaCheck(cudaStreamSynchronize(model->stream));  // the one host sync of the step: read loss and norm
-    return StepResult{stats[0], sqrtf(stats[1]), batch.global_targets};
+    return StepResult{stats.loss_sum, sqrtf(stats.grad_norm_squared), batch.global_targets};
 }
 
 // Sum of the per-token losses of one micro-batch (no gradient, no update).
@@ -951,12 +995,12 @@ static double evaluate_batch(GPT2* model, const int* inputs, const int* targets)
     const size_t n = (size_t)model->B * model->T;
     memcpy(model->staged_inputs, inputs, n * sizeof(int));
     memcpy(model->staged_targets, targets, n * sizeof(int));
-    cudaCheck(cudaMemsetAsync(model->step_stats, 0, sizeof(float), model->stream));
+    cudaCheck(cudaMemsetAsync(&model->stats->loss_sum, 0, sizeof(float), model->stream));
     upload_micro_batch(model, 0);
     gpt2_forward(model);
-    gpt2_classify(model, 1.0f, false);
+    gpt2_cross_entropy(model, 1.0f, false);
     float loss_sum;
-    cudaCheck(cudaMemcpyAsync(&loss_sum, model->step_stats, sizeof(float), cudaMemcpyDeviceToHost, model->stream));
+    cudaCheck(cudaMemcpyAsync(&loss_sum, &model->stats->loss_sum, sizeof(float), cudaMemcpyDeviceToHost, model->stream));
     cudaCheck(cudaStreamSynchronize(model->stream));
     return loss_sum;
 }
@@ -1496,16 +1540,8 @@ static GPT2Config read_config(const char* init) {
         if (!parse_descriptor(init, &c)) FAIL("-e %s: not a model file or a model descriptor", init);
         return c;
     }
-    std::string why;
-    FILE* f = fopen_regular_file(init, &why);
-    if (!f) FAIL("%s: cannot open the model file (%s)", init, why.c_str());
-    int header[256];
-    const bool whole = fread(header, sizeof(int), 256, f) == 256;
-    fclose(f);
-    if (!whole || header[0] != MODEL_MAGIC) FAIL("%s: not a model file", init);
-    c = GPT2Config{header[2], header[3], header[7], header[4], header[5], header[6]};
-    const std::string problem = model_shape_problem(c);
-    if (!problem.empty()) FAIL("%s: not a usable model shape in the header: %s", init, problem.c_str());
+    ModelFileHeader h;
+    fclose(open_model_file(init, &c, &h));
     return c;
 }
 
@@ -1531,10 +1567,9 @@ static int choose_micro_batch(GPT2* model, int T, int recompute, long total_batc
         FAIL("-b auto: -d %ld is not a multiple of T x N = %ld", total_batch_tokens, (long)T * N);
     size_t free_bytes = 0, device_bytes = 0;
     cudaCheck(cudaMemGetInfo(&free_bytes, &device_bytes));
-    auto accum_steps = [&](int B) { return sequences_per_rank > 0 ? (int)(sequences_per_rank / B) : 1; };
     int B = sequences_per_rank > 0 ? (int)std::min(sequences_per_rank, 4096L) : 4096;
     while ((B = largest_fitting_batch(model, T, recompute, (size_t)(free_bytes * 0.98), B, sequences_per_rank)) > 0) {
-        if (gpt2_try_allocate_activations(model, B, T, accum_steps(B), recompute)) break;
+        if (gpt2_try_allocate_activations(model, B, T, grad_accum_steps_for(total_batch_tokens, B, T, N), recompute)) break;
         print0("-b auto: B=%d does not fit after all; trying smaller\n", B);
         B -= 1;
     }
@@ -1548,7 +1583,7 @@ static int choose_micro_batch(GPT2* model, int T, int recompute, long total_batc
     const int agreed = (int)*std::min_element(all.begin(), all.end());
     if (agreed < B) {
         gpt2_free_activations(model);
-        gpt2_allocate_activations(model, agreed, T, accum_steps(agreed), recompute);
+        gpt2_allocate_activations(model, agreed, T, grad_accum_steps_for(total_batch_tokens, agreed, T, N), recompute);
     }
     std::vector<int> tokens((size_t)agreed * T, 0);  // a trial step without the update
     accumulate_gradients(model, whole_batch(model, tokens.data(), tokens.data(), 1));
@@ -1604,6 +1639,21 @@ struct RunLog {
     void close() {
         if (log) fclose(log);
         if (jsonl) fclose(jsonl);
+    }
+    // An evaluation after `step` steps: main.log "s:<step> <tag>:<value>",
+    // main.jsonl {"step": step, "<key>": value}.
+    void record(int step, const char* tag, const char* key, double value) {
+        if (log) fprintf(log, "s:%d %s:%f\n", step, tag, value);
+        if (jsonl) fprintf(jsonl, "{\"step\": %d, \"%s\": %.9g}\n", step, key, value);
+    }
+    // The training record of step step + 1 (of 1..steps, as stdout numbers it;
+    // main.log keeps llm.c's numbering from 0).
+    void train_record(int step, const StepResult& r, float lr, long tokens, double util, float ms, double tok_per_s) {
+        if (log) fprintf(log, "s:%d trl:%f\n", step, r.loss);
+        if (jsonl)
+            fprintf(jsonl, "{\"step\": %d, \"loss\": %.9g, \"norm\": %.9g, \"lr\": %.9g, \"tokens_per_step\": %ld, "
+                    "\"util\": %.4f, \"ms\": %.3f, \"tok_per_s\": %.1f}\n", step + 1, r.loss, r.grad_norm, lr, tokens,
+                    util, ms, tok_per_s);
     }
     // Whether a line of either log comes before the evaluation of step S. A
     // train record logs the step it completed (main.log: that step - 1).
@@ -1764,251 +1814,303 @@ static double evaluate(GPT2* model, DataLoader* loader, int batches) {
     return host_sum(loss_sum, model->dist) / std::max(1.0, host_sum(count, model->dist));
 }
 
-static int train(int argc, char** argv) {
-    setvbuf(stdout, nullptr, _IOLBF, 0);  // whole lines, promptly, also into a pipe or a Slurm log
-    Distributed dist;
-    distributed_init(&dist, &argc, &argv);
-    g_dist = &dist;
-    install_signal_handlers();
-    const int N = dist.num_processes;
-    std::set<std::string> given;
-    TrainOptions opt = parse_options(argc, argv, &given);
-    if (!opt.train_pattern) use_builtin_corpus(&opt, given);
-    LRScheduler scheduler{LRSchedule::Cosine, opt.lr, opt.warmup_steps, 0, opt.final_lr_fraction};
-    if (!parse_lr_schedule(opt.schedule, &scheduler.schedule))
-        FAIL("-k %s: unknown schedule (cosine, linear, constant, wsd)", opt.schedule);
-    DataPacking packing;
-    if (strcmp(opt.packing, "packed") == 0) packing = DataPacking::Packed;
-    else if (strcmp(opt.packing, "slots") == 0) packing = DataPacking::Slots;
-    else FAIL("--packing %s: packed or slots", opt.packing);
-    RampLRScaling ramp_lr;
-    if (!parse_ramp_lr_scaling(opt.ramp_lr, &ramp_lr)) FAIL("--ramp-lr %s: none, linear or sqrt", opt.ramp_lr);
-
-    // from here on no rank waits forever: building the model and -b auto's
-    // trial steps are covered too (a stopped rank stalls a collective in them)
-    Watchdog& watchdog = *new Watchdog(dist.rank, opt.stall_timeout);  // (kept until exit, with its thread)
-    watchdog.mark("building the model");
-    // the data is there before the model is built (minutes for a large one)
-    if (!opt.memory_plan_only)
-        for (const char* pattern : {opt.train_pattern, opt.val_pattern})
-            if (pattern) dataloader_find_shards(pattern);
-
+// ---- the run -------------------------------------------------------------------
+// Everything one training run holds from its start to its end.
+struct Run {
+    TrainOptions opt;
+    const Distributed* dist;
+    Watchdog* watchdog;
     GPT2 model;
-    model.dist = &dist;
-    model.zero_stage = opt.zero_stage;
-    model.doc_mask = opt.doc_mask;
-    model.doc_positions = opt.doc_positions;
-    if (opt.memory_plan_only) {  // nothing allocated: the plan of -e at -b, -t, -r
-        model.config = read_config(opt.init);
-        gpt2_configure(&model);
-        if (opt.B == 0) FAIL("--memory-plan: give -b (auto needs the device)");
-        print_memory_plan(&model, opt.B, opt.T, opt.recompute);
-        distributed_free(&dist);
-        return 0;
-    }
-    // the newest complete checkpoint of -o that passes its checks (with -y 1), else -e
-    std::string run_id;
-    if (opt.output_dir) claim_output_dir(opt.output_dir, &dist);
-    if (opt.output_dir && !opt.resume) refuse_foreign_checkpoints(opt.output_dir, &dist);
-    const int resume_step = opt.resume ? choose_resume_step(opt.output_dir, &dist, &run_id) : -1;
-    if (run_id.empty()) run_id = checkpoint_new_run_id();  // (only rank 0 writes DONE markers)
+    DataLoader train_loader, val_loader;
+    LRScheduler scheduler;
+    BatchRamp ramp;
+    OptimizerSettings adamw;
+    DataPacking packing;
+    RampLRScaling ramp_lr;
+    int start_step = 0, steps = 0;  // steps: the run ends after this one
+    int resume_step = -1;           // the checkpoint resumed from, or -1
+    int saved_step = -1;            // the newest checkpoint this run wrote
+    std::string run_id;             // the owner of the checkpoints (llmc/checkpoint.h)
     ResumeInfo resumed{RESUME_MAGIC, 0, {}, 0};
+    bool has_floor = false;         // the val data carries its loss floor (the built-in corpus)
+    double loss_floor = 0, initial_gap = 0;
+    std::vector<HellaSwagExample> hellaswag;
+    std::unique_ptr<llmc::Tokenizer> tokenizer;
+    RunLog log;
+    std::vector<int> inputs, targets;  // this rank's part of the step's A micro-batches (next_step_batch)
+    double peak_flops = 0, flops_token = 0, recent_ms = 0;  // recent_ms: mean step time, for the ETA
+    int timed_steps = 0;
+};
+
+// The flags, the built-in corpus where no -i is given, and the named choices.
+static void configure_run(Run* run, int argc, char** argv) {
+    TrainOptions& opt = run->opt;
+    std::set<std::string> given;
+    opt = parse_options(argc, argv, &given);
+    if (!opt.train_pattern) use_builtin_corpus(&opt, given);
+    run->scheduler = LRScheduler{LRSchedule::Cosine, opt.lr, opt.warmup_steps, 0, opt.final_lr_fraction};
+    if (!parse_lr_schedule(opt.schedule, &run->scheduler.schedule))
+        FAIL("-k %s: unknown schedule (cosine, linear, constant, wsd)", opt.schedule);
+    if (strcmp(opt.packing, "packed") == 0) run->packing = DataPacking::Packed;
+    else if (strcmp(opt.packing, "slots") == 0) run->packing = DataPacking::Slots;
+    else FAIL("--packing %s: packed or slots", opt.packing);
+    if (!parse_ramp_lr_scaling(opt.ramp_lr, &run->ramp_lr)) FAIL("--ramp-lr %s: none, linear or sqrt", opt.ramp_lr);
+    run->adamw.weight_decay = opt.weight_decay;
+    run->adamw.grad_clip = opt.grad_clip;
+    run->adamw.seed = opt.seed;
+    run->model.dist = run->dist;
+    run->model.zero_stage = opt.zero_stage;
+    run->model.doc_mask = opt.doc_mask;
+    run->model.doc_positions = opt.doc_positions;
+}
+
+// --memory-plan 1: the plan of -e at -b, -t, -r; nothing allocated.
+static void print_plan_only(Run* run) {
+    run->model.config = read_config(run->opt.init);
+    gpt2_configure(&run->model);
+    if (run->opt.B == 0) FAIL("--memory-plan: give -b (auto needs the device)");
+    print_memory_plan(&run->model, run->opt.B, run->opt.T, run->opt.recompute);
+}
+
+// The model: the newest complete checkpoint of -o that passes its checks
+// (with -y 1), else -e (a model file or a descriptor); then its activations.
+static void build_model(Run* run) {
+    const TrainOptions& opt = run->opt;
+    GPT2* model = &run->model;
+    if (opt.output_dir) claim_output_dir(opt.output_dir, run->dist);
+    if (opt.output_dir && !opt.resume) refuse_foreign_checkpoints(opt.output_dir, run->dist);
+    run->resume_step = opt.resume ? choose_resume_step(opt.output_dir, run->dist, &run->run_id) : -1;
+    if (run->run_id.empty()) run->run_id = checkpoint_new_run_id();  // (only rank 0 writes DONE markers)
     struct stat st;
-    if (resume_step >= 0) {
-        if (dist.rank == 0) checkpoint_remove_stale_temps(opt.output_dir);
-        resumed = load_checkpoint(&model, opt.output_dir, resume_step);
-        print0("resuming from step %d of %s\n", resume_step, opt.output_dir);
+    if (run->resume_step >= 0) {
+        if (run->dist->rank == 0) checkpoint_remove_stale_temps(opt.output_dir);
+        run->resumed = load_checkpoint(model, opt.output_dir, run->resume_step);
+        print0("resuming from step %d of %s\n", run->resume_step, opt.output_dir);
     } else {
         if (opt.resume) print0("no complete checkpoint in %s: starting from -e\n", opt.output_dir);
-        if (stat(opt.init, &st) == 0) gpt2_init_from_checkpoint(&model, opt.init);
-        else gpt2_init_from_descriptor(&model, opt.init, opt.seed);
+        if (stat(opt.init, &st) == 0) gpt2_init_from_checkpoint(model, opt.init);
+        else gpt2_init_from_descriptor(model, opt.init, opt.seed);
     }
-    const GPT2Config& c = model.config;
-    const int start_step = std::max(resume_step, 0);
+    run->start_step = std::max(run->resume_step, 0);
+    run->initial_gap = run->resumed.initial_val_gap;
+    run->watchdog->mark(opt.B == 0 ? "-b auto: choosing the micro-batch (a trial step)" : "allocating the activations");
+    if (opt.B == 0) run->opt.B = choose_micro_batch(model, opt.T, opt.recompute, opt.total_batch_tokens);
+}
 
-    // B_global = B_micro x N x A sequences per step; a batch ramp raises A
-    // from a smaller start up to it.
-    watchdog.mark(opt.B == 0 ? "-b auto: choosing the micro-batch (a trial step)" : "allocating the activations");
-    if (opt.B == 0) opt.B = choose_micro_batch(&model, opt.T, opt.recompute, opt.total_batch_tokens);
-    const int A = grad_accum_steps_for(opt.total_batch_tokens, opt.B, opt.T, N);
-    const long micro_tokens_all = (long)opt.B * opt.T * N, tokens_per_step = micro_tokens_all * A;
-    const BatchRamp ramp{opt.ramp_tokens, opt.ramp_steps, tokens_per_step, micro_tokens_all, ramp_lr};
-    if (model.B == 0) gpt2_allocate_activations(&model, opt.B, opt.T, A, opt.recompute);  // (-b auto allocated them)
-
+// B_global = B_micro x N x A sequences per step (a batch ramp raises A from a
+// smaller start up to it), the data, and what evaluation and sampling need.
+static void open_data(Run* run) {
+    const TrainOptions& opt = run->opt;
+    GPT2* model = &run->model;
+    const int N = run->dist->num_processes, rank = run->dist->rank, V = model->config.vocab_size;
+    const int grad_accum_steps = grad_accum_steps_for(opt.total_batch_tokens, opt.B, opt.T, N);
+    const long micro_tokens_all = (long)opt.B * opt.T * N, tokens_per_step = micro_tokens_all * grad_accum_steps;
+    run->ramp = BatchRamp{opt.ramp_tokens, opt.ramp_steps, tokens_per_step, micro_tokens_all, run->ramp_lr};
+    if (model->B == 0) gpt2_allocate_activations(model, opt.B, opt.T, grad_accum_steps, opt.recompute);  // (-b auto allocated them)
+    run->watchdog->mark("opening the data");
     // Every rank reads the whole global micro-batch (N x B sequences) and
-    // trains on its B of them: so the ranks' sequences are disjoint, their union
-    // is what one process with N x A micro-batches reads, in the same order,
-    // and every rank counts the targets of the global batch without asking the
-    // others. Val batches are split by rank.
-    DataLoader train_loader, val_loader;
-    watchdog.mark("opening the data");
-    dataloader_init(&train_loader, opt.train_pattern, N * opt.B, opt.T, 0, 1, c.vocab_size, false, opt.seed, packing);
-    if (resume_step >= 0) dataloader_restore(&train_loader, resumed.train_data);
+    // trains on its B of them (next_step_batch). Val batches are split by rank.
+    dataloader_init(&run->train_loader, opt.train_pattern, N * opt.B, opt.T, 0, 1, V, false, opt.seed, run->packing);
+    if (run->resume_step >= 0) dataloader_restore(&run->train_loader, run->resumed.train_data);
     if (opt.val_pattern)
-        dataloader_init(&val_loader, opt.val_pattern, opt.B, opt.T, dist.rank, N, c.vocab_size, false, opt.seed, packing);
-    const int steps = opt.max_steps > 0 ? opt.max_steps : std::max(1L, (long)(train_loader.num_tokens / tokens_per_step));
-    if (resume_step > steps)
-        FAIL("-x %d: the run resumed from step %d is already past it (give -x > %d, or another -o)", steps,
-             resume_step, resume_step);
+        dataloader_init(&run->val_loader, opt.val_pattern, opt.B, opt.T, rank, N, V, false, opt.seed, run->packing);
+    run->steps = opt.max_steps > 0 ? opt.max_steps : std::max(1L, (long)(run->train_loader.num_tokens / tokens_per_step));
+    const int resumed = run->resume_step;
+    if (resumed > run->steps)
+        FAIL("-x %d: the run resumed from step %d is already past it (give -x > %d, or another -o)", run->steps,
+             resumed, resumed);
     // a step reads at most tokens_per_step / T sequences (fewer in a ramp)
-    if (resume_step >= 0 && resumed.train_data.next_sequence > (uint64_t)resume_step * (tokens_per_step / opt.T))
-        FAIL("%s: data position %llu is beyond the %ld sequences that %d steps read", 
-             checkpoint_state_path(opt.output_dir, resume_step, dist.rank).c_str(),
-             (unsigned long long)resumed.train_data.next_sequence, (long)resume_step * (tokens_per_step / opt.T),
-             resume_step);
-    scheduler.total_steps = steps;
-    std::vector<HellaSwagExample> hellaswag;
+    const uint64_t next_sequence = run->resumed.train_data.next_sequence;
+    if (resumed >= 0 && next_sequence > (uint64_t)resumed * (tokens_per_step / opt.T))
+        FAIL("%s: data position %llu is beyond the %ld sequences that %d steps read",
+             checkpoint_state_path(opt.output_dir, resumed, rank).c_str(), (unsigned long long)next_sequence,
+             (long)resumed * (tokens_per_step / opt.T), resumed);
+    run->scheduler.total_steps = run->steps;
     if (opt.hellaswag) {
         std::string error;
         if (opt.B < hellaswag_rows_needed()) FAIL("-h 1: HellaSwag needs -b >= %d (4 endings per example)", hellaswag_rows_needed());
-        if (!hellaswag_load(opt.hellaswag_file, &hellaswag, &error)) FAIL("-h 1: %s", error.c_str());
-        if (!hellaswag_check_vocab(hellaswag, c.vocab_size, &error)) FAIL("-h 1: %s: %s", opt.hellaswag_file, error.c_str());
+        if (!hellaswag_load(opt.hellaswag_file, &run->hellaswag, &error)) FAIL("-h 1: %s", error.c_str());
+        if (!hellaswag_check_vocab(run->hellaswag, V, &error)) FAIL("-h 1: %s: %s", opt.hellaswag_file, error.c_str());
     }
-    const std::unique_ptr<llmc::Tokenizer> tokenizer = opt.sample_every > 0 && dist.rank == 0 ? load_tokenizer(opt, c.vocab_size) : nullptr;
+    if (opt.sample_every > 0 && rank == 0) run->tokenizer = load_tokenizer(opt, V);
+    int floor_vocab = 0;  // a val shard of the built-in corpus carries its loss floor
+    run->has_floor = opt.val_pattern && markov_corpus_floor(opt.val_pattern, &run->loss_floor, &floor_vocab);
+}
 
+// What the run is, before its first step; the GELU fusion follows the device.
+static void print_run(Run* run) {
+    const TrainOptions& opt = run->opt;
+    GPT2& model = run->model;
+    const GPT2Config& c = model.config;
+    const int N = run->dist->num_processes;
+    const long tokens_per_step = run->ramp.target_tokens;
     print0("model: L=%d C=%d NH=%d V=%d (padded %d) maxT=%d, %zu parameters, %s\n", c.num_layers, c.channels,
            c.num_heads, c.vocab_size, c.padded_vocab_size, c.max_seq_len, model.num_parameters, PRECISION_NAME);
-    print0("batch: B=%d x T=%d x N=%d x A=%d = %ld tokens per step\n", opt.B, opt.T, N, A, tokens_per_step);
+    print0("batch: B=%d x T=%d x N=%d x A=%d = %ld tokens per step\n", opt.B, opt.T, N,
+           (int)(tokens_per_step / run->ramp.micro_tokens), tokens_per_step);
     if (model.doc_mask || model.doc_positions)
         print0("documents: starting at token %d; attention %s; positions %s\n", c.vocab_size - 1,
                model.doc_mask ? "within each document" : "across documents",
                model.doc_positions ? "restart at each document" : "0..T-1 per sequence");
     if (opt.ramp_tokens > 0)
         print0("batch ramp: %ld tokens per step at step 0 (A=%d), %ld from step %d; lr scaling %s\n",
-               ramp.tokens(0), ramp.accum_steps(0), tokens_per_step, opt.ramp_steps, opt.ramp_lr);
+               run->ramp.tokens(0), run->ramp.grad_accum_steps(0), tokens_per_step, opt.ramp_steps, opt.ramp_lr);
     print0("ranks: %d (ZeRO-%d)\n", N, model.zero_stage);
     print_optimizer_memory(model);
     print_memory_plan(&model, opt.B, opt.T, opt.recompute);
-    print0("train: %s (%zu tokens), %d steps\n", opt.train_pattern, train_loader.num_tokens, steps);
-    double loss_floor = 0, initial_gap = resumed.initial_val_gap;
-    int floor_vocab = 0;  // a val shard of the built-in corpus carries its loss floor
-    const bool has_floor = opt.val_pattern && markov_corpus_floor(opt.val_pattern, &loss_floor, &floor_vocab);
-    if (has_floor) print0("loss floor of the val data: %.6f nats/token\n", loss_floor);
+    print0("train: %s (%zu tokens), %d steps\n", opt.train_pattern, run->train_loader.num_tokens, run->steps);
+    if (run->has_floor) print0("loss floor of the val data: %.6f nats/token\n", run->loss_floor);
     cudaDeviceProp props;
-    cudaCheck(cudaGetDeviceProperties(&props, dist.local_rank));
-    const double peak_flops = gpu_peak_bf16_flops(props.name);
-    const double flops_token = flops_per_token(model.num_parameters, c.num_layers, c.channels, opt.T);
+    cudaCheck(cudaGetDeviceProperties(&props, run->dist->local_rank));
+    run->peak_flops = gpu_peak_bf16_flops(props.name);
+    run->flops_token = flops_per_token(model.num_parameters, c.num_layers, c.channels, opt.T);
     // cuBLASLt's fused GELU pays off from Hopper on (llm.c measured a slowdown before)
     model.gelu_fusion = opt.gelu_fusion >= 0 ? opt.gelu_fusion : (props.major >= 9 ? 2 : 0);
     const char* fusion_names[] = {"GELU kernels", "GELU in the forward matmul's epilogue",
                                   "GELU in the forward and backward matmuls' epilogues"};
     print0("gelu: -ge %d, %s\n", model.gelu_fusion, fusion_names[model.gelu_fusion]);
+}
 
-    RunLog log;
-    if (opt.output_dir && dist.rank == 0) log.open(opt.output_dir, resume_step);
-    OptimizerSettings adamw;
-    adamw.weight_decay = opt.weight_decay;
-    adamw.grad_clip = opt.grad_clip;
-    adamw.seed = opt.seed;
-    const size_t micro_tokens = (size_t)opt.B * opt.T;
-    std::vector<int> inputs(A * micro_tokens), targets(A * micro_tokens);
-    cudaEvent_t start, end;
-    cudaCheck(cudaEventCreate(&start));
-    cudaCheck(cudaEventCreate(&end));
-    double recent_ms = 0;  // mean step time, for the ETA
-    int timed_steps = 0;
-
-    int saved_step = -1;
-    auto checkpoint_at = [&](int s) {
-        watchdog.mark("the checkpoint of step " + std::to_string(s));
-        const ResumeInfo info{RESUME_MAGIC, model.adam_step, dataloader_position(&train_loader), initial_gap};
-        save_checkpoint(&model, opt.output_dir, s, info, opt.checkpoint_keep, run_id);
-        saved_step = s;
-        print0("checkpoint: step %d in %s\n", s, opt.output_dir);
-    };
-    for (int step = start_step; step <= steps; step++) {
-        const bool last = step == steps;
-        watchdog.mark("the stop-signal check before step " + std::to_string(step + 1));
-        if (step > start_step && !last && stop_requested(&dist)) {
-            if (opt.output_dir && saved_step != step) checkpoint_at(step);
-            print0("stopped by a signal after step %d%s\n", step,
-                   opt.output_dir ? "; resume with -y 1" : " (no -o: nothing saved)");
-            break;
+// The val loss (with the gap to the floor where known) and HellaSwag at every
+// -v steps and the last; a sample at every -s steps and the last.
+static void evaluate_and_log(Run* run, int step, bool last) {
+    const TrainOptions& opt = run->opt;
+    GPT2* model = &run->model;
+    run->watchdog->mark("the evaluation or sample at step " + std::to_string(step));
+    if (opt.val_pattern && opt.val_every > 0 && (step % opt.val_every == 0 || last)) {
+        const double val_loss = evaluate(model, &run->val_loader, opt.val_batches);
+        if (run->has_floor) {
+            const double gap = val_loss - run->loss_floor;
+            if (step == 0) run->initial_gap = gap;
+            print0("step %d: val loss %.6f | floor %.6f | gap %.4f (%.1f%% of the initial gap)\n", step, val_loss,
+                   run->loss_floor, gap, 100.0 * gap / std::max(run->initial_gap, 1e-12));
+        } else {
+            print0("step %d: val loss %.6f\n", step, val_loss);
         }
-        watchdog.mark("the evaluation or sample at step " + std::to_string(step));
-        if (opt.val_pattern && opt.val_every > 0 && (step % opt.val_every == 0 || last)) {
-            const double val_loss = evaluate(&model, &val_loader, opt.val_batches);
-            if (has_floor) {
-                if (step == 0) initial_gap = val_loss - loss_floor;
-                print0("step %d: val loss %.6f | floor %.6f | gap %.4f (%.1f%% of the initial gap)\n", step,
-                       val_loss, loss_floor, val_loss - loss_floor,
-                       100.0 * (val_loss - loss_floor) / std::max(initial_gap, 1e-12));
-            } else {
-                print0("step %d: val loss %.6f\n", step, val_loss);
-            }
-            if (log.log) fprintf(log.log, "s:%d tel:%f\n", step, val_loss);
-            if (log.jsonl) fprintf(log.jsonl, "{\"step\": %d, \"val_loss\": %.9g}\n", step, val_loss);
-            if (opt.hellaswag) {
-                long scored = 0;
-                const double accuracy = evaluate_hellaswag(&model, hellaswag, &scored);
-                print0("step %d: HellaSwag accuracy %.4f (%ld of %zu examples fit T=%d)\n", step, accuracy, scored,
-                       hellaswag.size(), opt.T);
-                if (log.log) fprintf(log.log, "s:%d eval:%f\n", step, accuracy);
-                if (log.jsonl) fprintf(log.jsonl, "{\"step\": %d, \"hellaswag_acc\": %.9g}\n", step, accuracy);
-            }
+        run->log.record(step, "tel", "val_loss", val_loss);
+        if (opt.hellaswag) {
+            long scored = 0;
+            const double accuracy = evaluate_hellaswag(model, run->hellaswag, &scored);
+            print0("step %d: HellaSwag accuracy %.4f (%ld of %zu examples fit T=%d)\n", step, accuracy, scored,
+                   run->hellaswag.size(), opt.T);
+            run->log.record(step, "eval", "hellaswag_acc", accuracy);
         }
-        if (opt.sample_every > 0 && step > 0 && (step % opt.sample_every == 0 || last) && dist.rank == 0) {
-            const std::vector<int> sample = gpt2_sample(&model, opt.sample_tokens, opt.temperature, opt.top_k,
-                                                        splitmix64((uint64_t)opt.seed ^ ((uint64_t)step << 32)));
-            printf("step %d: sample: %s\n", step, sample_text(sample, tokenizer.get()).c_str());
-        }
-        if (last) break;
-        // this rank's B rows of each of the step's A global micro-batches
-        const int step_accum = ramp.accum_steps(step);
-        long global_targets = 0;
-        for (int micro_step = 0; micro_step < step_accum; micro_step++) {
-            if (opt.overfit_single_batch && micro_step == 0) dataloader_reset(&train_loader);
-            dataloader_next_batch(&train_loader);
-            global_targets += count_unmasked(train_loader.targets, N * micro_tokens);
-            const size_t mine = dist.rank * micro_tokens;
-            memcpy(&inputs[micro_step * micro_tokens], train_loader.inputs + mine, micro_tokens * sizeof(int));
-            memcpy(&targets[micro_step * micro_tokens], train_loader.targets + mine, micro_tokens * sizeof(int));
-        }
-        const float lr = (float)(scheduler.at(step) * ramp.lr_factor(step));
-        watchdog.mark("step " + std::to_string(step + 1) + " (forward, backward, gradient all-reduce, AdamW)");
-        cudaCheck(cudaEventRecord(start, model.stream));
-        StepResult r = train_step(&model, StepBatch{inputs.data(), targets.data(), step_accum, global_targets}, lr, adamw);
-        cudaCheck(cudaEventRecord(end, model.stream));
-        cudaCheck(cudaEventSynchronize(end));
-        float ms = 0;
-        cudaCheck(cudaEventElapsedTime(&ms, start, end));
-        if (!std::isfinite(r.loss) || !std::isfinite(r.grad_norm)) {  // AdamW changed nothing (see adamw.cuh)
-            if (!opt.skip_nonfinite)
-                FAIL("step %d: loss %f, gradient norm %f: not finite; stopping, the weights of step %d and the "
-                     "checkpoints are intact (lower -l, check the data, or --skip-nonfinite 1)",
-                     step + 1, r.loss, r.grad_norm, step);
-            model.adam_step--;  // the step never happened for the optimizer
-            print0("step %4d/%d | loss %f | norm %f | skipped: not finite\n", step + 1, steps, r.loss, r.grad_norm);
-            continue;
-        }
-        watchdog.step_took(ms);
-        const long step_tokens = ramp.tokens(step);
-        recent_ms = timed_steps == 0 ? ms : 0.9 * recent_ms + 0.1 * ms;
-        timed_steps++;
-        const double tok_per_s = step_tokens / (ms / 1000.0);
-        double mfu = 0;
-        char mfu_text[32] = "n/a";
-        if (mfu_percent(tok_per_s / N, flops_token, peak_flops, &mfu)) snprintf(mfu_text, sizeof mfu_text, "%.1f%%", mfu);
-        const double util = 100.0 * r.num_targets / step_tokens;  // token slots that carry a counted target
-        print0("step %4d/%d | loss %.6f | norm %.4f | lr %.2e | %ld tok/step | util %.1f%% | %.1f ms | %.0f tok/s | "
-               "MFU %s | ETA %s\n", step + 1, steps, r.loss, r.grad_norm, lr, step_tokens, util, ms, tok_per_s, mfu_text,
-               format_duration(recent_ms / 1000.0 * (steps - step - 1)).c_str());
-        if (log.log) fprintf(log.log, "s:%d trl:%f\n", step, r.loss);
-        if (log.jsonl)
-            fprintf(log.jsonl, "{\"step\": %d, \"loss\": %.9g, \"norm\": %.9g, \"lr\": %.9g, \"tokens_per_step\": %ld, "
-                    "\"util\": %.4f, \"ms\": %.3f, \"tok_per_s\": %.1f}\n", step + 1, r.loss, r.grad_norm, lr, step_tokens,
-                    util / 100, ms, tok_per_s);
-        const bool checkpoint_due = opt.checkpoint_every > 0 && (step + 1) % opt.checkpoint_every == 0;
-        if (opt.output_dir && (checkpoint_due || step + 1 == steps)) checkpoint_at(step + 1);
     }
-    watchdog.mark("the end of the run");
-    log.close();
-    cudaCheck(cudaEventDestroy(start));
-    cudaCheck(cudaEventDestroy(end));
-    dataloader_free(&train_loader);
-    if (opt.val_pattern) dataloader_free(&val_loader);
-    gpt2_free(&model);
-    matmul_teardown();
+    if (opt.sample_every > 0 && step > 0 && (step % opt.sample_every == 0 || last) && run->dist->rank == 0) {
+        const std::vector<int> sample = gpt2_sample(model, opt.sample_tokens, opt.temperature, opt.top_k,
+                                                    splitmix64((uint64_t)opt.seed ^ ((uint64_t)step << 32)));
+        printf("step %d: sample: %s\n", step, sample_text(sample, run->tokenizer.get()).c_str());
+    }
+}
+
+// One optimizer step, timed on the device.
+static StepResult timed_train_step(Run* run, const StepBatch& batch, float lr, float* ms) {
+    static cudaEvent_t start, end;  // (made once, kept for the run)
+    if (!start) {
+        cudaCheck(cudaEventCreate(&start));
+        cudaCheck(cudaEventCreate(&end));
+    }
+    cudaCheck(cudaEventRecord(start, run->model.stream));
+    const StepResult r = train_step(&run->model, batch, lr, run->adamw);
+    cudaCheck(cudaEventRecord(end, run->model.stream));
+    cudaCheck(cudaEventSynchronize(end));
+    cudaCheck(cudaEventElapsedTime(ms, start, end));
+    return r;
+}
+
+// The step line on stdout and its log records.
+static void log_step(Run* run, int step, const StepResult& r, float lr, float ms) {
+    const int N = run->dist->num_processes;
+    run->watchdog->step_took(ms);
+    const long step_tokens = run->ramp.tokens(step);
+    run->recent_ms = run->timed_steps++ == 0 ? ms : 0.9 * run->recent_ms + 0.1 * ms;
+    const double tok_per_s = step_tokens / (ms / 1000.0);
+    double mfu = 0;
+    char mfu_text[32] = "n/a";
+    if (mfu_percent(tok_per_s / N, run->flops_token, run->peak_flops, &mfu)) snprintf(mfu_text, sizeof mfu_text, "%.1f%%", mfu);
+    const double util = 100.0 * r.num_targets / step_tokens;  // token slots that carry a counted target
+    print0("step %4d/%d | loss %.6f | norm %.4f | lr %.2e | %ld tok/step | util %.1f%% | %.1f ms | %.0f tok/s | "
+           "MFU %s | ETA %s\n", step + 1, run->steps, r.loss, r.grad_norm, lr, step_tokens, util, ms, tok_per_s,
+           mfu_text, format_duration(run->recent_ms / 1000.0 * (run->steps - step - 1)).c_str());
+    run->log.train_record(step, r, lr, step_tokens, util / 100, ms, tok_per_s);
+}
+
+// A step whose loss or gradient norm is not finite changed nothing (see
+// adamw.cuh): it stops the run, or with --skip-nonfinite 1 is skipped.
+static void skip_nonfinite_step(Run* run, int step, const StepResult& r) {
+    if (!run->opt.skip_nonfinite)
+        FAIL("step %d: loss %f, gradient norm %f: not finite; stopping, the weights of step %d and the "
+             "checkpoints are intact (lower -l, check the data, or --skip-nonfinite 1)",
+             step + 1, r.loss, r.grad_norm, step);
+    run->model.adam_step--;  // the step never happened for the optimizer
+    print0("step %4d/%d | loss %f | norm %f | skipped: not finite\n", step + 1, run->steps, r.loss, r.grad_norm);
+}
+
+// A checkpoint after `step` steps: every -n steps, at the end, or (always)
+// when a signal asked the run to stop; never twice for one step.
+static void maybe_checkpoint(Run* run, int step, bool always = false) {
+    const TrainOptions& opt = run->opt;
+    const bool due = (opt.checkpoint_every > 0 && step % opt.checkpoint_every == 0) || step == run->steps || always;
+    if (!opt.output_dir || !due || run->saved_step == step) return;
+    run->watchdog->mark("the checkpoint of step " + std::to_string(step));
+    const ResumeInfo info{RESUME_MAGIC, run->model.adam_step, dataloader_position(&run->train_loader), run->initial_gap};
+    save_checkpoint(&run->model, opt.output_dir, step, info, opt.checkpoint_keep, run->run_id);
+    run->saved_step = step;
+    print0("checkpoint: step %d in %s\n", step, opt.output_dir);
+}
+
+static int train(int argc, char** argv) {
+    setvbuf(stdout, nullptr, _IOLBF, 0);  // whole lines, promptly, also into a pipe or a Slurm log
+    Distributed dist;
+    distributed_init(&dist, &argc, &argv);
+    g_dist = &dist;
+    install_signal_handlers();
+    Run run;
+    run.dist = &dist;
+    configure_run(&run, argc, argv);
+    // from here on no rank waits forever: building the model and -b auto's
+    // trial step are covered too (a stopped rank stalls a collective in them)
+    run.watchdog = new Watchdog(dist.rank, run.opt.stall_timeout);  // (kept until exit, with its thread)
+    run.watchdog->mark("building the model");
+    if (run.opt.memory_plan_only) {
+        print_plan_only(&run);
+    } else {
+        // the data is there before the model is built (minutes for a large one)
+        for (const char* pattern : {run.opt.train_pattern, run.opt.val_pattern})
+            if (pattern) dataloader_find_shards(pattern);
+        build_model(&run);
+        open_data(&run);
+        print_run(&run);
+        if (run.opt.output_dir && dist.rank == 0) run.log.open(run.opt.output_dir, run.resume_step);
+        for (int step = run.start_step; step <= run.steps; step++) {
+            const bool last = step == run.steps;
+            run.watchdog->mark("the stop-signal check before step " + std::to_string(step + 1));
+            if (step > run.start_step && !last && stop_requested(&dist)) {
+                maybe_checkpoint(&run, step, true);
+                print0("stopped by a signal after step %d%s\n", step,
+                       run.opt.output_dir ? "; resume with -y 1" : " (no -o: nothing saved)");
+                break;
+            }
+            evaluate_and_log(&run, step, last);
+            if (last) break;
+            // B_global = B_micro x N x A sequences: this rank's B_micro of each of the A global micro-batches
+            const StepBatch batch = next_step_batch(&run.train_loader, &run.model, run.ramp.grad_accum_steps(step),
+                                                    run.opt.overfit_single_batch, &run.inputs, &run.targets);
+            const float lr = (float)(run.scheduler.at(step) * run.ramp.lr_factor(step));
+            run.watchdog->mark("step " + std::to_string(step + 1) + " (forward, backward, gradient all-reduce, AdamW)");
+            float ms = 0;
+            const StepResult r = timed_train_step(&run, batch, lr, &ms);
+            if (std::isfinite(r.loss) && std::isfinite(r.grad_norm)) log_step(&run, step, r, lr, ms);
+            else skip_nonfinite_step(&run, step, r);
+            maybe_checkpoint(&run, step + 1);  // (a skipped last step too)
+        }
+        run.log.close();
+        dataloader_free(&run.train_loader);
+        if (run.opt.val_pattern) dataloader_free(&run.val_loader);
+        gpt2_free(&run.model);
+        matmul_teardown();
+    }
+    run.watchdog->mark("the end of the run");
     distributed_free(&dist);
     return 0;
 }

@@ -1,7 +1,7 @@
 // Checkpoint files of a training run (header-only host C++, no CUDA, no MPI).
 //
 // A checkpoint of step S in folder dir is (llm.c's names):
-//   dir/model_%08d.bin          the model, llm.c's model format (written by the trainer)
+//   dir/model_%08d.bin          the model, llm.c's model format (below)
 //   dir/state_%08d_%05d.bin     the training state of each rank (this file)
 //   dir/DONE_%08d               written only after every rank's files are durable, so a
 //                               checkpoint is complete exactly when its DONE exists
@@ -206,6 +206,85 @@ inline std::string checkpoint_done_path(const std::string& dir, int step) {
     char name[64];
     snprintf(name, sizeof(name), "/DONE_%08d", step);
     return dir + name;
+}
+
+// ---------------------------------------------------------------------------
+// model file (llm.c's format), little-endian:
+//   256 x int32 header: [0] = 20240326 (magic), [1] = 3 (fp32 weights) or 5 (bf16),
+//   [2] = maxT, [3] = V, [4] = L, [5] = NH, [6] = C, [7] = Vp, every other slot 0;
+//   then the n weights, the parameter tensors in order (train_gpt.cu's PARAMETERS):
+//   exactly 1024 + n x 4 (or 2) bytes.
+
+constexpr int MODEL_MAGIC = 20240326, MODEL_VERSION_FP32 = 3, MODEL_VERSION_BF16 = 5;
+
+struct ModelFileHeader {
+    int version;
+    int max_seq_len, vocab_size, num_layers, num_heads, channels, padded_vocab_size;
+};
+
+inline size_t model_file_weight_bytes_(int version) { return version == MODEL_VERSION_BF16 ? 2 : 4; }
+
+// Opens a model file and reads its header (magic and version checked); null on failure.
+inline FILE* model_file_open(const std::string& path, ModelFileHeader* h, std::string* error) {
+    std::string why;
+    FILE* f = fopen_regular_file(path.c_str(), &why);
+    if (!f) {
+        checkpoint_set_error_(error, path + ": cannot open the model file (" + why + ")");
+        return nullptr;
+    }
+    int32_t header[CHECKPOINT_HEADER_INTS];
+    std::string problem;
+    if (fread(header, 4, CHECKPOINT_HEADER_INTS, f) != CHECKPOINT_HEADER_INTS)
+        problem = "truncated model file header";
+    else if (header[0] != MODEL_MAGIC)
+        problem = "not a model file (magic " + std::to_string(header[0]) + ", expected " +
+                  std::to_string(MODEL_MAGIC) + ")";
+    else if (header[1] != MODEL_VERSION_FP32 && header[1] != MODEL_VERSION_BF16)
+        problem = "unsupported model file version " + std::to_string(header[1]) + " (3 = fp32, 5 = bf16)";
+    if (!problem.empty()) {
+        fclose(f);
+        checkpoint_set_error_(error, path + ": " + problem);
+        return nullptr;
+    }
+    *h = ModelFileHeader{header[1], header[2], header[3], header[4], header[5], header[6], header[7]};
+    return f;
+}
+
+// Reads the n weights after the header into fp32 (bf16 widened exactly) and closes f;
+// the file must hold exactly n of them.
+inline bool model_file_read_weights(FILE* f, const std::string& path, const ModelFileHeader& h, size_t n,
+                                    std::vector<float>* weights, std::string* error) {
+    const size_t elem = model_file_weight_bytes_(h.version), expected = CHECKPOINT_HEADER_BYTES + n * elem;
+    struct stat st;
+    std::string problem;
+    if (fstat(fileno(f), &st) != 0) problem = std::string("cannot stat (") + strerror(errno) + ")";
+    else if ((size_t)st.st_size != expected)
+        problem = "file is " + std::to_string((long long)st.st_size) + " bytes, expected " + std::to_string(expected) +
+                  " for this model (" + ((size_t)st.st_size < expected ? "truncated" : "trailing data") + ")";
+    weights->resize(problem.empty() ? n : 0);
+    if (problem.empty() && elem == 4 && fread(weights->data(), 4, n, f) != n) problem = "read error";
+    if (problem.empty() && elem == 2) {
+        std::vector<uint16_t> raw(n);
+        if (fread(raw.data(), 2, n, f) != n) problem = "read error";
+        for (size_t i = 0; i < n; i++) {
+            const uint32_t bits = (uint32_t)raw[i] << 16;  // a bf16 is the top half of a float
+            memcpy(&(*weights)[i], &bits, 4);
+        }
+    }
+    fclose(f);
+    if (!problem.empty()) checkpoint_set_error_(error, path + ": " + problem);
+    return problem.empty();
+}
+
+// Writes a model file through path.tmp (see the top of this file); n weights of the
+// version's size (4 or 2 bytes each) at weights.
+inline bool model_file_write(const std::string& path, const ModelFileHeader& h, const void* weights, size_t n,
+                             CheckpointFile* written, std::string* error) {
+    int32_t header[CHECKPOINT_HEADER_INTS] = {MODEL_MAGIC,  h.version,  h.max_seq_len,      h.vocab_size,
+                                              h.num_layers, h.num_heads, h.channels, h.padded_vocab_size};
+    return write_file_hashed(path, [&](HashingWriter& w) {
+        return w.put(header, 4, CHECKPOINT_HEADER_INTS) && w.put(weights, model_file_weight_bytes_(h.version), n);
+    }, written, error);
 }
 
 // ---------------------------------------------------------------------------

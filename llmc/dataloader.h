@@ -56,6 +56,7 @@
 #include <sys/types.h>
 #include <unistd.h>
 
+#include "llmc/rand.h"
 #include "llmc/regular_file.h"
 
 #define DATALOADER_MAGIC_U16 20240520
@@ -168,13 +169,6 @@ inline std::string dataloader_fmt_(const char* fmt, ...) {
     return std::string(tmp);
 }
 
-inline uint64_t dataloader_mix_(uint64_t x) {  // splitmix64 finaliser
-    x += 0x9E3779B97F4A7C15ull;
-    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-    x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-    return x ^ (x >> 31);
-}
-
 // A pseudo-random permutation of [0, n) keyed by `key`, evaluated at j without
 // storing it: a 6-round balanced Feistel network on the smallest even number
 // of bits covering n, with cycle walking back into [0, n).
@@ -189,7 +183,7 @@ inline uint64_t dataloader_permute_(uint64_t j, uint64_t n, uint64_t key) {
     do {
         uint64_t L = x >> half, R = x & mask;
         for (int round = 0; round < 6; round++) {
-            uint64_t f = dataloader_mix_(key ^ dataloader_mix_(R + ((uint64_t)round << 56))) & mask;
+            uint64_t f = splitmix64(key ^ splitmix64(R + ((uint64_t)round << 56))) & mask;
             uint64_t nl = R;
             R = L ^ f;
             L = nl;
@@ -351,8 +345,8 @@ inline std::string dataloader_fill_(DataLoaderImpl* im, uint64_t cursor) {
         const DataLoaderShard& s = im->shards[lo];
         uint64_t j = i - s.first_seq;
         if (im->shuffle) {
-            uint64_t key = dataloader_mix_(dataloader_mix_(im->seed ^ 0x53485546464C45ull) ^ dataloader_mix_(epoch)) ^
-                           dataloader_mix_((uint64_t)lo * 0x9E3779B97F4A7C15ull + 0x1234567ull);
+            uint64_t key = splitmix64(splitmix64(im->seed ^ 0x53485546464C45ull) ^ splitmix64(epoch)) ^
+                           splitmix64((uint64_t)lo * SPLITMIX64_INCREMENT + 0x1234567ull);
             j = dataloader_permute_(j, s.nseq, key);
         }
         std::string err = dataloader_use_shard_(im, lo, im->vocab_size);

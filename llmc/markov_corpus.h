@@ -46,6 +46,7 @@
 #include <sys/types.h>
 #include <unistd.h>
 
+#include "llmc/rand.h"
 #include "llmc/regular_file.h"
 
 #define MARKOV_MARKER 0x31564B4D
@@ -88,14 +89,9 @@ struct MarkovShardInfo {
     double true_nll;      // mean -log P(token | previous) under the chain
 };
 
-struct MarkovRng {  // splitmix64
+struct MarkovRng {
     uint64_t s;
-    uint64_t next() {
-        uint64_t z = (s += 0x9E3779B97F4A7C15ull);
-        z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-        z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-        return z ^ (z >> 31);
-    }
+    uint64_t next() { return splitmix64_next(&s); }
     uint64_t below(uint64_t n) {  // uniform in [0, n), n > 0, without modulo bias
         uint64_t limit = ~0ull - (~0ull % n);
         for (;;) {
@@ -202,7 +198,7 @@ inline double markov_entropy_rate(const MarkovChain& c) {
 
 // Tokens of one split: EOT, then the chain's walk from EOT.
 inline void markov_generate(const MarkovChain& c, uint64_t seed, int split, size_t ntok, uint16_t* out) {
-    MarkovRng rng{seed * 0x2545F4914F6CDD1Dull + 0x5350 + (uint64_t)split * 0x9E3779B97F4A7C15ull};
+    MarkovRng rng{seed * 0x2545F4914F6CDD1Dull + 0x5350 + (uint64_t)split * SPLITMIX64_INCREMENT};
     rng.next();
     int s = c.eot;
     for (size_t t = 0; t < ntok; t++) {

@@ -1,6 +1,6 @@
 // Sampling the next token from one row of logits (header-only host C++, no CUDA).
 //
-// The generator is splitmix64: a 64-bit counter run through an integer mixer.
+// The generator is splitmix64 (llmc/rand.h): a 64-bit counter run through an integer mixer.
 // It uses only 64-bit integer arithmetic, so a given seed gives the same stream
 // on every compiler and platform (std::mt19937 is portable too, but the
 // std::*_distribution classes built on it are not; we use none of them).
@@ -29,21 +29,15 @@
 #include <cstdint>
 #include <vector>
 
+#include "llmc/rand.h"
+
 struct SamplerRng {
     uint64_t state;
 };
 
 inline SamplerRng sampler_rng(uint64_t seed) { return SamplerRng{seed}; }
 
-// splitmix64: advance the counter by the golden-ratio increment, then mix. Every
-// seed (0 included) gives a full-period, well-mixed stream.
-inline uint64_t rng_next(SamplerRng* rng) {
-    rng->state += 0x9E3779B97F4A7C15ull;
-    uint64_t z = rng->state;
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
+inline uint64_t rng_next(SamplerRng* rng) { return splitmix64_next(&rng->state); }
 
 // The top 24 bits: every value k / 2^24 is exact in a float, so the result is
 // in [0, 1) with 1 itself impossible (no rounding up).

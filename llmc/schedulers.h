@@ -74,14 +74,14 @@ struct BatchRamp {
     RampLRScaling lr_scaling;
 
     // A of optimizer step `step` (0-based).
-    int accum_steps(int step) const {
+    int grad_accum_steps(int step) const {
         const long target_accum = target_tokens / micro_tokens;
         if (start_tokens <= 0 || step >= steps) return (int)target_accum;
         const double tokens = start_tokens + (double)(target_tokens - start_tokens) * step / steps;
         const long accum = std::lround(tokens / micro_tokens);
         return (int)std::min(target_accum, std::max(1L, accum));
     }
-    long tokens(int step) const { return accum_steps(step) * micro_tokens; }
+    long tokens(int step) const { return grad_accum_steps(step) * micro_tokens; }
     // the factor the schedule's lr is multiplied by at `step`
     double lr_factor(int step) const {
         const double fraction = (double)tokens(step) / target_tokens;

@@ -96,10 +96,10 @@ open('$WORK/magic.bin','wb').write(b'\x00\x00\x00\x00' + d[4:])
 v = bytearray(d); v[4:8] = (4).to_bytes(4, 'little'); open('$WORK/version.bin','wb').write(v)
 open('$WORK/trunc.bin','wb').write(d[:len(d) - 100])
 open('$WORK/short.bin','wb').write(d[:500])"
-expect_error "checkpoint with a wrong magic" "not a model checkpoint" -e "$WORK/magic.bin" -i "$WORK/good.bin"
-expect_error "checkpoint with a wrong version" "unsupported checkpoint version 4" -e "$WORK/version.bin" -i "$WORK/good.bin"
+expect_error "checkpoint with a wrong magic" "not a model file (magic" -e "$WORK/magic.bin" -i "$WORK/good.bin"
+expect_error "checkpoint with a wrong version" "unsupported model file version 4" -e "$WORK/version.bin" -i "$WORK/good.bin"
 expect_error "truncated checkpoint" "truncated" -e "$WORK/trunc.bin" -i "$WORK/good.bin"
-expect_error "checkpoint shorter than its header" "truncated checkpoint header" -e "$WORK/short.bin" -i "$WORK/good.bin"
+expect_error "checkpoint shorter than its header" "truncated model file header" -e "$WORK/short.bin" -i "$WORK/good.bin"
 "$BIN" -e "$CKPT" -i "$WORK/good.bin" -b 2 -t 16 -x 1 -v 0 >/dev/null 2>&1
 check "the written checkpoint loads and trains" $?
 
@@ -107,7 +107,7 @@ check "the written checkpoint loads and trains" $?
 mkfifo "$WORK/fifo"
 expect_error "a FIFO as -i" "fifo: not a regular file" -e "$TINY" -i "$WORK/fifo" -b 2 -t 16
 expect_error "a FIFO as -j" "fifo: not a regular file" -e "$TINY" -i "$WORK/good.bin" -j "$WORK/fifo" -b 2 -t 16
-expect_error "a FIFO as -e" "fifo: cannot open the checkpoint (not a regular file)" -e "$WORK/fifo" -i "$WORK/good.bin"
+expect_error "a FIFO as -e" "fifo: cannot open the model file (not a regular file)" -e "$WORK/fifo" -i "$WORK/good.bin"
 expect_error "a FIFO as -e with --memory-plan 1" "fifo: cannot open the model file (not a regular file)" -e "$WORK/fifo" --memory-plan 1
 expect_error "a FIFO as --tokenizer" "fifo: cannot open: not a regular file" -e "$TINY" -i "$WORK/good.bin" -b 2 -t 16 -x 1 \
     -s 1 --tokenizer "$WORK/fifo"
@@ -212,11 +212,14 @@ expect_error "a NaN after a checkpoint stops the run" "not finite" -e "$TINY" -i
 [[ -e "$WORK/nan2/DONE_00000001" && ! -e "$WORK/nan2/DONE_00000002" && ! -e "$WORK/nan2/model_00000002.bin" ]] &&
     [[ $(stat -c %s "$WORK/nan2/model_00000001.bin") -gt 1024 ]] && ! ls "$WORK/nan2" | grep -q '\.tmp$'
 check "the checkpoint before the NaN is complete and kept; none written after it" $?
-"$BIN" -e "$TINY" -i "$WORK/good.bin" -b 2 -t 16 -x 6 -l 1e30 --grad-clip 0 -v 0 --skip-nonfinite 1 >"$WORK/out" 2>&1
+"$BIN" -e "$TINY" -i "$WORK/good.bin" -b 2 -t 16 -x 6 -l 1e30 --grad-clip 0 -v 0 --skip-nonfinite 1 -o "$WORK/skip" \
+    >"$WORK/out" 2>&1
 rc=$?
-[[ $rc -eq 0 ]] && grep -q "skipped: not finite" "$WORK/out"
+[[ $rc -eq 0 ]] && grep -q "step    6/6 .* skipped: not finite" "$WORK/out"
 ok=$?
 check "--skip-nonfinite 1 skips the non-finite steps and finishes ($(grep -c 'skipped' "$WORK/out") skipped)" $ok
+[[ -e "$WORK/skip/DONE_00000006" && -e "$WORK/skip/model_00000006.bin" ]]
+check "a skipped last step still writes the final checkpoint" $?
 expect_error "-y without -o" "needs the run's -o" -y 1
 expect_error "-r out of range" "from 0 to 2" -r 3
 

@@ -239,7 +239,7 @@ static void test_debug_case(const char* label, GPT2& model, const std::string& p
     accumulate_gradients(&model, batch);
     const long count = batch.global_targets;
     float loss;
-    CUDA_OK(cudaMemcpy(&loss, model.step_stats, sizeof(float), cudaMemcpyDeviceToHost));
+    CUDA_OK(cudaMemcpy(&loss, &model.stats->loss_sum, sizeof(float), cudaMemcpyDeviceToHost));
     double e_loss = std::fabs(loss - ref.loss) / std::fabs(ref.loss);
     CHECK(e_loss <= TOL_LOSS, "%s loss %.6f vs %.6f over %ld targets: rel err %.2e", label, loss, ref.loss, count, e_loss);
     auto grads = read_device(model.grads_memory, model.num_parameters);

@@ -140,16 +140,16 @@ static void test_schedules() {
     std::string as;
     bool monotone = true, whole = true;
     for (int s = 0; s <= 12; s++) {
-        as += std::to_string(ramp.accum_steps(s)) + " ";
-        if (s > 0) monotone &= ramp.accum_steps(s) >= ramp.accum_steps(s - 1);
-        whole &= ramp.tokens(s) == ramp.accum_steps(s) * 2048L;
+        as += std::to_string(ramp.grad_accum_steps(s)) + " ";
+        if (s > 0) monotone &= ramp.grad_accum_steps(s) >= ramp.grad_accum_steps(s - 1);
+        whole &= ramp.tokens(s) == ramp.grad_accum_steps(s) * 2048L;
     }
-    CHECK(ramp.accum_steps(0) == 2 && ramp.accum_steps(5) == 9 && ramp.accum_steps(10) == 16 && monotone && whole,
+    CHECK(ramp.grad_accum_steps(0) == 2 && ramp.grad_accum_steps(5) == 9 && ramp.grad_accum_steps(10) == 16 && monotone && whole,
           "batch ramp 4096 -> 32768 tokens over 10 steps: A = %s(2 at the start, 9 halfway, 16 from step 10)", as.c_str());
     CHECK(std::fabs(ramp.lr_factor(0) - std::sqrt(4096.0 / 32768)) < 1e-12 && ramp.lr_factor(12) == 1.0,
           "ramp lr scaling sqrt: %.4f at step 0, 1 at the end", ramp.lr_factor(0));
     const BatchRamp linear{4096, 10, 32768, 2048, RampLRScaling::Linear}, off{0, 0, 32768, 2048, RampLRScaling::None};
-    CHECK(std::fabs(linear.lr_factor(0) - 0.125) < 1e-12 && off.accum_steps(0) == 16 && off.lr_factor(0) == 1.0,
+    CHECK(std::fabs(linear.lr_factor(0) - 0.125) < 1e-12 && off.grad_accum_steps(0) == 16 && off.lr_factor(0) == 1.0,
           "ramp lr scaling linear: 0.125 at step 0; no ramp: A = 16 from step 0");
 }
 
