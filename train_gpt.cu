@@ -49,6 +49,8 @@
 #include "llmc/markov_corpus.h"
 #include "llmc/mfu.h"
 #include "llmc/rand.h"
+#include "llmc/run_control.h"
+#include "llmc/run_log.h"
 #include "llmc/sampler.h"
 #include "llmc/tokenizer.h"
 
@@ -1619,66 +1621,6 @@ static std::unique_ptr<llmc::Tokenizer> load_tokenizer(const TrainOptions& opt, 
     return t;
 }
 
-// main.log (llm.c's format) and main.jsonl (one object per event), rank 0.
-// Line-buffered: every record reaches the file in one write, whole, so a kill
-// never tears one. A resume from step S first cuts both back to what came
-// before S's evaluation: the steps up to S and the evaluations before S (the
-// run logs S's evaluation again), and drops a last line without its newline.
-struct RunLog {
-    FILE* log = nullptr;
-    FILE* jsonl = nullptr;
-    void open(const char* dir, int resumed_step) {
-        for (auto [file, name] : {std::pair<FILE**, const char*>{&log, "main.log"}, {&jsonl, "main.jsonl"}}) {
-            const std::string path = std::string(dir) + "/" + name;
-            if (resumed_step >= 0) cut_back(path, resumed_step);
-            *file = fopen(path.c_str(), resumed_step >= 0 ? "a" : "w");
-            if (!*file) FAIL("%s: cannot write (%s)", path.c_str(), strerror(errno));
-            setvbuf(*file, nullptr, _IOLBF, 1 << 16);
-        }
-    }
-    void close() {
-        if (log) fclose(log);
-        if (jsonl) fclose(jsonl);
-    }
-    // An evaluation after `step` steps: main.log "s:<step> <tag>:<value>",
-    // main.jsonl {"step": step, "<key>": value}.
-    void record(int step, const char* tag, const char* key, double value) {
-        if (log) fprintf(log, "s:%d %s:%f\n", step, tag, value);
-        if (jsonl) fprintf(jsonl, "{\"step\": %d, \"%s\": %.9g}\n", step, key, value);
-    }
-    // The training record of step step + 1 (of 1..steps, as stdout numbers it;
-    // main.log keeps llm.c's numbering from 0).
-    void train_record(int step, const StepResult& r, float lr, long tokens, double util, float ms, double tok_per_s) {
-        if (log) fprintf(log, "s:%d trl:%f\n", step, r.loss);
-        if (jsonl)
-            fprintf(jsonl, "{\"step\": %d, \"loss\": %.9g, \"norm\": %.9g, \"lr\": %.9g, \"tokens_per_step\": %ld, "
-                    "\"util\": %.4f, \"ms\": %.3f, \"tok_per_s\": %.1f}\n", step + 1, r.loss, r.grad_norm, lr, tokens,
-                    util, ms, tok_per_s);
-    }
-    // Whether a line of either log comes before the evaluation of step S. A
-    // train record logs the step it completed (main.log: that step - 1).
-    static bool before(const std::string& line, int S) {
-        int step = -1;
-        if (sscanf(line.c_str(), "s:%d ", &step) == 1) return step < S;
-        if (sscanf(line.c_str(), "{\"step\": %d,", &step) == 1)
-            return line.find("\"loss\"") != std::string::npos ? step <= S : step < S;
-        return false;
-    }
-    static void cut_back(const std::string& path, int S) {
-        std::string text, kept, why;
-        struct stat st;
-        if (stat(path.c_str(), &st) != 0) return;  // no log yet
-        if (!read_regular_file(path.c_str(), &text, SIZE_MAX, &why)) FAIL("%s: cannot read (%s)", path.c_str(), why.c_str());
-        for (size_t pos = 0, nl; (nl = text.find('\n', pos)) != std::string::npos; pos = nl + 1) {
-            const std::string line = text.substr(pos, nl + 1 - pos);
-            if (before(line, S)) kept += line;
-        }
-        std::string error;
-        if (!write_file_atomic(path, [&](FILE* f) { return fwrite(kept.data(), 1, kept.size(), f) == kept.size(); }, &error))
-            FAIL("%s", error.c_str());
-    }
-};
-
 // -o becomes this run's: the folder exists (created here), rank 0 holds its
 // lock for the whole run, and a fresh run (-y 0) refuses a folder that holds
 // checkpoint files (of another run, or of this one: resume it with -y 1), so
@@ -1707,86 +1649,9 @@ static void refuse_foreign_checkpoints(const char* dir, const Distributed* d) {
          dir, steps.front(), steps.back());
 }
 
-// ---- stopping cleanly, and never hanging ----------------------------------
-// SIGTERM (Slurm's warning before preemption), SIGINT and SIGUSR1 ask the run
-// to stop after the current step with a checkpoint; a second one ends it at
-// once. SIGXFSZ is ignored so that a file-size limit fails the write with
-// EFBIG, which the writers report as one error line (earlier checkpoints stay).
-static volatile sig_atomic_t g_stop_signal = 0;
-
-static void on_stop_signal(int sig) {
-    if (g_stop_signal) {  // the second: at once
-        signal(sig, SIG_DFL);
-        raise(sig);
-        return;
-    }
-    g_stop_signal = sig;
-}
-
-static void install_signal_handlers() {
-    struct sigaction sa;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_handler = on_stop_signal;
-    sa.sa_flags = SA_RESTART;
-    sigemptyset(&sa.sa_mask);
-    for (int sig : {SIGTERM, SIGINT, SIGUSR1}) sigaction(sig, &sa, nullptr);
-    signal(SIGXFSZ, SIG_IGN);
-}
-
 // Whether any rank got a stop signal (every rank asks at the same point of
 // every step, so they all stop after the same step).
-static bool stop_requested(const Distributed* d) { return host_sum(g_stop_signal ? 1 : 0, d) > 0; }
-
-// A thread that ends the job when the main thread makes no progress (a step,
-// an evaluation, a checkpoint, or a collective in one, waiting for a rank that
-// is stopped or gone) for longer than the stall timeout: this rank prints what
-// it was doing and exits, and the launcher then ends the other ranks.
-class Watchdog {
-  public:
-    Watchdog(int rank, double fixed_timeout_s) : rank_(rank), fixed_(fixed_timeout_s) {
-        std::thread([this] { watch(); }).detach();
-    }
-    void mark(const std::string& what) {
-        std::lock_guard<std::mutex> lock(mu_);
-        what_ = what;
-        since_ = std::chrono::steady_clock::now();
-        armed_ = true;
-    }
-    // Automatic timeout: 10 x the median of the recent step times, at least 600 s.
-    void step_took(double ms) {
-        std::lock_guard<std::mutex> lock(mu_);
-        recent_ms_.push_back(ms);
-        if (recent_ms_.size() > 99) recent_ms_.erase(recent_ms_.begin());
-    }
-
-  private:
-    double timeout_s() const {  // (mu_ held)
-        if (fixed_ > 0) return fixed_;
-        std::vector<double> r = recent_ms_;
-        if (r.empty()) return 600;
-        std::nth_element(r.begin(), r.begin() + r.size() / 2, r.end());
-        return std::max(600.0, 10 * r[r.size() / 2] / 1000);
-    }
-    void watch() {
-        for (;;) {
-            std::this_thread::sleep_for(std::chrono::milliseconds(250));
-            std::lock_guard<std::mutex> lock(mu_);
-            const double idle = std::chrono::duration<double>(std::chrono::steady_clock::now() - since_).count();
-            if (!armed_ || idle <= timeout_s()) continue;
-            fprintf(stderr, "error: rank %d: no progress for %.0f s (--stall-timeout %.0f) during %s: another rank may be "
-                    "stopped or gone; ending the job\n", rank_, idle, timeout_s(), what_.c_str());
-            fflush(stderr);
-            _exit(EXIT_FAILURE);
-        }
-    }
-    const int rank_;
-    const double fixed_;
-    std::mutex mu_;
-    std::string what_;
-    std::chrono::steady_clock::time_point since_;
-    bool armed_ = false;
-    std::vector<double> recent_ms_;
-};
+static bool stop_requested(const Distributed* d) { return host_sum(stop_signal() ? 1 : 0, d) > 0; }
 
 // What ZeRO-1 saves: master weights, m and v (12 bytes per parameter) live on
 // one rank in N, plus a gradient shard of 4 bytes per owned element.
@@ -2032,7 +1897,7 @@ static void log_step(Run* run, int step, const StepResult& r, float lr, float ms
     print0("step %4d/%d | loss %.6f | norm %.4f | lr %.2e | %ld tok/step | util %.1f%% | %.1f ms | %.0f tok/s | "
            "MFU %s | ETA %s\n", step + 1, run->steps, r.loss, r.grad_norm, lr, step_tokens, util, ms, tok_per_s,
            mfu_text, format_duration(run->recent_ms / 1000.0 * (run->steps - step - 1)).c_str());
-    run->log.train_record(step, r, lr, step_tokens, util / 100, ms, tok_per_s);
+    run->log.train_record(step, r.loss, r.grad_norm, lr, step_tokens, util / 100, ms, tok_per_s);
 }
 
 // A step whose loss or gradient norm is not finite changed nothing (see

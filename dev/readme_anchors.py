@@ -30,7 +30,8 @@ def is_definition(line, name):
     m = re.match(r"\s*(template\s*<[^>]*>\s*)?([A-Za-z_][\w:<>,*&\s]*[\s*&])%s\s*\(" % n, line)
     if m and not re.match(r"\s*(return|if|while|for|else)\b", line):
         return True
-    return bool(re.match(r"\s*(static\s+)?(const\s+)?[\w:<>]+(\s*\*)?\s*(const\s+)?%s\s*(\[[^\]]*\])?\s*=" % n, line))
+    return bool(re.match(r"\s*((static|constexpr|const|inline)\s+)*[\w:<>]+(\s*\*)?\s*(const\s+)?%s\s*(\[[^\]]*\])?\s*=" % n,
+                         line))
 
 
 def definition_line(lines, name):

@@ -270,7 +270,7 @@ static double tensor_diff(const std::vector<float>& got, const std::vector<float
         }
         if (scale > 0 && diff / scale > worst) {
             worst = diff / scale;
-            *worst_name = PARAMETER_NAMES[k];
+            *worst_name = PARAMETERS[k].name;
         }
         offset += sizes[k];
     }

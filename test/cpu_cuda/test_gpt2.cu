@@ -152,7 +152,7 @@ static TensorErrors tensor_errors(const GPT2& model, const std::vector<float>& g
         const size_t n = model.param_sizes[k];
         std::vector<float> g(got.begin() + offset, got.begin() + offset + n);
         std::vector<float> r(ref.begin() + offset, ref.begin() + offset + n);
-        if (strcmp(PARAMETER_NAMES[k], "qkvb") == 0)
+        if (strcmp(PARAMETERS[k].name, "qkvb") == 0)
             for (int l = 0; l < model.config.num_layers; l++)
                 for (int c = C; c < 2 * C; c++) {
                     const size_t i = (size_t)l * 3 * C + c;
@@ -171,7 +171,7 @@ static void check_tensors(const char* what, const GPT2& model, const std::vector
                           const std::vector<float>& ref, const std::vector<double>& tol, double key_bias_tol) {
     TensorErrors e = tensor_errors(model, got, ref);
     for (int k = 0; k < NUM_PARAMETER_TENSORS; k++)
-        CHECK(e.err[k] <= tol[k], "%s %s: err %.2e (bound %.0e)", what, PARAMETER_NAMES[k], e.err[k], tol[k]);
+        CHECK(e.err[k] <= tol[k], "%s %s: err %.2e (bound %.0e)", what, PARAMETERS[k].name, e.err[k], tol[k]);
     CHECK(e.key_bias_abs <= key_bias_tol, "%s key bias (rounding noise only): abs err %.1e", what, e.key_bias_abs);
 }
 
@@ -325,7 +325,7 @@ static void test_split_invariance(const char* label, const char* file, bool docs
             CHECK(e_grad <= TOL_SPLIT_GRAD, "%s: (B=%d, A=%d) gradients equal (B=8, A=1): max rel diff %.2e", label, B, A, e_grad);
             CHECK(e_loss <= TOL_SPLIT_LOSS, "%s: (B=%d, A=%d) %d-step losses equal: max rel diff %.2e", label, B, A, steps, e_loss);
             CHECK(worst_ratio <= 1, "%s: (B=%d, A=%d) parameters after %d steps equal: worst %s, err %.2e (bound %.0e)",
-                  label, B, A, steps, PARAMETER_NAMES[worst], e_p.err[worst],
+                  label, B, A, steps, PARAMETERS[worst].name, e_p.err[worst],
                   std::fmax(TOL_SPLIT_PARAMS, TOL_PARAMS[worst]));
         }
         gpt2_free(&model);
