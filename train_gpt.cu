@@ -1541,7 +1541,7 @@ static std::unique_ptr<llmc::Tokenizer> load_tokenizer(const TrainOptions& opt, 
         if (!opt.tokenizer && vocab_size == 50257 && !dir.empty())
             t = std::make_unique<llmc::Tokenizer>(
                 llmc::Tokenizer::from_gpt2_files(dir + "/encoder.json", dir + "/vocab.bpe"));
-    } catch (const llmc::TokenizerError& e) {
+    } catch (const llmc::Error& e) {
         FAIL("%s", e.what());
     }
     if (t && t->vocab_size() < vocab_size)
