@@ -46,6 +46,7 @@
 #include <sys/types.h>
 #include <unistd.h>
 
+#include "llmc/error.h"
 #include "llmc/regular_file.h"
 
 #define MARKOV_MARKER 0x31564B4D
@@ -105,10 +106,9 @@ struct MarkovRng {  // splitmix64
     }
 };
 
-inline void markov_fail_(const std::string& where, const std::string& what) {
-    fprintf(stderr, "error: %s: %s\n", where.c_str(), what.c_str());
-    fflush(stderr);
-    exit(EXIT_FAILURE);
+// Errors (bad parameters, a folder or file that cannot be written) throw llmc::Error.
+[[noreturn]] inline void markov_fail_(const std::string& where, const std::string& what) {
+    llmc::fail(where + ": " + what);
 }
 
 // The chain of a seed and vocabulary size.
@@ -234,7 +234,8 @@ inline double markov_get_double_(const int32_t* slots) {
 }
 
 // Reads a corpus shard's header: false when the file cannot be read, is not a
-// uint16 shard of the right size, or does not carry the corpus marker.
+// uint16 shard of the right size, or does not carry the corpus marker (not an
+// error: the trainer asks of any validation shard whether it has a floor).
 inline bool markov_corpus_info(const char* shard_path, MarkovShardInfo* info) {
     std::string why;
     int fd = open_regular_file(shard_path, &why);
