@@ -1819,10 +1819,13 @@ static int train(int argc, char** argv) {
     scheduler.total_steps = steps;
     std::vector<HellaSwagExample> hellaswag;
     if (opt.hellaswag) {
-        std::string error;
         if (opt.B < hellaswag_rows_needed()) FAIL("-h 1: HellaSwag needs -b >= %d (4 endings per example)", hellaswag_rows_needed());
-        if (!hellaswag_load(opt.hellaswag_file, &hellaswag, &error)) FAIL("-h 1: %s", error.c_str());
-        if (!hellaswag_check_vocab(hellaswag, c.vocab_size, &error)) FAIL("-h 1: %s: %s", opt.hellaswag_file, error.c_str());
+        try {
+            hellaswag = hellaswag_load(opt.hellaswag_file);
+            hellaswag_check_vocab(hellaswag, c.vocab_size, opt.hellaswag_file);
+        } catch (const llmc::Error& e) {
+            FAIL("-h 1: %s", e.what());
+        }
     }
     const std::unique_ptr<llmc::Tokenizer> tokenizer = opt.sample_every > 0 && dist.rank == 0 ? load_tokenizer(opt, c.vocab_size) : nullptr;
 
