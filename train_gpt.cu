@@ -54,8 +54,9 @@
 #include "llmc/sampler.h"
 #include "llmc/tokenizer.h"
 
-// One line naming the problem, then a non-zero exit.
-#define FAIL(...) do { fprintf(stderr, "error: " __VA_ARGS__); fputc('\n', stderr); exit(EXIT_FAILURE); } while (0)
+// One line naming the problem, thrown: main prints it as "error: ..." and
+// exits 1 (the one error rule, llmc/error.h).
+#define FAIL(...) llmc::failf(__VA_ARGS__)
 
 // ----------------------------------------------------------------------------
 // Model configuration and parameters
@@ -1606,15 +1607,10 @@ static std::string sample_text(const std::vector<int>& tokens, const llmc::Token
 // refused before training, not at the first sample.
 static std::unique_ptr<llmc::Tokenizer> load_tokenizer(const TrainOptions& opt, int vocab_size) {
     std::unique_ptr<llmc::Tokenizer> t;
-    try {
-        if (opt.tokenizer) t = std::make_unique<llmc::Tokenizer>(llmc::Tokenizer::from_bin(opt.tokenizer));
-        const std::string dir = llmc::find_gpt2_dir();
-        if (!opt.tokenizer && vocab_size == 50257 && !dir.empty())
-            t = std::make_unique<llmc::Tokenizer>(
-                llmc::Tokenizer::from_gpt2_files(dir + "/encoder.json", dir + "/vocab.bpe"));
-    } catch (const llmc::TokenizerError& e) {
-        FAIL("%s", e.what());
-    }
+    if (opt.tokenizer) t = std::make_unique<llmc::Tokenizer>(llmc::Tokenizer::from_bin(opt.tokenizer));
+    const std::string dir = llmc::find_gpt2_dir();
+    if (!opt.tokenizer && vocab_size == 50257 && !dir.empty())
+        t = std::make_unique<llmc::Tokenizer>(llmc::Tokenizer::from_gpt2_files(dir + "/encoder.json", dir + "/vocab.bpe"));
     if (t && t->vocab_size() < vocab_size)
         FAIL("--tokenizer %s: %d tokens, fewer than the model's vocabulary of %d (a sample could not be printed)",
              opt.tokenizer, t->vocab_size(), vocab_size);
@@ -1792,10 +1788,13 @@ static void open_data(Run* run) {
              (long)resumed * (tokens_per_step / opt.T), resumed);
     run->scheduler.total_steps = run->steps;
     if (opt.hellaswag) {
-        std::string error;
         if (opt.B < hellaswag_rows_needed()) FAIL("-h 1: HellaSwag needs -b >= %d (4 endings per example)", hellaswag_rows_needed());
-        if (!hellaswag_load(opt.hellaswag_file, &run->hellaswag, &error)) FAIL("-h 1: %s", error.c_str());
-        if (!hellaswag_check_vocab(run->hellaswag, V, &error)) FAIL("-h 1: %s: %s", opt.hellaswag_file, error.c_str());
+        try {
+            run->hellaswag = hellaswag_load(opt.hellaswag_file);
+            hellaswag_check_vocab(run->hellaswag, V, opt.hellaswag_file);
+        } catch (const llmc::Error& e) {
+            FAIL("-h 1: %s", e.what());
+        }
     }
     if (opt.sample_every > 0 && rank == 0) run->tokenizer = load_tokenizer(opt, V);
     int floor_vocab = 0;  // a val shard of the built-in corpus carries its loss floor
@@ -1980,18 +1979,7 @@ static int train(int argc, char** argv) {
     return 0;
 }
 
-// Whatever a library throws ends the run with one error line (and, under
-// mpirun, the exit aborts the other ranks), never with an abort and a core.
-int main(int argc, char** argv) {
-    try {
-        return train(argc, argv);
-    } catch (const std::bad_alloc&) {
-        fprintf(stderr, "error: out of host memory\n");
-    } catch (const std::exception& e) {
-        fprintf(stderr, "error: %s\n", e.what());
-    } catch (...) {
-        fprintf(stderr, "error: an unknown exception\n");
-    }
-    return EXIT_FAILURE;
-}
+// Whatever is thrown (llmc::Error, FAIL's) ends the run with one error line
+// (and, under mpirun, the exit aborts the other ranks), never with an abort.
+int main(int argc, char** argv) { return llmc::run_main(train, argc, argv); }
 #endif

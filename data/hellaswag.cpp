@@ -21,10 +21,7 @@
 
 namespace {
 
-struct Fatal : std::runtime_error {
-    using std::runtime_error::runtime_error;
-};
-[[noreturn]] void fail(const std::string& m) { throw Fatal(m); }
+using llmc::fail;
 
 struct Item {
     std::string ctx;
@@ -153,12 +150,7 @@ int run(int argc, char** argv) {
     bool jsonl = format == "jsonl" ||
                  (format.empty() && input.size() >= 6 && input.compare(input.size() - 6, 6, ".jsonl") == 0);
 
-    std::string text;
-    try {
-        text = llmc::tok_detail::read_whole_file(input);
-    } catch (const llmc::TokenizerError& e) {
-        fail(e.what());
-    }
+    const std::string text = llmc::tok_detail::read_whole_file(input);
     std::vector<Item> items = jsonl ? read_jsonl(input, text) : read_text_form(input, text);
     if (limit > 0 && (long long)items.size() > limit) items.resize((size_t)limit);
 
@@ -228,11 +220,4 @@ int run(int argc, char** argv) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
-    try {
-        return run(argc, argv);
-    } catch (const std::exception& e) {
-        fprintf(stderr, "error: %s\n", e.what());
-        return 1;
-    }
-}
+int main(int argc, char** argv) { return llmc::run_main(run, argc, argv); }

@@ -52,10 +52,7 @@ static int run(int argc, char** argv) {
     }
     if (floor_of) {
         MarkovShardInfo info;
-        if (!markov_corpus_info(floor_of, &info)) {
-            fprintf(stderr, "error: %s: not a Markov corpus shard\n", floor_of);
-            return EXIT_FAILURE;
-        }
+        if (!markov_corpus_info(floor_of, &info)) llmc::fail(std::string(floor_of) + ": not a Markov corpus shard");
         printf("%s: %llu tokens, vocab %d, eot %d, seed %llu, split %s\n", floor_of,
                (unsigned long long)info.num_tokens, info.vocab_size, info.eot, (unsigned long long)info.seed,
                info.split == 0 ? "val" : "train");
@@ -66,10 +63,8 @@ static int run(int argc, char** argv) {
     if (vocab > MARKOV_MAX_VOCAB) vocab = 0;  // reported as out of range
     markov_corpus_write(dir, seed, (size_t)ntrain, (size_t)nval, (int)vocab);
     MarkovShardInfo val;
-    if (!markov_corpus_info(markov_corpus_val_path(dir).c_str(), &val)) {
-        fprintf(stderr, "error: %s: the corpus just written cannot be read back\n", dir);
-        return EXIT_FAILURE;
-    }
+    if (!markov_corpus_info(markov_corpus_val_path(dir).c_str(), &val))
+        llmc::fail(std::string(dir) + ": the corpus just written cannot be read back");
     printf("%s, %s: vocab %d (eot %d), seed %llu, %llu train and %llu val tokens\n",
            markov_corpus_train_path(dir).c_str(), markov_corpus_val_path(dir).c_str(), val.vocab_size, val.eot, seed,
            ntrain, nval);
@@ -78,11 +73,4 @@ static int run(int argc, char** argv) {
     return 0;
 }
 
-int main(int argc, char** argv) {
-    try {
-        return run(argc, argv);
-    } catch (const std::exception& e) {
-        fprintf(stderr, "error: %s\n", e.what());
-        return 1;
-    }
-}
+int main(int argc, char** argv) { return llmc::run_main(run, argc, argv); }

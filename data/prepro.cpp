@@ -26,11 +26,7 @@
 
 namespace {
 
-struct Fatal : std::runtime_error {
-    using std::runtime_error::runtime_error;
-};
-
-[[noreturn]] void fail(const std::string& msg) { throw Fatal(msg); }
+using llmc::fail;
 
 void usage(FILE* f) {
     fprintf(f,
@@ -500,11 +496,4 @@ int run(int argc, char** argv) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
-    try {
-        return run(argc, argv);
-    } catch (const std::exception& e) {  // Fatal, TokenizerError, bad_alloc
-        fprintf(stderr, "error: %s\n", e.what());
-        return 1;
-    }
-}
+int main(int argc, char** argv) { return llmc::run_main(run, argc, argv); }

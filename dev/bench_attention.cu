@@ -164,7 +164,7 @@ static void bench_shape(const Shape& s, int iters, cudaStream_t stream) {
     for (void* p : {(void*)qkv, (void*)dout, (void*)out, (void*)dqkv, (void*)lse, (void*)scratch}) cudaCheck(cudaFree(p));
 }
 
-int main(int argc, char** argv) {
+static int bench(int argc, char** argv) {
 #ifdef CPUCUDA
     // fibers run every GPU thread on the CPU: GPU shapes would take hours
     std::vector<int> Bs = {1};
@@ -197,3 +197,6 @@ int main(int argc, char** argv) {
     cudaCheck(cudaStreamDestroy(stream));
     return 0;
 }
+
+// a CUDA or cuBLASLt error (llmc::Error) is one line "error: ..." and exit status 1
+int main(int argc, char** argv) { return llmc::run_main(bench, argc, argv); }

@@ -171,7 +171,7 @@ static double time_steps(GPT2* model, const StepBatch& batch, int steps, bool pr
     return ms / steps;
 }
 
-int main(int argc, char** argv) {
+static int bench(int argc, char** argv) {
     const char* descriptor = argc > 1 ? argv[1] : "d12";
     const int B = argc > 2 ? atoi(argv[2]) : 4;
     const int T = argc > 3 ? atoi(argv[3]) : 64;
@@ -228,3 +228,6 @@ int main(int argc, char** argv) {
     matmul_teardown();
     return 0;
 }
+
+// a CUDA or cuBLASLt error (llmc::Error) is one line "error: ..." and exit status 1
+int main(int argc, char** argv) { return llmc::run_main(bench, argc, argv); }

@@ -571,8 +571,7 @@ inline void with_head_size(int HS, F f) {
         case 112: f(std::integral_constant<int, 112>()); break;
         case 128: f(std::integral_constant<int, 128>()); break;
         default:
-            fprintf(stderr, "error: attention: head size %d not supported (a multiple of 16, at most 128)\n", HS);
-            exit(1);
+            llmc::fail("attention: head size " + std::to_string(HS) + " not supported (a multiple of 16, at most 128)");
     }
 }
 

@@ -370,6 +370,10 @@ inline void backward_launch(float* dqkv, float* scratch, const float* dout, cons
     cudaCheck(cudaGetLastError());
 }
 
+[[noreturn]] inline void attention_fp32_unsupported(int HS) {
+    llmc::fail("attention: head size " + std::to_string(HS) + " not supported in fp32 (8, 16, 32, 64, 128)");
+}
+
 // out (B,T,C) and lse (B,NH,T) from qkv (B,T,3C); HS in {8, 16, 32, 64, 128}. Templates
 // (F = float) so that only a build that calls them instantiates their kernels.
 template <class F>
@@ -381,7 +385,7 @@ inline void forward(F* out, float* lse, const F* qkv, const int2* docs, int B, i
         case 32: forward_launch<32>(out, lse, qkv, docs, B, T, NH, stream); break;
         case 64: forward_launch<64>(out, lse, qkv, docs, B, T, NH, stream); break;
         case 128: forward_launch<128>(out, lse, qkv, docs, B, T, NH, stream); break;
-        default: fprintf(stderr, "error: attention: head size %d not supported in fp32 (8, 16, 32, 64, 128)\n", HS); exit(1);
+        default: attention_fp32_unsupported(HS);
     }
 }
 
@@ -394,7 +398,7 @@ inline void backward(F* dqkv, float* scratch, const F* dout, const F* qkv, const
         case 32: backward_launch<32>(dqkv, scratch, dout, qkv, out, lse, docs, B, T, NH, stream); break;
         case 64: backward_launch<64>(dqkv, scratch, dout, qkv, out, lse, docs, B, T, NH, stream); break;
         case 128: backward_launch<128>(dqkv, scratch, dout, qkv, out, lse, docs, B, T, NH, stream); break;
-        default: fprintf(stderr, "error: attention: head size %d not supported in fp32 (8, 16, 32, 64, 128)\n", HS); exit(1);
+        default: attention_fp32_unsupported(HS);
     }
 }
 

@@ -117,11 +117,9 @@ inline void fused_classifier(floatX* logits, float* losses, const int* targets, 
     if (N <= 0) return;
     const size_t smem = (size_t)Vp * sizeof(floatX);  // one row
     const size_t smem_max = device_attribute(cudaDevAttrMaxSharedMemoryPerBlockOptin);  // with the opt-in
-    if (smem > smem_max) {
-        fprintf(stderr, "error: fused_classifier: a row of %d logits (%zu bytes) does not fit in a block's shared "
-                "memory (%zu bytes)\n", Vp, smem, smem_max);
-        exit(EXIT_FAILURE);
-    }
+    if (smem > smem_max)
+        llmc::fail("fused_classifier: a row of " + std::to_string(Vp) + " logits (" + std::to_string(smem) +
+                   " bytes) does not fit in a block's shared memory (" + std::to_string(smem_max) + " bytes)");
     // 1024 threads: ~6 packs of 8 each at V = 50257; small vocabularies get just enough warps
     const int block = Vp >= 1024 ? 1024 : CEIL_DIV(Vp, WARP_SIZE) * WARP_SIZE;
     with_pack_width<floatX>(pack_width<floatX>(Vp, logits), [&](auto pack) {

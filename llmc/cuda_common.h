@@ -7,10 +7,12 @@
 #include <cstdlib>
 #include <cstring>
 #include <map>
+#include <string>
 #include <type_traits>
 #include <utility>
 #include <cuda_runtime.h>
 #include <cuda_bf16.h>
+#include "llmc/error.h"
 
 // Activations and weights are bf16 by default; `make PRECISION=FP32` builds an
 // all-fp32 trainer for tight comparison against the reference. Master weights,
@@ -27,12 +29,13 @@ constexpr int WARP_SIZE = 32;
 #define CEIL_DIV(a, b) (((a) + (b) - 1) / (b))
 
 // ---------------------------------------------------------------------------
-// Errors: one line naming the call's file and line, then exit.
+// Errors throw llmc::Error naming the call's file and line (llmc/error.h), for
+// the program's main to print. Host code only, on the thread that calls the
+// CUDA API (the CPU runtime's worker threads never call it: an exception
+// leaving a thread would end the process without the error line).
 inline void cuda_check(cudaError_t err, const char* file, int line) {
-    if (err != cudaSuccess) {
-        fprintf(stderr, "error: CUDA: %s (%s:%d)\n", cudaGetErrorString(err), file, line);
-        exit(EXIT_FAILURE);
-    }
+    if (err != cudaSuccess)
+        llmc::fail(std::string("CUDA: ") + cudaGetErrorString(err) + " (" + file + ":" + std::to_string(line) + ")");
 }
 #define cudaCheck(err) cuda_check((err), __FILE__, __LINE__)
 

@@ -33,8 +33,8 @@
 // background thread); a bad id is reported by the call that would return the
 // first batch reading that shard (dataloader_init for the first batch).
 //
-// Errors print one line `error: <file or pattern>: <problem>` to stderr and
-// exit(EXIT_FAILURE).
+// Errors throw llmc::Error "<file or pattern>: <problem>" (llmc/error.h); a
+// loader whose call threw can still be freed.
 #pragma once
 
 #include <algorithm>
@@ -56,6 +56,7 @@
 #include <sys/types.h>
 #include <unistd.h>
 
+#include "llmc/error.h"
 #include "llmc/rand.h"
 #include "llmc/regular_file.h"
 
@@ -145,7 +146,7 @@ struct DataLoaderImpl {
     bool job_done = false;     // stage_* holds the batch of job_cursor (or error is set)
     bool quit = false;
     uint64_t job_cursor = 0;
-    std::string error;         // set by the worker: the full message line
+    std::string error;         // set by the worker: the message of the llmc::Error to throw
     std::vector<int> stage_inputs, stage_targets;
     // worker-only state
     int fd = -1;
@@ -153,10 +154,8 @@ struct DataLoaderImpl {
     std::vector<unsigned char> buf;
 };
 
-inline void dataloader_fail_(const std::string& where, const std::string& what) {
-    fprintf(stderr, "error: %s: %s\n", where.c_str(), what.c_str());
-    fflush(stderr);
-    exit(EXIT_FAILURE);
+[[noreturn]] inline void dataloader_fail_(const std::string& where, const std::string& what) {
+    llmc::fail(where + ": " + what);
 }
 
 inline std::string dataloader_fmt_(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
@@ -218,16 +217,18 @@ inline DataLoaderShard dataloader_open_shard_(const std::string& path, int T) {
     int fd = open_regular_file(path.c_str(), &why);
     if (fd < 0) dataloader_fail_(path, why == NOT_A_REGULAR_FILE ? why : "cannot open: " + why);
     struct stat st;
-    if (fstat(fd, &st) != 0) dataloader_fail_(path, dataloader_fmt_("cannot stat: %s", strerror(errno)));
-    if (!S_ISREG(st.st_mode)) dataloader_fail_(path, "not a regular file");
-    uint64_t size = (uint64_t)st.st_size;
-    if (size < DATALOADER_HEADER_BYTES)
-        dataloader_fail_(path, dataloader_fmt_("truncated: %llu bytes, less than the %d-byte header",
-                                               (unsigned long long)size, DATALOADER_HEADER_BYTES));
+    uint64_t size = 0;
     int32_t header[DATALOADER_HEADER_INTS];
-    if (!dataloader_pread_all_(fd, header, sizeof(header), 0))
-        dataloader_fail_(path, dataloader_fmt_("cannot read the header: %s", strerror(errno)));
+    std::string problem;  // thrown once the file is closed
+    if (fstat(fd, &st) != 0) problem = dataloader_fmt_("cannot stat: %s", strerror(errno));
+    else if (!S_ISREG(st.st_mode)) problem = "not a regular file";
+    else if ((size = (uint64_t)st.st_size) < DATALOADER_HEADER_BYTES)
+        problem = dataloader_fmt_("truncated: %llu bytes, less than the %d-byte header", (unsigned long long)size,
+                                  DATALOADER_HEADER_BYTES);
+    else if (!dataloader_pread_all_(fd, header, sizeof(header), 0))
+        problem = dataloader_fmt_("cannot read the header: %s", strerror(errno));
     close(fd);
+    if (!problem.empty()) dataloader_fail_(path, problem);
     if (header[0] == DATALOADER_MAGIC_U16) {
         if (header[1] != DATALOADER_VERSION_U16)
             dataloader_fail_(path, dataloader_fmt_("wrong version %d for magic %d (expected %d: uint16 tokens)",
@@ -291,12 +292,14 @@ inline std::vector<uint64_t> dataloader_document_starts_(const DataLoaderShard& 
         if (k == 0 || id == doc_token) starts.push_back(k);
         return true;
     });
-    if (!read) dataloader_fail_(s.path, dataloader_fmt_("cannot read: %s", strerror(errno)));
+    const int read_errno = errno;
     close(fd);
+    if (!read) dataloader_fail_(s.path, dataloader_fmt_("cannot read: %s", strerror(read_errno)));
     return starts;
 }
 
-// Worker: makes impl->fd the open file of shard `si`; "" or an error message.
+// Worker: makes impl->fd the open file of shard `si`; "" or an error message
+// (the worker thread never throws: its errors reach the caller's thread as text).
 inline std::string dataloader_use_shard_(DataLoaderImpl* im, size_t si, int vocab_size) {
     DataLoaderShard& s = im->shards[si];
     if (im->fd_shard != si) {
@@ -304,7 +307,7 @@ inline std::string dataloader_use_shard_(DataLoaderImpl* im, size_t si, int voca
         im->fd_shard = (size_t)-1;
         std::string why;
         im->fd = open_regular_file(s.path.c_str(), &why);
-        if (im->fd < 0) return "error: " + s.path + ": cannot open: " + why;
+        if (im->fd < 0) return s.path + ": cannot open: " + why;
         im->fd_shard = si;
     }
     if (!s.validated) {
@@ -318,8 +321,8 @@ inline std::string dataloader_use_shard_(DataLoaderImpl* im, size_t si, int voca
                                       vocab_size);
                 return false;
             });
-            if (!read) return "error: " + s.path + ": cannot read: " + strerror(errno);
-            if (!bad.empty()) return "error: " + s.path + ": " + bad;
+            if (!read) return s.path + ": cannot read: " + strerror(errno);
+            if (!bad.empty()) return s.path + ": " + bad;
         }
         s.validated = true;
     }
@@ -327,7 +330,7 @@ inline std::string dataloader_use_shard_(DataLoaderImpl* im, size_t si, int voca
 }
 
 // Worker: fills stage_* with this rank's batch of the step starting at global
-// sequence `cursor`. Returns "" or an error line.
+// sequence `cursor`. Returns "" or an error message.
 inline std::string dataloader_fill_(DataLoaderImpl* im, uint64_t cursor) {
     const int B = im->B, T = im->T;
     const uint64_t S = im->num_sequences;
@@ -362,7 +365,7 @@ inline std::string dataloader_fill_(DataLoaderImpl* im, uint64_t cursor) {
         }
         uint64_t off = DATALOADER_HEADER_BYTES + first * (uint64_t)s.token_size;
         if (!dataloader_pread_all_(im->fd, seqbuf.data(), (size_t)n * s.token_size, off))
-            return "error: " + s.path + ": cannot read: " + strerror(errno);
+            return s.path + ": cannot read: " + strerror(errno);
         int* in = im->stage_inputs.data() + (size_t)b * T;
         int* tg = im->stage_targets.data() + (size_t)b * T;
         for (int t = 0; t < n; t++) {
@@ -411,8 +414,8 @@ inline void dataloader_request_(DataLoaderImpl* im, uint64_t cursor) {
     im->cv.notify_all();
 }
 
-// The shard files of a pattern, in byte order (whatever the locale); exits with an error
-// line when none matches. A pattern that names an existing file is that file, so a
+// The shard files of a pattern, in byte order (whatever the locale); throws when
+// none matches. A pattern that names an existing file is that file, so a
 // path with glob characters in it ([, ], *, ?) works as it is.
 inline std::vector<std::string> dataloader_find_shards(const char* pattern) {
     struct stat st;
@@ -435,16 +438,14 @@ inline std::vector<std::string> dataloader_find_shards(const char* pattern) {
     return paths;
 }
 
-// Waits for the requested batch; exits on a worker error.
+// Waits for the requested batch; throws the worker's error.
 inline void dataloader_wait_ready_(DataLoaderImpl* im) {
     std::unique_lock<std::mutex> lock(im->mu);
     im->cv.wait(lock, [&] { return im->job_pending && im->job_done; });
-    if (!im->error.empty()) {
-        fprintf(stderr, "%s\n", im->error.c_str());
-        fflush(stderr);
-        exit(EXIT_FAILURE);
-    }
+    if (!im->error.empty()) llmc::fail(im->error);
 }
+
+inline void dataloader_free(DataLoader* loader);
 
 inline void dataloader_init(DataLoader* loader, const char* pattern, int B, int T, int process_rank,
                             int num_processes, int vocab_size, bool shuffle, uint64_t seed,
@@ -460,8 +461,7 @@ inline void dataloader_init(DataLoader* loader, const char* pattern, int B, int 
 
     const std::vector<std::string> paths = dataloader_find_shards(pattern);
 
-    DataLoaderImpl* im = new DataLoaderImpl();
-    im->pattern = where;
+    std::vector<DataLoaderShard> shards;
     uint64_t total_tok = 0, total_seq = 0;
     for (const std::string& p : paths) {
         DataLoaderShard s = dataloader_open_shard_(p, T);
@@ -472,7 +472,7 @@ inline void dataloader_init(DataLoader* loader, const char* pattern, int B, int 
         s.first_seq = total_seq;
         total_tok += s.ntok;
         total_seq += s.nseq;
-        im->shards.push_back(s);
+        shards.push_back(s);
     }
     const uint64_t need = (uint64_t)B * (uint64_t)T + 1;
     if (packing == DataPacking::Packed && total_tok < need)
@@ -487,6 +487,9 @@ inline void dataloader_init(DataLoader* loader, const char* pattern, int B, int 
                                                 "(a shard of n tokens holds floor((n-1)/T)), need at least B = %d",
                                                 paths.size(), (unsigned long long)total_seq, T + 1, B));
 
+    DataLoaderImpl* im = new DataLoaderImpl();
+    im->pattern = where;
+    im->shards = std::move(shards);
     loader->B = B;
     loader->T = T;
     loader->process_rank = process_rank;
@@ -516,7 +519,12 @@ inline void dataloader_init(DataLoader* loader, const char* pattern, int B, int 
     im->cursor = 0;
     im->worker = std::thread(dataloader_worker_, im);
     dataloader_request_(im, 0);
-    dataloader_wait_ready_(im);  // errors in the first batch's shard show here
+    try {
+        dataloader_wait_ready_(im);  // errors in the first batch's shard show here
+    } catch (...) {
+        dataloader_free(loader);  // the worker is stopped before the error leaves
+        throw;
+    }
 }
 
 inline void dataloader_next_batch(DataLoader* loader) {

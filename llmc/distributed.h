@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <string>
 #include <vector>
 #include "llmc/cuda_common.h"
 #ifdef MULTI_GPU
@@ -33,14 +34,13 @@ struct Distributed {
 };
 
 #ifdef MULTI_GPU
-#define ncclCheck(call)                                                                                   \
-    do {                                                                                                  \
-        ncclResult_t r_ = (call);                                                                         \
-        if (r_ != ncclSuccess) {                                                                          \
-            fprintf(stderr, "error: NCCL %s at %s:%d: %s\n", ncclGetErrorString(r_), __FILE__, __LINE__, #call); \
-            exit(EXIT_FAILURE);                                                                           \
-        }                                                                                                 \
-    } while (0)
+// Errors throw llmc::Error, like cudaCheck.
+inline void nccl_check(ncclResult_t r, const char* file, int line, const char* call) {
+    if (r != ncclSuccess)
+        llmc::fail(std::string("NCCL ") + ncclGetErrorString(r) + " at " + file + ":" + std::to_string(line) + ": " +
+                   call);
+}
+#define ncclCheck(call) nccl_check((call), __FILE__, __LINE__, #call)
 
 // MPI is initialised and not yet finalised.
 inline bool mpi_running() {
@@ -50,8 +50,9 @@ inline bool mpi_running() {
     return initialized && !finalized;
 }
 
-// A rank that exits early (a bad flag, a missing file, a NaN) would leave the
-// others waiting in a collective forever; aborting the MPI job stops them all.
+// A rank that exits early (a bad flag, a missing file, a NaN: main prints the
+// llmc::Error and returns EXIT_FAILURE) would leave the others waiting in a
+// collective forever; aborting the MPI job at its exit stops them all.
 // (One rank alone just exits: its error line stays the only output.)
 inline void distributed_abort_at_exit() {
     int size = 1;
@@ -88,11 +89,9 @@ inline void distributed_init(Distributed* d, int* argc, char*** argv) {
     d->local_rank = distributed_local_rank();
     int devices = 0;
     cudaCheck(cudaGetDeviceCount(&devices));
-    if (d->num_processes > 1 && d->local_rank >= devices) {
-        fprintf(stderr, "error: rank %d: local rank %d has no GPU of its own (%d on this node); start at most "
-                "one rank per GPU\n", d->rank, d->local_rank, devices);
-        exit(EXIT_FAILURE);
-    }
+    if (d->num_processes > 1 && d->local_rank >= devices)
+        llmc::fail("rank " + std::to_string(d->rank) + ": local rank " + std::to_string(d->local_rank) +
+                   " has no GPU of its own (" + std::to_string(devices) + " on this node); start at most one rank per GPU");
     cudaCheck(cudaSetDevice(d->local_rank));
     if (d->num_processes == 1) return;
     ncclUniqueId id;
@@ -123,7 +122,8 @@ inline void distributed_free(Distributed* d) {
 }
 
 // A clean early exit that every rank takes (--help): MPI is finalised first,
-// so the exit is not taken for a failure.
+// so the exit is not taken for a failure. Not an error, hence no llmc::Error:
+// the one exit in llmc/.
 [[noreturn]] inline void distributed_exit_success() {
 #ifdef MULTI_GPU
     if (mpi_running()) MPI_Finalize();

@@ -26,6 +26,7 @@
 #include <string>
 #include <vector>
 
+#include "llmc/error.h"
 #include "llmc/regular_file.h"
 
 #define HELLASWAG_MAGIC 20240522
@@ -41,41 +42,37 @@ struct HellaSwagExample {
     std::vector<std::vector<int>> endings;  // HELLASWAG_ENDINGS of them, none empty
 };
 
-// Reads and validates a whole eval file. On failure returns false, leaves *out
-// untouched and sets *error to one line "<path>: <problem>".
-inline bool hellaswag_load(const std::string& path, std::vector<HellaSwagExample>* out, std::string* error) {
-    auto fail = [&](const std::string& what) {
-        if (error) *error = path + ": " + what;
-        return false;
-    };
+// Reads and validates a whole eval file; throws llmc::Error "<path>: <problem>".
+inline std::vector<HellaSwagExample> hellaswag_load(const std::string& path) {
+    auto error = [&](const std::string& what) { return llmc::Error(path + ": " + what); };
     // The whole file at once: the validation file is ~2.5 MB, and having it all
     // lets every length be checked against what is really there.
     std::string why;
     FILE* f = fopen_regular_file(path.c_str(), &why);
-    if (!f) return fail("cannot open: " + why);
+    if (!f) throw error("cannot open: " + why);
     std::vector<unsigned char> bytes;
     unsigned char buf[1 << 16];
     size_t got;
     while ((got = fread(buf, 1, sizeof buf, f)) > 0) bytes.insert(bytes.end(), buf, buf + got);
     const bool read_error = ferror(f) != 0;
     fclose(f);
-    if (read_error) return fail("read error");
+    if (read_error) throw error("read error");
 
     if (bytes.size() < (size_t)HELLASWAG_HEADER_BYTES)
-        return fail("only " + std::to_string(bytes.size()) + " bytes, shorter than the " +
+        throw error("only " + std::to_string(bytes.size()) + " bytes, shorter than the " +
                     std::to_string(HELLASWAG_HEADER_BYTES) + "-byte header");
     int32_t h[HELLASWAG_HEADER_INTS];
     memcpy(h, bytes.data(), HELLASWAG_HEADER_BYTES);
     if (h[0] != HELLASWAG_MAGIC)
-        return fail("bad magic " + std::to_string(h[0]) + " (expected " + std::to_string(HELLASWAG_MAGIC) +
+        throw error("bad magic " + std::to_string(h[0]) + " (expected " + std::to_string(HELLASWAG_MAGIC) +
                     "; not a HellaSwag eval file)");
     if (h[1] != HELLASWAG_VERSION)
-        return fail("unsupported version " + std::to_string(h[1]) + " (expected " +
+        throw error("unsupported version " + std::to_string(h[1]) + " (expected " +
                     std::to_string(HELLASWAG_VERSION) + ")");
     const int64_t num_examples = h[2], longest = h[3];
-    if (num_examples < 0) return fail("negative example count " + std::to_string(num_examples) + " in the header");
+    if (num_examples < 0) throw error("negative example count " + std::to_string(num_examples) + " in the header");
     if ((bytes.size() - HELLASWAG_HEADER_BYTES) % 2 != 0)
-        return fail("odd number of bytes after the header (" + std::to_string(bytes.size()) + " bytes in all)");
+        throw error("odd number of bytes after the header (" + std::to_string(bytes.size()) + " bytes in all)");
 
     const size_t n = (bytes.size() - HELLASWAG_HEADER_BYTES) / 2;
     std::vector<uint16_t> u(n);
@@ -90,10 +87,10 @@ inline bool hellaswag_load(const std::string& path, std::vector<HellaSwagExample
     for (int64_t e = 0; e < num_examples; e++) {
         const std::string which = "example " + std::to_string(e) + " ";
         const size_t start = p;
-        if (p + 6 > n) return fail(which + at(p) + ": file ends inside the example header (header says " +
+        if (p + 6 > n) throw error(which + at(p) + ": file ends inside the example header (header says " +
                                    std::to_string(num_examples) + " examples)");
         if (u[p] != HELLASWAG_DELIMITER)
-            return fail(which + at(p) + ": delimiter " + std::to_string(u[p]) + ", expected 65535");
+            throw error(which + at(p) + ": delimiter " + std::to_string(u[p]) + ", expected 65535");
         const size_t ex_bytes = u[p + 1];
         HellaSwagExample ex;
         ex.index = u[p + 2];
@@ -102,63 +99,58 @@ inline bool hellaswag_load(const std::string& path, std::vector<HellaSwagExample
         const size_t ctx_len = u[p + 5];
         p += 6;
         if (ex.label >= HELLASWAG_ENDINGS)
-            return fail(which + at(start) + ": label " + std::to_string(ex.label) + " is not 0..3");
+            throw error(which + at(start) + ": label " + std::to_string(ex.label) + " is not 0..3");
         if (num_endings != HELLASWAG_ENDINGS)
-            return fail(which + at(start) + ": " + std::to_string(num_endings) + " endings, expected 4");
-        if (ctx_len == 0) return fail(which + at(start) + ": empty context");
+            throw error(which + at(start) + ": " + std::to_string(num_endings) + " endings, expected 4");
+        if (ctx_len == 0) throw error(which + at(start) + ": empty context");
         // the example's own length field bounds it: nothing may run past it
         const size_t end = start + ex_bytes / 2;
         if (ex_bytes % 2 != 0 || ex_bytes < 12)
-            return fail(which + at(start) + ": length field " + std::to_string(ex_bytes) + " bytes is not valid");
-        if (end > n) return fail(which + at(start) + ": length " + std::to_string(ex_bytes) + " bytes runs past the end of the file");
+            throw error(which + at(start) + ": length field " + std::to_string(ex_bytes) + " bytes is not valid");
+        if (end > n) throw error(which + at(start) + ": length " + std::to_string(ex_bytes) + " bytes runs past the end of the file");
         if (p + ctx_len > end)
-            return fail(which + at(start) + ": context of " + std::to_string(ctx_len) +
+            throw error(which + at(start) + ": context of " + std::to_string(ctx_len) +
                         " tokens runs past the example's length field");
         ex.context.assign(u.begin() + p, u.begin() + p + ctx_len);
         p += ctx_len;
         for (int k = 0; k < HELLASWAG_ENDINGS; k++) {
-            if (p + 1 > end) return fail(which + at(start) + ": ending " + std::to_string(k) + " runs past the example's length field");
+            if (p + 1 > end) throw error(which + at(start) + ": ending " + std::to_string(k) + " runs past the example's length field");
             const size_t len = u[p++];
-            if (len == 0) return fail(which + at(start) + ": ending " + std::to_string(k) + " is empty");
+            if (len == 0) throw error(which + at(start) + ": ending " + std::to_string(k) + " is empty");
             if (p + len > end)
-                return fail(which + at(start) + ": ending " + std::to_string(k) + " of " + std::to_string(len) +
+                throw error(which + at(start) + ": ending " + std::to_string(k) + " of " + std::to_string(len) +
                             " tokens runs past the example's length field");
             ex.endings.emplace_back(u.begin() + p, u.begin() + p + len);
             p += len;
         }
         if (p != end)
-            return fail(which + at(start) + ": length field says " + std::to_string(ex_bytes) + " bytes, content is " +
+            throw error(which + at(start) + ": length field says " + std::to_string(ex_bytes) + " bytes, content is " +
                         std::to_string((p - start) * 2));
         // A reader sizing its buffer from header[3] (llm.c does) would overrun on this one.
         if ((int64_t)ex_bytes > longest)
-            return fail(which + at(start) + ": " + std::to_string(ex_bytes) + " bytes, longer than the header's longest (" +
+            throw error(which + at(start) + ": " + std::to_string(ex_bytes) + " bytes, longer than the header's longest (" +
                         std::to_string(longest) + ")");
         exs.push_back(std::move(ex));
     }
     if (p != n)
-        return fail(std::to_string(2 * (n - p)) + " bytes after the last of the header's " +
+        throw error(std::to_string(2 * (n - p)) + " bytes after the last of the header's " +
                     std::to_string(num_examples) + " examples");
-    out->swap(exs);
-    return true;
+    return exs;
 }
 
 // Every token of every example must be an id the model has (the file holds
-// uint16, so up to 65534 can appear). Returns false with a one-line error naming
-// the first offending example otherwise.
-inline bool hellaswag_check_vocab(const std::vector<HellaSwagExample>& exs, int vocab_size, std::string* error) {
+// uint16, so up to 65534 can appear); otherwise throws llmc::Error naming the
+// file `path` the examples came from and the first offending example.
+inline void hellaswag_check_vocab(const std::vector<HellaSwagExample>& exs, int vocab_size, const std::string& path) {
     for (size_t i = 0; i < exs.size(); i++) {
         int worst = -1;
         for (int t : exs[i].context) worst = t > worst ? t : worst;
         for (const auto& e : exs[i].endings)
             for (int t : e) worst = t > worst ? t : worst;
-        if (worst >= vocab_size) {
-            if (error)
-                *error = "example " + std::to_string(i) + ": token " + std::to_string(worst) +
-                         " is not below the vocabulary size " + std::to_string(vocab_size);
-            return false;
-        }
+        if (worst >= vocab_size)
+            llmc::fail(path + ": example " + std::to_string(i) + ": token " + std::to_string(worst) +
+                       " is not below the vocabulary size " + std::to_string(vocab_size));
     }
-    return true;
 }
 
 // Rows of T tokens one example takes (one per ending).

@@ -46,6 +46,7 @@
 #include <sys/types.h>
 #include <unistd.h>
 
+#include "llmc/error.h"
 #include "llmc/rand.h"
 #include "llmc/regular_file.h"
 
@@ -101,10 +102,9 @@ struct MarkovRng {
     }
 };
 
-inline void markov_fail_(const std::string& where, const std::string& what) {
-    fprintf(stderr, "error: %s: %s\n", where.c_str(), what.c_str());
-    fflush(stderr);
-    exit(EXIT_FAILURE);
+// Errors (bad parameters, a folder or file that cannot be written) throw llmc::Error.
+[[noreturn]] inline void markov_fail_(const std::string& where, const std::string& what) {
+    llmc::fail(where + ": " + what);
 }
 
 // The chain of a seed and vocabulary size.
@@ -230,7 +230,8 @@ inline double markov_get_double_(const int32_t* slots) {
 }
 
 // Reads a corpus shard's header: false when the file cannot be read, is not a
-// uint16 shard of the right size, or does not carry the corpus marker.
+// uint16 shard of the right size, or does not carry the corpus marker (not an
+// error: the trainer asks of any validation shard whether it has a floor).
 inline bool markov_corpus_info(const char* shard_path, MarkovShardInfo* info) {
     std::string why;
     int fd = open_regular_file(shard_path, &why);

@@ -20,11 +20,11 @@
 #include "llmc/cuda_common.h"
 #include "llmc/gelu.cuh"
 
+// Errors throw llmc::Error, like cudaCheck.
 inline void cublas_check(cublasStatus_t status, const char* file, int line) {
-    if (status != CUBLAS_STATUS_SUCCESS) {
-        fprintf(stderr, "error: cuBLASLt: %s (%s:%d)\n", cublasLtGetStatusString(status), file, line);
-        exit(EXIT_FAILURE);
-    }
+    if (status != CUBLAS_STATUS_SUCCESS)
+        llmc::fail(std::string("cuBLASLt: ") + cublasLtGetStatusString(status) + " (" + file + ":" +
+                   std::to_string(line) + ")");
 }
 #define cublasCheck(status) cublas_check((status), __FILE__, __LINE__)
 
@@ -139,8 +139,8 @@ inline bool matmul_cublaslt(void* d, cudaDataType_t d_type, const floatX* a, con
                    (int)epilogue.kind, m, n, k, cublasLtGetStatusString(status));
             found_algo = algorithms.emplace(key, std::nullopt).first;
         } else {
-            fprintf(stderr, "error: cuBLASLt: no algorithm for m=%d n=%d k=%d\n", m, n, k);
-            exit(EXIT_FAILURE);
+            llmc::fail("cuBLASLt: no algorithm for m=" + std::to_string(m) + " n=" + std::to_string(n) +
+                       " k=" + std::to_string(k));
         }
     }
     if (found_algo->second) {

@@ -6,13 +6,13 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
-#include <stdexcept>
 #include <string>
 #include <utility>
 
 #include <sys/stat.h>
 
 #include "llmc/checkpoint.h"
+#include "llmc/error.h"
 #include "llmc/regular_file.h"
 
 // main.log (llm.c's format) and main.jsonl (one object per event), rank 0.
@@ -28,7 +28,7 @@ struct RunLog {
             const std::string path = std::string(dir) + "/" + name;
             if (resumed_step >= 0) cut_back(path, resumed_step);
             *file = fopen(path.c_str(), resumed_step >= 0 ? "a" : "w");
-            if (!*file) throw std::runtime_error(path + ": cannot write (" + strerror(errno) + ")");
+            if (!*file) llmc::fail(path + ": cannot write (" + strerror(errno) + ")");
             setvbuf(*file, nullptr, _IOLBF, 1 << 16);
         }
     }
@@ -64,13 +64,13 @@ struct RunLog {
         std::string text, kept, why;
         struct stat st;
         if (stat(path.c_str(), &st) != 0) return;  // no log yet
-        if (!read_regular_file(path.c_str(), &text, SIZE_MAX, &why)) throw std::runtime_error(path + ": cannot read (" + why + ")");
+        if (!read_regular_file(path.c_str(), &text, SIZE_MAX, &why)) llmc::fail(path + ": cannot read (" + why + ")");
         for (size_t pos = 0, nl; (nl = text.find('\n', pos)) != std::string::npos; pos = nl + 1) {
             const std::string line = text.substr(pos, nl + 1 - pos);
             if (before(line, S)) kept += line;
         }
         std::string error;
         if (!write_file_atomic(path, [&](FILE* f) { return fwrite(kept.data(), 1, kept.size(), f) == kept.size(); }, &error))
-            throw std::runtime_error(error);
+            llmc::fail(error);
     }
 };

@@ -30,8 +30,8 @@
 // documents, split at points where the pattern always splits) on N threads with the same
 // output for any N.
 //
-// Errors (unreadable, garbled or inconsistent files) throw TokenizerError with one line
-// "PATH: problem"; tools print it as "error: ..." and exit(1).
+// Errors (unreadable, garbled or inconsistent files) throw llmc::Error (llmc/error.h)
+// with one line "PATH: problem".
 #pragma once
 #include <nlohmann/json.hpp>
 
@@ -44,7 +44,6 @@
 #include <exception>
 #include <map>
 #include <queue>
-#include <stdexcept>
 #include <string>
 #include <string_view>
 #include <thread>
@@ -52,15 +51,11 @@
 #include <unistd.h>
 #include <vector>
 
+#include "llmc/error.h"
 #include "llmc/regular_file.h"
 #include "llmc/tokenizer_unicode.h"
 
 namespace llmc {
-
-class TokenizerError : public std::runtime_error {
-  public:
-    using std::runtime_error::runtime_error;
-};
 
 namespace tok_detail {
 
@@ -377,14 +372,14 @@ inline const ByteMap& byte_map() {
 inline std::string read_whole_file(const std::string& path) {
     std::string why;
     FILE* f = fopen_regular_file(path.c_str(), &why);
-    if (!f) throw TokenizerError(path + ": cannot open: " + why);
+    if (!f) throw Error(path + ": cannot open: " + why);
     std::string data;
     char buf[1 << 16];
     size_t got;
     while ((got = fread(buf, 1, sizeof buf, f)) > 0) data.append(buf, got);
     bool bad = ferror(f);
     fclose(f);
-    if (bad) throw TokenizerError(path + ": read error");
+    if (bad) throw Error(path + ": read error");
     return data;
 }
 
@@ -423,7 +418,7 @@ class Tokenizer {
 
     Tokenizer() = default;
 
-    // --- loading and saving (throw TokenizerError) -----------------------------------
+    // --- loading and saving (throw Error) -----------------------------------
     static Tokenizer from_gpt2_files(const std::string& encoder_json, const std::string& vocab_bpe) {
         Tokenizer t;
         t.load_gpt2(encoder_json, vocab_bpe);
@@ -441,11 +436,11 @@ class Tokenizer {
         try {
             j = nlohmann::json::parse(text);
         } catch (const nlohmann::json::exception& e) {
-            throw TokenizerError(encoder_json + ": invalid JSON: " + e.what());
+            throw Error(encoder_json + ": invalid JSON: " + e.what());
         }
         if (!j.is_object())
-            throw TokenizerError(encoder_json + ": expected a JSON object of token -> id");
-        if (j.empty()) throw TokenizerError(encoder_json + ": no tokens");
+            throw Error(encoder_json + ": expected a JSON object of token -> id");
+        if (j.empty()) throw Error(encoder_json + ": no tokens");
         std::vector<std::string> tokens(j.size());
         std::vector<bool> have(j.size(), false);
         int eot = -1;
@@ -453,15 +448,15 @@ class Tokenizer {
             const std::string& key = it.key();
             const auto& v = it.value();
             if (!v.is_number_integer())
-                throw TokenizerError(encoder_json + ": token \"" + tok_detail::printable(key) +
+                throw Error(encoder_json + ": token \"" + tok_detail::printable(key) +
                                      "\": id is not an integer");
             long long id = v.get<long long>();
             if (id < 0 || id >= (long long)tokens.size())
-                throw TokenizerError(encoder_json + ": token \"" + tok_detail::printable(key) +
+                throw Error(encoder_json + ": token \"" + tok_detail::printable(key) +
                                      "\": id " + std::to_string(id) + " outside 0.." +
                                      std::to_string(tokens.size() - 1) + " (ids must be 0..N-1)");
             if (have[id])
-                throw TokenizerError(encoder_json + ": id " + std::to_string(id) + " appears twice");
+                throw Error(encoder_json + ": id " + std::to_string(id) + " appears twice");
             have[id] = true;
             if (key == "<|endoftext|>") {
                 eot = (int)id;
@@ -470,17 +465,17 @@ class Tokenizer {
             }
             std::string bytes;
             if (!symbol_to_bytes(key, &bytes) || bytes.empty())
-                throw TokenizerError(encoder_json + ": token \"" + tok_detail::printable(key) +
+                throw Error(encoder_json + ": token \"" + tok_detail::printable(key) +
                                      "\" is not made of GPT-2 byte symbols");
             tokens[id] = std::move(bytes);
         }
-        if (eot < 0) throw TokenizerError(encoder_json + ": no \"<|endoftext|>\" entry");
+        if (eot < 0) throw Error(encoder_json + ": no \"<|endoftext|>\" entry");
         set_vocab(std::move(tokens), eot, encoder_json);
         for (int b = 0; b < 256; b++) {
             if (byte_id_[b] >= 0) continue;
             char hex[8];
             snprintf(hex, sizeof hex, "0x%02x", b);
-            throw TokenizerError(encoder_json + ": no token for the byte " + hex +
+            throw Error(encoder_json + ": no token for the byte " + hex +
                                  " (byte-level BPE needs all 256)");
         }
 
@@ -503,21 +498,21 @@ class Tokenizer {
             auto where = [&] { return vocab_bpe + ":" + std::to_string(line_no) + ": "; };
             if (sp == std::string_view::npos || sp == 0 || sp + 1 >= line.size() ||
                 line.find(' ', sp + 1) != std::string_view::npos)
-                throw TokenizerError(where() + "expected two symbols separated by one space, got \"" +
+                throw Error(where() + "expected two symbols separated by one space, got \"" +
                                      tok_detail::printable(line) + "\"");
             if (!symbol_to_bytes(line.substr(0, sp), &left) || !symbol_to_bytes(line.substr(sp + 1), &right))
-                throw TokenizerError(where() + "\"" + tok_detail::printable(line) +
+                throw Error(where() + "\"" + tok_detail::printable(line) +
                                      "\" is not made of GPT-2 byte symbols");
             int a = find_token(left), b = find_token(right), m = find_token(left + right);
             if (a < 0 || b < 0 || m < 0)
-                throw TokenizerError(where() + "merge \"" + tok_detail::printable(line) + "\": " +
+                throw Error(where() + "merge \"" + tok_detail::printable(line) + "\": " +
                                      (a < 0 ? "left part" : b < 0 ? "right part" : "result") +
                                      " is not a token of " + encoder_json);
             pairs_.insert((uint32_t)a, (uint32_t)b, (uint32_t)nmerges, (uint32_t)m);
             max_rank_ = (uint32_t)nmerges;
             nmerges++;
         }
-        if (nmerges == 0) throw TokenizerError(vocab_bpe + ": no merges");
+        if (nmerges == 0) throw Error(vocab_bpe + ": no merges");
         can_encode_ = true;
         source_ = encoder_json;
     }
@@ -525,38 +520,38 @@ class Tokenizer {
     void load_bin(const std::string& path) {
         std::string data = tok_detail::read_whole_file(path);
         if (data.size() < 1024)
-            throw TokenizerError(path + ": truncated header (" + std::to_string(data.size()) +
+            throw Error(path + ": truncated header (" + std::to_string(data.size()) +
                                  " bytes; an llm.c tokenizer file starts with 1024)");
         int32_t h[256];
         memcpy(h, data.data(), 1024);
         if (h[0] != kBinMagic)
-            throw TokenizerError(path + ": bad magic " + std::to_string(h[0]) + " (expected " +
+            throw Error(path + ": bad magic " + std::to_string(h[0]) + " (expected " +
                                  std::to_string(kBinMagic) + ": not an llm.c tokenizer file)");
         if (h[1] != 1 && h[1] != 2)
-            throw TokenizerError(path + ": unsupported version " + std::to_string(h[1]) + " (1 or 2)");
+            throw Error(path + ": unsupported version " + std::to_string(h[1]) + " (1 or 2)");
         int64_t V = h[2];
         if (V < 257 || V > (1 << 24))
-            throw TokenizerError(path + ": implausible vocabulary size " + std::to_string(V));
+            throw Error(path + ": implausible vocabulary size " + std::to_string(V));
         int eot = h[1] == 1 ? 50256 : h[3];
         if (eot < 0 || eot >= V)
-            throw TokenizerError(path + ": EOT id " + std::to_string(eot) + " outside 0.." +
+            throw Error(path + ": EOT id " + std::to_string(eot) + " outside 0.." +
                                  std::to_string(V - 1));
         std::vector<std::string> tokens((size_t)V);
         size_t pos = 1024;
         for (int64_t i = 0; i < V; i++) {
             if (pos >= data.size())
-                throw TokenizerError(path + ": truncated at token " + std::to_string(i) + " of " +
+                throw Error(path + ": truncated at token " + std::to_string(i) + " of " +
                                      std::to_string(V));
             size_t len = (uint8_t)data[pos++];
-            if (len == 0) throw TokenizerError(path + ": token " + std::to_string(i) + " has length 0");
+            if (len == 0) throw Error(path + ": token " + std::to_string(i) + " has length 0");
             if (pos + len > data.size())
-                throw TokenizerError(path + ": truncated at token " + std::to_string(i) + " of " +
+                throw Error(path + ": truncated at token " + std::to_string(i) + " of " +
                                      std::to_string(V));
             tokens[i].assign(data.data() + pos, len);
             pos += len;
         }
         if (pos != data.size())
-            throw TokenizerError(path + ": " + std::to_string(data.size() - pos) +
+            throw Error(path + ": " + std::to_string(data.size() - pos) +
                                  " bytes after the last token");
         set_vocab(std::move(tokens), eot, path);
         // tiktoken's rule: a pair merges when its concatenation is a token, rank = that id
@@ -580,7 +575,7 @@ class Tokenizer {
 
     // Writes llm.c's tokenizer .bin (version 2), atomically (temporary file + rename).
     void save_bin(const std::string& path) const {
-        if (vocab_.empty()) throw TokenizerError(path + ": no vocabulary loaded");
+        if (vocab_.empty()) throw Error(path + ": no vocabulary loaded");
         std::string out(1024, '\0');
         int32_t h[256] = {0};
         h[0] = kBinMagic;
@@ -591,20 +586,20 @@ class Tokenizer {
         for (size_t i = 0; i < vocab_.size(); i++) {
             size_t len = vocab_[i].size();
             if (len == 0 || len > 255)
-                throw TokenizerError(path + ": token " + std::to_string(i) + " has " +
+                throw Error(path + ": token " + std::to_string(i) + " has " +
                                      std::to_string(len) + " bytes; the format holds 1..255");
             out += (char)(uint8_t)len;
             out += vocab_[i];
         }
         std::string tmp = path + ".tmp." + std::to_string(getpid());
         FILE* f = fopen(tmp.c_str(), "wb");
-        if (!f) throw TokenizerError(path + ": cannot create " + tmp + ": " + strerror(errno));
+        if (!f) throw Error(path + ": cannot create " + tmp + ": " + strerror(errno));
         bool ok = fwrite(out.data(), 1, out.size(), f) == out.size();
         ok = (fclose(f) == 0) && ok;
         if (!ok || rename(tmp.c_str(), path.c_str()) != 0) {
             int e = errno;
             remove(tmp.c_str());
-            throw TokenizerError(path + ": write failed: " + strerror(e));
+            throw Error(path + ": write failed: " + strerror(e));
         }
     }
 
@@ -633,7 +628,7 @@ class Tokenizer {
     std::string decode(const std::vector<int>& ids) const {
         std::string out;
         if (!decode(ids.data(), ids.size(), &out))
-            throw TokenizerError("decode: token id outside 0.." + std::to_string(vocab_.size() - 1));
+            throw Error("decode: token id outside 0.." + std::to_string(vocab_.size() - 1));
         return out;
     }
 
@@ -724,7 +719,7 @@ class Tokenizer {
             uint64_t h = tok_detail::hash_bytes((const uint8_t*)t.data(), t.size());
             size_t n;
             if (by_bytes_.find(t, h, &n))
-                throw TokenizerError(file + ": token " + std::to_string(id) + " (\"" +
+                throw Error(file + ": token " + std::to_string(id) + " (\"" +
                                      tok_detail::printable(t) + "\") appears twice");
             by_bytes_.insert(t, h, &id, 1);
             if (t.size() == 1) byte_id_[(uint8_t)t[0]] = id;
@@ -733,8 +728,8 @@ class Tokenizer {
 
     void require_encode() const {
         if (!can_encode_) {
-            if (vocab_.empty()) throw TokenizerError("tokenizer: nothing loaded");
-            throw TokenizerError(source_ + ": the vocabulary lacks single-byte tokens; it can only decode");
+            if (vocab_.empty()) throw Error("tokenizer: nothing loaded");
+            throw Error(source_ + ": the vocabulary lacks single-byte tokens; it can only decode");
         }
     }
 

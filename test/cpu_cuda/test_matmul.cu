@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <cstring>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "llmc/matmul.cuh"
@@ -221,7 +222,28 @@ static void check_epilogues_taken() {
     for (void* p : {(void*)a, (void*)b, (void*)aux, (void*)out, (void*)d, (void*)bias_grad}) CUDA_OK(cudaFree(p));
 }
 
+// The error rule (llmc/error.h): a failed CUDA or cuBLASLt call throws
+// llmc::Error naming the call's file and line; nothing is printed, nothing exits.
+static void check_errors_throw() {
+    std::string cuda = "NO ERROR", cublas = "NO ERROR";
+    try {
+        cudaCheck(cudaErrorInvalidValue);
+    } catch (const llmc::Error& e) {
+        cuda = e.what();
+    }
+    try {
+        cublasCheck(CUBLAS_STATUS_INVALID_VALUE);
+    } catch (const llmc::Error& e) {
+        cublas = e.what();
+    }
+    CHECK(cuda.rfind("CUDA: ", 0) == 0 && cuda.find("test_matmul.cu:") != std::string::npos,
+          "cudaCheck of a failed call throws llmc::Error: %s", cuda.c_str());
+    CHECK(cublas.rfind("cuBLASLt: ", 0) == 0 && cublas.find("test_matmul.cu:") != std::string::npos,
+          "cublasCheck of a failed call throws llmc::Error: %s", cublas.c_str());
+}
+
 int main() {
+    check_errors_throw();
     matmul_setup();
     std::mt19937 rng(42);
     check_shape(1, 8, 8, rng);

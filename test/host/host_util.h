@@ -1,6 +1,6 @@
-// What the host (data tool) tests share: small file helpers and running a
-// command to check its exit status and its one-line error (inline, so a test
-// takes only what it uses without warnings).
+// What the host (data tool) tests share: small file helpers, the message of the
+// llmc::Error a call throws, and running a command to check its exit status and
+// its one-line error (inline, so a test takes only what it uses without warnings).
 #pragma once
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -11,6 +11,8 @@
 #include <initializer_list>
 #include <sstream>
 #include <string>
+
+#include "llmc/error.h"
 
 static inline std::string g_tmp;  // the test's temporary folder (set by main)
 
@@ -51,4 +53,24 @@ static inline bool is_clean_error(const Run& r, std::initializer_list<const char
     for (const char* n : needles)
         if (r.err.find(n) == std::string::npos) return false;
     return true;
+}
+
+// The message of the llmc::Error that f() throws; "NO ERROR" when it returns, and
+// another exception is named as such (no needle of a test matches these).
+template <class F>
+static inline std::string error_of(F&& f) {
+    try {
+        f();
+    } catch (const llmc::Error& e) {
+        return e.what();
+    } catch (const std::exception& e) {
+        return std::string("UNEXPECTED EXCEPTION TYPE: ") + e.what();
+    }
+    return "NO ERROR";
+}
+// one line that contains every needle
+static inline bool contains_all(const std::string& message, std::initializer_list<std::string> needles) {
+    for (const auto& n : needles)
+        if (message.find(n) == std::string::npos) return false;
+    return message.find('\n') == std::string::npos;
 }

@@ -1,9 +1,11 @@
 // Tests of llmc/dataloader.h (the llm.c shard reader) and llmc/markov_corpus.h
 // (the built-in corpus with a known loss floor).
 //
-// Bad inputs are run in child processes (this program, re-executed with
-// --child ...): each must exit with EXIT_FAILURE and print exactly one line
-// `error: <file or pattern>: <problem>` on stderr.
+// Bad inputs throw llmc::Error "<file or pattern>: <problem>". They are run in
+// child processes (this program, re-executed with --child ..., whose main is
+// llmc::run_main like a tool's): each must exit with EXIT_FAILURE and print
+// exactly one line `error: <file or pattern>: <problem>` on stderr. A few run in
+// this process too, to see that the call throws and the loader can be freed.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -21,9 +23,10 @@
 
 #include "llmc/dataloader.h"
 #include "llmc/markov_corpus.h"
+#include "test/host/host_util.h"
 #include "test/test_util.h"
 
-// Child processes exit() with live allocations on purpose; no leak report there.
+// Child processes exit with live allocations on purpose (a throw mid-way); no leak report there.
 static bool g_child_mode = false;
 extern "C" int __lsan_is_turned_off() { return g_child_mode ? 1 : 0; }
 
@@ -673,6 +676,50 @@ static void test_errors() {
     CHECK(r.status == 0 && r.err.empty(), "the child helper itself succeeds on a good shard (exit %d)", r.status);
 }
 
+// The same errors in this process: llmc::Error from the call, nothing printed,
+// no exit; a loader whose batch threw is still freed (its worker stopped).
+static void test_errors_throw() {
+    std::string d = g_dir + "/throw";
+    mkdir(d.c_str(), 0755);
+    ShardSpec s;
+    s.magic = 12345;
+    std::string p = d + "/magic.bin";
+    write_shard(p, shard_tokens(0, 100), 2, s);
+    DataLoader L;
+    std::string e = error_of([&] { dataloader_init(&L, p.c_str(), 2, 8, 0, 1, 60000, false, 0); });
+    CHECK(e.rfind(p + ": ", 0) == 0 && contains_all(e, {"wrong magic 12345"}),
+          "dataloader_init on a bad shard throws llmc::Error naming it: %s", e.c_str());
+    auto badtok = shard_tokens(0, 100);
+    badtok[17] = 60001;
+    p = d + "/badtoken.bin";
+    write_shard(p, badtok, 2);
+    e = error_of([&] { dataloader_init(&L, p.c_str(), 2, 8, 0, 1, 60000, false, 0); });
+    CHECK(e.rfind(p + ": token id 60001", 0) == 0,
+          "a bad token found by the loader's thread in the first batch: dataloader_init throws it: %s", e.c_str());
+    {
+        std::string dd = d + "/laterbad";
+        mkdir(dd.c_str(), 0755);
+        write_shard(dd + "/a.bin", shard_tokens(0, 65), 2);
+        auto t = shard_tokens(1, 65);
+        t[64] = 70000;
+        write_shard(dd + "/b.bin", t, 4);
+        dataloader_init(&L, (dd + "/*.bin").c_str(), 2, 8, 0, 1, 60000, false, 0);
+        e = error_of([&] {
+            for (int i = 0; i < 10; i++) dataloader_next_batch(&L);
+        });
+        const std::string again = error_of([&] { dataloader_next_batch(&L); });
+        dataloader_free(&L);
+        CHECK(e.rfind(dd + "/b.bin: token id 70000", 0) == 0 && again == e && L.impl == nullptr,
+              "a bad token in the second shard: dataloader_next_batch throws (again when called again), then free: %s",
+              e.c_str());
+    }
+    e = error_of([&] { dataloader_find_shards((d + "/nothing_*.bin").c_str()); });
+    CHECK(e == d + "/nothing_*.bin: no file matches", "dataloader_find_shards throws when nothing matches: %s", e.c_str());
+    e = error_of([&] { markov_corpus_write((g_dir + "/mk_throw").c_str(), 1, 1000, 1000, 8); });
+    CHECK(e.rfind(g_dir + "/mk_throw: ", 0) == 0 && contains_all(e, {"vocab_size 8 is not in [32, 65536]"}),
+          "markov_corpus_write with vocab_size 8 throws llmc::Error naming the folder: %s", e.c_str());
+}
+
 // ---------------------------------------------------------------------------
 // Markov corpus tests
 
@@ -689,17 +736,6 @@ static std::vector<uint16_t> read_tokens(const std::string& path) {
     }
     fclose(f);
     return t;
-}
-
-static std::string read_file(const std::string& path) {
-    std::string s;
-    FILE* f = fopen(path.c_str(), "rb");
-    if (!f) return s;
-    char buf[65536];
-    size_t n;
-    while ((n = fread(buf, 1, sizeof(buf), f)) > 0) s.append(buf, n);
-    fclose(f);
-    return s;
 }
 
 static double floor_file_value(const std::string& text, const std::string& key) {
@@ -886,7 +922,7 @@ static void test_markov() {
 }
 
 int main(int argc, char** argv) {
-    if (argc > 1 && strcmp(argv[1], "--child") == 0) return child_main(argc, argv);
+    if (argc > 1 && strcmp(argv[1], "--child") == 0) return llmc::run_main(child_main, argc, argv);
     char tmpl[] = "/tmp/test_dataloader.XXXXXX";
     if (!mkdtemp(tmpl)) { perror("mkdtemp"); return 2; }
     g_dir = tmpl;
@@ -906,6 +942,7 @@ int main(int argc, char** argv) {
     test_large_offsets();
     test_prefetch_and_large_batches();
     test_errors();
+    test_errors_throw();
     test_markov();
 
     std::string cmd = "rm -rf '" + g_dir + "'";

@@ -275,8 +275,8 @@ static void test_hellaswag_load() {
     std::string path = g_tmp + "/hs_small.bin";
     write_file(path, sample_file().bytes());
     std::vector<HellaSwagExample> exs;
-    std::string err;
-    bool ok = hellaswag_load(path, &exs, &err);
+    const std::string err = error_of([&] { exs = hellaswag_load(path); });
+    const bool ok = err == "NO ERROR";
     CHECK(ok && exs.size() == 3, "load a 3-example file written in the format (%s)", err.c_str());
     if (ok && exs.size() == 3) {
         CHECK(exs[0].index == 0 && exs[0].label == 2 && exs[0].context == kCtx0 && exs[0].endings == kEnds0,
@@ -285,37 +285,29 @@ static void test_hellaswag_load() {
                   exs[1].endings[0].size() == 5 && exs[1].endings[3] == std::vector<int>({9}),
               "example 1 round-trips");
         CHECK(exs[2].label == 3 && exs[2].endings[0][0] == 60000, "example 2: label 3, token 60000 kept as is");
-        std::string verr;
-        CHECK(hellaswag_check_vocab(exs, 65535, &verr) && !hellaswag_check_vocab(exs, 50257, &verr) &&
-                  verr.find("example 2") != std::string::npos && verr.find("60000") != std::string::npos,
-              "check_vocab: 60000 fine for V=65535, an error for V=50257 (%s)", verr.c_str());
+        const std::string fine = error_of([&] { hellaswag_check_vocab(exs, 65535, path); });
+        const std::string verr = error_of([&] { hellaswag_check_vocab(exs, 50257, path); });
+        CHECK(fine == "NO ERROR" && verr.rfind(path + ": example 2: ", 0) == 0 && contains_all(verr, {"60000"}),
+              "check_vocab: 60000 fine for V=65535, llmc::Error for V=50257 naming the file (%s)", verr.c_str());
     }
     EvalFile empty;
     write_file(g_tmp + "/hs_empty.bin", empty.bytes());
     exs.assign(1, HellaSwagExample());
-    CHECK(hellaswag_load(g_tmp + "/hs_empty.bin", &exs, &err) && exs.empty(), "a header with 0 examples loads, empty");
+    CHECK(error_of([&] { exs = hellaswag_load(g_tmp + "/hs_empty.bin"); }) == "NO ERROR" && exs.empty(),
+          "a header with 0 examples loads, empty");
 }
 
-// One malformed file: load must fail, with one line naming the file and each needle, *out untouched.
-static void expect_error(const char* what, const std::string& bytes, std::initializer_list<const char*> needles) {
+// One malformed file: load must throw llmc::Error, one line naming the file and each needle.
+static void expect_error(const char* what, const std::string& bytes, std::initializer_list<std::string> needles) {
     std::string path = g_tmp + "/bad.bin";
     write_file(path, bytes);
-    std::vector<HellaSwagExample> exs(2);
-    exs[0].index = 1234;
-    std::string err;
-    bool ok = hellaswag_load(path, &exs, &err);
-    bool good = !ok && exs.size() == 2 && exs[0].index == 1234 && err.rfind(path + ": ", 0) == 0 &&
-                err.find('\n') == std::string::npos;
-    for (const char* n : needles) good = good && err.find(n) != std::string::npos;
-    CHECK(good, "malformed, %s: %s", what, err.c_str());
+    const std::string err = error_of([&] { hellaswag_load(path); });
+    CHECK(err.rfind(path + ": ", 0) == 0 && contains_all(err, needles), "malformed, %s: %s", what, err.c_str());
 }
 
 static void test_hellaswag_errors() {
-    std::vector<HellaSwagExample> exs;
-    std::string err;
-    bool ok = hellaswag_load(g_tmp + "/no_such_file.bin", &exs, &err);
-    CHECK(!ok && err.find("no_such_file.bin: cannot open") != std::string::npos && err.find('\n') == std::string::npos,
-          "missing file: %s", err.c_str());
+    const std::string err = error_of([&] { hellaswag_load(g_tmp + "/no_such_file.bin"); });
+    CHECK(contains_all(err, {"no_such_file.bin: cannot open"}), "missing file: llmc::Error %s", err.c_str());
 
     const std::string good = sample_file().bytes();
     expect_error("short header", good.substr(0, 100), {"shorter than the 1024-byte header"});
@@ -461,8 +453,8 @@ static void test_hellaswag_real() {
     Run r = run_cmd(tool + " --input " + txt + " --gpt2-dir " + gpt2 + " --out " + out);
     CHECK(r.code == 0, "build/host/hellaswag converts %s (%s)", txt.c_str(), first_line(r.code ? r.err : r.out).c_str());
     std::vector<HellaSwagExample> exs;
-    std::string err;
-    bool ok = hellaswag_load(out, &exs, &err);
+    const std::string err = error_of([&] { exs = hellaswag_load(out); });
+    const bool ok = err == "NO ERROR";
     CHECK(ok && exs.size() == 10042, "the real validation file loads: %zu examples (10042) %s", exs.size(), err.c_str());
     if (!ok || exs.empty()) return;
     bool idx = true;
@@ -473,7 +465,8 @@ static void test_hellaswag_real() {
         counts[exs[i].label]++;
         for (const auto& e : exs[i].endings) longest = std::max(longest, exs[i].context.size() + e.size());
     }
-    CHECK(idx && exs[0].label == 3 && exs[0].context.size() == 15 && hellaswag_check_vocab(exs, 50257, &err),
+    const bool in_vocab = error_of([&] { hellaswag_check_vocab(exs, 50257, out); }) == "NO ERROR";
+    CHECK(idx && exs[0].label == 3 && exs[0].context.size() == 15 && in_vocab,
           "indices 0..N-1, item 0 has label 3 and 15 context tokens, every token < 50257");
     CHECK(counts[0] > 2000 && counts[1] > 2000 && counts[2] > 2000 && counts[3] > 2000,
           "labels spread over 0..3 (%d %d %d %d)", counts[0], counts[1], counts[2], counts[3]);

@@ -17,7 +17,6 @@
 #include "test/test_util.h"
 
 using llmc::Tokenizer;
-using llmc::TokenizerError;
 
 static std::string g_shared, g_prepro, g_cases;
 
@@ -44,22 +43,6 @@ static double seconds_since(std::chrono::steady_clock::time_point t0) {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
-template <class F>
-static std::string error_of(F&& f) {
-    try {
-        f();
-    } catch (const TokenizerError& e) {
-        return e.what();
-    } catch (const std::exception& e) {
-        return std::string("UNEXPECTED EXCEPTION TYPE: ") + e.what();
-    }
-    return "NO ERROR";
-}
-static bool contains_all(const std::string& s, std::initializer_list<std::string> needles) {
-    for (const auto& n : needles)
-        if (s.find(n) == std::string::npos) return false;
-    return s.find('\n') == std::string::npos;  // one line
-}
 static std::vector<int> read_shard(const std::string& path, int* magic = nullptr) {
     std::string d = read_file(path);
     std::vector<int> ids;
