@@ -10,24 +10,15 @@
 // of unmasked targets in the whole global batch, so the sum in the buffer is
 // exactly the gradient of the big-batch mean loss, however the batch is split.
 #include <algorithm>
-#include <cctype>
 #include <cerrno>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
-#include <cfloat>
-#include <atomic>
-#include <chrono>
-#include <climits>
-#include <csignal>
 #include <cstring>
-#include <mutex>
+#include <memory>
 #include <set>
-#include <thread>
 #include <string>
-#include <type_traits>
-#include <variant>
 #include <vector>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -45,6 +36,7 @@
 #include "llmc/checkpoint.h"
 #include "llmc/dataloader.h"
 #include "llmc/distributed.h"
+#include "llmc/flags.h"
 #include "llmc/hellaswag.h"
 #include "llmc/markov_corpus.h"
 #include "llmc/mfu.h"
@@ -1318,25 +1310,11 @@ struct TrainOptions {
     float stall_timeout;        // 0: automatic
 };
 
-// The one table of the flags: parsing, the defaults and --help come from it
-// (test_train_cli.sh checks README.md's flag table against --help). The
-// field's type picks the parser; min/max are its accepted range (a float range
-// is inclusive too). A default of null leaves a text field unset.
-using OptionField = std::variant<int TrainOptions::*, long TrainOptions::*, float TrainOptions::*,
-                                 const char* TrainOptions::*>;
-struct Flag {
-    const char* name;
-    OptionField field;
-    const char* metavar;  // "<int>", "<glob>", ...
-    double min, max;
-    const char* default_value;
-    const char* help;
-    const char* section;  // a heading printed before the first flag of each section
-};
-constexpr double INT_TOP = INT_MAX, LONG_TOP = (double)LONG_MAX, FLOAT_TOP = FLT_MAX;
+// The one table of the flags (llmc/flags.h): parsing, the defaults and --help
+// come from it (test_train_cli.sh checks README.md's flag table against --help).
+constexpr double INT_TOP = FLAG_INT_TOP, LONG_TOP = FLAG_LONG_TOP, FLOAT_TOP = FLAG_FLOAT_TOP;
 constexpr double STEP_TOP = 99999999;  // checkpoint names hold 8 digits of the step
-constexpr const char* AUTO_WORD = "auto";  // -b auto: stored as 0
-static const Flag FLAGS[] = {
+static const Flag<TrainOptions> FLAGS[] = {
     {"-i", &TrainOptions::train_pattern, "<glob>", 0, 0, nullptr,
      "train data shards (llm.c format); without -i: the built-in Markov corpus\n(build/markov/, known loss floor) "
      "and a small model, 300 steps", "data and model"},
@@ -1417,81 +1395,15 @@ static const Flag FLAGS[] = {
 
 static void print_usage(const char* program) {
     printf("Usage: %s [flags]   (GPT-2 training; %s build)\n", program, PRECISION_NAME);
-    for (const Flag& f : FLAGS) {
-        if (f.section) printf("%s\n", f.section);
-        std::string head = std::string("  ") + f.name + " " + f.metavar, help = f.help;
-        if (f.default_value) help += std::string(" (default ") + f.default_value + ")";
-        // continuation lines of the help line up under its first line
-        for (size_t nl; (nl = help.find('\n')) != std::string::npos;) {
-            printf("%-25s %s\n", head.c_str(), help.substr(0, nl).c_str());
-            head.clear();
-            help.erase(0, nl + 1);
-        }
-        printf("%-25s %s\n", head.c_str(), help.c_str());
-    }
-    printf("%-25s %s\n", "  --help", "this text");
+    flags_print_help(FLAGS);
     printf("%s.\n", distributed_build_note());
-}
-
-// One parser per field type. Each takes the whole text (no blanks, no trailing
-// characters, not empty) and a value inside the flag's range, else one error
-// line naming the flag and what it accepts.
-[[noreturn]] static void bad_value(const Flag& f, const char* text, const char* what) {
-    FAIL("%s %s: expected %s", f.name, *text ? text : "\"\"", what);
-}
-static long parse_integer(const Flag& f, const char* text) {
-    char range[96];
-    snprintf(range, sizeof range, "an integer from %.0f to %.0f", f.min, f.max);
-    char* end = nullptr;
-    errno = 0;
-    const long v = strtol(text, &end, 10);
-    if (!*text || isspace((unsigned char)*text) || *end || errno == ERANGE || v < f.min || v > f.max)
-        bad_value(f, text, range);
-    return v;
-}
-static float parse_real(const Flag& f, const char* text) {
-    char range[96];
-    snprintf(range, sizeof range, "a float from %g to %g (0 or at least %g in size)", f.min, f.max, FLT_MIN);
-    char* end = nullptr;
-    errno = 0;
-    const float v = strtof(text, &end);
-    // ERANGE: overflow, or an underflow to 0 or a denormal
-    if (!*text || isspace((unsigned char)*text) || *end || errno == ERANGE || !std::isfinite(v) || v < f.min ||
-        v > f.max)
-        bad_value(f, text, range);
-    return v;
-}
-static void set_option(TrainOptions* o, const Flag& f, const char* text) {
-    std::visit([&](auto field) {
-        using T = std::remove_reference_t<decltype(o->*field)>;
-        if constexpr (std::is_same_v<T, const char*>) {
-            if (!*text) bad_value(f, text, "a non-empty value");
-            o->*field = text;
-        } else if constexpr (std::is_same_v<T, float>) {
-            o->*field = parse_real(f, text);
-        } else if (strcmp(f.metavar, "<int|auto>") == 0 && strcmp(text, AUTO_WORD) == 0) {  // the metavar offers it
-            o->*field = 0;
-        } else {
-            o->*field = (T)parse_integer(f, text);
-        }
-    }, f.field);
 }
 
 static TrainOptions parse_options(int argc, char** argv, std::set<std::string>* given) {
     TrainOptions o{};
-    for (const Flag& f : FLAGS)
-        if (f.default_value) set_option(&o, f, f.default_value);
-    for (int i = 1; i < argc; i += 2) {
-        const char* flag = argv[i];
-        given->insert(flag);
-        if (strcmp(flag, "--help") == 0) {
-            if (g_dist->rank == 0) print_usage(argv[0]);
-            distributed_exit_success();
-        }
-        const Flag* f = std::find_if(std::begin(FLAGS), std::end(FLAGS), [&](const Flag& x) { return strcmp(x.name, flag) == 0; });
-        if (f == std::end(FLAGS)) FAIL("unknown flag %s (see --help)", flag);
-        if (i + 1 >= argc) FAIL("flag %s needs a value (see --help)", flag);
-        set_option(&o, *f, argv[i + 1]);
+    if (!flags_parse(FLAGS, argc, argv, &o, given)) {  // --help
+        if (g_dist->rank == 0) print_usage(argv[0]);
+        distributed_exit_success();
     }
     if (o.resume && !o.output_dir) FAIL("-y 1: resuming needs the run's -o folder");
     return o;

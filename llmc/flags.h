@@ -1,0 +1,125 @@
+// flags.h: a program's command-line flags from one table (header-only host C++).
+//
+// Each row names the flag, the field of the program's options struct it sets
+// (the field's type picks the parser), its metavar, its accepted range, its
+// default and its help text; parsing, the defaults and --help all read it.
+// Every value is the whole argument: no blanks, nothing trailing, not empty,
+// inside the range (an int or long must fit without wrapping, a float must not
+// overflow or underflow to a denormal), else llmc::Error naming the flag and
+// what it accepts. A metavar of "<int|auto>" also takes "auto", stored as 0.
+#pragma once
+
+#include <cctype>
+#include <cerrno>
+#include <cfloat>
+#include <climits>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <set>
+#include <string>
+#include <type_traits>
+#include <variant>
+
+#include "llmc/error.h"
+
+template <class Options>
+struct Flag {
+    using Field = std::variant<int Options::*, long Options::*, float Options::*, const char* Options::*>;
+    const char* name;
+    Field field;
+    const char* metavar;  // "<int>", "<glob>", ...
+    double min, max;      // the accepted range (inclusive)
+    const char* default_value;  // null leaves a text field unset
+    const char* help;
+    const char* section;  // a heading printed before the first flag of each section
+};
+constexpr double FLAG_INT_TOP = INT_MAX, FLAG_LONG_TOP = (double)LONG_MAX, FLAG_FLOAT_TOP = FLT_MAX;
+
+template <class O>
+[[noreturn]] void flag_bad_value(const Flag<O>& f, const char* text, const char* what) {
+    llmc::failf("%s %s: expected %s", f.name, *text ? text : "\"\"", what);
+}
+
+template <class O>
+long flag_parse_integer(const Flag<O>& f, const char* text) {
+    char range[96];
+    snprintf(range, sizeof range, "an integer from %.0f to %.0f", f.min, f.max);
+    char* end = nullptr;
+    errno = 0;
+    const long v = strtol(text, &end, 10);
+    if (!*text || isspace((unsigned char)*text) || *end || errno == ERANGE || v < f.min || v > f.max)
+        flag_bad_value(f, text, range);
+    return v;
+}
+
+template <class O>
+float flag_parse_real(const Flag<O>& f, const char* text) {
+    char range[96];
+    snprintf(range, sizeof range, "a float from %g to %g (0 or at least %g in size)", f.min, f.max, FLT_MIN);
+    char* end = nullptr;
+    errno = 0;
+    const float v = strtof(text, &end);
+    // ERANGE: overflow, or an underflow to 0 or a denormal
+    if (!*text || isspace((unsigned char)*text) || *end || errno == ERANGE || !std::isfinite(v) || v < f.min ||
+        v > f.max)
+        flag_bad_value(f, text, range);
+    return v;
+}
+
+template <class O>
+void flag_set(O* o, const Flag<O>& f, const char* text) {
+    std::visit([&](auto field) {
+        using T = std::remove_reference_t<decltype(o->*field)>;
+        if constexpr (std::is_same_v<T, const char*>) {
+            if (!*text) flag_bad_value(f, text, "a non-empty value");
+            o->*field = text;
+        } else if constexpr (std::is_same_v<T, float>) {
+            o->*field = flag_parse_real(f, text);
+        } else if (strcmp(f.metavar, "<int|auto>") == 0 && strcmp(text, "auto") == 0) {
+            o->*field = 0;
+        } else {
+            o->*field = (T)flag_parse_integer(f, text);
+        }
+    }, f.field);
+}
+
+// The table's defaults, then "-flag value" pairs from argv; *given collects
+// the flags on the command line. Returns false for --help (nothing else is
+// parsed then).
+template <class O, size_t N>
+bool flags_parse(const Flag<O> (&flags)[N], int argc, char** argv, O* o, std::set<std::string>* given) {
+    for (const Flag<O>& f : flags)
+        if (f.default_value) flag_set(o, f, f.default_value);
+    for (int i = 1; i < argc; i += 2) {
+        const char* name = argv[i];
+        if (strcmp(name, "--help") == 0) return false;
+        given->insert(name);
+        const Flag<O>* f = nullptr;
+        for (const Flag<O>& x : flags)
+            if (strcmp(x.name, name) == 0) f = &x;
+        if (!f) llmc::failf("unknown flag %s (see --help)", name);
+        if (i + 1 >= argc) llmc::failf("flag %s needs a value (see --help)", name);
+        flag_set(o, *f, argv[i + 1]);
+    }
+    return true;
+}
+
+// One line per flag (and the section headings): "  -x <int>   help (default d)";
+// a help text's continuation lines line up under its first line.
+template <class O, size_t N>
+void flags_print_help(const Flag<O> (&flags)[N]) {
+    for (const Flag<O>& f : flags) {
+        if (f.section) printf("%s\n", f.section);
+        std::string head = std::string("  ") + f.name + " " + f.metavar, help = f.help;
+        if (f.default_value) help += std::string(" (default ") + f.default_value + ")";
+        for (size_t nl; (nl = help.find('\n')) != std::string::npos;) {
+            printf("%-25s %s\n", head.c_str(), help.substr(0, nl).c_str());
+            head.clear();
+            help.erase(0, nl + 1);
+        }
+        printf("%-25s %s\n", head.c_str(), help.c_str());
+    }
+    printf("%-25s %s\n", "  --help", "this text");
+}
