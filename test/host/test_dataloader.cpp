@@ -570,6 +570,18 @@ static void test_prefetch_and_large_batches() {
     CHECK(ok, "60 prefetched batches of B=16 T=32 over 4 epochs match the reference stream");
 }
 
+// Two shards in d/laterbad whose second holds token 70000 at offset 64 (found
+// only when the stream reaches it); returns the folder.
+static std::string later_bad_shards(const std::string& d) {
+    const std::string dd = d + "/laterbad";
+    mkdir(dd.c_str(), 0755);
+    write_shard(dd + "/a.bin", shard_tokens(0, 65), 2);
+    auto t = shard_tokens(1, 65);
+    t[64] = 70000;
+    write_shard(dd + "/b.bin", t, 4);
+    return dd;
+}
+
 static void test_errors() {
     std::string d = g_dir + "/bad";
     mkdir(d.c_str(), 0755);
@@ -649,12 +661,7 @@ static void test_errors() {
     expect_error("token id >= vocab_size", {"load", p, "2", "8", "60000", "1"},
                  {p + ": ", "token id 60001 at token offset 17 (byte offset 1058) is >= vocab_size 60000"});
     {
-        std::string dd = d + "/laterbad";
-        mkdir(dd.c_str(), 0755);
-        write_shard(dd + "/a.bin", shard_tokens(0, 65), 2);
-        auto t = shard_tokens(1, 65);
-        t[64] = 70000;
-        write_shard(dd + "/b.bin", t, 4);
+        const std::string dd = later_bad_shards(d);
         expect_error("token id >= vocab_size in the second shard (found when the stream reaches it)",
                      {"load", dd + "/*.bin", "2", "8", "60000", "10"}, {dd + "/b.bin: ", "token id 70000 at token offset 64"});
     }
@@ -697,12 +704,7 @@ static void test_errors_throw() {
     CHECK(e.rfind(p + ": token id 60001", 0) == 0,
           "a bad token found by the loader's thread in the first batch: dataloader_init throws it: %s", e.c_str());
     {
-        std::string dd = d + "/laterbad";
-        mkdir(dd.c_str(), 0755);
-        write_shard(dd + "/a.bin", shard_tokens(0, 65), 2);
-        auto t = shard_tokens(1, 65);
-        t[64] = 70000;
-        write_shard(dd + "/b.bin", t, 4);
+        const std::string dd = later_bad_shards(d);
         dataloader_init(&L, (dd + "/*.bin").c_str(), 2, 8, 0, 1, 60000, false, 0);
         e = error_of([&] {
             for (int i = 0; i < 10; i++) dataloader_next_batch(&L);
