@@ -99,7 +99,7 @@ SPLITS_1 = [(8, 1, 1), (4, 1, 2), (2, 2, 2), (1, 4, 2)]  # (B_micro, N, A): 8 x 
 
 
 def claim1(ctx):
-    steps = 4 if ctx.quick else 20
+    steps = 3 if ctx.quick else 20
     runs = {}
     for B, N, A in SPLITS_1:
         log, _, run_dir = train(ctx, "split_%d_%d_%d" % (B, N, A), ["-b", str(B), "-d", "512", "-x", str(steps), "-v", "0"],
@@ -223,15 +223,17 @@ def claim6(ctx):
 
 # ---- claim 7: tokens per step change the optimisation --------------------------
 def claim7(ctx):
-    budget = 8192 if ctx.quick else 32768
-    lrs = [1e-3, 3e-3, 1e-2]
+    budget = 4096 if ctx.quick else 32768
+    val_batches = 4 if ctx.quick else 8
+    lrs = [3e-3, 1e-2, 3e-2]
     curves, rows = [], []
     for tokens in (512, 2048):
         steps = budget // tokens
         finals = []
         for lr in lrs:
             log, _, _ = train(ctx, "lr_%d_%g" % (tokens, lr), ["-b", "8", "-d", str(tokens), "-x", str(steps), "-l", "%g" % lr,
-                                                                "-u", str(max(1, steps // 8)), "-v", str(steps)])
+                                                                "-u", str(max(1, steps // 8)), "-v", str(steps),
+                                                                "-m", str(val_batches)])
             val = [s["val_loss"] for s in log if "val_loss" in s]
             curves.append({"tokens_per_step": tokens, "lr": lr, "steps": [s["step"] for s in log if "loss" in s],
                            "losses": [s["loss"] for s in log if "loss" in s], "val_start": val[0], "val_end": val[-1]})
