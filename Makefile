@@ -48,7 +48,7 @@ HOST_ASAN  := $(patsubst %.cpp,build/host-asan/%,$(notdir $(HOST_SRCS)))
 DEV_CU     := $(wildcard dev/*.cu)
 DEV_BINS   := $(patsubst dev/%.cu,build/cpu/%,$(DEV_CU))
 
-.PHONY: all cpu asan racecheck gpu test test-asan bench clean check-cuda-headers train_gpt_cpu sass-report
+.PHONY: all cpu asan racecheck gpu test test-asan bench clean check-cuda-headers train_gpt_cpu sass-report lesson
 .SECONDARY:
 
 all: cpu
@@ -181,6 +181,10 @@ test: cpu asan racecheck
 
 test-asan: asan
 	TEST_SECTIONS=asan bash test/run_tests.sh
+
+# The lesson in numbers (README.md): one table per claim, a few minutes on 2 cores.
+lesson: build/cpu-fp32/train_gpt build/cpu-fp32/lesson build/cpu/train_gpt
+	$(PYTHON) dev/lesson.py
 
 bench: build/cpu/bench_cpu_cuda
 	./build/cpu/bench_cpu_cuda

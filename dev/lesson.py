@@ -280,6 +280,7 @@ def main():
     ap.add_argument("--trainer-bf16", default="build/cpu/train_gpt", help="bf16 trainer (claim 4's plans)")
     ap.add_argument("--lesson", default="build/cpu-fp32/lesson", help="dev/lesson.cu built (claims 2, 3, 6)")
     ctx = ap.parse_args()
+    sys.stdout.reconfigure(line_buffering=True)  # each table as soon as it is measured
     try:
         for path in (ctx.trainer, ctx.trainer_bf16, ctx.lesson):
             if not os.access(path, os.X_OK):
