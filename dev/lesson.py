@@ -206,7 +206,11 @@ def claim5(ctx):
 
 # ---- claim 6: communication per optimizer step --------------------------------
 def claim6(ctx):
-    results = lesson_json(ctx, ["bytes"], ranks=2)
+    try:
+        results = lesson_json(ctx, ["bytes"], ranks=2)
+    except LessonError as e:  # a GPU build has no counters (and one lent GPU, no second rank)
+        print("\nClaim 6. skipped: %s" % e)
+        return [{"skipped": str(e)}]
     rows = []
     for r in results:
         reduced = r["bytes"]["all_reduce"] + r["bytes"]["reduce_scatter"]
