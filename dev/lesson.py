@@ -32,6 +32,7 @@ import struct
 import subprocess
 import sys
 
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MPIRUN = ["mpirun", "--oversubscribe", "--bind-to", "none", "-x", "CPUCUDA_WORKERS=1"]
 MODEL_HEADER_INTS = 256
 
@@ -284,11 +285,19 @@ def main():
     ap.add_argument("--trainer-bf16", default="build/cpu/train_gpt", help="bf16 trainer (claim 4's plans)")
     ap.add_argument("--lesson", default="build/cpu-fp32/lesson", help="dev/lesson.cu built (claims 2, 3, 6)")
     ctx = ap.parse_args()
+    # given paths from here, defaults from the repository, whose build/markov the runs share
+    for name in ("out", "json", "trainer", "trainer_bf16", "lesson"):
+        value = getattr(ctx, name)
+        if value:
+            given = value != ap.get_default(name)
+            setattr(ctx, name, os.path.abspath(value) if given else os.path.join(ROOT, value))
+    os.chdir(ROOT)
     sys.stdout.reconfigure(line_buffering=True)  # each table as soon as it is measured
     try:
         for path in (ctx.trainer, ctx.trainer_bf16, ctx.lesson):
             if not os.access(path, os.X_OK):
-                raise LessonError("%s not found: make %s" % (path, path))
+                raise LessonError("%s: no such program (make build/cpu-fp32/train_gpt build/cpu-fp32/lesson "
+                                  "build/cpu/train_gpt, or make lesson)" % path)
         os.makedirs(ctx.out, exist_ok=True)
         results = {"quick": ctx.quick}
         for n, claim in ((1, claim1), (2, claim2), (3, claim3), (4, claim4), (5, claim5), (6, claim6), (7, claim7)):
@@ -301,7 +310,7 @@ def main():
         print("error: %s" % e, file=sys.stderr)
         return 1
     if not ctx.no_plot:
-        plot = [sys.executable, os.path.join(os.path.dirname(__file__), "plot_lesson.py"), os.path.join(ctx.out, "lesson.json")]
+        plot = [sys.executable, os.path.join(ROOT, "dev", "plot_lesson.py"), os.path.join(ctx.out, "lesson.json")]
         print("\n" + subprocess.run(plot, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True).stdout.strip())
     return 0
 
