@@ -63,10 +63,16 @@ def train(ctx, name, args, ranks=1, env=None):
     run_dir = os.path.join(ctx.out, name)
     shutil.rmtree(run_dir, ignore_errors=True)
     output = execute(launch(ctx.trainer, ranks, args + ["-o", run_dir]), env)
-    steps = []
     with open(os.path.join(run_dir, "main.jsonl")) as f:
         steps = [json.loads(line) for line in f if line.strip()]
     return steps, output, run_dir
+
+
+def check_split(output, split):
+    """The trainer's own account of the batch is the split the table names."""
+    m = re.search(r"^batch: B=(\d+) x T=\d+ x N=(\d+) x A=(\d+)", output, re.M)
+    if not m or tuple(int(v) for v in m.groups()) != tuple(split):
+        raise LessonError("the trainer ran %s, not (B_micro, N, A) = %s" % (m.group(0) if m else "no batch line", split))
 
 
 def model_weights(run_dir):
@@ -103,8 +109,9 @@ def claim1(ctx):
     steps = 3 if ctx.quick else 20
     runs = {}
     for B, N, A in SPLITS_1:
-        log, _, run_dir = train(ctx, "split_%d_%d_%d" % (B, N, A), ["-b", str(B), "-d", "512", "-x", str(steps), "-v", "0"],
-                                ranks=N)
+        log, output, run_dir = train(ctx, "split_%d_%d_%d" % (B, N, A),
+                                     ["-b", str(B), "-d", "512", "-x", str(steps), "-v", "0"], ranks=N)
+        check_split(output, (B, N, A))
         runs[(B, N, A)] = ([s["loss"] for s in log if "loss" in s], model_weights(run_dir))
     ref_losses, ref_w = runs[SPLITS_1[0]]
     scale = max(abs(w) for w in ref_w)
@@ -190,6 +197,7 @@ def claim5(ctx):
     for B, N, A in SPLITS_5:
         log, output, _ = train(ctx, "speed_%d_%d_%d" % (B, N, A), ["-b", str(B), "-d", "512", "-x", str(steps), "-v", "0"],
                                env={"CPUCUDA_PROFILE": "1"})
+        check_split(output, (B, N, A))
         params = int(re.search(r"(\d+) parameters", output).group(1))
         L, C = (int(v) for v in re.search(r"model: L=(\d+) C=(\d+)", output).groups())
         flops = 512 * (6.0 * params + 6.0 * L * C * 64)  # llmc/mfu.h flops_per_token x tokens per step
