@@ -100,6 +100,17 @@ static void normalisation() {
     }
 }
 
+// Everything the optimizer owns, as one vector: the weights the forward reads,
+// the fp32 master weights, AdamW's m and v.
+static std::vector<float> optimizer_view(const GPT2* m) {
+    std::vector<float> all = to_host(m->params_memory, m->num_parameters);
+    for (const float* p : {m->master_weights, m->adam_m, m->adam_v}) {
+        const std::vector<float> part = to_host(p, m->optimizer_elements);
+        all.insert(all.end(), part.begin(), part.end());
+    }
+    return all;
+}
+
 // Claim 3. A step's micro-batches one at a time (accumulate_gradients with
 // A = 1 and the global G, which is what its loop does for each), then the
 // update: the weights move only at the update. Against: an optimizer step
@@ -111,20 +122,22 @@ static void frozen() {
     const size_t micro = (size_t)B * T;
     const long G = count_unmasked(y.data(), y.size());
     GPT2* m = new_model(B, A);
-    const std::vector<float> w0 = to_host(m->params_memory, m->num_parameters);
+    const std::vector<float> w0 = to_host(m->params_memory, m->num_parameters), state0 = optimizer_view(m);
     OptimizerSettings opt;
     for (int i = 0; i < A; i++) {
         accumulate_gradients(m, StepBatch{x.data() + i * micro, y.data() + i * micro, 1, G});
         const std::vector<float> g = to_host(m->grads_memory, m->num_parameters);
-        printf("{\"claim\": 3, \"after\": \"micro-batch %d of %d\", \"weight_change\": %.3e, \"adam_steps\": %d, "
-               "\"grad_max\": %.6e}\n", i + 1, A, max_abs_diff(to_host(m->params_memory, m->num_parameters), w0),
+        printf("{\"claim\": 3, \"after\": \"micro-batch %d of %d\", \"weight_change\": %.3e, \"state_change\": %.3e, "
+               "\"adam_steps\": %d, \"grad_max\": %.6e}\n", i + 1, A,
+               max_abs_diff(to_host(m->params_memory, m->num_parameters), w0), max_abs_diff(optimizer_view(m), state0),
                m->adam_step, max_abs(g));
     }
     const std::vector<float> grad = to_host(m->grads_memory, m->num_parameters);
     gpt2_update(m, 1e-3f, opt);
     const std::vector<float> w1 = to_host(m->params_memory, m->num_parameters);
-    printf("{\"claim\": 3, \"after\": \"gpt2_update\", \"weight_change\": %.3e, \"adam_steps\": %d, "
-           "\"grad_max\": %.6e}\n", max_abs_diff(w1, w0), m->adam_step, max_abs(grad));
+    printf("{\"claim\": 3, \"after\": \"gpt2_update\", \"weight_change\": %.3e, \"state_change\": %.3e, "
+           "\"adam_steps\": %d, \"grad_max\": %.6e}\n", max_abs_diff(w1, w0), max_abs_diff(optimizer_view(m), state0),
+           m->adam_step, max_abs(grad));
     // the same 4 micro-batches with the optimizer stepping after each (4 steps of B = 2)
     GPT2* eager = new_model(B, 1);
     for (int i = 0; i < A; i++)

@@ -145,10 +145,11 @@ def claim2(ctx):
 # ---- claim 3: weights frozen between micro-batches ----------------------------
 def claim3(ctx):
     results = lesson_json(ctx, ["frozen"])
-    rows = [[r["after"], "%.1e" % r["weight_change"], r["adam_steps"], "%.4e" % r["grad_max"]] for r in results if "after" in r]
+    rows = [[r["after"], "%.1e" % r["weight_change"], "%.1e" % r["state_change"], r["adam_steps"], "%.4e" % r["grad_max"]]
+            for r in results if "after" in r]
     summary = results[-1]
     table("Claim 3. One step of 4 micro-batches of 2 sequences, lr 1e-3", ["after", "max |w - w_0|",
-          "optimizer steps", "max |gradient buffer|"], rows)
+          "max change of w, master, m, v", "optimizer steps", "max |gradient buffer|"], rows)
     print("train_step over the 4 micro-batches gives these weights to %.1e; an optimizer step after every "
           "micro-batch (%d steps) lands %.1e away (one update moves a weight by at most %.1e)"
           % (summary["diff_train_step"], summary["adam_steps_per_micro_batch"], summary["diff_step_per_micro_batch"],

@@ -62,8 +62,9 @@ def check_claims(check, r):
 
     rows = [x for x in r["claim3"] if "after" in x]
     micro, update, summary = rows[:-1], rows[-1], r["claim3"][-1]
-    check("claim 3: after each of the %d micro-batches the weights are bitwise w_0 and no optimizer step was taken"
-          % len(micro), all(x["weight_change"] == 0 and x["adam_steps"] == 0 for x in micro))
+    check("claim 3: after each of the %d micro-batches the weights, master weights, m and v are bitwise the start's "
+          "and no optimizer step was taken" % len(micro),
+          all(x["weight_change"] == 0 and x["state_change"] == 0 and x["adam_steps"] == 0 for x in micro))
     check("claim 3: gpt2_update moves them once (max %.1e, 1 step)" % update["weight_change"],
           update["weight_change"] > 0 and update["adam_steps"] == 1)
     check("claim 3: train_step gives bitwise those weights; stepping per micro-batch does not (%.1e away)"
