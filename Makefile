@@ -37,7 +37,7 @@ vpath %.cu test/cpu_cuda test/sanitizer dev .
 TEST_CU    := $(wildcard test/cpu_cuda/test_*.cu)
 # Programs that run as several ranks (NCCL across MPI processes) link Open MPI
 # and are compiled with MULTI_GPU; the rest run single-process.
-MPI_PROGRAMS := test_nccl test_distributed train_gpt
+MPI_PROGRAMS := test_nccl test_distributed train_gpt lesson
 CPU_TESTS  := $(patsubst test/cpu_cuda/%.cu,build/cpu/%,$(TEST_CU))
 ASAN_TESTS := $(patsubst test/cpu_cuda/%.cu,build/cpu-asan/%,$(TEST_CU))
 # Host C++ programs (data tools and their tests; rules below), defined here
@@ -48,7 +48,7 @@ HOST_ASAN  := $(patsubst %.cpp,build/host-asan/%,$(notdir $(HOST_SRCS)))
 DEV_CU     := $(wildcard dev/*.cu)
 DEV_BINS   := $(patsubst dev/%.cu,build/cpu/%,$(DEV_CU))
 
-.PHONY: all cpu asan racecheck gpu test test-asan bench clean check-cuda-headers train_gpt_cpu sass-report
+.PHONY: all cpu asan racecheck gpu test test-asan bench clean check-cuda-headers train_gpt_cpu sass-report lesson
 .SECONDARY:
 
 all: cpu
@@ -69,7 +69,7 @@ else
 endif
 LLMC_HDRS := $(wildcard llmc/*.h llmc/*.cuh)
 
-cpu: check-cuda-headers $(CPU_TESTS) $(DEV_BINS) $(HOST_BINS) build/cpu/train_gpt $(addprefix build/cpu-fp32/,test_matmul test_layers test_attention test_gpt2 test_training test_distributed)
+cpu: check-cuda-headers $(CPU_TESTS) $(DEV_BINS) $(HOST_BINS) build/cpu/train_gpt $(addprefix build/cpu-fp32/,test_matmul test_layers test_attention test_gpt2 test_training test_distributed train_gpt lesson)
 
 # .cu -> preprocessed C++ with <<<>>> launches and extern __shared__ rewritten.
 # Variant directories: build/cpu (optimised), build/cpu-asan (sanitizers),
@@ -181,6 +181,10 @@ test: cpu asan racecheck
 
 test-asan: asan
 	TEST_SECTIONS=asan bash test/run_tests.sh
+
+# The lesson in numbers (README.md): one table per claim, a few minutes on 2 cores.
+lesson: build/cpu-fp32/train_gpt build/cpu-fp32/lesson build/cpu/train_gpt
+	$(PYTHON) dev/lesson.py
 
 bench: build/cpu/bench_cpu_cuda
 	./build/cpu/bench_cpu_cuda

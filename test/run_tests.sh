@@ -104,6 +104,7 @@ if want cpu; then
     run "test_train_cli" bash test/test_train_cli.sh build/cpu/train_gpt
     run "test_resume" python3 test/test_resume.py build/cpu/train_gpt
     run "test_hf" python3 test/test_hf.py build/cpu-fp32/test_gpt2 build/cpu/test_gpt2 build/cpu/train_gpt
+    run "test_lesson" python3 test/test_lesson.py build/cpu-fp32/train_gpt build/cpu/train_gpt build/cpu-fp32/lesson
     run "test_gpu_check (gpu_check.sh, dry run)" bash test/test_gpu_check.sh
     run "readme_anchors (README's links to definitions)" python3 dev/readme_anchors.py
 fi

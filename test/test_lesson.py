@@ -1,0 +1,122 @@
+#!/usr/bin/env python3
+"""Runs the lesson reduced (dev/lesson.py --quick) and checks that each claim
+its tables print holds. Nothing depends on wall-clock time: tokens/s is
+printed by the lesson, never checked here.
+
+usage: python3 test/test_lesson.py FP32_TRAINER BF16_TRAINER FP32_LESSON
+"""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+from checks import Checks
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def main():
+    if len(sys.argv) != 4:
+        print("error: usage: test_lesson.py FP32_TRAINER BF16_TRAINER FP32_LESSON", file=sys.stderr)
+        return 2
+    check = Checks()
+    with tempfile.TemporaryDirectory() as out:
+        results_path = os.path.join(out, "results.json")
+        p = subprocess.run([sys.executable, os.path.join(ROOT, "dev", "lesson.py"), "--quick", "--no-plot",
+                            "--out", out, "--json", results_path, "--trainer", sys.argv[1],
+                            "--trainer-bf16", sys.argv[2], "--lesson", sys.argv[3]],
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT)
+        print(p.stdout)
+        check("dev/lesson.py --quick exits 0 and prints a table for each of the 8 claims",
+              p.returncode == 0 and all("Claim %d." % n in p.stdout for n in range(1, 9)))
+        if p.returncode != 0:
+            check.tally("test_lesson")
+            return 1
+        with open(results_path) as f:
+            r = json.load(f)
+        check_claims(check, r)
+        plot = subprocess.run([sys.executable, os.path.join(ROOT, "dev", "plot_lesson.py"), results_path],
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        check("dev/plot_lesson.py draws the PNG, or says matplotlib is absent (%s)" % plot.stdout.strip(),
+              plot.returncode == 0 and (os.path.exists(os.path.join(out, "lesson.png")) or "skipped" in plot.stdout))
+    check.tally("test_lesson")
+    return 0 if check.failed == 0 else 1
+
+
+def check_claims(check, r):
+    splits = r["claim1"]["splits"]
+    check("claim 1: every (B_micro, N, A) split gives the losses of (8,1,1) within 1e-5 (worst %.1e)"
+          % max(s["loss_diff"] for s in splits), all(s["loss_diff"] <= 1e-5 for s in splits))
+    check("claim 1: and its final weights within 5e-5 of the largest weight (worst %.1e)"
+          % max(s["weight_diff"] for s in splits), all(s["weight_diff"] <= 5e-5 for s in splits))
+
+    packed, slots = r["claim2"]
+    check("claim 2: on packed data (equal counts) both normalisations give the one-micro-batch gradient (%.1e, %.1e)"
+          % (packed["grad_err_global"], packed["grad_err_mean_of_means"]),
+          packed["grad_err_global"] <= 1e-5 and packed["grad_err_mean_of_means"] <= 1e-5)
+    check("claim 2: on slots (counts %s) 1/G gives it (%.1e), the mean of micro-batch means is off by %.0f%%"
+          % (slots["counts"], slots["grad_err_global"], 100 * slots["grad_err_mean_of_means"]),
+          slots["grad_err_global"] <= 1e-5 and slots["grad_err_mean_of_means"] >= 1e-2
+          and len(set(slots["counts"])) > 1)
+
+    rows = [x for x in r["claim3"] if "after" in x]
+    micro, update, summary = rows[:-1], rows[-1], r["claim3"][-1]
+    check("claim 3: after each of the %d micro-batches the weights, master weights, m and v are bitwise the start's "
+          "and no optimizer step was taken" % len(micro),
+          all(x["weight_change"] == 0 and x["state_change"] == 0 and x["adam_steps"] == 0 for x in micro))
+    check("claim 3: gpt2_update moves them once (max %.1e, 1 step)" % update["weight_change"],
+          update["weight_change"] > 0 and update["adam_steps"] == 1)
+    check("claim 3: train_step gives bitwise those weights; stepping per micro-batch does not (%.1e away)"
+          % summary["diff_step_per_micro_batch"],
+          summary["diff_train_step"] == 0 and summary["diff_step_per_micro_batch"] > 1e-4)
+
+    plans = {x["case"]: x["plan"] for x in r["claim4"]}
+    by_b = [plans["B_micro %d, A %d" % (b, 64 // b)] for b in (64, 32, 16, 8)]
+    fixed = ("parameters", "fp32 gradients", "master + m + v (+ shard)")
+    check("claim 4: activations and logits halve with B_micro (64, 32, 16, 8): %s MiB"
+          % ", ".join("%.0f" % p["activations"] for p in by_b),
+          all(abs(a["activations"] - 2 * b["activations"]) <= 1 and abs(a["logits"] - 2 * b["logits"]) <= 1
+              for a, b in zip(by_b, by_b[1:])))
+    check("claim 4: parameters, gradients and optimizer state stay with B_micro",
+          all(p[k] == by_b[0][k] for p in by_b for k in fixed))
+    base, r1, r2 = by_b[-1], plans["B_micro 8, A 8, -r 1"], plans["B_micro 8, A 8, -r 2"]
+    zero, fp32 = plans["B_micro 8, N 4, A 2, -z 1"], plans["B_micro 8, A 8, fp32 build"]
+    check("claim 4: -r 1 and -r 2 cut activations only (%.0f, %.0f, %.0f MiB)"
+          % (base["activations"], r1["activations"], r2["activations"]),
+          base["activations"] > r1["activations"] > r2["activations"] and all(p[k] == base[k] for p in (r1, r2) for k in fixed))
+    check("claim 4: ZeRO-1 on 4 ranks cuts master + m + v (%.0f -> %.0f MiB) and nothing else"
+          % (base[fixed[2]], zero[fixed[2]]),
+          zero[fixed[2]] < base[fixed[2]] / 2 and all(zero[k] == base[k] for k in ("parameters", "activations")))
+    check("claim 4: bf16 against the fp32 build halves the weights and the activations",
+          abs(fp32["parameters"] - 2 * base["parameters"]) <= 1 and fp32["activations"] > 1.9 * base["activations"])
+
+    speed = r["claim5"]
+    check("claim 5: every split costs the same model FLOPs per step (%.3g)" % speed[0]["flops"],
+          all(s["flops"] == speed[0]["flops"] for s in speed))
+    check("claim 5: A micro-batches run A times the matmuls (%s per step)"
+          % ", ".join("%.0f" % s["matmuls_per_step"] for s in speed),
+          all(s["matmuls_per_step"] == s["split"][2] * speed[0]["matmuls_per_step"] for s in speed))
+
+    for zero in (0, 1):
+        comm = [x for x in r["claim6"] if x.get("zero") == zero]
+        ratio = comm[0]["reduced_over_gradient"] if comm else float("nan")  # (none: skipped, see the output)
+        check("claim 6: ZeRO-%d, A = %s: the same collectives and bytes every step, one gradient's worth reduced "
+              "(ratio %.5f)" % (zero, [x["A"] for x in comm], ratio),
+              len(comm) == 4 and all(x["calls"] == comm[0]["calls"] and x["bytes"] == comm[0]["bytes"] for x in comm)
+              and 1 <= ratio <= 1 + 1e-4)
+
+    curves = r["claim7"]["curves"]
+    check("claim 7: every run's val loss falls (%d runs)" % len(curves), all(c["val_end"] < c["val_start"] for c in curves))
+    by = {(c["tokens_per_step"], c["lr"]): c["val_end"] for c in curves}
+    check("claim 7: at the same lr and the same tokens seen, 512 and 2048 tokens per step end apart",
+          all(abs(by[(512, lr)] - by[(2048, lr)]) > 1e-3 for lr in r["claim7"]["lrs"]))
+
+    norms = r["claim8"]
+    check("claim 8: LayerNorm gives the same outputs in micro-batches (%.1e); BatchNorm does not (%.2f)"
+          % (norms["layernorm_diff"], norms["batchnorm_diff"]),
+          norms["layernorm_diff"] < 1e-12 and norms["batchnorm_diff"] > 0.1)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
