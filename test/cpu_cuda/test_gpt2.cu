@@ -202,10 +202,14 @@ static void test_init_and_checkpoints() {
     CHECK(mismatches == 0, "version 5 (bf16) checkpoint loads the bf16 rounding of version 3 (%zu mismatches)", mismatches);
     // write, reload: identical master weights
     const char* tmp = "build/test_gpt2_checkpoint.bin";
-    std::string error;
     CheckpointFile written;
-    CHECK(gpt2_write_model_file(&from_file, tmp, &written, &error) && written.bytes > 0, "model file written %s",
-          error.c_str());
+    std::string error;
+    try {
+        written = gpt2_write_model_file(&from_file, tmp);
+    } catch (const llmc::Error& e) {
+        error = e.what();
+    }
+    CHECK(error.empty() && written.bytes > 0, "model file written %s", error.c_str());
     GPT2 reloaded;
     gpt2_init_from_checkpoint(&reloaded, tmp);
     std::vector<floatX> w1(n), w2(n);
