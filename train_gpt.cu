@@ -491,9 +491,7 @@ static GPT2Config config_of(const ModelFileHeader& h) {
 
 // Opens a model file, reads its header and checks the shape it describes.
 static FILE* open_model_file(const char* path, GPT2Config* c, ModelFileHeader* h) {
-    std::string error;
-    FILE* f = model_file_open(path, h, &error);
-    if (!f) FAIL("%s", error.c_str());
+    FILE* f = model_file_open(path, h);
     *c = config_of(*h);
     const std::string problem = model_shape_problem(*c);
     if (!problem.empty())
@@ -508,9 +506,7 @@ static void gpt2_init_from_checkpoint(GPT2* model, const char* path) {
     FILE* f = open_model_file(path, &model->config, &h);
     size_t n = 0;
     for (int k = 0; k < NUM_PARAMETER_TENSORS; k++) n += parameter_size(k, model->config);
-    std::vector<float> weights;
-    std::string error;
-    if (!model_file_read_weights(f, path, h, n, &weights, &error)) FAIL("%s", error.c_str());
+    const std::vector<float> weights = model_file_read_weights(f, path, h, n);
     gpt2_allocate_parameters(model);
     gpt2_set_weights(model, weights);
 }
@@ -555,19 +551,16 @@ static bool all_finite(const std::vector<T>& values) {
 }
 
 // A model whose weights are not all finite (a bf16 rounding can overflow to
-// Inf) is refused: the error names it and nothing is written.
-static bool gpt2_write_model_file(const GPT2* model, const std::string& path, CheckpointFile* written,
-                                  std::string* error) {
+// Inf) is refused: the error names it and nothing is written. Returns the
+// file's name, size and hash.
+static CheckpointFile gpt2_write_model_file(const GPT2* model, const std::string& path) {
     std::vector<floatX> weights(model->num_parameters);
     cudaCheck(cudaMemcpy(weights.data(), model->params_memory, weights.size() * sizeof(floatX), cudaMemcpyDeviceToHost));
-    if (!all_finite(weights)) {
-        *error = path + ": the model's weights hold Inf or NaN; not written";
-        return false;
-    }
+    if (!all_finite(weights)) FAIL("%s: the model's weights hold Inf or NaN; not written", path.c_str());
     const GPT2Config& c = model->config;
     const ModelFileHeader h{sizeof(floatX) == 2 ? MODEL_VERSION_BF16 : MODEL_VERSION_FP32, c.max_seq_len,
                             c.vocab_size, c.num_layers, c.num_heads, c.channels, c.padded_vocab_size};
-    return model_file_write(path, h, weights.data(), weights.size(), written, error);
+    return model_file_write(path, h, weights.data(), weights.size());
 }
 
 // ---- documents ----------------------------------------------------------------
@@ -1044,19 +1037,20 @@ static void save_checkpoint(GPT2* model, const std::string& dir, int step, const
     const std::vector<float> master = device_to_host(model->master_weights, local);
     if (!all_finite(m) || !all_finite(v) || !all_finite(master))
         FAIL("step %d: the optimizer state holds Inf or NaN; no checkpoint written (the earlier ones are kept)", step);
-    std::string error;
-    CheckpointFile model_file, state_file;
+    CheckpointFile model_file;
     if (d->rank == 0) {
         if (unlink(checkpoint_done_path(dir, step).c_str()) == 0) fsync_directory(dir);
-        if (!gpt2_write_model_file(model, checkpoint_model_path(dir, step), &model_file, &error))
-            FAIL("step %d: %s (the earlier checkpoints are kept)", step, error.c_str());
+        try {
+            model_file = gpt2_write_model_file(model, checkpoint_model_path(dir, step));
+        } catch (const llmc::Error& e) {
+            FAIL("step %d: %s (the earlier checkpoints are kept)", step, e.what());
+        }
     }
     host_barrier(d);  // no stale DONE of this step is left
     const TrainingStateHeader h{d->num_processes, d->rank, 0, step, model->zero_stage, local, model->num_parameters,
                                 sizeof(ResumeInfo)};
-    if (!state_write(checkpoint_state_path(dir, step, d->rank), h, m.data(), v.data(), master.data(), &info, &error,
-                     &state_file))
-        FAIL("%s", error.c_str());
+    const CheckpointFile state_file =
+        state_write(checkpoint_state_path(dir, step, d->rank), h, m.data(), v.data(), master.data(), &info);
     const uint64_t mine[2] = {state_file.bytes, state_file.xxh64};
     const std::vector<uint64_t> states = host_all_gather(mine, 2, d);  // also: every rank's file is durable
     if (d->rank == 0) {
@@ -1065,7 +1059,7 @@ static void save_checkpoint(GPT2* model, const std::string& dir, int step, const
             const std::string path = checkpoint_state_path(dir, step, r);
             done.files.push_back(CheckpointFile{path.substr(dir.size() + 1), states[2 * r], states[2 * r + 1]});
         }
-        if (!checkpoint_write_done(dir, step, done, &error)) FAIL("%s", error.c_str());
+        checkpoint_write_done(dir, step, done);
         checkpoint_prune(dir, keep_last, run_id);
     }
 }
@@ -1136,10 +1130,8 @@ static ResumeInfo load_checkpoint(GPT2* model, const std::string& dir, int step)
                                        model->num_parameters, sizeof(ResumeInfo)};
     std::vector<float> m(local), v(local), master(local);
     ResumeInfo info;
-    std::string error;
-    if (!state_read(checkpoint_state_path(dir, step, d->rank), expected, m.data(), v.data(), master.data(), &info, &error))
-        FAIL("%s", error.c_str());
     const std::string state_path = checkpoint_state_path(dir, step, d->rank);
+    state_read(state_path, expected, m.data(), v.data(), master.data(), &info);
     if (info.magic != RESUME_MAGIC) FAIL("%s: not written by this trainer", state_path.c_str());
     // (skipped non-finite steps leave the AdamW step behind the step, never ahead)
     if (info.adam_step < 0 || info.adam_step > step)
@@ -1542,8 +1534,11 @@ static void claim_output_dir(const char* dir, const Distributed* d) {
             FAIL("-o %s: cannot create the folder in %s (%s)", dir, parent.c_str(), strerror(errno));
         }
         if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode)) FAIL("-o %s: not a folder", dir);
-        std::string error;
-        if (!checkpoint_lock_dir(dir, &error)) FAIL("-o %s", error.c_str());
+        try {
+            checkpoint_lock_dir(dir);
+        } catch (const llmc::Error& e) {
+            FAIL("-o %s", e.what());
+        }
     }
     host_barrier(d);  // the folder is there and locked
 }

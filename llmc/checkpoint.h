@@ -30,8 +30,11 @@
 // partial one, and after a crash at most a stale *.tmp is left (see
 // checkpoint_remove_stale_temps).
 //
-// Functions report failure by returning false with a one-line reason (naming the file) in
-// *error (which may be null); none of them exits.
+// Errors follow llmc/error.h: a write or read that fails throws llmc::Error, one line
+// naming the file. Two checks return false with the reason in *why instead, because their
+// callers branch on the outcome (a resume falls back to an older checkpoint, a prune keeps
+// what it cannot prove its own): checkpoint_read_done and checkpoint_verify_files. So does
+// fsync_directory, whose "cannot" the cleanups here shrug off.
 #pragma once
 
 #include <algorithm>
@@ -52,6 +55,7 @@
 #include <sys/types.h>
 #include <unistd.h>
 
+#include "llmc/error.h"
 #include "llmc/regular_file.h"
 
 #define XXH_INLINE_ALL  // header-only use of Debian's libxxhash-dev: nothing to link
@@ -70,11 +74,8 @@ static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
 // ---------------------------------------------------------------------------
 // durable atomic writes
 
-inline void checkpoint_set_error_(std::string* error, const std::string& msg) {
-    if (error) *error = msg;
-}
-
-// fsync of a folder, so that a rename or unlink in it survives a power loss.
+// fsync of a folder, so that a rename or unlink in it survives a power loss; false (errno
+// set) when it cannot: an outcome, since only write_file_atomic needs it to succeed.
 inline bool fsync_directory(const std::string& dir) {
     int fd = open(dir.empty() ? "." : dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (fd < 0) return false;
@@ -100,15 +101,11 @@ inline std::string checkpoint_parent_dir_(const std::string& path) {
 // Writes path through path.tmp (see the top of this file). write_body writes the content to
 // the open file and returns false on failure. On failure the temporary file is removed and
 // an existing path is untouched, except if only the final folder fsync fails: the new file
-// is then in place and whole, but its durability is not known, so false is returned too.
-inline bool write_file_atomic(const std::string& path, const std::function<bool(FILE*)>& write_body,
-                              std::string* error) {
+// is then in place and whole, but its durability is not known, so that throws too.
+inline void write_file_atomic(const std::string& path, const std::function<bool(FILE*)>& write_body) {
     const std::string tmp = path + ".tmp";
     FILE* f = fopen(tmp.c_str(), "wb");
-    if (!f) {
-        checkpoint_set_error_(error, tmp + ": cannot create (" + strerror(errno) + ")");
-        return false;
-    }
+    if (!f) llmc::fail(tmp + ": cannot create (" + strerror(errno) + ")");
     std::string what;
     int e = 0;
     errno = 0;
@@ -133,17 +130,11 @@ inline bool write_file_atomic(const std::string& path, const std::function<bool(
     }
     if (!what.empty()) {
         unlink(tmp.c_str());
-        checkpoint_set_error_(error, path + ": " + what + " (" +
-                                         (e ? strerror(e) : "the writer reported a failure") + ")");
-        return false;
+        llmc::fail(path + ": " + what + " (" + (e ? strerror(e) : "the writer reported a failure") + ")");
     }
     const std::string dir = checkpoint_parent_dir_(path);
-    if (!fsync_directory(dir)) {
-        checkpoint_set_error_(error, path + ": written, but fsync of the folder " + dir + " failed (" +
-                                         strerror(errno) + ")");
-        return false;
-    }
-    return true;
+    if (!fsync_directory(dir))
+        llmc::fail(path + ": written, but fsync of the folder " + dir + " failed (" + strerror(errno) + ")");
 }
 
 // One file of a checkpoint as its DONE lists it.
@@ -174,19 +165,18 @@ class HashingWriter {
     uint64_t bytes_ = 0;
 };
 
-// write_file_atomic through a HashingWriter; *written gets the file's name, size and hash.
-inline bool write_file_hashed(const std::string& path, const std::function<bool(HashingWriter&)>& write_body,
-                              CheckpointFile* written, std::string* error) {
+// write_file_atomic through a HashingWriter; returns the file's name, size and hash.
+inline CheckpointFile write_file_hashed(const std::string& path,
+                                        const std::function<bool(HashingWriter&)>& write_body) {
     uint64_t bytes = 0, digest = 0;
-    const bool ok = write_file_atomic(path, [&](FILE* f) {
+    write_file_atomic(path, [&](FILE* f) {
         HashingWriter w(f);
         const bool body = write_body(w);
         bytes = w.bytes();
         digest = w.digest();
         return body;
-    }, error);
-    if (ok && written) *written = CheckpointFile{path.substr(path.find_last_of('/') + 1), bytes, digest};
-    return ok;
+    });
+    return CheckpointFile{path.substr(path.find_last_of('/') + 1), bytes, digest};
 }
 
 // ---------------------------------------------------------------------------
@@ -224,14 +214,11 @@ struct ModelFileHeader {
 
 inline size_t model_file_weight_bytes_(int version) { return version == MODEL_VERSION_BF16 ? 2 : 4; }
 
-// Opens a model file and reads its header (magic and version checked); null on failure.
-inline FILE* model_file_open(const std::string& path, ModelFileHeader* h, std::string* error) {
+// Opens a model file and reads its header (magic and version checked).
+inline FILE* model_file_open(const std::string& path, ModelFileHeader* h) {
     std::string why;
     FILE* f = fopen_regular_file(path.c_str(), &why);
-    if (!f) {
-        checkpoint_set_error_(error, path + ": cannot open the model file (" + why + ")");
-        return nullptr;
-    }
+    if (!f) llmc::fail(path + ": cannot open the model file (" + why + ")");
     int32_t header[CHECKPOINT_HEADER_INTS];
     std::string problem;
     if (fread(header, 4, CHECKPOINT_HEADER_INTS, f) != CHECKPOINT_HEADER_INTS)
@@ -243,8 +230,7 @@ inline FILE* model_file_open(const std::string& path, ModelFileHeader* h, std::s
         problem = "unsupported model file version " + std::to_string(header[1]) + " (3 = fp32, 5 = bf16)";
     if (!problem.empty()) {
         fclose(f);
-        checkpoint_set_error_(error, path + ": " + problem);
-        return nullptr;
+        llmc::fail(path + ": " + problem);
     }
     *h = ModelFileHeader{header[1], header[2], header[3], header[4], header[5], header[6], header[7]};
     return f;
@@ -252,8 +238,8 @@ inline FILE* model_file_open(const std::string& path, ModelFileHeader* h, std::s
 
 // Reads the n weights after the header into fp32 (bf16 widened exactly) and closes f;
 // the file must hold exactly n of them.
-inline bool model_file_read_weights(FILE* f, const std::string& path, const ModelFileHeader& h, size_t n,
-                                    std::vector<float>* weights, std::string* error) {
+inline std::vector<float> model_file_read_weights(FILE* f, const std::string& path, const ModelFileHeader& h,
+                                                  size_t n) {
     const size_t elem = model_file_weight_bytes_(h.version), expected = CHECKPOINT_HEADER_BYTES + n * elem;
     struct stat st;
     std::string problem;
@@ -261,30 +247,30 @@ inline bool model_file_read_weights(FILE* f, const std::string& path, const Mode
     else if ((size_t)st.st_size != expected)
         problem = "file is " + std::to_string((long long)st.st_size) + " bytes, expected " + std::to_string(expected) +
                   " for this model (" + ((size_t)st.st_size < expected ? "truncated" : "trailing data") + ")";
-    weights->resize(problem.empty() ? n : 0);
-    if (problem.empty() && elem == 4 && fread(weights->data(), 4, n, f) != n) problem = "read error";
+    std::vector<float> weights(problem.empty() ? n : 0);
+    if (problem.empty() && elem == 4 && fread(weights.data(), 4, n, f) != n) problem = "read error";
     if (problem.empty() && elem == 2) {
         std::vector<uint16_t> raw(n);
         if (fread(raw.data(), 2, n, f) != n) problem = "read error";
         for (size_t i = 0; i < n; i++) {
             const uint32_t bits = (uint32_t)raw[i] << 16;  // a bf16 is the top half of a float
-            memcpy(&(*weights)[i], &bits, 4);
+            memcpy(&weights[i], &bits, 4);
         }
     }
     fclose(f);
-    if (!problem.empty()) checkpoint_set_error_(error, path + ": " + problem);
-    return problem.empty();
+    if (!problem.empty()) llmc::fail(path + ": " + problem);
+    return weights;
 }
 
 // Writes a model file through path.tmp (see the top of this file); n weights of the
-// version's size (4 or 2 bytes each) at weights.
-inline bool model_file_write(const std::string& path, const ModelFileHeader& h, const void* weights, size_t n,
-                             CheckpointFile* written, std::string* error) {
+// version's size (4 or 2 bytes each) at weights; returns its name, size and hash.
+inline CheckpointFile model_file_write(const std::string& path, const ModelFileHeader& h, const void* weights,
+                                       size_t n) {
     int32_t header[CHECKPOINT_HEADER_INTS] = {MODEL_MAGIC,  h.version,  h.max_seq_len,      h.vocab_size,
                                               h.num_layers, h.num_heads, h.channels, h.padded_vocab_size};
     return write_file_hashed(path, [&](HashingWriter& w) {
         return w.put(header, 4, CHECKPOINT_HEADER_INTS) && w.put(weights, model_file_weight_bytes_(h.version), n);
-    }, written, error);
+    });
 }
 
 // ---------------------------------------------------------------------------
@@ -305,9 +291,10 @@ inline bool checkpoint_state_size_(const TrainingStateHeader& h, uint64_t* size)
     return true;
 }
 
-inline bool state_write(const std::string& path, const TrainingStateHeader& h, const float* m,
-                        const float* v, const float* master, const void* extra, std::string* error,
-                        CheckpointFile* written = nullptr) {
+// Writes a training-state file (a header that cannot be written is refused before any
+// file is touched); returns its name, size and hash.
+inline CheckpointFile state_write(const std::string& path, const TrainingStateHeader& h, const float* m,
+                                  const float* v, const float* master, const void* extra) {
     uint64_t size;
     const char* bad = nullptr;
     if (h.num_processes < 1 || h.rank < 0 || h.rank >= h.num_processes) bad = "rank out of range";
@@ -316,10 +303,7 @@ inline bool state_write(const std::string& path, const TrainingStateHeader& h, c
     else if (!checkpoint_state_size_(h, &size)) bad = "element count too large";
     else if (h.shard_elements > 0 && (!m || !v || !master)) bad = "missing optimizer array";
     else if (h.extra_bytes > 0 && !extra) bad = "missing extra blob";
-    if (bad) {
-        checkpoint_set_error_(error, path + ": cannot write the training state: " + bad);
-        return false;
-    }
+    if (bad) llmc::fail(path + ": cannot write the training state: " + bad);
     int32_t hd[CHECKPOINT_HEADER_INTS];
     memset(hd, 0, sizeof(hd));
     hd[0] = CHECKPOINT_STATE_MAGIC;
@@ -341,40 +325,35 @@ inline bool state_write(const std::string& path, const TrainingStateHeader& h, c
         [&](HashingWriter& w) {
             return w.put(hd, 4, CHECKPOINT_HEADER_INTS) && w.put(m, 4, n) && w.put(v, 4, n) && w.put(master, 4, n) &&
                    w.put(extra, 1, h.extra_bytes);
-        },
-        written, error);
+        });
 }
 
 // Opens a training-state file, reads and checks its header (magic, version, sane fields,
-// exact size) and returns the file positioned at the body; null with *error on failure.
-inline FILE* checkpoint_state_open_(const std::string& path, TrainingStateHeader* h, std::string* error) {
+// exact size) and returns the file positioned at the body.
+inline FILE* checkpoint_state_open_(const std::string& path, TrainingStateHeader* h) {
     std::string why;
     FILE* f = fopen_regular_file(path.c_str(), &why);
-    if (!f) {
-        checkpoint_set_error_(error, path + ": cannot open the training state (" + why + ")");
-        return nullptr;
-    }
-    auto fail = [&](const std::string& msg) -> FILE* {
+    if (!f) llmc::fail(path + ": cannot open the training state (" + why + ")");
+    auto fail = [&](const std::string& msg) {
         fclose(f);
-        checkpoint_set_error_(error, path + ": " + msg);
-        return nullptr;
+        llmc::fail(path + ": " + msg);
     };
     struct stat st;
-    if (fstat(fileno(f), &st) != 0) return fail(std::string("cannot stat (") + strerror(errno) + ")");
+    if (fstat(fileno(f), &st) != 0) fail(std::string("cannot stat (") + strerror(errno) + ")");
     const uint64_t actual = (uint64_t)st.st_size;
     int32_t hd[CHECKPOINT_HEADER_INTS];
     if (actual < 4 || fread(hd, 4, 1, f) != 1)
-        return fail("not a training state file (" + std::to_string(actual) + " bytes)");
+        fail("not a training state file (" + std::to_string(actual) + " bytes)");
     if (hd[0] != CHECKPOINT_STATE_MAGIC)
-        return fail("not a training state file (magic " + std::to_string(hd[0]) + ", expected " +
+        fail("not a training state file (magic " + std::to_string(hd[0]) + ", expected " +
                     std::to_string(CHECKPOINT_STATE_MAGIC) + ")");
     if (actual < CHECKPOINT_HEADER_BYTES || fread(hd + 1, 4, CHECKPOINT_HEADER_INTS - 1, f) != CHECKPOINT_HEADER_INTS - 1)
-        return fail("truncated: " + std::to_string(actual) + " bytes, shorter than the " +
+        fail("truncated: " + std::to_string(actual) + " bytes, shorter than the " +
                     std::to_string(CHECKPOINT_HEADER_BYTES) + "-byte header");
     if (hd[1] != CHECKPOINT_STATE_VERSION)
-        return fail("unsupported training state version " + std::to_string(hd[1]) + " (expected " +
+        fail("unsupported training state version " + std::to_string(hd[1]) + " (expected " +
                     std::to_string(CHECKPOINT_STATE_VERSION) + ")");
-    if (hd[4] != 1) return fail("no master weights in the training state (header[4] = " + std::to_string(hd[4]) + ")");
+    if (hd[4] != 1) fail("no master weights in the training state (header[4] = " + std::to_string(hd[4]) + ")");
     TrainingStateHeader r;
     r.num_processes = hd[2];
     r.rank = hd[3];
@@ -383,39 +362,37 @@ inline FILE* checkpoint_state_open_(const std::string& path, TrainingStateHeader
     r.zero_stage = hd[11];
     r.shard_elements = (uint64_t)(uint32_t)hd[12] | ((uint64_t)(uint32_t)hd[13] << 32);
     r.num_parameters = (uint64_t)(uint32_t)hd[14] | ((uint64_t)(uint32_t)hd[15] << 32);
-    if (hd[16] < 0) return fail("bad header: extra blob of " + std::to_string(hd[16]) + " bytes");
+    if (hd[16] < 0) fail("bad header: extra blob of " + std::to_string(hd[16]) + " bytes");
     r.extra_bytes = (uint32_t)hd[16];
     if (r.num_processes < 1 || r.rank < 0 || r.rank >= r.num_processes)
-        return fail("bad header: rank " + std::to_string(r.rank) + " of " + std::to_string(r.num_processes) +
+        fail("bad header: rank " + std::to_string(r.rank) + " of " + std::to_string(r.num_processes) +
                     " processes");
-    if (r.step < 0) return fail("bad header: step " + std::to_string(r.step));
+    if (r.step < 0) fail("bad header: step " + std::to_string(r.step));
     uint64_t expected;
     if (!checkpoint_state_size_(r, &expected))
-        return fail("bad header: " + std::to_string(r.shard_elements) + " elements per array");
+        fail("bad header: " + std::to_string(r.shard_elements) + " elements per array");
     if (actual < expected)
-        return fail("truncated: " + std::to_string(actual) + " bytes, expected " + std::to_string(expected));
+        fail("truncated: " + std::to_string(actual) + " bytes, expected " + std::to_string(expected));
     if (actual > expected)
-        return fail("wrong size: " + std::to_string(actual) + " bytes, expected " + std::to_string(expected) +
+        fail("wrong size: " + std::to_string(actual) + " bytes, expected " + std::to_string(expected) +
                     " (trailing data)");
     *h = r;
     return f;
 }
 
-inline bool state_read_header(const std::string& path, TrainingStateHeader* h, std::string* error) {
-    FILE* f = checkpoint_state_open_(path, h, error);
-    if (!f) return false;
-    fclose(f);
-    return true;
+inline TrainingStateHeader state_read_header(const std::string& path) {
+    TrainingStateHeader h;
+    fclose(checkpoint_state_open_(path, &h));
+    return h;
 }
 
 // Reads the body into m, v, master (shard_elements floats each) and extra (extra_bytes);
 // a null pointer skips that part. The file must have been saved with `expected`'s
 // num_processes, rank, step, zero_stage, shard_elements, num_parameters and extra_bytes.
-inline bool state_read(const std::string& path, const TrainingStateHeader& expected, float* m, float* v,
-                       float* master, void* extra, std::string* error) {
+inline void state_read(const std::string& path, const TrainingStateHeader& expected, float* m, float* v,
+                       float* master, void* extra) {
     TrainingStateHeader h;
-    FILE* f = checkpoint_state_open_(path, &h, error);
-    if (!f) return false;
+    FILE* f = checkpoint_state_open_(path, &h);
     auto I = [](uint64_t x) { return std::to_string(x); };
     std::string mismatch;
     if (h.num_processes != expected.num_processes)
@@ -436,8 +413,7 @@ inline bool state_read(const std::string& path, const TrainingStateHeader& expec
         mismatch = "extra state of " + I(h.extra_bytes) + " bytes, this run has " + I(expected.extra_bytes);
     if (!mismatch.empty()) {
         fclose(f);
-        checkpoint_set_error_(error, path + ": does not match this run: " + mismatch);
-        return false;
+        llmc::fail(path + ": does not match this run: " + mismatch);
     }
     const size_t n = (size_t)h.shard_elements;
     bool ok = true;
@@ -449,12 +425,9 @@ inline bool state_read(const std::string& path, const TrainingStateHeader& expec
     if (ok && extra && h.extra_bytes > 0) ok = fread(extra, 1, h.extra_bytes, f) == h.extra_bytes;
     int e = ferror(f) ? errno : 0;
     fclose(f);
-    if (!ok) {
-        checkpoint_set_error_(error, path + ": reading the training state failed (" +
-                                         (e ? strerror(e) : "file shorter than its header says") + ")");
-        return false;
-    }
-    return true;
+    if (!ok)
+        llmc::fail(path + ": reading the training state failed (" +
+                   (e ? strerror(e) : "file shorter than its header says") + ")");
 }
 
 // ---------------------------------------------------------------------------
@@ -541,21 +514,23 @@ struct DoneRecord {
 };
 
 // Marks step's checkpoint complete. Call only once every rank's files are durable.
-inline bool checkpoint_write_done(const std::string& dir, int step, const DoneRecord& record, std::string* error) {
+inline void checkpoint_write_done(const std::string& dir, int step, const DoneRecord& record) {
     return write_file_atomic(checkpoint_done_path(dir, step), [&](FILE* f) {
         bool ok = fprintf(f, "%s\nrun %s\n", CHECKPOINT_DONE_TITLE, record.run_id.c_str()) > 0;
         for (const CheckpointFile& c : record.files)
             ok = ok && fprintf(f, "file %s %llu %016llx\n", c.name.c_str(), (unsigned long long)c.bytes,
                                (unsigned long long)c.xxh64) > 0;
         return ok;
-    }, error);
+    });
 }
 
-inline bool checkpoint_read_done(const std::string& dir, int step, DoneRecord* record, std::string* error) {
+// Reads step's DONE into *record; false with the reason in *why when it cannot be read or
+// is damaged (returned, not thrown: see the top of this file).
+inline bool checkpoint_read_done(const std::string& dir, int step, DoneRecord* record, std::string* why) {
     const std::string path = checkpoint_done_path(dir, step);
-    std::string text, why;
-    if (!read_regular_file(path.c_str(), &text, 1 << 20, &why)) {
-        checkpoint_set_error_(error, path + ": cannot read (" + why + ")");
+    std::string text, reason;
+    if (!read_regular_file(path.c_str(), &text, 1 << 20, &reason)) {
+        *why = path + ": cannot read (" + reason + ")";
         return false;
     }
     *record = DoneRecord{};
@@ -564,14 +539,14 @@ inline bool checkpoint_read_done(const std::string& dir, int step, DoneRecord* r
     for (size_t pos = 0, nl; pos < text.size(); pos = nl + 1) {
         nl = text.find('\n', pos);
         if (nl == std::string::npos) {
-            checkpoint_set_error_(error, path + ": damaged (its last line is not whole)");
+            *why = path + ": damaged (its last line is not whole)";
             return false;
         }
         lines.push_back(text.substr(pos, nl - pos));
     }
     if (lines.size() < 2 || lines[0] != CHECKPOINT_DONE_TITLE || lines[1].compare(0, 4, "run ") != 0 ||
         lines[1].size() != 20) {
-        checkpoint_set_error_(error, path + ": not a DONE marker of this trainer (\"" + lines[0].substr(0, 40) + "\")");
+        *why = path + ": not a DONE marker of this trainer (\"" + lines[0].substr(0, 40) + "\")";
         return false;
     }
     record->run_id = lines[1].substr(4);
@@ -581,7 +556,7 @@ inline bool checkpoint_read_done(const std::string& dir, int step, DoneRecord* r
         int used = 0;
         if (sscanf(lines[i].c_str(), "file %255s %llu %16llx%n", name, &bytes, &hash, &used) != 3 ||
             used != (int)lines[i].size() || strchr(name, '/')) {
-            checkpoint_set_error_(error, path + ": damaged line " + std::to_string(i + 1));
+            *why = path + ": damaged line " + std::to_string(i + 1);
             return false;
         }
         record->files.push_back(CheckpointFile{name, bytes, hash});
@@ -589,22 +564,22 @@ inline bool checkpoint_read_done(const std::string& dir, int step, DoneRecord* r
     return true;
 }
 
-// Checks every file the record lists: a regular file of the listed size and hash.
-inline bool checkpoint_verify_files(const std::string& dir, const DoneRecord& record, std::string* error) {
+// Checks every file the record lists: a regular file of the listed size and hash; false
+// with the first problem in *why (returned, not thrown: see the top of this file).
+inline bool checkpoint_verify_files(const std::string& dir, const DoneRecord& record, std::string* why) {
     std::vector<char> buf(1 << 20);
     for (const CheckpointFile& c : record.files) {
         const std::string path = dir + "/" + c.name;
         int fd = open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
         struct stat st;
         if (fd < 0 || fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-            checkpoint_set_error_(error, path + ": " + (fd < 0 ? strerror(errno) : "not a regular file"));
+            *why = path + ": " + (fd < 0 ? strerror(errno) : "not a regular file");
             if (fd >= 0) close(fd);
             return false;
         }
         if ((uint64_t)st.st_size != c.bytes) {
             close(fd);
-            checkpoint_set_error_(error, path + ": " + std::to_string(st.st_size) + " bytes, its DONE says " +
-                                             std::to_string(c.bytes));
+            *why = path + ": " + std::to_string(st.st_size) + " bytes, its DONE says " + std::to_string(c.bytes);
             return false;
         }
         XXH64_state_t h;
@@ -614,12 +589,11 @@ inline bool checkpoint_verify_files(const std::string& dir, const DoneRecord& re
         const int e = errno;
         close(fd);
         if (got < 0) {
-            checkpoint_set_error_(error, path + ": read failed (" + strerror(e) + ")");
+            *why = path + ": read failed (" + strerror(e) + ")";
             return false;
         }
         if (XXH64_digest(&h) != c.xxh64) {
-            checkpoint_set_error_(error, path + ": checksum differs from its DONE's (the file is damaged or from "
-                                             "another checkpoint)");
+            *why = path + ": checksum differs from its DONE's (the file is damaged or from another checkpoint)";
             return false;
         }
     }
@@ -662,7 +636,8 @@ inline void checkpoint_prune(const std::string& dir, int keep_last, const std::s
         std::vector<int> own;
         for (int s : done) {
             DoneRecord r;
-            if (checkpoint_read_done(dir, s, &r, nullptr) && !run_id.empty() && r.run_id == run_id) own.push_back(s);
+            std::string why;  // a DONE that cannot be read is not provably the run's: kept
+            if (checkpoint_read_done(dir, s, &r, &why) && !run_id.empty() && r.run_id == run_id) own.push_back(s);
         }
         if ((int)own.size() > keep_last) doomed.assign(own.begin(), own.end() - keep_last);
     }
@@ -679,15 +654,12 @@ inline void checkpoint_prune(const std::string& dir, int keep_last, const std::s
 constexpr const char* CHECKPOINT_LOCK_NAME = "train.lock";
 
 // Takes dir/train.lock (flock, exclusive, not waiting) and writes this pid into it; the
-// lock lasts until the process exits (the fd stays open). Returns false with a reason
-// naming the holder's pid when another process has it.
-inline bool checkpoint_lock_dir(const std::string& dir, std::string* error) {
+// lock lasts until the process exits (the fd stays open). When another process has it,
+// the error names the holder's pid.
+inline void checkpoint_lock_dir(const std::string& dir) {
     const std::string path = dir + "/" + CHECKPOINT_LOCK_NAME;
     int fd = open(path.c_str(), O_RDWR | O_CREAT | O_NONBLOCK | O_CLOEXEC, 0644);
-    if (fd < 0) {
-        checkpoint_set_error_(error, path + ": cannot create the lock file (" + strerror(errno) + ")");
-        return false;
-    }
+    if (fd < 0) llmc::fail(path + ": cannot create the lock file (" + strerror(errno) + ")");
     if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
         const int e = errno;
         char pid[32] = {0};
@@ -695,19 +667,17 @@ inline bool checkpoint_lock_dir(const std::string& dir, std::string* error) {
         close(fd);
         while (n > 0 && (pid[n - 1] == '\n' || pid[n - 1] == ' ')) pid[--n] = '\0';
         if (e == EWOULDBLOCK)
-            checkpoint_set_error_(error, dir + ": another trainer is writing into this folder (pid " +
-                                             (n > 0 ? pid : "unknown") + ", holding " + path + ")");
-        else
-            checkpoint_set_error_(error, path + ": cannot lock (" + strerror(e) + ")");
-        return false;
+            llmc::fail(dir + ": another trainer is writing into this folder (pid " + (n > 0 ? pid : "unknown") +
+                       ", holding " + path + ")");
+        llmc::fail(path + ": cannot lock (" + strerror(e) + ")");
     }
     const std::string me = std::to_string(getpid()) + "\n";
     if (ftruncate(fd, 0) != 0 || pwrite(fd, me.data(), me.size(), 0) != (ssize_t)me.size()) {
-        checkpoint_set_error_(error, path + ": cannot write the lock file (" + strerror(errno) + ")");
+        const int e = errno;
         close(fd);
-        return false;
+        llmc::fail(path + ": cannot write the lock file (" + strerror(e) + ")");
     }
-    return true;  // fd stays open: the lock is held until exit
+    // fd stays open: the lock is held until exit
 }
 
 // Deletes the *.tmp files (not folders) that a killed run left in dir.

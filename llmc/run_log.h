@@ -69,8 +69,6 @@ struct RunLog {
             const std::string line = text.substr(pos, nl + 1 - pos);
             if (before(line, S)) kept += line;
         }
-        std::string error;
-        if (!write_file_atomic(path, [&](FILE* f) { return fwrite(kept.data(), 1, kept.size(), f) == kept.size(); }, &error))
-            llmc::fail(error);
+        write_file_atomic(path, [&](FILE* f) { return fwrite(kept.data(), 1, kept.size(), f) == kept.size(); });
     }
 };

@@ -202,10 +202,14 @@ static void test_init_and_checkpoints() {
     CHECK(mismatches == 0, "version 5 (bf16) checkpoint loads the bf16 rounding of version 3 (%zu mismatches)", mismatches);
     // write, reload: identical master weights
     const char* tmp = "build/test_gpt2_checkpoint.bin";
-    std::string error;
     CheckpointFile written;
-    CHECK(gpt2_write_model_file(&from_file, tmp, &written, &error) && written.bytes > 0, "model file written %s",
-          error.c_str());
+    std::string error;
+    try {
+        written = gpt2_write_model_file(&from_file, tmp);
+    } catch (const llmc::Error& e) {
+        error = e.what();
+    }
+    CHECK(error.empty() && written.bytes > 0, "model file written %s", error.c_str());
     GPT2 reloaded;
     gpt2_init_from_checkpoint(&reloaded, tmp);
     std::vector<floatX> w1(n), w2(n);
@@ -214,6 +218,18 @@ static void test_init_and_checkpoints() {
     CHECK(memcmp(w1.data(), w2.data(), n * sizeof(floatX)) == 0,
           "model file write + reload: the weights the model computes with are bitwise identical");
     remove(tmp);
+    // one Inf weight: the model is refused with an error naming the file, and nothing is written
+    const floatX inf = from_float<floatX>(INFINITY);
+    CUDA_OK(cudaMemcpy(reloaded.params_memory, &inf, sizeof(floatX), cudaMemcpyHostToDevice));
+    error.clear();
+    try {
+        gpt2_write_model_file(&reloaded, tmp);
+    } catch (const llmc::Error& e) {
+        error = e.what();
+    }
+    CHECK(error == std::string(tmp) + ": the model's weights hold Inf or NaN; not written" && access(tmp, F_OK) != 0 &&
+              access((std::string(tmp) + ".tmp").c_str(), F_OK) != 0,
+          "a model with an Inf weight is refused, nothing written: %s", error.c_str());
     for (GPT2* m : {&from_file, &from_seed, &from_bf16, &reloaded}) gpt2_free(m);
 }
 

@@ -60,9 +60,11 @@ static State random_state(uint32_t seed, uint64_t n, uint32_t extra_bytes) {
     for (auto& b : s.extra) b = (unsigned char)rng();
     return s;
 }
-static bool write_state(const std::string& path, const State& s, std::string* err) {
-    return state_write(path, s.h, s.m.data(), s.v.data(), s.master.data(), s.extra.data(), err);
+// The message of state_write's error, "NO ERROR" when it writes the file.
+static std::string write_state(const std::string& path, const State& s) {
+    return error_of([&] { state_write(path, s.h, s.m.data(), s.v.data(), s.master.data(), s.extra.data()); });
 }
+static const std::string NO_ERROR = "NO ERROR";
 static bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
     return a.size() == b.size() && memcmp(a.data(), b.data(), a.size() * 4) == 0;
 }
@@ -82,9 +84,8 @@ static void test_round_trip() {
     const uint64_t n = 10007;
     const uint32_t eb = 77;
     State s = random_state(1, n, eb);
-    std::string err;
-    bool wrote = write_state(p, s, &err);
-    CHECK(wrote, "state_write succeeds %s", err.c_str());
+    std::string err = write_state(p, s);
+    CHECK(err == NO_ERROR, "state_write succeeds %s", err == NO_ERROR ? "" : err.c_str());
     CHECK(file_size(p) == (off_t)(1024 + 12 * n + eb) && !exists(p + ".tmp"),
           "the file is exactly 1024 + 12n + extra bytes (%lld) and no .tmp is left", (long long)file_size(p));
 
@@ -107,7 +108,8 @@ static void test_round_trip() {
 
     TrainingStateHeader h;
     memset(&h, 0, sizeof(h));
-    bool hok = state_read_header(p, &h, &err);
+    err = error_of([&] { h = state_read_header(p); });
+    const bool hok = err == NO_ERROR;
     CHECK(hok && h.num_processes == 4 && h.rank == 3 && h.shuffle == 1 && h.step == 1234 && h.zero_stage == 1 &&
               h.shard_elements == n && h.num_parameters == 0x123456789ull && h.extra_bytes == eb,
           "state_read_header returns every field %s", hok ? "" : err.c_str());
@@ -117,27 +119,27 @@ static void test_round_trip() {
     r.v.assign(n, 0.f);
     r.master.assign(n, 0.f);
     r.extra.assign(eb, 0);
-    bool rok = state_read(p, s.h, r.m.data(), r.v.data(), r.master.data(), r.extra.data(), &err);
+    err = error_of([&] { state_read(p, s.h, r.m.data(), r.v.data(), r.master.data(), r.extra.data()); });
+    bool rok = err == NO_ERROR;
     CHECK(rok && same_bits(r.m, s.m) && same_bits(r.v, s.v) && same_bits(r.master, s.master) && r.extra == s.extra,
           "state_read: m, v, master and the extra blob come back bitwise (NaN patterns included) %s",
           rok ? "" : err.c_str());
 
     std::vector<float> only_master(n, 0.f);
-    rok = state_read(p, s.h, nullptr, nullptr, only_master.data(), nullptr, &err);
+    rok = error_of([&] { state_read(p, s.h, nullptr, nullptr, only_master.data(), nullptr); }) == NO_ERROR;
     CHECK(rok && same_bits(only_master, s.master), "state_read with null pointers skips those parts");
 
     // overwrite with new content: the new one replaces the old
     State s2 = random_state(2, n, eb);
-    wrote = write_state(p, s2, &err);
-    rok = wrote && state_read(p, s2.h, r.m.data(), r.v.data(), r.master.data(), r.extra.data(), &err);
+    rok = write_state(p, s2) == NO_ERROR &&
+          error_of([&] { state_read(p, s2.h, r.m.data(), r.v.data(), r.master.data(), r.extra.data()); }) == NO_ERROR;
     CHECK(rok && same_bits(r.m, s2.m) && r.extra == s2.extra && !exists(p + ".tmp"),
           "writing again replaces the file");
 
     // an empty shard and no blob
     State e = random_state(3, 0, 0);
-    wrote = write_state(d + "/empty.bin", e, &err);
-    rok = wrote && file_size(d + "/empty.bin") == 1024 &&
-          state_read(d + "/empty.bin", e.h, nullptr, nullptr, nullptr, nullptr, &err);
+    rok = write_state(d + "/empty.bin", e) == NO_ERROR && file_size(d + "/empty.bin") == 1024 &&
+          error_of([&] { state_read(d + "/empty.bin", e.h, nullptr, nullptr, nullptr, nullptr); }) == NO_ERROR;
     CHECK(rok, "a state with n = 0 and no extra blob is the 1024-byte header and reads back");
 }
 
@@ -146,8 +148,7 @@ static void test_mismatch() {
     const std::string p = d + "/state.bin";
     const uint64_t n = 100;
     State s = random_state(4, n, 16);
-    std::string err;
-    write_state(p, s, &err);
+    write_state(p, s);
     std::vector<float> buf(4 * n + 1000);
     std::vector<unsigned char> ex(1 << 12);
     struct Case {
@@ -167,15 +168,15 @@ static void test_mismatch() {
     for (const Case& c : cases) {
         TrainingStateHeader want = s.h;
         c.change(want);
-        err.clear();
-        bool ok = state_read(p, want, buf.data(), buf.data() + n, buf.data() + 2 * n, ex.data(), &err);
+        const std::string err =
+            error_of([&] { state_read(p, want, buf.data(), buf.data() + n, buf.data() + 2 * n, ex.data()); });
         bool msg = one_line(err) && contains(err, p);
         for (const std::string& nd : c.needles) msg = msg && contains(err, nd);
-        CHECK(!ok && msg, "mismatch of %s is refused: %s", c.field, err.c_str());
+        CHECK(err != NO_ERROR && msg, "mismatch of %s is refused: %s", c.field, err.c_str());
     }
     TrainingStateHeader want = s.h;
     want.shuffle = 0;
-    CHECK(state_read(p, want, buf.data(), buf.data() + n, buf.data() + 2 * n, ex.data(), &err),
+    CHECK(error_of([&] { state_read(p, want, buf.data(), buf.data() + n, buf.data() + 2 * n, ex.data()); }) == NO_ERROR,
           "the shuffle flag is not part of the match (the caller decides)");
 }
 
@@ -184,25 +185,22 @@ static void test_damage() {
     const uint64_t n = 50;
     const uint32_t eb = 8;
     State s = random_state(5, n, eb);
-    std::string err;
     const std::string good = d + "/good.bin";
-    write_state(good, s, &err);
+    write_state(good, s);
     const std::string raw = read_file(good);
     const size_t full = raw.size();
-    TrainingStateHeader h;
     auto expect_error = [&](const std::string& name, const std::string& bytes, std::initializer_list<const char*> needles,
                             const char* what) {
         const std::string p = d + "/" + name;
         write_file(p, bytes);
-        err.clear();
-        bool ok_h = state_read_header(p, &h, &err);
+        const std::string err = error_of([&] { state_read_header(p); });
         bool msg = one_line(err) && contains(err, p);
         for (const char* nd : needles) msg = msg && contains(err, nd);
-        std::string err2;
         std::vector<float> buf(3 * n);
         std::vector<unsigned char> ex(eb);
-        bool ok_r = state_read(p, s.h, buf.data(), buf.data() + n, buf.data() + 2 * n, ex.data(), &err2);
-        CHECK(!ok_h && !ok_r && msg && err2 == err, "%s: %s", what, err.c_str());
+        const std::string err2 =
+            error_of([&] { state_read(p, s.h, buf.data(), buf.data() + n, buf.data() + 2 * n, ex.data()); });
+        CHECK(err != NO_ERROR && msg && err2 == err, "%s: %s", what, err.c_str());
     };
     const std::string F = std::to_string(full);
     expect_error("cut.bin", raw.substr(0, full - 1), {"truncated", std::to_string(full - 1).c_str(), F.c_str()},
@@ -236,16 +234,15 @@ static void test_damage() {
     memcpy(&bad[13 * 4], &big, 4);  // n = 2^64 - 1: no size fits
     expect_error("nhuge.bin", bad, {"bad header"}, "n = 2^64-1 is refused without overflow");
 
-    err.clear();
-    CHECK(!state_read_header(d + "/missing.bin", &h, &err) && one_line(err) && contains(err, "missing.bin") &&
+    std::string err = error_of([&] { state_read_header(d + "/missing.bin"); });
+    CHECK(one_line(err) && contains(err, "missing.bin") &&
               contains(err, strerror(ENOENT)),
           "a missing file: %s", err.c_str());
 
     State inv = random_state(6, 4, 0);
     inv.h.rank = 4;  // of 4 processes
-    err.clear();
-    CHECK(!write_state(d + "/inv.bin", inv, &err) && !exists(d + "/inv.bin") && !exists(d + "/inv.bin.tmp") &&
-              one_line(err),
+    err = write_state(d + "/inv.bin", inv);
+    CHECK(err != NO_ERROR && !exists(d + "/inv.bin") && !exists(d + "/inv.bin.tmp") && one_line(err),
           "state_write refuses a header with rank >= processes: %s", err.c_str());
 }
 
@@ -254,45 +251,43 @@ static void test_atomic() {
     const std::string p = d + "/file.bin";
     const std::string old = "the old content\n";
     write_file(p, old);
-    std::string err;
-    bool ok = write_file_atomic(
-        p,
-        [](FILE* f) {
+    std::string err = error_of([&] {
+        write_file_atomic(p, [](FILE* f) {
             std::vector<char> half(100000, 'z');
             fwrite(half.data(), 1, half.size(), f);
             errno = ENOSPC;  // as a failing write would report it
             return false;
-        },
-        &err);
-    CHECK(!ok && read_file(p) == old && !exists(p + ".tmp") && one_line(err) && contains(err, p) &&
+        });
+    });
+    CHECK(err != NO_ERROR && read_file(p) == old && !exists(p + ".tmp") && one_line(err) && contains(err, p) &&
               contains(err, strerror(ENOSPC)),
-          "a writer failing midway: false, old file unchanged, no .tmp left: %s", err.c_str());
+          "a writer failing midway: an error, old file unchanged, no .tmp left: %s", err.c_str());
 
-    err.clear();
-    ok = write_file_atomic(p, [](FILE*) { return false; }, &err);
-    CHECK(!ok && read_file(p) == old && !exists(p + ".tmp") && one_line(err),
+    err = error_of([&] { write_file_atomic(p, [](FILE*) { return false; }); });
+    CHECK(err != NO_ERROR && read_file(p) == old && !exists(p + ".tmp") && one_line(err),
           "a writer failing without errno: still a one-line reason: %s", err.c_str());
 
     // a failed state_write over an existing state keeps the old state readable
     const std::string sp = d + "/state.bin";
     State s = random_state(7, 64, 4);
-    write_state(sp, s, &err);
+    write_state(sp, s);
     const std::string before = read_file(sp);
     State big = random_state(8, 64, 4);
     big.h.extra_bytes = 0x80000000u;  // invalid: does not fit the int32 slot
-    err.clear();
-    CHECK(!write_state(sp, big, &err) && read_file(sp) == before && !exists(sp + ".tmp"),
+    err = write_state(sp, big);
+    CHECK(err != NO_ERROR && read_file(sp) == before && !exists(sp + ".tmp"),
           "a refused state_write leaves the existing state file as it was: %s", err.c_str());
 
-    err.clear();
-    ok = write_file_atomic(g_tmp + "/no_such_dir/file.bin", [](FILE* f) { return fputs("x", f) >= 0; }, &err);
-    CHECK(!ok && one_line(err) && contains(err, "no_such_dir") && contains(err, strerror(ENOENT)),
+    err = error_of([] { write_file_atomic(g_tmp + "/no_such_dir/file.bin", [](FILE* f) { return fputs("x", f) >= 0; }); });
+    CHECK(one_line(err) && contains(err, "no_such_dir") && contains(err, strerror(ENOENT)),
           "a missing folder: %s", err.c_str());
 
-    ok = write_file_atomic(p, [](FILE* f) { return fputs("new", f) >= 0; }, &err);
+    bool ok = error_of([&] { write_file_atomic(p, [](FILE* f) { return fputs("new", f) >= 0; }); }) == NO_ERROR;
     CHECK(ok && read_file(p) == "new" && !exists(p + ".tmp"), "a successful write replaces the file");
 
-    ok = write_file_atomic("checkpoint_test_relative.tmpfile", [](FILE* f) { return fputs("r", f) >= 0; }, &err);
+    ok = error_of([] {
+        write_file_atomic("checkpoint_test_relative.tmpfile", [](FILE* f) { return fputs("r", f) >= 0; });
+    }) == NO_ERROR;
     CHECK(ok && read_file("checkpoint_test_relative.tmpfile") == "r", "a bare file name (folder \".\") works");
     unlink("checkpoint_test_relative.tmpfile");
 }
@@ -309,18 +304,17 @@ static void test_find_latest() {
         touch(d + "/" + junk);
     mkdir((d + "/DONE_99999999.d").c_str(), 0755);
     CHECK(checkpoint_find_latest(d) == -1, "junk names and checkpoints without DONE are not complete");
-    std::string err;
-    bool ok = checkpoint_write_done(d, 10, OWN, &err) && checkpoint_write_done(d, 200, OWN, &err) &&
-              checkpoint_write_done(d, 50, OWN, &err);
-    CHECK(ok && read_file(checkpoint_done_path(d, 200)) == "gpt-trainer checkpoint 1\nrun 00000000000000aa\n" &&
+    const std::string err = error_of([&] {
+        for (int step : {10, 200, 50}) checkpoint_write_done(d, step, OWN);
+    });
+    CHECK(err == NO_ERROR && read_file(checkpoint_done_path(d, 200)) == "gpt-trainer checkpoint 1\nrun 00000000000000aa\n" &&
               !exists(checkpoint_done_path(d, 200) + ".tmp"),
           "checkpoint_write_done writes the title and the run id, no .tmp left");
     CHECK(checkpoint_find_latest(d) == 200, "find_latest picks the largest DONE step (got %d)", checkpoint_find_latest(d));
     touch(d + "/DONE_00000000");
     CHECK(checkpoint_find_latest(d) == 200, "step 0 counts but is not the latest");
-    err.clear();
-    CHECK(!checkpoint_write_done(g_tmp + "/nope", 5, OWN, &err) && one_line(err), "write_done into a missing folder: %s",
-          err.c_str());
+    const std::string missing = error_of([] { checkpoint_write_done(g_tmp + "/nope", 5, OWN); });
+    CHECK(missing != NO_ERROR && one_line(missing), "write_done into a missing folder: %s", missing.c_str());
 }
 
 static void test_prune() {
@@ -329,10 +323,7 @@ static void test_prune() {
     const auto make_ckpt = [&](int step, bool done) {
         touch(checkpoint_model_path(d, step));
         for (int r = 0; r < P; r++) touch(checkpoint_state_path(d, step, r));
-        if (done) {
-            std::string err;
-            checkpoint_write_done(d, step, OWN, &err);
-        }
+        if (done) checkpoint_write_done(d, step, OWN);
     };
     for (int s : {10, 20, 30, 40, 50}) make_ckpt(s, true);
     make_ckpt(60, false);  // being written: no DONE
@@ -377,8 +368,7 @@ static void test_prune() {
 
     // orphans older than the newest DONE go, also with keep_last 0; another run's DONE stays
     make_ckpt(45, false);
-    std::string err;
-    checkpoint_write_done(d, 5, DoneRecord{"00000000000000bb", {}}, &err);
+    checkpoint_write_done(d, 5, DoneRecord{"00000000000000bb", {}});
     touch(checkpoint_model_path(d, 5));
     touch(d + "/DONE_00000003");  // llm.c's empty DONE: no owner
     touch(checkpoint_model_path(d, 3));
@@ -398,17 +388,18 @@ static void test_prune() {
 static void test_done_and_verify() {
     const std::string d = mkdir_in_tmp("verify");
     State s = random_state(11, 500, 24);
-    std::string err;
     CheckpointFile written;
     const std::string p = checkpoint_state_path(d, 7, 3);
-    bool ok = state_write(p, s.h, s.m.data(), s.v.data(), s.master.data(), s.extra.data(), &err, &written);
+    std::string err =
+        error_of([&] { written = state_write(p, s.h, s.m.data(), s.v.data(), s.master.data(), s.extra.data()); });
     const std::string raw = read_file(p);
-    CHECK(ok && written.name == "state_00000007_00003.bin" && written.bytes == raw.size() &&
+    CHECK(err == NO_ERROR && written.name == "state_00000007_00003.bin" && written.bytes == raw.size() &&
               written.xxh64 == XXH64(raw.data(), raw.size(), 0),
           "state_write reports the file's name, size and XXH64");
     const DoneRecord rec{"0123456789abcdef", {written}};
     DoneRecord back;
-    ok = checkpoint_write_done(d, 7, rec, &err) && checkpoint_read_done(d, 7, &back, &err);
+    err.clear();
+    const bool ok = error_of([&] { checkpoint_write_done(d, 7, rec); }) == NO_ERROR && checkpoint_read_done(d, 7, &back, &err);
     CHECK(ok && back.run_id == rec.run_id && back.files.size() == 1 && back.files[0].name == written.name &&
               back.files[0].bytes == written.bytes && back.files[0].xxh64 == written.xxh64,
           "DONE round trip: run id and the file line %s", err.c_str());
@@ -442,16 +433,16 @@ static void test_done_and_verify() {
 
 static void test_lock() {
     const std::string d = mkdir_in_tmp("lock");
-    std::string err;
-    CHECK(checkpoint_lock_dir(d, &err) && read_file(d + "/train.lock") == std::to_string(getpid()) + "\n",
-          "the lock is taken and names this pid %s", err.c_str());
+    std::string err = error_of([&] { checkpoint_lock_dir(d); });
+    CHECK(err == NO_ERROR && read_file(d + "/train.lock") == std::to_string(getpid()) + "\n",
+          "the lock is taken and names this pid %s", err == NO_ERROR ? "" : err.c_str());
     // flock is per open file: a second open, even in this process, is another writer
-    err.clear();
-    CHECK(!checkpoint_lock_dir(d, &err) && one_line(err) &&
+    err = error_of([&] { checkpoint_lock_dir(d); });
+    CHECK(one_line(err) &&
               contains(err, "another trainer is writing into this folder (pid " + std::to_string(getpid())),
           "a second writer is refused, naming the holder: %s", err.c_str());
-    err.clear();
-    CHECK(!checkpoint_lock_dir(g_tmp + "/nope", &err) && one_line(err), "a missing folder: %s", err.c_str());
+    err = error_of([] { checkpoint_lock_dir(g_tmp + "/nope"); });
+    CHECK(err != NO_ERROR && one_line(err), "a missing folder: %s", err.c_str());
 }
 
 static void test_stale_temps() {
