@@ -514,7 +514,7 @@ static void gpt2_init_from_checkpoint(GPT2* model, const char* path) {
 // All fp32 master weights on the host. Under ZeRO-1 every rank must call it:
 // the shards are gathered in the gradient buffer (zero between steps, and
 // zeroed again after).
-static std::vector<float> gpt2_master_weights(GPT2* model) {
+[[maybe_unused]] static std::vector<float> gpt2_master_weights(GPT2* model) {  // (tests)
     std::vector<float> weights(model->num_parameters);
     if (model->zero_stage == 0) {
         cudaCheck(cudaMemcpy(weights.data(), model->master_weights, weights.size() * 4, cudaMemcpyDeviceToHost));
