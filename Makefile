@@ -30,16 +30,25 @@ ASAN_FLAGS := -O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer -DBOOS
 RACE_FLAGS := -DCPUCUDA_RACECHECK
 RACE_INSTRUMENT := -O1 -fsanitize=thread --param tsan-instrument-func-entry-exit=0
 
-# CUDA programs are found by name in these folders (both builds).
-vpath %.cu test/cpu_cuda test/sanitizer dev .
+# CUDA programs are found by name in these folders (both builds), so a name
+# is unique across them.
+vpath %.cu test/runtime test/runtime/sanitizer test/kernels test/model dev .
 
-# CUDA test programs (portable .cu files; each builds for CPU and GPU).
-TEST_CU    := $(wildcard test/cpu_cuda/test_*.cu)
+# CUDA test programs (portable .cu files; each builds for CPU and GPU):
+#   test/runtime/  the CUDA-on-CPU runtime itself (kernel language, streams,
+#                  cuBLASLt, NCCL, its checking modes)
+#   test/kernels/  one program per kernel header of llmc/ against plain C++
+#   test/model/    the trainer's model (train_gpt.cu) against PyTorch's numbers
+TEST_CU    := $(wildcard test/runtime/test_*.cu test/kernels/test_*.cu test/model/test_*.cu)
+TEST_NAMES := $(basename $(notdir $(TEST_CU)))
+KERNEL_TESTS := $(basename $(notdir $(wildcard test/kernels/test_*.cu)))
+# the programs also built in fp32 (build/cpu-fp32): those whose numbers depend on floatX
+FP32_TESTS := $(filter-out test_ptx,$(KERNEL_TESTS)) test_gpt2 test_training test_distributed
 # Programs that run as several ranks (NCCL across MPI processes) link Open MPI
 # and are compiled with MULTI_GPU; the rest run single-process.
 MPI_PROGRAMS := test_nccl test_distributed train_gpt
-CPU_TESTS  := $(patsubst test/cpu_cuda/%.cu,build/cpu/%,$(TEST_CU))
-ASAN_TESTS := $(patsubst test/cpu_cuda/%.cu,build/cpu-asan/%,$(TEST_CU))
+CPU_TESTS  := $(addprefix build/cpu/,$(TEST_NAMES))
+ASAN_TESTS := $(addprefix build/cpu-asan/,$(TEST_NAMES))
 # Host C++ programs (data tools and their tests; rules below), defined here
 # because the `cpu` and `asan` targets list them.
 HOST_SRCS  := $(wildcard data/*.cpp dev/*.cpp test/host/*.cpp)
@@ -69,7 +78,7 @@ else
 endif
 LLMC_HDRS := $(wildcard llmc/*.h llmc/*.cuh)
 
-cpu: check-cuda-headers $(CPU_TESTS) $(DEV_BINS) $(HOST_BINS) build/cpu/train_gpt $(addprefix build/cpu-fp32/,test_matmul test_layers test_attention test_gpt2 test_training test_distributed)
+cpu: check-cuda-headers $(CPU_TESTS) $(DEV_BINS) $(HOST_BINS) build/cpu/train_gpt $(addprefix build/cpu-fp32/,$(FP32_TESTS))
 
 # .cu -> preprocessed C++ with <<<>>> launches and extern __shared__ rewritten.
 # Variant directories: build/cpu (optimised), build/cpu-asan (sanitizers),
@@ -171,10 +180,10 @@ sass-report:
 asan: $(ASAN_TESTS) $(HOST_ASAN) build/cpu-asan/oob_kernel build/cpu-asan/train_gpt
 
 # The racecheck build of the kernel tests and the deliberately broken kernels
-# of test/sanitizer (also in the normal build, for initcheck and the schedules).
+# of test/runtime/sanitizer (also in the normal build, for initcheck and the schedules).
 SANITIZER_KERNELS := missing_sync_kernel unwritten_read_kernel warp_sync_kernel
-racecheck: $(addprefix build/cpu-racecheck/,test_kernels test_ptx test_cublaslt test_matmul test_layers \
-             test_attention test_gpt2 test_training $(SANITIZER_KERNELS)) $(addprefix build/cpu/,$(SANITIZER_KERNELS))
+racecheck: $(addprefix build/cpu-racecheck/,test_kernel_language test_cublaslt $(KERNEL_TESTS) \
+             test_gpt2 test_training $(SANITIZER_KERNELS)) $(addprefix build/cpu/,$(SANITIZER_KERNELS))
 
 test: cpu asan racecheck
 	bash test/run_tests.sh

@@ -595,5 +595,5 @@ int main() {
     test_launch_errors();
     test_memory_errors();
     test_events();
-    return test_summary("test_kernels");
+    return test_summary("test_kernel_language");
 }
