@@ -57,7 +57,7 @@ HOST_ASAN  := $(patsubst %.cpp,build/host-asan/%,$(notdir $(HOST_SRCS)))
 DEV_CU     := $(wildcard dev/*.cu)
 DEV_BINS   := $(patsubst dev/%.cu,build/cpu/%,$(DEV_CU))
 
-.PHONY: all cpu asan racecheck gpu test test-asan bench clean check-cuda-headers train_gpt_cpu sass-report
+.PHONY: all cpu asan racecheck gpu test test-asan test-one bench clean check-cuda-headers train_gpt_cpu sass-report
 .SECONDARY:
 
 all: cpu
@@ -190,6 +190,37 @@ test: cpu asan racecheck
 
 test-asan: asan
 	TEST_SECTIONS=asan bash test/run_tests.sh
+
+# One test program: `make test-one T=test_layernorm` builds and runs it. A CUDA
+# test runs from build/$(BUILD) (cpu; or cpu-fp32, cpu-asan, cpu-racecheck),
+# under `mpirun -np $(NP)` when NP is set (test_nccl; test_distributed also
+# takes a results folder: ARGS=DIR); a host test from build/host; a script of
+# test/trainer/ against build/$(BUILD)/train_gpt (test_hf: the builds it
+# compares); test_gpu_check, the dry run of test/gpu_check.sh. ARGS go to the program. TEST_FILTER=substring runs only the cases
+# whose name contains it (see test/test_util.h for which programs name cases).
+BUILD ?= cpu
+HOST_TESTS    := $(basename $(notdir $(wildcard test/host/test_*.cpp)))
+TRAINER_TESTS := $(basename $(notdir $(wildcard test/trainer/test_*)))
+MPIRUN_ONE    := OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpirun --oversubscribe --bind-to none -np $(NP)
+ifneq ($(filter $(T),$(TEST_NAMES)),)
+  TEST_ONE_DEPS := build/$(BUILD)/$(T)
+  TEST_ONE_CMD  := $(if $(NP),$(MPIRUN_ONE)) build/$(BUILD)/$(T) $(ARGS)
+else ifneq ($(filter $(T),$(HOST_TESTS)),)
+  TEST_ONE_DEPS := build/host/$(T)
+  TEST_ONE_CMD  := SHARED_DATA=$${SHARED_DATA:-../shared/data} build/host/$(T) $(ARGS)
+else ifeq ($(T),test_hf)
+  TEST_ONE_DEPS := build/cpu-fp32/test_gpt2 build/cpu/test_gpt2 build/cpu/train_gpt
+  TEST_ONE_CMD  := $(PYTHON) test/trainer/test_hf.py $(TEST_ONE_DEPS)
+else ifneq ($(filter $(T),$(TRAINER_TESTS)),)
+  TEST_ONE_SCRIPT := $(wildcard test/trainer/$(T).*)
+  TEST_ONE_DEPS := build/$(BUILD)/train_gpt
+  TEST_ONE_CMD  := $(if $(filter %.py,$(TEST_ONE_SCRIPT)),$(PYTHON),bash) $(TEST_ONE_SCRIPT) build/$(BUILD)/train_gpt
+else ifeq ($(T),test_gpu_check)
+  TEST_ONE_CMD  := bash test/test_gpu_check.sh
+endif
+test-one: $(TEST_ONE_DEPS)
+	$(if $(TEST_ONE_CMD),,$(error T=$(T) is not a test; one of: $(sort $(TEST_NAMES) $(HOST_TESTS) $(TRAINER_TESTS) test_gpu_check)))
+	$(TEST_ONE_CMD)
 
 bench: build/cpu/bench_cpu_cuda
 	./build/cpu/bench_cpu_cuda
