@@ -2,6 +2,16 @@
 # Runs every test of the project (after `make cpu asan`) and ends with one line
 # "N passed, M failed". Each test program prints "<name>: N passed, M failed";
 # a program that crashes or hangs without its tally line counts as one failure.
+# The programs, by what they test: test/runtime/ (the CUDA-on-CPU runtime),
+# test/kernels/ (one per kernel header of llmc/), test/model/ (train_gpt.cu's
+# model), test/trainer/ (the train_gpt binary), test/host/ (host C++).
+#
+# One program alone: `make test-one T=test_layernorm` (BUILD=cpu-fp32 etc. for
+# another build; a host test or a script of test/trainer/ by its name too).
+# TEST_FILTER=substring runs only the cases whose name contains it, in the
+# programs that name their cases with TEST_CASE (test/test_util.h: those of
+# test/kernels/, test_kernel_language, test_checks, test_cublaslt,
+# test_hellaswag_loader); the others run all and say so.
 #
 # Sections (TEST_SECTIONS, default all): cpu host schedules streams mpi asan
 #   racecheck initcheck nvcc gpu
