@@ -196,8 +196,9 @@ test-asan: asan
 # under `mpirun -np $(NP)` when NP is set (test_nccl; test_distributed also
 # takes a results folder: ARGS=DIR); a host test from build/host; a script of
 # test/trainer/ against build/$(BUILD)/train_gpt (test_hf: the builds it
-# compares); test_gpu_check, the dry run of test/gpu_check.sh. ARGS go to the program. TEST_FILTER=substring runs only the cases
-# whose name contains it (see test/test_util.h for which programs name cases).
+# compares); test_gpu_check, the dry run of test/gpu_check.sh. ARGS go to the
+# program. TEST_FILTER=substring runs only the cases whose name contains it
+# (TEST_CASE in test/test_util.h; README's "Running one test" lists who has them).
 BUILD ?= cpu
 HOST_TESTS    := $(basename $(notdir $(wildcard test/host/test_*.cpp)))
 TRAINER_TESTS := $(basename $(notdir $(wildcard test/trainer/test_*)))
