@@ -30,16 +30,25 @@ ASAN_FLAGS := -O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer -DBOOS
 RACE_FLAGS := -DCPUCUDA_RACECHECK
 RACE_INSTRUMENT := -O1 -fsanitize=thread --param tsan-instrument-func-entry-exit=0
 
-# CUDA programs are found by name in these folders (both builds).
-vpath %.cu test/cpu_cuda test/sanitizer dev .
+# CUDA programs are found by name in these folders (both builds), so a name
+# is unique across them.
+vpath %.cu test/runtime test/runtime/sanitizer test/kernels test/model dev .
 
-# CUDA test programs (portable .cu files; each builds for CPU and GPU).
-TEST_CU    := $(wildcard test/cpu_cuda/test_*.cu)
+# CUDA test programs (portable .cu files; each builds for CPU and GPU):
+#   test/runtime/  the CUDA-on-CPU runtime itself (kernel language, streams,
+#                  cuBLASLt, NCCL, its checking modes)
+#   test/kernels/  one program per kernel header of llmc/ against plain C++
+#   test/model/    the trainer's model (train_gpt.cu) against PyTorch's numbers
+TEST_CU    := $(wildcard test/runtime/test_*.cu test/kernels/test_*.cu test/model/test_*.cu)
+TEST_NAMES := $(basename $(notdir $(TEST_CU)))
+KERNEL_TESTS := $(basename $(notdir $(wildcard test/kernels/test_*.cu)))
+# the programs also built in fp32 (build/cpu-fp32): those whose numbers depend on floatX
+FP32_TESTS := $(filter-out test_ptx,$(KERNEL_TESTS)) test_gpt2 test_training test_distributed
 # Programs that run as several ranks (NCCL across MPI processes) link Open MPI
 # and are compiled with MULTI_GPU; the rest run single-process.
 MPI_PROGRAMS := test_nccl test_distributed train_gpt lesson
-CPU_TESTS  := $(patsubst test/cpu_cuda/%.cu,build/cpu/%,$(TEST_CU))
-ASAN_TESTS := $(patsubst test/cpu_cuda/%.cu,build/cpu-asan/%,$(TEST_CU))
+CPU_TESTS  := $(addprefix build/cpu/,$(TEST_NAMES))
+ASAN_TESTS := $(addprefix build/cpu-asan/,$(TEST_NAMES))
 # Host C++ programs (data tools and their tests; rules below), defined here
 # because the `cpu` and `asan` targets list them.
 HOST_SRCS  := $(wildcard data/*.cpp dev/*.cpp test/host/*.cpp)
@@ -48,7 +57,7 @@ HOST_ASAN  := $(patsubst %.cpp,build/host-asan/%,$(notdir $(HOST_SRCS)))
 DEV_CU     := $(wildcard dev/*.cu)
 DEV_BINS   := $(patsubst dev/%.cu,build/cpu/%,$(DEV_CU))
 
-.PHONY: all cpu asan racecheck gpu test test-asan bench clean check-cuda-headers train_gpt_cpu sass-report lesson
+.PHONY: all cpu asan racecheck gpu test test-asan test-one bench clean check-cuda-headers train_gpt_cpu sass-report lesson
 .SECONDARY:
 
 all: cpu
@@ -69,7 +78,7 @@ else
 endif
 LLMC_HDRS := $(wildcard llmc/*.h llmc/*.cuh)
 
-cpu: check-cuda-headers $(CPU_TESTS) $(DEV_BINS) $(HOST_BINS) build/cpu/train_gpt $(addprefix build/cpu-fp32/,test_matmul test_layers test_attention test_gpt2 test_training test_distributed train_gpt lesson)
+cpu: check-cuda-headers $(CPU_TESTS) $(DEV_BINS) $(HOST_BINS) build/cpu/train_gpt $(addprefix build/cpu-fp32/,$(FP32_TESTS) train_gpt lesson)
 
 # .cu -> preprocessed C++ with <<<>>> launches and extern __shared__ rewritten.
 # Variant directories: build/cpu (optimised), build/cpu-asan (sanitizers),
@@ -171,10 +180,10 @@ sass-report:
 asan: $(ASAN_TESTS) $(HOST_ASAN) build/cpu-asan/oob_kernel build/cpu-asan/train_gpt
 
 # The racecheck build of the kernel tests and the deliberately broken kernels
-# of test/sanitizer (also in the normal build, for initcheck and the schedules).
+# of test/runtime/sanitizer (also in the normal build, for initcheck and the schedules).
 SANITIZER_KERNELS := missing_sync_kernel unwritten_read_kernel warp_sync_kernel
-racecheck: $(addprefix build/cpu-racecheck/,test_kernels test_ptx test_cublaslt test_matmul test_layers \
-             test_attention test_gpt2 test_training $(SANITIZER_KERNELS)) $(addprefix build/cpu/,$(SANITIZER_KERNELS))
+racecheck: $(addprefix build/cpu-racecheck/,test_kernel_language test_cublaslt $(KERNEL_TESTS) \
+             test_gpt2 test_training $(SANITIZER_KERNELS)) $(addprefix build/cpu/,$(SANITIZER_KERNELS))
 
 test: cpu asan racecheck
 	bash test/run_tests.sh
@@ -185,6 +194,41 @@ test-asan: asan
 # The lesson in numbers (README.md): one table per claim, a few minutes on 2 cores.
 lesson: build/cpu-fp32/train_gpt build/cpu-fp32/lesson build/cpu/train_gpt
 	$(PYTHON) dev/lesson.py
+
+# One test program: `make test-one T=test_layernorm` builds and runs it. A CUDA
+# test runs from build/$(BUILD) (cpu; or cpu-fp32, cpu-asan, cpu-racecheck),
+# under `mpirun -np $(NP)` when NP is set (test_nccl; test_distributed also
+# takes a results folder: ARGS=DIR); a host test from build/host; a script of
+# test/trainer/ against build/$(BUILD)/train_gpt (test_hf: the builds it
+# compares); test_gpu_check, the dry run of test/gpu_check.sh. ARGS go to the
+# program. TEST_FILTER=substring runs only the cases whose name contains it
+# (TEST_CASE in test/test_util.h; README's "Running one test" lists who has them).
+BUILD ?= cpu
+HOST_TESTS    := $(basename $(notdir $(wildcard test/host/test_*.cpp)))
+TRAINER_TESTS := $(basename $(notdir $(wildcard test/trainer/test_*)))
+MPIRUN_ONE    := OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpirun --oversubscribe --bind-to none -np $(NP)
+ifneq ($(filter $(T),$(TEST_NAMES)),)
+  TEST_ONE_DEPS := build/$(BUILD)/$(T)
+  TEST_ONE_CMD  := $(if $(NP),$(MPIRUN_ONE)) build/$(BUILD)/$(T) $(ARGS)
+else ifneq ($(filter $(T),$(HOST_TESTS)),)
+  TEST_ONE_DEPS := build/host/$(T)
+  TEST_ONE_CMD  := SHARED_DATA=$${SHARED_DATA:-../shared/data} build/host/$(T) $(ARGS)
+else ifeq ($(T),test_hf)
+  TEST_ONE_DEPS := build/cpu-fp32/test_gpt2 build/cpu/test_gpt2 build/cpu/train_gpt
+  TEST_ONE_CMD  := $(PYTHON) test/trainer/test_hf.py $(TEST_ONE_DEPS)
+else ifeq ($(T),test_lesson)
+  TEST_ONE_DEPS := build/cpu-fp32/train_gpt build/cpu/train_gpt build/cpu-fp32/lesson
+  TEST_ONE_CMD  := $(PYTHON) test/trainer/test_lesson.py $(TEST_ONE_DEPS)
+else ifneq ($(filter $(T),$(TRAINER_TESTS)),)
+  TEST_ONE_SCRIPT := $(wildcard test/trainer/$(T).*)
+  TEST_ONE_DEPS := build/$(BUILD)/train_gpt
+  TEST_ONE_CMD  := $(if $(filter %.py,$(TEST_ONE_SCRIPT)),$(PYTHON),bash) $(TEST_ONE_SCRIPT) build/$(BUILD)/train_gpt
+else ifeq ($(T),test_gpu_check)
+  TEST_ONE_CMD  := bash test/test_gpu_check.sh
+endif
+test-one: $(TEST_ONE_DEPS)
+	$(if $(TEST_ONE_CMD),,$(error T=$(T) is not a test; one of: $(sort $(TEST_NAMES) $(HOST_TESTS) $(TRAINER_TESTS) test_gpu_check)))
+	$(TEST_ONE_CMD)
 
 bench: build/cpu/bench_cpu_cuda
 	./build/cpu/bench_cpu_cuda

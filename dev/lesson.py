@@ -18,7 +18,7 @@ to float rounding) on its built-in corpus, and dev/lesson.cu's program
   6 NCCL calls and bytes per optimizer step for A = 1, 2, 4, 8
   7 loss for a few learning rates at two batch sizes, the same tokens seen
   8 BatchNorm against LayerNorm on micro-batches (arithmetic, no run)
---quick runs fewer steps (test/test_lesson.py). The run folders, the results
+--quick runs fewer steps (test/trainer/test_lesson.py). The run folders, the results
 (lesson.json) and the plot (lesson.png, dev/plot_lesson.py) go to --out
 (default build/lesson). Any problem: one "error: ..." line, exit status 1.
 """

@@ -4,7 +4,7 @@
 generation_config.json, model.safetensors), and debug.bin: one batch's logits, mean loss and
 gradients computed by transformers (llm.c's debug-state format, README "File formats";
 gradients in llm.c's order and layout, wte's padded rows 0); SHA256SUMS of the files.
-test/test_hf.py checks the import, the trainer's forward and the export against them.
+test/trainer/test_hf.py checks the import, the trainer's forward and the export against them.
 
 Before writing, dev/import_hf.py's conversion is checked against dev/train_gpt2.py, the
 independent PyTorch model: the imported tensors in it give transformers' logits and

@@ -17,14 +17,14 @@
 //   lse  (B, NH, T)  float;  scratch (B, NH, T) float: D
 //   dqkv (B, T, 3C)  overwritten by the backward
 //
-// Kernels (bf16; HS any multiple of 16 up to 128; the fp32 build runs
+// Design (bf16; HS any multiple of 16 up to 128; the fp32 build runs
 // attention_fp32.cuh instead). A block is 4 warps and owns 64 rows of one
 // (b, h), 16 per warp; the other side streams through shared memory in tiles,
 // double-buffered with cp.async (the next tile lands while this one is used):
-//   forward  owns query rows; K/V tiles of 64 keys.   S = Q K^T, online softmax, O += P V
-//   dQ       owns query rows; K/V tiles (64 keys, 32 at HS=128). Computes D for its rows
+//   forward  owns query rows; streams K/V tiles.   S = Q K^T, online softmax, O += P V
+//   dQ       owns query rows; streams K/V tiles. Computes D for its rows
 //            first (saved for dK/dV), then S, P, dP = dO V^T, dS, dQ += dS K
-//   dK/dV    owns key rows; Q/dO tiles of 32 queries (16 at HS=128), from the block's
+//   dK/dV    owns key rows; streams Q/dO tiles, from the block's
 //            first key to T.  S^T = K Q^T, P^T, dV += P^T dO, dP^T = V dO^T, dS^T, dK += dS^T Q
 // so the backward computes S and dP twice (once per pass) instead of adding dQ
 // with atomics. All products are mma.sync m16n8k16 (bf16 in, fp32 accumulate;
@@ -44,6 +44,11 @@
 // the cost falls with the documents' length; a warp skips such 16-steps too.
 // Shared-memory rows are HS + 8 bf16 apart, so the 8 rows an ldmatrix phase
 // reads fall in 8 different 16-byte bank groups (no conflicts).
+//
+// Tile sizes (Tiles<HS> below): rows of the streamed side per tile
+//   forward  K/V   64 keys
+//   dQ       K/V   64 keys, 32 at HS=128
+//   dK/dV    Q/dO  32 queries, 16 at HS=128
 #pragma once
 #include <cmath>
 #include <cstdio>

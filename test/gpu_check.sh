@@ -49,7 +49,9 @@ nvidia-smi -L >"$WORK/nvidia-smi.log" 2>&1 || { say "no GPU visible (nvidia-smi 
 say "$(head -n 1 "$WORK/nvidia-smi.log")"
 
 # --- the build: one make of what runs below ------------------------------------
-TESTS=(test_ptx test_attention test_kernels test_matmul test_layers test_cublaslt test_streams test_gpt2 test_training)
+# every kernel test of test/kernels/, the runtime's portable tests, the model's
+TESTS=($(for f in test/kernels/test_*.cu; do basename "$f" .cu; done) test_kernel_language test_cublaslt test_streams
+    test_gpt2 test_training)
 PROGRAMS=("${TESTS[@]}" bench_train bench_attention)
 MPI_TESTS=()
 MAKE_VARS=(NO_MULTI_GPU=1)

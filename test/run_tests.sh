@@ -2,6 +2,16 @@
 # Runs every test of the project (after `make cpu asan`) and ends with one line
 # "N passed, M failed". Each test program prints "<name>: N passed, M failed";
 # a program that crashes or hangs without its tally line counts as one failure.
+# The programs, by what they test: test/runtime/ (the CUDA-on-CPU runtime),
+# test/kernels/ (one per kernel header of llmc/), test/model/ (train_gpt.cu's
+# model), test/trainer/ (the train_gpt binary), test/host/ (host C++).
+#
+# One program alone: `make test-one T=test_layernorm` (BUILD=cpu-fp32 etc. for
+# another build; a host test or a script of test/trainer/ by its name too).
+# TEST_FILTER=substring runs only the cases whose name contains it, in the
+# programs that name their cases with TEST_CASE (test/test_util.h: those of
+# test/kernels/, test_kernel_language, test_checks, test_cublaslt,
+# test_hellaswag_loader); the others run all and say so.
 #
 # Sections (TEST_SECTIONS, default all): cpu host schedules streams mpi asan
 #   racecheck initcheck nvcc gpu
@@ -22,7 +32,7 @@
 #   racecheck the kernel tests, test_gpt2 and test_training in build/cpu-racecheck,
 #             which reports shared/global memory races, with CPUCUDA_INITCHECK=1
 #             (reads of never-written memory reported too); the broken kernels
-#             of test/sanitizer must be reported by name and line
+#             of test/runtime/sanitizer must be reported by name and line
 #   initcheck the kernel tests, test_gpt2 and test_training with CPUCUDA_INITCHECK=1 (fresh
 #             device and shared memory poisoned), and a kernel that reads an
 #             unwritten buffer must produce NaN
@@ -93,18 +103,23 @@ expect() {
 
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
 MPIRUN="mpirun --oversubscribe --bind-to none"
-SINGLE_TESTS=(test_kernels test_checks test_ptx test_cublaslt test_streams test_matmul test_layers test_attention test_gpt2 test_training)
-# the model's kernels, rerun in every checking mode
-KERNEL_TESTS=(test_kernels test_ptx test_cublaslt test_matmul test_layers test_attention)
+names() { for f in "$@"; do basename "$f" .cu; done; }
+KERNELS=($(names test/kernels/test_*.cu))  # one program per kernel header of llmc/
+# every single-process CUDA test program (test_nccl and test_distributed run under mpirun)
+SINGLE_TESTS=(test_kernel_language test_checks test_cublaslt test_streams "${KERNELS[@]}" test_gpt2 test_training)
+# the model's kernels and what they are built on, rerun in every checking mode
+KERNEL_TESTS=(test_kernel_language test_cublaslt "${KERNELS[@]}")
+# the programs also built in fp32 (the Makefile's FP32_TESTS, less test_distributed: mpi section)
+FP32_TESTS=($(names test/kernels/test_*.cu | grep -vx test_ptx) test_gpt2 test_training)
 
 if want cpu; then
     echo "== CPU runtime tests"
     for t in "${SINGLE_TESTS[@]}"; do run "$t" "build/cpu/$t"; done
-    for t in test_matmul test_layers test_attention test_gpt2 test_training; do run "$t [fp32]" "build/cpu-fp32/$t"; done
-    run "test_train_cli" bash test/test_train_cli.sh build/cpu/train_gpt
-    run "test_resume" python3 test/test_resume.py build/cpu/train_gpt
-    run "test_hf" python3 test/test_hf.py build/cpu-fp32/test_gpt2 build/cpu/test_gpt2 build/cpu/train_gpt
-    run "test_lesson" python3 test/test_lesson.py build/cpu-fp32/train_gpt build/cpu/train_gpt build/cpu-fp32/lesson
+    for t in "${FP32_TESTS[@]}"; do run "$t [fp32]" "build/cpu-fp32/$t"; done
+    run "test_train_cli" bash test/trainer/test_train_cli.sh build/cpu/train_gpt
+    run "test_resume" python3 test/trainer/test_resume.py build/cpu/train_gpt
+    run "test_hf" python3 test/trainer/test_hf.py build/cpu-fp32/test_gpt2 build/cpu/test_gpt2 build/cpu/train_gpt
+    run "test_lesson" python3 test/trainer/test_lesson.py build/cpu-fp32/train_gpt build/cpu/train_gpt build/cpu-fp32/lesson
     run "test_gpu_check (gpu_check.sh, dry run)" bash test/test_gpu_check.sh
     run "readme_anchors (README's links to definitions)" python3 dev/readme_anchors.py
 fi
@@ -122,7 +137,7 @@ if want schedules; then
             run "$t [CPUCUDA_SCHEDULE=$sched]" env CPUCUDA_SCHEDULE=$sched "build/cpu/$t"
         done
     done
-    for t in test_kernels test_ptx test_layers test_attention; do run "$t [CPUCUDA_WORKERS=1]" env CPUCUDA_WORKERS=1 build/cpu/$t; done
+    for t in test_kernel_language "${KERNELS[@]}"; do run "$t [CPUCUDA_WORKERS=1]" env CPUCUDA_WORKERS=1 build/cpu/$t; done
     run "test_checks [a smaller virtual device]" env CPUCUDA_SM_COUNT=8 CPUCUDA_DEVICE_MEMORY_MB=200 \
         CPUCUDA_SMEM_OPTIN_KB=100 build/cpu/test_checks
     # lanes run one after another between synchronisation points, never in lockstep
@@ -155,7 +170,7 @@ if want mpi; then
         done
         run "test_distributed $build [compare the splits]" "build/$build/test_distributed" --compare "$dir"
     done
-    run "test_multi_rank_cli" bash test/test_multi_rank_cli.sh build/cpu/train_gpt
+    run "test_multi_rank_cli" bash test/trainer/test_multi_rank_cli.sh build/cpu/train_gpt
 fi
 
 if want asan; then
@@ -165,7 +180,7 @@ if want asan; then
     # the trainer links Open MPI, whose runtime keeps allocations until exit: no leak check there
     # its long runs with a smaller model and fewer steps (TRAIN_CLI_SMALL), under a hang guard with room for a busy machine
     TIMEOUT=$((TIMEOUT * 3)) run "test_train_cli [asan]" env ASAN_OPTIONS=detect_leaks=0 TRAIN_CLI_SMALL=1 \
-        bash test/test_train_cli.sh build/cpu-asan/train_gpt
+        bash test/trainer/test_train_cli.sh build/cpu-asan/train_gpt
     for t in build/host-asan/test_*; do [[ -x $t ]] && run "$(basename "$t") [asan]" "$t"; done
     run "test_nccl [asan, mpirun -np 2]" env ASAN_OPTIONS=detect_leaks=0 $MPIRUN -np 2 build/cpu-asan/test_nccl
     mkdir -p build/test-distributed/asan
@@ -217,7 +232,7 @@ if want nvcc; then
         # one make -j2 of every target (nvcc is the slow part of the suite), then
         # each is up to date (built from its current source) or it failed
         targets=()
-        for src in test/cpu_cuda/test_*.cu dev/*.cu train_gpt.cu; do targets+=("build/gpu/check/$(basename "$src" .cu)"); done
+        for src in test/runtime/test_*.cu test/kernels/test_*.cu test/model/test_*.cu dev/*.cu train_gpt.cu; do targets+=("build/gpu/check/$(basename "$src" .cu)"); done
         targets+=(build/gpu/single/train_gpt)
         make -s -k -j2 "${targets[@]}" >"$LOG_DIR/nvcc.log" 2>&1
         for t in "${targets[@]}"; do

@@ -32,7 +32,10 @@ check "the INFO lines of a test reach the summary" has "$out" "info     INFO cuB
 check "the per-family roofline of the benchmark is reported" has "$out" "roofline   gelu forward + backward"
 check "PyTorch's step is reported (or skipped, saying why)" grep -qE "^gpu_check: pytorch  (model|SKIP)" "$out/summary.txt"
 check "attention benchmark lines" has "$out" "attn     attention llmc B=64"
-check "every GPU test gives its tally line" test "$(grep -c '^gpu_check: test     test_.*: 3 passed, 0 failed' "$out/summary.txt")" -eq 11
+# gpu_check.sh's TESTS (test/kernels/ and 5 more) and its 2 NCCL tests
+n_tests=$(($(ls test/kernels/test_*.cu | wc -l) + 5 + 2))
+check "every GPU test gives its tally line ($n_tests)" \
+    test "$(grep -c '^gpu_check: test     test_.*: 3 passed, 0 failed' "$out/summary.txt")" -eq $n_tests
 check "the NCCL tests run on one rank" has "$out" "test_distributed: 3 passed, 0 failed [mpirun -np 1]"
 check "trainer, resume and -b auto lines" bash -c "grep -q '^gpu_check: train    step 20/20' $out/summary.txt &&
     grep -q 'resume   bitwise' $out/summary.txt && grep -q 'b auto   batch: B=32' $out/summary.txt"

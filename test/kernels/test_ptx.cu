@@ -342,11 +342,11 @@ static void test_misuse() {
 #endif
 
 int main() {
-    test_mma_layout();
-    test_ldmatrix();
-    test_cp_async();
+    TEST_CASE(test_mma_layout());
+    TEST_CASE(test_ldmatrix());
+    TEST_CASE(test_cp_async());
 #ifdef CPUCUDA
-    test_misuse();
+    TEST_CASE(test_misuse());
 #endif
     return test_summary("test_ptx");
 }

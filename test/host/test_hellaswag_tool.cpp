@@ -74,7 +74,7 @@ int main(int argc, char** argv) {
     char tmpl[] = "/tmp/test_hellaswag.XXXXXX";
     if (!mkdtemp(tmpl)) {
         printf("FAIL cannot create a temporary directory\n");
-        return test_summary("test_hellaswag");
+        return test_summary("test_hellaswag_tool");
     }
     g_tmp = tmpl;
     std::string gpt2 = shared + "/gpt2", txt = shared + "/hellaswag_val_full.txt";
@@ -189,5 +189,5 @@ int main(int argc, char** argv) {
               "a one-item file works (%s)", first_line(r.err).c_str());
     }
     run_cmd("rm -rf " + g_tmp);
-    return test_summary("test_hellaswag");
+    return test_summary("test_hellaswag_tool");
 }

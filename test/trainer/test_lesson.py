@@ -3,7 +3,7 @@
 its tables print holds. Nothing depends on wall-clock time: tokens/s is
 printed by the lesson, never checked here.
 
-usage: python3 test/test_lesson.py FP32_TRAINER BF16_TRAINER FP32_LESSON
+usage: python3 test/trainer/test_lesson.py FP32_TRAINER BF16_TRAINER FP32_LESSON
 """
 import json
 import os
@@ -11,9 +11,10 @@ import subprocess
 import sys
 import tempfile
 
-from checks import Checks
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))  # test/checks.py
+from checks import Checks  # noqa: E402
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def main():

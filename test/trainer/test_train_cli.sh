@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # The trainer's command line: bad input gets one clear "error:" line and a
 # non-zero exit (never a crash); a short run works end to end.
-# Usage: test/test_train_cli.sh [path/to/train_gpt]   (default build/cpu/train_gpt)
+# Usage: test/trainer/test_train_cli.sh [path/to/train_gpt]   (default build/cpu/train_gpt)
 # TRAIN_CLI_SMALL=1 (the sanitizer build, test/run_tests.sh): the long runs
 # (the built-in corpus, -b auto) with fewer steps and a smaller model.
 set -u
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 BIN=${1:-build/cpu/train_gpt}
 WORK=$(mktemp -d)
 trap 'rm -rf "$WORK"' EXIT

@@ -639,11 +639,8 @@ static void test_attributes() {
     LT_OK(cublasLtMatrixLayoutDestroy(layout));
 }
 
-int main() {
-    LT_OK(cublasLtCreate(&g_lt));
-    CUDA_OK(cudaMalloc(&g_workspace, kWorkspaceBytes));
-    printf("cuBLASLt version %zu\n", cublasLtGetVersion());
-
+// Every layout and type combination, each alpha/beta scenario; then strided batches.
+static void test_layouts() {
     for (TypeCombo tc : kCombos)
         for (int ta = 0; ta < 2; ta++)
             for (int tb = 0; tb < 2; tb++)
@@ -651,8 +648,10 @@ int main() {
     for (TypeCombo tc : kCombos)
         for (int ta = 0; ta < 2; ta++)
             for (int tb = 0; tb < 2; tb++) test_plain(tc, ta, tb, 3, kGeneral);
-    test_bf16_rounding();
+}
 
+// Every epilogue in every layout and type that this cuBLASLt runs.
+static void test_epilogues() {
     struct {
         cublasLtEpilogue_t e;
         const char* name;
@@ -672,10 +671,17 @@ int main() {
 #ifndef CPUCUDA
     printf("SKIP epilogues GELU*, DGELU, BGRADB and BIAS in other layouts or types: not used by the trainer\n");
 #endif
+}
 
-    test_refusals();
-    test_attributes();
-
+int main() {
+    LT_OK(cublasLtCreate(&g_lt));
+    CUDA_OK(cudaMalloc(&g_workspace, kWorkspaceBytes));
+    printf("cuBLASLt version %zu\n", cublasLtGetVersion());
+    TEST_CASE(test_layouts());
+    TEST_CASE(test_bf16_rounding());
+    TEST_CASE(test_epilogues());
+    TEST_CASE(test_refusals());
+    TEST_CASE(test_attributes());
     CUDA_OK(cudaFree(g_workspace));
     LT_OK(cublasLtDestroy(g_lt));
     return test_summary("test_cublaslt");

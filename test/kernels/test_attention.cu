@@ -188,7 +188,7 @@ static bool bitwise_equal(const std::vector<T>& a, const std::vector<T>& b) {
 // tens), which exercises the online rescaling. mean_doc > 0: document-masked,
 // documents of 1 .. 2 mean_doc - 1 tokens (uniform), each starting with token 0
 // of a token sequence given to document_spans.
-static void test_case(int B, int T, int NH, int HS, double qk_amp, uint64_t seed, int mean_doc = 0) {
+static void test_shape(int B, int T, int NH, int HS, double qk_amp, uint64_t seed, int mean_doc = 0) {
     const auto t_start = std::chrono::steady_clock::now();
     const size_t C = (size_t)NH * HS, n_qkv = (size_t)B * T * 3 * C, n_out = (size_t)B * T * C;
     Rng rng(seed);
@@ -259,24 +259,24 @@ static void test_case(int B, int T, int NH, int HS, double qk_amp, uint64_t seed
 
 int main() {
     printf("test_attention (%s)\n", PRECISION_NAME);
-    test_case(2, 32, 4, 16, 1.0, 1);
-    test_case(1, 65, 2, 64, 1.0, 2);   // T not a multiple of the tile or block
-    test_case(2, 7, 3, 16, 1.0, 3);    // T smaller than one 16-row step
-    test_case(1, 128, 1, 128, 1.0, 4); // HS=128: 32-thread blocks, several query blocks
-    test_case(1, 1, 2, 32, 1.0, 5);    // a single token
-    test_case(2, 50, 2, 32, 4.0, 6);   // sharp softmax: scores of +-15, running max moves
-    test_case(2, 200, 3, 64, 1.0, 7);  // GPT-2 head size, 4 query blocks, partial last one
-    test_case(1, 512, 1, 64, 1.0, 8);  // long rows: 8 K/V tiles for the last query block
-    test_case(2, 100, 2, 128, 1.0, 9); // HS=128, T not a multiple of any tile
-    if (sizeof(floatX) == 2) test_case(1, 70, 2, 48, 1.0, 10);  // bf16: any multiple of 16
+    TEST_CASE(test_shape(2, 32, 4, 16, 1.0, 1));
+    TEST_CASE(test_shape(1, 65, 2, 64, 1.0, 2));   // T not a multiple of the tile or block
+    TEST_CASE(test_shape(2, 7, 3, 16, 1.0, 3));    // T smaller than one 16-row step
+    TEST_CASE(test_shape(1, 128, 1, 128, 1.0, 4)); // HS=128: 32-thread blocks, several query blocks
+    TEST_CASE(test_shape(1, 1, 2, 32, 1.0, 5));    // a single token
+    TEST_CASE(test_shape(2, 50, 2, 32, 4.0, 6));   // sharp softmax: scores of +-15, running max moves
+    TEST_CASE(test_shape(2, 200, 3, 64, 1.0, 7));  // GPT-2 head size, 4 query blocks, partial last one
+    TEST_CASE(test_shape(1, 512, 1, 64, 1.0, 8));  // long rows: 8 K/V tiles for the last query block
+    TEST_CASE(test_shape(2, 100, 2, 128, 1.0, 9)); // HS=128, T not a multiple of any tile
+    if (sizeof(floatX) == 2) TEST_CASE(test_shape(1, 70, 2, 48, 1.0, 10));  // bf16: any multiple of 16
     else printf("SKIP HS=48: the fp32 kernels take HS in {8, 16, 32, 64, 128}\n");
-    test_case(1, 1024, 1, 64, 1.0, 11); // T = maxT of GPT-2: 16 query blocks, 16 tiles for the last
+    TEST_CASE(test_shape(1, 1024, 1, 64, 1.0, 11)); // T = maxT of GPT-2: 16 query blocks, 16 tiles for the last
     // document masks: short documents (many inside one 16-row step), tile-sized ones, long ones
-    test_case(2, 200, 2, 64, 1.0, 12, 5);
-    test_case(1, 300, 2, 32, 4.0, 13, 40);
-    test_case(2, 256, 1, 64, 1.0, 14, 100);
-    test_case(1, 130, 2, 128, 1.0, 15, 30);
-    if (sizeof(floatX) == 2) test_case(1, 100, 1, 16, 1.0, 16, 12);
-    else test_case(1, 100, 1, 8, 1.0, 16, 12);
+    TEST_CASE(test_shape(2, 200, 2, 64, 1.0, 12, 5));
+    TEST_CASE(test_shape(1, 300, 2, 32, 4.0, 13, 40));
+    TEST_CASE(test_shape(2, 256, 1, 64, 1.0, 14, 100));
+    TEST_CASE(test_shape(1, 130, 2, 128, 1.0, 15, 30));
+    if (sizeof(floatX) == 2) TEST_CASE(test_shape(1, 100, 1, 16, 1.0, 16, 12));
+    else TEST_CASE(test_shape(1, 100, 1, 8, 1.0, 16, 12));
     return test_summary("test_attention");
 }

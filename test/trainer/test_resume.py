@@ -6,7 +6,7 @@ behind) and resumed with -y 1 each time ends with bitwise the losses, model
 and optimizer state of a run that was never interrupted. No kill depends on
 wall-clock time, so the test behaves the same on a busy machine.
 
-Usage: test/test_resume.py [path/to/train_gpt]   (default build/cpu/train_gpt)
+Usage: test/trainer/test_resume.py [path/to/train_gpt]   (default build/cpu/train_gpt)
 """
 import json
 import os
@@ -18,7 +18,8 @@ import subprocess
 import sys
 import tempfile
 
-from checks import Checks
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))  # test/checks.py
+from checks import Checks  # noqa: E402
 
 BIN = sys.argv[1] if len(sys.argv) > 1 else "build/cpu/train_gpt"
 STEPS = 24

@@ -246,15 +246,15 @@ int main() {
     check_errors_throw();
     matmul_setup();
     std::mt19937 rng(42);
-    check_shape(1, 8, 8, rng);
-    check_shape(37, 40, 24, rng);
-    check_shape(256, 64, 192, rng);
-    check_shape(5000, 16, 33, rng);  // many row chunks, ragged column block
-    for (bool fuse : {true, false}) {
-        check_gelu_shape(40, 32, 64, fuse, rng);
-        check_gelu_shape(300, 16, 24, fuse, rng);
-    }
-    check_epilogues_taken();
+    TEST_CASE(check_shape(1, 8, 8, rng));
+    TEST_CASE(check_shape(37, 40, 24, rng));
+    TEST_CASE(check_shape(256, 64, 192, rng));
+    TEST_CASE(check_shape(5000, 16, 33, rng));  // many row chunks, ragged column block
+    TEST_CASE(check_gelu_shape(40, 32, 64, true, rng));   // fused into cuBLASLt's epilogues
+    TEST_CASE(check_gelu_shape(300, 16, 24, true, rng));
+    TEST_CASE(check_gelu_shape(40, 32, 64, false, rng));  // separate kernels
+    TEST_CASE(check_gelu_shape(300, 16, 24, false, rng));
+    TEST_CASE(check_epilogues_taken());
     matmul_teardown();
     return test_summary("test_matmul");
 }

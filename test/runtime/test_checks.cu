@@ -283,11 +283,11 @@ static void test_virtual_device() {
 
 int main() {
 #ifdef CPUCUDA
-    test_divergence();
-    test_race_mode();
-    test_memory_counters();
-    test_virtual_device();
-    test_deferred_streams();
+    TEST_CASE(test_divergence());
+    TEST_CASE(test_race_mode());
+    TEST_CASE(test_memory_counters());
+    TEST_CASE(test_virtual_device());
+    TEST_CASE(test_deferred_streams());
 #else
     printf("SKIP test_checks: the checking modes belong to the CPU runtime\n");
 #endif

@@ -581,19 +581,19 @@ int main() {
     CUDA_OK(cudaGetDeviceProperties(&prop, 0));
     printf("device: %s, %d SMs, %zu MiB, smem %zu/%zu KiB\n", prop.name, prop.multiProcessorCount,
            prop.totalGlobalMem >> 20, prop.sharedMemPerBlock >> 10, prop.sharedMemPerBlockOptin >> 10);
-    test_block_reduction();
-    test_block_scan();
-    test_shuffles();
-    test_cg_reduce();
-    test_atomics();
-    test_dynamic_smem();
-    test_3d();
-    test_bf16();
-    test_block_votes();
-    test_math();
-    test_async_copies();
-    test_launch_errors();
-    test_memory_errors();
-    test_events();
-    return test_summary("test_kernels");
+    TEST_CASE(test_block_reduction());
+    TEST_CASE(test_block_scan());
+    TEST_CASE(test_shuffles());
+    TEST_CASE(test_cg_reduce());
+    TEST_CASE(test_atomics());
+    TEST_CASE(test_dynamic_smem());
+    TEST_CASE(test_3d());
+    TEST_CASE(test_bf16());
+    TEST_CASE(test_block_votes());
+    TEST_CASE(test_math());
+    TEST_CASE(test_async_copies());
+    TEST_CASE(test_launch_errors());
+    TEST_CASE(test_memory_errors());
+    TEST_CASE(test_events());
+    return test_summary("test_kernel_language");
 }

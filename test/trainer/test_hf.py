@@ -12,7 +12,7 @@ dev/make_hf_fixture.py):
 and bad input: one `error:` line, exit 1. Needs numpy and safetensors (no torch); skips
 without them.
 
-Usage: test/test_hf.py [FP32_TEST_GPT2 [BF16_TEST_GPT2 [TRAIN_GPT]]]
+Usage: test/trainer/test_hf.py [FP32_TEST_GPT2 [BF16_TEST_GPT2 [TRAIN_GPT]]]
        (default build/cpu-fp32/test_gpt2 build/cpu/test_gpt2 build/cpu/train_gpt)
 """
 import hashlib
@@ -23,7 +23,8 @@ import subprocess
 import sys
 import tempfile
 
-from checks import Checks
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))  # test/checks.py
+from checks import Checks  # noqa: E402
 
 DEFAULT_BINS = ["build/cpu-fp32/test_gpt2", "build/cpu/test_gpt2", "build/cpu/train_gpt"]
 BINS = sys.argv[1:4] + DEFAULT_BINS[len(sys.argv[1:4]):]

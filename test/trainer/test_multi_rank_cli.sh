@@ -4,9 +4,9 @@
 # the same losses; only rank 0 prints; a rank that fails stops every rank
 # with its error line, never a hang. The hang guards scale with
 # TEST_TIMEOUT_SCALE (test/run_tests.sh); no check depends on how long a run took.
-# Usage: test/test_multi_rank_cli.sh [path/to/train_gpt]   (default build/cpu/train_gpt)
+# Usage: test/trainer/test_multi_rank_cli.sh [path/to/train_gpt]   (default build/cpu/train_gpt)
 set -u
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 BIN=${1:-build/cpu/train_gpt}
 WORK=$(mktemp -d)
 trap 'rm -rf "$WORK"' EXIT

@@ -377,7 +377,7 @@ static void test_naive_averaging_differs(const char* file) {
 int main(int argc, char** argv) {
     printf("precision: %s\n", PRECISION_NAME);
     // --debug-case MODEL DEBUG LABEL: logits, loss and gradients of one model file against a
-    // debug-state file (test/test_hf.py: a transformers model imported by dev/import_hf.py)
+    // debug-state file (test/trainer/test_hf.py: a transformers model imported by dev/import_hf.py)
     if (argc == 5 && strcmp(argv[1], "--debug-case") == 0) {
         GPT2 model;
         gpt2_init_from_checkpoint(&model, argv[2]);

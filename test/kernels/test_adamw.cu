@@ -1,0 +1,151 @@
+// The AdamW update (llmc/adamw.cuh) against one step in double, with gradient
+// clipping from llmc/global_norm.cuh's norm; stochastic rounding of the master
+// weights to floatX; updates in pieces with index offsets (a ZeRO-1 shard);
+// a non-finite gradient norm that skips the step.
+#include "llmc/adamw.cuh"
+#include "llmc/global_norm.cuh"
+#include "test/kernels/kernel_test.h"
+
+// Bits of the bf16 values just below and above |p| (toward zero / away from zero).
+static bool is_neighbour(float p, floatX q) {
+#if defined(ENABLE_FP32)
+    return memcmp(&p, &q, 4) == 0;
+#else
+    uint32_t u;
+    memcpy(&u, &p, 4);
+    uint16_t qb;
+    memcpy(&qb, &q, 2);
+    const uint16_t lo = (uint16_t)(u >> 16), hi = (uint16_t)((u >> 16) + 1);
+    return qb == lo || ((u & 0xFFFFu) != 0 && qb == hi);
+#endif
+}
+
+static void test_adamw(size_t n, float weight_decay, float clip_mode) {
+    // clip_mode: 0 disables clipping (grad_clip = 0, no norm pointer), > 0 sets grad_clip to clip_mode * norm
+    g_rng.seed(700 + (unsigned)n + (unsigned)(weight_decay * 100) + (unsigned)(clip_mode * 10));
+    const float lr = 1e-2f, beta1 = 0.9f, beta2 = 0.95f, eps = 1e-8f;
+    std::vector<float> master = randf(n, -0.05f, 0.05f), m(n, 0.0f), v(n, 0.0f);
+    std::vector<floatX> params(n);
+    for (size_t i = 0; i < n; i++) params[i] = from_float<floatX>(master[i]);
+    Dev d;
+    floatX* d_params = d.up(params);
+    float *d_master = d.up(master), *d_m = d.up(m), *d_v = d.up(v), *d_g = d.alloc<float>(n);
+    float *d_norm = d.alloc<float>(1), *d_scratch = d.alloc<float>(global_norm_scratch_floats());
+    const int steps[] = {1, 2, 3, 1000};
+    for (int t : steps) {
+        const auto g = randf(n, -0.5f, 0.5f);
+        d.put(d_g, g);
+        global_norm_squared(d_norm, d_scratch, d_g, n, g_stream);
+        const float ns = to_host(d_norm, 1)[0];
+        const float grad_clip = clip_mode > 0 ? clip_mode * std::sqrt(ns) : 0.0f;
+        adamw_update(d_params, d_master, d_g, d_m, d_v, n, lr, beta1, beta2, eps, weight_decay, t, grad_clip,
+                     clip_mode > 0 ? d_norm : nullptr, 1000u + t, 0, g_stream);
+        // reference: one step in double from the state the device started this step from
+        const double clip = grad_clip > 0 ? std::min(1.0, grad_clip / (std::sqrt((double)ns) + 1e-6)) : 1.0;
+        const double bc1 = 1 - std::pow((double)beta1, t), bc2 = 1 - std::pow((double)beta2, t);
+        std::vector<double> rp(n), rm(n), rv(n), rdelta(n), delta(n);
+        const auto nm = to_host(d_master, n), nmm = to_host(d_m, n), nv = to_host(d_v, n);
+        const auto np = to_host(d_params, n);
+        for (size_t i = 0; i < n; i++) {
+            const double gi = g[i] * clip;
+            double p = master[i] * (1 - (double)lr * weight_decay);
+            rm[i] = m[i] + (1 - (double)beta1) * (gi - m[i]);
+            rv[i] = beta2 * (double)v[i] + (1 - (double)beta2) * gi * gi;
+            p -= (lr / bc1) * rm[i] / (std::sqrt(rv[i]) / std::sqrt(bc2) + eps);
+            rp[i] = p;
+            rdelta[i] = p - master[i];
+            delta[i] = (double)nm[i] - master[i];
+        }
+        const double e_p = max_rel_diff(nm.data(), rp.data(), n, lr), e_d = norm_err(delta, rdelta);  // floor: one update's size
+        const double e_m = norm_err(dbl(nmm), rm), e_v = norm_err(dbl(nv), rv);
+        int not_neighbour = 0;
+        for (size_t i = 0; i < n; i++) not_neighbour += !is_neighbour(nm[i], np[i]);
+        CHECK(e_p <= TOL_F32 && e_d <= TOL_F32 && e_m <= TOL_F32 && e_v <= TOL_F32 && not_neighbour == 0,
+              "adamw_update n=%zu t=%d wd=%.1f clip %s: master (rel %.1e, floor lr; update norm %.1e), m (%.1e), v (%.1e) <= %.0e; "
+              "params a neighbour of master (%d not)",
+              n, t, weight_decay, clip_mode == 0 ? "disabled" : clip < 1 ? "active" : "inactive", e_p, e_d, e_m, e_v,
+              TOL_F32, not_neighbour);
+        master = nm;
+        m = nmm;
+        v = nv;
+    }
+}
+
+// Stochastic rounding through the optimizer: with lr = 0 the master value is
+// only rounded to floatX. Many roundings of one value average back to it, and
+// each is one of its two bf16 neighbours.
+static void test_stochastic_rounding() {
+    const size_t n = 65536;
+    const float values[] = {1.0f + 0.3f / 128, -0.7f - 0.001f, 3.14159265f};
+    Dev d;
+    floatX* d_params = d.alloc<floatX>(n);
+    float *d_master = d.alloc<float>(n), *d_m = d.up(std::vector<float>(n, 0.0f)), *d_v = d.up(std::vector<float>(n, 0.0f));
+    float* d_g = d.up(std::vector<float>(n, 0.0f));
+    for (float x : values) {
+        for (uint32_t seed : {1u, 77u}) {
+            d.put(d_master, std::vector<float>(n, x));
+            adamw_update(d_params, d_master, d_g, d_m, d_v, n, 0.0f, 0.9f, 0.95f, 1e-8f, 0.0f, 1, 0.0f, nullptr, seed, 0, g_stream);
+            const auto p = to_host(d_params, n);
+            double mean = 0;
+            int bad = 0;
+            for (size_t i = 0; i < n; i++) {
+                mean += to_float(p[i]);
+                bad += !is_neighbour(x, p[i]);
+            }
+            mean /= n;
+#if defined(ENABLE_FP32)
+            const double ulp = 0;
+#else
+            const double ulp = std::ldexp(1.0, std::ilogb(x) - 7);  // bf16 spacing at x
+#endif
+            const double e = std::fabs(mean - x);
+            CHECK(bad == 0 && e <= 0.01 * ulp, "stochastic rounding of %.7g (seed %u) over %zu elements: mean off by %.3g ulp (<= 0.01), "
+                  "%d results not a neighbour", x, seed, n, ulp > 0 ? e / ulp : e, bad);
+        }
+    }
+}
+
+// A tensor updated in pieces (as a ZeRO-1 shard is: each piece with the
+// offset of its first element in the tensor) gives bitwise the weights of
+// one update of the whole tensor, stochastic rounding included.
+static void test_adamw_in_pieces() {
+    g_rng.seed(800);
+    const size_t n = 10007, cuts[] = {0, 1, 2500, 2501, 7000, n};
+    const auto master = randf(n, -1.0f, 1.0f), g = randf(n, -0.5f, 0.5f);
+    Dev d;
+    floatX *d_whole = d.alloc<floatX>(n), *d_pieces = d.alloc<floatX>(n);
+    float *d_g = d.up(g), *d_mw = d.up(master), *d_mp = d.up(master);
+    float *d_m1 = d.up(std::vector<float>(n, 0.0f)), *d_v1 = d.up(std::vector<float>(n, 0.0f));
+    float *d_m2 = d.up(std::vector<float>(n, 0.0f)), *d_v2 = d.up(std::vector<float>(n, 0.0f));
+    adamw_update(d_whole, d_mw, d_g, d_m1, d_v1, n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 3, 0.0f, nullptr, 99u, 0, g_stream);
+    for (int k = 0; k + 1 < 6; k++) {
+        const size_t a = cuts[k], len = cuts[k + 1] - a;
+        adamw_update(d_pieces + a, d_mp + a, d_g + a, d_m2 + a, d_v2 + a, len, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 3, 0.0f,
+                     nullptr, 99u, a, g_stream);
+    }
+    const auto w = to_host(d_whole, n), p = to_host(d_pieces, n);
+    const auto mw = to_host(d_mw, n), mp = to_host(d_mp, n);
+    CHECK(memcmp(w.data(), p.data(), n * sizeof(floatX)) == 0 && memcmp(mw.data(), mp.data(), n * 4) == 0,
+          "adamw_update in 5 pieces with index offsets: weights and master bitwise equal to one whole update");
+    // a non-finite gradient norm leaves weights, master, m and v untouched
+    const auto m_before = to_host(d_m1, n);
+    for (float bad : {NAN, INFINITY}) {
+        float* d_norm = d.up(std::vector<float>{bad});
+        adamw_update(d_whole, d_mw, d_g, d_m1, d_v1, n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 4, 1.0f, d_norm, 7u, 0, g_stream);
+        CHECK(memcmp(to_host(d_whole, n).data(), w.data(), n * sizeof(floatX)) == 0 &&
+                  memcmp(to_host(d_mw, n).data(), mw.data(), n * 4) == 0 &&
+                  memcmp(to_host(d_m1, n).data(), m_before.data(), n * 4) == 0,
+              "adamw_update with a %s gradient norm changes nothing", std::isnan(bad) ? "NaN" : "Inf");
+    }
+}
+
+int main() {
+    kernel_test_begin("test_adamw");
+    TEST_CASE(test_adamw(1037, 0.1f, 0.5f));  // clipping active
+    TEST_CASE(test_adamw(1037, 0.0f, 0.0f));  // clipping disabled, no weight decay
+    TEST_CASE(test_adamw(140001, 0.1f, 1e3f));  // clip above the norm: inactive; grid-stride wraps
+    TEST_CASE(test_adamw(140000, 0.1f, 0.5f));  // a multiple of 4: 16-byte accesses
+    TEST_CASE(test_stochastic_rounding());
+    TEST_CASE(test_adamw_in_pieces());
+    return kernel_test_end("test_adamw");
+}
