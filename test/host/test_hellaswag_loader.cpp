@@ -18,17 +18,18 @@
 #include "test/test_util.h"
 
 // The loader's and the vocabulary check's verdicts: "" when all is well, else
-// the error message. Every call of llmc/hellaswag.h goes through these two.
+// the message of the llmc::Error thrown. Every call of llmc/hellaswag.h goes
+// through these two.
 static std::string load_error(const std::string& path, std::vector<HellaSwagExample>* out = nullptr) {
-    std::vector<HellaSwagExample> exs;
-    std::string error;
-    if (!hellaswag_load(path, &exs, &error)) return error;
-    if (out) out->swap(exs);
-    return "";
+    const std::string e = error_of([&] {
+        std::vector<HellaSwagExample> exs = hellaswag_load(path);
+        if (out) out->swap(exs);
+    });
+    return e == "NO ERROR" ? "" : e;
 }
 static std::string vocab_error(const std::vector<HellaSwagExample>& exs, int vocab_size) {
-    std::string error;
-    return hellaswag_check_vocab(exs, vocab_size, &error) ? "" : error;
+    const std::string e = error_of([&] { hellaswag_check_vocab(exs, vocab_size, "exs.bin"); });
+    return e == "NO ERROR" ? "" : e;
 }
 
 // An error as the loader promises it: one line, starting with the file's path.
@@ -204,7 +205,7 @@ static void test_vocab() {
     CHECK(vocab_error(exs, 1000).empty() && vocab_error({}, 1).empty(),
           "token 999 with a vocabulary of 1000 passes; so does no example at all");
     std::string err = vocab_error(exs, 999);
-    CHECK(err.find("example 1") != std::string::npos && err.find("token 999") != std::string::npos &&
+    CHECK(err.rfind("exs.bin: example 1", 0) == 0 && err.find("token 999") != std::string::npos &&
               err.find('\n') == std::string::npos,
           "token 999 in the last ending with a vocabulary of 999 is named with its example: %s", err.c_str());
     exs[3].context[0] = 50257;
