@@ -18,7 +18,7 @@
 
 using llmc::Tokenizer;
 
-static std::string g_shared, g_prepro, g_cases;
+static std::string g_shared, g_prepro, g_tokenizer_cases;
 
 static std::string from_hex(const std::string& h) {
     std::string out;
@@ -209,7 +209,7 @@ static void test_sweeps(const Tokenizer& tok, const nlohmann::json& cases) {
 static void test_classes(const nlohmann::json& cases) {
     using namespace llmc::tok_detail;
     if (!cases.contains("classes")) {
-        printf("FAIL %s has no \"classes\" (regenerate with dev/make_tokenizer_cases.py)\n", g_cases.c_str());
+        printf("FAIL %s has no \"classes\" (regenerate with dev/make_tokenizer_cases.py)\n", g_tokenizer_cases.c_str());
         g_tally.failed++;
         return;
     }
@@ -624,7 +624,7 @@ int main(int argc, char** argv) {
         }
     for (const std::string& cand : {std::string("test/data/tokenizer_cases.json"), dir + "/../../test/data/tokenizer_cases.json"})
         if (exists(cand)) {
-            g_cases = cand;
+            g_tokenizer_cases = cand;
             break;
         }
     char tmpl[] = "/tmp/test_tokenizer.XXXXXX";
@@ -635,11 +635,11 @@ int main(int argc, char** argv) {
     g_tmp = tmpl;
 
     nlohmann::json cases;
-    if (g_cases.empty()) {
+    if (g_tokenizer_cases.empty()) {
         printf("FAIL test/data/tokenizer_cases.json not found (run from the project root)\n");
         g_tally.failed++;
     } else {
-        cases = nlohmann::json::parse(read_file(g_cases));
+        cases = nlohmann::json::parse(read_file(g_tokenizer_cases));
         test_classes(cases);
     }
     std::string gpt2 = g_shared + "/gpt2", ts_path = g_shared + "/tinyshakespeare.txt";
@@ -653,7 +653,7 @@ int main(int argc, char** argv) {
         test_spot_checks(tok);
         test_edge_encodes(tok);
         test_unicode_version_regression(tok);
-        const bool have_cases = !g_cases.empty();
+        const bool have_cases = !g_tokenizer_cases.empty();
         if (have_cases) {
             test_cases(tok, cases, "tiktoken");
             test_sweeps(tok, cases);
