@@ -1606,6 +1606,7 @@ struct Run {
     std::unique_ptr<llmc::Tokenizer> tokenizer;
     RunLog log;
     std::vector<int> inputs, targets;  // this rank's part of the step's A micro-batches (next_step_batch)
+    cudaEvent_t step_start = nullptr, step_end = nullptr;  // the step's device time (timed_train_step)
     double peak_flops = 0, flops_token = 0, recent_ms = 0;  // recent_ms: mean step time, for the ETA
     int timed_steps = 0;
 };
@@ -1776,16 +1777,15 @@ static void evaluate_and_log(Run* run, int step, bool last) {
 
 // One optimizer step, timed on the device.
 static StepResult timed_train_step(Run* run, const StepBatch& batch, float lr, float* ms) {
-    static cudaEvent_t start, end;  // (made once, kept for the run)
-    if (!start) {
-        cudaCheck(cudaEventCreate(&start));
-        cudaCheck(cudaEventCreate(&end));
+    if (!run->step_start) {
+        cudaCheck(cudaEventCreate(&run->step_start));
+        cudaCheck(cudaEventCreate(&run->step_end));
     }
-    cudaCheck(cudaEventRecord(start, run->model.stream));
+    cudaCheck(cudaEventRecord(run->step_start, run->model.stream));
     const StepResult r = train_step(&run->model, batch, lr, run->adamw);
-    cudaCheck(cudaEventRecord(end, run->model.stream));
-    cudaCheck(cudaEventSynchronize(end));
-    cudaCheck(cudaEventElapsedTime(ms, start, end));
+    cudaCheck(cudaEventRecord(run->step_end, run->model.stream));
+    cudaCheck(cudaEventSynchronize(run->step_end));
+    cudaCheck(cudaEventElapsedTime(ms, run->step_start, run->step_end));
     return r;
 }
 
@@ -1876,6 +1876,10 @@ static int train(int argc, char** argv) {
             maybe_checkpoint(&run, step + 1);  // (a skipped last step too)
         }
         run.log.close();
+        if (run.step_start) {
+            cudaCheck(cudaEventDestroy(run.step_start));
+            cudaCheck(cudaEventDestroy(run.step_end));
+        }
         dataloader_free(&run.train_loader);
         if (run.opt.val_pattern) dataloader_free(&run.val_loader);
         gpt2_free(&run.model);
