@@ -1024,14 +1024,15 @@ static std::vector<float> device_to_host(const float* d, size_t n) {
 }
 
 // Every rank calls it. Refuses (one error line, nothing written) when any
-// weight or moment is not finite, so earlier checkpoints stay the newest. A
-// DONE of this step from before (a resume that fell back past it) goes first:
-// it must never vouch for files being rewritten. The new DONE lists every
-// file's size and hash, and run_id, the owner; only the owner's older
-// checkpoints are pruned.
-static void save_checkpoint(GPT2* model, const std::string& dir, int step, const ResumeInfo& info, int keep_last,
-                            const std::string& run_id) {
+// weight or moment is not finite, or when the folder's lock may no longer keep
+// another trainer out, so earlier checkpoints stay the newest. A DONE of this
+// step from before (a resume that fell back past it) goes first: it must never
+// vouch for files being rewritten. The new DONE lists every file's size and
+// hash, and the run id, the owner; only the owner's checkpoints older than its
+// newest -nk proven ones are pruned.
+static void save_checkpoint(GPT2* model, CheckpointFolder* folder, int step, const ResumeInfo& info) {
     const Distributed* d = model->dist;
+    const std::string& dir = folder->dir;
     const size_t local = model->optimizer_elements;
     const std::vector<float> m = device_to_host(model->adam_m, local), v = device_to_host(model->adam_v, local);
     const std::vector<float> master = device_to_host(model->master_weights, local);
@@ -1039,6 +1040,7 @@ static void save_checkpoint(GPT2* model, const std::string& dir, int step, const
         FAIL("step %d: the optimizer state holds Inf or NaN; no checkpoint written (the earlier ones are kept)", step);
     CheckpointFile model_file;
     if (d->rank == 0) {
+        checkpoint_check_lock(&folder->lock);
         if (unlink(checkpoint_done_path(dir, step).c_str()) == 0) fsync_directory(dir);
         try {
             model_file = gpt2_write_model_file(model, checkpoint_model_path(dir, step));
@@ -1054,20 +1056,46 @@ static void save_checkpoint(GPT2* model, const std::string& dir, int step, const
     const uint64_t mine[2] = {state_file.bytes, state_file.xxh64};
     const std::vector<uint64_t> states = host_all_gather(mine, 2, d);  // also: every rank's file is durable
     if (d->rank == 0) {
-        DoneRecord done{run_id, {model_file}};
+        DoneRecord done{folder->run_id, {model_file}};
         for (int r = 0; r < d->num_processes; r++) {
             const std::string path = checkpoint_state_path(dir, step, r);
             done.files.push_back(CheckpointFile{path.substr(dir.size() + 1), states[2 * r], states[2 * r + 1]});
         }
         checkpoint_write_done(dir, step, done);
-        checkpoint_prune(dir, keep_last, run_id);
+        folder->proven.push_back(step);
+        checkpoint_prune(dir, folder->keep_last, folder->run_id, folder->proven);
     }
 }
 
-// The newest complete checkpoint of dir whose model file and this rank's state
-// file match their DONE's sizes and hashes on every rank; a damaged one is
-// skipped with a warning line, falling back to the one before. -1: none is
-// complete. All ranks take the same step (rank 0's list, checks agreed).
+// Why this rank cannot trust checkpoint `step` of dir ("" when it can): its DONE
+// must list the model and every rank's state file, and the model and this
+// rank's state must match the sizes and hashes it lists.
+static std::string checkpoint_problem(const std::string& dir, int step, const Distributed* d, DoneRecord* done) {
+    std::string problem;
+    if (!checkpoint_read_done(dir, step, done, &problem)) return problem;
+    if (checkpoint_done_ranks(*done) > 0 && checkpoint_done_ranks(*done) != d->num_processes)
+        FAIL("-y 1: checkpoint %d of %s was saved by %d rank(s), this run has %d (resume with as many)", step,
+             dir.c_str(), checkpoint_done_ranks(*done), d->num_processes);
+    if (!checkpoint_done_covers(*done, step, d->num_processes, &problem)) {
+        const std::string state = checkpoint_state_path(dir, step, d->rank);
+        if (state_file_is_llmc(state))
+            problem += "; " + state + " is llm.c's state, which this trainer does not resume (start from its model "
+                       "with -e " + checkpoint_model_path(dir, step) + ")";
+        return problem;
+    }
+    const std::string mine[] = {checkpoint_model_path(dir, step), checkpoint_state_path(dir, step, d->rank)};
+    DoneRecord check{done->run_id, {}};
+    for (const CheckpointFile& f : done->files)
+        for (const std::string& path : mine)
+            if (path == dir + "/" + f.name) check.files.push_back(f);
+    checkpoint_verify_files(dir, check, &problem);
+    return problem;
+}
+
+// The newest checkpoint of dir that every rank can trust (checkpoint_problem);
+// one that is not is skipped with a warning line, falling back to the one
+// before. -1: there is no DONE at all. All ranks take the same step (rank 0's
+// list, checks agreed).
 static int choose_resume_step(const std::string& dir, const Distributed* d, std::string* run_id) {
     const std::vector<int> steps = d->rank == 0 ? checkpoint_complete_steps(dir) : std::vector<int>();
     const int count = (int)host_sum(steps.size(), d);
@@ -1075,15 +1103,7 @@ static int choose_resume_step(const std::string& dir, const Distributed* d, std:
     for (int i = 0; i < count; i++) {
         const int step = (int)host_sum(d->rank == 0 ? steps[i] : 0, d);
         DoneRecord done;
-        std::string problem;
-        if (checkpoint_read_done(dir, step, &done, &problem)) {
-            const std::string mine[] = {checkpoint_model_path(dir, step), checkpoint_state_path(dir, step, d->rank)};
-            DoneRecord check{done.run_id, {}};
-            for (const CheckpointFile& f : done.files)
-                for (const std::string& path : mine)
-                    if (path == dir + "/" + f.name) check.files.push_back(f);
-            checkpoint_verify_files(dir, check, &problem);
-        }
+        const std::string problem = checkpoint_problem(dir, step, d, &done);
         if (host_sum(problem.empty() ? 0 : 1, d) == 0) {
             for (const std::string& w : skipped) fprintf(stderr, "warning: %s; falling back\n", w.c_str());
             *run_id = done.run_id;
@@ -1525,7 +1545,8 @@ static std::unique_ptr<llmc::Tokenizer> load_tokenizer(const TrainOptions& opt, 
 // lock for the whole run, and a fresh run (-y 0) refuses a folder that holds
 // checkpoint files (of another run, or of this one: resume it with -y 1), so
 // no run ever overwrites or prunes what another wrote.
-static void claim_output_dir(const char* dir, const Distributed* d) {
+static FolderLock claim_output_dir(const char* dir, const Distributed* d) {
+    FolderLock lock;
     if (d->rank == 0) {
         struct stat st;
         if (mkdir(dir, 0755) != 0 && errno != EEXIST) {
@@ -1535,12 +1556,13 @@ static void claim_output_dir(const char* dir, const Distributed* d) {
         }
         if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode)) FAIL("-o %s: not a folder", dir);
         try {
-            checkpoint_lock_dir(dir);
+            lock = checkpoint_lock_dir(dir);
         } catch (const llmc::Error& e) {
             FAIL("-o %s", e.what());
         }
     }
     host_barrier(d);  // the folder is there and locked
+    return lock;
 }
 
 // A fresh run in a folder with checkpoint files refuses.
@@ -1598,7 +1620,7 @@ struct Run {
     int start_step = 0, steps = 0;  // steps: the run ends after this one
     int resume_step = -1;           // the checkpoint resumed from, or -1
     int saved_step = -1;            // the newest checkpoint this run wrote
-    std::string run_id;             // the owner of the checkpoints (llmc/checkpoint.h)
+    CheckpointFolder folder;        // -o (llmc/checkpoint.h): owner, lock, what pruning may delete
     ResumeInfo resumed{RESUME_MAGIC, 0, {}, 0};
     bool has_floor = false;         // the val data carries its loss floor (the built-in corpus)
     double loss_floor = 0, initial_gap = 0;
@@ -1646,12 +1668,18 @@ static void print_plan_only(Run* run) {
 static void build_model(Run* run) {
     const TrainOptions& opt = run->opt;
     GPT2* model = &run->model;
-    if (opt.output_dir) claim_output_dir(opt.output_dir, run->dist);
+    CheckpointFolder& folder = run->folder;
+    if (opt.output_dir) {
+        folder.dir = opt.output_dir;
+        folder.keep_last = opt.checkpoint_keep;
+        folder.lock = claim_output_dir(opt.output_dir, run->dist);
+    }
     if (opt.output_dir && !opt.resume) refuse_foreign_checkpoints(opt.output_dir, run->dist);
-    run->resume_step = opt.resume ? choose_resume_step(opt.output_dir, run->dist, &run->run_id) : -1;
-    if (run->run_id.empty()) run->run_id = checkpoint_new_run_id();  // (only rank 0 writes DONE markers)
+    run->resume_step = opt.resume ? choose_resume_step(opt.output_dir, run->dist, &folder.run_id) : -1;
+    if (folder.run_id.empty()) folder.run_id = checkpoint_new_run_id();  // (only rank 0 writes DONE markers)
     struct stat st;
     if (run->resume_step >= 0) {
+        folder.proven.push_back(run->resume_step);  // every rank checked its files against the DONE
         if (run->dist->rank == 0) checkpoint_remove_stale_temps(opt.output_dir);
         run->resumed = load_checkpoint(model, opt.output_dir, run->resume_step);
         print0("resuming from step %d of %s\n", run->resume_step, opt.output_dir);
@@ -1825,7 +1853,7 @@ static void maybe_checkpoint(Run* run, int step, bool always = false) {
     if (!opt.output_dir || !due || run->saved_step == step) return;
     run->watchdog->mark("the checkpoint of step " + std::to_string(step));
     const ResumeInfo info{RESUME_MAGIC, run->model.adam_step, dataloader_position(&run->train_loader), run->initial_gap};
-    save_checkpoint(&run->model, opt.output_dir, step, info, opt.checkpoint_keep, run->run_id);
+    save_checkpoint(&run->model, &run->folder, step, info);
     run->saved_step = step;
     print0("checkpoint: step %d in %s\n", step, opt.output_dir);
 }

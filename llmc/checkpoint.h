@@ -5,14 +5,17 @@
 //   dir/state_%08d_%05d.bin     the training state of each rank (this file)
 //   dir/DONE_%08d               written only after every rank's files are durable, so a
 //                               checkpoint is complete exactly when its DONE exists
-//   dir/train.lock              flock'ed by the one trainer that writes into dir (its pid inside)
+//   dir/train.lock              the pid of the one trainer that writes into dir, which holds
+//                               an flock on dir (FolderLock below)
 //
 // DONE_%08d (llm.c writes it empty and only tests that it exists) is text here:
 //   gpt-trainer checkpoint 1
 //   run <the run id: 16 hex digits>
 //   file <name> <bytes> <xxh64 of the bytes, 16 hex digits>     one line per file of the checkpoint
 // so a resume can check each file before trusting it, and a run prunes only its own
-// checkpoints. An empty DONE (llm.c's) is complete, with no run id and nothing to check.
+// checkpoints. A resume trusts a DONE only when it lists the model and every rank's state
+// file of its step (checkpoint_done_covers); an empty DONE (llm.c's) vouches for nothing a
+// resume could check, and has no owner, so it is never pruned either.
 //
 // Training-state file (one per rank), little-endian. A header of 256 int32:
 //   [0] = 20240527 (magic)     [1] = 1 (version)      [2] = num_processes   [3] = rank
@@ -102,10 +105,29 @@ inline std::string checkpoint_parent_dir_(const std::string& path) {
 // the open file and returns false on failure. On failure the temporary file is removed and
 // an existing path is untouched, except if only the final folder fsync fails: the new file
 // is then in place and whole, but its durability is not known, so that throws too.
+//
+// The temporary is created exclusively and never through a symbolic link (O_EXCL, O_NOFOLLOW):
+// a link planted at path.tmp is removed, not written through, and a leftover path.tmp of a
+// killed run (a name of this file's own) is replaced. The rename replaces a link at path
+// itself, never its target.
+inline FILE* create_temp_file_(const std::string& tmp) {
+    const int flags = O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC;
+    int fd = open(tmp.c_str(), flags, 0644);
+    if (fd < 0 && errno == EEXIST && unlink(tmp.c_str()) == 0) fd = open(tmp.c_str(), flags, 0644);
+    if (fd < 0) llmc::fail(tmp + ": cannot create (" + strerror(errno) + ")");
+    FILE* f = fdopen(fd, "wb");
+    if (!f) {
+        const int e = errno;
+        close(fd);
+        unlink(tmp.c_str());
+        llmc::fail(tmp + ": cannot create (" + strerror(e) + ")");
+    }
+    return f;
+}
+
 inline void write_file_atomic(const std::string& path, const std::function<bool(FILE*)>& write_body) {
     const std::string tmp = path + ".tmp";
-    FILE* f = fopen(tmp.c_str(), "wb");
-    if (!f) llmc::fail(tmp + ": cannot create (" + strerror(errno) + ")");
+    FILE* f = create_temp_file_(tmp);
     std::string what;
     int e = 0;
     errno = 0;
@@ -380,6 +402,19 @@ inline FILE* checkpoint_state_open_(const std::string& path, TrainingStateHeader
     return f;
 }
 
+// Whether path is llm.c's training state (its magic and version, but none of the sizes this
+// format keeps in slots 12..16, which llm.c leaves 0): a message can then say what it is.
+inline bool state_file_is_llmc(const std::string& path) {
+    std::string why;
+    const int fd = open_regular_file(path.c_str(), &why);
+    if (fd < 0) return false;
+    int32_t h[CHECKPOINT_HEADER_INTS];
+    const bool whole = pread(fd, h, sizeof h, 0) == (ssize_t)sizeof h;
+    close(fd);
+    return whole && h[0] == CHECKPOINT_STATE_MAGIC && h[1] == 1 && h[12] == 0 && h[13] == 0 && h[14] == 0 &&
+           h[15] == 0 && h[16] == 0;
+}
+
 inline TrainingStateHeader state_read_header(const std::string& path) {
     TrainingStateHeader h;
     fclose(checkpoint_state_open_(path, &h));
@@ -564,6 +599,44 @@ inline bool checkpoint_read_done(const std::string& dir, int step, DoneRecord* r
     return true;
 }
 
+// Whether a DONE of step `step` vouches for a whole checkpoint of num_processes ranks: it lists
+// exactly this step's model file and the state file of every rank, nothing else. A DONE that
+// lists less (llm.c's empty one, one without file lines) would vouch for files nobody checks;
+// one copied from another step lists that step's names. False with the reason in *why.
+inline bool checkpoint_done_covers(const DoneRecord& record, int step, int num_processes, std::string* why) {
+    const std::string done = checkpoint_done_path("", step).substr(1);
+    if (record.files.empty()) {
+        *why = done + (record.run_id.empty() ? " is empty (llm.c's marker)" : " lists no file") +
+               ": it vouches for no file of this checkpoint, so none can be checked";
+        return false;
+    }
+    std::vector<std::string> expected = {checkpoint_model_path("", step).substr(1)};
+    for (int r = 0; r < num_processes; r++) expected.push_back(checkpoint_state_path("", step, r).substr(1));
+    std::vector<std::string> listed;
+    for (const CheckpointFile& f : record.files) listed.push_back(f.name);
+    std::sort(expected.begin(), expected.end());
+    std::sort(listed.begin(), listed.end());
+    if (listed == expected) return true;
+    std::string missing, extra;
+    for (const std::string& name : expected)
+        if (!std::binary_search(listed.begin(), listed.end(), name)) { missing = name; break; }
+    for (const std::string& name : listed)
+        if (!std::binary_search(expected.begin(), expected.end(), name)) { extra = name; break; }
+    if (!missing.empty()) *why = done + " does not list " + missing;
+    else if (!extra.empty())
+        *why = done + " lists " + extra + ", not a file of this checkpoint of " + std::to_string(num_processes) +
+               " rank(s)";
+    else *why = done + " lists a file twice";
+    return false;
+}
+
+// How many ranks' state files a DONE lists (the process count of the run that saved it).
+inline int checkpoint_done_ranks(const DoneRecord& record) {
+    int n = 0;
+    for (const CheckpointFile& f : record.files) n += checkpoint_file_step_(f.name) >= 0 && f.name.rfind("state_", 0) == 0;
+    return n;
+}
+
 // Checks every file the record lists: a regular file of the listed size and hash; false
 // with the first problem in *why (returned, not thrown: see the top of this file).
 inline bool checkpoint_verify_files(const std::string& dir, const DoneRecord& record, std::string* why) {
@@ -624,22 +697,31 @@ inline void checkpoint_delete_steps_(const std::string& dir, const std::vector<i
     fsync_directory(dir);
 }
 
-// Keeps the newest keep_last complete checkpoints of run run_id and deletes its older ones
-// (keep_last <= 0: keep all); never a checkpoint whose DONE names another run (or none).
-// Model and state files without a DONE at a step older than the newest DONE are
-// remnants of an interrupted write and are deleted too; newer ones (one being written)
-// and all other files are left alone.
-inline void checkpoint_prune(const std::string& dir, int keep_last, const std::string& run_id) {
+// Keeps the newest keep_last proven checkpoints of run run_id and deletes its checkpoints
+// older than those (keep_last <= 0: keep all). Proven (`proven`, steps) are the checkpoints
+// this process wrote or resumed from after checking every file against its DONE: a DONE of
+// the run whose files were never checked (one a resume skipped as damaged, say) must not
+// count among the newest kept, or pruning would delete the good ones in its favour. What is
+// not provably the run's (another run's DONE, llm.c's empty one, an unreadable one) and
+// what is newer than the oldest kept is never deleted. Model and state files without a
+// DONE at a step older than the newest DONE are remnants of an interrupted write and are
+// deleted too; newer ones (one being written) and all other files are left alone.
+inline void checkpoint_prune(const std::string& dir, int keep_last, const std::string& run_id,
+                             std::vector<int> proven) {
     const std::vector<int> done = checkpoint_done_steps_(dir);
     std::vector<int> doomed;
-    if (keep_last > 0) {
-        std::vector<int> own;
+    std::sort(proven.begin(), proven.end());
+    proven.erase(std::unique(proven.begin(), proven.end()), proven.end());
+    std::vector<int> kept;  // the newest keep_last proven steps that still have their DONE
+    for (int s : proven)
+        if (std::binary_search(done.begin(), done.end(), s)) kept.push_back(s);
+    if (keep_last > 0 && (int)kept.size() >= keep_last && !run_id.empty()) {
+        const int oldest_kept = kept[kept.size() - keep_last];
         for (int s : done) {
             DoneRecord r;
             std::string why;  // a DONE that cannot be read is not provably the run's: kept
-            if (checkpoint_read_done(dir, s, &r, &why) && !run_id.empty() && r.run_id == run_id) own.push_back(s);
+            if (s < oldest_kept && checkpoint_read_done(dir, s, &r, &why) && r.run_id == run_id) doomed.push_back(s);
         }
-        if ((int)own.size() > keep_last) doomed.assign(own.begin(), own.end() - keep_last);
     }
     if (!done.empty())
         for (int s : checkpoint_steps_with_files(dir))
@@ -653,22 +735,49 @@ inline void checkpoint_prune(const std::string& dir, int keep_last, const std::s
 
 constexpr const char* CHECKPOINT_LOCK_NAME = "train.lock";
 
-// Takes dir/train.lock (flock, exclusive, not waiting) and writes this pid into it; the
-// lock lasts until the process exits (the fd stays open). When another process has it,
-// the error names the holder's pid.
-inline void checkpoint_lock_dir(const std::string& dir) {
-    const std::string path = dir + "/" + CHECKPOINT_LOCK_NAME;
-    int fd = open(path.c_str(), O_RDWR | O_CREAT | O_NONBLOCK | O_CLOEXEC, 0644);
-    if (fd < 0) llmc::fail(path + ": cannot create the lock file (" + strerror(errno) + ")");
+// The lock of a run's folder, held until the process exits (its fds stay open). The lock
+// is an flock on the folder itself, so that removing or replacing the name train.lock lets
+// no second trainer in; train.lock (flock'ed too) holds the holder's pid for the message a
+// second trainer gets. Where the filesystem cannot flock a folder (NFS emulates flock with
+// byte-range locks, which need a file open for writing) the lock is train.lock's alone, and
+// checkpoint_check_lock makes sure before each checkpoint that the name is still that file.
+struct FolderLock {
+    std::string dir;
+    bool on_folder = false;  // the folder itself is locked
+    int dir_fd = -1, file_fd = -1;
+    dev_t dev = 0;  // train.lock's identity
+    ino_t ino = 0;
+};
+
+// The lock is held by another process: the error names its pid (from train.lock).
+[[noreturn]] inline void checkpoint_lock_held_(const std::string& dir, const std::string& path) {
+    char pid[32] = {0};
+    ssize_t n = 0;
+    const int fd = open(path.c_str(), O_RDONLY | O_NONBLOCK | O_NOFOLLOW | O_CLOEXEC);
+    struct stat st;
+    if (fd >= 0 && fstat(fd, &st) == 0 && S_ISREG(st.st_mode)) n = pread(fd, pid, sizeof pid - 1, 0);
+    if (fd >= 0) close(fd);
+    while (n > 0 && (pid[n - 1] == '\n' || pid[n - 1] == ' ')) pid[--n] = '\0';
+    llmc::fail(dir + ": another trainer is writing into this folder (pid " + (n > 0 ? pid : "unknown") +
+               ", holding " + path + ")");
+}
+
+// Creates (never through a link) and flocks dir/train.lock, writes this pid into it.
+inline void checkpoint_lock_file_(FolderLock* lock) {
+    const std::string path = lock->dir + "/" + CHECKPOINT_LOCK_NAME;
+    const int fd = open(path.c_str(), O_RDWR | O_CREAT | O_NONBLOCK | O_NOFOLLOW | O_CLOEXEC, 0644);
+    if (fd < 0)
+        llmc::fail(path + ": cannot create the lock file (" +
+                   (errno == ELOOP ? std::string("a symbolic link, not followed") : strerror(errno)) + ")");
+    struct stat st;
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        close(fd);
+        llmc::fail(path + ": the lock file is not a regular file");
+    }
     if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
         const int e = errno;
-        char pid[32] = {0};
-        ssize_t n = pread(fd, pid, sizeof pid - 1, 0);
         close(fd);
-        while (n > 0 && (pid[n - 1] == '\n' || pid[n - 1] == ' ')) pid[--n] = '\0';
-        if (e == EWOULDBLOCK)
-            llmc::fail(dir + ": another trainer is writing into this folder (pid " + (n > 0 ? pid : "unknown") +
-                       ", holding " + path + ")");
+        if (e == EWOULDBLOCK) checkpoint_lock_held_(lock->dir, path);
         llmc::fail(path + ": cannot lock (" + strerror(e) + ")");
     }
     const std::string me = std::to_string(getpid()) + "\n";
@@ -677,13 +786,72 @@ inline void checkpoint_lock_dir(const std::string& dir) {
         close(fd);
         llmc::fail(path + ": cannot write the lock file (" + strerror(e) + ")");
     }
-    // fd stays open: the lock is held until exit
+    if (lock->file_fd >= 0) close(lock->file_fd);
+    lock->file_fd = fd;
+    lock->dev = st.st_dev;
+    lock->ino = st.st_ino;
 }
 
-// Deletes the *.tmp files (not folders) that a killed run left in dir.
+// Takes dir's lock (not waiting); when another process has it, the error names its pid.
+// lock_folder false: only train.lock, as on a filesystem that cannot lock a folder (tests).
+inline FolderLock checkpoint_lock_dir(const std::string& dir, bool lock_folder = true) {
+    FolderLock lock;
+    lock.dir = dir;
+    lock.dir_fd = open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (lock.dir_fd < 0) llmc::fail(dir + ": cannot open the folder (" + strerror(errno) + ")");
+    if (lock_folder) {
+        if (flock(lock.dir_fd, LOCK_EX | LOCK_NB) == 0) lock.on_folder = true;
+        else if (errno == EWOULDBLOCK) {
+            close(lock.dir_fd);
+            checkpoint_lock_held_(dir, dir + "/" + CHECKPOINT_LOCK_NAME);
+        }
+    }
+    try {
+        checkpoint_lock_file_(&lock);
+    } catch (...) {
+        close(lock.dir_fd);
+        throw;
+    }
+    return lock;
+}
+
+// Before a checkpoint: the lock still keeps every other trainer out. With the folder locked,
+// a removed train.lock is only re-created (for the pid in a second trainer's message); with
+// train.lock alone, a name that is no longer that file means a second trainer can have taken
+// the lock, so nothing more may be written here.
+inline void checkpoint_check_lock(FolderLock* lock) {
+    if (lock->file_fd < 0) return;
+    const std::string path = lock->dir + "/" + CHECKPOINT_LOCK_NAME;
+    struct stat st;
+    const int rc = lstat(path.c_str(), &st);
+    const bool gone = rc != 0 && errno == ENOENT;
+    if (rc == 0 && st.st_dev == lock->dev && st.st_ino == lock->ino) return;
+    if (!lock->on_folder)
+        llmc::fail(path + ": removed or replaced during the run, so another trainer may be writing into " + lock->dir +
+                   "; no checkpoint written (the earlier ones are kept)");
+    if (gone) checkpoint_lock_file_(lock);
+}
+
+// The names of files that this code writes through a temporary (checkpoint files, the logs).
+inline bool checkpoint_own_file_name_(const std::string& name) {
+    return checkpoint_file_step_(name) >= 0 || name == "main.log" || name == "main.jsonl";
+}
+
+// A training run's checkpoint folder (-o), as the rank that writes DONE markers keeps it.
+struct CheckpointFolder {
+    std::string dir;
+    std::string run_id;       // the owner of the checkpoints this run writes
+    int keep_last = 0;        // -nk: prune to the newest this many (0: keep all)
+    std::vector<int> proven;  // the checkpoints this run wrote, and the one it resumed from
+    FolderLock lock;          // held by rank 0
+};
+
+// Deletes the temporaries a killed run left in dir: regular files named <name>.tmp for a
+// name of this trainer's own (a checkpoint file, a log); any other *.tmp is the user's.
 inline void checkpoint_remove_stale_temps(const std::string& dir) {
     for (const std::string& name : checkpoint_list_dir_(dir)) {
         if (name.size() <= 4 || name.compare(name.size() - 4, 4, ".tmp") != 0) continue;
+        if (!checkpoint_own_file_name_(name.substr(0, name.size() - 4))) continue;
         const std::string p = dir + "/" + name;
         struct stat st;
         if (lstat(p.c_str(), &st) == 0 && S_ISREG(st.st_mode)) unlink(p.c_str());

@@ -2,54 +2,133 @@
 // (header-only host C++; the trainer writes them on rank 0 into -o).
 #pragma once
 
+#include <algorithm>
 #include <cerrno>
+#include <cstdarg>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <deque>
 #include <string>
 #include <utility>
 
+#include <fcntl.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "llmc/checkpoint.h"
 #include "llmc/error.h"
 #include "llmc/regular_file.h"
 
-// main.log (llm.c's format) and main.jsonl (one object per event), rank 0.
-// Line-buffered: every record reaches the file in one write, whole, so a kill
-// never tears one. A resume from step S first cuts both back to what came
+// One log file, appended to record by record. A record reaches the file in one
+// write(), whole, or not at all (a short write is cut back off), so neither a
+// kill nor a full disk tears a line. A record that cannot be written (ENOSPC,
+// EIO, a file-size limit) is kept and written, in order, before the next one
+// when the disk has room again; the first failure is one warning line, and
+// records still unwritten when the run ends are its error. The file is opened
+// without following a symbolic link and only if it is a regular file.
+class LogFile {
+  public:
+    void open(const std::string& path, bool append) {
+        path_ = path;
+        fd_ = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_NOFOLLOW | O_CLOEXEC | (append ? 0 : O_TRUNC), 0644);
+        if (fd_ < 0)
+            llmc::fail(path + ": cannot write (" +
+                       (errno == ELOOP ? std::string("a symbolic link, not followed") : strerror(errno)) + ")");
+        struct stat st;
+        if (fstat(fd_, &st) != 0 || !S_ISREG(st.st_mode)) {
+            ::close(fd_);
+            fd_ = -1;
+            llmc::fail(path + ": cannot write (" + NOT_A_REGULAR_FILE + ")");
+        }
+    }
+    void write(std::string record) {
+        if (fd_ < 0) return;
+        if (pending_.size() < MAX_PENDING) pending_.push_back(std::move(record));
+        else dropped_++;
+        flush();
+    }
+    // Writes what is pending; throws when records are left unwritten.
+    void close() {
+        if (fd_ < 0) return;
+        flush();
+        ::close(fd_);
+        fd_ = -1;
+        if (!pending_.empty() || dropped_ > 0)
+            llmc::failf("%s: %zu record(s) could not be written (%s); the checkpoints are not affected", path_.c_str(),
+                        pending_.size() + dropped_, strerror(errno_));
+    }
+
+  private:
+    static constexpr size_t MAX_PENDING = 1 << 16;  // records held for a full disk (a few MB)
+    void flush() {
+        while (!pending_.empty()) {
+            const std::string& r = pending_.front();
+            struct stat st;
+            const off_t before = fstat(fd_, &st) == 0 ? st.st_size : -1;
+            const ssize_t n = ::write(fd_, r.data(), r.size());
+            if (n == (ssize_t)r.size()) {
+                pending_.pop_front();
+                continue;
+            }
+            errno_ = n < 0 ? errno : ENOSPC;  // (a short write is a full disk or a size limit)
+            if (n > 0 && before >= 0 && ftruncate(fd_, before) != 0) {
+                // the torn piece stays: end it, so the next record starts a line of its own
+                if (::write(fd_, "\n", 1) != 1) {}
+            }
+            if (!warned_)
+                fprintf(stderr, "warning: %s: cannot write (%s); its records are kept and written once it can be\n",
+                        path_.c_str(), strerror(errno_));
+            warned_ = true;
+            return;
+        }
+    }
+    std::string path_;
+    int fd_ = -1;
+    std::deque<std::string> pending_;
+    size_t dropped_ = 0;
+    int errno_ = 0;
+    bool warned_ = false;
+};
+
+// main.log (llm.c's format) and main.jsonl (one object per event), rank 0,
+// through LogFile. A resume from step S first cuts both back to what came
 // before S's evaluation: the steps up to S and the evaluations before S (the
 // run logs S's evaluation again), and drops a last line without its newline.
 struct RunLog {
-    FILE* log = nullptr;
-    FILE* jsonl = nullptr;
+    LogFile log, jsonl;
     void open(const char* dir, int resumed_step) {
-        for (auto [file, name] : {std::pair<FILE**, const char*>{&log, "main.log"}, {&jsonl, "main.jsonl"}}) {
+        for (auto [file, name] : {std::pair<LogFile*, const char*>{&log, "main.log"}, {&jsonl, "main.jsonl"}}) {
             const std::string path = std::string(dir) + "/" + name;
             if (resumed_step >= 0) cut_back(path, resumed_step);
-            *file = fopen(path.c_str(), resumed_step >= 0 ? "a" : "w");
-            if (!*file) llmc::fail(path + ": cannot write (" + strerror(errno) + ")");
-            setvbuf(*file, nullptr, _IOLBF, 1 << 16);
+            file->open(path, resumed_step >= 0);
         }
     }
     void close() {
-        if (log) fclose(log);
-        if (jsonl) fclose(jsonl);
+        log.close();
+        jsonl.close();
     }
     // An evaluation after `step` steps: main.log "s:<step> <tag>:<value>",
     // main.jsonl {"step": step, "<key>": value}.
     void record(int step, const char* tag, const char* key, double value) {
-        if (log) fprintf(log, "s:%d %s:%f\n", step, tag, value);
-        if (jsonl) fprintf(jsonl, "{\"step\": %d, \"%s\": %.9g}\n", step, key, value);
+        log.write(format("s:%d %s:%f\n", step, tag, value));
+        jsonl.write(format("{\"step\": %d, \"%s\": %.9g}\n", step, key, value));
     }
     // The training record of step step + 1 (of 1..steps, as stdout numbers it;
     // main.log keeps llm.c's numbering from 0).
     void train_record(int step, float loss, float norm, float lr, long tokens, double util, float ms, double tok_per_s) {
-        if (log) fprintf(log, "s:%d trl:%f\n", step, loss);
-        if (jsonl)
-            fprintf(jsonl, "{\"step\": %d, \"loss\": %.9g, \"norm\": %.9g, \"lr\": %.9g, \"tokens_per_step\": %ld, "
+        log.write(format("s:%d trl:%f\n", step, loss));
+        jsonl.write(format("{\"step\": %d, \"loss\": %.9g, \"norm\": %.9g, \"lr\": %.9g, \"tokens_per_step\": %ld, "
                     "\"util\": %.4f, \"ms\": %.3f, \"tok_per_s\": %.1f}\n", step + 1, loss, norm, lr, tokens,
-                    util, ms, tok_per_s);
+                    util, ms, tok_per_s));
+    }
+    __attribute__((format(printf, 1, 2))) static std::string format(const char* f, ...) {
+        char line[512];
+        va_list args;
+        va_start(args, f);
+        const int n = vsnprintf(line, sizeof line, f, args);
+        va_end(args);
+        return std::string(line, n < 0 ? 0 : std::min((size_t)n, sizeof line - 1));
     }
     // Whether a line of either log comes before the evaluation of step S. A
     // train record logs the step it completed (main.log: that step - 1).
@@ -63,7 +142,8 @@ struct RunLog {
     static void cut_back(const std::string& path, int S) {
         std::string text, kept, why;
         struct stat st;
-        if (stat(path.c_str(), &st) != 0) return;  // no log yet
+        if (lstat(path.c_str(), &st) != 0) return;  // no log yet
+        if (S_ISLNK(st.st_mode)) llmc::fail(path + ": cannot write (a symbolic link, not followed)");
         if (!read_regular_file(path.c_str(), &text, SIZE_MAX, &why)) llmc::fail(path + ": cannot read (" + why + ")");
         for (size_t pos = 0, nl; (nl = text.find('\n', pos)) != std::string::npos; pos = nl + 1) {
             const std::string line = text.substr(pos, nl + 1 - pos);

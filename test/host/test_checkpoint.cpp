@@ -1,8 +1,9 @@
 // Tests of llmc/checkpoint.h: the training-state file (bitwise round trip, header layout,
 // every mismatch and damage error), atomic writes that fail without touching the old file,
 // finding the newest complete checkpoint, the DONE marker (run id, sizes, hashes) and its
-// verification, pruning (only the run's own checkpoints, and orphans), the folder lock and
-// stale temporary files.
+// verification and what it must list, pruning (only the run's own checkpoints, counting only
+// proven ones, and orphans), the folder lock (also when train.lock is removed), no symbolic
+// link followed, llm.c's state told apart, and stale temporary files.
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -340,18 +341,19 @@ static void test_prune() {
         for (int r = 0; r < P; r++) none = none && !exists(checkpoint_state_path(d, step, r));
         return none;
     };
-    checkpoint_prune(d, 0, OWN.run_id);
-    checkpoint_prune(d, -1, OWN.run_id);
-    checkpoint_prune(d, 5, OWN.run_id);
+    const std::vector<int> ALL = {10, 20, 30, 40, 50};  // written by this run: proven
+    checkpoint_prune(d, 0, OWN.run_id, ALL);
+    checkpoint_prune(d, -1, OWN.run_id, ALL);
+    checkpoint_prune(d, 5, OWN.run_id, ALL);
     bool all_kept = true;
     for (int s : {10, 20, 30, 40, 50}) all_kept = all_kept && present(s) && exists(checkpoint_done_path(d, s));
     CHECK(all_kept, "prune with keep_last <= 0 or >= the count deletes nothing");
 
-    checkpoint_prune(d, 2, "00000000000000bb");
+    checkpoint_prune(d, 2, "00000000000000bb", ALL);
     bool foreign_kept = true;
     for (int s : {10, 20, 30, 40, 50}) foreign_kept = foreign_kept && present(s);
     CHECK(foreign_kept, "prune for another run id deletes none of these checkpoints");
-    checkpoint_prune(d, 2, OWN.run_id);
+    checkpoint_prune(d, 2, OWN.run_id, ALL);
     CHECK(absent(10) && absent(20) && absent(30), "prune keep 2: steps 10, 20, 30 gone (DONE, model, every rank's state)");
     CHECK(!exists(checkpoint_state_path(d, 10, 5)), "prune also removes a pruned step's state of a rank beyond the process count");
     CHECK(present(40) && present(50) && exists(checkpoint_done_path(d, 40)) && exists(checkpoint_done_path(d, 50)),
@@ -363,7 +365,7 @@ static void test_prune() {
     CHECK(others, "other files are untouched");
     CHECK(checkpoint_find_latest(d) == 50, "find_latest after prune: 50");
 
-    checkpoint_prune(d, 1, OWN.run_id);
+    checkpoint_prune(d, 1, OWN.run_id, ALL);
     CHECK(absent(40) && present(50) && present(60), "prune keep 1: only step 50 (and the incomplete 60) left");
 
     // orphans older than the newest DONE go, also with keep_last 0; another run's DONE stays
@@ -372,9 +374,9 @@ static void test_prune() {
     touch(checkpoint_model_path(d, 5));
     touch(d + "/DONE_00000003");  // llm.c's empty DONE: no owner
     touch(checkpoint_model_path(d, 3));
-    checkpoint_prune(d, 0, OWN.run_id);
+    checkpoint_prune(d, 0, OWN.run_id, ALL);
     CHECK(absent(45) && present(60), "keep_last 0: the orphaned step 45 (older than DONE 50) is deleted, 60 is not");
-    checkpoint_prune(d, 1, OWN.run_id);
+    checkpoint_prune(d, 1, OWN.run_id, ALL);
     CHECK(exists(checkpoint_done_path(d, 5)) && exists(checkpoint_model_path(d, 5)) &&
               exists(checkpoint_done_path(d, 3)) && exists(checkpoint_model_path(d, 3)) && present(50),
           "another run's checkpoint and an ownerless (empty) DONE are never pruned");
@@ -383,6 +385,68 @@ static void test_prune() {
     make_ckpt(70, true);
     unlink(checkpoint_done_path(d, 70).c_str());
     CHECK(checkpoint_find_latest(d) == 50, "files without DONE never count as complete");
+}
+
+// Pruning counts only proven checkpoints (written by this process, or resumed from after
+// its files were checked): a DONE of the run that no one checked is never among the kept.
+static void test_prune_proven() {
+    const std::string d = mkdir_in_tmp("prune_proven");
+    const auto make_ckpt = [&](int step) {
+        touch(checkpoint_model_path(d, step));
+        touch(checkpoint_state_path(d, step, 0));
+        checkpoint_write_done(d, step, OWN);
+    };
+    // a resume fell back past a damaged 20 to 10, then wrote 11: -nk 1 keeps 11, and 20
+    for (int s : {10, 20, 11}) make_ckpt(s);
+    checkpoint_prune(d, 1, OWN.run_id, {10, 11});
+    CHECK(!exists(checkpoint_done_path(d, 10)) && exists(checkpoint_done_path(d, 11)) &&
+              exists(checkpoint_model_path(d, 11)) && exists(checkpoint_done_path(d, 20)),
+          "-nk 1 after a fallback past 20: 11 (proven, newest) and 20 (unproven) kept, 10 pruned");
+    // fewer proven than keep_last: nothing of the run is deleted
+    make_ckpt(5);
+    checkpoint_prune(d, 3, OWN.run_id, {11});
+    CHECK(exists(checkpoint_done_path(d, 5)) && exists(checkpoint_done_path(d, 11)) && exists(checkpoint_done_path(d, 20)),
+          "fewer proven checkpoints than -nk: nothing pruned");
+    // the checkpoint resumed from is never deleted before keep_last newer proven ones exist
+    make_ckpt(12);
+    checkpoint_prune(d, 2, OWN.run_id, {11, 12});
+    CHECK(!exists(checkpoint_done_path(d, 5)) && exists(checkpoint_done_path(d, 11)) && exists(checkpoint_done_path(d, 12)),
+          "-nk 2 with 11 and 12 proven: 5 (older) pruned, 11 and 12 kept");
+    // a proven step whose DONE is gone does not count
+    unlink(checkpoint_done_path(d, 12).c_str());
+    checkpoint_prune(d, 1, OWN.run_id, {11, 12});
+    CHECK(exists(checkpoint_done_path(d, 11)), "a proven step without its DONE does not count: 11 kept");
+}
+
+// A DONE vouches for a checkpoint only when it lists exactly its model and every rank's state.
+static void test_done_covers() {
+    const auto rec = [](std::vector<std::string> names) {
+        DoneRecord r{"0123456789abcdef", {}};
+        for (const std::string& n : names) r.files.push_back(CheckpointFile{n, 1, 1});
+        return r;
+    };
+    const std::string m = "model_00000007.bin", s0 = "state_00000007_00000.bin", s1 = "state_00000007_00001.bin";
+    std::string why;
+    CHECK(checkpoint_done_covers(rec({m, s0, s1}), 7, 2, &why) && checkpoint_done_ranks(rec({m, s0, s1})) == 2,
+          "model and both states of 2 ranks: covered");
+    const struct {
+        DoneRecord r;
+        int step, ranks;
+        const char* says;
+    } bad[] = {
+        {DoneRecord{}, 7, 1, "DONE_00000007 is empty (llm.c's marker)"},
+        {rec({}), 7, 1, "DONE_00000007 lists no file"},
+        {rec({s0}), 7, 1, "does not list model_00000007.bin"},
+        {rec({m, s0}), 7, 2, "does not list state_00000007_00001.bin"},
+        {rec({"model_00000005.bin", "state_00000005_00000.bin"}), 7, 1, "does not list model_00000007.bin"},
+        {rec({m, s0, "notes.txt"}), 7, 1, "lists notes.txt, not a file of this checkpoint"},
+        {rec({m, s0, s0}), 7, 1, "lists a file twice"},
+    };
+    for (const auto& b : bad) {
+        why.clear();
+        CHECK(!checkpoint_done_covers(b.r, b.step, b.ranks, &why) && one_line(why) && contains(why, b.says),
+              "not covered: %s", why.c_str());
+    }
 }
 
 static void test_done_and_verify() {
@@ -433,24 +497,82 @@ static void test_done_and_verify() {
 
 static void test_lock() {
     const std::string d = mkdir_in_tmp("lock");
-    std::string err = error_of([&] { checkpoint_lock_dir(d); });
-    CHECK(err == NO_ERROR && read_file(d + "/train.lock") == std::to_string(getpid()) + "\n",
-          "the lock is taken and names this pid %s", err == NO_ERROR ? "" : err.c_str());
+    FolderLock held;
+    std::string err = error_of([&] { held = checkpoint_lock_dir(d); });
+    CHECK(err == NO_ERROR && held.on_folder && read_file(d + "/train.lock") == std::to_string(getpid()) + "\n",
+          "the lock is taken on the folder and train.lock names this pid %s", err == NO_ERROR ? "" : err.c_str());
     // flock is per open file: a second open, even in this process, is another writer
     err = error_of([&] { checkpoint_lock_dir(d); });
     CHECK(one_line(err) &&
               contains(err, "another trainer is writing into this folder (pid " + std::to_string(getpid())),
           "a second writer is refused, naming the holder: %s", err.c_str());
+    unlink((d + "/train.lock").c_str());
+    err = error_of([&] { checkpoint_lock_dir(d); });
+    CHECK(one_line(err) && contains(err, "another trainer is writing into this folder (pid unknown"),
+          "train.lock removed: the folder's lock still refuses a second writer: %s", err.c_str());
+    err = error_of([&] { checkpoint_check_lock(&held); });
+    CHECK(err == NO_ERROR && read_file(d + "/train.lock") == std::to_string(getpid()) + "\n",
+          "the holder re-creates train.lock at its next check %s", err.c_str());
     err = error_of([] { checkpoint_lock_dir(g_tmp + "/nope"); });
     CHECK(err != NO_ERROR && one_line(err), "a missing folder: %s", err.c_str());
+
+    // where a folder cannot be locked, only train.lock is: losing its name stops the holder
+    const std::string f = mkdir_in_tmp("lock_file_only");
+    FolderLock first, second;
+    err = error_of([&] { first = checkpoint_lock_dir(f, false); });
+    CHECK(err == NO_ERROR && !first.on_folder && error_of([&] { checkpoint_check_lock(&first); }) == NO_ERROR,
+          "train.lock alone: taken, and the check passes while the name is that file %s", err.c_str());
+    unlink((f + "/train.lock").c_str());
+    err = error_of([&] { second = checkpoint_lock_dir(f, false); });
+    const std::string stop = error_of([&] { checkpoint_check_lock(&first); });
+    CHECK(err == NO_ERROR && one_line(stop) && contains(stop, "removed or replaced during the run"),
+          "train.lock removed: a second writer gets in, so the first stops before its next checkpoint: %s",
+          stop.c_str());
+
+    const std::string l = mkdir_in_tmp("lock_link");
+    write_file(g_tmp + "/victim", "precious");
+    if (symlink((g_tmp + "/victim").c_str(), (l + "/train.lock").c_str()) != 0) perror("symlink");
+    err = error_of([&] { checkpoint_lock_dir(l); });
+    CHECK(one_line(err) && contains(err, "a symbolic link, not followed") && read_file(g_tmp + "/victim") == "precious",
+          "a symbolic link as train.lock is refused, its target untouched: %s", err.c_str());
+}
+
+static void test_no_symlink_followed() {
+    const std::string d = mkdir_in_tmp("links");
+    const std::string victim = g_tmp + "/links_victim", p = d + "/model_00000001.bin";
+    write_file(victim, "precious");
+    if (symlink(victim.c_str(), (p + ".tmp").c_str()) != 0) perror("symlink");
+    std::string err = error_of([&] { write_file_atomic(p, [](FILE* f) { return fputs("new", f) >= 0; }); });
+    struct stat st;
+    CHECK(err == NO_ERROR && read_file(victim) == "precious" && read_file(p) == "new" && lstat(p.c_str(), &st) == 0 &&
+              S_ISREG(st.st_mode) && !exists(p + ".tmp"),
+          "a symbolic link at the temporary's name is replaced, never written through %s", err.c_str());
+    unlink(p.c_str());
+    if (symlink(victim.c_str(), p.c_str()) != 0) perror("symlink");
+    err = error_of([&] { write_file_atomic(p, [](FILE* f) { return fputs("new", f) >= 0; }); });
+    CHECK(err == NO_ERROR && read_file(victim) == "precious" && lstat(p.c_str(), &st) == 0 && S_ISREG(st.st_mode),
+          "a symbolic link at the file's own name is replaced by the file, its target untouched %s", err.c_str());
+}
+
+static void test_llmc_state() {
+    const std::string d = mkdir_in_tmp("llmc_state");
+    int32_t h[CHECKPOINT_HEADER_INTS] = {CHECKPOINT_STATE_MAGIC, 1, 1, 0, 1, 0};
+    h[10] = 20;  // llm.c: the step in slot 10, its rng and loader state in 20..33, 12..16 unused
+    h[30] = 3;
+    write_file(d + "/llmc.bin", std::string((const char*)h, sizeof h) + std::string(48, '\0'));
+    State s = random_state(12, 8, 4);
+    write_state(d + "/ours.bin", s);
+    CHECK(state_file_is_llmc(d + "/llmc.bin") && !state_file_is_llmc(d + "/ours.bin") &&
+              !state_file_is_llmc(d + "/missing.bin"),
+          "llm.c's state file is told from this trainer's");
 }
 
 static void test_stale_temps() {
     const std::string d = mkdir_in_tmp("temps");
     const std::vector<std::string> temps = {"model_00000010.bin.tmp", "state_00000010_00001.bin.tmp", "DONE_00000010.tmp",
-                                            "x.tmp"};
+                                            "main.jsonl.tmp", "main.log.tmp"};
     const std::vector<std::string> keep = {"main.log", "keep.tmpx", "tmp", ".tmp", "model_00000010.bin",
-                                           "corpus.bin.tmp.1234"};
+                                           "corpus.bin.tmp.1234", "x.tmp", "notes.tmp", "model_0000010.bin.tmp"};
     for (const auto& t : temps) write_file(d + "/" + t, "partial");
     for (const auto& k : keep) write_file(d + "/" + k, "keep");
     mkdir((d + "/folder.tmp").c_str(), 0755);
@@ -458,8 +580,8 @@ static void test_stale_temps() {
     bool gone = true, kept = true;
     for (const auto& t : temps) gone = gone && !exists(d + "/" + t);
     for (const auto& k : keep) kept = kept && read_file(d + "/" + k) == "keep";
-    CHECK(gone, "remove_stale_temps deletes every *.tmp file");
-    CHECK(kept && exists(d + "/folder.tmp"), "and nothing else (other names, a folder named *.tmp, a bare \".tmp\")");
+    CHECK(gone, "remove_stale_temps deletes the temporaries of the trainer's own files");
+    CHECK(kept && exists(d + "/folder.tmp"), "and nothing else (a user's *.tmp, other names, a folder named *.tmp)");
     checkpoint_remove_stale_temps(g_tmp + "/nope");  // no crash on a missing folder
 }
 
@@ -483,8 +605,12 @@ int main() {
     test_atomic();
     test_find_latest();
     test_prune();
+    test_prune_proven();
+    test_done_covers();
     test_done_and_verify();
     test_lock();
+    test_no_symlink_followed();
+    test_llmc_state();
     test_stale_temps();
 
     std::string cmd = "rm -rf '" + g_tmp + "'";

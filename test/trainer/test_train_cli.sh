@@ -225,24 +225,26 @@ expect_error "-r out of range" "from 0 to 2" -r 3
 
 # resuming with another process count or ZeRO stage is refused by name
 "$BIN" -e "$TINY" -i "$WORK/good.bin" -b 2 -t 16 -x 2 -v 0 -o "$WORK/ck" >/dev/null 2>&1
+python3 - "$WORK/ck" <<'PY'
+import sys; sys.path.insert(0, "test"); from xxh64 import xxh64
+d = sys.argv[1]; done = open(d + "/DONE_00000002").read()
+written = [l.split() for l in done.splitlines() if l.startswith("file ")]
+sys.exit(any(int(f[3], 16) != xxh64(open(d + "/" + f[1], "rb").read()) for f in written) or not written)
+PY
+check "test/xxh64.py gives the digests the trainer's DONE lists" $?
 python3 -c "
 import struct; p = '$WORK/ck/state_00000002_00000.bin'; d = bytearray(open(p,'rb').read())
 struct.pack_into('<i', d, 4 * 11, 1); open(p, 'wb').write(d)"
-: >"$WORK/ck/DONE_00000002"  # llm.c's empty DONE: no checksums, so the header check speaks
+python3 test/xxh64.py "$WORK/ck" 2  # a DONE that vouches for the changed state: its header check speaks
 expect_error "resume from a state file of another ZeRO stage" "zero" -e "$TINY" -i "$WORK/good.bin" -b 2 -t 16 -x 4 \
     -v 0 -o "$WORK/ck" -y 1
-# a model file of another step swapped in behind llm.c's empty DONE (nothing vouches for the
-# pair): its weights are not the state's master weights rounded
+# a model file of another step swapped in behind a DONE that vouches for it: its weights are
+# not the state's master weights rounded
 "$BIN" -e "$TINY" -i "$WORK/good.bin" -b 2 -t 16 -x 4 -n 2 -v 0 -o "$WORK/swap" >/dev/null 2>&1
 cp "$WORK/swap/model_00000002.bin" "$WORK/swap/model_00000004.bin"
-: >"$WORK/swap/DONE_00000004"
-expect_error "a model file of another step behind an empty DONE" "weights are not the master weights of" -e "$TINY" \
-    -i "$WORK/good.bin" -b 2 -t 16 -x 6 -v 0 -o "$WORK/swap" -y 1
-"$BIN" -e "$TINY" -i "$WORK/good.bin" -b 2 -t 16 -x 4 -n 2 -v 0 -o "$WORK/swap2" >/dev/null 2>&1
-: >"$WORK/swap2/DONE_00000004"
-"$BIN" -e "$TINY" -i "$WORK/good.bin" -b 2 -t 16 -x 6 -v 0 -o "$WORK/swap2" -y 1 >"$WORK/out" 2>&1 &&
-    grep -q "resuming from step 4" "$WORK/out"
-check "the same pair behind an empty DONE resumes (every bf16 weight is its master weight rounded)" $?
+python3 test/xxh64.py "$WORK/swap" 4
+expect_error "a model file of another step behind a DONE vouching for it" "weights are not the master weights of" \
+    -e "$TINY" -i "$WORK/good.bin" -b 2 -t 16 -x 6 -v 0 -o "$WORK/swap" -y 1
 
 # ---- folder ownership: one writer per -o, a fresh run never takes over or prunes another's checkpoints
 R=(-e "$TINY" -i "$WORK/good.bin" -b 2 -t 16 -v 0)
@@ -304,6 +306,95 @@ rm -f "$WORK"/own/DONE_*
 printf 'gpt-trainer checkpoint 1\nrun 0123456789abcdef\nfile model_00000016.bin 12 0000000000000000\n' >"$WORK/own/DONE_00000016"
 expect_error "every complete checkpoint damaged: stop, never start over" "no complete checkpoint in .* passes its checks" \
     "${R[@]}" -x 18 -o "$WORK/own" -y 1
+
+# ---- nothing saved is lost: a DONE proves every file it needs, pruning counts only proven
+# checkpoints, no symbolic link in -o is followed, the lock outlives its name, log records wait
+flip() { python3 -c "
+import sys; p = sys.argv[1]; d = bytearray(open(p, 'rb').read()); d[int(sys.argv[2])] ^= 1; open(p, 'wb').write(d)" "$@"; }
+dones() { ls "$1" | grep '^DONE_' | tr '\n' ' '; }
+"$BIN" "${R[@]}" -x 4 -n 2 -o "$WORK/fb" >/dev/null 2>&1
+flip "$WORK/fb/model_00000004.bin" 2000
+"$BIN" "${R[@]}" -x 3 -n 1 -nk 1 -o "$WORK/fb" -y 1 >"$WORK/out" 2>&1
+rc=$?
+kept=$(dones "$WORK/fb")
+"$BIN" "${R[@]}" -x 5 -n 1 -nk 1 -o "$WORK/fb" -y 1 >"$WORK/out2" 2>&1 && grep -q "resuming from step 3 " "$WORK/out2" &&
+    [[ $rc -eq 0 && $kept == "DONE_00000003 DONE_00000004 " && $(dones "$WORK/fb") == "DONE_00000005 " ]]
+check "-nk 1 after falling back past a damaged checkpoint 4: the new 3 is kept (left: $kept) and resumes; 4 goes once rewritten" $?
+"$BIN" "${R[@]}" -x 4 -n 2 -o "$WORK/dn" >/dev/null 2>&1
+flip "$WORK/dn/state_00000004_00000.bin" 3000  # a damage that only a checked DONE would notice
+for variant in "no file lines" "copied from step 2" "empty (llm.c's)"; do
+    rm -rf "$WORK/dv" && cp -r "$WORK/dn" "$WORK/dv" && rm "$WORK/dv/train.lock"
+    case $variant in
+        "no file lines") head -n 2 "$WORK/dn/DONE_00000004" >"$WORK/dv/DONE_00000004"; why="lists no file" ;;
+        "copied from step 2") cp "$WORK/dn/DONE_00000002" "$WORK/dv/DONE_00000004"; why="does not list model_00000004.bin" ;;
+        *) : >"$WORK/dv/DONE_00000004"; why="is empty (llm.c's marker)" ;;
+    esac
+    "$BIN" "${R[@]}" -x 5 -o "$WORK/dv" -y 1 >"$WORK/out" 2>"$WORK/err"
+    [[ $? -eq 0 ]] && grep -q "resuming from step 2 " "$WORK/out" &&
+        grep -q "^warning: checkpoint 4 not used: DONE_00000004 $why" "$WORK/err"
+    ok=$?  # (before the message's $(...) resets $?)
+    check "a DONE $variant vouches for nothing: step 4 (a flipped state) not used, resumed from 2: $(head -c 150 "$WORK/err")" $ok
+done
+echo precious >"$WORK/victim"
+mkdir "$WORK/sl1" && ln -s "$WORK/victim" "$WORK/sl1/train.lock"
+expect_error "a symbolic link as train.lock" "train.lock: cannot create the lock file (a symbolic link, not followed)" \
+    "${R[@]}" -x 1 -o "$WORK/sl1"
+mkdir "$WORK/sl2"
+for f in model_00000001.bin.tmp state_00000001_00000.bin.tmp DONE_00000001.tmp; do ln -s "$WORK/victim" "$WORK/sl2/$f"; done
+"$BIN" "${R[@]}" -x 1 -o "$WORK/sl2" >/dev/null 2>&1 && "$BIN" "${R[@]}" -x 2 -o "$WORK/sl2" -y 1 2>&1 |
+    grep -q "resuming from step 1 " && [[ -f "$WORK/sl2/DONE_00000001" && ! -L "$WORK/sl2/DONE_00000001" ]]
+check "symbolic links planted as the checkpoint's .tmp files are replaced, not written through; the checkpoint resumes" $?
+mkdir "$WORK/sl3" && ln -s "$WORK/victim" "$WORK/sl3/main.jsonl"
+expect_error "a symbolic link as a fresh run's main.jsonl" "main.jsonl: cannot write (a symbolic link, not followed)" \
+    "${R[@]}" -x 1 -o "$WORK/sl3"
+[[ $(cat "$WORK/victim") == precious ]]
+ok=$?
+check "no link target was written: $(head -c 40 "$WORK/victim")" $ok
+echo mine >"$WORK/sl2/notes.tmp"
+"$BIN" "${R[@]}" -x 3 -o "$WORK/sl2" -y 1 >/dev/null 2>&1 && [[ $(cat "$WORK/sl2/notes.tmp") == mine ]]
+check "-y 1 removes only its own stale temporaries: the user's notes.tmp stays" $?
+# train.lock removed while the run holds the folder: a second trainer is still refused
+"$BIN" "${R[@]}" -x 99999 -n 1 -o "$WORK/busy2" >"$WORK/first" 2>&1 &
+first=$!
+until grep -q "^checkpoint: step 1 " "$WORK/first" || ! kill -0 $first 2>/dev/null; do :; done
+rm -f "$WORK/busy2/train.lock"
+expect_error "a second trainer after train.lock was removed" "another trainer is writing into this folder" \
+    "${R[@]}" -x 99999 -o "$WORK/busy2" -y 1
+n=$(grep -c "^checkpoint: step" "$WORK/first")
+until [[ $(grep -c "^checkpoint: step" "$WORK/first") -gt $((n + 1)) ]] || ! kill -0 $first 2>/dev/null; do :; done
+[[ $(cat "$WORK/busy2/train.lock" 2>/dev/null) == "$first" ]]
+check "the holder writes train.lock again at its next checkpoint (pid $first)" $?
+kill -9 $first
+wait $first 2>/dev/null
+# a full disk under main.jsonl (writes 3 to 6 fail, strace injects ENOSPC): the records wait and
+# are written in order once the disk has room; still full at the end: an error, exit 1
+if command -v strace >/dev/null; then
+    full() {  # full DIR WHEN: a 12-step run whose main.jsonl writes number WHEN fail
+        mkdir -p "$1" && : >"$1/main.jsonl"
+        strace -f -qq -o /dev/null -P "$(cd "$1" && pwd)/main.jsonl" -e trace=write -e inject=write:error=ENOSPC:when="$2" \
+            "$BIN" -e "$TINY" -i "$WORK/good.bin" -j "$WORK/good.bin" -b 2 -t 16 -x 12 -v 4 -o "$1" >"$WORK/out" 2>"$WORK/err"
+    }
+    full "$WORK/full1" 3..6
+    rc=$?
+    python3 - "$WORK/full1/main.jsonl" <<'PY'
+import json, sys
+records = [json.loads(line) for line in open(sys.argv[1])]  # every line whole
+train = [r["step"] for r in records if "loss" in r]
+sys.exit(train != list(range(1, 13)) or len(records) != 16)
+PY
+    ok=$?
+    [[ $rc -eq 0 && $ok -eq 0 && $(wc -l <"$WORK/err") -eq 1 ]] &&
+        grep -q "^warning: .*main.jsonl: cannot write (No space left on device)" "$WORK/err"
+    ok=$?
+    check "a disk full for 4 log writes: one warning, all 16 records written whole and in order: $(cat "$WORK/err")" $ok
+    full "$WORK/full2" 3+
+    rc=$?
+    [[ $rc -eq 1 ]] && tail -n 1 "$WORK/err" | grep -q "^error: .*main.jsonl: 14 record(s) could not be written"
+    ok=$?
+    check "a disk still full at the end: exit $rc, $(tail -n 1 "$WORK/err")" $ok
+else
+    check "strace is installed (dev/install_deps.sh installs it)" 1
+fi
 
 # signals: SIGTERM stops after the current step with a checkpoint and exit 0; a second signal
 # ends the run at once; a file-size limit (SIGXFSZ) is one error line, earlier checkpoints kept
