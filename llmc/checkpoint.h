@@ -697,31 +697,35 @@ inline void checkpoint_delete_steps_(const std::string& dir, const std::vector<i
     fsync_directory(dir);
 }
 
-// Keeps the newest keep_last proven checkpoints of run run_id and deletes its checkpoints
-// older than those (keep_last <= 0: keep all). Proven (`proven`, steps) are the checkpoints
-// this process wrote or resumed from after checking every file against its DONE: a DONE of
-// the run whose files were never checked (one a resume skipped as damaged, say) must not
-// count among the newest kept, or pruning would delete the good ones in its favour. What is
-// not provably the run's (another run's DONE, llm.c's empty one, an unreadable one) and
-// what is newer than the oldest kept is never deleted. Model and state files without a
+// Keeps the newest keep_last trusted checkpoints of run run_id and deletes its checkpoints
+// older than those (keep_last <= 0: keep all). `proven` are the steps this process wrote or
+// resumed from after checking every file against its DONE. Trusted are those, and the run's
+// checkpoints older than the first of them (a resume takes the newest that passes its checks,
+// so nothing older was found wanting). Not trusted is a DONE of the run newer than the
+// checkpoint resumed from that this process did not write: one the resume skipped as damaged.
+// Counted among the newest kept, it would make pruning delete the good ones in its favour.
+// What is not provably the run's (another run's DONE, llm.c's empty one, an unreadable one)
+// and what is newer than the oldest kept is never deleted. Model and state files without a
 // DONE at a step older than the newest DONE are remnants of an interrupted write and are
 // deleted too; newer ones (one being written) and all other files are left alone.
 inline void checkpoint_prune(const std::string& dir, int keep_last, const std::string& run_id,
                              std::vector<int> proven) {
     const std::vector<int> done = checkpoint_done_steps_(dir);
-    std::vector<int> doomed;
     std::sort(proven.begin(), proven.end());
-    proven.erase(std::unique(proven.begin(), proven.end()), proven.end());
-    std::vector<int> kept;  // the newest keep_last proven steps that still have their DONE
-    for (int s : proven)
-        if (std::binary_search(done.begin(), done.end(), s)) kept.push_back(s);
-    if (keep_last > 0 && (int)kept.size() >= keep_last && !run_id.empty()) {
-        const int oldest_kept = kept[kept.size() - keep_last];
-        for (int s : done) {
-            DoneRecord r;
-            std::string why;  // a DONE that cannot be read is not provably the run's: kept
-            if (s < oldest_kept && checkpoint_read_done(dir, s, &r, &why) && r.run_id == run_id) doomed.push_back(s);
-        }
+    std::vector<int> own, trusted;
+    for (int s : done) {
+        DoneRecord r;
+        std::string why;  // a DONE that cannot be read is not provably the run's: kept
+        if (run_id.empty() || !checkpoint_read_done(dir, s, &r, &why) || r.run_id != run_id) continue;
+        own.push_back(s);
+        if (std::binary_search(proven.begin(), proven.end(), s) || (!proven.empty() && s < proven.front()))
+            trusted.push_back(s);
+    }
+    std::vector<int> doomed;
+    if (keep_last > 0 && (int)trusted.size() > keep_last) {
+        const int oldest_kept = trusted[trusted.size() - keep_last];
+        for (int s : own)
+            if (s < oldest_kept) doomed.push_back(s);
     }
     if (!done.empty())
         for (int s : checkpoint_steps_with_files(dir))

@@ -402,16 +402,26 @@ static void test_prune_proven() {
     CHECK(!exists(checkpoint_done_path(d, 10)) && exists(checkpoint_done_path(d, 11)) &&
               exists(checkpoint_model_path(d, 11)) && exists(checkpoint_done_path(d, 20)),
           "-nk 1 after a fallback past 20: 11 (proven, newest) and 20 (unproven) kept, 10 pruned");
-    // fewer proven than keep_last: nothing of the run is deleted
+    // fewer trusted than keep_last (5 is older than the first proven, so trusted): none deleted
     make_ckpt(5);
     checkpoint_prune(d, 3, OWN.run_id, {11});
     CHECK(exists(checkpoint_done_path(d, 5)) && exists(checkpoint_done_path(d, 11)) && exists(checkpoint_done_path(d, 20)),
-          "fewer proven checkpoints than -nk: nothing pruned");
+          "fewer trusted checkpoints than -nk: nothing pruned");
     // the checkpoint resumed from is never deleted before keep_last newer proven ones exist
     make_ckpt(12);
     checkpoint_prune(d, 2, OWN.run_id, {11, 12});
     CHECK(!exists(checkpoint_done_path(d, 5)) && exists(checkpoint_done_path(d, 11)) && exists(checkpoint_done_path(d, 12)),
           "-nk 2 with 11 and 12 proven: 5 (older) pruned, 11 and 12 kept");
+    // a resume from 21 with the run's 15 and 18 before it, then 24 written: -nk 3 keeps 18, 21, 24
+    const std::string e = mkdir_in_tmp("prune_resumed");
+    for (int s : {15, 18, 21, 24}) {
+        touch(checkpoint_model_path(e, s));
+        checkpoint_write_done(e, s, OWN);
+    }
+    checkpoint_prune(e, 3, OWN.run_id, {21, 24});
+    CHECK(!exists(checkpoint_done_path(e, 15)) && exists(checkpoint_done_path(e, 18)) &&
+              exists(checkpoint_done_path(e, 24)),
+          "the run's checkpoints older than the one resumed from count: -nk 3 keeps 18, 21, 24");
     // a proven step whose DONE is gone does not count
     unlink(checkpoint_done_path(d, 12).c_str());
     checkpoint_prune(d, 1, OWN.run_id, {11, 12});
