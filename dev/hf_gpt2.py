@@ -81,12 +81,17 @@ def shown(value, limit=60):
 
 
 # ---- files: regular inputs; outputs whole, regular, never through a link ------------------
-_KINDS = [(stat.S_ISLNK, "a symbolic link"), (stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a FIFO"),
+_KINDS = [(stat.S_ISREG, "a regular file"), (stat.S_ISLNK, "a symbolic link"), (stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a FIFO"),
           (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket")]
 
 
 def _kind(mode):
-    return next((name for test, name in _KINDS if test(mode)), "not a regular file")
+    return next((name for test, name in _KINDS if test(mode)), "of an unknown kind")
+
+
+def _json_kind(value):
+    return {dict: "an object", list: "an array", str: "a string", bool: "a boolean", type(None): "null"}.get(
+        type(value), "a number")
 
 
 def read_regular(path, what, max_bytes=None):
@@ -192,7 +197,7 @@ def read_json(path, what, max_bytes=1 << 20):
     except (ValueError, RecursionError) as e:  # UnicodeDecodeError is a ValueError
         raise Error(f"{path}: {what} is not valid JSON ({str(e).splitlines()[0][:80]})")
     if not isinstance(value, dict):
-        raise Error(f"{path}: {what} is a JSON {type(value).__name__}, not an object")
+        raise Error(f"{path}: {what} is {_json_kind(value)}, not a JSON object")
     return value
 
 
@@ -346,7 +351,7 @@ def validate_safetensors(data, path):
     except (ValueError, RecursionError) as e:
         raise Error(f"{path}: the safetensors header is not valid JSON ({str(e).splitlines()[0][:80]})")
     if not isinstance(header, dict):
-        raise Error(f"{path}: the safetensors header is a JSON {type(header).__name__}, not an object")
+        raise Error(f"{path}: the safetensors header is {_json_kind(header)}, not a JSON object")
     meta = header.pop("__metadata__", {})
     if not isinstance(meta, dict) or not all(isinstance(v, str) for v in meta.values()):
         raise Error(f"{path}: __metadata__ is not an object of strings")
@@ -368,7 +373,7 @@ def validate_safetensors(data, path):
 
 def _tensor_spec(name, spec, path):
     if not isinstance(spec, dict):
-        raise Error(f"{path}: tensor {shown(name)} is described by a {type(spec).__name__}, not an object")
+        raise Error(f"{path}: tensor {shown(name)} is described by {_json_kind(spec)}, not a JSON object")
     dt, shape, offsets = spec.get("dtype"), spec.get("shape"), spec.get("data_offsets")
     if dt not in _DTYPES:
         raise Error(f"{path}: tensor {shown(name)} has dtype {shown(dt)}; F32, F16 or BF16 expected")
@@ -465,6 +470,7 @@ def from_hf(cfg, state, where):
     """transformers' state dict (with or without the "transformer." prefix, as on the hub)
     -> llm.c tensors, wte padded with zero rows to Vp; names, shapes and values checked."""
     keys = validate_names(cfg, state, where)
+    validate_finite({key: state[key] for key in keys.values()}, where)
 
     def get(name, shape):
         t = state[keys[name]]
@@ -483,7 +489,6 @@ def from_hf(cfg, state, where):
         hf_shape = per_layer[::-1] if conv1d else per_layer
         layers = [get(f"h.{l}.{theirs}", hf_shape) for l in range(L)]
         t[ours] = np.stack([a.T if conv1d else a for a in layers])
-    validate_finite(t, where)
     return t
 
 
@@ -509,7 +514,7 @@ def config_from_hf(conf, where):
 
 def _config_from_hf(conf):
     if not isinstance(conf, dict):
-        raise Error(f"a JSON {type(conf).__name__}, not an object")
+        raise Error(f"{_json_kind(conf)}, not a JSON object")
     if conf.get("model_type") != "gpt2":
         raise Error(f"model_type is {shown(conf.get('model_type'))}, not 'gpt2'")
     cfg = {}
