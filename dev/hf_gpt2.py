@@ -75,8 +75,11 @@ def run_cli(main):
 
 
 def shown(value, limit=60):
-    """A value from a file, for an error line: repr (no raw newlines), cut to limit."""
-    r = repr(value)
+    """A value from a file, for an error line: as JSON (no raw newlines), cut to limit."""
+    try:
+        r = json.dumps(value)
+    except (TypeError, ValueError):
+        r = repr(value)
     return r if len(r) <= limit else r[:limit] + "..."
 
 
@@ -244,7 +247,8 @@ def validate_finite(tensors, where):
     for name, a in tensors.items():
         bad = np.flatnonzero(~np.isfinite(a))
         if bad.size:
-            raise Error(f"{where}: {name} has {bad.size} non-finite values ({a.flat[bad[0]]} at flat index {bad[0]})")
+            raise Error(f"{where}: {name} has {bad.size} non-finite value{'s' * (bad.size > 1)} "
+                        f"({a.flat[bad[0]]} at flat index {bad[0]})")
 
 
 # ---- bf16 as uint16 bits ---------------------------------------------------------
@@ -267,7 +271,7 @@ def validate_bf16_range(tensors, where):
     for name, a in tensors.items():
         big = np.flatnonzero(np.abs(a) >= BF16_OVERFLOW)
         if big.size:
-            raise Error(f"{where}: {name} has {big.size} values beyond bf16's range "
+            raise Error(f"{where}: {name} has {big.size} value{'s' * (big.size > 1)} beyond bf16's range "
                         f"({a.flat[big[0]]} at flat index {big[0]}); keep fp32")
 
 
@@ -499,7 +503,8 @@ HF_FIELDS = {"maxT": "n_positions", "V": "vocab_size", "L": "n_layer", "NH": "n_
 def _optional(conf, key, types, default):
     value = conf.get(key, default)
     if type(value) not in types:
-        raise Error(f"{key} is {shown(value)}, not {' or '.join(t.__name__ for t in types)}")
+        names = {str: "a string", int: "an int", float: "a number", bool: "true or false", type(None): "null"}
+        raise Error(f"{key} is {shown(value)}, not {' or '.join(names[t] for t in types)}")
     return value
 
 
