@@ -346,6 +346,10 @@ def make_device(path):
 
 
 # ---- running and judging ---------------------------------------------------------------
+def last_lines(text, n=300):
+    return " | ".join(text.strip().splitlines())[-n:]
+
+
 def judge(case, dev, guard):
     """-> ("ok", the error line or "" for a success), or (what is wrong, stderr's tail)."""
     before, planted = {p: snapshot(p) for p in case.guarded}, temporaries(case)
@@ -356,14 +360,14 @@ def judge(case, dev, guard):
         return "hang", ""
     lines = r.stderr.strip().splitlines()
     if any(snapshot(p) != s for p, s in before.items()):
-        return "changed a guarded path", r.stderr.strip()[-300:]
+        return "changed a guarded path", last_lines(r.stderr)
     if temporaries(case) - planted:
         return "temporary left behind", " ".join(sorted(temporaries(case) - planted))
     if r.returncode == 0:
         return ("ok", "") if accepted_output_finite(case) else ("exit 0 with a non-finite output", "")
     if r.returncode == 1 and len(lines) == 1 and lines[0].startswith("error: ") and "internal error" not in lines[0]:
         return "ok", lines[0]
-    return f"exit {r.returncode}, {len(lines)} stderr lines", r.stderr.strip()[-300:]
+    return f"exit {r.returncode}, {len(lines)} stderr lines", last_lines(r.stderr)
 
 
 def accepted_output_finite(case):
