@@ -232,6 +232,7 @@ class Case:
 
     def __init__(self, folder, label, script, args, guarded=()):
         self.folder, self.label, self.script, self.args, self.guarded = folder, label, script, args, guarded
+        self.victim = os.path.join(folder, "victim")  # what a planted symlink points at
 
 
 def import_case(work, i, label, files, out_args=()):
@@ -281,7 +282,6 @@ def kind_cases(work, bases):
 
     def new(maker, label, *a):
         case = maker(work, f"k{len(cases)}", label, *a)
-        case.victim = os.path.join(case.folder, "victim")
         cases.append(case)
         return case
     for name in ("config.json", "model.safetensors"):

@@ -123,7 +123,7 @@ def read_regular(path, what, max_bytes=None):
 def check_output(path, what, regular=True):
     """Refuses an output path that exists as anything but a regular file (regular=False: a
     folder); a symlink is refused, not followed. An existing regular file is replaced."""
-    if not os.path.basename(path):
+    if regular and not os.path.basename(path):
         raise Error(f"{path}: {what} needs a file name, not a folder")
     try:
         mode = os.lstat(path).st_mode
