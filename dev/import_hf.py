@@ -9,9 +9,10 @@ as a model file, version 3 (fp32) or 5 (bf16), that the trainer loads with -e:
 wte is padded with zero rows to a multiple of 128 (50257 -> 50304, as llm.c); the Conv1D
 matrices are transposed to llm.c's (out, in). Version 5 rounds fp32 to bf16 (nearest even).
 Needs numpy only (and huggingface_hub for a hub name).
+
+The output is written whole (a temporary in its folder, renamed over it): it may replace a
+regular file, never anything else (a symlink, device, FIFO or folder there is an error).
 """
-import argparse
-import json
 import os
 import sys
 
@@ -35,22 +36,17 @@ def resolve(source):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap = hf.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("source", help="transformers GPT-2 folder, or hub name")
     ap.add_argument("out", help="model file to write")
     ap.add_argument("--version", type=int, choices=[3, 5], default=3, help="3 = fp32 (default), 5 = bf16")
     args = ap.parse_args()
     folder = resolve(args.source)
+    hf.check_output(args.out, "the model file")  # before the long read
     conf_path = os.path.join(folder, "config.json")
-    try:
-        conf = json.load(open(conf_path))
-    except OSError as e:
-        raise hf.Error(f"{conf_path}: cannot open ({e.strerror})")
-    except ValueError:
-        raise hf.Error(f"{conf_path}: invalid JSON")
-    cfg = hf.config_from_hf(conf, conf_path)
+    cfg = hf.config_from_hf(hf.read_json(conf_path, "config.json"), conf_path)
     st = os.path.join(folder, "model.safetensors")
-    if not os.path.isfile(st):
+    if not os.path.lexists(st):
         raise hf.Error(f"{st}: not found (only safetensors weights are read; "
                        "save_pretrained(..., safe_serialization=True) writes them)")
     tensors = hf.from_hf(cfg, hf.read_safetensors(st), st)

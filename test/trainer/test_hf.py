@@ -9,8 +9,11 @@ dev/make_hf_fixture.py):
   (c) the exported tensors are bitwise the fixture's (read with the safetensors package);
   the trainer fine-tunes the import (-e, a few steps on the built-in corpus) and its
   checkpoint exports;
-and bad input: one `error:` line, exit 1. Needs numpy and safetensors (no torch); skips
-without them.
+and bad input: one `error:` line, exit 1: malformed files (NaN weights, n_head -1, overlapping
+tensors...), a FIFO or device as an input (refused without blocking), a symlink, FIFO or
+device at the output path (refused, left as it was; a symlink planted at a temporary's
+name is not followed); dev/fuzz_hf.py's short deterministic run. Needs numpy and
+safetensors (no torch); skips without them.
 
 Usage: test/trainer/test_hf.py [FP32_TEST_GPT2 [BF16_TEST_GPT2 [TRAIN_GPT]]]
        (default build/cpu-fp32/test_gpt2 build/cpu/test_gpt2 build/cpu/train_gpt)
@@ -19,6 +22,8 @@ import hashlib
 import json
 import os
 import shutil
+import stat
+import struct
 import subprocess
 import sys
 import tempfile
@@ -46,8 +51,19 @@ except ImportError as e:
     done()
 
 
+GUARD = 30  # seconds: a hang guard only (a FIFO input used to block forever); no verdict depends on time
+
+
+class Hung:
+    returncode, stdout, stderr = None, "", "(still running after the hang guard)"
+
+
 def tool(script, *args):
-    return subprocess.run([sys.executable, f"dev/{script}", *args], capture_output=True, text=True)
+    try:
+        return subprocess.run([sys.executable, f"dev/{script}", *args], capture_output=True, text=True,
+                              stdin=subprocess.DEVNULL, timeout=GUARD)
+    except subprocess.TimeoutExpired:
+        return Hung()
 
 
 def read(path):
@@ -58,6 +74,151 @@ def read(path):
 def one_error_line(r):
     lines = r.stderr.strip().splitlines()
     return r.returncode == 1 and len(lines) == 1 and lines[0].startswith("error: ")
+
+
+def copy_fixture(name):
+    folder = os.path.join(tmp, name)
+    shutil.copytree(FIXTURE, folder)
+    return folder
+
+
+def edit_config(folder, **changes):
+    path = os.path.join(folder, "config.json")
+    conf = json.load(open(path))
+    conf.update(changes)
+    json.dump(conf, open(path, "w"))
+
+
+def edit_safetensors(folder, edit):
+    """edit(header dict, data bytearray after the header) changes model.safetensors in place."""
+    path = os.path.join(folder, "model.safetensors")
+    raw = read(path)
+    (n,) = struct.unpack("<Q", raw[:8])
+    header, body = json.loads(raw[8:8 + n]), bytearray(raw[8 + n:])
+    edit(header, body)
+    h = json.dumps(header).encode()
+    open(path, "wb").write(struct.pack("<Q", len(h)) + h + bytes(body))
+
+
+def refused(label, r, *words):
+    """The run ended with one error line naming each of words."""
+    check(f"{label}: {r.stderr.strip()}", one_error_line(r) and all(w in r.stderr for w in words))
+
+
+def kind(path):
+    """What is at path, not following a symlink: its type, and a file's bytes or a link's target."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return None
+    if stat.S_ISLNK(st.st_mode):
+        return ("symlink", os.readlink(path))
+    return (stat.S_IFMT(st.st_mode), read(path) if stat.S_ISREG(st.st_mode) else st.st_rdev)
+
+
+def device_or_none(path):
+    """A character device like /dev/null at path (mknod: root only), or None."""
+    try:
+        os.mknod(path, 0o666 | stat.S_IFCHR, os.makedev(1, 3))
+        return path
+    except OSError:
+        return None
+
+
+def malformed_inputs(model):
+    """Inputs the scripts accepted (NaN, n_head -1, overlapping tensors) or ended in a traceback on."""
+    out = os.path.join(tmp, "malformed.bin")
+
+    def nan_weight(header, body):
+        b = header["transformer.h.0.mlp.c_fc.weight"]["data_offsets"][0]
+        body[b + 40:b + 44] = struct.pack("<f", float("nan"))
+
+    def overlap(header, body):  # ln_1.weight read from ln_1.bias's bytes (same shape)
+        header["transformer.h.0.ln_1.weight"]["data_offsets"] = header["transformer.h.0.ln_1.bias"]["data_offsets"]
+
+    def no_offsets(header, body):
+        del header["transformer.wpe.weight"]["data_offsets"]
+
+    def wrong_shape(header, body):
+        header["transformer.ln_f.bias"]["shape"] = [65]
+    for label, edit, words in [("a NaN weight", nan_weight, ["non-finite", "c_fc"]),
+                               ("overlapping tensors", overlap, ["overlaps"]),
+                               ("a tensor without data_offsets", no_offsets, ["data_offsets"]),
+                               ("a shape that does not match data_offsets", wrong_shape, ["shape [65]"])]:
+        folder = copy_fixture(label.replace(" ", "_"))
+        edit_safetensors(folder, edit)
+        refused(f"import of a model.safetensors with {label}", tool("import_hf.py", folder, out), *words)
+    for label, changes, words in [("n_head -1", {"n_head": -1}, ["n_head -1"]),
+                                  ("n_head null", {"n_head": None}, ["n_head"]),
+                                  ("n_embd 64.5", {"n_embd": 64.5}, ["n_embd"])]:
+        folder = copy_fixture(label.replace(" ", "_"))
+        edit_config(folder, **changes)
+        refused(f"import with {label} in config.json", tool("import_hf.py", folder, out), *words)
+    folder = copy_fixture("config_array")
+    open(os.path.join(folder, "config.json"), "w").write("[]")
+    refused("import with a config.json that is a JSON array", tool("import_hf.py", folder, out), "array")
+    check("no model file written by any of the refused imports", not os.path.lexists(out))
+    nan_model = os.path.join(tmp, "nan.bin")
+    data = bytearray(read(model))
+    data[1024 + 4 * 100:1024 + 4 * 101] = struct.pack("<f", float("inf"))
+    open(nan_model, "wb").write(bytes(data))
+    refused("export of a model file with an infinite weight", tool("export_hf.py", nan_model, os.path.join(tmp, "z")),
+            "non-finite", "wte")
+    check("no folder made by the refused export", not os.path.lexists(os.path.join(tmp, "z")))
+
+
+def non_regular_files(model, exported):
+    """A FIFO as an input is refused without waiting for a writer; a symlink, FIFO or device at
+    the output path is refused and left as it was; a regular output is replaced."""
+    folder = copy_fixture("fifo_config")
+    os.unlink(os.path.join(folder, "config.json"))
+    os.mkfifo(os.path.join(folder, "config.json"))
+    refused("import with config.json a FIFO (no writer)", tool("import_hf.py", folder, os.path.join(tmp, "f.bin")),
+            "FIFO")
+    fifo_model = os.path.join(tmp, "fifo_model.bin")
+    os.mkfifo(fifo_model)
+    refused("export of a FIFO model file (no writer)", tool("export_hf.py", fifo_model, os.path.join(tmp, "f")), "FIFO")
+
+    victim = os.path.join(tmp, "victim")
+    open(victim, "wb").write(b"victim\n")
+    link = os.path.join(tmp, "link.bin")
+    os.symlink(victim, link)
+    r = tool("import_hf.py", FIXTURE, link)
+    check(f"import to a symlink at the output path: refused, the link and its target untouched ({r.stderr.strip()})",
+          one_error_line(r) and kind(link) == ("symlink", victim) and read(victim) == b"victim\n")
+    fifo_out = os.path.join(tmp, "out.fifo")
+    os.mkfifo(fifo_out)
+    r = tool("import_hf.py", FIXTURE, fifo_out)
+    check(f"import to a FIFO at the output path: refused, still a FIFO ({r.stderr.strip()})",
+          one_error_line(r) and kind(fifo_out) == (stat.S_IFIFO, 0))
+    device = device_or_none(os.path.join(tmp, "null"))
+    if device is None:
+        print("SKIP import to a character device at the output path: mknod needs root")
+    else:
+        r = tool("import_hf.py", FIXTURE, device)
+        check(f"import to a character device (1, 3: /dev/null's) at the output path: refused, still that device "
+              f"({r.stderr.strip()})", one_error_line(r) and kind(device) == (stat.S_IFCHR, os.makedev(1, 3)))
+    planted = os.path.join(tmp, "planted.bin")
+    os.symlink(victim, planted + ".tmp")
+    r = tool("import_hf.py", FIXTURE, planted)
+    left = [n for n in os.listdir(tmp) if n.endswith(".tmp") and n != "planted.bin.tmp"]
+    check(f"import with a symlink planted at OUT.tmp: written, the link's target untouched, no temporary left "
+          f"({r.stdout.strip() or r.stderr.strip()})",
+          r.returncode == 0 and read(planted) == read(model) and read(victim) == b"victim\n" and not left)
+
+    out_dir = os.path.join(tmp, "export_link")
+    os.makedirs(out_dir)
+    os.symlink(victim, os.path.join(out_dir, "model.safetensors"))
+    r = tool("export_hf.py", model, out_dir)
+    check(f"export into a folder whose model.safetensors is a symlink: refused, nothing written, the target untouched "
+          f"({r.stderr.strip()})", one_error_line(r) and os.listdir(out_dir) == ["model.safetensors"] and
+          read(victim) == b"victim\n")
+    open(os.path.join(exported, "config.json"), "w").write("{}")
+    r = tool("export_hf.py", model, exported)
+    check("export into an existing export folder replaces its regular files",
+          r.returncode == 0 and json.load(open(os.path.join(exported, "config.json"))).get("n_embd") == 64)
+    r = tool("import_hf.py", FIXTURE, victim)
+    check("import over an existing regular file replaces it", r.returncode == 0 and read(victim) == read(model))
 
 
 tmp = tempfile.mkdtemp(prefix="test_hf.")
@@ -179,6 +340,15 @@ try:
     open(short, "wb").write(read(m3)[:-4])
     r = tool("export_hf.py", short, os.path.join(tmp, "y"))
     check(f"export of a truncated model file: {r.stderr.strip()}", one_error_line(r) and "truncated" in r.stderr)
+    malformed_inputs(m3)
+    non_regular_files(m3, e32)
+    r = subprocess.run([sys.executable, "dev/fuzz_hf.py", "--cases", "100", "--seed", "1", "--guard", str(GUARD)],
+                       capture_output=True, text=True)
+    lines = r.stdout.strip().splitlines()
+    summary = [line for line in lines if line.startswith("fuzz_hf: ")] + lines[:1] + [r.stderr.strip()[-300:]]
+    check("dev/fuzz_hf.py --cases 100 --seed 1: every run exits 0 with finite weights or 1 with one error line, "
+          "no hang, guarded paths untouched (" + " | ".join(summary[:2]) + ")",
+          r.returncode == 0 and " 0 findings" in r.stdout and " refused with one error line" in r.stdout)
 finally:
     shutil.rmtree(tmp, ignore_errors=True)
 done()
