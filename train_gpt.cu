@@ -1074,7 +1074,7 @@ static std::string checkpoint_problem(const std::string& dir, int step, const Di
     std::string problem;
     if (!checkpoint_read_done(dir, step, done, &problem)) return problem;
     if (checkpoint_done_ranks(*done) > 0 && checkpoint_done_ranks(*done) != d->num_processes)
-        FAIL("-y 1: checkpoint %d of %s was saved by %d rank(s), this run has %d (resume with as many)", step,
+        FAIL("-y 1: checkpoint %d of %s was saved with %d processes, this run has %d (resume with as many)", step,
              dir.c_str(), checkpoint_done_ranks(*done), d->num_processes);
     if (!checkpoint_done_covers(*done, step, d->num_processes, &problem)) {
         const std::string state = checkpoint_state_path(dir, step, d->rank);

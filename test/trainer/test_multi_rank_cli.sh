@@ -109,12 +109,12 @@ rc=$?
 ok=$?
 check "one rank failing stops all ranks (exit $rc, not the hang guard's 124) with: $(grep -m1 '^error:' "$WORK/err")" $ok
 
-# ZeRO-0 replicas must be equal: a rank whose state differs (here behind llm.c's empty DONE,
-# which has no checksums) is refused on resume, naming the rank
+# ZeRO-0 replicas must be equal: a rank whose state differs (here behind a DONE rewritten to
+# vouch for it) is refused on resume, naming the rank
 timeout $GUARD $MPIRUN -np 2 "$BIN" -x 2 -v 0 -b 4 -z 0 -o "$WORK/rep" >/dev/null 2>&1
 python3 -c "
 p = '$WORK/rep/state_00000002_00001.bin'; d = bytearray(open(p, 'rb').read()); d[2000] ^= 1; open(p, 'wb').write(d)"
-: >"$WORK/rep/DONE_00000002"
+python3 test/xxh64.py "$WORK/rep" 2  # a DONE vouching for the changed file: the replica check speaks
 timeout $GUARD $MPIRUN -np 2 "$BIN" -x 3 -v 0 -b 4 -z 0 -o "$WORK/rep" -y 1 >/dev/null 2>"$WORK/err"
 [[ $? -ne 0 ]] && grep -q "^error: .*ZeRO-0 replicas differ: the optimizer state of rank 1 is not rank 0's" "$WORK/err"
 ok=$?
