@@ -193,6 +193,29 @@ rc=$?
 ok=$?
 check "a rank stopped in MPI_Init: the job ends (exit $rc, not the hang guard's 124): $(grep -m1 '^error: rank' "$WORK/initerr")" $ok
 
+# issue 23 item 4, on 2 ranks: a scheduler suspends every rank of a job (SIGSTOP to each, here for
+# twice --stall-timeout, counted from when /proc shows both stopped) and continues them: no rank
+# takes that for a stall; the job trains on, and SIGUSR1 to mpirun then stops it with exit 0
+timeout $GUARD $MPIRUN -np 2 "$BIN" -x 99999 -v 0 -b 4 --stall-timeout 5 >"$WORK/suspout" 2>"$WORK/susperr" &
+job=$!
+wait_for "$WORK/suspout" "^step +2/" $job
+ranks=$(ranks_of $job)
+kill -STOP $ranks
+for p in $ranks; do
+    until [[ $(sed 's/.*) //' /proc/$p/stat 2>/dev/null | cut -c1) == T ]] || ! kill -0 $p 2>/dev/null; do :; done
+done
+at=$(grep -cE "^step +[0-9]+/" "$WORK/suspout")
+sleep 10  # the suspension itself (a longer one would test the same)
+kill -CONT $ranks
+wait_for "$WORK/suspout" "^step +$((at + 2))/" $job
+kill -USR1 $(pgrep -P $job) 2>/dev/null
+wait $job
+rc=$?
+n=$(grep -o "stopped by a signal after step [0-9]*" "$WORK/suspout" | grep -o "[0-9]*$")
+[[ $rc -eq 0 && -n $n && $n -ge $((at + 2)) ]] && ! grep -q "^error" "$WORK/susperr"
+ok=$?
+check "both ranks stopped after step $at for 10 s, twice --stall-timeout 5, then continued: train on to step ${n:-?}, exit $rc$(grep -m1 '^error' "$WORK/susperr" | sed 's/^/; /')" $ok
+
 # issue 23 item 10: a file-size limit too small for MPI's start-up (its shared-memory files) is
 # refused before it with one error line, alone and under mpirun
 (ulimit -f 4000 && timeout $GUARD "$BIN" -x 1 -v 0 >/dev/null 2>"$WORK/err")
