@@ -1860,16 +1860,21 @@ static void maybe_checkpoint(Run* run, int step, bool always = false) {
 
 static int train(int argc, char** argv) {
     setvbuf(stdout, nullptr, _IOLBF, 0);  // whole lines, promptly, also into a pipe or a Slurm log
+    // no rank waits forever, from before MPI's start-up on (a rank stopped
+    // there holds up every other): the rank is the launcher's, the timeout
+    // read from argv ahead of the flags
+    Run run;
+    run.watchdog = new Watchdog(launcher_rank(), prescan_stall_timeout(argc, argv));  // (kept until exit, with its thread)
+    run.watchdog->mark("MPI/NCCL start-up");
     Distributed dist;
     distributed_init(&dist, &argc, &argv);
     g_dist = &dist;
     install_signal_handlers();
-    Run run;
     run.dist = &dist;
+    run.watchdog->mark("reading the flags");
     configure_run(&run, argc, argv);
-    // from here on no rank waits forever: building the model and -b auto's
-    // trial step are covered too (a stopped rank stalls a collective in them)
-    run.watchdog = new Watchdog(dist.rank, run.opt.stall_timeout);  // (kept until exit, with its thread)
+    run.watchdog->configure(dist.rank, run.opt.stall_timeout);
+    // building the model and -b auto's trial step too (a stopped rank stalls a collective in them)
     run.watchdog->mark("building the model");
     if (run.opt.memory_plan_only) {
         print_plan_only(&run);

@@ -13,6 +13,7 @@
 #include <cstdlib>
 #include <string>
 #include <vector>
+#include <sys/resource.h>
 #include "llmc/cuda_common.h"
 #ifdef MULTI_GPU
 #define OMPI_SKIP_MPICXX 1  // the C API only
@@ -76,12 +77,27 @@ inline int distributed_local_rank() {
     MPI_Comm_free(&node);
     return local;
 }
+
+// MPI's start-up writes shared-memory files of several MiB (Open MPI's PMIx
+// store; in its launcher too): under a smaller file-size limit it ends in
+// SIGXFSZ or MPI's own abort, with no line of ours. Refused before MPI_Init.
+constexpr rlim_t kMinFileSizeLimit = rlim_t(16) << 20;
+
+inline void refuse_small_file_size_limit() {
+    struct rlimit limit;
+    if (getrlimit(RLIMIT_FSIZE, &limit) != 0 || limit.rlim_cur == RLIM_INFINITY || limit.rlim_cur >= kMinFileSizeLimit)
+        return;
+    llmc::fail("the file-size limit (ulimit -f) is " + std::to_string(limit.rlim_cur / 1024) + " KiB: MPI's start-up "
+               "writes shared-memory files of several MiB; give it at least " +
+               std::to_string(kMinFileSizeLimit >> 20) + " MiB (ulimit -f unlimited)");
+}
 #endif
 
 // Starts this rank: MPI, the GPU of its local rank, the NCCL communicator
 // (rank 0 makes the id, MPI broadcasts it) and the communication stream.
 inline void distributed_init(Distributed* d, int* argc, char*** argv) {
 #ifdef MULTI_GPU
+    refuse_small_file_size_limit();
     MPI_Init(argc, argv);
     atexit(distributed_abort_at_exit);
     MPI_Comm_rank(MPI_COMM_WORLD, &d->rank);

@@ -178,5 +178,79 @@ pkill -9 -f -- "-e $MODEL" 2>/dev/null  # (the stopped rank, left behind by stra
 [[ $rc -ne 0 && $rc -ne 124 ]] && grep -q "^error: rank 0: no progress for [0-9]* s (--stall-timeout $STALL) during -b auto" "$WORK/stallerr"
 check "a rank stopped while it builds the model: the job ends (exit $rc): $(grep -m1 '^error: rank' "$WORK/stallerr")" $?
 
+# issue 23 item 6: a rank stopped during MPI's start-up (strace stops rank 1 at its first connect,
+# MPI_Init's to the launcher; the wrapper notes rank 1's pid in its $0) holds up rank 0 in MPI_Init;
+# rank 0's watchdog, started before it, ends the job after --stall-timeout with one line, never a
+# hang (the hang guard fails the check)
+STOP_RANK1_IN_INIT='if [[ $OMPI_COMM_WORLD_RANK == 1 ]]; then exec strace -qq -o /dev/null -e trace=connect \
+    -e inject=connect:signal=SIGSTOP:when=1 bash -c "echo \$\$ >$0; exec \"\$@\"" rank1 "$@"; fi; exec "$@"'
+timeout $((60 * ${TEST_TIMEOUT_SCALE:-1})) $MPIRUN -np 2 bash -c "$STOP_RANK1_IN_INIT" "$WORK/rank1.pid" "$BIN" -x 4 -v 0 -b 4 \
+    --stall-timeout 5 >"$WORK/initout" 2>"$WORK/initerr"
+rc=$?
+[[ -s "$WORK/rank1.pid" ]] && kill -9 "$(cat "$WORK/rank1.pid")" 2>/dev/null  # (if strace left it stopped)
+[[ $rc -ne 0 && $rc -ne 124 ]] &&
+    grep -q "^error: rank 0: no progress for [0-9]* s (--stall-timeout 5) during MPI/NCCL start-up" "$WORK/initerr"
+ok=$?
+check "a rank stopped in MPI_Init: the job ends (exit $rc, not the hang guard's 124): $(grep -m1 '^error: rank' "$WORK/initerr")" $ok
+
+# issue 23 item 4, on 2 ranks: a scheduler suspends every rank of a job (SIGSTOP to each, here for
+# twice --stall-timeout, counted from when /proc shows both stopped) and continues them: no rank
+# takes that for a stall; the job trains on, and SIGUSR1 to mpirun then stops it with exit 0
+timeout $GUARD $MPIRUN -np 2 "$BIN" -x 99999 -v 0 -b 4 --stall-timeout 5 >"$WORK/suspout" 2>"$WORK/susperr" &
+job=$!
+wait_for "$WORK/suspout" "^step +2/" $job
+ranks=$(ranks_of $job)
+kill -STOP $ranks
+for p in $ranks; do
+    until [[ $(sed 's/.*) //' /proc/$p/stat 2>/dev/null | cut -c1) == T ]] || ! kill -0 $p 2>/dev/null; do :; done
+done
+at=$(grep -cE "^step +[0-9]+/" "$WORK/suspout")
+sleep 10  # the suspension itself (a longer one would test the same)
+kill -CONT $ranks
+wait_for "$WORK/suspout" "^step +$((at + 2))/" $job
+kill -USR1 $(pgrep -P $job) 2>/dev/null
+wait $job
+rc=$?
+n=$(grep -o "stopped by a signal after step [0-9]*" "$WORK/suspout" | grep -o "[0-9]*$")
+[[ $rc -eq 0 && -n $n && $n -ge $((at + 2)) ]] && ! grep -q "^error" "$WORK/susperr"
+ok=$?
+check "both ranks stopped after step $at for 10 s, twice --stall-timeout 5, then continued: train on to step ${n:-?}, exit $rc$(grep -m1 '^error' "$WORK/susperr" | sed 's/^/; /')" $ok
+
+# issue 23 item 10: a file-size limit too small for MPI's start-up (its shared-memory files) is
+# refused before it with one error line, alone and under mpirun
+(ulimit -f 4000 && timeout $GUARD "$BIN" -x 1 -v 0 >/dev/null 2>"$WORK/err")
+rc=$?
+[[ $rc -ne 0 && $rc -ne 124 && $(wc -l <"$WORK/err") -eq 1 ]] && grep -q "^error: the file-size limit (ulimit -f) is 4000 KiB: .* at least 16 MiB" "$WORK/err"
+ok=$?
+check "ulimit -f 4000: one error line, exit $rc: $(head -c 300 "$WORK/err")" $ok
+(ulimit -f 4000 && timeout $GUARD $MPIRUN -np 2 "$BIN" -x 1 -v 0 -b 4 >/dev/null 2>"$WORK/err")
+rc=$?
+[[ $rc -ne 0 && $rc -ne 124 && $(grep -c "^error: the file-size limit" "$WORK/err") -eq 2 ]]
+check "ulimit -f 4000 under mpirun -np 2: each rank says why (exit $rc)" $?
+
+# issue 23 item 10: Open MPI's mpirun turns SIGTERM into an abort (it forwards SIGTERM, SIGKILLs
+# the ranks a second later and exits 1: see README, Reliability); SIGUSR1 to mpirun is forwarded to
+# every rank, a stop request like SIGTERM: a complete checkpoint, exit 0, and it resumes
+timeout $GUARD $MPIRUN -np 2 "$BIN" "${SIG[@]}" -o "$WORK/usr1" >"$WORK/usr1out" 2>&1 &
+job=$!
+wait_for "$WORK/usr1out" "^step +2/8 " $job
+kill -USR1 $(pgrep -P $job)
+wait $job
+rc=$?
+stopped=$(grep -o "stopped by a signal after step [0-9]*" "$WORK/usr1out" | grep -o "[0-9]*$")
+[[ $rc -eq 0 && -n $stopped && $stopped -lt 8 && -e "$WORK/usr1/DONE_$(printf %08d "$stopped")" ]]
+check "SIGUSR1 to mpirun: every rank stops after step ${stopped:-?} with a complete checkpoint, mpirun exits $rc" $?
+timeout $GUARD $MPIRUN -np 2 "$BIN" "${SIG[@]}" -o "$WORK/usr1" -y 1 >"$WORK/out" 2>&1 &&
+    grep -q "resuming from step ${stopped:-?}" "$WORK/out" && grep -qE "^step +8/8 " "$WORK/out"
+check "... and resumes from there to step 8" $?
+timeout $GUARD $MPIRUN -np 2 "$BIN" "${SIG[@]}" -o "$WORK/term" >"$WORK/termout" 2>&1 &
+job=$!
+wait_for "$WORK/termout" "^step +2/8 " $job
+kill -TERM $(pgrep -P $job)
+wait $job
+rc=$?
+[[ $rc -ne 0 && $rc -ne 124 ]]
+check "SIGTERM to mpirun: mpirun exits $rc, as README says (not the hang guard's 124)" $?
+
 echo "test_multi_rank_cli: $passed passed, $failed failed"
 [[ $failed -eq 0 ]]

@@ -415,6 +415,27 @@ wait $pid
 rc=$?
 [[ $rc -gt 128 ]] && ! grep -q "stopped by a signal" "$WORK/sig2"
 check "a second signal ends the run at once (exit $rc, by the signal)" $?
+# issue 23 item 4: a run suspended (SIGSTOP, as Ctrl-Z or a scheduler's suspend) for twice its
+# --stall-timeout is not stalled: continued, it trains on, and SIGTERM then stops it cleanly. The
+# stop is sent after a step line and counted from when /proc shows the process stopped; a slow
+# machine only makes the steps around it slower, each still far below the timeout.
+"$BIN" "${R[@]}" -x 99999 --stall-timeout 5 >"$WORK/susp" 2>"$WORK/susperr" &
+pid=$!
+until grep -qE "^step +2/" "$WORK/susp" 2>/dev/null || ! kill -0 $pid 2>/dev/null; do :; done
+kill -STOP $pid
+until [[ $(sed 's/.*) //' /proc/$pid/stat 2>/dev/null | cut -c1) == T ]] || ! kill -0 $pid 2>/dev/null; do :; done
+at=$(grep -cE "^step +[0-9]+/" "$WORK/susp")
+sleep 10  # the suspension itself (a longer one would test the same)
+kill -CONT $pid
+until grep -qE "^step +$((at + 2))/" "$WORK/susp" 2>/dev/null || ! kill -0 $pid 2>/dev/null; do :; done
+kill -TERM $pid 2>/dev/null
+wait $pid
+rc=$?
+n=$(grep -o "stopped by a signal after step [0-9]*" "$WORK/susp" | grep -o "[0-9]*$")
+[[ $rc -eq 0 && -n $n && $n -ge $((at + 2)) && ! -s "$WORK/susperr" ]] &&
+    [[ $(grep -cE "^step +[0-9]+/" "$WORK/susp") -eq $n ]]
+ok=$?
+check "stopped after step $at for 10 s, twice --stall-timeout 5, then continued: trains on to step ${n:-?}, SIGTERM ends it with exit $rc$(head -c 200 "$WORK/susperr" | sed 's/^/; /')" $ok
 # (the limit is set on the running trainer, after MPI's start-up, which a limit would break)
 "$BIN" "${R[@]}" -x 99999 -n 1 -o "$WORK/fsz" >"$WORK/out" 2>"$WORK/err" &
 pid=$!
