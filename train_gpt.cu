@@ -1487,19 +1487,23 @@ static void print_memory_plan(GPT2* model, int B, int T, int recompute) {
 // confirmed by allocating them (on out-of-memory, the next smaller one), the
 // smallest of the ranks' choices, then a trial forward and backward. With -d the tokens per step stay:
 // B must divide the sequences each rank takes per step.
-static int choose_micro_batch(GPT2* model, int T, int recompute, long total_batch_tokens) {
+static int choose_micro_batch(GPT2* model, int T, int recompute, long total_batch_tokens, int data_cap) {
     const int N = model->dist->num_processes;
     const long sequences_per_rank = total_batch_tokens > 0 ? total_batch_tokens / ((long)T * N) : 0;
     if (total_batch_tokens > 0 && total_batch_tokens % ((long)T * N) != 0)
         FAIL("-b auto: -d %ld is not a multiple of T x N = %ld", total_batch_tokens, (long)T * N);
     size_t free_bytes = 0, device_bytes = 0;
     cudaCheck(cudaMemGetInfo(&free_bytes, &device_bytes));
-    int B = sequences_per_rank > 0 ? (int)std::min(sequences_per_rank, 4096L) : 4096;
+    int B = (int)std::min<long>(sequences_per_rank > 0 ? sequences_per_rank : 4096, std::min(data_cap, 4096));
     while ((B = largest_fitting_batch(model, T, recompute, (size_t)(free_bytes * 0.98), B, sequences_per_rank)) > 0) {
         if (gpt2_try_allocate_activations(model, B, T, grad_accum_steps_for(total_batch_tokens, B, T, N), recompute)) break;
         print0("-b auto: B=%d does not fit after all; trying smaller\n", B);
         B -= 1;
     }
+    if (B == 0 && sequences_per_rank > 0 && data_cap < sequences_per_rank &&
+        largest_fitting_batch(model, T, recompute, (size_t)(free_bytes * 0.98), data_cap, 0) > 0)
+        FAIL("-b auto: no B up to %d (what the data holds) divides the %ld sequences per rank that -d %ld asks for",
+             data_cap, sequences_per_rank, total_batch_tokens);
     if (B == 0)
         FAIL("-b auto: not even B=1 fits at T=%d (%.1f MiB free); try -r 2, a smaller -t or more ranks with -z 1", T,
              free_bytes / 1048576.0);
@@ -1663,6 +1667,28 @@ static void print_plan_only(Run* run) {
     print_memory_plan(&run->model, run->opt.B, run->opt.T, run->opt.recompute);
 }
 
+// Whether the run reads the val data (-j, and -v > 0).
+static bool reads_val(const TrainOptions& opt) { return opt.val_pattern && opt.val_every > 0; }
+
+// The largest B the data holds (for -b auto): the train loader reads N x B
+// sequences per micro-batch, the val loader B per rank, where it is read. A B
+// larger than the device alone would allow is capped with a note.
+static int data_batch_cap(Run* run) {
+    const TrainOptions& opt = run->opt;
+    const int N = run->dist->num_processes, V = run->model.config.vocab_size;
+    const uint64_t train = dataloader_count_sequences(opt.train_pattern, opt.T, V, run->packing);
+    const uint64_t val = reads_val(opt) ? dataloader_count_sequences(opt.val_pattern, opt.T, V, run->packing)
+                                        : UINT64_MAX;
+    const bool by_val = val < train / N;
+    const uint64_t cap = std::min<uint64_t>({train / N, val, (uint64_t)INT_MAX});
+    const char* which = by_val ? "val data (-j; -v 0 does not read it)" : "train data (read N x B at a time)";
+    if (cap == 0) FAIL("-b auto: the %s holds too few sequences of T=%d for B=1", which, opt.T);
+    if (cap < 4096)
+        print0("-b auto: B at most %llu: the %s holds %llu sequences of T=%d\n", (unsigned long long)cap, which,
+               (unsigned long long)(by_val ? val : train), opt.T);
+    return (int)cap;
+}
+
 // The model: the newest complete checkpoint of -o that passes its checks
 // (with -y 1), else -e (a model file or a descriptor); then its activations.
 static void build_model(Run* run) {
@@ -1691,7 +1717,8 @@ static void build_model(Run* run) {
     run->start_step = std::max(run->resume_step, 0);
     run->initial_gap = run->resumed.initial_val_gap;
     run->watchdog->mark(opt.B == 0 ? "-b auto: choosing the micro-batch (a trial step)" : "allocating the activations");
-    if (opt.B == 0) run->opt.B = choose_micro_batch(model, opt.T, opt.recompute, opt.total_batch_tokens);
+    if (opt.B == 0)
+        run->opt.B = choose_micro_batch(model, opt.T, opt.recompute, opt.total_batch_tokens, data_batch_cap(run));
 }
 
 // B_global = B_micro x N x A sequences per step (a batch ramp raises A from a
@@ -1709,7 +1736,7 @@ static void open_data(Run* run) {
     // trains on its B of them (next_step_batch). Val batches are split by rank.
     dataloader_init(&run->train_loader, opt.train_pattern, N * opt.B, opt.T, 0, 1, V, false, opt.seed, run->packing);
     if (run->resume_step >= 0) dataloader_restore(&run->train_loader, run->resumed.train_data);
-    if (opt.val_pattern)
+    if (reads_val(opt))
         dataloader_init(&run->val_loader, opt.val_pattern, opt.B, opt.T, rank, N, V, false, opt.seed, run->packing);
     run->steps = opt.max_steps > 0 ? opt.max_steps : std::max(1L, (long)(run->train_loader.num_tokens / tokens_per_step));
     const int resumed = run->resume_step;
@@ -1777,7 +1804,7 @@ static void evaluate_and_log(Run* run, int step, bool last) {
     const TrainOptions& opt = run->opt;
     GPT2* model = &run->model;
     run->watchdog->mark("the evaluation or sample at step " + std::to_string(step));
-    if (opt.val_pattern && opt.val_every > 0 && (step % opt.val_every == 0 || last)) {
+    if (reads_val(opt) && (step % opt.val_every == 0 || last)) {
         const double val_loss = evaluate(model, &run->val_loader, opt.val_batches);
         if (run->has_floor) {
             const double gap = val_loss - run->loss_floor;
@@ -1914,7 +1941,7 @@ static int train(int argc, char** argv) {
             cudaCheck(cudaEventDestroy(run.step_end));
         }
         dataloader_free(&run.train_loader);
-        if (run.opt.val_pattern) dataloader_free(&run.val_loader);
+        if (reads_val(run.opt)) dataloader_free(&run.val_loader);
         gpt2_free(&run.model);
         matmul_teardown();
     }

@@ -445,6 +445,35 @@ inline void dataloader_wait_ready_(DataLoaderImpl* im) {
     if (!im->error.empty()) llmc::fail(im->error);
 }
 
+// The shards of paths with their sequences (packed: floor((n-1)/T) of a shard of n
+// tokens; slots: one per document) and where each shard's first sequence is.
+inline std::vector<DataLoaderShard> dataloader_open_shards_(const std::vector<std::string>& paths, int T,
+                                                           int vocab_size, DataPacking packing) {
+    std::vector<DataLoaderShard> shards;
+    uint64_t total_seq = 0;
+    for (const std::string& p : paths) {
+        DataLoaderShard s = dataloader_open_shard_(p, T);
+        if (packing == DataPacking::Slots) {
+            s.doc_starts = dataloader_document_starts_(s, (uint32_t)vocab_size - 1);
+            s.nseq = s.doc_starts.size();
+        }
+        s.first_seq = total_seq;
+        total_seq += s.nseq;
+        shards.push_back(s);
+    }
+    return shards;
+}
+
+// How many sequences of T tokens the shards of pattern hold (as the loader counts
+// them): a loader of batch B needs at least B.
+inline uint64_t dataloader_count_sequences(const char* pattern, int T, int vocab_size,
+                                           DataPacking packing = DataPacking::Packed) {
+    uint64_t total = 0;
+    for (const DataLoaderShard& s : dataloader_open_shards_(dataloader_find_shards(pattern), T, vocab_size, packing))
+        total += s.nseq;
+    return total;
+}
+
 inline void dataloader_free(DataLoader* loader);
 
 inline void dataloader_init(DataLoader* loader, const char* pattern, int B, int T, int process_rank,
@@ -460,19 +489,11 @@ inline void dataloader_init(DataLoader* loader, const char* pattern, int B, int 
         dataloader_fail_(where, "one document per slot needs the vocabulary size (documents start at token V-1)");
 
     const std::vector<std::string> paths = dataloader_find_shards(pattern);
-
-    std::vector<DataLoaderShard> shards;
+    std::vector<DataLoaderShard> shards = dataloader_open_shards_(paths, T, vocab_size, packing);
     uint64_t total_tok = 0, total_seq = 0;
-    for (const std::string& p : paths) {
-        DataLoaderShard s = dataloader_open_shard_(p, T);
-        if (packing == DataPacking::Slots) {
-            s.doc_starts = dataloader_document_starts_(s, (uint32_t)vocab_size - 1);
-            s.nseq = s.doc_starts.size();
-        }
-        s.first_seq = total_seq;
+    for (const DataLoaderShard& s : shards) {
         total_tok += s.ntok;
         total_seq += s.nseq;
-        shards.push_back(s);
     }
     const uint64_t need = (uint64_t)B * (uint64_t)T + 1;
     if (packing == DataPacking::Packed && total_tok < need)
