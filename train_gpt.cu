@@ -1418,9 +1418,6 @@ static void refuse_ignored_flags(const TrainOptions& o, const std::set<std::stri
         FAIL("--ramp-tokens %ld: a batch ramp needs --ramp-steps too (the steps to reach -d)", o.ramp_tokens);
     if (o.ramp_steps > 0 && o.ramp_tokens == 0)
         FAIL("--ramp-steps %d: a batch ramp needs --ramp-tokens too (the tokens per step at step 0)", o.ramp_steps);
-    if (o.ramp_tokens == 0 && strcmp(o.ramp_lr, "none") != 0)
-        FAIL("--ramp-lr %s: there is no batch ramp to scale the lr of (give --ramp-tokens and --ramp-steps)",
-             o.ramp_lr);
 }
 
 static TrainOptions parse_options(int argc, char** argv, std::set<std::string>* given) {
@@ -1675,6 +1672,9 @@ static void configure_run(Run* run, int argc, char** argv) {
     else if (strcmp(opt.packing, "slots") == 0) run->packing = DataPacking::Slots;
     else FAIL("--packing %s: packed or slots", opt.packing);
     if (!parse_ramp_lr_scaling(opt.ramp_lr, &run->ramp_lr)) FAIL("--ramp-lr %s: none, linear or sqrt", opt.ramp_lr);
+    if (run->ramp_lr != RampLRScaling::None && opt.ramp_tokens == 0)
+        FAIL("--ramp-lr %s: there is no batch ramp to scale the lr of (give --ramp-tokens and --ramp-steps)",
+             opt.ramp_lr);
     run->adamw.weight_decay = opt.weight_decay;
     run->adamw.grad_clip = opt.grad_clip;
     run->adamw.seed = opt.seed;

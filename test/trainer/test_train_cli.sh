@@ -433,7 +433,7 @@ expect_error "--ramp-tokens without --ramp-steps (no ramp)" "--ramp-tokens 32: a
 expect_error "--ramp-steps without --ramp-tokens (no ramp)" "--ramp-steps 3: a batch ramp needs --ramp-tokens too" \
     "${Q[@]}" --ramp-steps 3
 expect_error "--ramp-lr without a ramp" "--ramp-lr sqrt: there is no batch ramp" "${Q[@]}" --ramp-lr sqrt
-# (UBSan, in the sanitizer build, stopped the run at the overflow)
+# (UBSan halts the sanitizer build at a signed overflow in this suggestion)
 expect_error "-d 2^63-1: the suggestion stops below a long's top (was -d -9223372036854775808)" \
     "-d 9223372036854775807 is not a multiple of B x T x N = 4 x 16 x 1 = 64 tokens; try -d 9223372036854775744\$" \
     "${Q[@]}" -b 4 -d 9223372036854775807
