@@ -501,12 +501,26 @@ static FILE* open_model_file(const char* path, GPT2Config* c, ModelFileHeader* h
     return f;
 }
 
+// A weight the build's floatX cannot hold (an fp32 file's weight beyond
+// bf16's range, or Inf or NaN) would make the first step or checkpoint fail,
+// every step since the last one lost: refused at load time instead.
+static void check_weights_representable(const std::vector<float>& weights, const char* path) {
+    for (size_t i = 0; i < weights.size(); i++) {
+        if (std::isfinite(to_float(from_float<floatX>(weights[i])))) continue;
+        if (std::isfinite(weights[i]))
+            FAIL("%s: weight %zu is %.9g, beyond %s's range (this build computes with %s weights)", path, i,
+                 weights[i], PRECISION_NAME, PRECISION_NAME);
+        FAIL("%s: weight %zu is %f, not finite", path, i, weights[i]);
+    }
+}
+
 static void gpt2_init_from_checkpoint(GPT2* model, const char* path) {
     ModelFileHeader h;
     FILE* f = open_model_file(path, &model->config, &h);
     size_t n = 0;
     for (int k = 0; k < NUM_PARAMETER_TENSORS; k++) n += parameter_size(k, model->config);
     const std::vector<float> weights = model_file_read_weights(f, path, h, n);
+    check_weights_representable(weights, path);
     gpt2_allocate_parameters(model);
     gpt2_set_weights(model, weights);
 }
@@ -1333,7 +1347,7 @@ static const Flag<TrainOptions> FLAGS[] = {
     {"-j", &TrainOptions::val_pattern, "<glob>", 0, 0, nullptr, "val data shards", nullptr},
     {"-e", &TrainOptions::init, "<init>", 0, 0, "d12",
      "model file .bin (llm.c format, version 3 or 5), or a model descriptor:\nd12, d24, d36, d48, or e.g. "
-     "\"L=2,C=64,H=4,V=250,maxT=64\"", nullptr},
+     "\"L=2,C=64,H=4,V=250,maxT=64\" (a file named\nlike a descriptor is given with a '/': ./d12)", nullptr},
     {"--doc-mask", &TrainOptions::doc_mask, "<0|1>", 0, 1, "0",
      "attention within each document only (documents start at token V-1,\nGPT-2's <|endoftext|>)", nullptr},
     {"--doc-positions", &TrainOptions::doc_positions, "<0|1>", 0, 1, "0", "position ids restart at 0 at each document",
@@ -1411,13 +1425,28 @@ static void print_usage(const char* program) {
     printf("%s.\n", distributed_build_note());
 }
 
+// A flag whose value would be ignored, or would mean what --help does not
+// say, is refused: the run would not be the one asked for.
+static void refuse_ignored_flags(const TrainOptions& o, const std::set<std::string>& given) {
+    if (o.max_steps == 0) FAIL("-x 0: give the number of optimizer steps (-x -1 is one epoch of the train data)");
+    if (!o.output_dir) {
+        if (o.resume) FAIL("-y 1: resuming needs the run's -o folder");
+        for (const char* flag : {"-n", "-nk"})
+            if (given.count(flag)) FAIL("%s: checkpoints need -o (the folder they are written to)", flag);
+    }
+    if (o.ramp_tokens > 0 && o.ramp_steps == 0)
+        FAIL("--ramp-tokens %ld: a batch ramp needs --ramp-steps too (the steps to reach -d)", o.ramp_tokens);
+    if (o.ramp_steps > 0 && o.ramp_tokens == 0)
+        FAIL("--ramp-steps %d: a batch ramp needs --ramp-tokens too (the tokens per step at step 0)", o.ramp_steps);
+}
+
 static TrainOptions parse_options(int argc, char** argv, std::set<std::string>* given) {
     TrainOptions o{};
     if (!flags_parse(FLAGS, argc, argv, &o, given)) {  // --help
         if (g_dist->rank == 0) print_usage(argv[0]);
         distributed_exit_success();
     }
-    if (o.resume && !o.output_dir) FAIL("-y 1: resuming needs the run's -o folder");
+    refuse_ignored_flags(o, *given);
     return o;
 }
 
@@ -1447,26 +1476,45 @@ static void use_builtin_corpus(TrainOptions* o, const std::set<std::string>& giv
     if (!o->memory_plan_only) print0("data: the built-in Markov corpus in %s/ (no -i given)\n", BUILTIN_CORPUS_DIR);
 }
 
-// A = tokens per step / (B x T x N), which must divide exactly.
+// A = tokens per step / (B x T x N), which must divide exactly; the error
+// suggests the multiples around -d that a long can hold.
 static int grad_accum_steps_for(long total_batch_tokens, int B, int T, int num_processes) {
-    const long micro_tokens = (long)B * T * num_processes;
+    long micro_tokens;  // ((long)B * T fits: both are ints)
+    if (__builtin_mul_overflow((long)B * T, (long)num_processes, &micro_tokens))
+        FAIL("B x T x N = %d x %d x %d tokens is more than a long holds", B, T, num_processes);
     if (total_batch_tokens == -1) return 1;
     if (total_batch_tokens <= 0 || total_batch_tokens % micro_tokens != 0) {
         const long lower = std::max(1L, total_batch_tokens / micro_tokens) * micro_tokens;
-        FAIL("-d %ld is not a multiple of B x T x N = %d x %d x %d = %ld tokens; try -d %ld or -d %ld",
-             total_batch_tokens, B, T, num_processes, micro_tokens, lower, lower + micro_tokens);
+        long upper;
+        char other[48] = "";
+        if (!__builtin_add_overflow(lower, micro_tokens, &upper)) snprintf(other, sizeof other, " or -d %ld", upper);
+        FAIL("-d %ld is not a multiple of B x T x N = %d x %d x %d = %ld tokens; try -d %ld%s", total_batch_tokens,
+             B, T, num_processes, micro_tokens, lower, other);
     }
-    return (int)(total_batch_tokens / micro_tokens);
+    const long A = total_batch_tokens / micro_tokens;
+    if (A > INT_MAX)
+        FAIL("-d %ld: %ld micro-batches of B x T x N = %ld tokens per step, more than %d", total_batch_tokens, A,
+             micro_tokens, INT_MAX);
+    return (int)A;
+}
+
+// -e is a descriptor where it reads as one and holds no '/', whatever the
+// folder holds (an earlier -o d12 must not shadow d12); a file named like a
+// descriptor is given with a '/' (./d12). Anything else is a model file.
+static bool init_is_descriptor(const char* init) {
+    GPT2Config c;
+    return strchr(init, '/') == nullptr && parse_descriptor(init, &c);
 }
 
 // The model's shape from -e without loading anything (the memory plan).
 static GPT2Config read_config(const char* init) {
     GPT2Config c;
     struct stat st;
-    if (stat(init, &st) != 0) {
-        if (!parse_descriptor(init, &c)) FAIL("-e %s: not a model file or a model descriptor", init);
+    if (init_is_descriptor(init)) {
+        parse_descriptor(init, &c);
         return c;
     }
+    if (stat(init, &st) != 0) FAIL("-e %s: not a model file or a model descriptor", init);
     ModelFileHeader h;
     fclose(open_model_file(init, &c, &h));
     return c;
@@ -1650,6 +1698,9 @@ static void configure_run(Run* run, int argc, char** argv) {
     else if (strcmp(opt.packing, "slots") == 0) run->packing = DataPacking::Slots;
     else FAIL("--packing %s: packed or slots", opt.packing);
     if (!parse_ramp_lr_scaling(opt.ramp_lr, &run->ramp_lr)) FAIL("--ramp-lr %s: none, linear or sqrt", opt.ramp_lr);
+    if (run->ramp_lr != RampLRScaling::None && opt.ramp_tokens == 0)
+        FAIL("--ramp-lr %s: there is no batch ramp to scale the lr of (give --ramp-tokens and --ramp-steps)",
+             opt.ramp_lr);
     run->adamw.weight_decay = opt.weight_decay;
     run->adamw.grad_clip = opt.grad_clip;
     run->adamw.seed = opt.seed;
@@ -1711,7 +1762,7 @@ static void build_model(Run* run) {
         print0("resuming from step %d of %s\n", run->resume_step, opt.output_dir);
     } else {
         if (opt.resume) print0("no complete checkpoint in %s: starting from -e\n", opt.output_dir);
-        if (stat(opt.init, &st) == 0) gpt2_init_from_checkpoint(model, opt.init);
+        if (!init_is_descriptor(opt.init) && stat(opt.init, &st) == 0) gpt2_init_from_checkpoint(model, opt.init);
         else gpt2_init_from_descriptor(model, opt.init, opt.seed);
     }
     run->start_step = std::max(run->resume_step, 0);
@@ -1872,6 +1923,23 @@ static void skip_nonfinite_step(Run* run, int step, const StepResult& r) {
     print0("step %4d/%d | loss %f | norm %f | skipped: not finite\n", step + 1, run->steps, r.loss, r.grad_norm);
 }
 
+// One optimizer step and its line, or its skip. A step with no counted target
+// (every target masked: --packing slots with a document of one token) has no
+// loss and no gradient, yet AdamW would move the weights (momentum, decay):
+// it is not taken, and the AdamW step count stays. A non-finite one is
+// skipped or stops the run.
+static void take_step(Run* run, int step, const StepBatch& batch, float lr) {
+    if (batch.global_targets == 0) {
+        print0("step %4d/%d | skipped: no counted target (every target of the step is masked)\n", step + 1,
+               run->steps);
+        return;
+    }
+    float ms = 0;
+    const StepResult r = timed_train_step(run, batch, lr, &ms);
+    if (std::isfinite(r.loss) && std::isfinite(r.grad_norm)) log_step(run, step, r, lr, ms);
+    else skip_nonfinite_step(run, step, r);
+}
+
 // A checkpoint after `step` steps: every -n steps, at the end, or (always)
 // when a signal asked the run to stop; never twice for one step.
 static void maybe_checkpoint(Run* run, int step, bool always = false) {
@@ -1929,10 +1997,7 @@ static int train(int argc, char** argv) {
                                                     run.opt.overfit_single_batch, &run.inputs, &run.targets);
             const float lr = (float)(run.scheduler.at(step) * run.ramp.lr_factor(step));
             run.watchdog->mark("step " + std::to_string(step + 1) + " (forward, backward, gradient all-reduce, AdamW)");
-            float ms = 0;
-            const StepResult r = timed_train_step(&run, batch, lr, &ms);
-            if (std::isfinite(r.loss) && std::isfinite(r.grad_norm)) log_step(&run, step, r, lr, ms);
-            else skip_nonfinite_step(&run, step, r);
+            take_step(&run, step, batch, lr);
             maybe_checkpoint(&run, step + 1);  // (a skipped last step too)
         }
         run.log.close();

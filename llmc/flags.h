@@ -85,9 +85,9 @@ void flag_set(O* o, const Flag<O>& f, const char* text) {
     }, f.field);
 }
 
-// The table's defaults, then "-flag value" pairs from argv; *given collects
-// the flags on the command line. Returns false for --help (nothing else is
-// parsed then).
+// The table's defaults, then "-flag value" pairs from argv, each flag at most
+// once; *given collects the flags on the command line. Returns false for
+// --help (nothing else is parsed then).
 template <class O, size_t N>
 bool flags_parse(const Flag<O> (&flags)[N], int argc, char** argv, O* o, std::set<std::string>* given) {
     for (const Flag<O>& f : flags)
@@ -95,11 +95,12 @@ bool flags_parse(const Flag<O> (&flags)[N], int argc, char** argv, O* o, std::se
     for (int i = 1; i < argc; i += 2) {
         const char* name = argv[i];
         if (strcmp(name, "--help") == 0) return false;
-        given->insert(name);
         const Flag<O>* f = nullptr;
         for (const Flag<O>& x : flags)
             if (strcmp(x.name, name) == 0) f = &x;
         if (!f) llmc::failf("unknown flag %s (see --help)", name);
+        // a second value would silently replace the first: which one was meant is unknown
+        if (!given->insert(name).second) llmc::failf("flag %s given twice (give each flag once)", name);
         if (i + 1 >= argc) llmc::failf("flag %s needs a value (see --help)", name);
         flag_set(o, *f, argv[i + 1]);
     }

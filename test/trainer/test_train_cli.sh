@@ -531,5 +531,99 @@ rc2=$?
 ok=$?
 check "-b auto on $auto_mb MiB: $batch; B=$((2 * b)) runs out of memory" $ok
 
+# issue 23 item 10: flags that would be ignored or misread are refused, -d's suggestion does not overflow,
+# a step without a counted target is not taken, a descriptor is not shadowed by a path, a weight that
+# bf16 cannot hold is refused at load time, and dev/fuzz_cli.py fuzzes the flags of --help
+Q=(-e "$TINY" -i "$WORK/good.bin" -t 16 -x 1 -v 0)
+expect_error "-x 0 (was a whole epoch; one epoch is -1)" "-x 0: give the number of optimizer steps (-x -1 is one epoch" \
+    -e "$TINY" -i "$WORK/good.bin" -b 2 -t 16 -v 0 -x 0
+expect_error "-n without -o (did nothing)" "-n: checkpoints need -o" "${Q[@]}" -n 1
+expect_error "-nk without -o (did nothing)" "-nk: checkpoints need -o" "${Q[@]}" -nk 2
+expect_error "a flag given twice (the last value won)" "flag -b given twice" "${Q[@]}" -b 2 -b 3
+expect_error "--ramp-tokens without --ramp-steps (no ramp)" "--ramp-tokens 32: a batch ramp needs --ramp-steps too" \
+    "${Q[@]}" --ramp-tokens 32
+expect_error "--ramp-steps without --ramp-tokens (no ramp)" "--ramp-steps 3: a batch ramp needs --ramp-tokens too" \
+    "${Q[@]}" --ramp-steps 3
+expect_error "--ramp-lr without a ramp" "--ramp-lr sqrt: there is no batch ramp" "${Q[@]}" --ramp-lr sqrt
+# (UBSan halts the sanitizer build at a signed overflow in this suggestion)
+expect_error "-d 2^63-1: the suggestion stops below a long's top (was -d -9223372036854775808)" \
+    "-d 9223372036854775807 is not a multiple of B x T x N = 4 x 16 x 1 = 64 tokens; try -d 9223372036854775744\$" \
+    "${Q[@]}" -b 4 -d 9223372036854775807
+expect_error "-d of more micro-batches than an int holds (was out of memory)" \
+    "-d 9223372036854775744: 144115188075855871 micro-batches of B x T x N = 64 tokens per step, more than 2147483647" \
+    "${Q[@]}" -b 4 -d 9223372036854775744
+
+# --packing slots, B=1: step 2's sequence is the shard's last document, its end-of-text token alone,
+# with no target: no loss to log, and AdamW (momentum) would still move every weight
+python3 - "$WORK/lastdoc.bin" <<'PY'
+import struct, sys
+n = 40
+tokens = [(i * 7) % 255 for i in range(n - 1)] + [255]  # document 0: 39 tokens; document 1: token 255 alone
+with open(sys.argv[1], "wb") as f:
+    f.write(struct.pack("<256i", 20240520, 1, n, *[0] * 253))
+    f.write(struct.pack("<%dH" % n, *tokens))
+PY
+"$BIN" -e "$TINY" -i "$WORK/lastdoc.bin" --packing slots -b 1 -t 16 -x 2 -n 1 -v 0 -l 1e-2 -o "$WORK/notarget" \
+    >"$WORK/out" 2>&1
+rc=$?
+adam=$(python3 -c "
+import struct, sys
+d = open(sys.argv[1], 'rb').read(); extra = struct.unpack_from('<i', d, 16 * 4)[0]
+print(struct.unpack_from('<i', d, len(d) - extra + 4)[0])  # ResumeInfo.adam_step" "$WORK/notarget/state_00000002_00000.bin")
+[[ $rc -eq 0 ]] && grep -qE '^step +1/2 \| loss [0-9.]+ ' "$WORK/out" &&
+    grep -qE '^step +2/2 \| skipped: no counted target' "$WORK/out" && ! grep -qE '^step +2/2 \| loss' "$WORK/out" &&
+    cmp -s "$WORK/notarget/model_00000001.bin" "$WORK/notarget/model_00000002.bin" && [[ $adam == 1 ]]
+check "a step with every target masked is skipped: said so, no loss 0 logged, weights unchanged, AdamW step $adam (1)" $?
+
+# a descriptor stays one whatever the folder holds (an earlier -o d12); a file named d12 is ./d12
+mkdir -p "$WORK/shadow/d12" "$WORK/shadow/$TINY" "$WORK/named"
+"$BIN" -e d12 --memory-plan 1 -b 1 -t 64 >"$WORK/plan_ref" 2>&1
+(cd "$WORK/shadow" && "$OLDPWD/$BIN" -e d12 --memory-plan 1 -b 1 -t 64 >"$WORK/plan_shadow" 2>&1) &&
+    cmp -s "$WORK/plan_ref" "$WORK/plan_shadow"
+ok=$?
+check "-e d12 beside a folder named d12 (--memory-plan 1): the plan of d12 ($(tail -1 "$WORK/plan_shadow" | tr -s ' '))" $ok
+(cd "$WORK/shadow" && "$OLDPWD/$BIN" -e "$TINY" -i "$WORK/good.bin" -b 2 -t 16 -x 1 -v 0 >"$WORK/out" 2>&1) &&
+    grep -q "^model: L=1 C=32 NH=2 V=256" "$WORK/out"
+ok=$?
+check "-e $TINY beside a folder of that name trains the descriptor's model: $(grep -E '^(model|error)' "$WORK/out")" $ok
+cp "$CKPT" "$WORK/named/d12"
+(cd "$WORK/named" && "$OLDPWD/$BIN" -e ./d12 -i "$WORK/good.bin" -b 2 -t 16 -x 1 -v 0 >"$WORK/out" 2>&1) &&
+    grep -q "^model: L=1 C=32 NH=2 V=256" "$WORK/out"
+check "-e ./d12 loads the model file named d12 (L=1)" $?
+
+# an fp32 model file (version 3) with a weight beyond bf16's range (3.4e38 > 3.39e38, here an unused
+# position's embedding), and one with a NaN: refused at load, before any step (the bf16 build)
+python3 - "$CKPT" "$WORK" <<'PY'
+import struct, sys
+d = open(sys.argv[1], "rb").read()
+header = list(struct.unpack_from("<256i", d))
+header[1] = 3  # fp32
+w = [struct.unpack("<f", struct.pack("<I", r << 16))[0] for r in struct.unpack_from("<%dH" % ((len(d) - 1024) // 2), d, 1024)]
+for name, i, x in (("beyond_bf16.bin", 256 * 32 + 20 * 32, 3.4e38), ("nan_weight.bin", 7, float("nan"))):
+    v = list(w)
+    v[i] = x  # (wpe row 20 of maxT 32: unused at T = 16)
+    open("%s/%s" % (sys.argv[2], name), "wb").write(struct.pack("<256i", *header) + struct.pack("<%df" % len(v), *v))
+PY
+if grep -q "bf16 build" "$WORK/help"; then
+    expect_error "an fp32 weight beyond bf16's range (was trained on, rounded stochastically)" \
+        "beyond_bf16.bin: weight 8832 is 3.39999995e+38, beyond bf16's range" \
+        -e "$WORK/beyond_bf16.bin" -i "$WORK/good.bin" -b 2 -t 16 -x 2 -v 0 -o "$WORK/beyond"
+    ! grep -q "^step" "$WORK/out"
+    check "... refused before any step" $?
+else
+    echo "SKIP an fp32 weight beyond bf16's range: not the bf16 build"
+fi
+expect_error "a NaN weight in a model file (was a non-finite loss at step 1)" "nan_weight.bin: weight 7 is nan, not finite" \
+    -e "$WORK/nan_weight.bin" -i "$WORK/good.bin" -b 2 -t 16 -x 2 -v 0
+
+# dev/fuzz_cli.py fuzzes exactly the flags and value forms of --help, and a few fixed runs of each target pass
+python3 dev/fuzz_cli.py "$BIN" --list-flags >"$WORK/fuzz_flags" 2>&1 &&
+    diff <(sed -nE 's/^  (-[^ ]+) (<[^ ]+>).*/\1 \2/p' "$WORK/help") "$WORK/fuzz_flags" >/dev/null
+ok=$?
+check "dev/fuzz_cli.py --list-flags: the $(wc -l <"$WORK/fuzz_flags") flags and value forms of --help" $ok
+python3 dev/fuzz_cli.py "$BIN" --runs-per-target 4 --seed 5 >"$WORK/fuzz" 2>&1
+ok=$?
+check "dev/fuzz_cli.py, 4 runs per target: no crash, hang or bad exit ($(grep -c ' 0 crashes, 0 hangs, 0 bad exits' "$WORK/fuzz") of 3 targets clean)" $ok
+
 echo "test_train_cli: $passed passed, $failed failed"
 [[ $failed -eq 0 ]]
