@@ -530,6 +530,22 @@ rc2=$?
     [[ $batch == "batch: B=$b x T=$auto_t x N=1 x A=$((auto_d / auto_t / b)) = $auto_d tokens per step" ]]
 ok=$?
 check "-b auto on $auto_mb MiB: $batch; B=$((2 * b)) runs out of memory" $ok
+# -b auto on an H200's 141 GB (reported by the CPU runtime), on the built-in corpus: B at most
+# what the val data holds (1024 sequences of T=64), with a note, and it trains; -v 0 reads no
+# val data, so a val set too small for B is no obstacle then, and an error naming both otherwise
+if [[ $SMALL != 1 ]]; then
+    CPUCUDA_DEVICE_MEMORY_MB=134400 "$BIN" -b auto -x 1 -m 1 >"$WORK/auto141" 2>&1
+    rc=$?
+    [[ $rc -eq 0 ]] && grep -q "^-b auto: B at most 1024: the val data .* holds 1024 sequences of T=64" "$WORK/auto141" &&
+        grep -q "^batch: B=1024 x T=64 x N=1 x A=1 = 65536 tokens per step" "$WORK/auto141" &&
+        grep -qE "^step +1/1 " "$WORK/auto141" && grep -q "^step 1: val loss" "$WORK/auto141"
+    ok=$?
+    check "-b auto on 141 GB trains the built-in corpus (exit $rc): $(grep -E '^(batch|error)' "$WORK/auto141")" $ok
+fi
+"$BIN" -e "$TINY" -i "$WORK/good.bin" -j "$WORK/small.bin" -b 8 -t 16 -x 1 -v 0 >/dev/null 2>&1
+check "-v 0 opens no val loader: a val set of 6 sequences does not stop B=8" $?
+expect_error "a val set too small for B names both numbers" "small.bin: too few sequences: .* hold 6 sequences .* need at least B = 8" \
+    -e "$TINY" -i "$WORK/good.bin" -j "$WORK/small.bin" -b 8 -t 16 -x 1 -v 1
 
 # issue 23 item 10: flags that would be ignored or misread are refused, -d's suggestion does not overflow,
 # a step without a counted target is not taken, a descriptor is not shadowed by a path, a weight that
