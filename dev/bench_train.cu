@@ -15,6 +15,7 @@
 #include <cpucuda.h>
 #endif
 #include <chrono>
+#include <numeric>
 #include <functional>
 #include <random>
 
@@ -145,10 +146,33 @@ static void print_roofline(GPT2* m, bool timed) {
     printf("  bound of the step: %.1f ms; outside matmuls and attention: %.1f ms\n", bound_all, bound_rest);
 }
 
+// The host's part of a step next to the device's: the wall time per step
+// beyond the device time, and the encoder-backward plan that the host builds
+// before the step's first launch, timed against the stable sort it replaced.
+static void print_host_time(const int* tokens, int B, int T, double device_ms, double wall_ms) {
+    const int BT = B * T, reps = 5;
+    std::vector<int> plan(encoder_backward_plan_ints(B, T)), order(BT);
+    auto ms_of = [&](auto&& f) {
+        const auto t0 = std::chrono::steady_clock::now();
+        for (int i = 0; i < reps; i++) f();
+        return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count() / reps;
+    };
+    const double counting = ms_of([&] { encoder_backward_plan(plan.data(), tokens, B, T); });
+    const double sorting = ms_of([&] {
+        std::iota(order.begin(), order.end(), 0);
+        std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return tokens[a] < tokens[b]; });
+    });
+    printf("host: %.2f ms/step of wall time beyond the device's %.2f; the encoder plan %.3f ms (a stable sort of "
+           "the %d ids: %.3f ms, %.1fx)\n", std::max(0.0, wall_ms - device_ms), device_ms, counting, BT, sorting,
+           sorting / std::max(counting, 1e-9));
+}
+
 // ms per step over `steps` steps after one warm-up step (the first touch of
 // every buffer, and the cuBLASLt heuristics); profile: the CPU runtime's
 // per-kernel profile covers exactly these steps.
-static double time_steps(GPT2* model, const StepBatch& batch, int steps, bool profile) {
+// *wall_ms: the wall-clock ms per step; what exceeds the device's ms is host
+// work the device waited for (staging, the encoder plan, launches, the sync).
+static double time_steps(GPT2* model, const StepBatch& batch, int steps, bool profile, double* wall_ms = nullptr) {
     OptimizerSettings opt;
     train_step(model, batch, 1e-4f, opt);
 #ifdef CPUCUDA
@@ -160,10 +184,13 @@ static double time_steps(GPT2* model, const StepBatch& batch, int steps, bool pr
     cudaEvent_t start, end;
     cudaCheck(cudaEventCreate(&start));
     cudaCheck(cudaEventCreate(&end));
+    const auto wall_start = std::chrono::steady_clock::now();
     cudaCheck(cudaEventRecord(start, model->stream));
     for (int i = 0; i < steps; i++) train_step(model, batch, 1e-4f, opt);
     cudaCheck(cudaEventRecord(end, model->stream));
     cudaCheck(cudaEventSynchronize(end));
+    if (wall_ms)
+        *wall_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - wall_start).count() / steps;
     float ms = 0;
     cudaCheck(cudaEventElapsedTime(&ms, start, end));
     cudaCheck(cudaEventDestroy(start));
@@ -196,7 +223,8 @@ static int bench(int argc, char** argv) {
     model.gelu_fusion = other_fusion;
     const double other_ms = time_steps(&model, batch, steps, false);
     model.gelu_fusion = default_fusion;
-    const double step_ms = time_steps(&model, batch, steps, true);
+    double wall_ms = 0;
+    const double step_ms = time_steps(&model, batch, steps, true, &wall_ms);
     const float ms = (float)(step_ms * steps);
     const double tokens_per_s = (double)B * T / (step_ms / 1000.0);
     // 6 FLOPs per parameter per token (forward + backward) plus attention
@@ -207,6 +235,7 @@ static int bench(int argc, char** argv) {
            100.0 * achieved_tflops / peak_tflops, peak_tflops);
     printf("-ge %d: %.1f ms/step; -ge 2 is %.2fx the speed of -ge 0\n", other_fusion, other_ms,
            default_fusion == 2 ? other_ms / step_ms : step_ms / other_ms);
+    print_host_time(tokens.data(), B, T, step_ms, wall_ms);
 #ifdef CPUCUDA
     double gemm = 0, kernels = 0;
     for (const auto& e : cpucuda::profile()) (e.name == "cublasLtMatmul" ? gemm : kernels) += e.seconds;

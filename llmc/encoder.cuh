@@ -64,25 +64,35 @@ inline void encoder_forward(floatX* out, const int* inp, const int* pos, const f
 // is negative.
 inline size_t encoder_backward_plan_ints(int B, int T) { return 3 * (size_t)B * T + 1; }
 
+//
+// A counting sort over the token ids (O(BT + the largest id), two passes over the
+// tokens), not a comparison sort: it runs on the host between a step's launches,
+// where a sort of BT ids took milliseconds with the GPU idle. Scattering the
+// positions in increasing p into their token's slots keeps each group in order.
 inline int encoder_backward_plan(int* plan, const int* inp_host, int B, int T) {
     const int BT = B * T;
-    for (int p = 0; p < BT; p++)
+    int max_id = -1;
+    for (int p = 0; p < BT; p++) {
         if (inp_host[p] < 0) return -1;
+        max_id = std::max(max_id, inp_host[p]);
+    }
     int* positions = plan;
     int* offsets = plan + BT;
     int* tokens = plan + 2 * (size_t)BT + 1;
-    std::iota(positions, positions + BT, 0);
-    // stable: positions of one token stay in increasing order
-    std::stable_sort(positions, positions + BT, [&](int a, int b) { return inp_host[a] < inp_host[b]; });
+    static thread_local std::vector<int> next;  // next[v]: where token v's next position goes
+    next.assign((size_t)max_id + 2, 0);
+    for (int p = 0; p < BT; p++) next[inp_host[p] + 1]++;
     int D = 0;
-    for (int k = 0; k < BT; k++) {
-        if (k == 0 || inp_host[positions[k]] != inp_host[positions[k - 1]]) {
-            offsets[D] = k;
-            tokens[D] = inp_host[positions[k]];
+    for (int v = 0; v <= max_id; v++) {
+        if (next[v + 1] > 0) {
+            offsets[D] = next[v];
+            tokens[D] = v;
             D++;
         }
+        next[v + 1] += next[v];  // now the start of token v + 1's group
     }
     offsets[D] = BT;
+    for (int p = 0; p < BT; p++) positions[next[inp_host[p]]++] = p;
     return D;
 }
 

@@ -1,8 +1,29 @@
 // The token and position embedding (llmc/encoder.cuh): the forward, the
 // backward's plan of positions grouped by token, the backward into pre-filled
 // gradients, and position ids that restart at each document.
+#include <numeric>
+
 #include "llmc/encoder.cuh"
 #include "test/kernels/kernel_test.h"
+
+// The plan as a stable comparison sort of the positions by token id gives it
+// (the encoder backward's first plan): the counting sort must give the same.
+static bool plan_equals_sorted(const std::vector<int>& plan, const std::vector<int>& inp, int B, int T, int D) {
+    const int BT = B * T;
+    std::vector<int> order(BT);
+    std::iota(order.begin(), order.end(), 0);
+    std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return inp[a] < inp[b]; });
+    std::vector<int> offsets, tokens;
+    for (int k = 0; k < BT; k++)
+        if (k == 0 || inp[order[k]] != inp[order[k - 1]]) {
+            offsets.push_back(k);
+            tokens.push_back(inp[order[k]]);
+        }
+    offsets.push_back(BT);
+    return D == (int)tokens.size() && std::equal(order.begin(), order.end(), plan.begin()) &&
+           std::equal(offsets.begin(), offsets.end(), plan.begin() + BT) &&
+           std::equal(tokens.begin(), tokens.end(), plan.begin() + 2 * BT + 1);
+}
 
 static void test_encoder(int B, int T, int C, int V) {
     g_rng.seed(100 + C);
@@ -46,6 +67,7 @@ static void test_encoder(int B, int T, int C, int V) {
     }
     for (int p = 0; p < BT; p++) layout_ok &= seen[p] == 1;
     CHECK(layout_ok, "encoder plan B=%d T=%d: %d distinct tokens (want %d), groups sorted, each position once", B, T, D, D_want);
+    CHECK(plan_equals_sorted(plan, inp, B, T, D), "encoder plan B=%d T=%d: entry for entry the plan of a stable sort", B, T);
     std::vector<int> bad_inp = inp;
     bad_inp[BT / 2] = -1;
     CHECK(encoder_backward_plan(plan.data(), bad_inp.data(), B, T) == -1, "encoder plan rejects a negative token id");
@@ -111,5 +133,6 @@ int main() {
     TEST_CASE(test_encoder(2, 5, 768, 1000));
     TEST_CASE(test_encoder(1, 1, 40, 5));
     TEST_CASE(test_encoder(2, 3, 20, 50));    // C not a multiple of 8: one element per access
+    TEST_CASE(test_encoder(4, 256, 8, 50257)); // GPT-2's vocabulary: the counting sort spans 50257 ids
     return kernel_test_end("test_encoder");
 }
