@@ -544,7 +544,7 @@ if [[ $SMALL != 1 ]]; then
 fi
 "$BIN" -e "$TINY" -i "$WORK/good.bin" -j "$WORK/small.bin" -b 8 -t 16 -x 1 -v 0 >/dev/null 2>&1
 check "-v 0 opens no val loader: a val set of 6 sequences does not stop B=8" $?
-expect_error "a val set too small for B names both numbers" "small.bin: too few sequences: .* hold 6 sequences .* need at least B = 8" \
+expect_error "a val set too small for B names both numbers" "small.bin: too few tokens: 100 in 1 shard(s), need at least B\*T+1 = 129 (B=8" \
     -e "$TINY" -i "$WORK/good.bin" -j "$WORK/small.bin" -b 8 -t 16 -x 1 -v 1
 
 # issue 23 item 10: flags that would be ignored or misread are refused, -d's suggestion does not overflow,
