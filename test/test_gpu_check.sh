@@ -63,5 +63,9 @@ check "bare image: the GPU sources need only the gathered headers" bash test/gpu
 rm -f $deps/xxhash.h
 check "bare image: without xxhash.h gathered, the check refuses" bash -c "! bash test/gpu_bare_image_check.sh $deps"
 check "the dry run says where the headers come from" grep -q "^gpu_check: headers: build/gpu-deps/include (carried)" build/gpu-check-dry/mpi/summary.txt
+check "the roofline estimate prints its step time and MFU" bash -c \
+    "python3 dev/roofline_estimate.py | grep -qE '^estimated step [0-9.]+ ms, MFU [0-9.]+% of 989'"
+check "the roofline estimate refuses T over 1024 with one error line" bash -c \
+    "! python3 dev/roofline_estimate.py -T 2048 2>&1 | grep -v '^error: ' | grep -q ."
 echo "test_gpu_check: $passed passed, $failed failed"
 [[ $failed -eq 0 ]]
