@@ -57,7 +57,7 @@ HOST_ASAN  := $(patsubst %.cpp,build/host-asan/%,$(notdir $(HOST_SRCS)))
 DEV_CU     := $(wildcard dev/*.cu)
 DEV_BINS   := $(patsubst dev/%.cu,build/cpu/%,$(DEV_CU))
 
-.PHONY: all cpu asan racecheck gpu test test-asan test-one bench clean check-cuda-headers train_gpt_cpu sass-report lesson
+.PHONY: all cpu asan racecheck gpu gpu-deps test test-asan test-one bench clean check-cuda-headers train_gpt_cpu sass-report lesson
 .SECONDARY:
 
 all: cpu
@@ -147,6 +147,16 @@ else
   NVCC_LIBS  := -lcublasLt -lnccl -L$(MPI_LIB) -lmpi
 endif
 GPU_SRCS   := $(TEST_CU) $(DEV_CU) train_gpt.cu
+# Headers the GPU build takes from Debian packages (libxxhash-dev, nlohmann-json3-dev)
+# that a bare GPU image lacks: `make gpu-deps` gathers them from this machine into an
+# ignored folder that the device tool carries (carry=["build/gpu-deps"]); nvcc finds
+# them there whenever the folder exists.
+GPU_DEPS_DIR  ?= build/gpu-deps/include
+GPU_DEPS_HDRS := xxhash.h xxh3.h nlohmann
+NVCC_FLAGS    += $(if $(wildcard $(GPU_DEPS_DIR)),-isystem $(GPU_DEPS_DIR))
+gpu-deps:
+	rm -rf $(GPU_DEPS_DIR) && mkdir -p $(GPU_DEPS_DIR)
+	cp -r $(addprefix /usr/include/,$(GPU_DEPS_HDRS)) $(GPU_DEPS_DIR)/
 GPU_NAMES  := $(basename $(notdir $(GPU_SRCS)))
 
 # build/gpu/sm_90/X: X built for GPU_ARCH, to run on a GPU (test/gpu_check.sh).
