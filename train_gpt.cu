@@ -322,7 +322,6 @@ static std::vector<float> gpt2_local_values(const GPT2* model, const float* full
     return local;
 }
 
-// Sizes, slices and the ZeRO-1 layout for model->config (nothing allocated).
 // Why a shape cannot be a model here, or "": every field positive, C a
 // multiple of NH, Vp >= V, and small enough that every size fits 64 bits, the
 // per-layer tables stay small, and the parameters number at most 2^40 (a
@@ -347,6 +346,7 @@ static std::string model_shape_problem(const GPT2Config& c) {
     return "";
 }
 
+// Sizes, slices and the ZeRO-1 layout for model->config (nothing allocated).
 static void gpt2_configure(GPT2* model) {
     const GPT2Config& c = model->config;
     const std::string problem = model_shape_problem(c);
@@ -554,9 +554,6 @@ static void gpt2_init_from_checkpoint(GPT2* model, const char* path) {
     return weights;
 }
 
-// Writes the weights the model computes with (version 5 = bf16, or 3 in the
-// fp32 build; the fp32 master weights go to the state files) through a
-// temporary file, fsync and rename: an existing file is never half overwritten.
 template <class T>
 static bool all_finite(const std::vector<T>& values) {
     for (const T& x : values)
@@ -564,6 +561,9 @@ static bool all_finite(const std::vector<T>& values) {
     return true;
 }
 
+// Writes the weights the model computes with (version 5 = bf16, or 3 in the
+// fp32 build; the fp32 master weights go to the state files) through a
+// temporary file, fsync and rename: an existing file is never half overwritten.
 // A model whose weights are not all finite (a bf16 rounding can overflow to
 // Inf) is refused: the error names it and nothing is written. Returns the
 // file's name, size and hash.
