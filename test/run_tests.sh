@@ -122,6 +122,7 @@ if want cpu; then
     run "test_lesson" python3 test/trainer/test_lesson.py build/cpu-fp32/train_gpt build/cpu/train_gpt build/cpu-fp32/lesson
     run "test_gpu_check (gpu_check.sh, dry run)" bash test/test_gpu_check.sh
     run "readme_anchors (README's links to definitions)" python3 dev/readme_anchors.py
+    run "test_readme_anchors (planted wrong anchors fail)" python3 test/test_readme_anchors.py
 fi
 
 export SHARED_DATA=${SHARED_DATA:-../shared/data}
