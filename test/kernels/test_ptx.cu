@@ -114,10 +114,10 @@ __global__ void cp_async_kernel(float* out1, float* out2, float* early, const fl
 __global__ void cp_async_no_barrier_kernel(float* out, const float* src) {
     __shared__ __align__(16) float s[64 * 4];
     const int i = threadIdx.x;
-    cp_async_16(&s[i * 4], src + i * 4);
+    cp_async_16(&s[i * 4], src + i * 4);  // racecheck-expect: write
     cp_async_commit();
     cp_async_wait<0>();
-    out[i] = s[(63 - i) * 4];
+    out[i] = s[(63 - i) * 4];  // racecheck-expect: read
 }
 
 static bf16 bf(float x) { return __float2bfloat16(x); }
