@@ -1,7 +1,7 @@
 // train_gpt.cu: GPT-2 training in one file. The model (parameters, activations,
 // forward, backward), the optimizer step with gradient accumulation, and main.
 // Kernels live in llmc/, one family per header. Builds with nvcc for GPUs and,
-// through the CUDA-on-CPU runtime (llmc/cpu_cuda), with g++ for CI.
+// through the CUDA-on-CPU runtime (cpu_cuda), with g++ for CI.
 //
 // The one idea to take away (see train_step below):
 //   B_global = B_micro x N_ranks x A sequences per optimizer step.

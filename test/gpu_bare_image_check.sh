@@ -14,7 +14,7 @@ dpkg -L libc6-dev linux-libc-dev $(dpkg -l 'libstdc++-*-dev' 'libgcc-*-dev' | aw
 bad=0
 for src in train_gpt.cu dev/*.cu test/kernels/test_*.cu test/model/test_*.cu; do
     # the CPU runtime's CUDA headers stand in for the toolkit's; the includes are the same
-    if ! hdrs=$(g++ -std=c++17 -M -x c++ -Illmc/cpu_cuda/include -I. -isystem "$deps" -DCPUCUDA "$src" 2>&1); then
+    if ! hdrs=$(g++ -std=c++17 -M -x c++ -Icpu_cuda/include -I. -isystem "$deps" -DCPUCUDA "$src" 2>&1); then
         echo "$src: does not preprocess: $(grep -m1 error <<<"$hdrs")"
         continue
     fi

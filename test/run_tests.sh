@@ -2,7 +2,7 @@
 # Runs every test of the project (after `make cpu asan`) and ends with one line
 # "N passed, M failed". Each test program prints "<name>: N passed, M failed";
 # a program that crashes or hangs without its tally line counts as one failure.
-# The programs, by what they test: test/runtime/ (the CUDA-on-CPU runtime),
+# The programs, by what they test: cpu_cuda/test/ (the CUDA-on-CPU runtime),
 # test/kernels/ (one per kernel header of llmc/), test/model/ (train_gpt.cu's
 # model), test/trainer/ (the train_gpt binary), test/host/ (host C++).
 #
@@ -32,7 +32,7 @@
 #   racecheck the kernel tests, test_gpt2 and test_training in build/cpu-racecheck,
 #             which reports shared/global memory races, with CPUCUDA_INITCHECK=1
 #             (reads of never-written memory reported too); the broken kernels
-#             of test/runtime/sanitizer must be reported by name and line
+#             of cpu_cuda/test/sanitizer must be reported by name and line
 #   initcheck the kernel tests, test_gpt2 and test_training with CPUCUDA_INITCHECK=1 (fresh
 #             device and shared memory poisoned), and a kernel that reads an
 #             unwritten buffer must produce NaN
@@ -236,7 +236,7 @@ if want nvcc; then
         # one make -j2 of every target (nvcc is the slow part of the suite), then
         # each is up to date (built from its current source) or it failed
         targets=()
-        for src in test/runtime/test_*.cu test/kernels/test_*.cu test/model/test_*.cu dev/*.cu train_gpt.cu; do targets+=("build/gpu/check/$(basename "$src" .cu)"); done
+        for src in cpu_cuda/test/test_*.cu test/kernels/test_*.cu test/model/test_*.cu dev/*.cu cpu_cuda/*.cu train_gpt.cu; do targets+=("build/gpu/check/$(basename "$src" .cu)"); done
         targets+=(build/gpu/single/train_gpt)
         make -s -k -j2 "${targets[@]}" >"$LOG_DIR/nvcc.log" 2>&1
         for t in "${targets[@]}"; do
