@@ -13,7 +13,7 @@ autograd, every piece written out:
   - SwiGLU MLP on a fused [gate | up] projection
   - no biases anywhere; the LM head tied to the embedding or separate
 
-    python3 dev/train_llama3.py --check            # self-checks of the model
+    python3 dev/train_llama3.py --check            # self-checks of the model (PASS/FAIL lines, a tally)
     python3 dev/train_llama3.py --out DIR          # DIR/llama3_small_debug.bin (+ _untied, _docs)
     python3 dev/train_llama3.py --init-preview     # first init values of each tensor
 
@@ -274,12 +274,11 @@ def generate(out):
 
 
 def check():
-    ok = True
+    tally = [0, 0]  # passed, failed
 
     def expect(cond, what):
-        nonlocal ok
-        print(("ok   " if cond else "FAIL ") + what)
-        ok = ok and bool(cond)
+        print(("PASS " if cond else "FAIL ") + what)
+        tally[not cond] += 1
 
     cfg = SMALL
     init = init_params(cfg, SMALL_SEED)
@@ -341,8 +340,8 @@ def check():
     with torch.no_grad():
         diff = float((Llama(untied_cfg, untied)(torch.from_numpy(x).long()) - ref).abs().max())
     expect(diff == 0.0, f"untied head holding wte's values = the tied model (max diff {diff:.1e})")
-    print("check: " + ("all ok" if ok else "FAILED"))
-    return ok
+    print(f"train_llama3: {tally[0]} passed, {tally[1]} failed")
+    return tally[1] == 0
 
 
 def main():
