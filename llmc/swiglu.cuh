@@ -52,8 +52,12 @@ __global__ void swiglu_backward_kernel(floatX* dinp, const floatX* dout, const f
             dg.v[e] = from_float<floatX>(d * to_float(u.v[e]) * s * (1.0f + gf * (1.0f - s)));
             du.v[e] = from_float<floatX>(d * gf * s);
         }
-        store_packed(dinp + at, dg);
-        store_packed(dinp + at + F, du);
+        // Stored by pack index, so that the compiler sees the 16-byte alignment: through
+        // store_packed(dinp + at + F, ...) nvcc 13 drops it for one of the two stores and
+        // emits eight 2-byte stores (dev/sass_report.py's STG16 column). at and F are multiples of N.
+        Packed<floatX, N>* packs = reinterpret_cast<Packed<floatX, N>*>(dinp);
+        packs[at / N] = dg;
+        packs[(at + F) / N] = du;
     }
 }
 
