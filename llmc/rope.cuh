@@ -126,7 +126,8 @@ __global__ void rope_kernel(floatX* out, const floatX* inp, const float* table, 
 
 // The layout both launchers take: `tokens` rows (B*T tokens, T per sequence) of
 // `stride` elements; the first H heads of HS elements of each row are rotated,
-// the rest of the row is left alone. For the fused q|k|v output of grouped-query
+// the rest of the row is neither read nor written (out of place, out's copy of
+// it is left as it was). For the fused q|k|v output of grouped-query
 // attention, [q: NH heads | k: NKV heads | v: NKV heads], that is H = NH + NKV
 // and stride = (NH + 2 NKV) HS, in place. positions: tokens ints in [0, maxT), or
 // null for t (then T <= maxT). table: rope_table(maxT, HS, ...) on the device.
