@@ -1,9 +1,11 @@
 #!/usr/bin/env python3
 """SASS facts of the sm_90 build: one row per kernel (__global__ function).
 
-Compiles train_gpt.cu (or --source FILE.cu) with nvcc for sm_90 as a single-GPU
-build (no MPI, no NCCL) into a temporary folder, with -c: the SASS is that of
-the linked program, and a probe .cu without main() works too. From ptxas -v:
+Compiles train_gpt.cu and dev/sass_probes/llama3_kernels.cu (the Llama 3
+kernels, not in train_gpt.cu yet), or the --source FILE.cu given (one or more
+times), with nvcc for sm_90 as a single-GPU build (no MPI, no NCCL) into a
+temporary folder, with -c: the SASS is that of the linked program, and a probe
+.cu without main() works too. The rows of all the sources make one table. From ptxas -v:
 registers, spills, stack frame, static shared memory; from cuobjdump -elf: the
 __launch_bounds__ block size (EIATTR_MAX_THREADS); from cuobjdump -sass: counts
 of tensor-core, ldmatrix, cp.async and 16-byte global instructions.
@@ -19,7 +21,8 @@ no namespaces or parameters. Convention: HS is a kernel's FIRST INTEGER TEMPLATE
 ARGUMENT (attention_forward_kernel<64>, attn_fwd<bf16, 64, true>: HS 64); a
 kernel whose HS can't be found is checked for spills anyway. Every other kernel
 whose first template argument is 4 or 8 (a 16-byte Packed access, see
-llmc/cuda_common.h) must issue LDG.128 and must not spill.
+llmc/cuda_common.h) must issue LDG.128, must not spill, and must not store 2
+bytes at a time (STG.U16: a Packed store split by the compiler).
 
 cuobjdump and the nvdisasm it runs for -sass: $CUOBJDUMP/$NVDISASM, $CUDA_HOME/bin,
 PATH, or the pip wheels nvidia-cuda-cuobjdump and nvidia-cuda-nvdisasm
@@ -43,7 +46,9 @@ FLAGS = ["-O3", "-std=c++17", "-I.", "-arch=sm_90", "-Xptxas", "-v"]
 REGS_PER_SM, REG_UNIT, THREADS_PER_SM, BLOCKS_PER_SM = 65536, 256, 2048, 32
 NAME_W = 40
 COLS = [("regs", 4), ("spill", 6), ("stack", 5), ("smem", 6), ("thr", 5), ("blk/SM", 6), ("MMA", 5),
-        ("LDSM", 5), ("LDGSTS", 6), ("LDG128", 6), ("STG128", 6), ("instrs", 7), ("I/MMA", 5)]
+        ("LDSM", 5), ("LDGSTS", 6), ("LDG128", 6), ("STG128", 6), ("STG16", 5), ("instrs", 7), ("I/MMA", 5)]
+# the trainer, and the kernels it does not include yet
+DEFAULT_SOURCES = ["train_gpt.cu", "dev/sass_probes/llama3_kernels.cu"]
 SKIP_TOOLS = "SKIP sass report: cuobjdump/nvdisasm not found (pip install nvidia-cuda-cuobjdump nvidia-cuda-nvdisasm)"
 
 
@@ -68,9 +73,9 @@ def default_nvcc():
     return next((c for c in candidates if c and os.access(c, os.X_OK)), "nvcc")
 
 
-def compile_source(nvcc, src, out_dir):
-    """Compiles src to an object in out_dir; returns (object path, ptxas log)."""
-    obj = os.path.join(out_dir, "kernels.o")
+def compile_source(nvcc, src, out_dir, index=0):
+    """Compiles src to the object kernels<index>.o in out_dir; returns (object path, ptxas log)."""
+    obj = os.path.join(out_dir, f"kernels{index}.o")
     p = subprocess.run([nvcc] + FLAGS + ["-c", src, "-o", obj], capture_output=True, text=True)
     log = p.stdout + p.stderr
     if p.returncode != 0:
@@ -137,6 +142,7 @@ def count_sass(sass):
             cur["LDGSTS"] += op == "LDGSTS"
             cur["LDG128"] += op == "LDG" and "128" in parts
             cur["STG128"] += op == "STG" and "128" in parts
+            cur["STG16"] += op == "STG" and ("U16" in parts or "S16" in parts)
     return counts
 
 
@@ -235,7 +241,7 @@ def make_row(ptxas, name, threads, counts, loops):
     row = dict(ptxas, name=name, thr=threads or "n/a", loops=loops)
     row["I/MMA"] = f"{per_mma(loops):.1f}" if loops else "-"
     row["blk/SM"] = blocks_per_sm(ptxas["regs"], threads)
-    row.update({c: counts.get(c, 0) for c in ("MMA", "LDSM", "LDGSTS", "LDG128", "STG128", "instrs")})
+    row.update({c: counts.get(c, 0) for c in ("MMA", "LDSM", "LDGSTS", "LDG128", "STG128", "STG16", "instrs")})
     return row
 
 
@@ -244,6 +250,7 @@ def print_table(rows, src):
     print("# smem = STATIC shared bytes (ptxas; dynamic smem is a launch parameter, not included);")
     print("# thr = __launch_bounds__ block size; blk/SM = blocks per SM allowed by registers and threads alone;")
     print("# MMA = HMMA+HGMMA, LDSM = ldmatrix, LDGSTS = cp.async, LDG128/STG128 = 16-byte global loads/stores;")
+    print("# STG16 = 2-byte global stores;")
     print("# instrs = SASS instructions (NOPs not counted); I/MMA = instructions per HMMA of the worst innermost")
     print("# loop that issues HMMAs (loop = backward-branch range; '-': no such loop).")
     print(f"{'kernel':<{NAME_W}}" + "".join(f" {c:>{w}}" for c, w in COLS))
@@ -271,12 +278,14 @@ def check(rows, max_per_mma):
         if hs in (64, 128, None):
             results.append((r["spill"] == 0, f"{n}: no spills (HS {'?' if hs is None else hs}: {r['spill']} bytes)"))
     # the memory-bound kernels' 16-byte instantiations (Packed<T, N> with N = 8 bf16 or 4 fp32, the first
-    # template argument) must issue 16-byte loads, and none of them may spill
+    # template argument) must issue 16-byte loads, none of them may spill, and none may store 2 bytes at a
+    # time (a Packed store the compiler split, having lost its alignment)
     packed = [r for r in rows if "attention" not in r["name"] and head_size(r["name"]) in (4, 8)]
     results.append((bool(packed), f"{len(packed)} kernel(s) with 16-byte accesses found (need at least one)"))
     for r in packed:
-        results.append((r["LDG128"] > 0 and r["spill"] == 0,
-                        f"{r['name']}: 16-byte loads (LDG.128 {r['LDG128']} > 0), no spills ({r['spill']} bytes)"))
+        results.append((r["LDG128"] > 0 and r["spill"] == 0 and r["STG16"] == 0,
+                        f"{r['name']}: 16-byte loads (LDG.128 {r['LDG128']} > 0), no spills ({r['spill']} bytes), "
+                        f"no 2-byte stores (STG.U16 {r['STG16']})"))
     for ok, msg in results:
         print(("PASS " if ok else "FAIL ") + msg)
     failed = sum(not ok for ok, _ in results)
@@ -287,7 +296,8 @@ def check(rows, max_per_mma):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--nvcc", help="default: $NVCC, $CUDA_HOME/bin/nvcc, /usr/local/cuda/bin/nvcc, PATH")
-    ap.add_argument("--source", default="train_gpt.cu", help="the .cu to report on (default train_gpt.cu)")
+    ap.add_argument("--source", action="append",
+                    help="a .cu to report on, may be repeated (default: " + " and ".join(DEFAULT_SOURCES) + ")")
     ap.add_argument("--check", action="store_true", help="assert the attention kernels' SASS facts")
     ap.add_argument("--max-per-mma", type=float, default=None, metavar="N",
                     help="with --check, also assert at most N instructions per HMMA in every attention HMMA loop")
@@ -306,20 +316,26 @@ def main():
     nvcc = shutil.which(args.nvcc or default_nvcc())
     if not nvcc:
         die(f"nvcc not found ({args.nvcc or default_nvcc()}): pass --nvcc PATH or set NVCC or CUDA_HOME")
-    if not os.path.isfile(args.source):
-        die(f"no such source file: {args.source}")
+    sources = args.source or DEFAULT_SOURCES
+    for src in sources:
+        if not os.path.isfile(src):
+            die(f"no such source file: {src}")
+    rows, seen = [], set()
     with tempfile.TemporaryDirectory(prefix="sass_report.") as tmp:
-        obj, log = compile_source(nvcc, args.source, tmp)
-        elf = cuobjdump(tools["cuobjdump"], "-elf", obj, tools["nvdisasm"])
-        sass = cuobjdump(tools["cuobjdump"], "-sass", obj, tools["nvdisasm"])
-    kernels, threads, counts = parse_ptxas(log), parse_max_threads(elf), count_sass(sass)
-    loops = mma_loops(sass)
-    if not kernels:
-        die(f"ptxas -v reported no entry functions for {args.source}")
-    names = demangle(list(kernels))
-    rows = [make_row(k, short_name(names[m]), threads.get(m), counts.get(m, {}), loops.get(m, [])) for m, k in kernels.items()]
+        for i, src in enumerate(sources):
+            obj, log = compile_source(nvcc, src, tmp, i)
+            elf = cuobjdump(tools["cuobjdump"], "-elf", obj, tools["nvdisasm"])
+            sass = cuobjdump(tools["cuobjdump"], "-sass", obj, tools["nvdisasm"])
+            kernels, threads, counts = parse_ptxas(log), parse_max_threads(elf), count_sass(sass)
+            loops = mma_loops(sass)
+            if not kernels:
+                die(f"ptxas -v reported no entry functions for {src}")
+            names = demangle(list(kernels))
+            rows += [make_row(k, short_name(names[m]), threads.get(m), counts.get(m, {}), loops.get(m, []))
+                     for m, k in kernels.items() if m not in seen]  # a kernel two sources share: one row
+            seen.update(kernels)
     rows.sort(key=lambda r: [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", r["name"])])
-    print_table(rows, args.source)
+    print_table(rows, ", ".join(sources))
     if args.check:
         sys.exit(0 if check(rows, args.max_per_mma) else 1)
 

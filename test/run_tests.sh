@@ -16,7 +16,10 @@
 # Sections (TEST_SECTIONS, default all): cpu host schedules streams mpi asan
 #   racecheck initcheck nvcc gpu
 #   cpu       every CPU test program once (bf16), the model's tests also in fp32;
-#             the transformers import/export against its fixture (test_hf.py)
+#             the transformers import/export against its fixture (test_hf.py);
+#             the PyTorch Llama 3 reference's self-checks and its comparison with
+#             transformers (dev/train_llama3.py, dev/check_llama3_vs_hf.py; each
+#             skipped, saying so, where torch or transformers is not installed)
 #   host      the plain C++ tests of the data tools (build/host/test_*); they
 #             find ../shared/data through SHARED_DATA and skip where it is absent
 #   schedules the kernel tests and test_gpt2 again with the threads of each
@@ -122,6 +125,17 @@ if want cpu; then
     run "test_lesson" python3 test/trainer/test_lesson.py build/cpu-fp32/train_gpt build/cpu/train_gpt build/cpu-fp32/lesson
     run "test_gpu_check (gpu_check.sh, dry run)" bash test/test_gpu_check.sh
     run "readme_anchors (README's links to definitions)" python3 dev/readme_anchors.py
+    # the PyTorch Llama 3 reference: needs torch (and transformers for the comparison), which CI lacks
+    if python3 -c "import torch" 2>/dev/null; then
+        run "train_llama3 --check (PyTorch Llama 3 reference)" python3 dev/train_llama3.py --check
+    else
+        echo "SKIP train_llama3 --check: torch is not installed (python3 -m pip install torch)"
+    fi
+    if python3 -c "import torch, transformers" 2>/dev/null; then
+        run "check_llama3_vs_hf (train_llama3.py = LlamaForCausalLM)" python3 dev/check_llama3_vs_hf.py
+    else
+        echo "SKIP check_llama3_vs_hf: torch or transformers is not installed"
+    fi
     run "test_readme_anchors (planted wrong anchors fail)" python3 test/test_readme_anchors.py
 fi
 
