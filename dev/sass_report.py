@@ -46,8 +46,8 @@ NAME_W = 40
 COLS = [("regs", 4), ("spill", 6), ("stack", 5), ("smem", 6), ("thr", 5), ("blk/SM", 6), ("MMA", 5),
         ("LDSM", 5), ("LDGSTS", 6), ("LDG128", 6), ("STG128", 6), ("instrs", 7), ("I/MMA", 5)]
 # instructions per HMMA in every HS 64/128 attention loop: the worst loop, the document-masked
-# forward's at HS 64, runs 7.8 (its per-element document mask costs 1 per HMMA); 7 is the goal
-MAX_PER_MMA = 7.8
+# forward's at HS 64, runs 7.6 (its per-element document mask costs 1 per HMMA); 7 is the goal
+MAX_PER_MMA = 7.6
 SKIP_TOOLS = "SKIP sass report: cuobjdump/nvdisasm not found (pip install nvidia-cuda-cuobjdump nvidia-cuda-nvdisasm)"
 
 

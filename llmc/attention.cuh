@@ -335,9 +335,10 @@ attention_forward_kernel(bf16* out, float* lse, const bf16* qkv, const int2* doc
             for (int n = 0; n < KV / 8; n++)
 #pragma unroll
                 for (int e = 2 * r; e < 2 * r + 2; e++) {
-                    const int key = k0 + 8 * n + 2 * t + e % 2;
+                    // key k0 + 2t + j, j = 8n + e%2: the bounds moved to j's side stay per-tile constants
+                    const int j = 8 * n + e % 2, off = k0 + 2 * t;
                     const bool seen =
-                        (!DIAG || (n < 2 * steps && key <= row)) && (!DOCS || key >= doc.row_start[r]);
+                        (!DIAG || (n < 2 * steps && j <= row - off)) && (!DOCS || j >= doc.row_start[r] - off);
                     if (DIAG || DOCS) s[n][e] = seen ? s[n][e] : -INFINITY;
                     mx = fmaxf(mx, s[n][e]);
                 }
@@ -463,9 +464,10 @@ attention_backward_dq_kernel(bf16* dqkv, float* Dvec, const bf16* dout, const bf
             for (int n = 0; n < KV / 8; n++)
 #pragma unroll
                 for (int e = 0; e < 4; e++) {
-                    const int row = row_lo + g + 8 * (e / 2), key = k0 + 8 * n + 2 * t + e % 2;
-                    const bool seen = (!DIAG || (n < 2 * steps && key <= row)) &&
-                                      (!DOCS || key >= doc.row_start[e / 2]);
+                    // key k0 + 2t + j, j = 8n + e%2: the bounds moved to j's side stay per-tile constants
+                    const int row = row_lo + g + 8 * (e / 2), j = 8 * n + e % 2, off = k0 + 2 * t;
+                    const bool seen = (!DIAG || (n < 2 * steps && j <= row - off)) &&
+                                      (!DOCS || j >= doc.row_start[e / 2] - off);
                     const float p = seen ? ex2_ftz(s[n][e] * scale_log2 - lse2[e / 2]) : 0.0f;
                     s[n][e] = p * (dp[n][e] - D[e / 2]);  // dS
                 }
@@ -516,7 +518,8 @@ attention_backward_dkv_kernel(bf16* dqkv, const float* Dvec, const bf16* dout, c
     auto load_q_tile = [&](int i0, int buf) {
         load_tile<HS, QT>(q_tiles + buf * QT * LD, base, stride, i0, T);
         load_tile<HS, QT>(do_tiles + buf * QT * LD, dout_base, C, i0, T);
-        for (int r = threadIdx.x; r < QT; r += THREADS) {
+        static_assert(QT <= THREADS, "attention dK/dV: one thread per query of a tile");
+        if (const int r = threadIdx.x; r < QT) {
             lse_tiles[buf * QT + r] = i0 + r < T ? lse_bh[i0 + r] * LOG2E : INFINITY;
             D_tiles[buf * QT + r] = i0 + r < T ? D_bh[i0 + r] : 0.0f;
             if constexpr (DOCS) start_tiles[buf * QT + r] = i0 + r < T ? docs[(size_t)b * T + i0 + r].x : T;
