@@ -123,6 +123,7 @@ if want cpu; then
     run "test_gpu_check (gpu_check.sh, dry run)" bash test/test_gpu_check.sh
     run "readme_anchors (README's links to definitions)" python3 dev/readme_anchors.py
     run "test_readme_anchors (planted wrong anchors fail)" python3 test/test_readme_anchors.py
+    run "test_sass_loops (sass_report's HMMA loops on hand-written SASS)" python3 test/test_sass_loops.py
 fi
 
 export SHARED_DATA=${SHARED_DATA:-../shared/data}
