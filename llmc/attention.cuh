@@ -36,13 +36,18 @@
 // Softmax runs in base 2 (x = s * log2(e) / sqrt(HS), exp2 as ex2.approx.ftz: one
 // MUFU.EX2, a weight below 2^-126 of the row's largest becomes 0) on the accumulator
 // fragments; row max and sum are reduced over the 4 lanes that share a row.
-// Causality: tiles entirely above the diagonal are never loaded, and within the
-// diagonal tile a warp skips the 16-key (or 16-query) steps its rows cannot see.
+// Causality: tiles entirely above the diagonal are never loaded. Only the
+// diagonal tiles (the streamed rows [r0, r0 + 64) of a block owning rows r0..r0+63)
+// are masked: their code is peeled out of the tile loop, and there a warp skips
+// the 16-key (or 16-query) steps its rows cannot see; every other tile lies
+// wholly on the seen side, so the loop body has no causal mask at all.
 // Document masking (docs != nullptr, see document_spans): query i sees keys
 // j with start_i <= j <= i only, start_i the first position of i's document.
 // Tiles wholly before the document of a block's first row (or, in dK/dV, wholly
 // after the end of the document of its last key) are never loaded either, so
-// the cost falls with the documents' length; a warp skips such 16-steps too.
+// the cost falls with the documents' length; in the other tiles the document
+// mask is applied per element (dQ also skips whole tiles a warp's rows cannot see,
+// and the diagonal tiles their 16-steps).
 // Shared-memory rows are HS + 8 bf16 apart, so the 8 rows an ldmatrix phase
 // reads fall in 8 different 16-byte bank groups (no conflicts).
 //
@@ -80,18 +85,36 @@ struct Tiles {
 };
 
 // --- tiles: global -> shared ----------------------------------------------------
-// Rows [row0, row0 + rows) of one head (HS bf16 each, global row stride `stride`)
+// Rows [row0, row0 + R) of one head (HS bf16 each, global row stride `stride`)
 // into shared memory with row stride HS + 8, 16 bytes per cp.async; rows at or
 // past T are zero-filled with plain stores (a zero key or value row contributes
-// nothing once masked; garbage could be NaN, and 0 * NaN is NaN).
-template <int HS>
-__device__ __forceinline__ void load_tile(bf16* dst, const bf16* src, size_t stride, int row0, int rows, int T) {
+// nothing once masked; garbage could be NaN, and 0 * NaN is NaN). Where a row's
+// chunks divide evenly among the threads, each thread copies the same column of
+// every THREADS / (HS / 8)-th row: its addresses are computed once and step by a
+// constant, and the loop unrolls fully.
+template <int HS, int R>
+__device__ __forceinline__ void load_tile(bf16* dst, const bf16* src, size_t stride, int row0, int T) {
     constexpr int CHUNKS = HS / 8, LD = Tiles<HS>::LD;
-    for (int c = threadIdx.x; c < rows * CHUNKS; c += THREADS) {
-        const int r = c / CHUNKS, col = (c % CHUNKS) * 8;
-        bf16* d = dst + r * LD + col;
-        if (row0 + r < T) cp_async_16(d, src + (size_t)(row0 + r) * stride + col);
-        else *reinterpret_cast<uint4*>(d) = make_uint4(0, 0, 0, 0);
+    if constexpr (THREADS % CHUNKS == 0) {
+        constexpr int STEP = THREADS / CHUNKS;  // rows between one thread's chunks
+        const int r0 = threadIdx.x / CHUNKS, col = threadIdx.x % CHUNKS * 8;
+        const bf16* s = src + (size_t)(row0 + r0) * stride + col;
+        bf16* d = dst + r0 * LD + col;
+        const size_t step = STEP * stride;
+        const int left = T - row0 - r0;  // rows of this thread's column before T
+#pragma unroll
+        for (int i = 0; i < CEIL_DIV(R, STEP); i++, s += step) {
+            if (R % STEP != 0 && r0 + i * STEP >= R) break;
+            if (i * STEP < left) cp_async_16(d + i * STEP * LD, s);
+            else *reinterpret_cast<uint4*>(d + i * STEP * LD) = make_uint4(0, 0, 0, 0);
+        }
+    } else {
+        for (int c = threadIdx.x; c < R * CHUNKS; c += THREADS) {
+            const int r = c / CHUNKS, col = (c % CHUNKS) * 8;
+            bf16* d = dst + r * LD + col;
+            if (row0 + r < T) cp_async_16(d, src + (size_t)(row0 + r) * stride + col);
+            else *reinterpret_cast<uint4*>(d) = make_uint4(0, 0, 0, 0);
+        }
     }
 }
 
@@ -271,63 +294,81 @@ attention_forward_kernel(bf16* out, float* lse, const bf16* qkv, const int2* doc
     const int tile0 = doc.block_start / KV;
     const int tiles = CEIL_DIV(min(T, q0 + ROWS), KV) - tile0;
     auto load_kv_tile = [&](int it, int buf) {  // keys of tile tile0 + it into buffer buf
-        load_tile<HS>(k_tiles + buf * KV * LD, base + C, stride, (tile0 + it) * KV, KV, T);
-        load_tile<HS>(v_tiles + buf * KV * LD, base + 2 * C, stride, (tile0 + it) * KV, KV, T);
+        load_tile<HS, KV>(k_tiles + buf * KV * LD, base + C, stride, (tile0 + it) * KV, T);
+        load_tile<HS, KV>(v_tiles + buf * KV * LD, base + 2 * C, stride, (tile0 + it) * KV, T);
     };
-    load_tile<HS>(q_tile, base, stride, q0, ROWS, T);
+    load_tile<HS, ROWS>(q_tile, base, stride, q0, T);
     load_kv_tile(0, 0);
     cp_async_commit();
-
+    cp_async_wait<0>();
+    __syncthreads();
     uint32_t qf[HS / 16][4];
+    load_a_rows<HS>(qf, q_tile + 16 * warp * LD);
+
     float o[HS / 8][4], m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
     zero(o);
-    for (int it = 0; it < tiles; it++) {
+    // Tile it: S = Q K^T, online softmax, O += P V. The causal mask and the
+    // skipping of 16-key steps apply only to a DIAGonal tile (keys from q0 on);
+    // the tiles before it hold only keys < every row of the block.
+    auto tile_step = [&](int it, auto diagonal) {
+        constexpr bool DIAG = decltype(diagonal)::value;
         const int k0 = (tile0 + it) * KV, buf = it % 2;
         next_tile(it, tiles, load_kv_tile);
-        if (it == 0) load_a_rows<HS>(qf, q_tile + 16 * warp * LD);
         // 16-key steps of this tile that hold a key <= the warp's last row, from
         // the first that holds a key of the warp's first row's document
-        const int steps = row_lo + 15 < k0 ? 0 : min(KV / 16, (row_lo + 15 - k0) / 16 + 1);
-        const int first = DOCS ? max(0, (doc.warp_start - k0) / 16) : 0;
-        if (first < steps) {
-            float s[KV / 8][4];
-            zero(s);
-            mma_a_tileT<HS, KV>(s, qf, k_tiles + buf * KV * LD, first, steps);
-            // online softmax, rows r = 0 (g) and 1 (g + 8); element e of n-tile n is key k0 + 8n + 2t + e%2
+        const int steps = !DIAG ? KV / 16 : row_lo + 15 < k0 ? 0 : min(KV / 16, (row_lo + 15 - k0) / 16 + 1);
+        const int first = DIAG && DOCS ? max(0, (doc.warp_start - k0) / 16) : 0;
+        // no warp skips a whole tile: a branch around the quad shuffles below would
+        // cost a divergence fallback (a warp's rows not yet in their document keep
+        // m = -inf, l = 0, o = 0 through such a tile)
+        float s[KV / 8][4];
+        zero(s);
+        mma_a_tileT<HS, KV>(s, qf, k_tiles + buf * KV * LD, first, steps);
+        // online softmax, rows r = 0 (g) and 1 (g + 8); element e of n-tile n is key k0 + 8n + 2t + e%2.
+        // m is the running max of the unscaled scores (the scale is positive); the exponent
+        // s * scale_log2 - m * scale_log2 is one FMA
 #pragma unroll
-            for (int r = 0; r < 2; r++) {
-                const int row = row_lo + g + 8 * r;
-                float mx = -INFINITY;
+        for (int r = 0; r < 2; r++) {
+            const int row = row_lo + g + 8 * r;
+            float mx = -INFINITY;
 #pragma unroll
-                for (int n = 0; n < KV / 8; n++)
+            for (int n = 0; n < KV / 8; n++)
 #pragma unroll
-                    for (int e = 2 * r; e < 2 * r + 2; e++) {
-                        const int key = k0 + 8 * n + 2 * t + e % 2;
-                        const bool seen = n < 2 * steps && key <= row && (!DOCS || key >= doc.row_start[r]);
-                        s[n][e] = seen ? s[n][e] * scale_log2 : -INFINITY;
-                        mx = fmaxf(mx, s[n][e]);
-                    }
-                // finite once a row has seen a key: always without documents (key 0 <= row is in the
-                // first tile), only from its document's start with them
-                const float m_new = fmaxf(m[r], quad_max(mx));
-                const float m_use = DOCS && m_new == -INFINITY ? 0.0f : m_new;  // so that exp2 gives 0, not NaN
-                const float corr = ex2_ftz(m[r] - m_use);                        // 0 on the row's first keys
-                m[r] = m_new;
-                l[r] *= corr;
+                for (int e = 2 * r; e < 2 * r + 2; e++) {
+                    // key k0 + 2t + j, j = 8n + e%2: the bounds moved to j's side stay per-tile constants
+                    const int j = 8 * n + e % 2, off = k0 + 2 * t;
+                    const bool seen =
+                        (!DIAG || (n < 2 * steps && j <= row - off)) && (!DOCS || j >= doc.row_start[r] - off);
+                    if (DIAG || DOCS) s[n][e] = seen ? s[n][e] : -INFINITY;
+                    mx = fmaxf(mx, s[n][e]);
+                }
+            // finite once a row has seen a key: always without documents (key 0 <= row is in the
+            // first tile), only from its document's start with them
+            const float m_new = fmaxf(m[r], quad_max(mx));
+            // so that exp2 gives 0, not NaN
+            const float m_use = (DOCS && m_new == -INFINITY ? 0.0f : m_new) * scale_log2;
+            const float corr = ex2_ftz(m[r] * scale_log2 - m_use);  // 0 on the row's first keys
+            m[r] = m_new;
+            l[r] *= corr;
 #pragma unroll
-                for (int n = 0; n < HS / 8; n++) o[n][2 * r] *= corr, o[n][2 * r + 1] *= corr;
+            for (int n = 0; n < HS / 8; n++) o[n][2 * r] *= corr, o[n][2 * r + 1] *= corr;
 #pragma unroll
-                for (int n = 0; n < KV / 8; n++)
+            for (int n = 0; n < KV / 8; n++)
 #pragma unroll
-                    for (int e = 2 * r; e < 2 * r + 2; e++) {
-                        s[n][e] = ex2_ftz(s[n][e] - m_use);
-                        l[r] += s[n][e];
-                    }
-            }
-            mma_p_tile<HS, KV>(o, s, v_tiles + buf * KV * LD, first, steps);
+                for (int e = 2 * r; e < 2 * r + 2; e++) {
+                    s[n][e] = ex2_ftz(fmaf(s[n][e], scale_log2, -m_use));
+                    l[r] += s[n][e];
+                }
         }
+        mma_p_tile<HS, KV>(o, s, v_tiles + buf * KV * LD, first, steps);
         __syncthreads();  // everyone is done with this buffer before it is refilled
-    }
+    };
+    // the diagonal tile, keys [q0, q0 + ROWS), is the last (the document of row q0
+    // begins at or before q0); run unconditionally, so its quad shuffles stay convergent
+    static_assert(KV == ROWS, "attention forward: one diagonal tile");
+    const int diag = tiles - 1;
+    for (int it = 0; it < diag; it++) tile_step(it, std::false_type());
+    tile_step(diag, std::true_type());
     l[0] = quad_sum(l[0]);
     l[1] = quad_sum(l[1]);
     store_rows<HS>(out + (size_t)b * T * C + h * HS, C, o, row_lo, T, 1.0f / l[0], 1.0f / l[1]);
@@ -335,7 +376,7 @@ attention_forward_kernel(bf16* out, float* lse, const bf16* qkv, const int2* doc
 #pragma unroll
         for (int r = 0; r < 2; r++) {
             const int row = row_lo + g + 8 * r;
-            if (row < T) lse[(size_t)bh * T + row] = (m[r] + log2f(l[r])) / LOG2E;
+            if (row < T) lse[(size_t)bh * T + row] = (m[r] * scale_log2 + log2f(l[r])) / LOG2E;
         }
 }
 
@@ -365,50 +406,55 @@ attention_backward_dq_kernel(bf16* dqkv, float* Dvec, const bf16* dout, const bf
     const int tile0 = doc.block_start / KV;  // as the forward
     const int tiles = CEIL_DIV(min(T, q0 + ROWS), KV) - tile0;
     auto load_kv_tile = [&](int it, int buf) {  // keys of tile tile0 + it into buffer buf
-        load_tile<HS>(k_tiles + buf * KV * LD, base + C, stride, (tile0 + it) * KV, KV, T);
-        load_tile<HS>(v_tiles + buf * KV * LD, base + 2 * C, stride, (tile0 + it) * KV, KV, T);
+        load_tile<HS, KV>(k_tiles + buf * KV * LD, base + C, stride, (tile0 + it) * KV, T);
+        load_tile<HS, KV>(v_tiles + buf * KV * LD, base + 2 * C, stride, (tile0 + it) * KV, T);
     };
-    load_tile<HS>(q_tile, base, stride, q0, ROWS, T);
-    load_tile<HS>(do_tile, dout + out_off, C, q0, ROWS, T);
+    load_tile<HS, ROWS>(q_tile, base, stride, q0, T);
+    load_tile<HS, ROWS>(do_tile, dout + out_off, C, q0, T);
     load_kv_tile(0, 0);
     cp_async_commit();
+    cp_async_wait<0>();
+    __syncthreads();
 
     uint32_t qf[HS / 16][4], dof[HS / 16][4];
     float dq[HS / 8][4], lse2[2], D[2];
     zero(dq);
-    for (int it = 0; it < tiles; it++) {
-        const int k0 = (tile0 + it) * KV, buf = it % 2;
-        next_tile(it, tiles, load_kv_tile);
-        if (it == 0) {
-            load_a_rows<HS>(qf, q_tile + 16 * warp * LD);
-            load_a_rows<HS>(dof, do_tile + 16 * warp * LD);
-            // D_i = dO_i . out_i: lanes 2i and 2i+1 take the two halves of row row_lo + i
-            const int i = lane / 2, row = row_lo + i;
-            float d = 0.0f;
-            if (row < T) {
-                const bf16* o_row = out + out_off + (size_t)row * C + (lane % 2) * (HS / 2);
-                const bf16* do_row = do_tile + (16 * warp + i) * LD + (lane % 2) * (HS / 2);
+    load_a_rows<HS>(qf, q_tile + 16 * warp * LD);
+    load_a_rows<HS>(dof, do_tile + 16 * warp * LD);
+    {
+        // D_i = dO_i . out_i: lanes 2i and 2i+1 take the two halves of row row_lo + i
+        const int i = lane / 2, row = row_lo + i;
+        float d = 0.0f;
+        if (row < T) {
+            const bf16* o_row = out + out_off + (size_t)row * C + (lane % 2) * (HS / 2);
+            const bf16* do_row = do_tile + (16 * warp + i) * LD + (lane % 2) * (HS / 2);
 #pragma unroll
-                for (int c = 0; c < HS / 2; c += 8) {
-                    union { uint4 v; bf16 e[8]; } o8;  // one 16-byte load of 8 bf16
-                    o8.v = *reinterpret_cast<const uint4*>(o_row + c);
+            for (int c = 0; c < HS / 2; c += 8) {
+                union { uint4 v; bf16 e[8]; } o8;  // one 16-byte load of 8 bf16
+                o8.v = *reinterpret_cast<const uint4*>(o_row + c);
 #pragma unroll
-                    for (int e = 0; e < 8; e++) d += __bfloat162float(o8.e[e]) * __bfloat162float(do_row[c + e]);
-                }
-            }
-            d += __shfl_xor_sync(0xffffffffu, d, 1);
-            if (row < T && lane % 2 == 0) Dvec[(size_t)bh * T + row] = d;
-            D[0] = __shfl_sync(0xffffffffu, d, 2 * g);
-            D[1] = __shfl_sync(0xffffffffu, d, 2 * g + 16);
-#pragma unroll
-            for (int r = 0; r < 2; r++) {
-                const int rr = row_lo + g + 8 * r;
-                lse2[r] = rr < T ? lse[(size_t)bh * T + rr] * LOG2E : 0.0f;
+                for (int e = 0; e < 8; e++) d += __bfloat162float(o8.e[e]) * __bfloat162float(do_row[c + e]);
             }
         }
-        const int steps = row_lo + 15 < k0 ? 0 : min(KV / 16, (row_lo + 15 - k0) / 16 + 1);
-        const int first = DOCS ? max(0, (doc.warp_start - k0) / 16) : 0;
-        if (first < steps) {
+        d += __shfl_xor_sync(0xffffffffu, d, 1);
+        if (row < T && lane % 2 == 0) Dvec[(size_t)bh * T + row] = d;
+        D[0] = __shfl_sync(0xffffffffu, d, 2 * g);
+        D[1] = __shfl_sync(0xffffffffu, d, 2 * g + 16);
+#pragma unroll
+        for (int r = 0; r < 2; r++) {
+            const int rr = row_lo + g + 8 * r;
+            lse2[r] = rr < T ? lse[(size_t)bh * T + rr] * LOG2E : 0.0f;
+        }
+    }
+    // Tile it: S, P, dP, dS, dQ += dS K; masks and 16-key step skipping on the
+    // diagonal tiles only, as in the forward
+    auto tile_step = [&](int it, auto diagonal) {
+        constexpr bool DIAG = decltype(diagonal)::value;
+        const int k0 = (tile0 + it) * KV, buf = it % 2;
+        next_tile(it, tiles, load_kv_tile);
+        const int steps = !DIAG ? KV / 16 : row_lo + 15 < k0 ? 0 : min(KV / 16, (row_lo + 15 - k0) / 16 + 1);
+        const int first = DIAG && DOCS ? max(0, (doc.warp_start - k0) / 16) : 0;
+        if (DIAG ? first < steps : !DOCS || k0 + KV > doc.warp_start) {
             float s[KV / 8][4], dp[KV / 8][4];
             zero(s);
             zero(dp);
@@ -418,15 +464,23 @@ attention_backward_dq_kernel(bf16* dqkv, float* Dvec, const bf16* dout, const bf
             for (int n = 0; n < KV / 8; n++)
 #pragma unroll
                 for (int e = 0; e < 4; e++) {
-                    const int row = row_lo + g + 8 * (e / 2), key = k0 + 8 * n + 2 * t + e % 2;
-                    const bool seen = n < 2 * steps && key <= row && (!DOCS || key >= doc.row_start[e / 2]);
+                    // key k0 + 2t + j, j = 8n + e%2: the bounds moved to j's side stay per-tile constants
+                    const int row = row_lo + g + 8 * (e / 2), j = 8 * n + e % 2, off = k0 + 2 * t;
+                    const bool seen = (!DIAG || (n < 2 * steps && j <= row - off)) &&
+                                      (!DOCS || j >= doc.row_start[e / 2] - off);
                     const float p = seen ? ex2_ftz(s[n][e] * scale_log2 - lse2[e / 2]) : 0.0f;
                     s[n][e] = p * (dp[n][e] - D[e / 2]);  // dS
                 }
             mma_p_tile<HS, KV>(dq, s, k_tiles + buf * KV * LD, first, steps);
         }
         __syncthreads();
-    }
+    };
+    constexpr int DIAG_TILES = ROWS / KV;
+    const int diag0 = q0 / KV - tile0;
+    for (int it = 0; it < diag0; it++) tile_step(it, std::false_type());
+#pragma unroll
+    for (int j = 0; j < DIAG_TILES; j++)
+        if (diag0 + j < tiles) tile_step(diag0 + j, std::true_type());
     store_rows<HS>(dqkv + (size_t)b * T * stride + h * HS, stride, dq, row_lo, T, scale, scale);
 }
 
@@ -462,9 +516,10 @@ attention_backward_dkv_kernel(bf16* dqkv, const float* Dvec, const bf16* dout, c
 
     // queries at or past T: lse = +inf makes P = 0 (their Q and dO rows are zero)
     auto load_q_tile = [&](int i0, int buf) {
-        load_tile<HS>(q_tiles + buf * QT * LD, base, stride, i0, QT, T);
-        load_tile<HS>(do_tiles + buf * QT * LD, dout_base, C, i0, QT, T);
-        for (int r = threadIdx.x; r < QT; r += THREADS) {
+        load_tile<HS, QT>(q_tiles + buf * QT * LD, base, stride, i0, T);
+        load_tile<HS, QT>(do_tiles + buf * QT * LD, dout_base, C, i0, T);
+        static_assert(QT <= THREADS, "attention dK/dV: one thread per query of a tile");
+        if (const int r = threadIdx.x; r < QT) {
             lse_tiles[buf * QT + r] = i0 + r < T ? lse_bh[i0 + r] * LOG2E : INFINITY;
             D_tiles[buf * QT + r] = i0 + r < T ? D_bh[i0 + r] : 0.0f;
             if constexpr (DOCS) start_tiles[buf * QT + r] = i0 + r < T ? docs[(size_t)b * T + i0 + r].x : T;
@@ -473,10 +528,12 @@ attention_backward_dkv_kernel(bf16* dqkv, const float* Dvec, const bf16* dout, c
     // queries [kb0, end of the document of the block's last key)
     const int q_end = DOCS ? docs[(size_t)b * T + min(kb0 + ROWS, T) - 1].y : T;
     const int i_first = kb0, tiles = CEIL_DIV(q_end - i_first, QT);
-    load_tile<HS>(k_tile, base + C, stride, kb0, ROWS, T);
-    load_tile<HS>(v_tile, base + 2 * C, stride, kb0, ROWS, T);
+    load_tile<HS, ROWS>(k_tile, base + C, stride, kb0, T);
+    load_tile<HS, ROWS>(v_tile, base + 2 * C, stride, kb0, T);
     load_q_tile(i_first, 0);
     cp_async_commit();
+    cp_async_wait<0>();
+    __syncthreads();
 
     // K and V fragments stay in registers; at HS = 128 those of V would make the
     // kernel spill, so V's are read from shared memory at each use instead
@@ -485,7 +542,13 @@ attention_backward_dkv_kernel(bf16* dqkv, const float* Dvec, const bf16* dout, c
     float dk[HS / 8][4], dv[HS / 8][4];
     zero(dk);
     zero(dv);
-    for (int it = 0; it < tiles; it++) {
+    load_a_rows<HS>(kf, k_tile + 16 * warp * LD);
+    if constexpr (V_IN_REGISTERS) load_a_rows<HS>(vf, v_tile + 16 * warp * LD);
+    // Query tile it: S^T, P^T, dV += P^T dO, dP^T, dS^T, dK += dS^T Q. The causal
+    // mask and the skipping of 16-query steps apply only to a DIAGonal tile
+    // (queries < kb0 + ROWS); later tiles hold only queries > every key of the block.
+    auto tile_step = [&](int it, auto diagonal) {
+        constexpr bool DIAG = decltype(diagonal)::value;
         const int i0 = i_first + it * QT, buf = it % 2;
         // the double buffering of next_tile, written out: with it, ptxas gives this kernel 5 more registers
         // at HS = 64 (173), one block per SM fewer
@@ -497,12 +560,8 @@ attention_backward_dkv_kernel(bf16* dqkv, const float* Dvec, const bf16* dout, c
             cp_async_wait<0>();
         }
         __syncthreads();
-        if (it == 0) {
-            load_a_rows<HS>(kf, k_tile + 16 * warp * LD);
-            if constexpr (V_IN_REGISTERS) load_a_rows<HS>(vf, v_tile + 16 * warp * LD);
-        }
         // 16-query steps of this tile that hold a query >= the warp's first key
-        const int first = max(0, (key_lo - i0) / 16);
+        const int first = DIAG ? max(0, (key_lo - i0) / 16) : 0;
         if (first < QT / 16) {
             const bf16* q_t = q_tiles + buf * QT * LD;
             const bf16* do_t = do_tiles + buf * QT * LD;
@@ -518,7 +577,7 @@ attention_backward_dkv_kernel(bf16* dqkv, const float* Dvec, const bf16* dout, c
 #pragma unroll
                 for (int e = 0; e < 4; e++) {
                     const int key = key_lo + g + 8 * (e / 2), c = 8 * n + 2 * t + e % 2, query = i0 + c;
-                    const bool seen = query >= key && (!DOCS || start_tiles[buf * QT + c] <= key);
+                    const bool seen = (!DIAG || query >= key) && (!DOCS || start_tiles[buf * QT + c] <= key);
                     const float p = seen ? ex2_ftz(s[n][e] * scale_log2 - lse_tiles[buf * QT + c]) : 0.0f;
                     s[n][e] = p;                                        // P^T
                     dp[n][e] = p * (dp[n][e] - D_tiles[buf * QT + c]);  // dS^T
@@ -527,7 +586,12 @@ attention_backward_dkv_kernel(bf16* dqkv, const float* Dvec, const bf16* dout, c
             mma_p_tile<HS, QT>(dk, dp, q_t, first, QT / 16);
         }
         __syncthreads();
-    }
+    };
+    constexpr int DIAG_TILES = ROWS / QT;
+#pragma unroll
+    for (int j = 0; j < DIAG_TILES; j++)
+        if (j < tiles) tile_step(j, std::true_type());
+    for (int it = DIAG_TILES; it < tiles; it++) tile_step(it, std::false_type());
     bf16* dst = dqkv + (size_t)b * T * stride + h * HS;
     store_rows<HS>(dst + C, stride, dk, key_lo, T, scale, scale);
     store_rows<HS>(dst + 2 * C, stride, dv, key_lo, T, 1.0f, 1.0f);

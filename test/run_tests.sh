@@ -137,6 +137,7 @@ if want cpu; then
         echo "SKIP check_llama3_vs_hf: torch or transformers is not installed"
     fi
     run "test_readme_anchors (planted wrong anchors fail)" python3 test/test_readme_anchors.py
+    run "test_sass_loops (sass_report's HMMA loops on hand-written SASS)" python3 test/test_sass_loops.py
 fi
 
 export SHARED_DATA=${SHARED_DATA:-../shared/data}
