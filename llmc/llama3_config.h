@@ -80,8 +80,8 @@ inline void llama3_set_rope_scaling_(Llama3Config* c, double factor) {
     c->rope_original_max_seq_len = 8192;
 }
 
-// The published sizes (Meta's config.json of each, as on the Hugging Face hub); false for
-// another name.
+// The published sizes, as in Meta's config.json of meta-llama/Llama-3.2-1B, Llama-3.2-3B and
+// Llama-3.1-8B on the Hugging Face hub; false for another name.
 inline bool llama3_named(const std::string& name, Llama3Config* c) {
     Llama3Config n;
     n.V = 128256;

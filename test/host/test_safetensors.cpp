@@ -212,6 +212,9 @@ static void test_round_trip() {
     const auto dup = std::vector<SafetensorsOut>{{"x", "F32", {1}, ts[0].bytes.data()}, {"x", "F32", {1}, ts[0].bytes.data()}};
     err = error_of([&] { safetensors_write(g_tmp + "/dup.safetensors", dup); });
     CHECK(st_error(err, g_tmp + "/dup.safetensors", "reserved or repeated"), "write: a repeated name is refused (%s)", err.c_str());
+    const auto bad_utf8 = std::vector<SafetensorsOut>{{"x\xff", "F32", {1}, ts[0].bytes.data()}};
+    err = error_of([&] { safetensors_write(g_tmp + "/utf8.safetensors", bad_utf8); });
+    CHECK(st_error(err, g_tmp + "/utf8.safetensors", "not valid UTF-8"), "write: a name that is not UTF-8 is refused (%s)", err.c_str());
 }
 
 static void test_no_overwrite() {
@@ -324,6 +327,8 @@ static void test_hostile() {
         {"17 dimensions", "{" + entry("w", "F32", "[1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1]", "[0,4]") + "}", "abcd", -1,
          "more than 16 dimensions"},
         {"a metadata value that is no string", "{\"__metadata__\":{\"k\":1}}", "", -1, "value of \"k\" is not a string"},
+        {"a name with a newline and quotes", "{" + entry("a\\n\\\"b", "F33", "[1]", "[0,4]") + "}", "abcd", -1,
+         "tensor \"a\\x0a\\x22b\" has an unknown dtype"},
         {"metadata that is no object", "{\"__metadata__\":[]}", "", -1, "__metadata__ is not a JSON object"},
     };
     int i = 0;
@@ -472,9 +477,12 @@ static void test_config_json() {
     for (const char* d : {"llama3.2-1b", "llama3.2-3b", "llama3.1-8b", "llama3:L=2,C=64,H=4,KV=2,F=192,V=256,theta=10000"}) {
         const Llama3Config c = llama3_parse_descriptor(d);
         const std::string p = g_tmp + "/config" + std::to_string(i++) + ".json";
-        llama3_write_hf_config(p, c, "bfloat16");
-        const Llama3Config back = llama3_read_hf_config(p);
-        CHECK(back == c, "config.json: %s written and read back equal", d);
+        Llama3Config back;
+        const std::string err = error_of([&] {
+            llama3_write_hf_config(p, c, "bfloat16");
+            back = llama3_read_hf_config(p);
+        });
+        CHECK(err == NO_ERROR && back == c, "config.json: %s written and read back equal (%s)", d, err.c_str());
     }
     const nlohmann::json base = llama3_to_hf_json(llama3_parse_descriptor("llama3.2-1b"), "bfloat16");
     CHECK(base["rope_scaling"]["rope_type"] == "llama3" && base["head_dim"] == 64 && base["num_key_value_heads"] == 8 &&
@@ -515,6 +523,12 @@ static void test_config_json() {
           "config.json: absent keys take LlamaConfig's defaults (KV=H, theta 10000, eps 1e-6, untied, plain RoPE)");
 }
 
+// Runs one test function; an error it does not expect is a FAIL line, not an abort.
+static void guarded(const char* name, void (*test)()) {
+    const std::string err = error_of(test);
+    CHECK(err == NO_ERROR, "%s ran to its end (%s)", name, err.c_str());
+}
+
 int main() {
     char cwd[4096];
     if (!getcwd(cwd, sizeof cwd)) return 2;
@@ -526,16 +540,16 @@ int main() {
     }
     g_tmp = tmpl;
 
-    TEST_CASE(test_fixture());
-    TEST_CASE(test_round_trip());
-    TEST_CASE(test_no_overwrite());
-    TEST_CASE(test_conversions());
-    TEST_CASE(test_hostile());
-    TEST_CASE(test_damaged_fixture());
-    TEST_CASE(test_hostile_index());
-    TEST_CASE(test_descriptor());
-    TEST_CASE(test_named_sizes());
-    TEST_CASE(test_config_json());
+    TEST_CASE(guarded("test_fixture", test_fixture));
+    TEST_CASE(guarded("test_round_trip", test_round_trip));
+    TEST_CASE(guarded("test_no_overwrite", test_no_overwrite));
+    TEST_CASE(guarded("test_conversions", test_conversions));
+    TEST_CASE(guarded("test_hostile", test_hostile));
+    TEST_CASE(guarded("test_damaged_fixture", test_damaged_fixture));
+    TEST_CASE(guarded("test_hostile_index", test_hostile_index));
+    TEST_CASE(guarded("test_descriptor", test_descriptor));
+    TEST_CASE(guarded("test_named_sizes", test_named_sizes));
+    TEST_CASE(guarded("test_config_json", test_config_json));
 
     std::string cmd = "rm -rf '" + g_tmp + "'";
     if (system(cmd.c_str()) != 0) printf("note: could not remove %s\n", g_tmp.c_str());
