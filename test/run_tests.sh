@@ -21,7 +21,9 @@
 #             transformers (dev/train_llama3.py, dev/check_llama3_vs_hf.py; each
 #             skipped, saying so, where torch or transformers is not installed)
 #   host      the plain C++ tests of the data tools (build/host/test_*); they
-#             find ../shared/data through SHARED_DATA and skip where it is absent
+#             find ../shared/data through SHARED_DATA and skip where it is absent;
+#             a Llama 3 folder written by llmc loaded by transformers
+#             (dev/check_llama3_written.py; skipped, saying so, without them)
 #   schedules the kernel tests and test_gpt2 again with the threads of each
 #             block in reverse and seeded random order, and with one worker;
 #             a warp reduction that assumes lockstep lanes must come out wrong
@@ -144,6 +146,13 @@ export SHARED_DATA=${SHARED_DATA:-../shared/data}
 if want host; then
     echo "== host (data tools) tests"
     for t in build/host/test_*; do [[ -x $t ]] && run "$(basename "$t")" "$t"; done
+    # a Llama 3 folder written by llmc loaded by transformers: needs torch and transformers, which CI lacks
+    if [[ -x build/host/write_llama3_random ]] && python3 -c "import torch, transformers" 2>/dev/null; then
+        run "check_llama3_written (llmc's Llama 3 folder = from_pretrained)" \
+            python3 dev/check_llama3_written.py build/host/write_llama3_random
+    else
+        echo "SKIP check_llama3_written: torch or transformers is not installed"
+    fi
 fi
 
 if want schedules; then
