@@ -123,6 +123,7 @@ if want cpu; then
     run "test_gpu_check (gpu_check.sh, dry run)" bash test/test_gpu_check.sh
     run "readme_anchors (README's links to definitions)" python3 dev/readme_anchors.py
     run "test_readme_anchors (planted wrong anchors fail)" python3 test/test_readme_anchors.py
+    run "test_bench_cpu_vs_torch (arguments, SKIP without torch, --serve refusals)" python3 test/test_bench_cpu_vs_torch.py build/cpu/bench_train
 fi
 
 export SHARED_DATA=${SHARED_DATA:-../shared/data}
