@@ -188,9 +188,11 @@ def main():
         del tensors
         times = {r.name: [] for r in runners}
         try:
-            for _ in range(rounds):
+            for i in range(rounds):
                 for r in runners:
                     times[r.name].append(r.step_ms())
+                print(f"round {i + 1}: " + ", ".join(f"{name} {ms[-1]:.0f} ms" for name, ms in times.items()),
+                      flush=True)
         finally:
             for r in runners:
                 r.close()
