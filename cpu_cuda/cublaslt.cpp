@@ -536,7 +536,8 @@ const float* as_f32(const void* p, cudaDataType_t t, int rows, int cols, int64_t
     return dst;
 }
 
-void sgemm(const Plan& p, float alpha, const float* a, int64_t lda, const float* b, int64_t ldb, float* c,
+// c = alpha * op(a) * op(b) + beta * c (beta == 0: c is not read).
+void sgemm(const Plan& p, float alpha, const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c,
            int64_t ldc) {
     static const bool single_threaded_blas = [] {
         openblas_set_num_threads(1);
@@ -547,9 +548,14 @@ void sgemm(const Plan& p, float alpha, const float* a, int64_t lda, const float*
     const bool split_m = p.m >= p.n;
     // Two slices per worker, taken as workers come free (a core that is busy
     // elsewhere delays a slice, not half the product), but slices big enough
-    // that re-packing the other operand for each stays cheap.
-    const int max_slices = std::max(1, split_m ? p.m / 256 : p.n / 64);
-    const int tasks = std::min(max_slices, std::min(2 * cpucuda::worker_count(), std::max(1, (int)(flops / 4e6))));
+    // that re-packing the other operand for each stays cheap. A count that
+    // the workers do not divide leaves some of them idle for the last slice
+    // (3 slices on 2 workers take as long as 4), so it is rounded down to a
+    // multiple of the workers.
+    const int workers = cpucuda::worker_count();
+    const int max_slices = std::max(1, split_m ? p.m / 192 : p.n / 64);
+    int tasks = std::min(max_slices, std::min(2 * workers, std::max(1, (int)(flops / 4e6))));
+    if (tasks > workers) tasks -= tasks % workers;
     cpucuda::parallel_for(tasks, [&](int task) {
         int64_t b0, b1;
         split_range(split_m ? p.m : p.n, tasks, task, split_m ? 64 : 16, &b0, &b1);
@@ -567,15 +573,19 @@ void sgemm(const Plan& p, float alpha, const float* a, int64_t lda, const float*
             n = (int)(b1 - b0);
         }
         cblas_sgemm(CblasColMajor, p.transa ? CblasTrans : CblasNoTrans, p.transb ? CblasTrans : CblasNoTrans, m, n,
-                    p.k, alpha, ap, (int)lda, bp, (int)ldb, 0.0f, cp, (int)ldc);
+                    p.k, alpha, ap, (int)lda, bp, (int)ldb, beta, cp, (int)ldc);
     });
 }
 
-// out (m x n, leading dimension ld_out) = alpha * op(A) * op(B), in fp32.
-void product(const Plan& p, float alpha, const void* A, const void* B, float* out, int64_t ld_out) {
+// out (m x n, leading dimension ld_out) = alpha * op(A) * op(B) + beta * out, in fp32 (beta == 0: out is
+// not read).
+void product(const Plan& p, float alpha, const void* A, const void* B, float beta, float* out, int64_t ld_out) {
     thread_local std::vector<float> a_buf, b_buf;
     if (p.k == 0 || alpha == 0.0f) {  // BLAS would not read A, B either
-        for (int j = 0; j < p.n; j++) std::fill(out + (int64_t)j * ld_out, out + (int64_t)j * ld_out + p.m, 0.0f);
+        for (int j = 0; j < p.n; j++) {
+            float* col = out + (int64_t)j * ld_out;
+            for (int i = 0; i < p.m; i++) col[i] = beta == 0.0f ? 0.0f : beta * col[i];
+        }
         return;
     }
     int a_rows = p.transa ? p.k : p.m, a_cols = p.transa ? p.m : p.k;
@@ -583,7 +593,7 @@ void product(const Plan& p, float alpha, const void* A, const void* B, float* ou
     int64_t lda, ldb;
     const float* a = as_f32(A, p.ab_type, a_rows, a_cols, p.lda, a_buf, &lda);
     const float* b = as_f32(B, p.ab_type, b_rows, b_cols, p.ldb, b_buf, &ldb);
-    sgemm(p, alpha, a, lda, b, ldb, out, ld_out);
+    sgemm(p, alpha, a, lda, b, ldb, beta, out, ld_out);
 }
 
 struct EpilogueArgs {
@@ -661,11 +671,18 @@ void bias_grad_b(const Plan& p, const void* B, void* bias_out) {
     }
 }
 
+// D = C (fp32, m x n), column by column; nothing to do when C is D.
+void copy_c_to_d(const Plan& p, const float* C, float* D) {
+    if (C == D && p.ldc == p.ldd) return;
+    for (int j = 0; j < p.n; j++) memcpy(D + (int64_t)j * p.ldd, C + (int64_t)j * p.ldc, (size_t)p.m * sizeof(float));
+}
+
 cublasStatus_t run(const Plan& p, float alpha, const void* A, const void* B, float beta, const void* C, void* D,
                    const EpilogueArgs& e) {
     thread_local std::vector<float> prod;
-    // fp32 D, nothing to add or apply: the product goes straight into D
-    const bool direct = p.cd_type == CUDA_R_32F && beta == 0.0f && (p.epi & ~kBGradB) == 0;
+    // fp32 D and no epilogue but the bias gradient: BLAS computes the whole
+    // T = alpha * op(A) op(B) + beta * C in D itself (C copied there first).
+    const bool direct = p.cd_type == CUDA_R_32F && (p.epi & ~kBGradB) == 0;
     if (!direct && prod.size() < (size_t)p.m * p.n) prod.resize((size_t)p.m * p.n);
     for (int bi = 0; bi < p.batch; bi++) {
         const void* a = offset(A, p.ab_type, bi * p.stride_a);
@@ -675,10 +692,11 @@ cublasStatus_t run(const Plan& p, float alpha, const void* A, const void* B, flo
         // BGRADB reads B before D is written (D must not alias B anyway).
         if (direct) {
             if (p.epi & kBGradB) bias_grad_b(p, b, e.bias_out);
-            product(p, alpha, a, b, static_cast<float*>(d), p.ldd);
+            if (beta != 0.0f) copy_c_to_d(p, static_cast<const float*>(c), static_cast<float*>(d));
+            product(p, alpha, a, b, beta, static_cast<float*>(d), p.ldd);
             continue;
         }
-        product(p, alpha, a, b, prod.data(), p.m);
+        product(p, alpha, a, b, 0.0f, prod.data(), p.m);
         if (p.epi & kBGradB) bias_grad_b(p, b, e.bias_out);
         finish(p, prod.data(), beta, c, d, e);
     }

@@ -9,6 +9,7 @@
 //   usage: bench_train [descriptor] [B] [T] [steps] [peak TFLOP/s]
 //   e.g.   build/cpu/bench_train d12 4 64 2        (CPU: GEMM share)
 //          build/gpu/sm_90/bench_train d12 16 1024 10 989   (H100/H200 bf16 dense peak)
+//   bench_train --serve CHECKPOINT B T TOKENS: steps on request (serve() below)
 #define TESTING
 #include "train_gpt.cu"
 #ifdef CPUCUDA
@@ -258,5 +259,55 @@ static int bench(int argc, char** argv) {
     return 0;
 }
 
+// B*T+1 token ids (int32) from a file: the inputs and, shifted by one, the targets.
+static std::vector<int> read_tokens(const char* path, int B, int T, int vocab_size) {
+    std::vector<int> tokens((size_t)B * T + 1);
+    FILE* f = fopen(path, "rb");
+    if (!f) FAIL("%s: cannot open the token file", path);
+    const size_t got = fread(tokens.data(), sizeof(int), tokens.size(), f);
+    fclose(f);
+    if (got != tokens.size()) FAIL("%s: %zu token ids, expected B*T+1 = %zu", path, got, tokens.size());
+    for (int t : tokens)
+        if (t < 0 || t >= vocab_size) FAIL("%s: token id %d is not in [0, %d)", path, t, vocab_size);
+    return tokens;
+}
+
+// Serve mode, for a driver that alternates this build's steps with another
+// program's in one run (dev/bench_cpu_vs_torch.py): the model comes from a
+// checkpoint and the batch from a token file; after one warm-up step it prints
+// "ready", then for each line "step" on stdin runs one training step and prints
+// "ms <wall ms of the step>"; end of input ends it.
+static int serve(int argc, char** argv) {
+    if (argc != 6) FAIL("usage: bench_train --serve CHECKPOINT B T TOKENS (B*T+1 int32 token ids)");
+    const int B = atoi(argv[3]), T = atoi(argv[4]);
+    if (B <= 0 || T <= 0) FAIL("--serve: B=%s and T=%s must be positive integers", argv[3], argv[4]);
+    GPT2 model;
+    gpt2_init_from_checkpoint(&model, argv[2]);
+    if (T > model.config.max_seq_len) FAIL("--serve: T=%d over the model's maxT=%d", T, model.config.max_seq_len);
+    gpt2_allocate_activations(&model, B, T, 1);
+    const std::vector<int> tokens = read_tokens(argv[5], B, T, model.config.vocab_size);
+    const StepBatch batch = whole_batch(&model, tokens.data(), tokens.data() + 1, 1);
+    OptimizerSettings opt;
+    train_step(&model, batch, 1e-4f, opt);
+    printf("ready %s\n", PRECISION_NAME);
+    fflush(stdout);
+    char line[64];
+    while (fgets(line, sizeof line, stdin)) {
+        if (strcmp(line, "step\n") != 0) FAIL("--serve: expected the line \"step\", got \"%.20s\"", line);
+        const auto t0 = std::chrono::steady_clock::now();
+        const StepResult r = train_step(&model, batch, 1e-4f, opt);
+        const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+        printf("ms %.3f loss %.6f\n", ms, r.loss);
+        fflush(stdout);
+    }
+    gpt2_free(&model);
+    matmul_teardown();
+    return 0;
+}
+
+static int bench_or_serve(int argc, char** argv) {
+    return argc > 1 && strcmp(argv[1], "--serve") == 0 ? serve(argc, argv) : bench(argc, argv);
+}
+
 // a CUDA or cuBLASLt error (llmc::Error) is one line "error: ..." and exit status 1
-int main(int argc, char** argv) { return llmc::run_main(bench, argc, argv); }
+int main(int argc, char** argv) { return llmc::run_main(bench_or_serve, argc, argv); }

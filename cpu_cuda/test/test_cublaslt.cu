@@ -5,7 +5,8 @@
 //
 // Covered: every layout (transA x transB in N/T); A/B/C/D types fp32/fp32,
 // bf16/bf16 and bf16 inputs with fp32 C/D; alpha/beta (beta 0 with C full of
-// NaN, beta 1 accumulating in place with C == D, a general alpha and beta);
+// NaN, beta 1 accumulating in place with C == D, a general alpha and beta,
+// alpha 0 with beta 0.5);
 // non-square shapes with ld > rows; strided batches; the epilogues BIAS, GELU,
 // GELU_BIAS, GELU_AUX, GELU_AUX_BIAS, DGELU and BGRADB, each in every layout on
 // the CPU runtime (on a GPU in llm.c's layout); and combinations that must be
@@ -306,11 +307,11 @@ static void combo_name(char* buf, size_t n, TypeCombo c) {
 
 // --- plain matmuls: every layout, type combination and alpha/beta ---------------------------
 
-enum Scenario { kBeta0NaN, kBeta1InPlace, kGeneral };
+enum Scenario { kBeta0NaN, kBeta1InPlace, kGeneral, kAlpha0 };  // kAlpha0: D = beta C alone
 
 static void test_plain(TypeCombo tc, bool ta, bool tb, int batch, Scenario sc) {
     const int m = 13, n = 11, k = 17;
-    float alpha = sc == kGeneral ? -0.75f : (batch > 1 ? 0.5f : 1.0f);
+    float alpha = sc == kGeneral ? -0.75f : sc == kAlpha0 ? 0.0f : (batch > 1 ? 0.5f : 1.0f);
     float beta = sc == kBeta0NaN ? 0.0f : sc == kBeta1InPlace ? 1.0f : 0.5f;
     Matrix A = make_matrix(tc.ab, ta ? k : m, ta ? m : k, batch, kRandom);
     Matrix B = make_matrix(tc.ab, tb ? n : k, tb ? k : n, batch, kRandom);
@@ -644,7 +645,7 @@ static void test_layouts() {
     for (TypeCombo tc : kCombos)
         for (int ta = 0; ta < 2; ta++)
             for (int tb = 0; tb < 2; tb++)
-                for (Scenario sc : {kBeta0NaN, kBeta1InPlace, kGeneral}) test_plain(tc, ta, tb, 1, sc);
+                for (Scenario sc : {kBeta0NaN, kBeta1InPlace, kGeneral, kAlpha0}) test_plain(tc, ta, tb, 1, sc);
     for (TypeCombo tc : kCombos)
         for (int ta = 0; ta < 2; ta++)
             for (int tb = 0; tb < 2; tb++) test_plain(tc, ta, tb, 3, kGeneral);
