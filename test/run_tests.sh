@@ -55,7 +55,32 @@ passed=0
 failed=0
 failures=()
 
-want() { [[ " $SECTIONS " == *" $1 "* ]]; }
+want() { [[ " $SECTIONS " == *" $1 "* ]] && section=$1; }
+section=none
+times=()
+
+# timed LABEL CMD...: runs CMD, records "SECONDS SECTION LABEL" for the summary.
+timed() {
+    local label=$1 t0 rc
+    shift
+    t0=$(date +%s.%N)
+    "$@"
+    rc=$?
+    times+=("$(echo "$(date +%s.%N) - $t0" | bc) $section $label")
+    return $rc
+}
+
+# Wall times are printed for finding slow programs, never asserted.
+print_times() {
+    local f="$LOG_DIR/times.txt"
+    {
+        echo "slowest programs (wall seconds):"
+        printf '%s\n' "${times[@]}" | sort -rn | head -n 25 | awk '{printf "  %8.1f  [%s] ", $1, $2; $1=$2=""; print substr($0, 3)}'
+        echo "per section (wall seconds):"
+        printf '%s\n' "${times[@]}" | awk '{t[$2]+=$1} END {for (k in t) printf "  %8.1f  %s\n", t[k], k}' | sort -rn
+    } >"$f"
+    cat "$f"
+}
 pass() { passed=$((passed + 1)); echo "PASS $1"; }
 fail() { failed=$((failed + 1)); failures+=("$1"); echo "FAIL $1"; }
 
@@ -63,7 +88,7 @@ fail() { failed=$((failed + 1)); failures+=("$1"); echo "FAIL $1"; }
 run() {
     local label=$1 log="$LOG_DIR/$(echo "$1" | tr -c 'A-Za-z0-9_.-' '_').log"
     shift
-    timeout "$TIMEOUT" "$@" >"$log" 2>&1
+    timed "$label" timeout "$TIMEOUT" "$@" >"$log" 2>&1
     local rc=$? tally
     tally=$(grep -E '^[A-Za-z0-9_]+: [0-9]+ passed, [0-9]+ failed$' "$log" | tail -n 1)
     if [[ -z "$tally" ]]; then
@@ -91,7 +116,7 @@ expect() {
     shift
     while [[ $1 != -- ]]; do patterns+=("$1"); shift; done
     shift
-    timeout "$TIMEOUT" "$@" >"$log" 2>&1
+    timed "$label" timeout "$TIMEOUT" "$@" >"$log" 2>&1
     local rc=$?
     for p in "${patterns[@]}"; do grep -qF -- "$p" "$log" || missing+=" '$p'"; done
     if [[ $rc -ne 0 && -z $missing ]]; then
@@ -262,6 +287,7 @@ if want gpu; then
 fi
 
 echo
+[[ ${#times[@]} -gt 0 ]] && print_times
 if [[ ${#failures[@]} -gt 0 ]]; then
     echo "failing: ${failures[*]}"
 fi
