@@ -1,5 +1,5 @@
 # Two builds of the same CUDA sources:
-#   CPU (always): g++ through the CUDA-on-CPU runtime in llmc/cpu_cuda/ -> build/cpu/
+#   CPU (always): g++ through the CUDA-on-CPU runtime in cpu_cuda/ -> build/cpu/
 #   GPU (nvcc):   the real toolkit for GPU_ARCH (default 90)       -> build/gpu/
 # `make test` runs every CPU test, compiles every CUDA target with nvcc for
 # sm_90 and sm_80 (skipped, saying so, where nvcc is absent) and runs the GPU
@@ -14,7 +14,7 @@ MPICXX    ?= mpicxx
 MPI_INC   ?= /usr/lib/x86_64-linux-gnu/openmpi/include
 MPI_LIB   ?= /usr/lib/x86_64-linux-gnu/openmpi/lib
 
-RT_DIR  := llmc/cpu_cuda
+RT_DIR  := cpu_cuda
 RT_SRCS := $(wildcard $(RT_DIR)/*.cpp)
 RT_HDRS := $(wildcard $(RT_DIR)/*.h $(RT_DIR)/include/*.h $(RT_DIR)/include/*/*.h)
 
@@ -24,7 +24,7 @@ CPU_CXXFLAGS ?= -O2 -g -std=c++17 -Wall -Wno-unknown-pragmas -Wno-unused-functio
 CPU_LIBS   := -lopenblas -lboost_context -pthread
 ASAN_FLAGS := -O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer -DBOOST_USE_ASAN
 # racecheck: kernels get ThreadSanitizer's instrumentation (a call per load and
-# store), whose hooks are llmc/cpu_cuda/racecheck.cpp; libtsan is not linked.
+# store), whose hooks are cpu_cuda/racecheck.cpp; libtsan is not linked.
 # -O1: at -O2 gcc's line table gives some kernel code inlined into a second
 # launch's thread function the file of the kernel but a line of cuda_runtime.h.
 RACE_FLAGS := -DCPUCUDA_RACECHECK
@@ -32,14 +32,14 @@ RACE_INSTRUMENT := -O1 -fsanitize=thread --param tsan-instrument-func-entry-exit
 
 # CUDA programs are found by name in these folders (both builds), so a name
 # is unique across them.
-vpath %.cu test/runtime test/runtime/sanitizer test/kernels test/model dev .
+vpath %.cu cpu_cuda cpu_cuda/test cpu_cuda/test/sanitizer test/kernels test/model dev .
 
 # CUDA test programs (portable .cu files; each builds for CPU and GPU):
-#   test/runtime/  the CUDA-on-CPU runtime itself (kernel language, streams,
+#   cpu_cuda/test/  the CUDA-on-CPU runtime itself (kernel language, streams,
 #                  cuBLASLt, NCCL, its checking modes)
 #   test/kernels/  one program per kernel header of llmc/ against plain C++
 #   test/model/    the trainer's model (train_gpt.cu) against PyTorch's numbers
-TEST_CU    := $(wildcard test/runtime/test_*.cu test/kernels/test_*.cu test/model/test_*.cu)
+TEST_CU    := $(wildcard cpu_cuda/test/test_*.cu test/kernels/test_*.cu test/model/test_*.cu)
 TEST_NAMES := $(basename $(notdir $(TEST_CU)))
 KERNEL_TESTS := $(basename $(notdir $(wildcard test/kernels/test_*.cu)))
 # the programs also built in fp32 (build/cpu-fp32): those whose numbers depend on floatX
@@ -54,10 +54,10 @@ ASAN_TESTS := $(addprefix build/cpu-asan/,$(TEST_NAMES))
 HOST_SRCS  := $(wildcard data/*.cpp dev/*.cpp test/host/*.cpp)
 HOST_BINS  := $(patsubst %.cpp,build/host/%,$(notdir $(HOST_SRCS)))
 HOST_ASAN  := $(patsubst %.cpp,build/host-asan/%,$(notdir $(HOST_SRCS)))
-DEV_CU     := $(wildcard dev/*.cu)
-DEV_BINS   := $(patsubst dev/%.cu,build/cpu/%,$(DEV_CU))
+DEV_CU     := $(wildcard dev/*.cu cpu_cuda/*.cu)
+DEV_BINS   := $(addprefix build/cpu/,$(basename $(notdir $(DEV_CU))))
 
-.PHONY: all cpu asan racecheck gpu test test-asan test-one bench clean check-cuda-headers train_gpt_cpu sass-report lesson
+.PHONY: all cpu asan racecheck gpu gpu-deps test test-asan test-one bench clean check-cuda-headers train_gpt_cpu sass-report lesson
 .SECONDARY:
 
 all: cpu
@@ -147,6 +147,16 @@ else
   NVCC_LIBS  := -lcublasLt -lnccl -L$(MPI_LIB) -lmpi
 endif
 GPU_SRCS   := $(TEST_CU) $(DEV_CU) train_gpt.cu
+# Headers the GPU build takes from Debian packages (libxxhash-dev, nlohmann-json3-dev)
+# that a bare GPU image lacks: `make gpu-deps` gathers them from this machine into an
+# ignored folder that the device tool carries (carry=["build/gpu-deps"]); nvcc finds
+# them there whenever the folder exists.
+GPU_DEPS_DIR  ?= build/gpu-deps/include
+GPU_DEPS_HDRS := xxhash.h xxh3.h nlohmann
+NVCC_FLAGS    += $(if $(wildcard $(GPU_DEPS_DIR)),-isystem $(GPU_DEPS_DIR))
+gpu-deps:
+	rm -rf $(GPU_DEPS_DIR) && mkdir -p $(GPU_DEPS_DIR)
+	cp -r $(addprefix /usr/include/,$(GPU_DEPS_HDRS)) $(GPU_DEPS_DIR)/
 GPU_NAMES  := $(basename $(notdir $(GPU_SRCS)))
 
 # build/gpu/sm_90/X: X built for GPU_ARCH, to run on a GPU (test/gpu_check.sh).
@@ -180,7 +190,7 @@ sass-report:
 asan: $(ASAN_TESTS) $(HOST_ASAN) build/cpu-asan/oob_kernel build/cpu-asan/train_gpt
 
 # The racecheck build of the kernel tests and the deliberately broken kernels
-# of test/runtime/sanitizer (also in the normal build, for initcheck and the schedules).
+# of cpu_cuda/test/sanitizer (also in the normal build, for initcheck and the schedules).
 SANITIZER_KERNELS := missing_sync_kernel unwritten_read_kernel warp_sync_kernel
 racecheck: $(addprefix build/cpu-racecheck/,test_kernel_language test_cublaslt $(KERNEL_TESTS) \
              test_gpt2 test_training $(SANITIZER_KERNELS)) $(addprefix build/cpu/,$(SANITIZER_KERNELS))

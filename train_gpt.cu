@@ -1,7 +1,7 @@
 // train_gpt.cu: GPT-2 training in one file. The model (parameters, activations,
 // forward, backward), the optimizer step with gradient accumulation, and main.
 // Kernels live in llmc/, one family per header. Builds with nvcc for GPUs and,
-// through the CUDA-on-CPU runtime (llmc/cpu_cuda), with g++ for CI.
+// through the CUDA-on-CPU runtime (cpu_cuda), with g++ for CI.
 //
 // The one idea to take away (see train_step below):
 //   B_global = B_micro x N_ranks x A sequences per optimizer step.
@@ -322,7 +322,6 @@ static std::vector<float> gpt2_local_values(const GPT2* model, const float* full
     return local;
 }
 
-// Sizes, slices and the ZeRO-1 layout for model->config (nothing allocated).
 // Why a shape cannot be a model here, or "": every field positive, C a
 // multiple of NH, Vp >= V, and small enough that every size fits 64 bits, the
 // per-layer tables stay small, and the parameters number at most 2^40 (a
@@ -347,6 +346,7 @@ static std::string model_shape_problem(const GPT2Config& c) {
     return "";
 }
 
+// Sizes, slices and the ZeRO-1 layout for model->config (nothing allocated).
 static void gpt2_configure(GPT2* model) {
     const GPT2Config& c = model->config;
     const std::string problem = model_shape_problem(c);
@@ -554,9 +554,6 @@ static void gpt2_init_from_checkpoint(GPT2* model, const char* path) {
     return weights;
 }
 
-// Writes the weights the model computes with (version 5 = bf16, or 3 in the
-// fp32 build; the fp32 master weights go to the state files) through a
-// temporary file, fsync and rename: an existing file is never half overwritten.
 template <class T>
 static bool all_finite(const std::vector<T>& values) {
     for (const T& x : values)
@@ -564,6 +561,9 @@ static bool all_finite(const std::vector<T>& values) {
     return true;
 }
 
+// Writes the weights the model computes with (version 5 = bf16, or 3 in the
+// fp32 build; the fp32 master weights go to the state files) through a
+// temporary file, fsync and rename: an existing file is never half overwritten.
 // A model whose weights are not all finite (a bf16 rounding can overflow to
 // Inf) is refused: the error names it and nothing is written. Returns the
 // file's name, size and hash.
@@ -1302,7 +1302,7 @@ struct TrainOptions {
     int T;
     long total_batch_tokens;    // -1: B*T*N
     int max_steps;              // -1: one epoch
-    const char* schedule;
+    int schedule;               // LRSchedule
     float lr;
     int warmup_steps;
     float final_lr_fraction;
@@ -1320,7 +1320,7 @@ struct TrainOptions {
     int gelu_fusion;            // -1: by compute capability
     int doc_mask;
     int doc_positions;
-    const char* packing;
+    int packing;                // DataPacking
     int overfit_single_batch;
     float grad_clip;
     long seed;
@@ -1330,7 +1330,7 @@ struct TrainOptions {
     const char* hellaswag_file;
     long ramp_tokens;
     int ramp_steps;
-    const char* ramp_lr;
+    int ramp_lr;                // RampLRScaling
     int skip_nonfinite;
     int memory_plan_only;
     float stall_timeout;        // 0: automatic
@@ -1348,13 +1348,13 @@ static const Flag<TrainOptions> FLAGS[] = {
     {"-e", &TrainOptions::init, "<init>", 0, 0, "d12",
      "model file .bin (llm.c format, version 3 or 5), or a model descriptor:\nd12, d24, d36, d48, or e.g. "
      "\"L=2,C=64,H=4,V=250,maxT=64\" (a file named\nlike a descriptor is given with a '/': ./d12)", nullptr},
-    {"--doc-mask", &TrainOptions::doc_mask, "<0|1>", 0, 1, "0",
+    {"--doc-mask", &TrainOptions::doc_mask, nullptr, 0, 1, "0",
      "attention within each document only (documents start at token V-1,\nGPT-2's <|endoftext|>)", nullptr},
-    {"--doc-positions", &TrainOptions::doc_positions, "<0|1>", 0, 1, "0", "position ids restart at 0 at each document",
+    {"--doc-positions", &TrainOptions::doc_positions, nullptr, 0, 1, "0", "position ids restart at 0 at each document",
      nullptr},
-    {"--packing", &TrainOptions::packing, "<packed|slots>", 0, 0, "packed",
+    {"--packing", &TrainOptions::packing, nullptr, 0, 0, "packed",
      "packed: sequences cut from the token stream (llm.c); slots: one document per\nsequence, cut at T, the rest "
-     "padded with masked targets", nullptr},
+     "padded with masked targets", nullptr, DATA_PACKING_NAMES, "packing"},
     {"-b", &TrainOptions::B, "<int|auto>", 1, INT_TOP, "4",
      "micro-batch size B in sequences, or auto: the largest that fits",
      "batch: tokens per step = B x T x N x A (N ranks, A accumulated micro-batches)"},
@@ -1366,24 +1366,25 @@ static const Flag<TrainOptions> FLAGS[] = {
     {"--ramp-tokens", &TrainOptions::ramp_tokens, "<int>", 0, LONG_TOP, "0",
      "batch ramp: tokens per step at step 0, growing to -d; 0: off", nullptr},
     {"--ramp-steps", &TrainOptions::ramp_steps, "<int>", 0, STEP_TOP, "0", "batch ramp: steps to reach -d", nullptr},
-    {"--ramp-lr", &TrainOptions::ramp_lr, "<rule>", 0, 0, "none",
-     "lr during the ramp: none, linear or sqrt in tokens/target", nullptr},
-    {"-k", &TrainOptions::schedule, "<name>", 0, 0, "cosine", "lr schedule: cosine, linear, constant, wsd",
-     "optimizer (AdamW, betas 0.9 and 0.95, eps 1e-8)"},
+    {"--ramp-lr", &TrainOptions::ramp_lr, nullptr, 0, 0, "none",
+     "lr during the ramp: x 1, x tokens/target or x sqrt(tokens/target)", nullptr, RAMP_LR_NAMES,
+     "ramp lr rule"},
+    {"-k", &TrainOptions::schedule, nullptr, 0, 0, "cosine", "lr schedule after the warmup (wsd: flat, then linear over the last 20%)",
+     "optimizer (AdamW, betas 0.9 and 0.95, eps 1e-8)", LR_SCHEDULE_NAMES, "schedule"},
     {"-l", &TrainOptions::lr, "<float>", 0, FLOAT_TOP, "3e-4", "peak learning rate", nullptr},
     {"-u", &TrainOptions::warmup_steps, "<int>", 0, INT_TOP, "0", "warmup steps", nullptr},
     {"-q", &TrainOptions::final_lr_fraction, "<float>", 0, 1, "1.0", "final lr as a fraction of the peak", nullptr},
     {"-c", &TrainOptions::weight_decay, "<float>", 0, FLOAT_TOP, "0.0", "weight decay of the matrices", nullptr},
     {"--grad-clip", &TrainOptions::grad_clip, "<float>", 0, FLOAT_TOP, "1.0",
      "clip the global gradient norm (0 = off)", nullptr},
-    {"--skip-nonfinite", &TrainOptions::skip_nonfinite, "<0|1>", 0, 1, "0",
+    {"--skip-nonfinite", &TrainOptions::skip_nonfinite, nullptr, 0, 1, "0",
      "skip a step whose loss or gradient is Inf/NaN instead of stopping", nullptr},
     {"--seed", &TrainOptions::seed, "<int>", 0, LONG_TOP, "1337", "weight init, stochastic rounding and sampling seed",
      nullptr},
     {"-v", &TrainOptions::val_every, "<int>", 0, INT_TOP, "20", "val loss (and HellaSwag) every this many steps (0 = never)",
      "evaluation and sampling"},
     {"-m", &TrainOptions::val_batches, "<int>", 1, INT_TOP, "20", "val batches per rank", nullptr},
-    {"-h", &TrainOptions::hellaswag, "<0|1>", 0, 1, "0", "HellaSwag accuracy at each evaluation (needs -b >= 4)",
+    {"-h", &TrainOptions::hellaswag, nullptr, 0, 1, "0", "HellaSwag accuracy at each evaluation (needs -b >= 4)",
      nullptr},
     {"--hellaswag-file", &TrainOptions::hellaswag_file, "<path>", 0, 0, "data/hellaswag/hellaswag_val.bin",
      "llm.c's eval .bin", nullptr},
@@ -1403,17 +1404,17 @@ static const Flag<TrainOptions> FLAGS[] = {
      nullptr},
     {"-nk", &TrainOptions::checkpoint_keep, "<int>", 0, INT_TOP, "0", "keep only the newest this many checkpoints (0 = all)",
      nullptr},
-    {"-y", &TrainOptions::resume, "<0|1>", 0, 1, "0", "resume from the newest complete checkpoint in -o", nullptr},
-    {"-z", &TrainOptions::zero_stage, "<0|1>", 0, 1, "0",
+    {"-y", &TrainOptions::resume, nullptr, 0, 1, "0", "resume from the newest complete checkpoint in -o", nullptr},
+    {"-z", &TrainOptions::zero_stage, nullptr, 0, 1, "0",
      "ZeRO stage: 1 shards master weights and AdamW m, v over the ranks", nullptr},
-    {"-r", &TrainOptions::recompute, "<0|1|2>", 0, 2, "0",
+    {"-r", &TrainOptions::recompute, nullptr, 0, 2, "0",
      "recompute in the backward: 1 = GELU, 2 = GELU and layernorm", nullptr},
-    {"-ge", &TrainOptions::gelu_fusion, "<-1|0|1|2>", -1, 2, "-1",
+    {"-ge", &TrainOptions::gelu_fusion, nullptr, -1, 2, "-1",
      "GELU in cuBLASLt's matmul epilogues: 1 = forward, 2 = forward and backward;\n-1: 2 on compute capability 9.0 "
      "and newer, 0 before", nullptr},
-    {"--memory-plan", &TrainOptions::memory_plan_only, "<0|1>", 0, 1, "0", "1: print the device memory plan and exit",
+    {"--memory-plan", &TrainOptions::memory_plan_only, nullptr, 0, 1, "0", "1: print the device memory plan and exit",
      nullptr},
-    {"-a", &TrainOptions::overfit_single_batch, "<0|1>", 0, 1, "0", "overfit the first batch", nullptr},
+    {"-a", &TrainOptions::overfit_single_batch, nullptr, 0, 1, "0", "overfit the first batch", nullptr},
     {"--stall-timeout", &TrainOptions::stall_timeout, "<float>", 0, FLOAT_TOP, "0",
      "seconds a step, evaluation, checkpoint or collective may take before every rank\nstops the job "
      "(0: 10 x the median step time, at least 600)", "reliability"},
@@ -1691,16 +1692,13 @@ static void configure_run(Run* run, int argc, char** argv) {
     std::set<std::string> given;
     opt = parse_options(argc, argv, &given);
     if (!opt.train_pattern) use_builtin_corpus(&opt, given);
-    run->scheduler = LRScheduler{LRSchedule::Cosine, opt.lr, opt.warmup_steps, 0, opt.final_lr_fraction};
-    if (!parse_lr_schedule(opt.schedule, &run->scheduler.schedule))
-        FAIL("-k %s: unknown schedule (cosine, linear, constant, wsd)", opt.schedule);
-    if (strcmp(opt.packing, "packed") == 0) run->packing = DataPacking::Packed;
-    else if (strcmp(opt.packing, "slots") == 0) run->packing = DataPacking::Slots;
-    else FAIL("--packing %s: packed or slots", opt.packing);
-    if (!parse_ramp_lr_scaling(opt.ramp_lr, &run->ramp_lr)) FAIL("--ramp-lr %s: none, linear or sqrt", opt.ramp_lr);
+    // the enumerated flags hold their choice's index (llmc/flags.h), in the enum's order
+    run->scheduler = LRScheduler{(LRSchedule)opt.schedule, opt.lr, opt.warmup_steps, 0, opt.final_lr_fraction};
+    run->packing = (DataPacking)opt.packing;
+    run->ramp_lr = (RampLRScaling)opt.ramp_lr;
     if (run->ramp_lr != RampLRScaling::None && opt.ramp_tokens == 0)
         FAIL("--ramp-lr %s: there is no batch ramp to scale the lr of (give --ramp-tokens and --ramp-steps)",
-             opt.ramp_lr);
+             RAMP_LR_NAMES[opt.ramp_lr]);
     run->adamw.weight_decay = opt.weight_decay;
     run->adamw.grad_clip = opt.grad_clip;
     run->adamw.seed = opt.seed;
@@ -1832,7 +1830,8 @@ static void print_run(Run* run) {
                model.doc_positions ? "restart at each document" : "0..T-1 per sequence");
     if (opt.ramp_tokens > 0)
         print0("batch ramp: %ld tokens per step at step 0 (A=%d), %ld from step %d; lr scaling %s\n",
-               run->ramp.tokens(0), run->ramp.grad_accum_steps(0), tokens_per_step, opt.ramp_steps, opt.ramp_lr);
+               run->ramp.tokens(0), run->ramp.grad_accum_steps(0), tokens_per_step, opt.ramp_steps,
+               RAMP_LR_NAMES[opt.ramp_lr]);
     print0("ranks: %d (ZeRO-%d)\n", N, model.zero_stage);
     print_optimizer_memory(model);
     print_memory_plan(&model, opt.B, opt.T, opt.recompute);

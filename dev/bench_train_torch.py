@@ -1,7 +1,8 @@
 """
 The same training step as dev/bench_train.cu, in PyTorch on a GPU: the GPT-2 of
-dev/train_gpt2.py (its model class, with torch's fused attention), bf16
-autocast, fused AdamW, torch.compile where it works. Prints ms per step, tok/s
+dev/train_gpt2.py (its model class; its attention's boolean mask replaced by
+is_causal=True so that SDPA may take its flash or cuDNN kernel), bf16 autocast,
+fused AdamW, torch.compile where it works, and it says which SDPA backend ran. Prints ms per step, tok/s
 and MFU in the line format of bench_train, so that test/gpu_check.sh can print
 the ratio of the two.
 
@@ -20,6 +21,40 @@ DESCRIPTORS = {"d12": (12, 12, 768), "d24": (24, 16, 1024), "d36": (36, 20, 1280
 def skip(reason):
     print(f"SKIP bench_train_torch: {reason}")
     sys.exit(0)
+
+
+class CausalF:
+    """torch.nn.functional with SDPA's mask argument replaced by is_causal=True (the mask is causal)."""
+
+    def __init__(self, F):
+        self._F = F
+
+    def __getattr__(self, name):
+        return getattr(self._F, name)
+
+    def scaled_dot_product_attention(self, q, k, v, attn_mask=None, **kw):
+        return self._F.scaled_dot_product_attention(q, k, v, is_causal=True, **kw)
+
+
+def attention_backend(torch, B, NH, T, HS):
+    """The fastest SDPA backend that takes a causal bf16 forward+backward at these shapes, as (context, name)."""
+    import contextlib
+    try:
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+    except ImportError:
+        return contextlib.nullcontext, "default (torch.nn.attention.sdpa_kernel not in this torch)"
+    q = torch.randn(B, NH, T, HS, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    for name in ("FLASH_ATTENTION", "CUDNN_ATTENTION", "EFFICIENT_ATTENTION"):
+        backend = getattr(SDPBackend, name, None)
+        if backend is None:
+            continue
+        try:
+            with sdpa_kernel(backend):
+                torch.nn.functional.scaled_dot_product_attention(q, q, q, is_causal=True).sum().backward()
+            return (lambda b=backend: sdpa_kernel(b)), name.lower()
+        except RuntimeError:
+            continue
+    return contextlib.nullcontext, "default (flash, cuDNN and efficient refused)"
 
 
 def main():
@@ -62,6 +97,8 @@ def main():
             init[name] = torch.ones(shape, device=dev)
         else:
             init[name] = torch.randn(shape, device=dev, generator=gen) * 0.02
+    ref.F = CausalF(ref.F)
+    backend_ctx, backend = attention_backend(torch, B, NH, T, C // NH)
     model = ref.GPT(cfg, init).to(dev)
     nparams = ref.num_parameters(cfg)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.0, fused=True)
@@ -70,7 +107,7 @@ def main():
 
     def step_with(net):
         def step(x, y):
-            with torch.autocast("cuda", dtype=torch.bfloat16):
+            with backend_ctx(), torch.autocast("cuda", dtype=torch.bfloat16):
                 loss = model.loss_sum(net(x, sdpa=True), y) / (B * T)
             loss.backward()
             return loss
@@ -101,7 +138,7 @@ def main():
         sys.exit(1)
     tok_s = B * T / (step_ms / 1000)
     tflops = (6.0 * nparams + 6.0 * L * C * T) * tok_s / 1e12  # bench_train's count
-    print(f"model {descriptor} ({nparams} parameters), B={B} T={T}, pytorch bf16 autocast, {how}: "
+    print(f"model {descriptor} ({nparams} parameters), B={B} T={T}, pytorch bf16 autocast, {how}, sdpa {backend}: "
           f"{step_ms:.1f} ms/step, {tok_s:.0f} tok/s, {tflops:.2f} TFLOP/s, MFU {100 * tflops / peak:.1f}% of "
           f"{peak:.0f} TFLOP/s on {torch.cuda.get_device_name()}")
 

@@ -2,11 +2,26 @@
 """Keeps README.md's line anchors into the code true.
 
 A link [`name`](path#L123) in README.md claims that `name` is defined at line
-123 of path (a function, struct, macro or table whose definition line holds
-the name). --check (the default) prints one PASS/FAIL line per link and a
-tally, and fails where the name is not defined at that line; --fix rewrites
-each number to the line where the name is defined now. A name defined nowhere
-in the file fails either way.
+123 of path. Only definitions at file scope count (inside a namespace or
+extern "C" block is file scope; inside a function, struct or table is not):
+a function with a body, a struct/class/enum with a body, a table or variable
+initialised at file scope (`name[] = {`, `name = `), a `#define`, or a
+top-level Python `def`/`class`. A local such as a `static const std::string
+train` inside a function is not the function `train`, and a prototype ending
+in `;` is not its definition.
+
+A name defined more than once at file scope in that file (overloads, or one
+body per #if branch) fails unless the link picks one with a Markdown title:
+
+    [`matmul_forward`](llmc/matmul.cuh#L221 "const float* bias")
+
+The title is text that must appear in exactly one of the candidates'
+signatures (from the line holding the name to the `{` that opens the body).
+
+--check (the default) prints one PASS/FAIL line per link and a tally, and
+fails where the name is not uniquely defined at that line; --fix rewrites each
+number to the line where the name is defined now (an ambiguous or missing
+name still fails).
 
     python3 dev/readme_anchors.py [--check | --fix] [README.md]
 """
@@ -14,31 +29,119 @@ import os
 import re
 import sys
 
-LINK = re.compile(r"\[`([A-Za-z_][A-Za-z0-9_:]*)`\]\(([^)#\s]+)#L(\d+)\)")
+LINK = re.compile(r'\[`([A-Za-z_][A-Za-z0-9_:]*)`\]\(([^)#\s]+)#L(\d+)(\s+"([^"]*)")?\)')
 
 
-def is_definition(line, name):
-    """A line that defines name: `name(` after a return type, `struct name`,
-    `#define name`, `def name`, or `name[] = {` / `name = ` at the start."""
+def strip_code(text):
+    """text with comments, string and char literals blanked to spaces (newlines
+    kept), so that braces and names in them do not count."""
+    out, i, n = [], 0, len(text)
+    while i < n:
+        c = text[i]
+        if text.startswith("//", i):
+            j = text.find("\n", i)
+            j = n if j < 0 else j
+            out.append(" " * (j - i))
+            i = j
+        elif text.startswith("/*", i):
+            j = text.find("*/", i + 2)
+            j = n if j < 0 else j + 2
+            out.append(re.sub(r"[^\n]", " ", text[i:j]))
+            i = j
+        elif c in "\"'":
+            j = i + 1
+            while j < n and text[j] != c and text[j] != "\n":
+                j += 2 if text[j] == "\\" else 1
+            j = min(j + 1, n)
+            out.append(c + re.sub(r"[^\n]", " ", text[i + 1:j - 1]) + (c if j - 1 > i else ""))
+            i = j
+        else:
+            out.append(c)
+            i += 1
+    return "".join(out)
+
+
+def line_depths(code):
+    """For each line of stripped code, the brace depth at its start, counting
+    only braces that open a scope (not those of a namespace or extern "C")."""
+    depths, stack, depth, since = [0], [], 0, ""
+    for c in code:
+        if c == "{":
+            scope = not re.search(r'(\bnamespace(\s+\w+)?|\bextern\s+"\s*")\s*$', since)
+            stack.append(scope)
+            depth += scope
+            since = ""
+        elif c == "}":
+            depth -= stack.pop() if stack else 0
+            since = ""
+        elif c == ";":
+            since = ""
+        elif c == "\n":
+            depths.append(depth)
+            since += c
+        else:
+            since += c
+    return depths
+
+
+def body_follows(code_lines, i, col):
+    """Whether the declaration whose name ends at line i, column col opens a
+    body ('{', after any parameter list and ':' initialisers) before a ';'."""
+    rest = code_lines[i][col:] + "\n" + "\n".join(code_lines[i + 1:i + 40])
+    m = re.search(r"[{;]", rest)
+    return bool(m) and m.group(0) == "{"
+
+
+def definitions(path, lines, name):
+    """Line numbers (1-based) of name's file-scope definitions in lines."""
     n = re.escape(name.split("::")[-1])
-    if re.match(r"\s*(struct|class|enum( class)?)\s+%s\b" % n, line):
-        return True
-    if re.match(r"\s*#define\s+%s\b" % n, line) or re.match(r"\s*def\s+%s\b" % n, line):
-        return True
-    # a function definition or declaration: a type before the name, '(' after it,
-    # not a call statement (no leading 'return', no ';' right after ')')
-    m = re.match(r"\s*(template\s*<[^>]*>\s*)?([A-Za-z_][\w:<>,*&\s]*[\s*&])%s\s*\(" % n, line)
-    if m and not re.match(r"\s*(return|if|while|for|else)\b", line):
-        return True
-    return bool(re.match(r"\s*((static|constexpr|const|inline)\s+)*[\w:<>]+(\s*\*)?\s*(const\s+)?%s\s*(\[[^\]]*\])?\s*=" % n,
-                         line))
+    if path.endswith(".py"):
+        return [i for i, line in enumerate(lines, 1) if re.match(r"(def|class)\s+%s\b" % n, line)]
+    code_lines = strip_code("\n".join(lines)).split("\n")
+    depths = line_depths("\n".join(code_lines))
+    found = []
+    for i, code in enumerate(code_lines):
+        if depths[i] != 0:
+            continue
+        if re.match(r"\s*#\s*define\s+%s\b" % n, lines[i]):
+            found.append(i + 1)
+            continue
+        m = (re.match(r"\s*(template\s*<[^>]*>\s*)?(typedef\s+)?(struct|class|enum(\s+class)?|union)\s+%s\b" % n, code)
+             or re.match(r"\s*(template\s*<[^>]*>\s*)?([A-Za-z_][\w:<>,*&\s]*[\s*&])%s\s*\(" % n, code))
+        if m and not re.match(r"\s*(return|if|while|for|else|switch|case)\b", code):
+            if body_follows(code_lines, i, m.end()):
+                found.append(i + 1)
+            continue
+        if re.match(r"\s*((static|constexpr|const|inline|extern)\s+)*[\w:<>]+(\s*\*)?\s*(const\s+)?%s\s*(\[[^\]]*\])?\s*(=|\{)"
+                    % n, code):
+            found.append(i + 1)
+    return found
 
 
-def definition_line(lines, name):
-    for i, line in enumerate(lines, 1):
-        if is_definition(line, name):
-            return i
-    return 0
+def signature(lines, number):
+    """The text from line number to the '{' or ';' that ends its declaration."""
+    text = []
+    for line in lines[number - 1:number + 39]:
+        text.append(line)
+        if "{" in line or ";" in line:
+            break
+    return " ".join(text)
+
+
+def resolve(path, lines, name, pick):
+    """(line, None) for the one definition the link means, or (0, why not)."""
+    found = definitions(path, lines, name)
+    if pick is not None:
+        found = [d for d in found if pick in signature(lines, d)]
+    if not found:
+        return 0, "defined nowhere at file scope" + (' with "%s" in its signature' % pick if pick else "")
+    if len(found) > 1:
+        where = ", ".join(str(d) for d in found)
+        if pick is None:
+            return 0, ('defined %d times at file scope (lines %s): add a title naming text from one signature, '
+                       '[`%s`](%s#L%d "text")' % (len(found), where, name, path, found[0]))
+        return 0, '"%s" is in %d of its signatures (lines %s): pick longer text' % (pick, len(found), where)
+    return found[0], None
 
 
 def main(argv):
@@ -46,7 +149,11 @@ def main(argv):
     args = [a for a in argv if not a.startswith("--")]
     readme = args[0] if args else "README.md"
     root = os.path.dirname(os.path.abspath(readme))
-    text = open(readme, encoding="utf-8").read()
+    try:
+        text = open(readme, encoding="utf-8").read()
+    except OSError as e:
+        print("error: %s: %s" % (readme, e.strerror), file=sys.stderr)
+        return 1
     cache, passed, failed = {}, 0, 0
 
     def lines_of(path):
@@ -57,20 +164,19 @@ def main(argv):
 
     def check(m):
         nonlocal passed, failed
-        name, path, number = m.group(1), m.group(2), int(m.group(3))
+        name, path, number, title, pick = m.group(1), m.group(2), int(m.group(3)), m.group(4) or "", m.group(5)
         lines = lines_of(path)
-        where = definition_line(lines, name) if lines else 0
-        at = lines is not None and 1 <= number <= len(lines) and is_definition(lines[number - 1], name)
+        where, why = resolve(path, lines, name, pick) if lines is not None else (0, "no such file")
         if fix and where:
-            at, number = True, where
-        if at:
+            number = where
+        if where and where == number:
             passed += 1
             print("PASS %s is defined at %s:%d" % (name, path, number))
         else:
             failed += 1
-            hint = " (it is at line %d: run dev/readme_anchors.py --fix)" % where if where else " (defined nowhere)"
+            hint = " (it is at line %d: run dev/readme_anchors.py --fix)" % where if where else " (%s)" % why
             print("FAIL %s is not defined at %s:%d%s" % (name, path, number, hint))
-        return "[`%s`](%s#L%d)" % (name, path, number)
+        return "[`%s`](%s#L%d%s)" % (name, path, number, title)
 
     new_text = LINK.sub(check, text)
     if fix and new_text != text:

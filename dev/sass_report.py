@@ -11,7 +11,10 @@ of tensor-core, ldmatrix, cp.async and 16-byte global instructions.
 --check then asserts, one PASS/FAIL line each, ending "sass_report: N passed,
 M failed" (exit 1 on failure): there is at least one kernel whose name contains
 "attention"; each uses tensor cores (HMMA/HGMMA > 0) and cp.async (LDGSTS > 0);
-none at HS = 64 or 128 spills. Names are matched as displayed: demangled, with
+none at HS = 64 or 128 spills; each has an innermost loop (a backward
+branch's address range) that issues HMMAs, and with --max-per-mma N every such
+loop at HS = 64 or 128 runs at most N instructions per HMMA (the instruction
+issue budget that keeps the tensor cores fed). Names are matched as displayed: demangled, with
 no namespaces or parameters. Convention: HS is a kernel's FIRST INTEGER TEMPLATE
 ARGUMENT (attention_forward_kernel<64>, attn_fwd<bf16, 64, true>: HS 64); a
 kernel whose HS can't be found is checked for spills anyway. Every other kernel
@@ -40,7 +43,7 @@ FLAGS = ["-O3", "-std=c++17", "-I.", "-arch=sm_90", "-Xptxas", "-v"]
 REGS_PER_SM, REG_UNIT, THREADS_PER_SM, BLOCKS_PER_SM = 65536, 256, 2048, 32
 NAME_W = 40
 COLS = [("regs", 4), ("spill", 6), ("stack", 5), ("smem", 6), ("thr", 5), ("blk/SM", 6), ("MMA", 5),
-        ("LDSM", 5), ("LDGSTS", 6), ("LDG128", 6), ("STG128", 6), ("instrs", 7)]
+        ("LDSM", 5), ("LDGSTS", 6), ("LDG128", 6), ("STG128", 6), ("instrs", 7), ("I/MMA", 5)]
 SKIP_TOOLS = "SKIP sass report: cuobjdump/nvdisasm not found (pip install nvidia-cuda-cuobjdump nvidia-cuda-nvdisasm)"
 
 
@@ -137,6 +140,36 @@ def count_sass(sass):
     return counts
 
 
+def mma_loops(sass):
+    """{mangled: [(instrs, hmma)]}: the innermost loops that issue HMMAs, one pair per loop.
+
+    A loop is the address range [target, branch] of a backward branch (BRA whose target is at or
+    before it); innermost means no other HMMA-issuing loop lies inside its range. NOPs not counted."""
+    code, cur = {}, None
+    for line in sass.splitlines():
+        if m := re.match(r"\s*Function : (\S+)", line):
+            cur = code.setdefault(m.group(1), [])
+        elif cur is not None and (m := re.match(r"\s*/\*([0-9a-f]+)\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]*)(.*)",
+                                               line)):
+            op = m.group(2).split(".")[0]
+            if op != "NOP":
+                t = re.search(r"\b0x([0-9a-f]+)", m.group(3)) if op == "BRA" else None
+                cur.append((int(m.group(1), 16), op, int(t.group(1), 16) if t else None))
+    loops = {}
+    for fn, ins in code.items():
+        ranges = {(t, a) for a, op, t in ins if t is not None and t <= a}
+        with_mma = [(lo, hi) for lo, hi in ranges if any(lo <= a <= hi and op == "HMMA" for a, op, _ in ins)]
+        inner = [r for r in with_mma if not any(o != r and r[0] <= o[0] and o[1] <= r[1] for o in with_mma)]
+        loops[fn] = [(sum(lo <= a <= hi for a, _, _ in ins), sum(lo <= a <= hi and op == "HMMA" for a, op, _ in ins))
+                     for lo, hi in sorted(inner)]
+    return loops
+
+
+def per_mma(loops):
+    """The worst instructions-per-HMMA over a kernel's innermost HMMA loops (0.0: none)."""
+    return max((n / k for n, k in loops), default=0.0)
+
+
 def split_top(s, sep):
     """Splits s at sep where not inside <> or ()."""
     out, depth, start, i = [], 0, 0, 0
@@ -198,8 +231,9 @@ def blocks_per_sm(regs, threads):
     return str(min(reg_warps // warps, THREADS_PER_SM // (warps * 32), BLOCKS_PER_SM))
 
 
-def make_row(ptxas, name, threads, counts):
-    row = dict(ptxas, name=name, thr=threads or "n/a")
+def make_row(ptxas, name, threads, counts, loops):
+    row = dict(ptxas, name=name, thr=threads or "n/a", loops=loops)
+    row["I/MMA"] = f"{per_mma(loops):.1f}" if loops else "-"
     row["blk/SM"] = blocks_per_sm(ptxas["regs"], threads)
     row.update({c: counts.get(c, 0) for c in ("MMA", "LDSM", "LDGSTS", "LDG128", "STG128", "instrs")})
     return row
@@ -210,13 +244,18 @@ def print_table(rows, src):
     print("# smem = STATIC shared bytes (ptxas; dynamic smem is a launch parameter, not included);")
     print("# thr = __launch_bounds__ block size; blk/SM = blocks per SM allowed by registers and threads alone;")
     print("# MMA = HMMA+HGMMA, LDSM = ldmatrix, LDGSTS = cp.async, LDG128/STG128 = 16-byte global loads/stores;")
-    print("# instrs = SASS instructions (NOPs not counted).")
+    print("# instrs = SASS instructions (NOPs not counted); I/MMA = instructions per HMMA of the worst innermost")
+    print("# loop that issues HMMAs (loop = backward-branch range; '-': no such loop).")
     print(f"{'kernel':<{NAME_W}}" + "".join(f" {c:>{w}}" for c, w in COLS))
     for r in rows:
         print(f"{fit(r['name'], NAME_W):<{NAME_W}}" + "".join(f" {str(r[c]):>{w}}" for c, w in COLS))
+    for r in rows:
+        if "attention" in r["name"]:
+            for i, (n, k) in enumerate(r["loops"]):
+                print(f"# {r['name']}: HMMA loop {i}: {n} instructions / {k} HMMA = {n / k:.1f} per HMMA")
 
 
-def check(rows):
+def check(rows, max_per_mma):
     results = []
     attn = [r for r in rows if "attention" in r["name"]]
     results.append((bool(attn), f"{len(attn)} attention kernel(s) found (need at least one)"))
@@ -224,6 +263,11 @@ def check(rows):
         n, hs = r["name"], head_size(r["name"])
         results.append((r["MMA"] > 0, f"{n}: tensor cores (HMMA/HGMMA {r['MMA']} > 0)"))
         results.append((r["LDGSTS"] > 0, f"{n}: cp.async (LDGSTS {r['LDGSTS']} > 0)"))
+        results.append((bool(r["loops"]), f"{n}: an innermost loop issues HMMAs ({len(r['loops'])} found)"))
+        if max_per_mma is not None and r["loops"] and hs in (64, 128, None):
+            worst = per_mma(r["loops"])
+            results.append((worst <= max_per_mma,
+                            f"{n}: instructions per HMMA in its loops {worst:.1f} <= {max_per_mma:g}"))
         if hs in (64, 128, None):
             results.append((r["spill"] == 0, f"{n}: no spills (HS {'?' if hs is None else hs}: {r['spill']} bytes)"))
     # the memory-bound kernels' 16-byte instantiations (Packed<T, N> with N = 8 bf16 or 4 fp32, the first
@@ -245,6 +289,8 @@ def main():
     ap.add_argument("--nvcc", help="default: $NVCC, $CUDA_HOME/bin/nvcc, /usr/local/cuda/bin/nvcc, PATH")
     ap.add_argument("--source", default="train_gpt.cu", help="the .cu to report on (default train_gpt.cu)")
     ap.add_argument("--check", action="store_true", help="assert the attention kernels' SASS facts")
+    ap.add_argument("--max-per-mma", type=float, default=None, metavar="N",
+                    help="with --check, also assert at most N instructions per HMMA in every attention HMMA loop")
     ap.add_argument("--tools", action="store_true", help="print where cuobjdump and nvdisasm are")
     args = ap.parse_args()
     tools = {t: find_tool(t) for t in ("cuobjdump", "nvdisasm")}
@@ -267,14 +313,15 @@ def main():
         elf = cuobjdump(tools["cuobjdump"], "-elf", obj, tools["nvdisasm"])
         sass = cuobjdump(tools["cuobjdump"], "-sass", obj, tools["nvdisasm"])
     kernels, threads, counts = parse_ptxas(log), parse_max_threads(elf), count_sass(sass)
+    loops = mma_loops(sass)
     if not kernels:
         die(f"ptxas -v reported no entry functions for {args.source}")
     names = demangle(list(kernels))
-    rows = [make_row(k, short_name(names[m]), threads.get(m), counts.get(m, {})) for m, k in kernels.items()]
+    rows = [make_row(k, short_name(names[m]), threads.get(m), counts.get(m, {}), loops.get(m, [])) for m, k in kernels.items()]
     rows.sort(key=lambda r: [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", r["name"])])
     print_table(rows, args.source)
     if args.check:
-        sys.exit(0 if check(rows) else 1)
+        sys.exit(0 if check(rows, args.max_per_mma) else 1)
 
 
 if __name__ == "__main__":

@@ -33,7 +33,8 @@
 // (.trans where the tile's rows are the product's k dimension). Scores, P and dS
 // never leave registers: an m16n8 accumulator pair is exactly an m16k16 A
 // fragment once packed to bf16, so P (and dS) feed the next mma directly.
-// Softmax runs in base 2 (x = s * log2(e) / sqrt(HS), exp2) on the accumulator
+// Softmax runs in base 2 (x = s * log2(e) / sqrt(HS), exp2 as ex2.approx.ftz: one
+// MUFU.EX2, a weight below 2^-126 of the row's largest becomes 0) on the accumulator
 // fragments; row max and sum are reduced over the 4 lanes that share a row.
 // Causality: tiles entirely above the diagonal are never loaded, and within the
 // diagonal tile a warp skips the 16-key (or 16-query) steps its rows cannot see.
@@ -310,7 +311,7 @@ attention_forward_kernel(bf16* out, float* lse, const bf16* qkv, const int2* doc
                 // first tile), only from its document's start with them
                 const float m_new = fmaxf(m[r], quad_max(mx));
                 const float m_use = DOCS && m_new == -INFINITY ? 0.0f : m_new;  // so that exp2 gives 0, not NaN
-                const float corr = exp2f(m[r] - m_use);                          // 0 on the row's first keys
+                const float corr = ex2_ftz(m[r] - m_use);                        // 0 on the row's first keys
                 m[r] = m_new;
                 l[r] *= corr;
 #pragma unroll
@@ -319,7 +320,7 @@ attention_forward_kernel(bf16* out, float* lse, const bf16* qkv, const int2* doc
                 for (int n = 0; n < KV / 8; n++)
 #pragma unroll
                     for (int e = 2 * r; e < 2 * r + 2; e++) {
-                        s[n][e] = exp2f(s[n][e] - m_use);
+                        s[n][e] = ex2_ftz(s[n][e] - m_use);
                         l[r] += s[n][e];
                     }
             }
@@ -419,7 +420,7 @@ attention_backward_dq_kernel(bf16* dqkv, float* Dvec, const bf16* dout, const bf
                 for (int e = 0; e < 4; e++) {
                     const int row = row_lo + g + 8 * (e / 2), key = k0 + 8 * n + 2 * t + e % 2;
                     const bool seen = n < 2 * steps && key <= row && (!DOCS || key >= doc.row_start[e / 2]);
-                    const float p = seen ? exp2f(s[n][e] * scale_log2 - lse2[e / 2]) : 0.0f;
+                    const float p = seen ? ex2_ftz(s[n][e] * scale_log2 - lse2[e / 2]) : 0.0f;
                     s[n][e] = p * (dp[n][e] - D[e / 2]);  // dS
                 }
             mma_p_tile<HS, KV>(dq, s, k_tiles + buf * KV * LD, first, steps);
@@ -518,7 +519,7 @@ attention_backward_dkv_kernel(bf16* dqkv, const float* Dvec, const bf16* dout, c
                 for (int e = 0; e < 4; e++) {
                     const int key = key_lo + g + 8 * (e / 2), c = 8 * n + 2 * t + e % 2, query = i0 + c;
                     const bool seen = query >= key && (!DOCS || start_tiles[buf * QT + c] <= key);
-                    const float p = seen ? exp2f(s[n][e] * scale_log2 - lse_tiles[buf * QT + c]) : 0.0f;
+                    const float p = seen ? ex2_ftz(s[n][e] * scale_log2 - lse_tiles[buf * QT + c]) : 0.0f;
                     s[n][e] = p;                                        // P^T
                     dp[n][e] = p * (dp[n][e] - D_tiles[buf * QT + c]);  // dS^T
                 }

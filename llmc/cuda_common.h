@@ -1,6 +1,6 @@
 // What every kernel header shares: the activation precision (floatX), error
 // checks, warp and block reductions, stochastic rounding and launch sizing.
-// Builds unchanged with nvcc and with the CUDA-on-CPU runtime (llmc/cpu_cuda).
+// Builds unchanged with nvcc and with the CUDA-on-CPU runtime (cpu_cuda).
 #pragma once
 #include <cstdint>
 #include <cstdio>

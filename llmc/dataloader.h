@@ -72,6 +72,8 @@
 struct DataLoaderImpl;
 
 enum class DataPacking { Packed, Slots };
+// The packings' names (--packing), in DataPacking's order; null-terminated.
+inline constexpr const char* DATA_PACKING_NAMES[] = {"packed", "slots", nullptr};
 
 struct DataLoader {
     // configuration, as given to dataloader_init

@@ -79,8 +79,7 @@ inline int encoder_backward_plan(int* plan, const int* inp_host, int B, int T) {
     int* positions = plan;
     int* offsets = plan + BT;
     int* tokens = plan + 2 * (size_t)BT + 1;
-    static thread_local std::vector<int> next;  // next[v]: where token v's next position goes
-    next.assign((size_t)max_id + 2, 0);
+    std::vector<int> next((size_t)max_id + 2, 0);  // next[v]: where token v's next position goes
     for (int p = 0; p < BT; p++) next[inp_host[p] + 1]++;
     int D = 0;
     for (int v = 0; v <= max_id; v++) {

@@ -7,9 +7,17 @@
 // inside the range (an int or long must fit without wrapping, a float must not
 // overflow or underflow to a denormal), else llmc::Error naming the flag and
 // what it accepts. A metavar of "<int|auto>" also takes "auto", stored as 0.
+//
+// An enumerated flag declares its choices in its row, and the metavar that
+// --help prints (which README's flag table and dev/fuzz_cli.py read) is made
+// from them: a row with `choices` (names, null-terminated, in the order of the
+// enum its int field holds) takes one of the names and stores its index, as
+// "<cosine|linear|...>"; an int row with a null metavar takes min..max, as
+// "<0|1|2>".
 #pragma once
 
 #include <cctype>
+#include <algorithm>
 #include <cerrno>
 #include <cfloat>
 #include <climits>
@@ -34,6 +42,8 @@ struct Flag {
     const char* default_value;  // null leaves a text field unset
     const char* help;
     const char* section;  // a heading printed before the first flag of each section
+    const char* const* choices = nullptr;  // an enumerated flag's names, null-terminated
+    const char* choice_noun = nullptr;     // what a choice is, for the error: "schedule"
 };
 constexpr double FLAG_INT_TOP = INT_MAX, FLAG_LONG_TOP = (double)LONG_MAX, FLAG_FLOAT_TOP = FLT_MAX;
 
@@ -68,16 +78,51 @@ float flag_parse_real(const Flag<O>& f, const char* text) {
     return v;
 }
 
+// "a, b or c" of a choice flag's names.
+inline std::string flag_choice_list(const char* const* choices) {
+    std::string list;
+    for (int i = 0; choices[i]; i++) list += std::string(i == 0 ? "" : choices[i + 1] ? ", " : " or ") + choices[i];
+    return list;
+}
+
+template <class O>
+int flag_parse_choice(const Flag<O>& f, const char* text) {
+    for (int i = 0; f.choices[i]; i++)
+        if (strcmp(text, f.choices[i]) == 0) return i;
+    llmc::failf("%s %s: %s (unknown %s)", f.name, *text ? text : "\"\"", flag_choice_list(f.choices).c_str(),
+                f.choice_noun);
+}
+
+// The value form --help prints: the row's metavar, or one made from its choices or its int range.
+template <class O>
+std::string flag_metavar(const Flag<O>& f) {
+    if (f.metavar) return f.metavar;
+    std::string form = "<";
+    if (f.choices)
+        for (int i = 0; f.choices[i]; i++) form += std::string(i ? "|" : "") + f.choices[i];
+    else if (f.max - f.min <= 8)
+        for (long v = (long)f.min; v <= (long)f.max; v++) form += (v > (long)f.min ? "|" : "") + std::to_string(v);
+    else
+        form += "int";
+    return form + ">";
+}
+
 template <class O>
 void flag_set(O* o, const Flag<O>& f, const char* text) {
     std::visit([&](auto field) {
         using T = std::remove_reference_t<decltype(o->*field)>;
+        if constexpr (std::is_same_v<T, int>) {
+            if (f.choices) {
+                o->*field = flag_parse_choice(f, text);
+                return;
+            }
+        }
         if constexpr (std::is_same_v<T, const char*>) {
             if (!*text) flag_bad_value(f, text, "a non-empty value");
             o->*field = text;
         } else if constexpr (std::is_same_v<T, float>) {
             o->*field = flag_parse_real(f, text);
-        } else if (strcmp(f.metavar, "<int|auto>") == 0 && strcmp(text, "auto") == 0) {
+        } else if (f.metavar && strcmp(f.metavar, "<int|auto>") == 0 && strcmp(text, "auto") == 0) {
             o->*field = 0;
         } else {
             o->*field = (T)flag_parse_integer(f, text);
@@ -111,16 +156,18 @@ bool flags_parse(const Flag<O> (&flags)[N], int argc, char** argv, O* o, std::se
 // a help text's continuation lines line up under its first line.
 template <class O, size_t N>
 void flags_print_help(const Flag<O> (&flags)[N]) {
+    int width = 25;  // the column the help texts start at, past the longest "  -x <form>"
+    for (const Flag<O>& f : flags) width = std::max(width, (int)(strlen(f.name) + flag_metavar(f).size() + 3));
     for (const Flag<O>& f : flags) {
         if (f.section) printf("%s\n", f.section);
-        std::string head = std::string("  ") + f.name + " " + f.metavar, help = f.help;
+        std::string head = std::string("  ") + f.name + " " + flag_metavar(f), help = f.help;
         if (f.default_value) help += std::string(" (default ") + f.default_value + ")";
         for (size_t nl; (nl = help.find('\n')) != std::string::npos;) {
-            printf("%-25s %s\n", head.c_str(), help.substr(0, nl).c_str());
+            printf("%-*s %s\n", width, head.c_str(), help.substr(0, nl).c_str());
             head.clear();
             help.erase(0, nl + 1);
         }
-        printf("%-25s %s\n", head.c_str(), help.c_str());
+        printf("%-*s %s\n", width, head.c_str(), help.c_str());
     }
-    printf("%-25s %s\n", "  --help", "this text");
+    printf("%-*s %s\n", width, "  --help", "this text");
 }

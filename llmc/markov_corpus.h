@@ -12,7 +12,7 @@
 // Every probability is an integer multiple of 2^-20, and sampling uses integer
 // arithmetic only, so the same seed gives the same tokens on any machine.
 //
-// Files (llm.c uint16 shards, magic 20240520, version 1):
+// Files (llm.c uint16 shards, magic DATALOADER_MAGIC_U16, version 1):
 //   <dir>/markov_val_000000.bin    val split   (its own random stream)
 //   <dir>/markov_train_000001.bin  train split (its own random stream)
 //   <dir>/markov_floor.txt         the parameters and floors, one `key value` a line
@@ -46,6 +46,7 @@
 #include <sys/types.h>
 #include <unistd.h>
 
+#include "llmc/dataloader.h"  // DATALOADER_MAGIC_U16
 #include "llmc/error.h"
 #include "llmc/rand.h"
 #include "llmc/regular_file.h"
@@ -240,7 +241,7 @@ inline bool markov_corpus_info(const char* shard_path, MarkovShardInfo* info) {
     struct stat st;
     bool ok = fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && pread(fd, h, sizeof(h), 0) == (ssize_t)sizeof(h);
     close(fd);
-    if (!ok || h[0] != 20240520 || h[1] != 1 || h[4] != MARKOV_MARKER || h[2] < 0) return false;
+    if (!ok || h[0] != DATALOADER_MAGIC_U16 || h[1] != 1 || h[4] != MARKOV_MARKER || h[2] < 0) return false;
     if ((uint64_t)st.st_size != 1024 + 2 * (uint64_t)h[2]) return false;
     info->num_tokens = (uint64_t)h[2];
     info->vocab_size = h[3];
@@ -342,7 +343,7 @@ inline void markov_corpus_write(const char* dir, uint64_t seed, size_t train_tok
         }
         floors[split] = hsum / (double)(n - 1);
         nlls[split] = nll / (double)(n - 1);
-        header[0] = 20240520;
+        header[0] = DATALOADER_MAGIC_U16;
         header[1] = 1;
         header[2] = (int32_t)n;
         header[3] = vocab_size;

@@ -9,6 +9,8 @@
 //   cp_async_16(dst, src)      cp.async.cg.shared.global, 16 bytes, global -> shared
 //   cp_async_commit()          cp.async.commit_group
 //   cp_async_wait<N>()         cp.async.wait_group N: all but the N newest groups landed
+//   ex2_ftz(x)                 ex2.approx.ftz.f32: 2^x in one MUFU.EX2 (exp2f adds range
+//                              fix-ups for subnormals); subnormal inputs and results are 0
 //
 // Fragments (g = lane / 4, t = lane % 4; the lower-indexed element of a pair
 // in the low 16 bits of its register):
@@ -69,6 +71,12 @@ __device__ __forceinline__ void cp_async_16(void* smem_dst, const void* gmem_src
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
 template <int N>
 __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;" :: "n"(N) : "memory"); }
+
+__device__ __forceinline__ float ex2_ftz(float x) {
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
+}
 #endif
 
 // Two floats as one register of two bf16 (round to nearest even), `lo` in the low half.

@@ -1,22 +1,14 @@
-// Learning-rate schedules: linear warmup, then cosine, linear, constant or
-// wsd (warmup-stable-decay: constant, then a linear decay over the last 20%).
+// Learning-rate schedules (LR_SCHEDULE_NAMES): linear warmup, then cosine,
+// linear, constant or wsd (warmup-stable-decay: constant, then a linear decay
+// over the last 20%).
 // Every schedule ends at lr * final_fraction (constant stays at lr).
 #pragma once
 #include <algorithm>
 #include <cmath>
-#include <cstring>
 
 enum class LRSchedule { Cosine, Linear, Constant, WSD };
-
-// Returns false for an unknown name.
-inline bool parse_lr_schedule(const char* name, LRSchedule* out) {
-    if (strcmp(name, "cosine") == 0) *out = LRSchedule::Cosine;
-    else if (strcmp(name, "linear") == 0) *out = LRSchedule::Linear;
-    else if (strcmp(name, "constant") == 0) *out = LRSchedule::Constant;
-    else if (strcmp(name, "wsd") == 0) *out = LRSchedule::WSD;
-    else return false;
-    return true;
-}
+// The schedules' names (-k), in LRSchedule's order; null-terminated.
+inline constexpr const char* LR_SCHEDULE_NAMES[] = {"cosine", "linear", "constant", "wsd", nullptr};
 
 struct LRScheduler {
     LRSchedule schedule;
@@ -57,14 +49,8 @@ struct LRScheduler {
 // linear (lr x tokens/target, the SGD rule) or sqrt (lr x sqrt(tokens/target),
 // the rule usually quoted for Adam). start_tokens = 0: no ramp.
 enum class RampLRScaling { None, Linear, Sqrt };
-
-inline bool parse_ramp_lr_scaling(const char* name, RampLRScaling* out) {
-    if (strcmp(name, "none") == 0) *out = RampLRScaling::None;
-    else if (strcmp(name, "linear") == 0) *out = RampLRScaling::Linear;
-    else if (strcmp(name, "sqrt") == 0) *out = RampLRScaling::Sqrt;
-    else return false;
-    return true;
-}
+// The rules' names (--ramp-lr), in RampLRScaling's order; null-terminated.
+inline constexpr const char* RAMP_LR_NAMES[] = {"none", "linear", "sqrt", nullptr};
 
 struct BatchRamp {
     long start_tokens;   // 0: no ramp

@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # The one prepared GPU check, for one call on a fresh GPU machine (a lent H200:
 # nvcc, PyTorch, no Open MPI, at most 8 files back from $OUT, 10 minutes a call).
-#   bash test/gpu_check.sh                       on the GPU machine
+#   make gpu-deps   here first: gathers xxhash.h and nlohmann/ (Debian packages a
+#       bare GPU image lacks) into build/gpu-deps/include, which nvcc then uses; then
+#   run(command="bash test/gpu_check.sh", carry=["build/gpu-deps"], timeout_s=480)
+#                                                on the GPU machine (one device call)
 #   GPU_CHECK_DRY_RUN=1 bash test/gpu_check.sh   on a CPU machine: nvidia-smi, the
 #       nvcc build and the GPU programs are stubs, so CI checks the script's logic
 # One `make -j` of exactly what it runs (NO_MULTI_GPU=1 without Open MPI), then,
@@ -66,6 +69,11 @@ if [[ ${GPU_CHECK_NO_MPI:-0} != 1 ]] && command -v mpirun >/dev/null &&
     fi
 fi
 PROGRAMS+=("${MPI_TESTS[@]}")
+if [[ -f build/gpu-deps/include/xxhash.h && -d build/gpu-deps/include/nlohmann ]]; then
+    say "headers: build/gpu-deps/include (carried)"
+elif [[ ! -f /usr/include/xxhash.h ]]; then
+    say "headers: build/gpu-deps/include missing and no /usr/include/xxhash.h: make gpu-deps, carry build/gpu-deps"
+fi
 say "build: ${MAKE_VARS[*]:-MULTI_GPU} ${PROGRAMS[*]} train_gpt"
 if [[ $DRY == 1 ]]; then
     bash test/gpu_check_stubs.sh "$BIN" "${PROGRAMS[@]}" train_gpt >"$WORK/build.log" 2>&1

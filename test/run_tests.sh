@@ -2,7 +2,7 @@
 # Runs every test of the project (after `make cpu asan`) and ends with one line
 # "N passed, M failed". Each test program prints "<name>: N passed, M failed";
 # a program that crashes or hangs without its tally line counts as one failure.
-# The programs, by what they test: test/runtime/ (the CUDA-on-CPU runtime),
+# The programs, by what they test: cpu_cuda/test/ (the CUDA-on-CPU runtime),
 # test/kernels/ (one per kernel header of llmc/), test/model/ (train_gpt.cu's
 # model), test/trainer/ (the train_gpt binary), test/host/ (host C++).
 #
@@ -32,7 +32,7 @@
 #   racecheck the kernel tests, test_gpt2 and test_training in build/cpu-racecheck,
 #             which reports shared/global memory races, with CPUCUDA_INITCHECK=1
 #             (reads of never-written memory reported too); the broken kernels
-#             of test/runtime/sanitizer must be reported by name and line
+#             of cpu_cuda/test/sanitizer must be reported by name and line
 #   initcheck the kernel tests, test_gpt2 and test_training with CPUCUDA_INITCHECK=1 (fresh
 #             device and shared memory poisoned), and a kernel that reads an
 #             unwritten buffer must produce NaN
@@ -147,6 +147,7 @@ if want cpu; then
     run "test_lesson" python3 test/trainer/test_lesson.py build/cpu-fp32/train_gpt build/cpu/train_gpt build/cpu-fp32/lesson
     run "test_gpu_check (gpu_check.sh, dry run)" bash test/test_gpu_check.sh
     run "readme_anchors (README's links to definitions)" python3 dev/readme_anchors.py
+    run "test_readme_anchors (planted wrong anchors fail)" python3 test/test_readme_anchors.py
 fi
 
 export SHARED_DATA=${SHARED_DATA:-../shared/data}
@@ -230,9 +231,12 @@ if want racecheck; then
         run "$t [racecheck]" env CPUCUDA_INITCHECK=1 CPUCUDA_RACECHECK_SKIP=cp_async_no_barrier_kernel \
             "build/cpu-racecheck/$t"
     done
-    expect "racecheck reports a read of a cp.async destination without a barrier (test_ptx.cu:115/118)" \
-        "racecheck: kernel 'cp_async_no_barrier_kernel': shared memory race" "test_ptx.cu:115" "test_ptx.cu:118" \
-        -- build/cpu-racecheck/test_ptx
+    # the two lines the report must name are marked in the source, so edits above them do not break this
+    cp_write=$(grep -n 'racecheck-expect: write' test/kernels/test_ptx.cu | cut -d: -f1)
+    cp_read=$(grep -n 'racecheck-expect: read' test/kernels/test_ptx.cu | cut -d: -f1)
+    expect "racecheck reports a read of a cp.async destination without a barrier (test_ptx.cu:$cp_write/$cp_read)" \
+        "racecheck: kernel 'cp_async_no_barrier_kernel': shared memory race" "test_ptx.cu:${cp_write:?}" \
+        "test_ptx.cu:${cp_read:?}" -- build/cpu-racecheck/test_ptx
     expect "racecheck reports a missing __syncthreads (missing_sync_kernel.cu:11/12)" \
         "racecheck: kernel 'reverse_tile_kernel': shared memory race" "missing_sync_kernel.cu:11" \
         "missing_sync_kernel.cu:12" -- build/cpu-racecheck/missing_sync_kernel
@@ -257,7 +261,7 @@ if want nvcc; then
         # one make -j2 of every target (nvcc is the slow part of the suite), then
         # each is up to date (built from its current source) or it failed
         targets=()
-        for src in test/runtime/test_*.cu test/kernels/test_*.cu test/model/test_*.cu dev/*.cu train_gpt.cu; do targets+=("build/gpu/check/$(basename "$src" .cu)"); done
+        for src in cpu_cuda/test/test_*.cu test/kernels/test_*.cu test/model/test_*.cu dev/*.cu cpu_cuda/*.cu train_gpt.cu; do targets+=("build/gpu/check/$(basename "$src" .cu)"); done
         targets+=(build/gpu/single/train_gpt)
         make -s -k -j2 "${targets[@]}" >"$LOG_DIR/nvcc.log" 2>&1
         for t in "${targets[@]}"; do

@@ -21,6 +21,7 @@ dry() {  # dry OUT_DIR [VAR=value...]: one dry run into OUT_DIR
     env GPU_CHECK_DRY_RUN=1 GPU_ARCH=dry OUT="$out" "$@" bash test/gpu_check.sh >"$out.log" 2>&1
 }
 
+make -s gpu-deps >/dev/null 2>&1  # what the device call carries
 out=build/gpu-check-dry/mpi
 mkdir -p build/gpu-check-dry
 dry "$out"
@@ -54,5 +55,17 @@ out=build/gpu-check-dry/budget
 dry "$out" GPU_CHECK_BUDGET=10
 check "a spent budget skips the steps but still finishes with its tarball" bash -c "grep -q '^gpu_check: done in' $out/summary.txt &&
     test -f $out/gpu_check_logs.tar.gz && grep -q 'budget spent' $out/../budget.log"
+# the bare image: the GPU sources find every header outside libc/libstdc++ and the
+# toolkit in the gathered folder (make gpu-deps), which the device call carries
+deps=build/gpu-check-dry/deps
+make -s gpu-deps GPU_DEPS_DIR=$deps >/dev/null 2>&1
+check "bare image: the GPU sources need only the gathered headers" bash test/gpu_bare_image_check.sh $deps
+rm -f $deps/xxhash.h
+check "bare image: without xxhash.h gathered, the check refuses" bash -c "! bash test/gpu_bare_image_check.sh $deps"
+check "the dry run says where the headers come from" grep -q "^gpu_check: headers: build/gpu-deps/include (carried)" build/gpu-check-dry/mpi/summary.txt
+check "the roofline estimate prints its step time and MFU" bash -c \
+    "python3 dev/roofline_estimate.py | grep -qE '^estimated step [0-9.]+ ms, MFU [0-9.]+% of 989'"
+check "the roofline estimate refuses T over 1024 with one error line" bash -c \
+    "out=\$(python3 dev/roofline_estimate.py -T 2048 2>&1); test \$? -ne 0 && test \"\$(wc -l <<<\"\$out\")\" -eq 1 && grep -q '^error: ' <<<\"\$out\""
 echo "test_gpu_check: $passed passed, $failed failed"
 [[ $failed -eq 0 ]]

@@ -13,6 +13,8 @@
 // and reports for misused warp-wide instructions.
 #include <cuda_runtime.h>
 
+#include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <vector>
 
@@ -112,10 +114,10 @@ __global__ void cp_async_kernel(float* out1, float* out2, float* early, const fl
 __global__ void cp_async_no_barrier_kernel(float* out, const float* src) {
     __shared__ __align__(16) float s[64 * 4];
     const int i = threadIdx.x;
-    cp_async_16(&s[i * 4], src + i * 4);
+    cp_async_16(&s[i * 4], src + i * 4);  // racecheck-expect: write
     cp_async_commit();
     cp_async_wait<0>();
-    out[i] = s[(63 - i) * 4];
+    out[i] = s[(63 - i) * 4];  // racecheck-expect: read
 }
 
 static bf16 bf(float x) { return __float2bfloat16(x); }
@@ -285,6 +287,39 @@ static void test_cp_async() {
     cudaFree(d_src); cudaFree(d1); cudaFree(d2); cudaFree(de);
 }
 
+// ex2.approx.ftz.f32 of each input.
+__global__ void ex2_kernel(float* out, const float* in, int n) {
+    const int i = threadIdx.x;
+    if (i < n) out[i] = ex2_ftz(in[i]);
+}
+
+// Exact powers of two within the ISA's 2 ulp, and the flush to zero: 2^-127 is
+// subnormal (exp2f gives it, ex2.approx.ftz gives +0), and a subnormal input
+// reads as 0 (2^0 = 1).
+static void test_ex2_ftz() {
+    const float inf = INFINITY;
+    const std::vector<float> in = {0.0f, 1.0f, -1.0f, 10.0f, -126.0f, 0.5f, -127.0f, -149.5f, -inf, 1e-40f, -1e-40f,
+                                   128.0f, inf};
+    const std::vector<double> want = {1, 2, 0.5, 1024, std::ldexp(1.0, -126), std::sqrt(2.0), 0, 0, 0, 1, 1, inf, inf};
+    float* d_in = to_device(in);
+    float* d_out;
+    CUDA_OK(cudaMalloc(&d_out, in.size() * sizeof(float)));
+    ex2_kernel<<<1, 32>>>(d_out, d_in, (int)in.size());
+    CUDA_OK(cudaDeviceSynchronize());
+    const std::vector<float> out = to_host(d_out, in.size());
+    int wrong = 0;
+    for (size_t i = 0; i < in.size(); i++) {
+        const bool exact = want[i] == 0 || std::isinf(want[i]);
+        const bool ok = exact ? (double)out[i] == want[i] && !std::signbit(out[i])
+                              : std::fabs(out[i] - want[i]) <= 2 * std::ldexp(want[i], -23);
+        if (!ok) fprintf(stderr, "  ex2.approx.ftz(%g) = %g, want %g\n", in[i], out[i], want[i]);
+        wrong += !ok;
+    }
+    CHECK(wrong == 0, "ex2.approx.ftz.f32: 2^x within 2 ulp, subnormal inputs and results flushed to +0 (%d of %zu wrong)",
+          wrong, in.size());
+    cudaFree(d_in); cudaFree(d_out);
+}
+
 #ifdef CPUCUDA
 // Misuse that a GPU leaves undefined; the runtime reports it.
 __global__ void half_warp_mma_kernel(float* out) {
@@ -345,6 +380,7 @@ int main() {
     TEST_CASE(test_mma_layout());
     TEST_CASE(test_ldmatrix());
     TEST_CASE(test_cp_async());
+    TEST_CASE(test_ex2_ftz());
 #ifdef CPUCUDA
     TEST_CASE(test_misuse());
 #endif

@@ -231,23 +231,24 @@ check "ulimit -f 4000 under mpirun -np 2: each rank says why (exit $rc)" $?
 # issue 23 item 10: Open MPI's mpirun turns SIGTERM into an abort (it forwards SIGTERM, SIGKILLs
 # the ranks a second later and exits 1: see README, Reliability); SIGUSR1 to mpirun is forwarded to
 # every rank, a stop request like SIGTERM: a complete checkpoint, exit 0, and it resumes
-timeout $GUARD $MPIRUN -np 2 "$BIN" "${SIG[@]}" -o "$WORK/usr1" >"$WORK/usr1out" 2>&1 &
-job=$!
-wait_for "$WORK/usr1out" "^step +2/8 " $job
-kill -USR1 $(pgrep -P $job)
-wait $job
+# signal_mpirun SIGNAL NAME: a job into $WORK/NAME, its output in $WORK/NAME.out; mpirun gets
+# SIGNAL after step 2; returns mpirun's exit status
+signal_mpirun() {
+    timeout $GUARD $MPIRUN -np 2 "$BIN" "${SIG[@]}" -o "$WORK/$2" >"$WORK/$2.out" 2>&1 &
+    local job=$!
+    wait_for "$WORK/$2.out" "^step +2/8 " $job
+    kill -"$1" $(pgrep -P $job)
+    wait $job
+}
+signal_mpirun USR1 usr1
 rc=$?
-stopped=$(grep -o "stopped by a signal after step [0-9]*" "$WORK/usr1out" | grep -o "[0-9]*$")
+stopped=$(grep -o "stopped by a signal after step [0-9]*" "$WORK/usr1.out" | grep -o "[0-9]*$")
 [[ $rc -eq 0 && -n $stopped && $stopped -lt 8 && -e "$WORK/usr1/DONE_$(printf %08d "$stopped")" ]]
 check "SIGUSR1 to mpirun: every rank stops after step ${stopped:-?} with a complete checkpoint, mpirun exits $rc" $?
 timeout $GUARD $MPIRUN -np 2 "$BIN" "${SIG[@]}" -o "$WORK/usr1" -y 1 >"$WORK/out" 2>&1 &&
     grep -q "resuming from step ${stopped:-?}" "$WORK/out" && grep -qE "^step +8/8 " "$WORK/out"
 check "... and resumes from there to step 8" $?
-timeout $GUARD $MPIRUN -np 2 "$BIN" "${SIG[@]}" -o "$WORK/term" >"$WORK/termout" 2>&1 &
-job=$!
-wait_for "$WORK/termout" "^step +2/8 " $job
-kill -TERM $(pgrep -P $job)
-wait $job
+signal_mpirun TERM term
 rc=$?
 [[ $rc -ne 0 && $rc -ne 124 ]]
 check "SIGTERM to mpirun: mpirun exits $rc, as README says (not the hang guard's 124)" $?

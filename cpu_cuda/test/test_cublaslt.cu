@@ -1,6 +1,6 @@
 // cuBLASLt tests: cublasLtMatmul against a naive fp64 matmul on the host.
 // Portable: only the public CUDA runtime and cuBLASLt API, so the same file
-// checks the CPU runtime's llmc/cpu_cuda/cublaslt.cpp (make test) and the real
+// checks the CPU runtime's cpu_cuda/cublaslt.cpp (make test) and the real
 // cuBLASLt on a GPU (nvcc ... -lcublasLt).
 //
 // Covered: every layout (transA x transB in N/T); A/B/C/D types fp32/fp32,

@@ -1,4 +1,4 @@
-// CPU-runtime extensions to NCCL (llmc/cpu_cuda/nccl.cpp): per-communicator
+// CPU-runtime extensions to NCCL (cpu_cuda/nccl.cpp): per-communicator
 // counters that tests read to prove how much communication a program issued.
 // Only the CPU build has these; guard uses with #ifdef CPUCUDA.
 //

@@ -1,11 +1,12 @@
 // The PTX instructions of llmc/ptx.cuh (tensor-core mma.sync, ldmatrix,
-// cp.async) for the CPU runtime: the same functions, with the same
+// cp.async, ex2.approx.ftz) for the CPU runtime: the same functions, with the same
 // signatures, emulated exactly as the PTX ISA defines them (README.md,
 // "Tensor cores and async copies"). llmc/ptx.cuh includes this file in the CPU
 // build and inline PTX under nvcc; kernels see one set of functions.
 #pragma once
 #include <cuda_runtime.h>
 
+#include <cmath>
 #include <cstdint>
 
 namespace cpucuda {
@@ -50,3 +51,12 @@ inline void cp_async_16(void* smem_dst, const void* gmem_src) { ::cpucuda::cp_as
 inline void cp_async_commit() { ::cpucuda::cp_async_commit(); }
 template <int N>
 inline void cp_async_wait() { ::cpucuda::cp_async_wait(N); }
+
+// ex2.approx.ftz.f32: 2^x (the ISA's bound is 2 ulp; std::exp2 is within it),
+// a subnormal input read as a zero of its sign and a subnormal result flushed
+// to +0 (2^x is never negative); -Inf gives +0, +Inf gives +Inf, NaN gives NaN.
+inline float ex2_ftz(float x) {
+    if (std::fpclassify(x) == FP_SUBNORMAL) x = std::copysign(0.0f, x);
+    const float y = std::exp2(x);
+    return std::fpclassify(y) == FP_SUBNORMAL ? 0.0f : y;
+}

@@ -1,0 +1,112 @@
+#!/usr/bin/env python3
+"""dev/readme_anchors.py: a README link passes only when its line is the one
+file-scope definition of its name (or the one its title picks). Planted wrong
+anchors (a local variable of the same name, a stale line number, a name
+defined twice, a prototype) each fail; --fix moves a stale number and keeps a
+title; and the project's README passes with `train` on the function.
+
+Usage: test/test_readme_anchors.py
+"""
+import os
+import re
+import subprocess
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+sys.path.insert(0, HERE)  # test/checks.py
+from checks import Checks  # noqa: E402
+
+SCRIPT = os.path.join(ROOT, "dev", "readme_anchors.py")
+check = Checks()
+
+# line numbers below are 1-based lines of this text
+SOURCE = """\
+// a comment naming train( and struct Plan {
+namespace demo {
+static const int TABLE[] = {
+    1, 2,
+};
+struct Plan {
+    int train = 0;
+};
+static void use_corpus() {
+    static const char* train = "{ not a brace";
+    int scale(int x);
+}
+static float scale(float x) { return x; }
+static int scale(int x) {
+    return x;
+}
+static void prototype_only(int x);
+static int train(int argc) {
+    return argc;
+}
+}  // namespace demo
+"""
+LINE = {"TABLE": 3, "Plan": 6, "local train": 10, "scale(float)": 13, "scale(int)": 14, "prototype": 17,
+        "train": 18}
+
+
+def run(tmp, links, *flags):
+    """(exit status, output, README text after) for a README of these links."""
+    readme = os.path.join(tmp, "README.md")
+    with open(readme, "w") as f:
+        f.write("\n".join(links) + "\n")
+    r = subprocess.run([sys.executable, SCRIPT, *flags, readme], capture_output=True, text=True)
+    return r.returncode, r.stdout + r.stderr, open(readme).read()
+
+
+def expect(tmp, what, link, ok, pattern=""):
+    rc, out, _ = run(tmp, [link])
+    check("%s: %s (%s)" % ("passes" if ok else "fails", what, link),
+          (rc == 0) == ok and re.search(pattern, out) is not None)
+    if (rc == 0) != ok:
+        print(out, end="")
+
+
+def main():
+    with tempfile.TemporaryDirectory() as tmp:
+        with open(os.path.join(tmp, "demo.cu"), "w") as f:
+            f.write(SOURCE)
+        expect(tmp, "the function", "[`train`](demo.cu#L%d)" % LINE["train"], True)
+        expect(tmp, "a table", "[`TABLE`](demo.cu#L%d)" % LINE["TABLE"], True)
+        expect(tmp, "a struct", "[`Plan`](demo.cu#L%d)" % LINE["Plan"], True)
+        expect(tmp, "a local variable of the function's name", "[`train`](demo.cu#L%d)" % LINE["local train"],
+               False, "it is at line %d" % LINE["train"])
+        expect(tmp, "a stale line number", "[`train`](demo.cu#L%d)" % (LINE["train"] - 1), False,
+               "it is at line %d" % LINE["train"])
+        expect(tmp, "a name defined twice, no pick", "[`scale`](demo.cu#L%d)" % LINE["scale(int)"], False,
+               "defined 2 times at file scope")
+        expect(tmp, "a name defined twice, a title picks one", '[`scale`](demo.cu#L%d "int x")' % LINE["scale(int)"],
+               True)
+        expect(tmp, "the pick on the other line", '[`scale`](demo.cu#L%d "int x")' % LINE["scale(float)"], False)
+        expect(tmp, "a pick that matches both", '[`scale`](demo.cu#L%d "scale")' % LINE["scale(int)"], False,
+               "is in 2 of its signatures")
+        expect(tmp, "a prototype is not a definition", "[`prototype_only`](demo.cu#L%d)" % LINE["prototype"], False,
+               "defined nowhere")
+        expect(tmp, "a missing file", "[`train`](nofile.cu#L1)", False, "no such file")
+
+        links = ["[`train`](demo.cu#L%d)" % LINE["local train"], '[`scale`](demo.cu#L1 "float x")',
+                 "[`scale`](demo.cu#L1)"]
+        rc, out, text = run(tmp, links, "--fix")
+        fixed = ["[`train`](demo.cu#L%d)" % LINE["train"], '[`scale`](demo.cu#L%d "float x")' % LINE["scale(float)"],
+                 "[`scale`](demo.cu#L1)"]
+        check("--fix moves numbers to the definitions, keeps titles, leaves the ambiguous link failing",
+              text == "\n".join(fixed) + "\n" and rc != 0 and "1 failed" in out)
+
+    rc, out, _ = subprocess.run([sys.executable, SCRIPT, os.path.join(ROOT, "README.md")], capture_output=True,
+                                text=True, cwd=ROOT).returncode, None, None
+    readme = open(os.path.join(ROOT, "README.md")).read()
+    m = re.search(r"\[`train`\]\(train_gpt\.cu#L(\d+)\)", readme)
+    source = open(os.path.join(ROOT, "train_gpt.cu")).read().split("\n")
+    check("the project's README passes", rc == 0)
+    check("README's `train` points to the function train",
+          m is not None and re.match(r"static int train\(", source[int(m.group(1)) - 1]) is not None)
+    check.tally("test_readme_anchors")
+    return 1 if check.failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
