@@ -59,25 +59,30 @@ want() { [[ " $SECTIONS " == *" $1 "* ]] && section=$1; }
 section=none
 times=()
 
-# timed LABEL CMD...: runs CMD, records "SECONDS SECTION LABEL" for the summary.
+# timed LABEL CMD...: runs CMD, records "WALL CPU SECTION LABEL" (seconds; CPU is
+# user+sys of CMD and everything it waited for) for the summary. CPU time is the
+# number to compare on a shared machine: other load stretches wall time, not CPU time.
 timed() {
-    local label=$1 t0 rc
+    local label=$1 rc wall user sys TIMEFORMAT='%R %U %S'
     shift
-    t0=$(date +%s.%N)
-    "$@"
+    { time "$@" 2>&9 9>&-; } 9>&2 2>"$LOG_DIR/time.tmp"
     rc=$?
-    times+=("$(echo "$(date +%s.%N) - $t0" | bc) $section $label")
+    read -r wall user sys <"$LOG_DIR/time.tmp"
+    times+=("$wall $(awk -v u="$user" -v s="$sys" 'BEGIN {printf "%.3f", u + s}') $section $label")
     return $rc
 }
 
-# Wall times are printed for finding slow programs, never asserted.
+# The times are printed for finding slow programs, never asserted.
 print_times() {
     local f="$LOG_DIR/times.txt"
     {
-        echo "slowest programs (wall seconds):"
-        printf '%s\n' "${times[@]}" | sort -rn | head -n 25 | awk '{printf "  %8.1f  [%s] ", $1, $2; $1=$2=""; print substr($0, 3)}'
-        echo "per section (wall seconds):"
-        printf '%s\n' "${times[@]}" | awk '{t[$2]+=$1} END {for (k in t) printf "  %8.1f  %s\n", t[k], k}' | sort -rn
+        echo "most CPU time (seconds: CPU = user+sys, wall):"
+        printf '%s\n' "${times[@]}" | sort -k2,2 -rn | head -n 25 |
+            awk '{printf "  %8.1f %8.1f  [%s] ", $2, $1, $3; $1 = $2 = $3 = ""; print substr($0, 4)}'
+        echo "per section (seconds: CPU, wall):"
+        printf '%s\n' "${times[@]}" | awk '{c[$3] += $2; w[$3] += $1} END {for (k in c) printf "  %8.1f %8.1f  %s\n", c[k], w[k], k}' |
+            sort -rn
+        printf '%s\n' "${times[@]}" | awk '{c += $2; w += $1} END {printf "  %8.1f %8.1f  all (%.1f CPU seconds / 2 cores = %.1f)\n", c, w, c, c / 2}'
     } >"$f"
     cat "$f"
 }
@@ -136,6 +141,15 @@ SINGLE_TESTS=(test_kernel_language test_checks test_cublaslt test_streams "${KER
 KERNEL_TESTS=(test_kernel_language test_cublaslt "${KERNELS[@]}")
 # the programs also built in fp32 (the Makefile's FP32_TESTS, less test_distributed: mpi section)
 FP32_TESTS=($(names test/kernels/test_*.cu | grep -vx test_ptx) test_gpt2 test_training)
+
+if want check; then
+    echo "== the quick tier (make check)"
+    for t in "${KERNELS[@]}"; do run "$t" "build/cpu/$t"; done
+    run "test_gpt2 [fp32]" build/cpu-fp32/test_gpt2
+    run "test_nccl [mpirun -np 2]" $MPIRUN -np 2 build/cpu/test_nccl
+    run "test_resume [TEST_RESUME_QUICK=1]" env TEST_RESUME_QUICK=1 python3 test/trainer/test_resume.py build/cpu/train_gpt
+    run "test_train_cli [TRAIN_CLI_QUICK=1]" env TRAIN_CLI_QUICK=1 bash test/trainer/test_train_cli.sh build/cpu/train_gpt
+fi
 
 if want cpu; then
     echo "== CPU runtime tests"
@@ -213,7 +227,7 @@ if want asan; then
     run "test_distributed [asan, mpirun -np 3]" $MPIRUN -np 3 -x ASAN_OPTIONS=detect_leaks=0 -x CPUCUDA_WORKERS=1 \
         build/cpu-asan/test_distributed build/test-distributed/asan
     log="$LOG_DIR/oob_kernel.log"
-    timeout "$TIMEOUT" build/cpu-asan/oob_kernel >"$log" 2>&1
+    timed "oob_kernel [asan]" timeout "$TIMEOUT" build/cpu-asan/oob_kernel >"$log" 2>&1
     rc=$?
     if [[ $rc -ne 0 ]] && grep -q "heap-buffer-overflow" "$log" && grep -q "oob_kernel.cu:10" "$log"; then
         pass "sanitizer catches the out-of-bounds kernel write (heap-buffer-overflow at oob_kernel.cu:10)"
@@ -263,7 +277,7 @@ if want nvcc; then
         targets=()
         for src in cpu_cuda/test/test_*.cu test/kernels/test_*.cu test/model/test_*.cu dev/*.cu cpu_cuda/*.cu train_gpt.cu; do targets+=("build/gpu/check/$(basename "$src" .cu)"); done
         targets+=(build/gpu/single/train_gpt)
-        make -s -k -j2 "${targets[@]}" >"$LOG_DIR/nvcc.log" 2>&1
+        timed "nvcc: make -j2 of the ${#targets[@]} targets" make -s -k -j2 "${targets[@]}" >"$LOG_DIR/nvcc.log" 2>&1
         for t in "${targets[@]}"; do
             what="nvcc sm_90+sm_80: $(basename "$t").cu"
             [[ $t == build/gpu/single/* ]] && what="nvcc sm_90: train_gpt.cu as a single-GPU build (no MPI, no NCCL)"
