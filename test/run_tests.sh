@@ -13,14 +13,18 @@
 # test/kernels/, test_kernel_language, test_checks, test_cublaslt,
 # test_hellaswag_loader); the others run all and say so.
 #
-# Sections (TEST_SECTIONS, default all): cpu host schedules streams mpi asan
-#   racecheck initcheck nvcc gpu
+# Sections (TEST_SECTIONS, default all but check): cpu host schedules streams mpi
+#   asan racecheck initcheck nvcc gpu; and check
+#   check     the quick tier (`make check`, while editing): each kernel test once
+#             (bf16), test_gpt2 in fp32, test_nccl under mpirun -np 2, one kill
+#             and bitwise resume (TEST_RESUME_QUICK), the command line's error
+#             paths (TRAIN_CLI_QUICK); every one of them runs in the others too
 #   cpu       every CPU test program once (bf16), the model's tests also in fp32;
 #             the transformers import/export against its fixture (test_hf.py)
 #   host      the plain C++ tests of the data tools (build/host/test_*); they
 #             find ../shared/data through SHARED_DATA and skip where it is absent
 #   schedules the kernel tests and test_gpt2 again with the threads of each
-#             block in reverse and seeded random order, and with one worker;
+#             block in reverse and seeded random order (one worker: racecheck);
 #             a warp reduction that assumes lockstep lanes must come out wrong
 #   streams   the tests again with CPUCUDA_STREAMS=deferred: stream work runs
 #             only when needed, so missing stream dependencies show
@@ -29,13 +33,13 @@
 #             the trainer under mpirun (test_multi_rank_cli.sh)
 #   asan      the AddressSanitizer/UBSan build of the tests, and a kernel that
 #             writes out of bounds, which the sanitizer must catch
-#   racecheck the kernel tests, test_gpt2 and test_training in build/cpu-racecheck,
-#             which reports shared/global memory races, with CPUCUDA_INITCHECK=1
-#             (reads of never-written memory reported too); the broken kernels
-#             of cpu_cuda/test/sanitizer must be reported by name and line
-#   initcheck the kernel tests, test_gpt2 and test_training with CPUCUDA_INITCHECK=1 (fresh
-#             device and shared memory poisoned), and a kernel that reads an
-#             unwritten buffer must produce NaN
+#   racecheck the kernel tests, test_gpt2 and test_training in build/cpu-racecheck
+#             (one worker), which reports shared/global memory races, with
+#             CPUCUDA_INITCHECK=1 (fresh device and shared memory poisoned, and
+#             reads of it reported); the broken kernels of cpu_cuda/test/sanitizer
+#             must be reported by name and line
+#   initcheck a kernel that reads an unwritten buffer must produce NaN in the
+#             plain build with CPUCUDA_INITCHECK=1
 #   nvcc      every CUDA program compiled for sm_90 and sm_80 (not run); the SASS
 #             facts of the attention kernels (dev/sass_report.py --check)
 #   gpu       the GPU builds run, where a GPU is present
@@ -171,13 +175,12 @@ if want host; then
 fi
 
 if want schedules; then
-    echo "== the same kernels under other thread orders and one worker"
+    echo "== the same kernels under other thread orders"
     for sched in reverse random:7; do
         for t in "${KERNEL_TESTS[@]}" test_gpt2; do
             run "$t [CPUCUDA_SCHEDULE=$sched]" env CPUCUDA_SCHEDULE=$sched "build/cpu/$t"
         done
     done
-    for t in test_kernel_language "${KERNELS[@]}"; do run "$t [CPUCUDA_WORKERS=1]" env CPUCUDA_WORKERS=1 build/cpu/$t; done
     run "test_checks [a smaller virtual device]" env CPUCUDA_SM_COUNT=8 CPUCUDA_DEVICE_MEMORY_MB=200 \
         CPUCUDA_SMEM_OPTIN_KB=100 build/cpu/test_checks
     # lanes run one after another between synchronisation points, never in lockstep
@@ -264,7 +267,8 @@ fi
 
 if want initcheck; then
     echo "== initcheck: fresh device memory and shared memory poisoned (CPUCUDA_INITCHECK=1)"
-    for t in "${KERNEL_TESTS[@]}" test_gpt2 test_training; do run "$t [CPUCUDA_INITCHECK=1]" env CPUCUDA_INITCHECK=1 "build/cpu/$t"; done
+    # (the kernel tests, test_gpt2 and test_training run with CPUCUDA_INITCHECK=1 in the racecheck section,
+    # whose build also reports each read of the poison by line)
     expect "initcheck: a kernel that reads an unwritten buffer computes NaN" "128 of 256 outputs are NaN" \
         -- env CPUCUDA_INITCHECK=1 build/cpu/unwritten_read_kernel
 fi
