@@ -76,7 +76,8 @@ timed() {
     return $rc
 }
 
-# The times are printed for finding slow programs, never asserted.
+# The times are printed for finding slow programs, never asserted; times.txt
+# also lists every program.
 print_times() {
     local f="$LOG_DIR/times.txt"
     {
@@ -89,6 +90,11 @@ print_times() {
         printf '%s\n' "${times[@]}" | awk '{c += $2; w += $1} END {printf "  %8.1f %8.1f  all (%.1f CPU seconds / 2 cores = %.1f)\n", c, w, c, c / 2}'
     } >"$f"
     cat "$f"
+    {
+        echo "every program (seconds: CPU, wall):"
+        printf '%s\n' "${times[@]}" | sort -k2,2 -rn |
+            awk '{printf "  %8.1f %8.1f  [%s] ", $2, $1, $3; $1 = $2 = $3 = ""; print substr($0, 4)}'
+    } >>"$f"
 }
 pass() { passed=$((passed + 1)); echo "PASS $1"; }
 fail() { failed=$((failed + 1)); failures+=("$1"); echo "FAIL $1"; }
