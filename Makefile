@@ -57,7 +57,7 @@ HOST_ASAN  := $(patsubst %.cpp,build/host-asan/%,$(notdir $(HOST_SRCS)))
 DEV_CU     := $(wildcard dev/*.cu cpu_cuda/*.cu)
 DEV_BINS   := $(addprefix build/cpu/,$(basename $(notdir $(DEV_CU))))
 
-.PHONY: all cpu asan racecheck gpu gpu-deps test test-asan test-one bench clean check-cuda-headers train_gpt_cpu sass-report lesson
+.PHONY: all cpu asan racecheck gpu gpu-deps test check test-asan test-one bench clean check-cuda-headers train_gpt_cpu sass-report lesson
 .SECONDARY:
 
 all: cpu
@@ -197,6 +197,13 @@ racecheck: $(addprefix build/cpu-racecheck/,test_kernel_language test_cublaslt $
 
 test: cpu asan racecheck
 	bash test/run_tests.sh
+
+# The quick tier, for while editing (`make -j2 check`): builds only what it runs
+# (the kernel tests, test_nccl and the trainer in bf16, test_gpt2 in fp32) and runs
+# run_tests.sh's check section.
+CHECK_BINS := $(addprefix build/cpu/,$(KERNEL_TESTS) test_nccl train_gpt) build/cpu-fp32/test_gpt2
+check: check-cuda-headers $(CHECK_BINS)
+	TEST_SECTIONS=check bash test/run_tests.sh
 
 test-asan: asan
 	TEST_SECTIONS=asan bash test/run_tests.sh

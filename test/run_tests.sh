@@ -13,8 +13,12 @@
 # test/kernels/, test_kernel_language, test_checks, test_cublaslt,
 # test_hellaswag_loader); the others run all and say so.
 #
-# Sections (TEST_SECTIONS, default all): cpu host schedules streams mpi asan
-#   racecheck initcheck nvcc gpu
+# Sections (TEST_SECTIONS, default all but check): cpu host schedules streams mpi
+#   asan racecheck initcheck nvcc gpu; and check
+#   check     the quick tier (`make check`, while editing): each kernel test once
+#             (bf16), test_gpt2 in fp32, test_nccl under mpirun -np 2, one kill
+#             and bitwise resume (TEST_RESUME_QUICK), the command line's error
+#             paths (TRAIN_CLI_QUICK); every one of them runs in the others too
 #   cpu       every CPU test program once (bf16), the model's tests also in fp32;
 #             the transformers import/export against its fixture (test_hf.py);
 #             the PyTorch Llama 3 reference's self-checks and its comparison with
@@ -25,7 +29,7 @@
 #             a Llama 3 folder written by llmc loaded by transformers
 #             (dev/check_llama3_written.py; skipped, saying so, without them)
 #   schedules the kernel tests and test_gpt2 again with the threads of each
-#             block in reverse and seeded random order, and with one worker;
+#             block in reverse and seeded random order (one worker: racecheck);
 #             a warp reduction that assumes lockstep lanes must come out wrong
 #   streams   the tests again with CPUCUDA_STREAMS=deferred: stream work runs
 #             only when needed, so missing stream dependencies show
@@ -34,13 +38,13 @@
 #             the trainer under mpirun (test_multi_rank_cli.sh)
 #   asan      the AddressSanitizer/UBSan build of the tests, and a kernel that
 #             writes out of bounds, which the sanitizer must catch
-#   racecheck the kernel tests, test_gpt2 and test_training in build/cpu-racecheck,
-#             which reports shared/global memory races, with CPUCUDA_INITCHECK=1
-#             (reads of never-written memory reported too); the broken kernels
-#             of cpu_cuda/test/sanitizer must be reported by name and line
-#   initcheck the kernel tests, test_gpt2 and test_training with CPUCUDA_INITCHECK=1 (fresh
-#             device and shared memory poisoned), and a kernel that reads an
-#             unwritten buffer must produce NaN
+#   racecheck the kernel tests, test_gpt2 and test_training in build/cpu-racecheck
+#             (one worker), which reports shared/global memory races, with
+#             CPUCUDA_INITCHECK=1 (fresh device and shared memory poisoned, and
+#             reads of it reported); the broken kernels of cpu_cuda/test/sanitizer
+#             must be reported by name and line
+#   initcheck a kernel that reads an unwritten buffer must produce NaN in the
+#             plain build with CPUCUDA_INITCHECK=1
 #   nvcc      every CUDA program compiled for sm_90 and sm_80 (not run); the SASS
 #             facts of the attention kernels (dev/sass_report.py --check)
 #   gpu       the GPU builds run, where a GPU is present
@@ -60,7 +64,43 @@ passed=0
 failed=0
 failures=()
 
-want() { [[ " $SECTIONS " == *" $1 "* ]]; }
+want() { [[ " $SECTIONS " == *" $1 "* ]] && section=$1; }
+section=none
+times=()
+
+# timed LABEL CMD...: runs CMD, records "WALL CPU SECTION LABEL" (seconds; CPU is
+# user+sys of CMD and everything it waited for) for the summary. CPU time is the
+# number to compare on a shared machine: other load stretches wall time, not CPU time.
+timed() {
+    local label=$1 rc wall user sys TIMEFORMAT='%R %U %S'
+    shift
+    { time "$@" 2>&9 9>&-; } 9>&2 2>"$LOG_DIR/time.tmp"
+    rc=$?
+    read -r wall user sys <"$LOG_DIR/time.tmp"
+    times+=("$wall $(awk -v u="$user" -v s="$sys" 'BEGIN {printf "%.3f", u + s}') $section $label")
+    return $rc
+}
+
+# The times are printed for finding slow programs, never asserted; times.txt
+# also lists every program.
+print_times() {
+    local f="$LOG_DIR/times.txt"
+    {
+        echo "most CPU time (seconds: CPU = user+sys, wall):"
+        printf '%s\n' "${times[@]}" | sort -k2,2 -rn | head -n 25 |
+            awk '{printf "  %8.1f %8.1f  [%s] ", $2, $1, $3; $1 = $2 = $3 = ""; print substr($0, 4)}'
+        echo "per section (seconds: CPU, wall):"
+        printf '%s\n' "${times[@]}" | awk '{c[$3] += $2; w[$3] += $1} END {for (k in c) printf "  %8.1f %8.1f  %s\n", c[k], w[k], k}' |
+            sort -rn
+        printf '%s\n' "${times[@]}" | awk '{c += $2; w += $1} END {printf "  %8.1f %8.1f  all (%.1f CPU seconds / 2 cores = %.1f)\n", c, w, c, c / 2}'
+    } >"$f"
+    cat "$f"
+    {
+        echo "every program (seconds: CPU, wall):"
+        printf '%s\n' "${times[@]}" | sort -k2,2 -rn |
+            awk '{printf "  %8.1f %8.1f  [%s] ", $2, $1, $3; $1 = $2 = $3 = ""; print substr($0, 4)}'
+    } >>"$f"
+}
 pass() { passed=$((passed + 1)); echo "PASS $1"; }
 fail() { failed=$((failed + 1)); failures+=("$1"); echo "FAIL $1"; }
 
@@ -68,7 +108,7 @@ fail() { failed=$((failed + 1)); failures+=("$1"); echo "FAIL $1"; }
 run() {
     local label=$1 log="$LOG_DIR/$(echo "$1" | tr -c 'A-Za-z0-9_.-' '_').log"
     shift
-    timeout "$TIMEOUT" "$@" >"$log" 2>&1
+    timed "$label" timeout "$TIMEOUT" "$@" >"$log" 2>&1
     local rc=$? tally
     tally=$(grep -E '^[A-Za-z0-9_]+: [0-9]+ passed, [0-9]+ failed$' "$log" | tail -n 1)
     if [[ -z "$tally" ]]; then
@@ -96,7 +136,7 @@ expect() {
     shift
     while [[ $1 != -- ]]; do patterns+=("$1"); shift; done
     shift
-    timeout "$TIMEOUT" "$@" >"$log" 2>&1
+    timed "$label" timeout "$TIMEOUT" "$@" >"$log" 2>&1
     local rc=$?
     for p in "${patterns[@]}"; do grep -qF -- "$p" "$log" || missing+=" '$p'"; done
     if [[ $rc -ne 0 && -z $missing ]]; then
@@ -116,6 +156,15 @@ SINGLE_TESTS=(test_kernel_language test_checks test_cublaslt test_streams "${KER
 KERNEL_TESTS=(test_kernel_language test_cublaslt "${KERNELS[@]}")
 # the programs also built in fp32 (the Makefile's FP32_TESTS, less test_distributed: mpi section)
 FP32_TESTS=($(names test/kernels/test_*.cu | grep -vx test_ptx) test_gpt2 test_training)
+
+if want check; then
+    echo "== the quick tier (make check)"
+    for t in "${KERNELS[@]}"; do run "$t" "build/cpu/$t"; done
+    run "test_gpt2 [fp32]" build/cpu-fp32/test_gpt2
+    run "test_nccl [mpirun -np 2]" $MPIRUN -np 2 build/cpu/test_nccl
+    run "test_resume [TEST_RESUME_QUICK=1]" env TEST_RESUME_QUICK=1 python3 test/trainer/test_resume.py build/cpu/train_gpt
+    run "test_train_cli [TRAIN_CLI_QUICK=1]" env TRAIN_CLI_QUICK=1 bash test/trainer/test_train_cli.sh build/cpu/train_gpt
+fi
 
 if want cpu; then
     echo "== CPU runtime tests"
@@ -157,13 +206,12 @@ if want host; then
 fi
 
 if want schedules; then
-    echo "== the same kernels under other thread orders and one worker"
+    echo "== the same kernels under other thread orders"
     for sched in reverse random:7; do
         for t in "${KERNEL_TESTS[@]}" test_gpt2; do
             run "$t [CPUCUDA_SCHEDULE=$sched]" env CPUCUDA_SCHEDULE=$sched "build/cpu/$t"
         done
     done
-    for t in test_kernel_language "${KERNELS[@]}"; do run "$t [CPUCUDA_WORKERS=1]" env CPUCUDA_WORKERS=1 build/cpu/$t; done
     run "test_checks [a smaller virtual device]" env CPUCUDA_SM_COUNT=8 CPUCUDA_DEVICE_MEMORY_MB=200 \
         CPUCUDA_SMEM_OPTIN_KB=100 build/cpu/test_checks
     # lanes run one after another between synchronisation points, never in lockstep
@@ -213,7 +261,7 @@ if want asan; then
     run "test_distributed [asan, mpirun -np 3]" $MPIRUN -np 3 -x ASAN_OPTIONS=detect_leaks=0 -x CPUCUDA_WORKERS=1 \
         build/cpu-asan/test_distributed build/test-distributed/asan
     log="$LOG_DIR/oob_kernel.log"
-    timeout "$TIMEOUT" build/cpu-asan/oob_kernel >"$log" 2>&1
+    timed "oob_kernel [asan]" timeout "$TIMEOUT" build/cpu-asan/oob_kernel >"$log" 2>&1
     rc=$?
     if [[ $rc -ne 0 ]] && grep -q "heap-buffer-overflow" "$log" && grep -q "oob_kernel.cu:10" "$log"; then
         pass "sanitizer catches the out-of-bounds kernel write (heap-buffer-overflow at oob_kernel.cu:10)"
@@ -250,7 +298,8 @@ fi
 
 if want initcheck; then
     echo "== initcheck: fresh device memory and shared memory poisoned (CPUCUDA_INITCHECK=1)"
-    for t in "${KERNEL_TESTS[@]}" test_gpt2 test_training; do run "$t [CPUCUDA_INITCHECK=1]" env CPUCUDA_INITCHECK=1 "build/cpu/$t"; done
+    # (the kernel tests, test_gpt2 and test_training run with CPUCUDA_INITCHECK=1 in the racecheck section,
+    # whose build also reports each read of the poison by line)
     expect "initcheck: a kernel that reads an unwritten buffer computes NaN" "128 of 256 outputs are NaN" \
         -- env CPUCUDA_INITCHECK=1 build/cpu/unwritten_read_kernel
 fi
@@ -263,7 +312,7 @@ if want nvcc; then
         targets=()
         for src in cpu_cuda/test/test_*.cu test/kernels/test_*.cu test/model/test_*.cu dev/*.cu cpu_cuda/*.cu train_gpt.cu; do targets+=("build/gpu/check/$(basename "$src" .cu)"); done
         targets+=(build/gpu/single/train_gpt)
-        make -s -k -j2 "${targets[@]}" >"$LOG_DIR/nvcc.log" 2>&1
+        timed "nvcc: make -j2 of the ${#targets[@]} targets" make -s -k -j2 "${targets[@]}" >"$LOG_DIR/nvcc.log" 2>&1
         for t in "${targets[@]}"; do
             what="nvcc sm_90+sm_80: $(basename "$t").cu"
             [[ $t == build/gpu/single/* ]] && what="nvcc sm_90: train_gpt.cu as a single-GPU build (no MPI, no NCCL)"
@@ -291,6 +340,7 @@ if want gpu; then
 fi
 
 echo
+[[ ${#times[@]} -gt 0 ]] && print_times
 if [[ ${#failures[@]} -gt 0 ]]; then
     echo "failing: ${failures[*]}"
 fi

@@ -7,6 +7,8 @@ and optimizer state of a run that was never interrupted. No kill depends on
 wall-clock time, so the test behaves the same on a busy machine.
 
 Usage: test/trainer/test_resume.py [path/to/train_gpt]   (default build/cpu/train_gpt)
+TEST_RESUME_QUICK=1 (make check): one kill, inside the second checkpoint's
+write, and one resume, on a run of 6 steps.
 """
 import json
 import os
@@ -22,9 +24,11 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 from checks import Checks  # noqa: E402
 
 BIN = sys.argv[1] if len(sys.argv) > 1 else "build/cpu/train_gpt"
-STEPS = 24
-# the built-in corpus and model; a checkpoint every 3 steps, the newest 3 kept
-ARGS = ["-x", str(STEPS), "-n", "3", "-nk", "3", "-v", "8", "-s", "12", "-g", "8"]
+QUICK = os.environ.get("TEST_RESUME_QUICK") == "1"
+# the built-in corpus and model; a checkpoint every EVERY steps, the newest 3 kept; the
+# val loss every VAL steps, a sample every SAMPLE (all three divide STEPS)
+STEPS, EVERY, VAL, SAMPLE = (6, 2, 2, 6) if QUICK else (24, 3, 8, 12)
+ARGS = ["-x", str(STEPS), "-n", str(EVERY), "-nk", "3", "-v", str(VAL), "-s", str(SAMPLE), "-g", "8"]
 check = Checks()
 
 
@@ -100,6 +104,8 @@ def main():
             ("checkpoint", 1),             # right after a complete checkpoint
             ("rename", first + 3 * rng.randint(1, 2) + rng.randint(1, 3)),
             ("step", None), ("checkpoint", 2), ("step", None), ("end", None)]
+    if QUICK:  # inside the second checkpoint's write (its state file), then to the end from the first
+        plan = [("rename", first + 5), ("end", None)]
     outputs, kills, kills_in_write, resume_step = [], 0, 0, 0
     for kind, arg in plan:
         proc = start(run_dir, arg if kind == "rename" else 0)
@@ -125,12 +131,12 @@ def main():
         resume_step = max(done, default=0)
     check("the interrupted run finished after %d starts, %d SIGKILLs, %d of them inside a checkpoint write "
           "(a .tmp left behind)" % (len(outputs), kills, kills_in_write),
-          proc.returncode == 0 and kills == len(plan) - 1 and kills_in_write == 3)
+          proc.returncode == 0 and kills == len(plan) - 1 and kills_in_write == (1 if QUICK else 3))
     if proc.returncode != 0:
         return
     resumed = [o.split("resuming from step ")[1].split()[0] for o in outputs if "resuming from step" in o]
     check("%d of the starts resumed from a complete checkpoint (steps %s)" % (len(resumed), " ".join(resumed)),
-          len(resumed) >= 5)
+          len(resumed) >= (1 if QUICK else 5))
 
     ref_losses, run_losses = train_losses(ref_dir), train_losses(run_dir)
     same = [s for s in ref_losses if run_losses.get(s) == ref_losses[s]]
@@ -144,19 +150,19 @@ def main():
     last_samples = [l for l in outputs[-1].splitlines() if "sample:" in l]
     check("the sample at step %d equals the uninterrupted run's" % STEPS,
           bool(last_samples) and last_samples[-1] == ref_samples[-1])
-    # the logs after 8 kills and resumes: every line whole, every step once
+    # the logs after the kills and resumes: every line whole, every step once
     records = [json.loads(l) for l in open(os.path.join(run_dir, "main.jsonl"))]
     loss_steps = [r["step"] for r in records if "loss" in r]
     val_steps = [r["step"] for r in records if "val_loss" in r]
     trl = [l.split()[0] for l in open(os.path.join(run_dir, "main.log")) if " trl:" in l]
     check("main.jsonl: %d whole records, steps 1..%d once each, val at %s once each; main.log likewise"
           % (len(records), STEPS, val_steps),
-          loss_steps == list(range(1, STEPS + 1)) and val_steps == [0, 8, 16, 24] and
+          loss_steps == list(range(1, STEPS + 1)) and val_steps == list(range(0, STEPS + 1, VAL)) and
           trl == ["s:%d" % s for s in range(STEPS)])
     names = sorted(os.listdir(run_dir))
     done = [n for n in names if n.startswith("DONE_")]
     check("-nk 3 keeps the newest 3 complete checkpoints (%s), no temp files left" % " ".join(done),
-          done == ["DONE_%08d" % s for s in (STEPS - 6, STEPS - 3, STEPS)] and not any(n.endswith(".tmp") for n in names))
+          done == ["DONE_%08d" % s for s in (STEPS - 2 * EVERY, STEPS - EVERY, STEPS)] and not any(n.endswith(".tmp") for n in names))
     shutil.rmtree(work)
 
 

@@ -4,6 +4,8 @@
 # Usage: test/trainer/test_train_cli.sh [path/to/train_gpt]   (default build/cpu/train_gpt)
 # TRAIN_CLI_SMALL=1 (the sanitizer build, test/run_tests.sh): the long runs
 # (the built-in corpus, -b auto) with fewer steps and a smaller model.
+# TRAIN_CLI_QUICK=1 (make check): the error paths of the flags, checkpoints, model
+# headers, shapes and data only, up to the first longer run.
 set -u
 cd "$(dirname "$0")/../.."
 BIN=${1:-build/cpu/train_gpt}
@@ -158,6 +160,13 @@ expect_error "token id >= vocab size" "token id" -e "$TINY" -i "$WORK/badtok.bin
 expect_error "no shard matches" "$WORK/none" -e "$TINY" -i "$WORK/none*.bin" -b 2 -t 16
 shard wrongmagic.bin 5000 256 1234 1
 expect_error "shard with a wrong magic" "wrongmagic.bin" -e "$TINY" -i "$WORK/wrongmagic.bin" -b 2 -t 16
+
+if [[ ${TRAIN_CLI_QUICK:-0} == 1 ]]; then
+    echo "TRAIN_CLI_QUICK=1: the runs below skipped"
+    echo "test_train_cli: $passed passed, $failed failed"
+    [[ $failed -eq 0 ]]
+    exit
+fi
 
 # a diverging run stops with a clear message and writes no checkpoint
 expect_error "non-finite loss stops the run" "not finite" -e "$TINY" -i "$WORK/good.bin" -b 2 -t 16 -x 20 -l 1e30 \
