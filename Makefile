@@ -26,6 +26,10 @@ CUDA_HEADERS_DIR ?= deps/cuda-headers/include
 CUDA_INC   := $(if $(wildcard $(CUDA_HOME)/include/cuda_bf16.h),$(CUDA_HOME)/include,$(CUDA_HEADERS_DIR))
 CPU_INC    := -I$(RT_DIR)/include -I$(CUDA_INC) -I.
 CPU_CXXFLAGS ?= -O2 -g -std=c++17 -Wall -Wno-unknown-pragmas -Wno-unused-function -Wno-sign-compare -pthread
+# WERROR=1 (CI: .ci/run): a warning of the CPU or host builds fails the build.
+WERROR ?= 0
+WERROR_FLAGS := $(if $(filter 1,$(WERROR)),-Werror)
+CPU_CXXFLAGS += $(WERROR_FLAGS)
 CPU_LIBS   := -lopenblas -lboost_context -pthread
 ASAN_FLAGS := -O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer -DBOOST_USE_ASAN
 # racecheck: kernels get ThreadSanitizer's instrumentation (a call per load and
@@ -133,6 +137,7 @@ $(eval $(call cpu_variant,build/cpu-pypi,$(CPU_CXXFLAGS),,,-I$(RT_DIR)/include -
 # Plain C++ (no CUDA): data/*.cpp, dev/*.cpp and test/host/*.cpp -> build/host/
 vpath %.cpp data dev test/host
 HOST_CXXFLAGS ?= -O2 -g -std=c++17 -Wall -Wno-sign-compare -pthread -I.
+HOST_CXXFLAGS += $(WERROR_FLAGS)
 build/host/%: %.cpp
 	@mkdir -p $(@D)
 	$(CXX) $(HOST_CXXFLAGS) -MMD -MP $< -o $@
