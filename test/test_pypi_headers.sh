@@ -57,16 +57,20 @@ done
 timeout $((300 * ${TEST_TIMEOUT_SCALE:-1})) build/cpu-pypi/test_layernorm >"$work/test_layernorm.log" 2>&1
 check "build/cpu-pypi/test_layernorm passes" grep -qE '^test_layernorm: [1-9][0-9]* passed, 0 failed$' "$work/test_layernorm.log"
 
-# Where the toolkit is installed too: the same preprocessed units from both
-# (the header paths in the line markers aside).
+# Where the toolkit is installed too: the same units preprocessed by the same
+# rule from the toolkit's headers (the header paths in the line markers aside).
 toolkit=${CUDA_HOME:-/usr/local/cuda}/include
-if [[ -f $toolkit/cuda_bf16.h ]] && make -s build/cpu/test_layernorm.ii build/cpu/train_gpt.ii >/dev/null 2>&1; then
+units=(test_layernorm train_gpt)
+if [[ -f $toolkit/cuda_bf16.h ]]; then
+    targets=()
+    for unit in "${units[@]}"; do cp "build/cpu-pypi/$unit.ii" "$work/$unit.pypi.ii"; targets+=("build/cpu-pypi/$unit.ii"); done
+    make -s -B CUDA_HEADERS_DIR="$toolkit" "${targets[@]}" >"$work/toolkit-units.log" 2>&1
     strip() { sed -E "s#\"($toolkit|$headers)/#\"CUDA/#" "$1"; }
-    for unit in test_layernorm train_gpt; do
+    for unit in "${units[@]}"; do
         check "$unit preprocesses to the same unit from $toolkit and from $headers" \
-            cmp <(strip build/cpu/$unit.ii) <(strip build/cpu-pypi/$unit.ii)
+            cmp <(strip "build/cpu-pypi/$unit.ii") <(strip "$work/$unit.pypi.ii")
     done
 else
-    echo "SKIP the comparison with the toolkit's preprocessed unit: no toolkit at $toolkit"
+    echo "SKIP the comparison with the toolkit's preprocessed units: no toolkit at $toolkit"
 fi
 tally
