@@ -19,8 +19,17 @@ RT_SRCS := $(wildcard $(RT_DIR)/*.cpp)
 RT_HDRS := $(wildcard $(RT_DIR)/*.h $(RT_DIR)/include/*.h $(RT_DIR)/include/*/*.h)
 
 # --- CPU build --------------------------------------------------------------
-CPU_INC    := -I$(RT_DIR)/include -I$(CUDA_HOME)/include -I.
+# The toolkit's headers (the CPU runtime declares CUDA's API through them):
+# $(CUDA_HOME)/include where the toolkit is installed, else the same headers
+# that dev/install_deps.sh gathers from NVIDIA's PyPI wheels.
+CUDA_HEADERS_DIR ?= deps/cuda-headers/include
+CUDA_INC   := $(if $(wildcard $(CUDA_HOME)/include/cuda_bf16.h),$(CUDA_HOME)/include,$(CUDA_HEADERS_DIR))
+CPU_INC    := -I$(RT_DIR)/include -I$(CUDA_INC) -I.
 CPU_CXXFLAGS ?= -O2 -g -std=c++17 -Wall -Wno-unknown-pragmas -Wno-unused-function -Wno-sign-compare -pthread
+# WERROR=1 (CI: .ci/run): a warning of the CPU or host builds fails the build.
+WERROR ?= 0
+WERROR_FLAGS := $(if $(filter 1,$(WERROR)),-Werror)
+CPU_CXXFLAGS += $(WERROR_FLAGS)
 CPU_LIBS   := -lopenblas -lboost_context -pthread
 ASAN_FLAGS := -O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer -DBOOST_USE_ASAN
 # racecheck: kernels get ThreadSanitizer's instrumentation (a call per load and
@@ -63,7 +72,7 @@ DEV_BINS   := $(addprefix build/cpu/,$(basename $(notdir $(DEV_CU))))
 all: cpu
 
 check-cuda-headers:
-	@test -f $(CUDA_HOME)/include/cuda_bf16.h || { echo "error: $(CUDA_HOME)/include/cuda_bf16.h not found: the CPU runtime takes cuda_bf16.h, cuda_runtime_api.h, cublasLt.h and nccl.h from the CUDA toolkit; install it or set CUDA_HOME"; exit 1; }
+	@test -f $(CUDA_INC)/cuda_bf16.h || { echo "error: cuda_bf16.h is in neither $(CUDA_HOME)/include nor $(CUDA_HEADERS_DIR): the CPU build needs the CUDA toolkit's headers; run dev/install_deps.sh (it gathers them from PyPI) or set CUDA_HOME"; exit 1; }
 
 # The trainer: `make train_gpt` (nvcc, for GPU_ARCH) and `make train_gpt_cpu`
 # (the CPU runtime). PRECISION=FP32 builds everything in fp32 instead of bf16.
@@ -85,20 +94,21 @@ cpu: check-cuda-headers $(CPU_TESTS) $(DEV_BINS) $(HOST_BINS) build/cpu/train_gp
 # build/cpu-fp32 and build/cpu-racecheck (below).
 define cpu_variant
 # $(1) = build dir, $(2) = compiler flags, $(3) = preprocessor flags,
-# $(4) = flags for the CUDA units only (not the runtime)
+# $(4) = flags for the CUDA units only (not the runtime), $(5) = include flags
+# (default $(CPU_INC))
 $(1)/%.ii: %.cu $(RT_HDRS) $(RT_DIR)/cudapp.py | check-cuda-headers
 	@mkdir -p $$(@D)
-	$(CXX) -std=c++17 -E -x c++ $(CPU_INC) -I$(MPI_INC) -DCPUCUDA $(3) $$(if $$(filter $$*,$(MPI_PROGRAMS)),-DMULTI_GPU) \
+	$(CXX) -std=c++17 -E -x c++ $(or $(5),$(CPU_INC)) -I$(MPI_INC) -DCPUCUDA $(3) $$(if $$(filter $$*,$(MPI_PROGRAMS)),-DMULTI_GPU) \
 	  -MMD -MP -MF $$@.d -MT $$@ $$< -o $$@.pp
 	$(PYTHON) $(RT_DIR)/cudapp.py $$@.pp $$@.tmp && mv $$@.tmp $$@ && rm -f $$@.pp
 $(1)/%.o: $(1)/%.ii
 	$(CXX) $(2) $(4) -x c++-cpp-output -c $$< -o $$@
 $(1)/rt/%.o: $(RT_DIR)/%.cpp $(RT_HDRS)
 	@mkdir -p $$(@D)
-	$(CXX) $(2) $(CPU_INC) -c $$< -o $$@
+	$(CXX) $(2) $(or $(5),$(CPU_INC)) -c $$< -o $$@
 $(1)/rt-mpi/%.o: $(RT_DIR)/%.cpp $(RT_HDRS)
 	@mkdir -p $$(@D)
-	$(MPICXX) $(2) $(CPU_INC) -DCPUCUDA_WITH_MPI -c $$< -o $$@
+	$(MPICXX) $(2) $(or $(5),$(CPU_INC)) -DCPUCUDA_WITH_MPI -c $$< -o $$@
 $(1)/libcpucuda.a: $(patsubst $(RT_DIR)/%.cpp,$(1)/rt/%.o,$(RT_SRCS))
 	ar rcs $$@ $$^
 $(1)/libcpucuda_mpi.a: $(patsubst $(RT_DIR)/%.cpp,$(1)/rt-mpi/%.o,$(RT_SRCS))
@@ -109,7 +119,7 @@ $(1)/%: $(1)/%.o $(1)/libcpucuda.a $(1)/libcpucuda_mpi.a
 endef
 
 # header dependencies of each preprocessed unit (written by -MMD)
--include $(wildcard build/cpu/*.ii.d build/cpu-asan/*.ii.d build/cpu-fp32/*.ii.d build/cpu-racecheck/*.ii.d)
+-include $(wildcard build/cpu/*.ii.d build/cpu-asan/*.ii.d build/cpu-fp32/*.ii.d build/cpu-racecheck/*.ii.d build/cpu-pypi/*.ii.d)
 
 $(eval $(call cpu_variant,build/cpu,$(CPU_CXXFLAGS)))
 $(eval $(call cpu_variant,build/cpu-asan,$(CPU_CXXFLAGS) $(ASAN_FLAGS)))
@@ -118,11 +128,16 @@ $(eval $(call cpu_variant,build/cpu-fp32,$(CPU_CXXFLAGS),-DENABLE_FP32))
 # build/cpu-racecheck: shared and global memory races reported (and, with
 # CPUCUDA_INITCHECK=1, reads of never-written memory); see the runtime README.
 $(eval $(call cpu_variant,build/cpu-racecheck,$(CPU_CXXFLAGS) $(RACE_FLAGS),$(RACE_FLAGS),$(RACE_INSTRUMENT)))
+# build/cpu-pypi: the bf16 build against only the headers gathered from PyPI
+# (CUDA_HEADERS_DIR), never the toolkit's; test/test_pypi_headers.sh builds it
+# with the toolkit hidden.
+$(eval $(call cpu_variant,build/cpu-pypi,$(CPU_CXXFLAGS),,,-I$(RT_DIR)/include -I$(CUDA_HEADERS_DIR) -I.))
 
 # --- host C++ programs (tokenizer, shard writer, data tools and their tests) ------
 # Plain C++ (no CUDA): data/*.cpp, dev/*.cpp and test/host/*.cpp -> build/host/
 vpath %.cpp data dev test/host
 HOST_CXXFLAGS ?= -O2 -g -std=c++17 -Wall -Wno-sign-compare -pthread -I.
+HOST_CXXFLAGS += $(WERROR_FLAGS)
 build/host/%: %.cpp
 	@mkdir -p $(@D)
 	$(CXX) $(HOST_CXXFLAGS) -MMD -MP $< -o $@

@@ -23,7 +23,9 @@
 #             the transformers import/export against its fixture (test_hf.py);
 #             the PyTorch Llama 3 reference's self-checks and its comparison with
 #             transformers (dev/train_llama3.py, dev/check_llama3_vs_hf.py; each
-#             skipped, saying so, where torch or transformers is not installed)
+#             skipped, saying so, where torch or transformers is not installed);
+#             the trainer built from the CUDA headers of PyPI with the toolkit
+#             hidden (test_pypi_headers.sh)
 #   host      the plain C++ tests of the data tools (build/host/test_*); they
 #             find ../shared/data through SHARED_DATA and skip where it is absent;
 #             a Llama 3 folder written by llmc loaded by transformers
@@ -175,6 +177,7 @@ if want cpu; then
     run "test_hf" python3 test/trainer/test_hf.py build/cpu-fp32/test_gpt2 build/cpu/test_gpt2 build/cpu/train_gpt
     run "test_lesson" python3 test/trainer/test_lesson.py build/cpu-fp32/train_gpt build/cpu/train_gpt build/cpu-fp32/lesson
     run "test_gpu_check (gpu_check.sh, dry run)" bash test/test_gpu_check.sh
+    run "test_pypi_headers (the CPU build without the CUDA toolkit)" bash test/test_pypi_headers.sh
     run "readme_anchors (README's links to definitions)" python3 dev/readme_anchors.py
     # the PyTorch Llama 3 reference: needs torch (and transformers for the comparison), which CI lacks
     if python3 -c "import torch" 2>/dev/null; then
@@ -306,7 +309,11 @@ fi
 
 if want nvcc; then
     echo "== nvcc compile check (sm_90 + sm_80)"
-    if [[ -x "${NVCC:-/usr/local/cuda/bin/nvcc}" ]] || command -v nvcc >/dev/null; then
+    # the Makefile's nvcc ($NVCC, else $CUDA_HOME/bin/nvcc), else the one on PATH
+    nvcc=${NVCC:-${CUDA_HOME:-/usr/local/cuda}/bin/nvcc}
+    [[ -x $nvcc ]] || nvcc=$(command -v nvcc)
+    if [[ -n $nvcc ]]; then
+        export NVCC=$nvcc
         # one make -j2 of every target (nvcc is the slow part of the suite), then
         # each is up to date (built from its current source) or it failed
         targets=()
