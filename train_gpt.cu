@@ -424,16 +424,6 @@ static std::vector<DeviceBuffer> activation_buffers(GPT2* model, int B, int T, i
     return rows;
 }
 
-// Bytes per layer of each pointer of model->acts, from the rows of the table.
-static std::vector<size_t> activation_strides(GPT2* model, const std::vector<DeviceBuffer>& rows) {
-    std::vector<size_t> strides(sizeof(ActivationTensors) / sizeof(void*), 0);
-    for (const DeviceBuffer& b : rows) {
-        const size_t field = (size_t)((char*)b.ptr - (char*)&model->acts) / sizeof(void*);
-        if (b.layers > 1 && field < strides.size()) strides[field] = b.bytes / b.layers;
-    }
-    return strides;
-}
-
 // Activations for micro-batches of (B, T), and pinned staging for A of them.
 // Returns false (nothing allocated) when the device is out of memory.
 static bool gpt2_try_allocate_activations(GPT2* model, int B, int T, int max_grad_accum_steps, int recompute) {
@@ -441,7 +431,7 @@ static bool gpt2_try_allocate_activations(GPT2* model, int B, int T, int max_gra
     if (T > c.max_seq_len) FAIL("-t %d exceeds the model's maximum sequence length %d", T, c.max_seq_len);
     const std::vector<DeviceBuffer> rows = activation_buffers(model, B, T, recompute);
     if (!allocate_buffers(rows)) return false;
-    model->act_strides = activation_strides(model, rows);
+    model->act_strides = buffer_strides(model->acts, rows);
     model->recompute = recompute;
     allocate_staging(model, B, T, max_grad_accum_steps);
     return true;

@@ -80,6 +80,19 @@ inline size_t total_bytes(const std::vector<DeviceBuffer>& buffers) {
     return sum;
 }
 
+// Bytes per layer of each pointer of `all`, a struct of pointers into which
+// rows of a buffer table point (layer_view's strides; rows that point
+// elsewhere, and tensors not per layer, give none).
+template <class S>
+std::vector<size_t> buffer_strides(const S& all, const std::vector<DeviceBuffer>& rows) {
+    std::vector<size_t> strides(sizeof(S) / sizeof(void*), 0);
+    for (const DeviceBuffer& b : rows) {
+        const size_t field = (size_t)((const char*)b.ptr - (const char*)&all) / sizeof(void*);
+        if (b.layers > 1 && field < strides.size()) strides[field] = b.bytes / b.layers;
+    }
+    return strides;
+}
+
 // ----------------------------------------------------------------------------
 // Data parallelism: what each rank reduces and, under ZeRO-1, updates.
 //
