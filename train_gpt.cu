@@ -1,14 +1,10 @@
-// train_gpt.cu: GPT-2 training in one file. The model (parameters, activations,
-// forward, backward), the optimizer step with gradient accumulation, and main.
+// train_gpt.cu: GPT-2 training. The model (its parameter table, activations,
+// forward, backward) and main. What every model family shares is in llmc/:
+// the parameters and the optimizer (llmc/params.h) and the step with gradient
+// accumulation (llmc/train_step.h, the place to start:
+//   B_global = B_micro x N_ranks x A sequences per optimizer step).
 // Kernels live in llmc/, one family per header. Builds with nvcc for GPUs and,
 // through the CUDA-on-CPU runtime (cpu_cuda), with g++ for CI.
-//
-// The one idea to take away (see train_step below):
-//   B_global = B_micro x N_ranks x A sequences per optimizer step.
-// The A microbatches add their gradients into one persistent fp32 buffer while
-// the weights stay frozen; every target token's loss is divided by the number
-// of unmasked targets in the whole global batch, so the sum in the buffer is
-// exactly the gradient of the big-batch mean loss, however the batch is split.
 #include <algorithm>
 #include <cerrno>
 #include <cmath>
@@ -32,6 +28,8 @@
 #include "llmc/global_norm.cuh"
 #include "llmc/layernorm.cuh"
 #include "llmc/matmul.cuh"
+#include "llmc/params.h"
+#include "llmc/train_step.h"
 #include "llmc/schedulers.h"
 #include "llmc/checkpoint.h"
 #include "llmc/dataloader.h"
@@ -125,17 +123,21 @@ inline size_t parameter_size(int k, const GPT2Config& c) {
     const ParameterSpec& t = PARAMETERS[k];
     return (t.per_layer ? c.num_layers : 1) * dim_size(t.rows, c) * dim_size(t.cols, c);
 }
-inline void parameter_sizes(size_t sizes[NUM_PARAMETER_TENSORS], const GPT2Config& c) {
-    for (int k = 0; k < NUM_PARAMETER_TENSORS; k++) sizes[k] = parameter_size(k, c);
+// The table for a config, as the generic buffers (llmc/params.h) lay it out.
+inline std::vector<ParameterLayout> parameter_layout(const GPT2Config& c) {
+    std::vector<ParameterLayout> rows;
+    for (int k = 0; k < NUM_PARAMETER_TENSORS; k++)
+        rows.push_back(ParameterLayout{parameter_size(k, c), PARAMETERS[k].per_layer, PARAMETERS[k].decays});
+    return rows;
 }
 
 // Points each named tensor into one contiguous buffer.
 template <class T>
-void point_parameters(ParameterTensors<T>* p, T* base, const size_t sizes[NUM_PARAMETER_TENSORS]) {
+void point_parameters(ParameterTensors<T>* p, T* base, const std::vector<ParameterLayout>& rows) {
     T** tensors = reinterpret_cast<T**>(p);
     for (int k = 0; k < NUM_PARAMETER_TENSORS; k++) {
         tensors[k] = base;
-        base += sizes[k];
+        base += rows[k].size;
     }
 }
 
@@ -176,151 +178,23 @@ struct BackwardScratch {
 };
 
 // ----------------------------------------------------------------------------
-// Data parallelism: what each rank reduces and, under ZeRO-1, updates.
-//
-// The unit of communication is a slice: one layer's part of a per-layer tensor
-// (its gradient is complete when that layer's backward ends), or a whole
-// tensor outside the layers (wte, wpe, lnfw, lnfb: complete at the end).
-// Under ZeRO-1 rank r owns elements [r*part, (r+1)*part) of every slice of
-// size elements, part = floor(size / N); the last size - N*part (< N) elements
-// are reduced with an all-reduce and updated on every rank, so no size needs
-// padding and every element is still reduced exactly once.
-struct GradientSlice {
-    int tensor;         // index into the 16 parameter tensors
-    int layer;          // its layer, or L for the tensors outside the layers
-    size_t offset;      // first element in the parameter buffer
-    size_t size;
-    size_t in_tensor;   // first element within its tensor (stochastic rounding indexes by it)
-    size_t part;        // ZeRO-1: elements per rank
-    size_t part_offset; // ZeRO-1: where this rank keeps its part in the shard arrays
-    size_t tail;        // ZeRO-1: the last size - N*part elements, which every rank holds ...
-    size_t tail_offset; // ... here in the shard arrays
-    size_t tail_begin() const { return size - tail; }
-};
-
-static const Distributed SINGLE_PROCESS;
-
-// ----------------------------------------------------------------------------
 // The model
 
-// What a step sums on the device and the host reads once, at its end.
-struct StepStats {
-    float loss_sum;           // the per-token losses, each already divided by the global batch's targets
-    float grad_norm_squared;  // of the summed gradient, before clipping
-};
-
-struct GPT2 {
+// The parameters, their gradients and the optimizer's state are the generic
+// buffers of llmc/params.h, laid out by the table above, and the micro-batch
+// (inputs, staging, documents) is llmc/train_step.h's; the rest is GPT-2's.
+struct GPT2 : Parameters, MicroBatches {
     GPT2Config config;
-    size_t param_sizes[NUM_PARAMETER_TENSORS];
-    size_t num_parameters;
-    // weights in the activation precision (what forward/backward read) ...
-    floatX* params_memory;
-    ParameterTensors<floatX> params;
-    // ... and the fp32 state of the optimizer: master weights, gradients, moments
-    float* master_weights;
-    float* grads_memory;  // the persistent gradient-accumulation buffer
-    ParameterTensors<float> grads;
-    float* adam_m;
-    float* adam_v;
-    int adam_step;  // number of optimizer steps taken
+    ParameterTensors<floatX> params;  // the tensors of params_memory, by name
+    ParameterTensors<float> grads;    // ... and of grads_memory
     // activations for micro-batches of B sequences of T tokens
-    int B, T;
     int recompute = 0;  // -r: 0 keeps every layer's activations, 1 recomputes GELU, 2 also layernorm outputs
     int gelu_fusion = 0;  // -ge: GELU in cuBLASLt's epilogues, 1 in the forward, 2 also in the backward
     ActivationTensors acts;
     BackwardScratch scratch;
-    StepStats* stats;   // device: the step's loss sum and squared gradient norm
-    int* inputs;        // device (B, T)
-    int* targets;       // device (B, T)
-    // pinned host staging for one step's A micro-batches, so uploads are
-    // asynchronous (a pageable copy would make the host wait for the GPU)
-    int max_grad_accum_steps;
-    int* staged_inputs;   // (A, B, T)
-    int* staged_targets;  // (A, B, T)
-    int* staged_plans;    // A encoder-backward plans
-    // documents (--doc-mask, --doc-positions; see document_layout)
-    int doc_mask = 0;             // attention stays inside each document
-    int doc_positions = 0;        // position ids restart at each document
-    int* documents;               // device: the current micro-batch's document layout
-    int* staged_documents;        // pinned: A document layouts
-    int distinct_positions = 0;   // groups of the current micro-batch's position plan
-    cudaStream_t stream;
-    // data parallelism: set before the weights are allocated
-    const Distributed* dist = &SINGLE_PROCESS;
-    int zero_stage = 0;                 // 1: optimizer state sharded over the ranks (N > 1 only)
-    std::vector<GradientSlice> slices;  // every slice, in buffer order
-    size_t shard_parts = 0;             // ZeRO-1: elements of this rank's parts, then ...
-    size_t optimizer_elements = 0;      // ... with the tails: the length of master, m, v (n without ZeRO)
-    float* grad_shard = nullptr;        // ZeRO-1: the reduced gradients of those elements
+    std::vector<size_t> param_strides, grad_strides;  // bytes per layer of each tensor (layer_view)
+    std::vector<size_t> act_strides;    // ... and of each activation
 };
-
-// Device memory is allocated once, from tables of buffers: the allocation and
-// the memory plan (printed at start, and by --memory-plan) both read them, so
-// the plan is what gets allocated.
-struct DeviceBuffer {
-    void** ptr;
-    size_t bytes;
-    const char* group;  // the memory plan's line
-};
-
-// Allocates every buffer of the list, or none: on out-of-memory the ones
-// already allocated are freed and false is returned (-b auto tries a smaller B).
-static bool allocate_buffers(const std::vector<DeviceBuffer>& buffers) {
-    for (size_t i = 0; i < buffers.size(); i++) {
-        const cudaError_t err = cudaMalloc(buffers[i].ptr, buffers[i].bytes);
-        if (err == cudaSuccess) continue;
-        if (err != cudaErrorMemoryAllocation) cudaCheck(err);
-        (void)cudaGetLastError();
-        for (size_t k = 0; k < i; k++) cudaCheck(cudaFree(*buffers[k].ptr));
-        return false;
-    }
-    return true;
-}
-
-static size_t total_bytes(const std::vector<DeviceBuffer>& buffers) {
-    size_t sum = 0;
-    for (const DeviceBuffer& b : buffers) sum += b.bytes;
-    return sum;
-}
-
-// Cuts the parameter buffer into slices and lays out this rank's ZeRO-1 shard.
-static void gpt2_plan_slices(GPT2* model) {
-    const int L = model->config.num_layers, N = model->dist->num_processes;
-    model->slices.clear();
-    size_t offset = 0, parts = 0;
-    for (int k = 0; k < NUM_PARAMETER_TENSORS; k++) {
-        const bool per_layer = PARAMETERS[k].per_layer;
-        const int count = per_layer ? L : 1;
-        const size_t size = model->param_sizes[k] / count;
-        for (int l = 0; l < count; l++) {
-            const size_t part = model->zero_stage == 1 ? size / N : 0;
-            const size_t tail = model->zero_stage == 1 ? size - part * N : 0;
-            model->slices.push_back(GradientSlice{k, per_layer ? l : L, offset, size, l * size, part, parts, tail, 0});
-            offset += size;
-            parts += part;
-        }
-    }
-    size_t tails = parts;
-    for (GradientSlice& s : model->slices) {
-        s.tail_offset = tails;
-        tails += s.tail;
-    }
-    model->shard_parts = parts;
-    model->optimizer_elements = model->zero_stage == 1 ? tails : model->num_parameters;
-}
-
-// The fp32 values this rank's optimizer keeps, from the full set: all of them,
-// or under ZeRO-1 its part of every slice, then every slice's tail.
-static std::vector<float> gpt2_local_values(const GPT2* model, const float* full) {
-    if (model->zero_stage == 0) return std::vector<float>(full, full + model->num_parameters);
-    std::vector<float> local(model->optimizer_elements);
-    const size_t r = model->dist->rank;
-    for (const GradientSlice& s : model->slices) {
-        memcpy(&local[s.part_offset], full + s.offset + r * s.part, s.part * sizeof(float));
-        memcpy(&local[s.tail_offset], full + s.offset + s.tail_begin(), s.tail * sizeof(float));
-    }
-    return local;
-}
 
 // Why a shape cannot be a model here, or "": every field positive, C a
 // multiple of NH, Vp >= V, and small enough that every size fits 64 bits, the
@@ -351,55 +225,20 @@ static void gpt2_configure(GPT2* model) {
     const GPT2Config& c = model->config;
     const std::string problem = model_shape_problem(c);
     if (!problem.empty()) FAIL("model: %s", problem.c_str());
-    parameter_sizes(model->param_sizes, c);
-    model->num_parameters = 0;
-    for (size_t s : model->param_sizes) model->num_parameters += s;
-    if (model->dist->num_processes == 1) model->zero_stage = 0;  // one rank: nothing to shard
-    gpt2_plan_slices(model);
-}
-
-// The weights and the optimizer's buffers (the memory plan reads this too).
-static std::vector<DeviceBuffer> parameter_buffers(GPT2* model) {
-    const size_t n = model->num_parameters, local = model->optimizer_elements;
-    std::vector<DeviceBuffer> list = {
-        {(void**)&model->params_memory, n * sizeof(floatX), "parameters"},
-        {(void**)&model->grads_memory, n * sizeof(float), "fp32 gradients"},
-        {(void**)&model->master_weights, local * sizeof(float), "fp32 master weights"},
-        {(void**)&model->adam_m, local * sizeof(float), "AdamW m and v"},
-        {(void**)&model->adam_v, local * sizeof(float), "AdamW m and v"}};
-    if (model->zero_stage == 1)
-        list.push_back({(void**)&model->grad_shard, local * sizeof(float), "ZeRO-1 gradient shard"});
-    return list;
+    configure_parameters(model, parameter_layout(c), c.num_layers);
+    model->param_strides = parameter_strides(model->tensors, c.num_layers, sizeof(floatX));
+    model->grad_strides = parameter_strides(model->tensors, c.num_layers, sizeof(float));
 }
 
 // Allocates parameters and optimizer state for model->config (weights unset).
 static void gpt2_allocate_parameters(GPT2* model) {
     gpt2_configure(model);
-    const std::vector<DeviceBuffer> buffers = parameter_buffers(model);
-    if (!allocate_buffers(buffers))
-        FAIL("out of device memory for the weights and optimizer state (%.1f MiB); try -z 1 on several GPUs or a "
-             "smaller model", total_bytes(buffers) / 1048576.0);
-    const size_t n = model->num_parameters, local = model->optimizer_elements;
-    point_parameters(&model->params, model->params_memory, model->param_sizes);
-    point_parameters(&model->grads, model->grads_memory, model->param_sizes);
-    cudaCheck(cudaMemset(model->grads_memory, 0, n * sizeof(float)));
-    cudaCheck(cudaMemset(model->adam_m, 0, local * sizeof(float)));
-    cudaCheck(cudaMemset(model->adam_v, 0, local * sizeof(float)));
-    model->adam_step = 0;
+    allocate_parameters(model);
+    point_parameters(&model->params, model->params_memory, model->tensors);
+    point_parameters(&model->grads, model->grads_memory, model->tensors);
     model->B = model->T = 0;
     cudaCheck(cudaStreamCreate(&model->stream));
     matmul_setup();
-}
-
-// Sets every weight from fp32 values: master weights exact (this rank's share
-// under ZeRO-1), the floatX copy rounded to nearest.
-static void gpt2_set_weights(GPT2* model, const std::vector<float>& weights) {
-    const size_t n = model->num_parameters;
-    std::vector<floatX> rounded(n);
-    for (size_t i = 0; i < n; i++) rounded[i] = from_float<floatX>(weights[i]);
-    const std::vector<float> local = gpt2_local_values(model, weights.data());
-    cudaCheck(cudaMemcpy(model->master_weights, local.data(), local.size() * sizeof(float), cudaMemcpyHostToDevice));
-    cudaCheck(cudaMemcpy(model->params_memory, rounded.data(), n * sizeof(floatX), cudaMemcpyHostToDevice));
 }
 
 // ---- initialisation from a seed ---------------------------------------------
@@ -414,10 +253,9 @@ static inline double normal_draw(uint64_t stream_key, uint64_t i) {
     return sqrt(-2.0 * log(u1)) * cos(2.0 * M_PI * u2);
 }
 
-static std::vector<float> gpt2_initial_weights(const GPT2Config& c, const size_t sizes[NUM_PARAMETER_TENSORS],
-                                               uint64_t seed) {
-    size_t total = 0;
-    for (int k = 0; k < NUM_PARAMETER_TENSORS; k++) total += sizes[k];
+static std::vector<float> gpt2_initial_weights(const GPT2Config& c, uint64_t seed) {
+    size_t sizes[NUM_PARAMETER_TENSORS], total = 0;
+    for (int k = 0; k < NUM_PARAMETER_TENSORS; k++) total += sizes[k] = parameter_size(k, c);
     std::vector<float> w(total, 0.0f);
     size_t offset = 0;
     for (int k = 0; k < NUM_PARAMETER_TENSORS; k++) {
@@ -481,7 +319,7 @@ static void gpt2_init_from_descriptor(GPT2* model, const char* descriptor, uint6
         FAIL("-e %s: not a checkpoint file or a model descriptor (d12, d24, d36, d48, or e.g. "
              "\"L=2,C=64,H=4,V=250,maxT=64\")", descriptor);
     gpt2_allocate_parameters(model);
-    gpt2_set_weights(model, gpt2_initial_weights(model->config, model->param_sizes, seed));
+    set_weights(model, gpt2_initial_weights(model->config, seed));
 }
 
 // ---- model files (llm.c's format, llmc/checkpoint.h) --------------------------
@@ -522,36 +360,7 @@ static void gpt2_init_from_checkpoint(GPT2* model, const char* path) {
     const std::vector<float> weights = model_file_read_weights(f, path, h, n);
     check_weights_representable(weights, path);
     gpt2_allocate_parameters(model);
-    gpt2_set_weights(model, weights);
-}
-
-// All fp32 master weights on the host. Under ZeRO-1 every rank must call it:
-// the shards are gathered in the gradient buffer (zero between steps, and
-// zeroed again after).
-[[maybe_unused]] static std::vector<float> gpt2_master_weights(GPT2* model) {  // (tests)
-    std::vector<float> weights(model->num_parameters);
-    if (model->zero_stage == 0) {
-        cudaCheck(cudaMemcpy(weights.data(), model->master_weights, weights.size() * 4, cudaMemcpyDeviceToHost));
-        return weights;
-    }
-    const Distributed* d = model->dist;
-    const size_t r = d->rank;
-    float* full = model->grads_memory;
-    for (const GradientSlice& s : model->slices) {
-        cudaCheck(cudaMemcpyAsync(full + s.offset + r * s.part, model->master_weights + s.part_offset,
-                                  s.part * sizeof(float), cudaMemcpyDeviceToDevice, model->stream));
-        cudaCheck(cudaMemcpyAsync(full + s.offset + s.tail_begin(), model->master_weights + s.tail_offset,
-                                  s.tail * sizeof(float), cudaMemcpyDeviceToDevice, model->stream));
-    }
-    comm_after_compute(d, model->stream);
-    group_start();
-    for (const GradientSlice& s : model->slices) all_gather_in_place(full + s.offset, s.part, d);
-    group_end();
-    compute_after_comm(d, model->stream);
-    cudaCheck(cudaMemcpyAsync(weights.data(), full, weights.size() * 4, cudaMemcpyDeviceToHost, model->stream));
-    cudaCheck(cudaMemsetAsync(full, 0, weights.size() * 4, model->stream));
-    cudaCheck(cudaStreamSynchronize(model->stream));
-    return weights;
+    set_weights(model, weights);
 }
 
 template <class T>
@@ -577,30 +386,6 @@ static CheckpointFile gpt2_write_model_file(const GPT2* model, const std::string
     return model_file_write(path, h, weights.data(), weights.size());
 }
 
-// ---- documents ----------------------------------------------------------------
-// A document starts at each token V - 1 (GPT-2's <|endoftext|>, which begins
-// every document in the shards; the built-in corpus's EOT) and at the start of
-// each sequence. With --doc-mask or --doc-positions the host derives, per
-// micro-batch, from its tokens, a document layout of document_ints:
-//   [0, 2BT)     (B, T) int2 spans {first position, one past the last} of each
-//                token's document: the attention's mask (document_spans)
-//   [2BT, 3BT)   position ids: t minus the first position of t's document
-//   [3BT, ...)   their encoder-backward plan (dwpe, summed per position id)
-static size_t document_ints(int B, int T) {
-    return CEIL_DIV(3 * (size_t)B * T + encoder_backward_plan_ints(B, T), 4) * 4;  // 16-byte slices
-}
-// The positions and their plan only when asked for (with_positions); returns
-// the number of distinct position ids (the plan's groups), else 0.
-static int document_layout(int* layout, const int* tokens, int B, int T, int doc_token, bool with_positions) {
-    const size_t BT = (size_t)B * T;
-    int2* spans = reinterpret_cast<int2*>(layout);
-    int* positions = layout + 2 * BT;
-    document_spans(spans, tokens, B, T, doc_token);
-    if (!with_positions) return 0;
-    for (size_t i = 0; i < BT; i++) positions[i] = (int)(i % T) - spans[i].x;
-    return encoder_backward_plan(layout + 3 * BT, positions, B, T);
-}
-
 // ---- activations ------------------------------------------------------------
 // Every device buffer the forward and backward use, as one table.
 // Recompute (-r) keeps one layer's copy of a tensor instead of L, and
@@ -619,25 +404,24 @@ static std::vector<DeviceBuffer> activation_buffers(GPT2* model, int B, int T, i
     reduce_floats = std::max(reduce_floats, attention_backward_scratch_floats(B, T, NH));
     reduce_floats = std::max(reduce_floats, global_norm_scratch_floats());
     const char* act = "activations (B x T x C x L)";
-    return {
-        {(void**)&a.encoded, BT * C * X, act},          {(void**)&a.ln1, L_ln * BT * C * X, act},
-        {(void**)&a.ln1_mean, L * BT * F, act},         {(void**)&a.ln1_rstd, L * BT * F, act},
-        {(void**)&a.qkv, L * BT * 3 * C * X, act},      {(void**)&a.atty, L * BT * C * X, act},
-        {(void**)&a.att_lse, L * BT * NH * F, act},     {(void**)&a.residual2, L * BT * C * X, act},
-        {(void**)&a.ln2, L_ln * BT * C * X, act},       {(void**)&a.ln2_mean, L * BT * F, act},
-        {(void**)&a.ln2_rstd, L * BT * F, act},         {(void**)&a.fch, L * BT * 4 * C * X, act},
-        {(void**)&a.fch_gelu, L_gelu * BT * 4 * C * X, act}, {(void**)&a.residual3, L * BT * C * X, act},
-        {(void**)&a.lnf, BT * C * X, act},              {(void**)&a.lnf_mean, BT * F, act},
-        {(void**)&a.lnf_rstd, BT * F, act},             {(void**)&a.proj_out, BT * C * X, act},
+    const int Lk = (int)L, Lg = (int)L_gelu, Ll = (int)L_ln;
+    std::vector<DeviceBuffer> rows = {
+        {(void**)&a.encoded, BT * C * X, act},               {(void**)&a.ln1, L_ln * BT * C * X, act, Ll},
+        {(void**)&a.ln1_mean, L * BT * F, act, Lk},          {(void**)&a.ln1_rstd, L * BT * F, act, Lk},
+        {(void**)&a.qkv, L * BT * 3 * C * X, act, Lk},       {(void**)&a.atty, L * BT * C * X, act, Lk},
+        {(void**)&a.att_lse, L * BT * NH * F, act, Lk},      {(void**)&a.residual2, L * BT * C * X, act, Lk},
+        {(void**)&a.ln2, L_ln * BT * C * X, act, Ll},        {(void**)&a.ln2_mean, L * BT * F, act, Lk},
+        {(void**)&a.ln2_rstd, L * BT * F, act, Lk},          {(void**)&a.fch, L * BT * 4 * C * X, act, Lk},
+        {(void**)&a.fch_gelu, L_gelu * BT * 4 * C * X, act, Lg}, {(void**)&a.residual3, L * BT * C * X, act, Lk},
+        {(void**)&a.lnf, BT * C * X, act},                   {(void**)&a.lnf_mean, BT * F, act},
+        {(void**)&a.lnf_rstd, BT * F, act},                  {(void**)&a.proj_out, BT * C * X, act},
         {(void**)&a.logits, BT * Vp * X, "logits (B x T x Vp)"}, {(void**)&a.losses, BT * F, "logits (B x T x Vp)"},
         {(void**)&s.dresidual, BT * C * X, "backward scratch"},  {(void**)&s.dwide, BT * 4 * C * X, "backward scratch"},
         {(void**)&s.dnarrow, BT * C * X, "backward scratch"},    {(void**)&s.reduce, reduce_floats * F, "backward scratch"},
         {(void**)&s.encoder_plan, encoder_backward_plan_ints(B, T) * sizeof(int), "backward scratch"},
-        {(void**)&model->documents, document_ints(B, T) * sizeof(int), "inputs and step statistics"},
-        {(void**)&model->stats, sizeof(StepStats), "inputs and step statistics"},
-        {(void**)&model->inputs, BT * sizeof(int), "inputs and step statistics"},
-        {(void**)&model->targets, BT * sizeof(int), "inputs and step statistics"},
     };
+    for (const DeviceBuffer& b : micro_batch_buffers(model, &model->stats, B, T)) rows.push_back(b);
+    return rows;
 }
 
 // Activations for micro-batches of (B, T), and pinned staging for A of them.
@@ -645,16 +429,11 @@ static std::vector<DeviceBuffer> activation_buffers(GPT2* model, int B, int T, i
 static bool gpt2_try_allocate_activations(GPT2* model, int B, int T, int max_grad_accum_steps, int recompute) {
     const GPT2Config& c = model->config;
     if (T > c.max_seq_len) FAIL("-t %d exceeds the model's maximum sequence length %d", T, c.max_seq_len);
-    if (!allocate_buffers(activation_buffers(model, B, T, recompute))) return false;
-    model->B = B;
-    model->T = T;
+    const std::vector<DeviceBuffer> rows = activation_buffers(model, B, T, recompute);
+    if (!allocate_buffers(rows)) return false;
+    model->act_strides = buffer_strides(model->acts, rows);
     model->recompute = recompute;
-    model->max_grad_accum_steps = max_grad_accum_steps;
-    const size_t staged = (size_t)max_grad_accum_steps * B * T;
-    cudaCheck(cudaMallocHost(&model->staged_inputs, staged * sizeof(int)));
-    cudaCheck(cudaMallocHost(&model->staged_targets, staged * sizeof(int)));
-    cudaCheck(cudaMallocHost(&model->staged_plans, max_grad_accum_steps * encoder_backward_plan_ints(B, T) * sizeof(int)));
-    cudaCheck(cudaMallocHost(&model->staged_documents, max_grad_accum_steps * document_ints(B, T) * sizeof(int)));
+    allocate_staging(model, B, T, max_grad_accum_steps);
     return true;
 }
 
@@ -667,25 +446,23 @@ static void gpt2_allocate_activations(GPT2* model, int B, int T, int max_grad_ac
 static void gpt2_free_activations(GPT2* model) {
     for (const DeviceBuffer& b : activation_buffers(model, model->B, model->T, model->recompute))
         cudaCheck(cudaFree(*b.ptr));
-    for (int* b : {model->staged_inputs, model->staged_targets, model->staged_plans, model->staged_documents})
-        cudaCheck(cudaFreeHost(b));
-    model->B = model->T = 0;
+    free_staging(model);
 }
 
 // ----------------------------------------------------------------------------
 // Forward: logits (B, T, Vp) for the tokens in model->inputs.
 
-// Layer l's layernorm output (ln1 or ln2) and GELU output: its own slice, or
-// the one shared slice under recompute.
-static floatX* layer_ln(const GPT2* model, floatX* ln, int l) {
-    return model->recompute >= 2 ? ln : ln + (size_t)l * model->B * model->T * model->config.channels;
+// Layer l's weights and activations (layer_view): under recompute the
+// layernorm and GELU outputs are one copy that every layer shares.
+static ParameterTensors<floatX> layer_params(const GPT2* model, int l) {
+    return layer_view(model->params, model->param_strides, l);
 }
-static floatX* layer_gelu(const GPT2* model, int l) {
-    const size_t size = (size_t)model->B * model->T * 4 * model->config.channels;
-    return model->recompute >= 1 ? model->acts.fch_gelu : model->acts.fch_gelu + l * size;
+static ParameterTensors<float> layer_grads(const GPT2* model, int l) {
+    return layer_view(model->grads, model->grad_strides, l);
 }
+static ActivationTensors layer_acts(const GPT2* model, int l) { return layer_view(model->acts, model->act_strides, l); }
 
-static void gpt2_forward(GPT2* model) {
+static void forward(GPT2* model) {
     const GPT2Config& c = model->config;
     const int B = model->B, T = model->T, C = c.channels, NH = c.num_heads, L = c.num_layers;
     const int BT = B * T, HS = C / NH;
@@ -698,34 +475,28 @@ static void gpt2_forward(GPT2* model) {
     encoder_forward(a.encoded, model->inputs, positions, p.wte, p.wpe, B, T, C, stream);
     layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, a.encoded, p.ln1w, p.ln1b, BT, C, stream);
     for (int l = 0; l < L; l++) {
-        const size_t tc = (size_t)BT * C;
-        const floatX* residual = l == 0 ? a.encoded : a.residual3 + (l - 1) * tc;
-        floatX* ln1 = layer_ln(model, a.ln1, l);
-        floatX* qkv = a.qkv + l * 3 * tc;
-        floatX* atty = a.atty + l * tc;
-        floatX* residual2 = a.residual2 + l * tc;
-        floatX* ln2 = layer_ln(model, a.ln2, l);
-        floatX* fch = a.fch + l * 4 * tc;
-        floatX* fch_gelu = layer_gelu(model, l);
+        const ParameterTensors<floatX> w = layer_params(model, l);
+        const ActivationTensors x = layer_acts(model, l);
+        const floatX* residual = l == 0 ? a.encoded : layer_acts(model, l - 1).residual3;
         // attention block: residual2 = residual + proj(attention(ln1(residual)))
-        matmul_forward(qkv, ln1, p.qkvw + (size_t)l * 3 * C * C, p.qkvb + l * 3 * C, BT, C, 3 * C, stream);
-        attention_forward(atty, a.att_lse + (size_t)l * BT * NH, qkv, docs, B, T, NH, HS, stream);
-        matmul_forward(a.proj_out, atty, p.attprojw + (size_t)l * C * C, p.attprojb + l * C, BT, C, C, stream);
-        fused_residual_layernorm_forward(residual2, ln2, a.ln2_mean + l * BT, a.ln2_rstd + l * BT, residual,
-                                         a.proj_out, p.ln2w + l * C, p.ln2b + l * C, BT, C, stream);
+        matmul_forward(x.qkv, x.ln1, w.qkvw, w.qkvb, BT, C, 3 * C, stream);
+        attention_forward(x.atty, x.att_lse, x.qkv, docs, B, T, NH, HS, stream);
+        matmul_forward(a.proj_out, x.atty, w.attprojw, w.attprojb, BT, C, C, stream);
+        fused_residual_layernorm_forward(x.residual2, x.ln2, x.ln2_mean, x.ln2_rstd, residual, a.proj_out, w.ln2w,
+                                         w.ln2b, BT, C, stream);
         // MLP block: residual3 = residual2 + proj(gelu(fc(ln2(residual2)))); the
         // add is fused with the next layernorm (the next layer's ln1, or lnf).
-        matmul_forward_gelu(fch_gelu, fch, ln2, p.fcw + (size_t)l * 4 * C * C, p.fcb + l * 4 * C, BT, C, 4 * C,
-                            model->gelu_fusion >= 1, stream);
-        matmul_forward(a.proj_out, fch_gelu, p.fcprojw + (size_t)l * 4 * C * C, p.fcprojb + l * C, BT, 4 * C, C,
-                       stream);
-        if (l + 1 < L)
-            fused_residual_layernorm_forward(a.residual3 + l * tc, layer_ln(model, a.ln1, l + 1), a.ln1_mean + (l + 1) * BT,
-                                             a.ln1_rstd + (l + 1) * BT, residual2, a.proj_out,
-                                             p.ln1w + (l + 1) * C, p.ln1b + (l + 1) * C, BT, C, stream);
-        else
-            fused_residual_layernorm_forward(a.residual3 + l * tc, a.lnf, a.lnf_mean, a.lnf_rstd, residual2,
-                                             a.proj_out, p.lnfw, p.lnfb, BT, C, stream);
+        matmul_forward_gelu(x.fch_gelu, x.fch, x.ln2, w.fcw, w.fcb, BT, C, 4 * C, model->gelu_fusion >= 1, stream);
+        matmul_forward(a.proj_out, x.fch_gelu, w.fcprojw, w.fcprojb, BT, 4 * C, C, stream);
+        if (l + 1 < L) {
+            const ActivationTensors next = layer_acts(model, l + 1);
+            const ParameterTensors<floatX> next_w = layer_params(model, l + 1);
+            fused_residual_layernorm_forward(x.residual3, next.ln1, next.ln1_mean, next.ln1_rstd, x.residual2,
+                                             a.proj_out, next_w.ln1w, next_w.ln1b, BT, C, stream);
+        } else {
+            fused_residual_layernorm_forward(x.residual3, a.lnf, a.lnf_mean, a.lnf_rstd, x.residual2, a.proj_out,
+                                             p.lnfw, p.lnfb, BT, C, stream);
+        }
     }
     // the LM head shares its weights with the token embedding
     matmul_forward(a.logits, a.lnf, p.wte, nullptr, BT, C, c.padded_vocab_size, stream);
@@ -734,7 +505,7 @@ static void gpt2_forward(GPT2* model) {
 // Cross-entropy of the logits against model->targets. Adds
 // loss_scale * sum(per-token losses) to stats->loss_sum; with write_dlogits the
 // logits become dloss/dlogits, every unmasked token weighted by loss_scale.
-static void gpt2_cross_entropy(GPT2* model, float loss_scale, bool write_dlogits) {
+static void cross_entropy(GPT2* model, float loss_scale, bool write_dlogits) {
     const int BT = model->B * model->T;
     fused_classifier(model->acts.logits, model->acts.losses, model->targets, loss_scale, BT,
                      model->config.vocab_size, model->config.padded_vocab_size, write_dlogits, model->stream);
@@ -743,35 +514,11 @@ static void gpt2_cross_entropy(GPT2* model, float loss_scale, bool write_dlogits
 
 // ----------------------------------------------------------------------------
 // Backward: adds this micro-batch's weight gradients into the fp32 buffer.
-// Needs the dlogits left by gpt2_cross_entropy and the inputs on the host (to group
+// Needs the dlogits left by cross_entropy and the inputs on the host (to group
 // token positions for the atomics-free embedding gradient).
 
-// Sums one layer's gradients over the ranks, on the communication stream, once
-// the compute stream has finished them: the backward of the layers below runs
-// meanwhile. ZeRO-0 all-reduces in place; ZeRO-1 reduce-scatters each slice
-// into this rank's shard. Sums, not averages: every rank's gradients already
-// carry 1/(unmasked targets of the global batch). Layer L (the tensors outside the layers) also sums
-// the step's loss.
-static void gpt2_reduce_layer(GPT2* model, int layer) {
-    const Distributed* d = model->dist;
-    comm_after_compute(d, model->stream);
-    group_start();
-    for (const GradientSlice& s : model->slices) {
-        if (s.layer != layer) continue;
-        float* g = model->grads_memory + s.offset;
-        if (model->zero_stage == 0) {
-            all_reduce_sum(g, g, s.size, d);
-            continue;
-        }
-        if (s.part > 0) reduce_scatter_sum(model->grad_shard + s.part_offset, g, s.part, d);
-        if (s.tail > 0) all_reduce_sum(model->grad_shard + s.tail_offset, g + s.tail_begin(), s.tail, d);
-    }
-    if (layer == model->config.num_layers) all_reduce_sum(&model->stats->loss_sum, &model->stats->loss_sum, 1, d);
-    group_end();
-}
-
 // reduce: the last micro-batch of a step with N > 1 ranks (the only one that communicates)
-static void gpt2_backward(GPT2* model, const int* encoder_plan_host, int num_distinct_tokens, bool reduce) {
+static void backward(GPT2* model, const int* encoder_plan_host, int num_distinct_tokens, bool reduce) {
     const GPT2Config& c = model->config;
     const int B = model->B, T = model->T, C = c.channels, NH = c.num_heads, L = c.num_layers;
     const int BT = B * T, HS = C / NH;
@@ -780,232 +527,50 @@ static void gpt2_backward(GPT2* model, const int* encoder_plan_host, int num_dis
     ActivationTensors& a = model->acts;
     BackwardScratch& s = model->scratch;
     cudaStream_t stream = model->stream;
-    const size_t tc = (size_t)BT * C;
     const int2* docs = model->doc_mask ? reinterpret_cast<const int2*>(model->documents) : nullptr;
 
     cudaCheck(cudaMemcpyAsync(s.encoder_plan, encoder_plan_host, encoder_backward_plan_ints(B, T) * sizeof(int),
                               cudaMemcpyHostToDevice, stream));
     // LM head and final layernorm
     matmul_backward(s.dnarrow, g.wte, nullptr, s.reduce, a.logits, a.lnf, p.wte, BT, C, c.padded_vocab_size, stream);
-    cudaCheck(cudaMemsetAsync(s.dresidual, 0, tc * sizeof(floatX), stream));
-    layernorm_backward(s.dresidual, g.lnfw, g.lnfb, s.reduce, s.dnarrow, a.residual3 + (L - 1) * tc, p.lnfw,
+    cudaCheck(cudaMemsetAsync(s.dresidual, 0, (size_t)BT * C * sizeof(floatX), stream));
+    layernorm_backward(s.dresidual, g.lnfw, g.lnfb, s.reduce, s.dnarrow, layer_acts(model, L - 1).residual3, p.lnfw,
                        a.lnf_mean, a.lnf_rstd, BT, C, stream);
     for (int l = L - 1; l >= 0; l--) {
-        const floatX* residual = l == 0 ? a.encoded : a.residual3 + (l - 1) * tc;
-        floatX* fch_gelu = layer_gelu(model, l);
-        floatX* ln1 = layer_ln(model, a.ln1, l);
-        floatX* ln2 = layer_ln(model, a.ln2, l);
-        if (model->recompute >= 1) gelu_forward(fch_gelu, a.fch + l * 4 * tc, (size_t)BT * 4 * C, stream);
+        const ParameterTensors<floatX> w = layer_params(model, l);
+        const ParameterTensors<float> dw = layer_grads(model, l);
+        const ActivationTensors x = layer_acts(model, l);
+        const floatX* residual = l == 0 ? a.encoded : layer_acts(model, l - 1).residual3;
+        if (model->recompute >= 1) gelu_forward(x.fch_gelu, x.fch, (size_t)BT * 4 * C, stream);
         if (model->recompute >= 2) {  // from the stored residuals (the stats are rewritten with equal values)
-            layernorm_forward(ln2, a.ln2_mean + l * BT, a.ln2_rstd + l * BT, a.residual2 + l * tc, p.ln2w + l * C,
-                              p.ln2b + l * C, BT, C, stream);
-            layernorm_forward(ln1, a.ln1_mean + l * BT, a.ln1_rstd + l * BT, residual, p.ln1w + l * C,
-                              p.ln1b + l * C, BT, C, stream);
+            layernorm_forward(x.ln2, x.ln2_mean, x.ln2_rstd, x.residual2, w.ln2w, w.ln2b, BT, C, stream);
+            layernorm_forward(x.ln1, x.ln1_mean, x.ln1_rstd, residual, w.ln1w, w.ln1b, BT, C, stream);
         }
         // MLP block (dresidual is the gradient w.r.t. residual3 here)
-        matmul_backward_gelu(s.dwide, g.fcprojw + (size_t)l * 4 * C * C, g.fcprojb + l * C, s.reduce, s.dresidual,
-                             fch_gelu, a.fch + l * 4 * tc, p.fcprojw + (size_t)l * 4 * C * C, BT, 4 * C, C,
-                             model->gelu_fusion >= 2, stream);
-        matmul_backward(s.dnarrow, g.fcw + (size_t)l * 4 * C * C, g.fcb + l * 4 * C, s.reduce, s.dwide,
-                        ln2, p.fcw + (size_t)l * 4 * C * C, BT, C, 4 * C, stream);
-        layernorm_backward(s.dresidual, g.ln2w + l * C, g.ln2b + l * C, s.reduce, s.dnarrow, a.residual2 + l * tc,
-                           p.ln2w + l * C, a.ln2_mean + l * BT, a.ln2_rstd + l * BT, BT, C, stream);
+        matmul_backward_gelu(s.dwide, dw.fcprojw, dw.fcprojb, s.reduce, s.dresidual, x.fch_gelu, x.fch, w.fcprojw, BT,
+                             4 * C, C, model->gelu_fusion >= 2, stream);
+        matmul_backward(s.dnarrow, dw.fcw, dw.fcb, s.reduce, s.dwide, x.ln2, w.fcw, BT, C, 4 * C, stream);
+        layernorm_backward(s.dresidual, dw.ln2w, dw.ln2b, s.reduce, s.dnarrow, x.residual2, w.ln2w, x.ln2_mean,
+                           x.ln2_rstd, BT, C, stream);
         // attention block (dresidual is now the gradient w.r.t. residual2)
-        matmul_backward(s.dnarrow, g.attprojw + (size_t)l * C * C, g.attprojb + l * C, s.reduce, s.dresidual,
-                        a.atty + l * tc, p.attprojw + (size_t)l * C * C, BT, C, C, stream);
-        attention_backward(s.dwide, s.reduce, s.dnarrow, a.qkv + l * 3 * tc, a.atty + l * tc,
-                           a.att_lse + (size_t)l * BT * NH, docs, B, T, NH, HS, stream);
-        matmul_backward(s.dnarrow, g.qkvw + (size_t)l * 3 * C * C, g.qkvb + l * 3 * C, s.reduce, s.dwide,
-                        ln1, p.qkvw + (size_t)l * 3 * C * C, BT, C, 3 * C, stream);
-        layernorm_backward(s.dresidual, g.ln1w + l * C, g.ln1b + l * C, s.reduce, s.dnarrow, residual,
-                           p.ln1w + l * C, a.ln1_mean + l * BT, a.ln1_rstd + l * BT, BT, C, stream);
-        if (reduce) gpt2_reduce_layer(model, l);  // layer l's gradients are complete
+        matmul_backward(s.dnarrow, dw.attprojw, dw.attprojb, s.reduce, s.dresidual, x.atty, w.attprojw, BT, C, C,
+                        stream);
+        attention_backward(s.dwide, s.reduce, s.dnarrow, x.qkv, x.atty, x.att_lse, docs, B, T, NH, HS, stream);
+        matmul_backward(s.dnarrow, dw.qkvw, dw.qkvb, s.reduce, s.dwide, x.ln1, w.qkvw, BT, C, 3 * C, stream);
+        layernorm_backward(s.dresidual, dw.ln1w, dw.ln1b, s.reduce, s.dnarrow, residual, w.ln1w, x.ln1_mean,
+                           x.ln1_rstd, BT, C, stream);
+        if (reduce) reduce_layer(model, l);  // layer l's gradients are complete
     }
     const int* position_plan = model->doc_positions ? model->documents + 3 * (size_t)BT : nullptr;
     encoder_backward(g.wte, g.wpe, s.dresidual, s.encoder_plan, num_distinct_tokens, position_plan,
                      model->distinct_positions, B, T, C, stream);
-    if (reduce) gpt2_reduce_layer(model, L);  // wte, wpe, lnfw, lnfb and the loss
+    if (reduce) reduce_layer(model, L);  // wte, wpe, lnfw, lnfb and the loss
 }
 
-// ----------------------------------------------------------------------------
-// The optimizer step
-
-struct OptimizerSettings {
-    float beta1 = 0.9f, beta2 = 0.95f, eps = 1e-8f;
-    float weight_decay = 0.0f;
-    float grad_clip = 1.0f;  // <= 0: no clipping
-    uint64_t seed = 1337;    // stochastic rounding
-};
-
-// AdamW on `n` optimizer elements starting at `local` (master, m, v, the
-// gradient), whose weights start at params_memory + `weight` and sit at
-// `in_tensor` within tensor k.
-static void gpt2_adamw(GPT2* model, const float* grads, size_t local, size_t weight, size_t in_tensor, size_t n,
-                       int k, float lr, const OptimizerSettings& opt) {
-    const uint32_t seed = (uint32_t)splitmix64(opt.seed ^ ((uint64_t)model->adam_step << 8 | k));
-    adamw_update(model->params_memory + weight, model->master_weights + local, grads + local, model->adam_m + local,
-                 model->adam_v + local, n, lr, opt.beta1, opt.beta2, opt.eps,
-                 PARAMETERS[k].decays ? opt.weight_decay : 0.0f, model->adam_step, opt.grad_clip,
-                 &model->stats->grad_norm_squared, seed, in_tensor, model->stream);
-}
-
-// Global gradient norm, then AdamW (clipping folded in as a scale computed on
-// the device from the norm: no host round trip).
-//   ZeRO-0: every rank holds the summed gradient and updates every weight.
-//   ZeRO-1: a rank updates its shard, then the ranks all-gather the weights.
-static void gpt2_update(GPT2* model, float lr, const OptimizerSettings& opt) {
-    const Distributed* d = model->dist;
-    cudaStream_t stream = model->stream;
-    if (d->num_processes > 1) compute_after_comm(d, stream);  // the reduced gradients and loss
-    model->adam_step++;
-    if (model->zero_stage == 0) {
-        global_norm_squared(&model->stats->grad_norm_squared, model->scratch.reduce, model->grads_memory, model->num_parameters,
-                            stream);
-        size_t offset = 0;
-        for (int k = 0; k < NUM_PARAMETER_TENSORS; k++) {
-            gpt2_adamw(model, model->grads_memory, offset, offset, 0, model->param_sizes[k], k, lr, opt);
-            offset += model->param_sizes[k];
-        }
-        return;
-    }
-    // the squared norm of this rank's elements (the tails, held by every rank,
-    // count on rank 0 only), summed over the ranks
-    const size_t r = d->rank;
-    global_norm_squared(&model->stats->grad_norm_squared, model->scratch.reduce, model->grad_shard,
-                        r == 0 ? model->optimizer_elements : model->shard_parts, stream);
-    comm_after_compute(d, stream);
-    all_reduce_sum(&model->stats->grad_norm_squared, &model->stats->grad_norm_squared, 1, d);
-    compute_after_comm(d, stream);
-    for (const GradientSlice& s : model->slices) {
-        gpt2_adamw(model, model->grad_shard, s.part_offset, s.offset + r * s.part, s.in_tensor + r * s.part, s.part,
-                   s.tensor, lr, opt);
-        gpt2_adamw(model, model->grad_shard, s.tail_offset, s.offset + s.tail_begin(), s.in_tensor + s.tail_begin(),
-                   s.tail, s.tensor, lr, opt);
-    }
-    comm_after_compute(d, stream);  // the all-gather reads what AdamW wrote ...
-    group_start();
-    for (const GradientSlice& s : model->slices) all_gather_in_place(model->params_memory + s.offset, s.part, d);
-    group_end();
-    compute_after_comm(d, stream);  // ... and the next forward reads what it gathered
-}
-
-// Host-side inputs of one optimizer step on this rank: A micro-batches of
-// (B, T) tokens, and the number of targets the loss is averaged over, counted
-// over the whole global batch (every rank's micro-batches). Every rank knows
-// it from the data alone, so no rank waits for another before backward.
-struct StepBatch {
-    const int* inputs;    // (A, B, T)
-    const int* targets;   // (A, B, T); -1 = masked (no loss, no gradient)
-    int grad_accum_steps;
-    long global_targets;  // unmasked targets in B_micro x N x A sequences
-};
-
-struct StepResult {
-    float loss;       // mean over the unmasked targets of the whole global batch
-    float grad_norm;  // before clipping
-    long num_targets; // unmasked targets in the global batch
-};
-
-static long count_unmasked(const int* targets, size_t n) {
-    long count = 0;
-    for (size_t i = 0; i < n; i++) count += targets[i] != -1;
-    return count;
-}
-
-// One process's step: its A micro-batches are the whole global batch (tests, benchmarks).
-[[maybe_unused]] static StepBatch whole_batch(const GPT2* model, const int* inputs, const int* targets, int A) {
-    return StepBatch{inputs, targets, A, count_unmasked(targets, (size_t)A * model->B * model->T)};
-}
-
-// This rank's part of the next step, B_global = B_micro x N x A sequences:
-// each of the A micro-batches is a global one of N x B_micro sequences that
-// every rank reads alike, keeping its own B_micro. So the ranks' sequences are
-// disjoint, their union is what one process with N x A micro-batches reads,
-// in the same order, and every rank counts the targets of the whole global
-// batch (the loss's divisor) without asking the others.
-static StepBatch next_step_batch(DataLoader* loader, const GPT2* model, int grad_accum_steps, bool overfit,
-                                 std::vector<int>* inputs, std::vector<int>* targets) {
-    const int N = model->dist->num_processes;
-    const size_t micro_tokens = (size_t)model->B * model->T, mine = model->dist->rank * micro_tokens;
-    inputs->resize(grad_accum_steps * micro_tokens);
-    targets->resize(grad_accum_steps * micro_tokens);
-    long global_targets = 0;
-    for (int micro_step = 0; micro_step < grad_accum_steps; micro_step++) {
-        if (overfit && micro_step == 0) dataloader_reset(loader);
-        dataloader_next_batch(loader);
-        global_targets += count_unmasked(loader->targets, N * micro_tokens);
-        memcpy(inputs->data() + micro_step * micro_tokens, loader->inputs + mine, micro_tokens * sizeof(int));
-        memcpy(targets->data() + micro_step * micro_tokens, loader->targets + mine, micro_tokens * sizeof(int));
-    }
-    return StepBatch{inputs->data(), targets->data(), grad_accum_steps, global_targets};
-}
-
-// Copies micro-batch `i` of the pinned staging area to the device (async),
-// with its document layout where documents matter.
-static void upload_micro_batch(GPT2* model, int i) {
-    const size_t n = (size_t)model->B * model->T;
-    cudaCheck(cudaMemcpyAsync(model->inputs, model->staged_inputs + i * n, n * sizeof(int), cudaMemcpyHostToDevice,
-                              model->stream));
-    cudaCheck(cudaMemcpyAsync(model->targets, model->staged_targets + i * n, n * sizeof(int),
-                              cudaMemcpyHostToDevice, model->stream));
-    if (model->doc_mask || model->doc_positions) {
-        const size_t ints = document_ints(model->B, model->T);
-        int* layout = model->staged_documents + i * ints;
-        model->distinct_positions = document_layout(layout, model->staged_inputs + i * n, model->B, model->T,
-                                                    model->config.vocab_size - 1, model->doc_positions);
-        const size_t used = model->doc_positions ? ints : 2 * n;  // the spans alone without positions
-        cudaCheck(cudaMemcpyAsync(model->documents, layout, used * sizeof(int), cudaMemcpyHostToDevice, model->stream));
-    }
-}
-
-// Runs this rank's A micro-batches of one optimizer step, forward and backward,
-// adding their gradients into the fp32 buffer (weights untouched). Nothing is
-// communicated until the backward of the last micro-batch, which sums the
-// buffer over the ranks layer by layer as it goes.
-static void accumulate_gradients(GPT2* model, const StepBatch& batch) {
-    const int A = batch.grad_accum_steps;
-    const size_t micro_tokens = (size_t)model->B * model->T, plan_ints = encoder_backward_plan_ints(model->B, model->T);
-    if (A > model->max_grad_accum_steps) FAIL("internal: %d micro-steps, staging holds %d", A, model->max_grad_accum_steps);
-    memcpy(model->staged_inputs, batch.inputs, A * micro_tokens * sizeof(int));  // the previous step has
-    memcpy(model->staged_targets, batch.targets, A * micro_tokens * sizeof(int)); // finished with these
-    const float dloss = batch.global_targets > 0 ? 1.0f / batch.global_targets : 0.0f;  // a token's share of the mean
-    const bool multi_rank = model->dist->num_processes > 1;
-    cudaCheck(cudaMemsetAsync(&model->stats->loss_sum, 0, sizeof(float), model->stream));
-    for (int micro_step = 0; micro_step < A; micro_step++) {  // weights frozen; gradients add up in fp32
-        int* plan = model->staged_plans + micro_step * plan_ints;
-        const int num_distinct = encoder_backward_plan(plan, batch.inputs + micro_step * micro_tokens, model->B, model->T);
-        upload_micro_batch(model, micro_step);
-        gpt2_forward(model);
-        gpt2_cross_entropy(model, dloss, true);  // logits become dloss/dlogits; the loss adds up too
-        gpt2_backward(model, plan, num_distinct, multi_rank && micro_step == A - 1);  // reduce on the last only
-    }
-}
-
-// One optimizer step over B_global = B_micro x N x A sequences.
-static StepResult train_step(GPT2* model, const StepBatch& batch, float lr, const OptimizerSettings& opt) {
-    accumulate_gradients(model, batch);
-    gpt2_update(model, lr, opt);  // the buffer holds d(mean loss)/dW of the whole global batch
-    cudaCheck(cudaMemsetAsync(model->grads_memory, 0, model->num_parameters * sizeof(float), model->stream));
-    StepStats stats;
-    cudaCheck(cudaMemcpyAsync(&stats, model->stats, sizeof(stats), cudaMemcpyDeviceToHost, model->stream));
-    cudaCheck(cudaStreamSynchronize(model->stream));  // the one host sync of the step: read loss and norm
-    return StepResult{stats.loss_sum, sqrtf(stats.grad_norm_squared), batch.global_targets};
-}
-
-// Sum of the per-token losses of one micro-batch (no gradient, no update).
-static double evaluate_batch(GPT2* model, const int* inputs, const int* targets) {
-    const size_t n = (size_t)model->B * model->T;
-    memcpy(model->staged_inputs, inputs, n * sizeof(int));
-    memcpy(model->staged_targets, targets, n * sizeof(int));
-    cudaCheck(cudaMemsetAsync(&model->stats->loss_sum, 0, sizeof(float), model->stream));
-    upload_micro_batch(model, 0);
-    gpt2_forward(model);
-    gpt2_cross_entropy(model, 1.0f, false);
-    float loss_sum;
-    cudaCheck(cudaMemcpyAsync(&loss_sum, &model->stats->loss_sum, sizeof(float), cudaMemcpyDeviceToHost, model->stream));
-    cudaCheck(cudaStreamSynchronize(model->stream));
-    return loss_sum;
-}
+// The rest of what llmc/train_step.h asks of a family.
+static float* reduce_scratch(GPT2* model) { return model->scratch.reduce; }
+// GPT-2's <|endoftext|> (V - 1) begins every document.
+static int document_start_token(const GPT2* model) { return model->config.vocab_size - 1; }
 
 static void gpt2_free(GPT2* model) {
     for (const DeviceBuffer& b : parameter_buffers(model)) cudaCheck(cudaFree(*b.ptr));
@@ -1143,7 +708,7 @@ static size_t weights_off_master(GPT2* model, const std::vector<float>& master) 
     cudaCheck(cudaMemcpy(params.data(), model->params_memory, params.size() * sizeof(floatX), cudaMemcpyDeviceToHost));
     std::vector<float> full(params.size());
     for (size_t i = 0; i < params.size(); i++) full[i] = to_float(params[i]);
-    const std::vector<float> mine = gpt2_local_values(model, full.data());
+    const std::vector<float> mine = local_values(model, full.data());
     size_t off = 0;
     for (size_t i = 0; i < mine.size(); i++) {
         uint32_t w, p;

@@ -23,7 +23,7 @@
 // --- the roofline of one step, per kernel family -------------------------------
 // Bytes are what each kernel must move at least (every operand read once, every
 // result written once); X = sizeof(floatX). The launches are those of
-// gpt2_forward / gpt2_backward / gpt2_update for one micro-batch, on the
+// forward / backward / update_parameters for one micro-batch, on the
 // model's own buffers (values do not matter for the time).
 struct Family {
     const char* name;

@@ -1,5 +1,5 @@
 // The in-process part of the lesson (dev/lesson.py prints the tables): the
-// trainer's own accumulate_gradients, gpt2_update and train_step, run where a
+// trainer's own accumulate_gradients, update_parameters and train_step, run where a
 // claim needs what the command line cannot show.
 //
 //   lesson normalisation            claim 2: the global count G against the
@@ -133,9 +133,9 @@ static void frozen() {
                m->adam_step, max_abs(g));
     }
     const std::vector<float> grad = to_host(m->grads_memory, m->num_parameters);
-    gpt2_update(m, 1e-3f, opt);
+    update_parameters(m, m->scratch.reduce, 1e-3f, opt);
     const std::vector<float> w1 = to_host(m->params_memory, m->num_parameters);
-    printf("{\"claim\": 3, \"after\": \"gpt2_update\", \"weight_change\": %.3e, \"state_change\": %.3e, "
+    printf("{\"claim\": 3, \"after\": \"update_parameters\", \"weight_change\": %.3e, \"state_change\": %.3e, "
            "\"adam_steps\": %d, \"grad_max\": %.6e}\n", max_abs_diff(w1, w0), max_abs_diff(optimizer_view(m), state0),
            m->adam_step, max_abs(grad));
     // the same 4 micro-batches with the optimizer stepping after each (4 steps of B = 2)

@@ -147,7 +147,7 @@ static Result train(const Split& split, const Distributed* dist) {
         res.losses.push_back(r.loss);
         res.norms.push_back(r.grad_norm);
     }
-    res.master = gpt2_master_weights(&model);
+    res.master = gather_master_weights(&model);
     // every rank must hold bitwise the same weights the forward reads
     std::vector<floatX> weights(model.num_parameters);
     cudaCheck(cudaMemcpy(weights.data(), model.params_memory, weights.size() * sizeof(floatX), cudaMemcpyDeviceToHost));
@@ -252,13 +252,12 @@ static double tensor_diff(const std::vector<float>& got, const std::vector<float
                           const char** worst_name) {
     GPT2Config c;
     parse_descriptor(MODEL, &c);
-    size_t sizes[NUM_PARAMETER_TENSORS], offset = 0;
-    parameter_sizes(sizes, c);
+    size_t offset = 0;
     double worst = 0;
     *key_bias_abs = 0;
     for (int k = 0; k < NUM_PARAMETER_TENSORS; k++) {
         double diff = 0, scale = 0;
-        for (size_t i = 0; i < sizes[k]; i++) {
+        for (size_t i = 0; i < parameter_size(k, c); i++) {
             const double d = fabsf(got[offset + i] - ref[offset + i]);
             const size_t column = i % (3 * c.channels);
             if (k == 5 && column >= (size_t)c.channels && column < 2 * (size_t)c.channels) {
@@ -272,7 +271,7 @@ static double tensor_diff(const std::vector<float>& got, const std::vector<float
             worst = diff / scale;
             *worst_name = PARAMETERS[k].name;
         }
-        offset += sizes[k];
+        offset += parameter_size(k, c);
     }
     return worst;
 }

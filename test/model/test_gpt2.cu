@@ -150,7 +150,7 @@ static TensorErrors tensor_errors(const GPT2& model, const std::vector<float>& g
     const int C = model.config.channels;
     size_t offset = 0;
     for (int k = 0; k < NUM_PARAMETER_TENSORS; k++) {
-        const size_t n = model.param_sizes[k];
+        const size_t n = model.tensors[k].size;
         std::vector<float> g(got.begin() + offset, got.begin() + offset + n);
         std::vector<float> r(ref.begin() + offset, ref.begin() + offset + n);
         if (strcmp(PARAMETERS[k].name, "qkvb") == 0)

@@ -66,7 +66,7 @@ def check_claims(check, r):
     check("claim 3: after each of the %d micro-batches the weights, master weights, m and v are bitwise the start's "
           "and no optimizer step was taken" % len(micro),
           all(x["weight_change"] == 0 and x["state_change"] == 0 and x["adam_steps"] == 0 for x in micro))
-    check("claim 3: gpt2_update moves them once (max %.1e, 1 step)" % update["weight_change"],
+    check("claim 3: update_parameters moves them once (max %.1e, 1 step)" % update["weight_change"],
           update["weight_change"] > 0 and update["adam_steps"] == 1)
     check("claim 3: train_step gives bitwise those weights; stepping per micro-batch does not (%.1e away)"
           % summary["diff_step_per_micro_batch"],
