@@ -130,6 +130,7 @@ wait_for() { until grep -qE "$2" "$1" 2>/dev/null || ! kill -0 "$3" 2>/dev/null;
 # uninterrupted run ends
 SIG=(-x 8 -v 0 -b 4 -z 1)
 timeout $GUARD $MPIRUN -np 2 "$BIN" "${SIG[@]}" -o "$WORK/sigref" >/dev/null 2>&1
+: >"$WORK/sigout"  # emptied first: the poll below must not see an earlier run's lines
 timeout $GUARD $MPIRUN -np 2 "$BIN" "${SIG[@]}" -o "$WORK/sig" >"$WORK/sigout" 2>&1 &
 job=$!
 wait_for "$WORK/sigout" "^step +2/8 " $job
@@ -149,6 +150,7 @@ check "resumed after the signal, the step-8 model and both state files equal the
 # --stall-timeout it says what it waited for and the job ends, no process left (the hang
 # guard is the timeout plus 10 s)
 STALL=20
+: >"$WORK/stallout" >"$WORK/stallerr"  # emptied first: the poll below must not see an earlier run's lines
 timeout $(((STALL + 10) * ${TEST_TIMEOUT_SCALE:-1})) $MPIRUN -np 2 "$BIN" -x 99999 -v 0 -b 4 --stall-timeout $STALL \
     >"$WORK/stallout" 2>"$WORK/stallerr" &
 job=$!
@@ -196,6 +198,7 @@ check "a rank stopped in MPI_Init: the job ends (exit $rc, not the hang guard's 
 # issue 23 item 4, on 2 ranks: a scheduler suspends every rank of a job (SIGSTOP to each, here for
 # twice --stall-timeout, counted from when /proc shows both stopped) and continues them: no rank
 # takes that for a stall; the job trains on, and SIGUSR1 to mpirun then stops it with exit 0
+: >"$WORK/suspout" >"$WORK/susperr"  # emptied first: the poll below must not see an earlier run's lines
 timeout $GUARD $MPIRUN -np 2 "$BIN" -x 99999 -v 0 -b 4 --stall-timeout 5 >"$WORK/suspout" 2>"$WORK/susperr" &
 job=$!
 wait_for "$WORK/suspout" "^step +2/" $job

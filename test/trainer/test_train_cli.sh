@@ -269,6 +269,7 @@ grep -q "^run [0-9a-f]\{16\}$" "$WORK/own/DONE_00000010" &&
     grep -qE "^file state_00000010_00000.bin [0-9]+ [0-9a-f]{16}$" "$WORK/own/DONE_00000010"
 check "DONE names the run and each file's size and xxh64" $?
 # a second trainer while the first runs (real processes; the first is stopped by progress, not by time)
+: >"$WORK/first"  # emptied first: the poll below must not see an earlier run's lines
 "$BIN" "${R[@]}" -x 99999 -n 1 -o "$WORK/busy" >"$WORK/first" 2>&1 &
 first=$!
 until grep -q "^checkpoint: step 1 " "$WORK/first" || ! kill -0 $first 2>/dev/null; do :; done
@@ -363,6 +364,7 @@ echo mine >"$WORK/sl2/notes.tmp"
 "$BIN" "${R[@]}" -x 3 -o "$WORK/sl2" -y 1 >/dev/null 2>&1 && [[ $(cat "$WORK/sl2/notes.tmp") == mine ]]
 check "-y 1 removes only its own stale temporaries: the user's notes.tmp stays" $?
 # train.lock removed while the run holds the folder: a second trainer is still refused
+: >"$WORK/first"  # emptied first: the poll below must not see an earlier run's lines
 "$BIN" "${R[@]}" -x 99999 -n 1 -o "$WORK/busy2" >"$WORK/first" 2>&1 &
 first=$!
 until grep -q "^checkpoint: step 1 " "$WORK/first" || ! kill -0 $first 2>/dev/null; do :; done
@@ -407,6 +409,7 @@ fi
 
 # signals: SIGTERM stops after the current step with a checkpoint and exit 0; a second signal
 # ends the run at once; a file-size limit (SIGXFSZ) is one error line, earlier checkpoints kept
+: >"$WORK/sig1"  # emptied first: the poll below must not see an earlier run's lines
 "$BIN" "${R[@]}" -x 99999 -o "$WORK/sigterm" >"$WORK/sig1" 2>&1 &
 pid=$!
 until grep -qE "^step +2/" "$WORK/sig1" 2>/dev/null || ! kill -0 $pid 2>/dev/null; do :; done
@@ -416,6 +419,7 @@ rc=$?
 n=$(grep -o "stopped by a signal after step [0-9]*" "$WORK/sig1" | grep -o "[0-9]*$")
 [[ $rc -eq 0 && -n $n && -e "$WORK/sigterm/DONE_$(printf %08d "$n")" ]] && grep -q "resume with -y 1" "$WORK/sig1"
 check "SIGTERM: stops after step ${n:-?} with its checkpoint, exit $rc" $?
+: >"$WORK/sig2"  # emptied first: the poll below must not see an earlier run's lines
 "$BIN" "${R[@]}" -x 99999 -o "$WORK/sigtwice" >"$WORK/sig2" 2>&1 &
 pid=$!
 until grep -qE "^step +2/" "$WORK/sig2" 2>/dev/null || ! kill -0 $pid 2>/dev/null; do :; done
@@ -428,6 +432,7 @@ check "a second signal ends the run at once (exit $rc, by the signal)" $?
 # --stall-timeout is not stalled: continued, it trains on, and SIGTERM then stops it cleanly. The
 # stop is sent after a step line and counted from when /proc shows the process stopped; a slow
 # machine only makes the steps around it slower, each still far below the timeout.
+: >"$WORK/susp" >"$WORK/susperr"  # emptied first: the poll below must not see an earlier run's lines
 "$BIN" "${R[@]}" -x 99999 --stall-timeout 5 >"$WORK/susp" 2>"$WORK/susperr" &
 pid=$!
 until grep -qE "^step +2/" "$WORK/susp" 2>/dev/null || ! kill -0 $pid 2>/dev/null; do :; done
@@ -446,6 +451,7 @@ n=$(grep -o "stopped by a signal after step [0-9]*" "$WORK/susp" | grep -o "[0-9
 ok=$?
 check "stopped after step $at for 10 s, twice --stall-timeout 5, then continued: trains on to step ${n:-?}, SIGTERM ends it with exit $rc$(head -c 200 "$WORK/susperr" | sed 's/^/; /')" $ok
 # (the limit is set on the running trainer, after MPI's start-up, which a limit would break)
+: >"$WORK/out" >"$WORK/err"  # emptied first: the poll below must not see an earlier run's lines
 "$BIN" "${R[@]}" -x 99999 -n 1 -o "$WORK/fsz" >"$WORK/out" 2>"$WORK/err" &
 pid=$!
 until grep -qE "^step +3/" "$WORK/out" 2>/dev/null || ! kill -0 $pid 2>/dev/null; do :; done
