@@ -278,7 +278,7 @@ expect_error "a second trainer on a folder in use (-y 1)" "another trainer is wr
 expect_error "a second trainer on a folder in use (-y 0)" "pid $first" "${R[@]}" -x 3 -o "$WORK/busy"
 kill -9 $first
 wait $first 2>/dev/null
-last=$(ls "$WORK/busy" | grep '^DONE_' | tail -n 1 | sed 's/^DONE_0*//')
+last=$(ls "$WORK/busy" | grep -E '^DONE_[0-9]+$' | tail -n 1 | sed 's/^DONE_0*//')
 "$BIN" "${R[@]}" -x $((last + 1)) -o "$WORK/busy" -y 1 >"$WORK/out" 2>&1 && grep -q "resuming from step $last " "$WORK/out"
 check "once the first is gone (SIGKILL) its lock goes with it: -y 1 resumes" $?
 # two fresh trainers started at once on one new folder: exactly one runs, the other names the holder
@@ -459,7 +459,7 @@ prlimit --pid $pid --fsize=100000
 wait $pid
 rc=$?
 [[ $rc -eq 1 && $(wc -l <"$WORK/err") -eq 1 ]] && grep -q "^error: .*File too large" "$WORK/err" &&
-    ! ls "$WORK/fsz" | grep -q '\.tmp$' && last=$(ls "$WORK/fsz" | grep '^DONE_' | tail -n 1 | sed 's/^DONE_0*//') &&
+    ! ls "$WORK/fsz" | grep -q '\.tmp$' && last=$(ls "$WORK/fsz" | grep -E '^DONE_[0-9]+$' | tail -n 1 | sed 's/^DONE_0*//') &&
     "$BIN" "${R[@]}" -x $((last + 1)) -o "$WORK/fsz" -y 1 2>&1 | grep -q "resuming from step $last "
 ok=$?
 check "a file-size limit: one error line, exit $rc (not SIGXFSZ), no .tmp, the last complete checkpoint (${last:-?}) resumes: $(cat "$WORK/err")" $ok
