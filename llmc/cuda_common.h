@@ -143,6 +143,20 @@ __device__ inline Packed<T, N> load_packed_streaming(const T* p) {
     }
 }
 
+// The residual add of the fused norms: row = a + b, rounded to T as stored,
+// by the lanes of one warp, each taking every 32nd N-element pack of the row.
+template <int N, class T>
+__device__ inline void add_row_warp(T* row, const T* a, const T* b, int C) {
+    const int lane = threadIdx.x % WARP_SIZE;
+    for (int c = lane * N; c < C; c += WARP_SIZE * N) {
+        const Packed<T, N> x = load_packed_streaming<N>(a + c), y = load_packed_streaming<N>(b + c);
+        Packed<T, N> r;
+#pragma unroll
+        for (int e = 0; e < N; e++) r.v[e] = from_float<T>(to_float(x.v[e]) + to_float(y.v[e]));
+        store_packed(row + c, r);
+    }
+}
+
 // PACK128<T> if n is a multiple of it and every pointer is 16-byte aligned, else 1.
 template <class T, class... Ptrs>
 inline int pack_width(size_t n, const Ptrs*... ptrs) {

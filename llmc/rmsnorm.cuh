@@ -56,15 +56,8 @@ __global__ void fused_residual_rmsnorm_forward_kernel(floatX* residual, floatX* 
                                                       float eps) {
     const int row = blockIdx.x * (blockDim.x / WARP_SIZE) + threadIdx.x / WARP_SIZE;
     if (row >= rows) return;
-    const int lane = threadIdx.x % WARP_SIZE;
     const size_t off = (size_t)row * C;
-    for (int c = lane * N; c < C; c += WARP_SIZE * N) {
-        const Packed<floatX, N> a = load_packed_streaming<N>(inp1 + off + c), b = load_packed_streaming<N>(inp2 + off + c);
-        Packed<floatX, N> r;
-#pragma unroll
-        for (int e = 0; e < N; e++) r.v[e] = from_float<floatX>(to_float(a.v[e]) + to_float(b.v[e]));
-        store_packed(residual + off + c, r);
-    }
+    add_row_warp<N>(residual + off, inp1 + off, inp2 + off, C);
     rmsnorm_row_warp<N>(out + off, rstd, residual + off, weight, row, C, eps);
 }
 
