@@ -5,13 +5,7 @@
 # budget too small for any step (it must still finish and leave its tarball).
 set -u
 cd "$(dirname "$0")/.."
-passed=0
-failed=0
-check() {  # check DESCRIPTION COMMAND...
-    local what=$1
-    shift
-    if "$@" >/dev/null 2>&1; then passed=$((passed + 1)); echo "PASS $what"; else failed=$((failed + 1)); echo "FAIL $what"; fi
-}
+source test/check.sh
 has() { grep -qF -- "$2" "$1/summary.txt"; }
 
 dry() {  # dry OUT_DIR [VAR=value...]: one dry run into OUT_DIR
@@ -67,5 +61,4 @@ check "the roofline estimate prints its step time and MFU" bash -c \
     "python3 dev/roofline_estimate.py | grep -qE '^estimated step [0-9.]+ ms, MFU [0-9.]+% of 989'"
 check "the roofline estimate refuses T over 1024 with one error line" bash -c \
     "out=\$(python3 dev/roofline_estimate.py -T 2048 2>&1); test \$? -ne 0 && test \"\$(wc -l <<<\"\$out\")\" -eq 1 && grep -q '^error: ' <<<\"\$out\""
-echo "test_gpu_check: $passed passed, $failed failed"
-[[ $failed -eq 0 ]]
+tally test_gpu_check

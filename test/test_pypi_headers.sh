@@ -9,14 +9,7 @@
 # gathered headers the build must stop with one error line naming install_deps.
 set -u
 cd "$(dirname "$0")/.."
-passed=0
-failed=0
-check() {  # check DESCRIPTION COMMAND...
-    local what=$1
-    shift
-    if "$@" >/dev/null 2>&1; then passed=$((passed + 1)); echo "PASS $what"; else failed=$((failed + 1)); echo "FAIL $what"; fi
-}
-tally() { echo "test_pypi_headers: $passed passed, $failed failed"; exit $((failed > 0)); }
+source test/check.sh
 
 headers=${CUDA_HEADERS_DIR:-deps/cuda-headers/include}
 work=build/pypi-headers-test
@@ -32,7 +25,7 @@ check "... with one error line that says to run dev/install_deps.sh" \
 
 if [[ ! -f $headers/cuda_bf16.h ]]; then
     echo "SKIP the build from PyPI headers: $headers has no cuda_bf16.h (dev/install_deps.sh gathers it where no toolkit is installed, or with GATHER_CUDA_HEADERS=1)"
-    tally
+    tally test_pypi_headers
 fi
 
 make -n -B "${hidden[@]}" "${programs[@]}" >"$work/commands.log" 2>&1
@@ -73,4 +66,4 @@ if [[ -f $toolkit/cuda_bf16.h ]]; then
 else
     echo "SKIP the comparison with the toolkit's preprocessed units: no toolkit at $toolkit"
 fi
-tally
+tally test_pypi_headers
