@@ -18,7 +18,8 @@
 #   check     the quick tier (`make check`, while editing): each kernel test once
 #             (bf16), test_gpt2 in fp32, test_nccl under mpirun -np 2, one kill
 #             and bitwise resume (TEST_RESUME_QUICK), the command line's error
-#             paths (TRAIN_CLI_QUICK); every one of them runs in the others too
+#             paths (TRAIN_CLI_QUICK), the README's links to definitions (an edit
+#             that moves a linked line fails here); each runs in the others too
 #   cpu       every CPU test program once (bf16), the model's tests also in fp32;
 #             the transformers import/export against its fixture (test_hf.py);
 #             the PyTorch Llama 3 reference's self-checks and its comparison with
@@ -166,6 +167,7 @@ if want check; then
     run "test_nccl [mpirun -np 2]" $MPIRUN -np 2 build/cpu/test_nccl
     run "test_resume [TEST_RESUME_QUICK=1]" env TEST_RESUME_QUICK=1 python3 test/trainer/test_resume.py build/cpu/train_gpt
     run "test_train_cli [TRAIN_CLI_QUICK=1]" env TRAIN_CLI_QUICK=1 bash test/trainer/test_train_cli.sh build/cpu/train_gpt
+    run "readme_anchors (README's links to definitions)" python3 dev/readme_anchors.py
 fi
 
 if want cpu; then
