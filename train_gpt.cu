@@ -338,39 +338,21 @@ static FILE* open_model_file(const char* path, GPT2Config* c, ModelFileHeader* h
     return f;
 }
 
-// The shape in a model file's header (the memory plan reads no weights).
-static GPT2Config model_file_config(const char* path) {
-    GPT2Config c;
-    ModelFileHeader h;
-    fclose(open_model_file(path, &c, &h));
-    return c;
-}
-
 static void init_from_model_file(GPT2* model, const char* path) {
     ModelFileHeader h;
     FILE* f = open_model_file(path, &model->config, &h);
     size_t n = 0;
     for (int k = 0; k < NUM_PARAMETER_TENSORS; k++) n += parameter_size(k, model->config);
-    const std::vector<float> weights = model_file_read_weights(f, path, h, n);
-    check_weights_representable(weights, path);
+    const std::vector<float> weights = read_model_weights(f, path, h, n);
     gpt2_allocate_parameters(model);
     set_weights(model, weights);
 }
 
-// Writes the weights the model computes with (version 5 = bf16, or 3 in the
-// fp32 build; the fp32 master weights go to the state files) through a
-// temporary file, fsync and rename: an existing file is never half overwritten.
-// A model whose weights are not all finite (a bf16 rounding can overflow to
-// Inf) is refused: the error names it and nothing is written. Returns the
-// file's name, size and hash.
+// The weights it computes with, under GPT-2's header (write_model_weights).
 static CheckpointFile write_model_file(const GPT2* model, const std::string& path) {
-    std::vector<floatX> weights(model->num_parameters);
-    cudaCheck(cudaMemcpy(weights.data(), model->params_memory, weights.size() * sizeof(floatX), cudaMemcpyDeviceToHost));
-    if (!all_finite(weights)) FAIL("%s: the model's weights hold Inf or NaN; not written", path.c_str());
     const GPT2Config& c = model->config;
-    const ModelFileHeader h{sizeof(floatX) == 2 ? MODEL_VERSION_BF16 : MODEL_VERSION_FP32, c.max_seq_len,
-                            c.vocab_size, c.num_layers, c.num_heads, c.channels, c.padded_vocab_size};
-    return model_file_write(path, h, weights.data(), weights.size());
+    return write_model_weights(model, path, ModelFileHeader{0, c.max_seq_len, c.vocab_size, c.num_layers,
+                                                            c.num_heads, c.channels, c.padded_vocab_size});
 }
 
 // ---- activations ------------------------------------------------------------

@@ -14,13 +14,14 @@
 //   ... BUILTIN_INIT                              the model trained on the built-in corpus (no -i)
 //   bool parse_descriptor(const char* text, Config*);
 //                                                 a -e model descriptor ("d12"); false: not one
-//   Config model_file_config(const char* path);   the shape in a model file's header, checked
+//   FILE* open_model_file(const char* path, Config*, ModelFileHeader*);
+//                                                 opens a model file: its header and the shape it gives, checked
 //   void configure_model(Model*);                 sizes for model->config, nothing allocated
 //   void init_from_descriptor(Model*, const char* descriptor, uint64_t seed);
 //                                                 config, parameters allocated, weights from the seed
-//   void init_from_model_file(Model*, const char* path);   ... weights from the file
+//   void init_from_model_file(Model*, const char* path);   ... weights from the file (read_model_weights)
 //   CheckpointFile write_model_file(const Model*, const std::string& path);
-//                                                 the weights it computes with (llmc/checkpoint.h)
+//                                                 its header and write_model_weights (llmc/run_checkpoint.h)
 //   std::vector<DeviceBuffer> activation_buffers(Model*, int B, int T, int recompute);
 //                                                 every buffer of a micro-batch (the memory plan's rows)
 //   bool try_allocate_activations(Model*, int B, int T, int max_grad_accum_steps, int recompute);
@@ -297,7 +298,9 @@ typename Model::Config read_config(const char* init) {
         return c;
     }
     if (stat(init, &st) != 0) llmc::failf("-e %s: not a model file or a model descriptor", init);
-    return model_file_config(init);
+    ModelFileHeader h;
+    fclose(open_model_file(init, &c, &h));
+    return c;
 }
 
 template <class Model>

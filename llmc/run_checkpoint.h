@@ -39,6 +39,28 @@ bool all_finite(const std::vector<T>& values) {
     return true;
 }
 
+// The n weights of a model file whose header is read (model_file_open), each
+// checked to be one this build computes with.
+inline std::vector<float> read_model_weights(FILE* f, const char* path, const ModelFileHeader& h, size_t n) {
+    const std::vector<float> weights = model_file_read_weights(f, path, h, n);
+    check_weights_representable(weights, path);
+    return weights;
+}
+
+// Writes the weights the model computes with (version 5 = bf16, or 3 in the
+// fp32 build; the fp32 master weights go to the state files) under the
+// family's header (its version set here) through a temporary file, fsync and
+// rename: an existing file is never half overwritten. Weights that are not
+// all finite (a bf16 rounding can overflow to Inf) are refused: the error
+// names the file and nothing is written. Returns the file's name, size and hash.
+inline CheckpointFile write_model_weights(const Parameters* p, const std::string& path, ModelFileHeader h) {
+    std::vector<floatX> weights(p->num_parameters);
+    cudaCheck(cudaMemcpy(weights.data(), p->params_memory, weights.size() * sizeof(floatX), cudaMemcpyDeviceToHost));
+    if (!all_finite(weights)) llmc::failf("%s: the model's weights hold Inf or NaN; not written", path.c_str());
+    h.version = sizeof(floatX) == 2 ? MODEL_VERSION_BF16 : MODEL_VERSION_FP32;
+    return model_file_write(path, h, weights.data(), weights.size());
+}
+
 // ---- checkpoints --------------------------------------------------------------------
 // model_%08d.bin (rank 0), state_%08d_%05d.bin (every rank: its master
 // weights, m and v, and where the data stream stands), then DONE_%08d once
@@ -209,7 +231,7 @@ ResumeInfo load_checkpoint(Model* model, const std::string& dir, int step) {
         for (const std::vector<float>* a : states) XXH64_update(&h, a->data(), a->size() * sizeof(float));
         const uint64_t mine = XXH64_digest(&h);
         const std::vector<uint64_t> all = host_all_gather(&mine, 1, d);
-        for (int r = 1; r < d->num_processes; r++)
+        for (int r = 1; r < (int)all.size(); r++)  // (one per rank)
             if (all[r] != all[0])
                 llmc::failf("%s: ZeRO-0 replicas differ: the optimizer state of rank %d is not rank 0's", state_path.c_str(), r);
     }
