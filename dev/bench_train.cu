@@ -208,8 +208,8 @@ static int bench(int argc, char** argv) {
     if (B <= 0 || T <= 0 || steps <= 0) FAIL("usage: bench_train [descriptor] [B] [T] [steps] [peak TFLOP/s]");
 
     GPT2 model;
-    gpt2_init_from_descriptor(&model, descriptor, 1337);
-    gpt2_allocate_activations(&model, B, T, 1);
+    init_from_descriptor(&model, descriptor, 1337);
+    allocate_activations(&model, B, T, 1);
     const GPT2Config& c = model.config;
     std::mt19937 rng(42);
     std::vector<int> tokens((size_t)B * T + 1);
@@ -254,7 +254,7 @@ static int bench(int argc, char** argv) {
     printf("device memory in use: %.1f MiB of %.1f MiB\n", (total_bytes - free_bytes) / 1048576.0, total_bytes / 1048576.0);
 #endif
     print_roofline(&model, getenv("BENCH_FAMILIES") && atoi(getenv("BENCH_FAMILIES")) == 1);
-    gpt2_free(&model);
+    free_model(&model);
     matmul_teardown();
     return 0;
 }
@@ -282,9 +282,9 @@ static int serve(int argc, char** argv) {
     const int B = atoi(argv[3]), T = atoi(argv[4]);
     if (B <= 0 || T <= 0) FAIL("--serve: B=%s and T=%s must be positive integers", argv[3], argv[4]);
     GPT2 model;
-    gpt2_init_from_checkpoint(&model, argv[2]);
+    init_from_model_file(&model, argv[2]);
     if (T > model.config.max_seq_len) FAIL("--serve: T=%d over the model's maxT=%d", T, model.config.max_seq_len);
-    gpt2_allocate_activations(&model, B, T, 1);
+    allocate_activations(&model, B, T, 1);
     const std::vector<int> tokens = read_tokens(argv[5], B, T, model.config.vocab_size);
     const StepBatch batch = whole_batch(&model, tokens.data(), tokens.data() + 1, 1);
     OptimizerSettings opt;
@@ -300,7 +300,7 @@ static int serve(int argc, char** argv) {
         printf("ms %.3f loss %.6f\n", ms, r.loss);
         fflush(stdout);
     }
-    gpt2_free(&model);
+    free_model(&model);
     matmul_teardown();
     return 0;
 }

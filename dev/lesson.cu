@@ -12,6 +12,7 @@
 // Each prints one JSON object per line (rank 0 only).
 #define TESTING
 #include "train_gpt.cu"
+#include "llmc/markov_corpus.h"
 #ifdef CPUCUDA
 #include "cpucuda_nccl.h"
 #endif
@@ -38,8 +39,8 @@ static GPT2* new_model(int B, int A, const Distributed* d = &SINGLE_PROCESS, int
     GPT2* m = new GPT2;
     m->dist = d;
     m->zero_stage = zero;
-    gpt2_init_from_descriptor(m, MODEL, 1337);
-    gpt2_allocate_activations(m, B, T, A);
+    init_from_descriptor(m, MODEL, 1337);
+    allocate_activations(m, B, T, A);
     return m;
 }
 
@@ -182,7 +183,7 @@ static void bytes(int argc, char** argv) {
                 printf("{\"claim\": 6, \"N\": %d, \"zero\": %d, \"A\": %d, \"B\": %d, \"gradient_bytes\": %zu, "
                        "\"calls\": {%s}, \"bytes\": {%s}}\n", N, zero, A, B, m->num_parameters * sizeof(float),
                        calls.c_str(), sent.c_str());
-            gpt2_free(m);
+            free_model(m);
             delete m;
         }
 #else

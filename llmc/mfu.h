@@ -1,9 +1,10 @@
 // Model FLOPs utilisation and ETA formatting for the training log (header-only host C++).
 //
 // MFU = achieved model FLOP/s / the GPU's peak FLOP/s. "Model" FLOPs are the
-// ones the model needs (flops_per_token below), not what the kernels happen to
-// execute (recomputation, padding and masked-out attention do not count), so
-// MFU compares across implementations.
+// ones the model needs, not what the kernels happen to execute (recomputation,
+// padding and masked-out attention do not count), so MFU compares across
+// implementations. Each model family gives its count per token
+// (model_flops_per_token, llmc/run.h); flops_per_token below is GPT-2's.
 #pragma once
 
 #include <cctype>

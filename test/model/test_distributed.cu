@@ -113,8 +113,8 @@ static Result train(const Split& split, const Distributed* dist) {
     GPT2 model;
     model.dist = dist;
     model.zero_stage = split.zero;
-    gpt2_init_from_descriptor(&model, MODEL, 7);
-    gpt2_allocate_activations(&model, split.B, T, split.A);
+    init_from_descriptor(&model, MODEL, 7);
+    allocate_activations(&model, split.B, T, split.A);
     OptimizerSettings opt;
     opt.weight_decay = 0.1f;
     opt.grad_clip = 0.5f;  // active on some steps
@@ -185,7 +185,7 @@ static Result train(const Split& split, const Distributed* dist) {
                   "reduced / gradient bytes = %.2f), an all-gather of %zu weights (%zu bytes); the same every step",
                   split.name().c_str(), scattered, tails, ratio, scattered, (size_t)ag);
     }
-    gpt2_free(&model);
+    free_model(&model);
     return res;
 }
 

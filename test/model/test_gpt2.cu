@@ -15,6 +15,7 @@
 //     (relative rounding 2^-9 = 2e-3 per operation).
 #define TESTING
 #include "train_gpt.cu"
+#include "llmc/schedulers.h"
 #include "test/test_util.h"
 
 
@@ -179,8 +180,8 @@ static void check_tensors(const char* what, const GPT2& model, const std::vector
 // docs: the reference's documents kept apart (--doc-mask 1 --doc-positions 1).
 static GPT2 small_model(int B, int T, int A, bool docs = false) {
     GPT2 model;
-    gpt2_init_from_checkpoint(&model, ref_path("small_model_fp32.bin").c_str());
-    gpt2_allocate_activations(&model, B, T, A);
+    init_from_model_file(&model, ref_path("small_model_fp32.bin").c_str());
+    allocate_activations(&model, B, T, A);
     model.doc_mask = model.doc_positions = docs;
     return model;
 }
@@ -188,14 +189,14 @@ static GPT2 small_model(int B, int T, int A, bool docs = false) {
 // ---- initialisation and checkpoints -------------------------------------------
 static void test_init_and_checkpoints() {
     GPT2 from_file, from_seed, from_bf16;
-    gpt2_init_from_checkpoint(&from_file, ref_path("small_model_fp32.bin").c_str());
-    gpt2_init_from_descriptor(&from_seed, "L=2,C=64,H=4,V=250,maxT=64", 1337);
+    init_from_model_file(&from_file, ref_path("small_model_fp32.bin").c_str());
+    init_from_descriptor(&from_seed, "L=2,C=64,H=4,V=250,maxT=64", 1337);
     CHECK(from_seed.config.padded_vocab_size == 256, "descriptor pads V=250 to %d", from_seed.config.padded_vocab_size);
     const size_t n = from_file.num_parameters;
     auto a = read_device(from_file.master_weights, n), b = read_device(from_seed.master_weights, n);
     CHECK(n == from_seed.num_parameters && memcmp(a.data(), b.data(), n * 4) == 0,
           "init from seed 1337 is bitwise the reference's (%zu parameters)", n);
-    gpt2_init_from_checkpoint(&from_bf16, ref_path("small_model_bf16.bin").c_str());
+    init_from_model_file(&from_bf16, ref_path("small_model_bf16.bin").c_str());
     auto c = read_device(from_bf16.master_weights, n);
     size_t mismatches = 0;
     for (size_t i = 0; i < n; i++) mismatches += c[i] != __bfloat162float(__float2bfloat16(a[i]));
@@ -205,13 +206,13 @@ static void test_init_and_checkpoints() {
     CheckpointFile written;
     std::string error;
     try {
-        written = gpt2_write_model_file(&from_file, tmp);
+        written = write_model_file(&from_file, tmp);
     } catch (const llmc::Error& e) {
         error = e.what();
     }
     CHECK(error.empty() && written.bytes > 0, "model file written %s", error.c_str());
     GPT2 reloaded;
-    gpt2_init_from_checkpoint(&reloaded, tmp);
+    init_from_model_file(&reloaded, tmp);
     std::vector<floatX> w1(n), w2(n);
     CUDA_OK(cudaMemcpy(w1.data(), from_file.params_memory, n * sizeof(floatX), cudaMemcpyDeviceToHost));
     CUDA_OK(cudaMemcpy(w2.data(), reloaded.params_memory, n * sizeof(floatX), cudaMemcpyDeviceToHost));
@@ -223,14 +224,14 @@ static void test_init_and_checkpoints() {
     CUDA_OK(cudaMemcpy(reloaded.params_memory, &inf, sizeof(floatX), cudaMemcpyHostToDevice));
     error.clear();
     try {
-        gpt2_write_model_file(&reloaded, tmp);
+        write_model_file(&reloaded, tmp);
     } catch (const llmc::Error& e) {
         error = e.what();
     }
     CHECK(error == std::string(tmp) + ": the model's weights hold Inf or NaN; not written" && access(tmp, F_OK) != 0 &&
               access((std::string(tmp) + ".tmp").c_str(), F_OK) != 0,
           "a model with an Inf weight is refused, nothing written: %s", error.c_str());
-    for (GPT2* m : {&from_file, &from_seed, &from_bf16, &reloaded}) gpt2_free(m);
+    for (GPT2* m : {&from_file, &from_seed, &from_bf16, &reloaded}) free_model(m);
 }
 
 // ---- one batch: logits, loss, gradients ------------------------------------------
@@ -238,7 +239,7 @@ static void test_init_and_checkpoints() {
 static void test_debug_case(const char* label, GPT2& model, const std::string& path, int gelu_fusion = 0,
                             bool docs = false) {
     DebugRef ref = read_debug(path, model);
-    gpt2_allocate_activations(&model, ref.B, ref.T, 1);
+    allocate_activations(&model, ref.B, ref.T, 1);
     model.gelu_fusion = gelu_fusion;
     model.doc_mask = model.doc_positions = docs;
     const int V = model.config.vocab_size, Vp = model.config.padded_vocab_size;
@@ -268,9 +269,9 @@ static void test_debug_case(const char* label, GPT2& model, const std::string& p
 // ---- K optimizer steps with accumulation --------------------------------------------
 static void test_training(const char* label, const char* file, int gelu_fusion = 0, bool docs = false) {
     GPT2 probe;
-    gpt2_init_from_checkpoint(&probe, ref_path("small_model_fp32.bin").c_str());
+    init_from_model_file(&probe, ref_path("small_model_fp32.bin").c_str());
     TrainRef ref = read_train(file, probe.num_parameters);
-    gpt2_free(&probe);
+    free_model(&probe);
     GPT2 model = small_model(ref.B, ref.T, ref.A, docs);
     model.gelu_fusion = gelu_fusion;
     OptimizerSettings opt;
@@ -298,16 +299,16 @@ static void test_training(const char* label, const char* file, int gelu_fusion =
     bool zeroed = true;
     for (float g : grads) zeroed &= g == 0.0f;
     CHECK(zeroed, "%s: gradient buffer is zero after the step", label);
-    gpt2_free(&model);
+    free_model(&model);
 }
 
 // ---- split invariance (errors: the worst tensor's scaled error) ------------------------------------------------------------
 // The same 8 sequences per step as (B, A) = (8,1), (4,2), (2,4), (1,8).
 static void test_split_invariance(const char* label, const char* file, bool docs = false) {
     GPT2 probe;
-    gpt2_init_from_checkpoint(&probe, ref_path("small_model_fp32.bin").c_str());
+    init_from_model_file(&probe, ref_path("small_model_fp32.bin").c_str());
     TrainRef ref = read_train(file, probe.num_parameters);
-    gpt2_free(&probe);
+    free_model(&probe);
     const int sequences = ref.B * ref.A, T = ref.T, steps = ref.K;
     const size_t step_tokens = (size_t)sequences * T;
     OptimizerSettings opt;
@@ -345,7 +346,7 @@ static void test_split_invariance(const char* label, const char* file, bool docs
                   label, B, A, steps, PARAMETERS[worst].name, e_p.err[worst],
                   std::fmax(TOL_SPLIT_PARAMS, TOL_PARAMS[worst]));
         }
-        gpt2_free(&model);
+        free_model(&model);
     }
 }
 
@@ -353,9 +354,9 @@ static void test_split_invariance(const char* label, const char* file, bool docs
 // what goes wrong with uneven masks; the test data must be able to tell.
 static void test_naive_averaging_differs(const char* file) {
     GPT2 probe;
-    gpt2_init_from_checkpoint(&probe, ref_path("small_model_fp32.bin").c_str());
+    init_from_model_file(&probe, ref_path("small_model_fp32.bin").c_str());
     TrainRef ref = read_train(file, probe.num_parameters);
-    gpt2_free(&probe);
+    free_model(&probe);
     const size_t micro = (size_t)ref.B * ref.T;
     GPT2 model = small_model(ref.B, ref.T, ref.A);
     accumulate_gradients(&model, whole_batch(&model, ref.x.data(), ref.y.data(), ref.A));
@@ -371,7 +372,7 @@ static void test_naive_averaging_differs(const char* file) {
     std::vector<float> naive_f(naive.begin(), naive.end());
     double diff = scaled_error(naive_f.data(), exact.data(), exact.size());
     CHECK(diff > 0.1, "uneven masks: per-micro-batch averaging is off by %.2f (the exact global mean is used)", diff);
-    gpt2_free(&model);
+    free_model(&model);
 }
 
 int main(int argc, char** argv) {
@@ -380,9 +381,9 @@ int main(int argc, char** argv) {
     // debug-state file (test/trainer/test_hf.py: a transformers model imported by dev/import_hf.py)
     if (argc == 5 && strcmp(argv[1], "--debug-case") == 0) {
         GPT2 model;
-        gpt2_init_from_checkpoint(&model, argv[2]);
+        init_from_model_file(&model, argv[2]);
         test_debug_case(argv[4], model, argv[3]);
-        gpt2_free(&model);
+        free_model(&model);
         matmul_teardown();
         return test_summary("test_gpt2");
     }
@@ -393,28 +394,28 @@ int main(int argc, char** argv) {
     test_init_and_checkpoints();
     for (int gelu_fusion : {0, 1, 2}) {
         GPT2 model;
-        gpt2_init_from_checkpoint(&model, ref_path("small_model_fp32.bin").c_str());
+        init_from_model_file(&model, ref_path("small_model_fp32.bin").c_str());
         test_debug_case(gelu_fusion ? (gelu_fusion == 1 ? "small -ge 1" : "small -ge 2") : "small", model,
                         ref_path("small_debug.bin"), gelu_fusion);
-        gpt2_free(&model);
+        free_model(&model);
     }
     {
         GPT2 model;
-        gpt2_init_from_checkpoint(&model, ref_path("small_model_fp32.bin").c_str());
+        init_from_model_file(&model, ref_path("small_model_fp32.bin").c_str());
         test_debug_case("masked", model, ref_path("masked_debug.bin"));
-        gpt2_free(&model);
+        free_model(&model);
     }
     {
         GPT2 model;
-        gpt2_init_from_checkpoint(&model, ref_path("small_model_fp32.bin").c_str());
+        init_from_model_file(&model, ref_path("small_model_fp32.bin").c_str());
         test_debug_case("docs", model, ref_path("docs_debug.bin"), 0, true);
-        gpt2_free(&model);
+        free_model(&model);
     }
     {
         GPT2 model;
-        gpt2_init_from_descriptor(&model, "L=1,C=16,H=1,V=50257,maxT=16", 4242);
+        init_from_descriptor(&model, "L=1,C=16,H=1,V=50257,maxT=16", 4242);
         test_debug_case("vocab50257", model, ref_path("vocab_debug.bin"));
-        gpt2_free(&model);
+        free_model(&model);
     }
     test_training("small_train", "small_train.bin");
     test_training("small_train -ge 2", "small_train.bin", 2);

@@ -11,6 +11,7 @@
 //     give bitwise the losses of plain causal attention.
 #define TESTING
 #include "train_gpt.cu"
+#include "llmc/schedulers.h"
 #include "test/test_util.h"
 #ifdef CPUCUDA
 #include "cpucuda.h"
@@ -44,9 +45,9 @@ struct Run {
 static Run train_with_recompute(int recompute, int gelu_fusion = 0) {
     const int B = 4, T = 64, A = 2, steps = 3;
     GPT2 model;
-    gpt2_init_from_descriptor(&model, MODEL, 11);
+    init_from_descriptor(&model, MODEL, 11);
     const size_t before = bytes_in_use();
-    gpt2_allocate_activations(&model, B, T, A, recompute);
+    allocate_activations(&model, B, T, A, recompute);
     model.gelu_fusion = gelu_fusion;
     Run run;
     run.activation_bytes = bytes_in_use() - before;
@@ -58,7 +59,7 @@ static Run train_with_recompute(int recompute, int gelu_fusion = 0) {
     run.weights.resize(model.num_parameters);
     cudaCheck(cudaMemcpy(run.weights.data(), model.params_memory, run.weights.size() * sizeof(floatX),
                          cudaMemcpyDeviceToHost));
-    gpt2_free(&model);
+    free_model(&model);
     return run;
 }
 
@@ -99,8 +100,8 @@ static void test_memory_plan() {
         cpucuda::reset_peak_memory();
         const size_t before = cpucuda::memory_stats().in_use;
         GPT2 model;
-        gpt2_init_from_descriptor(&model, MODEL, 3);
-        gpt2_allocate_activations(&model, 8, 64, 1, recompute);
+        init_from_descriptor(&model, MODEL, 3);
+        allocate_activations(&model, 8, 64, 1, recompute);
         const std::vector<int> data = tokens(8 * 64 + 1, 9, 256);
         OptimizerSettings opt;
         train_step(&model, whole_batch(&model, data.data(), data.data() + 1, 1), 1e-3f, opt);
@@ -109,7 +110,7 @@ static void test_memory_plan() {
         const double off = std::fabs((double)planned - (double)actual) / actual;
         CHECK(off <= 0.02, "memory plan (-r %d) %.2f MiB vs the runtime's peak allocation over a step %.2f MiB: %.2f%% "
               "apart (<= 2%%)", recompute, planned / 1048576.0, actual / 1048576.0, 100 * off);
-        gpt2_free(&model);
+        free_model(&model);
         matmul_teardown();
     }
 #endif
@@ -177,11 +178,11 @@ static void test_hellaswag_and_sampling() {
     const int batch[3] = {4, 12, 12};
     for (int k = 0; k < 3; k++) {
         GPT2 model;
-        gpt2_init_from_descriptor(&model, model_desc, 21);
-        gpt2_allocate_activations(&model, batch[k], 32, 1);
+        init_from_descriptor(&model, model_desc, 21);
+        allocate_activations(&model, batch[k], 32, 1);
         accuracy[k] = evaluate_hellaswag(&model, examples, &scored[k]);
-        samples[k] = gpt2_sample(&model, 20, k == 2 ? 0.0f : 1.0f, 0, 77);
-        gpt2_free(&model);
+        samples[k] = generate(&model, 20, k == 2 ? 0.0f : 1.0f, 0, 77);
+        free_model(&model);
     }
     CHECK(scored[0] == 22 && accuracy[0] == accuracy[1] && scored[0] == scored[1],
           "HellaSwag on a tiny model: accuracy %.4f over %ld examples (1 too long for T): the same with 1 and with 3 "
@@ -190,8 +191,8 @@ static void test_hellaswag_and_sampling() {
           "sampling: the same 20 tokens for the same seed, whatever the batch size");
     // greedy: each token is the argmax of the logits after the tokens before it
     GPT2 model;
-    gpt2_init_from_descriptor(&model, model_desc, 21);
-    gpt2_allocate_activations(&model, 4, 32, 1);
+    init_from_descriptor(&model, model_desc, 21);
+    allocate_activations(&model, 4, 32, 1);
     std::vector<int> inputs(4 * 32, 299), targets(4 * 32, -1);
     bool greedy = true;
     std::vector<floatX> row(model.config.padded_vocab_size);
@@ -205,7 +206,7 @@ static void test_hellaswag_and_sampling() {
         inputs[t + 1] = samples[2][t];
     }
     CHECK(greedy, "sampling at temperature 0 is the greedy continuation");
-    gpt2_free(&model);
+    free_model(&model);
 }
 
 // ---- documents (--doc-mask, --doc-positions) ------------------------------------------
@@ -224,8 +225,8 @@ static void test_documents() {
     const double bound = 5e-3;  // bf16: the tiles fall differently in the two sequences (measured: 0, bitwise)
 #endif
     GPT2 model;
-    gpt2_init_from_descriptor(&model, MODEL, 5);
-    gpt2_allocate_activations(&model, B, T, 1);
+    init_from_descriptor(&model, MODEL, 5);
+    allocate_activations(&model, B, T, 1);
     // sequence 0: EOT, a first document, EOT, then document D; sequence 1: D from position 0, then another one.
     // Targets: the next token (the last position of each sequence unmasked too, as shards do).
     const std::vector<int> other = tokens(2 * T + 1, 31, V - 1), doc = tokens(T, 32, V - 1);
@@ -263,7 +264,7 @@ static void test_documents() {
     const std::vector<float> on = token_losses(&model, single, targets);
     CHECK(memcmp(on.data(), off.data(), on.size() * sizeof(float)) == 0,
           "--doc-mask 1 on sequences of one document each: bitwise the losses of causal attention");
-    gpt2_free(&model);
+    free_model(&model);
 }
 
 int main() {
