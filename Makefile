@@ -178,10 +178,16 @@ GPU_NAMES  := $(basename $(notdir $(GPU_SRCS)))
 build/gpu/sm_$(GPU_ARCH)/%: %.cu
 	@mkdir -p $(@D)
 	$(NVCC) $(NVCC_FLAGS) -arch=sm_$(GPU_ARCH) $< -o $@ $(NVCC_LIBS)
-# build/gpu/check/X: X built for sm_90 and sm_80 (compile check, run by make test).
+# build/gpu/check/X: X built for sm_90 and sm_80 (compile check, run by make test:
+# the trainers and the kernel tests, so that every kernel is compiled for both).
 build/gpu/check/%: %.cu
 	@mkdir -p $(@D)
 	$(NVCC) $(NVCC_FLAGS) -gencode arch=compute_90,code=sm_90 -gencode arch=compute_80,code=sm_80 $< -o $@ $(NVCC_LIBS)
+# build/gpu/check90/X: X built for sm_90 only (the other programs: their kernels
+# come from llmc/ headers that the sm_80 builds above already compile).
+build/gpu/check90/%: %.cu
+	@mkdir -p $(@D)
+	$(NVCC) $(NVCC_FLAGS) -arch=sm_90 $< -o $@ $(NVCC_LIBS)
 
 # build/gpu/single/train_gpt: the single-GPU trainer (no MPI, no NCCL), compile check.
 build/gpu/single/%: %.cu
