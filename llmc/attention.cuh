@@ -30,8 +30,8 @@
 //   forward  owns query rows; streams K/V tiles.   S = Q K^T, online softmax, O += P V
 //   dQ       owns query rows; streams K/V tiles. Computes D for its rows
 //            first (saved for dK/dV), then S, P, dP = dO V^T, dS, dQ += dS K
-//   dK/dV    owns key rows; streams Q/dO tiles, from the block's
-//            first key to T.  S^T = K Q^T, P^T, dV += P^T dO, dP^T = V dO^T, dS^T, dK += dS^T Q
+//   dK/dV    owns key rows of a kv head; streams Q/dO tiles of each of its
+//            query heads in turn, from the block's first key to T.  S^T = K Q^T, P^T, dV += P^T dO, dP^T = V dO^T, dS^T, dK += dS^T Q
 // so the backward computes S and dP twice (once per pass) instead of adding dQ
 // with atomics. All products are mma.sync m16n8k16 (bf16 in, fp32 accumulate;
 // llmc/ptx.cuh). A warp keeps its own 16 rows' operand fragments (Q, dO or K, V)
@@ -282,6 +282,18 @@ __device__ __forceinline__ void store_rows(bf16* dst, size_t stride, const float
 // ---------------------------------------------------------------------------
 // Forward. Block: 64 query rows [q0, q0+64) of one (b, h); grid (B*NH, ceil(T/64)),
 // query blocks in reverse order so the longest (latest rows) start first.
+// Grouped-query attention: the G query heads of kv head h / G are G consecutive
+// blockIdx.x (b*NH + h), and blocks are dispatched x fastest, so the G blocks of
+// one (b, kv head, query block) run together and stream the same K/V tiles in the
+// same order: the first to ask for a tile brings it from DRAM, the other G - 1
+// find it in L2. K/V bytes from DRAM per query block: tiles * 2 * 64 * HS * 2,
+// once per kv head instead of G times; per block, the bytes copied to shared
+// memory and the HMMAs are exactly those of multi-head attention (at HS = 64 a
+// 16 KB K/V tile feeds 64 x 64 x 64 x 2 x 2 = 1 MFLOP, 64 FLOP per byte, as today).
+// One block for all G heads would save the L2 -> shared copies too, but would
+// hold G times the Q fragments (or G times fewer rows per head) in registers
+// the kernel has no room for at G = 4..8; the L2 pairing needs no code at all.
+// The dQ kernel below pairs its blocks the same way.
 template <int HS, bool DOCS>
 __global__ void __launch_bounds__(THREADS)
 attention_forward_kernel(bf16* out, float* lse, const bf16* qkv, const int2* docs, int T, int NH, int NKV) {
@@ -497,11 +509,18 @@ attention_backward_dq_kernel(bf16* dqkv, float* Dvec, const bf16* dout, const bf
 }
 
 // ---------------------------------------------------------------------------
-// Backward (2): dK and dV. Block: 64 key rows [k0, k0+64) of one (b, h); grid
-// (B*NH, ceil(T/64)) in natural order (the earliest keys have the most queries).
-// Query tiles run from the block's first key to T.
+// Backward (2): dK and dV. Block: 64 key rows [k0, k0+64) of one (b, kv head);
+// grid (B*NKV, ceil(T/64)) in natural order (the earliest keys have the most
+// queries). For each of the G query heads h of the kv head in turn, query tiles
+// run from the block's first key to T, all into the same dK, dV accumulators:
+//   dV_j = sum_h sum_i P^h_ij dO^h_i,   dK_j = sum_h sum_i dS^h_ij q^h_i / sqrt(HS)
+// (fp32 in registers, heads and tiles in a fixed order: no atomics, bitwise
+// reproducible). The K/V rows are read once per block and kept for all G heads.
+// __launch_bounds__: with documents at HS <= 64 ptxas would take 208 registers
+// (two blocks per SM); bounded to three blocks it fits 168 without spilling. 0
+// (no bound) elsewhere: a bound of 1 alone makes ptxas take 202 at HS = 64.
 template <int HS, bool DOCS>
-__global__ void __launch_bounds__(THREADS)
+__global__ void __launch_bounds__(THREADS, HS <= 64 && DOCS ? 3 : 0)
 attention_backward_dkv_kernel(bf16* dqkv, const float* Dvec, const bf16* dout, const bf16* qkv, const float* lse,
                               const int2* docs, int T, int NH, int NKV) {
     using Tl = Tiles<HS>;
@@ -563,6 +582,10 @@ attention_backward_dkv_kernel(bf16* dqkv, const float* Dvec, const bf16* dout, c
     // Query tile it of head h: S^T, P^T, dV += P^T dO, dP^T, dS^T, dK += dS^T Q.
     // The causal mask and the skipping of 16-query steps apply only to a DIAGonal
     // tile (queries < kb0 + ROWS); later tiles hold only queries > every key of the block.
+    // key_lo, passed through an empty asm at each head (below): what the diagonal
+    // tiles derive from it is then recomputed per head, not hoisted out of the head
+    // loop and held in registers through the tile loop (HS = 64: 168 registers, not 179)
+    int key_lo_h = key_lo;
     auto tile_step = [&](int it, auto diagonal) {
         constexpr bool DIAG = decltype(diagonal)::value;
         const int i0 = i_first + it * QT, buf = it % 2;
@@ -577,7 +600,7 @@ attention_backward_dkv_kernel(bf16* dqkv, const float* Dvec, const bf16* dout, c
         }
         __syncthreads();
         // 16-query steps of this tile that hold a query >= the warp's first key
-        const int first = DIAG ? max(0, (key_lo - i0) / 16) : 0;
+        const int first = DIAG ? max(0, (key_lo_h - i0) / 16) : 0;
         if (first < QT / 16) {
             const bf16* q_t = q_tiles + buf * QT * LD;
             const bf16* do_t = do_tiles + buf * QT * LD;
@@ -592,7 +615,7 @@ attention_backward_dkv_kernel(bf16* dqkv, const float* Dvec, const bf16* dout, c
             for (int n = 0; n < QT / 8; n++)
 #pragma unroll
                 for (int e = 0; e < 4; e++) {
-                    const int key = key_lo + g + 8 * (e / 2), c = 8 * n + 2 * t + e % 2, query = i0 + c;
+                    const int key = key_lo_h + g + 8 * (e / 2), c = 8 * n + 2 * t + e % 2, query = i0 + c;
                     const bool seen = (!DIAG || query >= key) && (!DOCS || start_tiles[buf * QT + c] <= key);
                     const float p = seen ? ex2_ftz(s[n][e] * scale_log2 - lse_tiles[buf * QT + c]) : 0.0f;
                     s[n][e] = p;                                        // P^T
@@ -608,6 +631,7 @@ attention_backward_dkv_kernel(bf16* dqkv, const float* Dvec, const bf16* dout, c
     // a head's first tile is loaded once the previous head's last is done with (no
     // prefetch across heads: that would put a head switch into the tile loop)
     for (int h = 0; h < G; h++) {
+        asm volatile("" : "+r"(key_lo_h));
         if (h > 0) {
             q_h += HS, dout_h += HS, lse_h += T, D_h += T;
             load_q_tile(i_first, 0);
