@@ -1,6 +1,7 @@
 // Attention kernels alone (llmc/attention.cuh) at GPT-2 d12 shapes: ms per
 // call and TFLOP/s for the forward, the backward and the two together.
-//   usage: bench_attention [B[,B...]] [T] [NH] [HS] [iters]
+//   usage: bench_attention [B[,B...]] [T] [NH] [HS] [iters] [NKV]
+//   (NKV: key/value heads of grouped-query attention, a divisor of NH; default NH)
 //   e.g.   build/gpu/sm_90/bench_attention               (B = 16, 32, 64; T=1024 NH=12 HS=64, 20 iters)
 //          build/cpu/bench_attention                     (CPU runtime: B=1 T=128 NH=2 HS=64, 1 iter)
 // Compare with PyTorch's SDPA: python3 dev/bench_attention_sdpa.py (same lines).
@@ -36,7 +37,7 @@ static void fail(const char* fmt, ...) {
     exit(EXIT_FAILURE);
 }
 
-static const char* USAGE = "usage: bench_attention [B[,B...]] [T] [NH] [HS] [iters]";
+static const char* USAGE = "usage: bench_attention [B[,B...]] [T] [NH] [HS] [iters] [NKV]";
 
 static int parse_positive(const char* s) {
     char* end = nullptr;
@@ -87,11 +88,16 @@ static double mean_abs_finite(const T* d, size_t n, const char* what) {
     return sum / n;
 }
 
-struct Shape { int B, T, NH, HS; };
+struct Shape { int B, T, NH, HS, NKV; };
+
+// "NH=12" for multi-head attention, "NH=32 NKV=8" for grouped-query attention
+static std::string heads(const Shape& s) {
+    return "NH=" + std::to_string(s.NH) + (s.NKV != s.NH ? " NKV=" + std::to_string(s.NKV) : "");
+}
 
 static void print_line(const Shape& s, const char* pass, double flop, double ms) {
-    printf("attention llmc B=%d T=%d NH=%d HS=%d %-16s %.3e FLOP %9.3f ms %8.2f TFLOP/s\n", s.B, s.T, s.NH, s.HS,
-           pass, flop, ms, flop / (ms * 1e-3) / 1e12);
+    printf("attention llmc B=%d T=%d %s HS=%d %-16s %.3e FLOP %9.3f ms %8.2f TFLOP/s\n", s.B, s.T, heads(s).c_str(),
+           s.HS, pass, flop, ms, flop / (ms * 1e-3) / 1e12);
 }
 
 // ms per call of `iters` calls of f, on the stream, by cudaEvents.
@@ -112,18 +118,20 @@ static double time_ms(F f, int iters, cudaStream_t stream) {
 }
 
 static void bench_shape(const Shape& s, int iters, cudaStream_t stream) {
-    const size_t C = (size_t)s.NH * s.HS, rows = (size_t)s.B * s.T;
-    floatX* qkv = random_device(rows * 3 * C, 1, stream);
+    const size_t C = (size_t)s.NH * s.HS, W = (size_t)(s.NH + 2 * s.NKV) * s.HS, rows = (size_t)s.B * s.T;
+    floatX* qkv = random_device(rows * W, 1, stream);
     floatX* dout = random_device(rows * C, 2, stream);
     floatX *out, *dqkv;
     float *lse, *scratch;
     cudaCheck(cudaMalloc(&out, rows * C * sizeof(floatX)));
-    cudaCheck(cudaMalloc(&dqkv, rows * 3 * C * sizeof(floatX)));
+    cudaCheck(cudaMalloc(&dqkv, rows * W * sizeof(floatX)));
     cudaCheck(cudaMalloc(&lse, rows * s.NH * sizeof(float)));
     cudaCheck(cudaMalloc(&scratch, attention_backward_scratch_floats(s.B, s.T, s.NH) * sizeof(float)));
 
-    auto forward = [&] { attention_forward(out, lse, qkv, nullptr, s.B, s.T, s.NH, s.HS, stream); };
-    auto backward = [&] { attention_backward(dqkv, scratch, dout, qkv, out, lse, nullptr, s.B, s.T, s.NH, s.HS, stream); };
+    auto forward = [&] { attention_forward(out, lse, qkv, nullptr, s.B, s.T, s.NH, s.NKV, s.HS, stream); };
+    auto backward = [&] {
+        attention_backward(dqkv, scratch, dout, qkv, out, lse, nullptr, s.B, s.T, s.NH, s.NKV, s.HS, stream);
+    };
     forward();  // warm-up: first launch of each kernel, first touch of every buffer
     backward();
     const double fwd_ms = time_ms(forward, iters, stream);
@@ -133,7 +141,7 @@ static void bench_shape(const Shape& s, int iters, cudaStream_t stream) {
     // checked before any number is printed: a broken kernel gets no timings
     const double out_mean = mean_abs_finite(out, rows * C, "out");
     const double lse_mean = mean_abs_finite(lse, rows * s.NH, "lse");
-    const double dqkv_mean = mean_abs_finite(dqkv, rows * 3 * C, "dqkv");
+    const double dqkv_mean = mean_abs_finite(dqkv, rows * W, "dqkv");
     printf("check B=%d: out, lse, dqkv finite; mean |out| %.6e, |lse| %.6e, |dqkv| %.6e\n", s.B, out_mean, lse_mean,
            dqkv_mean);
     const double fwd_flop = 2.0 * s.B * s.NH * (double)s.T * s.T * s.HS;
@@ -152,13 +160,14 @@ static void bench_shape(const Shape& s, int iters, cudaStream_t stream) {
     cudaCheck(cudaMalloc(&docs, rows * sizeof(int2)));
     cudaCheck(cudaMemcpy(docs, spans.data(), rows * sizeof(int2), cudaMemcpyHostToDevice));
     auto masked = [&] {
-        attention_forward(out, lse, qkv, docs, s.B, s.T, s.NH, s.HS, stream);
-        attention_backward(dqkv, scratch, dout, qkv, out, lse, docs, s.B, s.T, s.NH, s.HS, stream);
+        attention_forward(out, lse, qkv, docs, s.B, s.T, s.NH, s.NKV, s.HS, stream);
+        attention_backward(dqkv, scratch, dout, qkv, out, lse, docs, s.B, s.T, s.NH, s.NKV, s.HS, stream);
     };
     masked();
     const double masked_ms = time_ms(masked, iters, stream);
-    printf("attention llmc B=%d T=%d NH=%d HS=%d documents of mean length %d: forward+backward %.3f ms, %.2f of the "
-           "causal time\n", s.B, s.T, s.NH, s.HS, std::max(1, s.T / 8), masked_ms, masked_ms / (fwd_ms + bwd_ms));
+    printf("attention llmc B=%d T=%d %s HS=%d documents of mean length %d: forward+backward %.3f ms, %.2f of the "
+           "causal time\n", s.B, s.T, heads(s).c_str(), s.HS, std::max(1, s.T / 8), masked_ms,
+           masked_ms / (fwd_ms + bwd_ms));
     cudaCheck(cudaFree(docs));
 
     for (void* p : {(void*)qkv, (void*)dout, (void*)out, (void*)dqkv, (void*)lse, (void*)scratch}) cudaCheck(cudaFree(p));
@@ -168,19 +177,20 @@ static int bench(int argc, char** argv) {
 #ifdef CPUCUDA
     // fibers run every GPU thread on the CPU: GPU shapes would take hours
     std::vector<int> Bs = {1};
-    Shape s = {1, 128, 2, 64};
+    Shape s = {1, 128, 2, 64, 0};
     int iters = 1;
 #else
     std::vector<int> Bs = {16, 32, 64};
-    Shape s = {16, 1024, 12, 64};
+    Shape s = {16, 1024, 12, 64, 0};
     int iters = 20;
 #endif
-    if (argc > 6) fail("%s", USAGE);
+    if (argc > 7) fail("%s", USAGE);
     if (argc > 1) Bs = parse_list(argv[1]);
     if (argc > 2) s.T = parse_positive(argv[2]);
     if (argc > 3) s.NH = parse_positive(argv[3]);
     if (argc > 4) s.HS = parse_positive(argv[4]);
     if (argc > 5) iters = parse_positive(argv[5]);
+    s.NKV = argc > 6 ? parse_positive(argv[6]) : s.NH;
 
     cudaDeviceProp prop;
     cudaCheck(cudaGetDeviceProperties(&prop, 0));
