@@ -242,16 +242,9 @@ static void gpt2_allocate_parameters(GPT2* model) {
 
 // ---- initialisation from a seed ---------------------------------------------
 // Each tensor as its row of PARAMETERS says; the padded vocabulary rows of wte
-// are 0. Each element is a counter-based draw (splitmix64 hashes of (seed,
-// tensor, index) through Box-Muller), so the result does not depend on the
-// order of generation, and dev/train_gpt2.py draws identical values.
-static inline double normal_draw(uint64_t stream_key, uint64_t i) {
-    const uint64_t h1 = splitmix64(stream_key + 2 * i), h2 = splitmix64(stream_key + 2 * i + 1);
-    const double u1 = (double)((h1 >> 11) + 1) * 0x1.0p-53;  // (0, 1]
-    const double u2 = (double)(h2 >> 11) * 0x1.0p-53;        // [0, 1)
-    return sqrt(-2.0 * log(u1)) * cos(2.0 * M_PI * u2);
-}
-
+// are 0. Each element is a counter-based draw (fill_normal, llmc/rand.h), so
+// the result does not depend on the order of generation, and
+// dev/train_gpt2.py draws identical values.
 static std::vector<float> gpt2_initial_weights(const GPT2Config& c, uint64_t seed) {
     size_t sizes[NUM_PARAMETER_TENSORS], total = 0;
     for (int k = 0; k < NUM_PARAMETER_TENSORS; k++) total += sizes[k] = parameter_size(k, c);
@@ -263,8 +256,7 @@ static std::vector<float> gpt2_initial_weights(const GPT2Config& c, uint64_t see
         if (init == Init::Ones) std::fill(t, t + sizes[k], 1.0f);
         if (init == Init::Normal || init == Init::Residual) {
             const double std = init == Init::Residual ? 0.02 / sqrt(2.0 * c.num_layers) : 0.02;
-            const uint64_t key = splitmix64(seed * 16 + k);
-            for (size_t i = 0; i < sizes[k]; i++) t[i] = (float)(std * normal_draw(key, i));
+            fill_normal(t, sizes[k], std, seed, k);
         }
         offset += sizes[k];
     }
@@ -336,6 +328,13 @@ static FILE* open_model_file(const char* path, GPT2Config* c, ModelFileHeader* h
              problem.c_str(), c->max_seq_len, c->vocab_size, c->padded_vocab_size, c->num_layers, c->num_heads,
              c->channels);
     return f;
+}
+
+static GPT2Config model_file_config(const char* path) {
+    GPT2Config c;
+    ModelFileHeader h;
+    fclose(open_model_file(path, &c, &h));
+    return c;
 }
 
 static void init_from_model_file(GPT2* model, const char* path) {

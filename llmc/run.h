@@ -14,8 +14,8 @@
 //   ... BUILTIN_INIT                              the model trained on the built-in corpus (no -i)
 //   bool parse_descriptor(const char* text, Config*);
 //                                                 a -e model descriptor ("d12"); false: not one
-//   FILE* open_model_file(const char* path, Config*, ModelFileHeader*);
-//                                                 opens a model file: its header and the shape it gives, checked
+//   Config model_file_config(const char* path);   the shape a model file (or folder) gives, checked;
+//                                                 its weights are not read
 //   void configure_model(Model*);                 sizes for model->config, nothing allocated
 //   void init_from_descriptor(Model*, const char* descriptor, uint64_t seed);
 //                                                 config, parameters allocated, weights from the seed
@@ -298,9 +298,7 @@ typename Model::Config read_config(const char* init) {
         return c;
     }
     if (stat(init, &st) != 0) llmc::failf("-e %s: not a model file or a model descriptor", init);
-    ModelFileHeader h;
-    fclose(open_model_file(init, &c, &h));
-    return c;
+    return model_file_config(init);
 }
 
 template <class Model>

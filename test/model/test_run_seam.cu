@@ -108,6 +108,13 @@ static FILE* open_model_file(const char* path, BigramConfig* c, ModelFileHeader*
     *c = BigramConfig{h->vocab_size, h->padded_vocab_size, h->max_seq_len};
     return f;
 }
+
+static BigramConfig model_file_config(const char* path) {
+    BigramConfig c;
+    ModelFileHeader h;
+    fclose(open_model_file(path, &c, &h));
+    return c;
+}
 static void init_from_model_file(Bigram* m, const char* path) {
     ModelFileHeader h;
     FILE* f = open_model_file(path, &m->config, &h);
