@@ -120,16 +120,6 @@ inline std::vector<ParameterLayout> parameter_layout(const GPT2Config& c) {
     return rows;
 }
 
-// Points each named tensor into one contiguous buffer.
-template <class T>
-void point_parameters(ParameterTensors<T>* p, T* base, const std::vector<ParameterLayout>& rows) {
-    T** tensors = reinterpret_cast<T**>(p);
-    for (int k = 0; k < NUM_PARAMETER_TENSORS; k++) {
-        tensors[k] = base;
-        base += rows[k].size;
-    }
-}
-
 // ----------------------------------------------------------------------------
 // Activations: everything the backward pass reads, allocated once for (B, T).
 
@@ -229,17 +219,6 @@ static void configure_model(GPT2* model) {
     model->grad_strides = parameter_strides(model->tensors, c.num_layers, sizeof(float));
 }
 
-// Allocates parameters and optimizer state for model->config (weights unset).
-static void gpt2_allocate_parameters(GPT2* model) {
-    configure_model(model);
-    allocate_parameters(model);
-    point_parameters(&model->params, model->params_memory, model->tensors);
-    point_parameters(&model->grads, model->grads_memory, model->tensors);
-    model->B = model->T = 0;
-    cudaCheck(cudaStreamCreate(&model->stream));
-    matmul_setup();
-}
-
 // ---- initialisation from a seed ---------------------------------------------
 // Each tensor as its row of PARAMETERS says; the padded vocabulary rows of wte
 // are 0. Each element is a counter-based draw (fill_normal, llmc/rand.h), so
@@ -309,7 +288,7 @@ static void init_from_descriptor(GPT2* model, const char* descriptor, uint64_t s
     if (!parse_descriptor(descriptor, &model->config))
         FAIL("-e %s: not a checkpoint file or a model descriptor (d12, d24, d36, d48, or e.g. "
              "\"L=2,C=64,H=4,V=250,maxT=64\")", descriptor);
-    gpt2_allocate_parameters(model);
+    allocate_model(model);
     set_weights(model, gpt2_initial_weights(model->config, seed));
 }
 
@@ -343,7 +322,7 @@ static void init_from_model_file(GPT2* model, const char* path) {
     size_t n = 0;
     for (int k = 0; k < NUM_PARAMETER_TENSORS; k++) n += parameter_size(k, model->config);
     const std::vector<float> weights = read_model_weights(f, path, h, n);
-    gpt2_allocate_parameters(model);
+    allocate_model(model);
     set_weights(model, weights);
 }
 
@@ -397,33 +376,14 @@ static std::vector<DeviceBuffer> activation_buffers(GPT2* model, int B, int T, i
 static bool try_allocate_activations(GPT2* model, int B, int T, int max_grad_accum_steps, int recompute) {
     const GPT2Config& c = model->config;
     if (T > c.max_seq_len) FAIL("-t %d exceeds the model's maximum sequence length %d", T, c.max_seq_len);
-    const std::vector<DeviceBuffer> rows = activation_buffers(model, B, T, recompute);
-    if (!allocate_buffers(rows)) return false;
-    model->act_strides = buffer_strides(model->acts, rows);
-    model->recompute = recompute;
-    allocate_staging(model, B, T, max_grad_accum_steps);
-    return true;
-}
-
-static void free_activations(GPT2* model) {
-    for (const DeviceBuffer& b : activation_buffers(model, model->B, model->T, model->recompute))
-        cudaCheck(cudaFree(*b.ptr));
-    free_staging(model);
+    return allocate_activation_table(model, B, T, max_grad_accum_steps, recompute);
 }
 
 // ----------------------------------------------------------------------------
 // Forward: logits (B, T, Vp) for the tokens in model->inputs.
 
-// Layer l's weights and activations (layer_view): under recompute the
-// layernorm and GELU outputs are one copy that every layer shares.
-static ParameterTensors<floatX> layer_params(const GPT2* model, int l) {
-    return layer_view(model->params, model->param_strides, l);
-}
-static ParameterTensors<float> layer_grads(const GPT2* model, int l) {
-    return layer_view(model->grads, model->grad_strides, l);
-}
-static ActivationTensors layer_acts(const GPT2* model, int l) { return layer_view(model->acts, model->act_strides, l); }
-
+// Layer l's weights and activations: layer_params, layer_acts (llmc/run_model.h;
+// under recompute the layernorm and GELU outputs are one copy all layers share).
 static void forward(GPT2* model) {
     const GPT2Config& c = model->config;
     const int B = model->B, T = model->T, C = c.channels, NH = c.num_heads, L = c.num_layers;
@@ -468,10 +428,9 @@ static void forward(GPT2* model) {
 // loss_scale * sum(per-token losses) to stats->loss_sum; with write_dlogits the
 // logits become dloss/dlogits, every unmasked token weighted by loss_scale.
 static void cross_entropy(GPT2* model, float loss_scale, bool write_dlogits) {
-    const int BT = model->B * model->T;
-    fused_classifier(model->acts.logits, model->acts.losses, model->targets, loss_scale, BT,
-                     model->config.vocab_size, model->config.padded_vocab_size, write_dlogits, model->stream);
-    accumulate_loss(&model->stats->loss_sum, model->acts.losses, BT, loss_scale, model->stream);
+    classifier_loss(model->acts.logits, model->acts.losses, model->targets, loss_scale, model->B * model->T,
+                    model->config.vocab_size, model->config.padded_vocab_size, write_dlogits, &model->stats->loss_sum,
+                    model->stream);
 }
 
 // ----------------------------------------------------------------------------
@@ -543,11 +502,7 @@ static const float* device_losses(const GPT2* model) { return model->acts.losses
 
 // The V real logits of sequence 0 at `position` (the last forward's).
 static void read_logits(const GPT2* model, int position, float* logits) {
-    const int V = model->config.vocab_size, Vp = model->config.padded_vocab_size;
-    std::vector<floatX> row(Vp);
-    cudaCheck(cudaMemcpy(row.data(), model->acts.logits + (size_t)position * Vp, Vp * sizeof(floatX),
-                         cudaMemcpyDeviceToHost));
-    for (int i = 0; i < V; i++) logits[i] = to_float(row[i]);
+    read_logits_row(model->acts.logits, position, model->config.vocab_size, model->config.padded_vocab_size, logits);
 }
 
 static double model_flops_per_token(const GPT2* model, int T) {
@@ -569,12 +524,6 @@ static std::string adapt_to_device(GPT2* model, int gelu_fusion, int compute_maj
     const char* fusion_names[] = {"GELU kernels", "GELU in the forward matmul's epilogue",
                                   "GELU in the forward and backward matmuls' epilogues"};
     return "gelu: -ge " + std::to_string(model->gelu_fusion) + ", " + fusion_names[model->gelu_fusion];
-}
-
-static void free_model(GPT2* model) {
-    for (const DeviceBuffer& b : parameter_buffers(model)) cudaCheck(cudaFree(*b.ptr));
-    if (model->B > 0) free_activations(model);
-    cudaCheck(cudaStreamDestroy(model->stream));
 }
 
 // ----------------------------------------------------------------------------

@@ -26,8 +26,9 @@
 //                                                 every buffer of a micro-batch (the memory plan's rows)
 //   bool try_allocate_activations(Model*, int B, int T, int max_grad_accum_steps, int recompute);
 //                                                 false (nothing allocated): out of device memory
-//   void free_activations(Model*);
-//   void free_model(Model*);                      parameters, activations, stream
+//                                                 (allocate_activation_table, llmc/run_model.h)
+// and llmc/run_model.h's allocate_model, layer views and free_model serve the
+// struct whose members it lists.
 //   int vocab_size(const Model*);                 V, the real tokens
 //   const float* device_losses(const Model*);     (B, T) per-token losses of the last cross_entropy
 //   void read_logits(const Model*, int position, float* logits);
