@@ -47,12 +47,12 @@ vpath %.cu cpu_cuda cpu_cuda/test cpu_cuda/test/sanitizer test/kernels test/mode
 #   cpu_cuda/test/  the CUDA-on-CPU runtime itself (kernel language, streams,
 #                  cuBLASLt, NCCL, its checking modes)
 #   test/kernels/  one program per kernel header of llmc/ against plain C++
-#   test/model/    the trainer's model (train_gpt.cu) against PyTorch's numbers
+#   test/model/    the trainers' models (train_gpt.cu, train_llama3.cu) against PyTorch's numbers
 TEST_CU    := $(wildcard cpu_cuda/test/test_*.cu test/kernels/test_*.cu test/model/test_*.cu)
 TEST_NAMES := $(basename $(notdir $(TEST_CU)))
 KERNEL_TESTS := $(basename $(notdir $(wildcard test/kernels/test_*.cu)))
 # the programs also built in fp32 (build/cpu-fp32): those whose numbers depend on floatX
-FP32_TESTS := $(filter-out test_ptx,$(KERNEL_TESTS)) test_gpt2 test_training test_distributed
+FP32_TESTS := $(filter-out test_ptx,$(KERNEL_TESTS)) test_gpt2 test_llama3 test_training test_distributed
 # Programs that run as several ranks (NCCL across MPI processes) link Open MPI
 # and are compiled with MULTI_GPU; the rest run single-process.
 MPI_PROGRAMS := test_nccl test_distributed train_gpt train_llama3 lesson
@@ -222,9 +222,9 @@ test: cpu asan racecheck
 	bash test/run_tests.sh
 
 # The quick tier, for while editing (`make -j2 check`): builds only what it runs
-# (the kernel tests, test_nccl and the trainer in bf16, test_gpt2 in fp32) and runs
+# (the kernel tests, test_nccl and the trainer in bf16, test_gpt2 and test_llama3 in fp32) and runs
 # run_tests.sh's check section.
-CHECK_BINS := $(addprefix build/cpu/,$(KERNEL_TESTS) test_nccl train_gpt) build/cpu-fp32/test_gpt2
+CHECK_BINS := $(addprefix build/cpu/,$(KERNEL_TESTS) test_nccl train_gpt) build/cpu-fp32/test_gpt2 build/cpu-fp32/test_llama3
 check: check-cuda-headers $(CHECK_BINS)
 	TEST_SECTIONS=check bash test/run_tests.sh
 

@@ -16,7 +16,7 @@
 # Sections (TEST_SECTIONS, default all but check): cpu host schedules streams mpi
 #   asan racecheck initcheck nvcc gpu; and check
 #   check     the quick tier (`make check`, while editing): each kernel test once
-#             (bf16), test_gpt2 in fp32, test_nccl under mpirun -np 2, one kill
+#             (bf16), test_gpt2 and test_llama3 in fp32, test_nccl under mpirun -np 2, one kill
 #             and bitwise resume (TEST_RESUME_QUICK), the command line's error
 #             paths (TRAIN_CLI_QUICK), the README's links to definitions (an edit
 #             that moves a linked line fails here); each runs in the others too
@@ -154,16 +154,17 @@ MPIRUN="mpirun --oversubscribe --bind-to none"
 names() { for f in "$@"; do basename "$f" .cu; done; }
 KERNELS=($(names test/kernels/test_*.cu))  # one program per kernel header of llmc/
 # every single-process CUDA test program (test_nccl and test_distributed run under mpirun)
-SINGLE_TESTS=(test_kernel_language test_checks test_cublaslt test_streams "${KERNELS[@]}" test_gpt2 test_training test_run_seam)
+SINGLE_TESTS=(test_kernel_language test_checks test_cublaslt test_streams "${KERNELS[@]}" test_gpt2 test_llama3 test_training test_run_seam)
 # the model's kernels and what they are built on, rerun in every checking mode
 KERNEL_TESTS=(test_kernel_language test_cublaslt "${KERNELS[@]}")
 # the programs also built in fp32 (the Makefile's FP32_TESTS, less test_distributed: mpi section)
-FP32_TESTS=($(names test/kernels/test_*.cu | grep -vx test_ptx) test_gpt2 test_training)
+FP32_TESTS=($(names test/kernels/test_*.cu | grep -vx test_ptx) test_gpt2 test_llama3 test_training)
 
 if want check; then
     echo "== the quick tier (make check)"
     for t in "${KERNELS[@]}"; do run "$t" "build/cpu/$t"; done
     run "test_gpt2 [fp32]" build/cpu-fp32/test_gpt2
+    run "test_llama3 [fp32]" build/cpu-fp32/test_llama3
     run "test_nccl [mpirun -np 2]" $MPIRUN -np 2 build/cpu/test_nccl
     run "test_resume [TEST_RESUME_QUICK=1]" env TEST_RESUME_QUICK=1 python3 test/trainer/test_resume.py build/cpu/train_gpt
     run "test_train_cli [TRAIN_CLI_QUICK=1]" env TRAIN_CLI_QUICK=1 bash test/trainer/test_train_cli.sh build/cpu/train_gpt
