@@ -402,7 +402,7 @@ static void forward(GPT2* model) {
         const floatX* residual = l == 0 ? a.encoded : layer_acts(model, l - 1).residual3;
         // attention block: residual2 = residual + proj(attention(ln1(residual)))
         matmul_forward(x.qkv, x.ln1, w.qkvw, w.qkvb, BT, C, 3 * C, stream);
-        attention_forward(x.atty, x.att_lse, x.qkv, docs, B, T, NH, HS, stream);
+        attention_forward(x.atty, x.att_lse, x.qkv, docs, B, T, NH, NH, HS, stream);
         matmul_forward(a.proj_out, x.atty, w.attprojw, w.attprojb, BT, C, C, stream);
         fused_residual_layernorm_forward(x.residual2, x.ln2, x.ln2_mean, x.ln2_rstd, residual, a.proj_out, w.ln2w,
                                          w.ln2b, BT, C, stream);
@@ -476,7 +476,7 @@ static void backward(GPT2* model, const int* encoder_plan_host, int num_distinct
         // attention block (dresidual is now the gradient w.r.t. residual2)
         matmul_backward(s.dnarrow, dw.attprojw, dw.attprojb, s.reduce, s.dresidual, x.atty, w.attprojw, BT, C, C,
                         stream);
-        attention_backward(s.dwide, s.reduce, s.dnarrow, x.qkv, x.atty, x.att_lse, docs, B, T, NH, HS, stream);
+        attention_backward(s.dwide, s.reduce, s.dnarrow, x.qkv, x.atty, x.att_lse, docs, B, T, NH, NH, HS, stream);
         matmul_backward(s.dnarrow, dw.qkvw, dw.qkvb, s.reduce, s.dwide, x.ln1, w.qkvw, BT, C, 3 * C, stream);
         layernorm_backward(s.dresidual, dw.ln1w, dw.ln1b, s.reduce, s.dnarrow, residual, w.ln1w, x.ln1_mean,
                            x.ln1_rstd, BT, C, stream);

@@ -122,8 +122,10 @@ static void bench_shape(const Shape& s, int iters, cudaStream_t stream) {
     cudaCheck(cudaMalloc(&lse, rows * s.NH * sizeof(float)));
     cudaCheck(cudaMalloc(&scratch, attention_backward_scratch_floats(s.B, s.T, s.NH) * sizeof(float)));
 
-    auto forward = [&] { attention_forward(out, lse, qkv, nullptr, s.B, s.T, s.NH, s.HS, stream); };
-    auto backward = [&] { attention_backward(dqkv, scratch, dout, qkv, out, lse, nullptr, s.B, s.T, s.NH, s.HS, stream); };
+    auto forward = [&] { attention_forward(out, lse, qkv, nullptr, s.B, s.T, s.NH, s.NH, s.HS, stream); };
+    auto backward = [&] {
+        attention_backward(dqkv, scratch, dout, qkv, out, lse, nullptr, s.B, s.T, s.NH, s.NH, s.HS, stream);
+    };
     forward();  // warm-up: first launch of each kernel, first touch of every buffer
     backward();
     const double fwd_ms = time_ms(forward, iters, stream);
@@ -152,8 +154,8 @@ static void bench_shape(const Shape& s, int iters, cudaStream_t stream) {
     cudaCheck(cudaMalloc(&docs, rows * sizeof(int2)));
     cudaCheck(cudaMemcpy(docs, spans.data(), rows * sizeof(int2), cudaMemcpyHostToDevice));
     auto masked = [&] {
-        attention_forward(out, lse, qkv, docs, s.B, s.T, s.NH, s.HS, stream);
-        attention_backward(dqkv, scratch, dout, qkv, out, lse, docs, s.B, s.T, s.NH, s.HS, stream);
+        attention_forward(out, lse, qkv, docs, s.B, s.T, s.NH, s.NH, s.HS, stream);
+        attention_backward(dqkv, scratch, dout, qkv, out, lse, docs, s.B, s.T, s.NH, s.NH, s.HS, stream);
     };
     masked();
     const double masked_ms = time_ms(masked, iters, stream);

@@ -71,11 +71,11 @@ static std::vector<Family> step_families(GPT2* m) {
              matmul_backward(s.dnarrow, g.wte, nullptr, s.reduce, a.logits, a.lnf, p.wte, BT, C, Vp, st);
          }},
         {"attention forward", l * 2 * attn_unit, l * (3 * bt * C * X + bt * C * X + bt * NH * 4),
-         [=] { for (int k = 0; k < L; k++) attention_forward(a.atty, a.att_lse, a.qkv, nullptr, B, T, NH, HS, st); }},
+         [=] { for (int k = 0; k < L; k++) attention_forward(a.atty, a.att_lse, a.qkv, nullptr, B, T, NH, NH, HS, st); }},
         {"attention backward", l * 7 * attn_unit, l * (3 * bt * C * X + 2 * bt * C * X + 3 * bt * C * X + 2 * bt * NH * 4),
          [=] {
              for (int k = 0; k < L; k++)
-                 attention_backward(s.dwide, s.reduce, s.dnarrow, a.qkv, a.atty, a.att_lse, nullptr, B, T, NH, HS, st);
+                 attention_backward(s.dwide, s.reduce, s.dnarrow, a.qkv, a.atty, a.att_lse, nullptr, B, T, NH, NH, HS, st);
          }},
         {"layernorm forward (+ residual)", 0, (2 * l + 1) * 4 * bt * C * X,
          [=] {

@@ -11,11 +11,17 @@
 // backward recomputes P from it. No atomics: every output row has one owner, so
 // results are bitwise reproducible run to run.
 //
-// Layouts (C = NH * HS):
-//   qkv  (B, T, 3C)  columns [0,C) q, [C,2C) k, [2C,3C) v; head h at h*HS .. h*HS+HS-1 of each
-//   out  (B, T, C)   same head layout;  dout likewise
+// Grouped-query attention: NKV key/value heads (NKV divides NH), each shared by
+// G = NH / NKV consecutive query heads: query head h reads kv head h / G (the
+// pairing of transformers' repeat_kv). NKV = NH is multi-head attention.
+// The dK/dV of a kv head is the sum of the above over its G query heads.
+//
+// Layouts (C = NH * HS, W = (NH + 2 NKV) * HS):
+//   qkv  (B, T, W)   columns [0,C) q, then NKV*HS of k, then NKV*HS of v; head h at h*HS .. h*HS+HS-1 of each
+//                    (NKV = NH: [0,C) q, [C,2C) k, [2C,3C) v)
+//   out  (B, T, C)   query-head layout;  dout likewise
 //   lse  (B, NH, T)  float;  scratch (B, NH, T) float: D
-//   dqkv (B, T, 3C)  overwritten by the backward
+//   dqkv (B, T, W)   overwritten by the backward
 //
 // Design (bf16; HS any multiple of 16 up to 128; the fp32 build runs
 // attention_fp32.cuh instead). A block is 4 warps and owns 64 rows of one
@@ -66,6 +72,10 @@
 #include "llmc/ptx.cuh"
 
 namespace attention_detail {
+
+using attention_fp32::k_column;
+using attention_fp32::qkv_stride;
+using attention_fp32::v_column;
 
 typedef __nv_bfloat16 bf16;
 constexpr float LOG2E = 1.4426950408889634f;
@@ -274,7 +284,7 @@ __device__ __forceinline__ void store_rows(bf16* dst, size_t stride, const float
 // query blocks in reverse order so the longest (latest rows) start first.
 template <int HS, bool DOCS>
 __global__ void __launch_bounds__(THREADS)
-attention_forward_kernel(bf16* out, float* lse, const bf16* qkv, const int2* docs, int T, int NH) {
+attention_forward_kernel(bf16* out, float* lse, const bf16* qkv, const int2* docs, int T, int NH, int NKV) {
     using Tl = Tiles<HS>;
     constexpr int KV = Tl::KV_FWD, LD = Tl::LD;
     extern __shared__ uint4 attn_tiles[];
@@ -282,20 +292,21 @@ attention_forward_kernel(bf16* out, float* lse, const bf16* qkv, const int2* doc
     bf16* k_tiles = q_tile + ROWS * LD;                    // 2 x KV x LD
     bf16* v_tiles = k_tiles + 2 * KV * LD;                 // 2 x KV x LD
 
-    const int C = NH * HS, bh = blockIdx.x, b = bh / NH, h = bh % NH;
+    const int C = NH * HS, bh = blockIdx.x, b = bh / NH, h = bh % NH, kvh = h / (NH / NKV);
     const int q0 = (gridDim.y - 1 - blockIdx.y) * ROWS;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
     const int row_lo = q0 + 16 * warp;  // this warp's rows: row_lo + g, row_lo + g + 8
-    const size_t stride = 3 * (size_t)C;
-    const bf16* base = qkv + (size_t)b * T * stride + h * HS;  // q; k at +C, v at +2C
+    const size_t stride = qkv_stride(NH, NKV, HS);
+    const bf16* seq = qkv + (size_t)b * T * stride;
+    const bf16 *base = seq + h * HS, *k_base = seq + k_column(NH, kvh, HS), *v_base = seq + v_column(NH, NKV, kvh, HS);
     const float scale_log2 = LOG2E / sqrtf((float)HS);
     const DocRows doc(DOCS ? docs + (size_t)b * T : nullptr, q0, row_lo, T);
     // keys [tile0 * KV, q0 + 64): from the document of the block's first row
     const int tile0 = doc.block_start / KV;
     const int tiles = CEIL_DIV(min(T, q0 + ROWS), KV) - tile0;
     auto load_kv_tile = [&](int it, int buf) {  // keys of tile tile0 + it into buffer buf
-        load_tile<HS, KV>(k_tiles + buf * KV * LD, base + C, stride, (tile0 + it) * KV, T);
-        load_tile<HS, KV>(v_tiles + buf * KV * LD, base + 2 * C, stride, (tile0 + it) * KV, T);
+        load_tile<HS, KV>(k_tiles + buf * KV * LD, k_base, stride, (tile0 + it) * KV, T);
+        load_tile<HS, KV>(v_tiles + buf * KV * LD, v_base, stride, (tile0 + it) * KV, T);
     };
     load_tile<HS, ROWS>(q_tile, base, stride, q0, T);
     load_kv_tile(0, 0);
@@ -385,7 +396,7 @@ attention_forward_kernel(bf16* out, float* lse, const bf16* qkv, const int2* doc
 template <int HS, bool DOCS>
 __global__ void __launch_bounds__(THREADS)
 attention_backward_dq_kernel(bf16* dqkv, float* Dvec, const bf16* dout, const bf16* qkv, const bf16* out,
-                             const float* lse, const int2* docs, int T, int NH) {
+                             const float* lse, const int2* docs, int T, int NH, int NKV) {
     using Tl = Tiles<HS>;
     constexpr int KV = Tl::KV_DQ, LD = Tl::LD;
     extern __shared__ uint4 attn_tiles[];
@@ -394,20 +405,21 @@ attention_backward_dq_kernel(bf16* dqkv, float* Dvec, const bf16* dout, const bf
     bf16* k_tiles = do_tile + ROWS * LD;                   // 2 x KV x LD
     bf16* v_tiles = k_tiles + 2 * KV * LD;                 // 2 x KV x LD
 
-    const int C = NH * HS, bh = blockIdx.x, b = bh / NH, h = bh % NH;
+    const int C = NH * HS, bh = blockIdx.x, b = bh / NH, h = bh % NH, kvh = h / (NH / NKV);
     const int q0 = (gridDim.y - 1 - blockIdx.y) * ROWS;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
     const int row_lo = q0 + 16 * warp;
-    const size_t stride = 3 * (size_t)C;
-    const bf16* base = qkv + (size_t)b * T * stride + h * HS;
+    const size_t stride = qkv_stride(NH, NKV, HS);
+    const bf16* seq = qkv + (size_t)b * T * stride;
+    const bf16 *base = seq + h * HS, *k_base = seq + k_column(NH, kvh, HS), *v_base = seq + v_column(NH, NKV, kvh, HS);
     const size_t out_off = (size_t)b * T * C + h * HS;  // (b, 0, h) in out / dout
     const float scale = 1.0f / sqrtf((float)HS), scale_log2 = LOG2E * scale;
     const DocRows doc(DOCS ? docs + (size_t)b * T : nullptr, q0, row_lo, T);
     const int tile0 = doc.block_start / KV;  // as the forward
     const int tiles = CEIL_DIV(min(T, q0 + ROWS), KV) - tile0;
     auto load_kv_tile = [&](int it, int buf) {  // keys of tile tile0 + it into buffer buf
-        load_tile<HS, KV>(k_tiles + buf * KV * LD, base + C, stride, (tile0 + it) * KV, T);
-        load_tile<HS, KV>(v_tiles + buf * KV * LD, base + 2 * C, stride, (tile0 + it) * KV, T);
+        load_tile<HS, KV>(k_tiles + buf * KV * LD, k_base, stride, (tile0 + it) * KV, T);
+        load_tile<HS, KV>(v_tiles + buf * KV * LD, v_base, stride, (tile0 + it) * KV, T);
     };
     load_tile<HS, ROWS>(q_tile, base, stride, q0, T);
     load_tile<HS, ROWS>(do_tile, dout + out_off, C, q0, T);
@@ -491,7 +503,7 @@ attention_backward_dq_kernel(bf16* dqkv, float* Dvec, const bf16* dout, const bf
 template <int HS, bool DOCS>
 __global__ void __launch_bounds__(THREADS)
 attention_backward_dkv_kernel(bf16* dqkv, const float* Dvec, const bf16* dout, const bf16* qkv, const float* lse,
-                              const int2* docs, int T, int NH) {
+                              const int2* docs, int T, int NH, int NKV) {
     using Tl = Tiles<HS>;
     constexpr int QT = Tl::Q_DKV, LD = Tl::LD;
     extern __shared__ uint4 attn_tiles[];
@@ -503,33 +515,37 @@ attention_backward_dkv_kernel(bf16* dqkv, const float* Dvec, const bf16* dout, c
     float* D_tiles = lse_tiles + 2 * QT;                                   // 2 x QT
     int* start_tiles = reinterpret_cast<int*>(D_tiles + 2 * QT);           // 2 x QT (DOCS)
 
-    const int C = NH * HS, bh = blockIdx.x, b = bh / NH, h = bh % NH;
+    const int C = NH * HS, G = NH / NKV, b = blockIdx.x / NKV, kvh = blockIdx.x % NKV;
+    const int h_first = kvh * G;  // the group's query heads: h_first .. h_first + G - 1
     const int kb0 = blockIdx.y * ROWS;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
     const int key_lo = kb0 + 16 * warp;  // this warp's keys: key_lo + g, key_lo + g + 8
-    const size_t stride = 3 * (size_t)C;
-    const bf16* base = qkv + (size_t)b * T * stride + h * HS;
-    const bf16* dout_base = dout + (size_t)b * T * C + h * HS;
-    const float* lse_bh = lse + (size_t)bh * T;
-    const float* D_bh = Dvec + (size_t)bh * T;
+    const size_t stride = qkv_stride(NH, NKV, HS);
+    const bf16* seq = qkv + (size_t)b * T * stride;
     const float scale = 1.0f / sqrtf((float)HS), scale_log2 = LOG2E * scale;
 
-    // queries at or past T: lse = +inf makes P = 0 (their Q and dO rows are zero)
+    // the current query head's Q, dO, lse and D (the group's first, then each next one in turn)
+    const bf16* q_h = seq + h_first * HS;
+    const bf16* dout_h = dout + (size_t)b * T * C + h_first * HS;
+    const float* lse_h = lse + ((size_t)b * NH + h_first) * T;
+    const float* D_h = Dvec + ((size_t)b * NH + h_first) * T;
+    // queries [i0, i0 + QT) of the current head. Queries at or past T: lse = +inf
+    // makes P = 0 (their Q and dO rows are zero)
     auto load_q_tile = [&](int i0, int buf) {
-        load_tile<HS, QT>(q_tiles + buf * QT * LD, base, stride, i0, T);
-        load_tile<HS, QT>(do_tiles + buf * QT * LD, dout_base, C, i0, T);
+        load_tile<HS, QT>(q_tiles + buf * QT * LD, q_h, stride, i0, T);
+        load_tile<HS, QT>(do_tiles + buf * QT * LD, dout_h, C, i0, T);
         static_assert(QT <= THREADS, "attention dK/dV: one thread per query of a tile");
         if (const int r = threadIdx.x; r < QT) {
-            lse_tiles[buf * QT + r] = i0 + r < T ? lse_bh[i0 + r] * LOG2E : INFINITY;
-            D_tiles[buf * QT + r] = i0 + r < T ? D_bh[i0 + r] : 0.0f;
+            lse_tiles[buf * QT + r] = i0 + r < T ? lse_h[i0 + r] * LOG2E : INFINITY;
+            D_tiles[buf * QT + r] = i0 + r < T ? D_h[i0 + r] : 0.0f;
             if constexpr (DOCS) start_tiles[buf * QT + r] = i0 + r < T ? docs[(size_t)b * T + i0 + r].x : T;
         }
     };
-    // queries [kb0, end of the document of the block's last key)
+    // queries [kb0, end of the document of the block's last key), per query head
     const int q_end = DOCS ? docs[(size_t)b * T + min(kb0 + ROWS, T) - 1].y : T;
     const int i_first = kb0, tiles = CEIL_DIV(q_end - i_first, QT);
-    load_tile<HS, ROWS>(k_tile, base + C, stride, kb0, T);
-    load_tile<HS, ROWS>(v_tile, base + 2 * C, stride, kb0, T);
+    load_tile<HS, ROWS>(k_tile, seq + k_column(NH, kvh, HS), stride, kb0, T);
+    load_tile<HS, ROWS>(v_tile, seq + v_column(NH, NKV, kvh, HS), stride, kb0, T);
     load_q_tile(i_first, 0);
     cp_async_commit();
     cp_async_wait<0>();
@@ -544,9 +560,9 @@ attention_backward_dkv_kernel(bf16* dqkv, const float* Dvec, const bf16* dout, c
     zero(dv);
     load_a_rows<HS>(kf, k_tile + 16 * warp * LD);
     if constexpr (V_IN_REGISTERS) load_a_rows<HS>(vf, v_tile + 16 * warp * LD);
-    // Query tile it: S^T, P^T, dV += P^T dO, dP^T, dS^T, dK += dS^T Q. The causal
-    // mask and the skipping of 16-query steps apply only to a DIAGonal tile
-    // (queries < kb0 + ROWS); later tiles hold only queries > every key of the block.
+    // Query tile it of head h: S^T, P^T, dV += P^T dO, dP^T, dS^T, dK += dS^T Q.
+    // The causal mask and the skipping of 16-query steps apply only to a DIAGonal
+    // tile (queries < kb0 + ROWS); later tiles hold only queries > every key of the block.
     auto tile_step = [&](int it, auto diagonal) {
         constexpr bool DIAG = decltype(diagonal)::value;
         const int i0 = i_first + it * QT, buf = it % 2;
@@ -588,30 +604,42 @@ attention_backward_dkv_kernel(bf16* dqkv, const float* Dvec, const bf16* dout, c
         __syncthreads();
     };
     constexpr int DIAG_TILES = ROWS / QT;
+    // the group's query heads one after another (a fixed order: dK, dV bitwise reproducible);
+    // a head's first tile is loaded once the previous head's last is done with (no
+    // prefetch across heads: that would put a head switch into the tile loop)
+    for (int h = 0; h < G; h++) {
+        if (h > 0) {
+            q_h += HS, dout_h += HS, lse_h += T, D_h += T;
+            load_q_tile(i_first, 0);
+            cp_async_commit();
+        }
 #pragma unroll
-    for (int j = 0; j < DIAG_TILES; j++)
-        if (j < tiles) tile_step(j, std::true_type());
-    for (int it = DIAG_TILES; it < tiles; it++) tile_step(it, std::false_type());
-    bf16* dst = dqkv + (size_t)b * T * stride + h * HS;
-    store_rows<HS>(dst + C, stride, dk, key_lo, T, scale, scale);
-    store_rows<HS>(dst + 2 * C, stride, dv, key_lo, T, 1.0f, 1.0f);
+        for (int j = 0; j < DIAG_TILES; j++)
+            if (j < tiles) tile_step(j, std::true_type());
+        for (int it = DIAG_TILES; it < tiles; it++) tile_step(it, std::false_type());
+    }
+    bf16* dst = dqkv + (size_t)b * T * stride;
+    store_rows<HS>(dst + k_column(NH, kvh, HS), stride, dk, key_lo, T, scale, scale);
+    store_rows<HS>(dst + v_column(NH, NKV, kvh, HS), stride, dv, key_lo, T, 1.0f, 1.0f);
 }
 
 template <int HS, bool DOCS>
-inline void forward_launch(bf16* out, float* lse, const bf16* qkv, const int2* docs, int B, int T, int NH,
+inline void forward_launch(bf16* out, float* lse, const bf16* qkv, const int2* docs, int B, int T, int NH, int NKV,
                            cudaStream_t stream) {
     // dynamic shared memory over 48 KB needs an opt-in (cudaFuncSetAttribute takes the kernel by name)
     static const cudaError_t opt_in = cudaFuncSetAttribute(
         attention_forward_kernel<HS, DOCS>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)Tiles<HS>::fwd_bytes);
     cudaCheck(opt_in);
     const dim3 grid(B * NH, CEIL_DIV(T, ROWS));
-    attention_forward_kernel<HS, DOCS><<<grid, THREADS, Tiles<HS>::fwd_bytes, stream>>>(out, lse, qkv, docs, T, NH);
+    attention_forward_kernel<HS, DOCS><<<grid, THREADS, Tiles<HS>::fwd_bytes, stream>>>(out, lse, qkv, docs, T, NH,
+                                                                                        NKV);
     cudaCheck(cudaGetLastError());
 }
 
 template <int HS, bool DOCS>
 inline void backward_launch(bf16* dqkv, float* scratch, const bf16* dout, const bf16* qkv, const bf16* out,
-                            const float* lse, const int2* docs, int B, int T, int NH, cudaStream_t stream) {
+                            const float* lse, const int2* docs, int B, int T, int NH, int NKV,
+                            cudaStream_t stream) {
     static const cudaError_t opt_in[2] = {
         cudaFuncSetAttribute(attention_backward_dq_kernel<HS, DOCS>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                              (int)Tiles<HS>::dq_bytes),
@@ -619,12 +647,12 @@ inline void backward_launch(bf16* dqkv, float* scratch, const bf16* dout, const 
                              (int)Tiles<HS>::dkv_bytes)};
     cudaCheck(opt_in[0]);
     cudaCheck(opt_in[1]);
-    const dim3 grid(B * NH, CEIL_DIV(T, ROWS));
+    const dim3 grid(B * NH, CEIL_DIV(T, ROWS)), grid_kv(B * NKV, CEIL_DIV(T, ROWS));
     attention_backward_dq_kernel<HS, DOCS><<<grid, THREADS, Tiles<HS>::dq_bytes, stream>>>(dqkv, scratch, dout, qkv,
-                                                                                           out, lse, docs, T, NH);
+                                                                                           out, lse, docs, T, NH, NKV);
     cudaCheck(cudaGetLastError());
-    attention_backward_dkv_kernel<HS, DOCS><<<grid, THREADS, Tiles<HS>::dkv_bytes, stream>>>(dqkv, scratch, dout, qkv,
-                                                                                             lse, docs, T, NH);
+    attention_backward_dkv_kernel<HS, DOCS><<<grid_kv, THREADS, Tiles<HS>::dkv_bytes, stream>>>(
+        dqkv, scratch, dout, qkv, lse, docs, T, NH, NKV);
     cudaCheck(cudaGetLastError());
 }
 
@@ -648,27 +676,27 @@ inline void with_head_size(int HS, F f) {
 // floatX = bf16: tensor cores; floatX = float: attention_fp32.cuh. Templates, so
 // that each build instantiates only its own kernels.
 template <class X>
-inline void forward(X* out, float* lse, const X* qkv, const int2* docs, int B, int T, int NH, int HS,
+inline void forward(X* out, float* lse, const X* qkv, const int2* docs, int B, int T, int NH, int NKV, int HS,
                     cudaStream_t stream) {
     if constexpr (std::is_same_v<X, float>)
-        attention_fp32::forward(out, lse, qkv, docs, B, T, NH, HS, stream);
+        attention_fp32::forward(out, lse, qkv, docs, B, T, NH, NKV, HS, stream);
     else
         with_head_size(HS, [&](auto hs) {
             constexpr int H = decltype(hs)::value;
-            if (docs) forward_launch<H, true>(out, lse, qkv, docs, B, T, NH, stream);
-            else forward_launch<H, false>(out, lse, qkv, nullptr, B, T, NH, stream);
+            if (docs) forward_launch<H, true>(out, lse, qkv, docs, B, T, NH, NKV, stream);
+            else forward_launch<H, false>(out, lse, qkv, nullptr, B, T, NH, NKV, stream);
         });
 }
 template <class X>
 inline void backward(X* dqkv, float* scratch, const X* dout, const X* qkv, const X* out, const float* lse,
-                     const int2* docs, int B, int T, int NH, int HS, cudaStream_t stream) {
+                     const int2* docs, int B, int T, int NH, int NKV, int HS, cudaStream_t stream) {
     if constexpr (std::is_same_v<X, float>)
-        attention_fp32::backward(dqkv, scratch, dout, qkv, out, lse, docs, B, T, NH, HS, stream);
+        attention_fp32::backward(dqkv, scratch, dout, qkv, out, lse, docs, B, T, NH, NKV, HS, stream);
     else
         with_head_size(HS, [&](auto hs) {
             constexpr int H = decltype(hs)::value;
-            if (docs) backward_launch<H, true>(dqkv, scratch, dout, qkv, out, lse, docs, B, T, NH, stream);
-            else backward_launch<H, false>(dqkv, scratch, dout, qkv, out, lse, nullptr, B, T, NH, stream);
+            if (docs) backward_launch<H, true>(dqkv, scratch, dout, qkv, out, lse, docs, B, T, NH, NKV, stream);
+            else backward_launch<H, false>(dqkv, scratch, dout, qkv, out, lse, nullptr, B, T, NH, NKV, stream);
         });
 }
 
@@ -691,22 +719,29 @@ inline void document_spans(int2* spans, const int* tokens, int B, int T, int doc
     }
 }
 
-// out (B,T,C) and lse (B,NH,T) from qkv (B,T,3C); causal, scale 1/sqrt(HS).
+// NH query heads share NKV key/value heads: NKV must divide NH (NKV = NH: multi-head attention).
+inline void attention_check_heads(int NH, int NKV) {
+    if (NKV < 1 || NH % NKV != 0) llmc::failf("attention: %d key/value heads do not divide %d query heads", NKV, NH);
+}
+
+// out (B,T,C) and lse (B,NH,T) from qkv (B,T,(NH+2NKV)HS); causal, scale 1/sqrt(HS).
 // docs: nullptr, or (B, T) document spans (document_spans): causal within each
 // document only.
 inline void attention_forward(floatX* out, float* lse, const floatX* qkv, const int2* docs, int B, int T, int NH,
-                              int HS, cudaStream_t stream) {
+                              int NKV, int HS, cudaStream_t stream) {
+    attention_check_heads(NH, NKV);
     if ((size_t)B * T * NH == 0) return;
-    attention_detail::forward(out, lse, qkv, docs, B, T, NH, HS, stream);
+    attention_detail::forward(out, lse, qkv, docs, B, T, NH, NKV, HS, stream);
 }
 
 // Floats of scratch attention_backward needs: D_i = dout_i . out_i per (b, h, i).
 inline size_t attention_backward_scratch_floats(int B, int T, int NH) { return (size_t)B * NH * T; }
 
-// dqkv (B,T,3C) is overwritten with dL/dqkv. scratch: attention_backward_scratch_floats floats.
+// dqkv (B,T,(NH+2NKV)HS) is overwritten with dL/dqkv. scratch: attention_backward_scratch_floats floats.
 inline void attention_backward(floatX* dqkv, float* scratch, const floatX* dout, const floatX* qkv,
-                               const floatX* out, const float* lse, const int2* docs, int B, int T, int NH, int HS,
-                               cudaStream_t stream) {
+                               const floatX* out, const float* lse, const int2* docs, int B, int T, int NH, int NKV,
+                               int HS, cudaStream_t stream) {
+    attention_check_heads(NH, NKV);
     if ((size_t)B * T * NH == 0) return;
-    attention_detail::backward(dqkv, scratch, dout, qkv, out, lse, docs, B, T, NH, HS, stream);
+    attention_detail::backward(dqkv, scratch, dout, qkv, out, lse, docs, B, T, NH, NKV, HS, stream);
 }

@@ -22,7 +22,12 @@
 //   64     64    16   8   24.2 / 40.5 / 40.6 KB
 //   128    32     8   8   24.1 / 40.2 / 40.3 KB
 // (all under the 48 KB a kernel may use without opting in).
-// Grid: (B*NH, ceil(T/ROWS)), so T <= 65535 * ROWS.
+// Grid: (B*NH, ceil(T/ROWS)), so T <= 65535 * ROWS; the dK/dV kernel (B*NKV, ceil(T/ROWS)).
+// Grouped-query attention (NKV key/value heads, G = NH / NKV query heads each;
+// layouts in attention.cuh): the forward and dQ blocks of query head h read kv
+// head h / G; a dK/dV block owns the key rows of one kv head and runs the
+// query tiles of its G query heads one head after another into the same
+// accumulators (dK_j = sum over the group, a fixed order: no atomics).
 // Document masking (docs != nullptr: (B, T) spans {first position of the
 // token's document, one past its last}): query i sees keys start_i <= j <= i;
 // tiles before the document of a block's first row (dK/dV: after the end of
@@ -104,15 +109,22 @@ __device__ __forceinline__ void load_rows(float* dst, int dst_stride, const floa
 
 // The K/V tile of keys [k0, k0 + TILE) into shared memory, between two barriers
 // (everyone is done with the previous tile before it is overwritten; the new
-// one is complete before anyone reads it). Forward and dQ kernel.
+// one is complete before anyone reads it). Forward and dQ kernel; k_base and
+// v_base: the kv head's first row of K and of V.
 template <int HS, int R, int TILE>
-__device__ __forceinline__ void load_kv_tile(float* tile_k, float* tile_v, const float* base, int C, size_t stride,
-                                             int k0, int T) {
+__device__ __forceinline__ void load_kv_tile(float* tile_k, float* tile_v, const float* k_base, const float* v_base,
+                                             size_t stride, int k0, int T) {
     __syncthreads();
-    load_rows<HS, R>(tile_k, HS, base + C, stride, k0, TILE, T);
-    load_rows<HS, R>(tile_v, HS, base + 2 * C, stride, k0, TILE, T);
+    load_rows<HS, R>(tile_k, HS, k_base, stride, k0, TILE, T);
+    load_rows<HS, R>(tile_v, HS, v_base, stride, k0, TILE, T);
     __syncthreads();
 }
+
+// Row stride of qkv and dqkv, (NH + 2 NKV) HS, and the columns where the K and
+// the V of kv head kvh begin.
+__host__ __device__ __forceinline__ size_t qkv_stride(int NH, int NKV, int HS) { return (size_t)(NH + 2 * NKV) * HS; }
+__host__ __device__ __forceinline__ int k_column(int NH, int kvh, int HS) { return (NH + kvh) * HS; }
+__host__ __device__ __forceinline__ int v_column(int NH, int NKV, int kvh, int HS) { return (NH + NKV + kvh) * HS; }
 
 // ---------------------------------------------------------------------------
 // Forward. For query row i (keys j <= i), with s_ij = (q_i . k_j) / sqrt(HS):
@@ -124,7 +136,7 @@ __device__ __forceinline__ void load_kv_tile(float* tile_k, float* tile_v, const
 // query blocks in reverse order so the longest (latest rows) start first.
 template <int HS>
 __global__ void __launch_bounds__(Config<HS>::ROWS)
-attention_forward_kernel(float* out, float* lse, const float* qkv, const int2* docs, int T, int NH) {
+attention_forward_kernel(float* out, float* lse, const float* qkv, const int2* docs, int T, int NH, int NKV) {
     using Cfg = Config<HS>;
     constexpr int R = Cfg::ROWS, TILE = Cfg::TILE, CH = Cfg::CH, OWN = Cfg::OWN;
     extern __shared__ float attn_smem[];
@@ -132,11 +144,13 @@ attention_forward_kernel(float* out, float* lse, const float* qkv, const int2* d
     float* tile_v = tile_k + TILE * HS;     // TILE x HS
     float* own_q = tile_v + TILE * HS;      // R x OWN, pre-scaled by 1/sqrt(HS)
 
-    const int C = NH * HS, bh = blockIdx.x, b = bh / NH, h = bh % NH;
+    const int C = NH * HS, bh = blockIdx.x, b = bh / NH, h = bh % NH, kvh = h / (NH / NKV);
     const int q0 = (gridDim.y - 1 - blockIdx.y) * R;
     const int i = q0 + threadIdx.x;
-    const size_t stride = 3 * (size_t)C;
-    const float* base = qkv + (size_t)b * T * stride + h * HS;  // q; k at +C, v at +2C
+    const size_t stride = qkv_stride(NH, NKV, HS);
+    const float* seq = qkv + (size_t)b * T * stride;
+    const float* base = seq + h * HS;  // q
+    const float *k_base = seq + k_column(NH, kvh, HS), *v_base = seq + v_column(NH, NKV, kvh, HS);
     const float scale = 1.0f / sqrtf((float)HS);
 
     for (int e = threadIdx.x; e < R * HS; e += R) {
@@ -155,7 +169,7 @@ attention_forward_kernel(float* out, float* lse, const float* qkv, const int2* d
     // this block needs keys [kv_begin, kv_end): from the document of its first row
     const int kv_begin = doc_span(docs_b, q0, T).x / TILE * TILE, kv_end = min(T, q0 + R);
     for (int k0 = kv_begin; k0 < kv_end; k0 += TILE) {
-        load_kv_tile<HS, R, TILE>(tile_k, tile_v, base, C, stride, k0, T);
+        load_kv_tile<HS, R, TILE>(tile_k, tile_v, k_base, v_base, stride, k0, T);
 #pragma unroll 1  // chunks one after another (code size)
         for (int c0 = 0; c0 < TILE; c0 += CH) {
             const int j0 = k0 + c0;
@@ -209,7 +223,7 @@ attention_forward_kernel(float* out, float* lse, const float* qkv, const int2* d
 template <int HS>
 __global__ void __launch_bounds__(Config<HS>::ROWS)
 attention_backward_dq_kernel(float* dqkv, float* Dvec, const float* dout, const float* qkv,
-                             const float* out, const float* lse, const int2* docs, int T, int NH) {
+                             const float* out, const float* lse, const int2* docs, int T, int NH, int NKV) {
     using Cfg = Config<HS>;
     constexpr int R = Cfg::ROWS, TILE = Cfg::TILE, CH = Cfg::CH, OWN = Cfg::OWN;
     extern __shared__ float attn_smem[];
@@ -218,11 +232,13 @@ attention_backward_dq_kernel(float* dqkv, float* Dvec, const float* dout, const 
     float* own_q = tile_v + TILE * HS;     // R x OWN
     float* own_do = own_q + R * OWN;       // R x OWN
 
-    const int C = NH * HS, bh = blockIdx.x, b = bh / NH, h = bh % NH;
+    const int C = NH * HS, bh = blockIdx.x, b = bh / NH, h = bh % NH, kvh = h / (NH / NKV);
     const int q0 = (gridDim.y - 1 - blockIdx.y) * R;
     const int i = q0 + threadIdx.x;
-    const size_t stride = 3 * (size_t)C;
-    const float* base = qkv + (size_t)b * T * stride + h * HS;
+    const size_t stride = qkv_stride(NH, NKV, HS);
+    const float* seq = qkv + (size_t)b * T * stride;
+    const float* base = seq + h * HS;
+    const float *k_base = seq + k_column(NH, kvh, HS), *v_base = seq + v_column(NH, NKV, kvh, HS);
     const size_t out_off = (size_t)b * T * C + h * HS;  // (b, 0, h) in out / dout
     const float scale = 1.0f / sqrtf((float)HS);
 
@@ -248,7 +264,7 @@ attention_backward_dq_kernel(float* dqkv, float* Dvec, const float* dout, const 
     const int start = doc_span(docs_b, min(i, T - 1), T).x;
     const int kv_begin = doc_span(docs_b, q0, T).x / TILE * TILE, kv_end = min(T, q0 + R);  // as the forward
     for (int k0 = kv_begin; k0 < kv_end; k0 += TILE) {
-        load_kv_tile<HS, R, TILE>(tile_k, tile_v, base, C, stride, k0, T);
+        load_kv_tile<HS, R, TILE>(tile_k, tile_v, k_base, v_base, stride, k0, T);
 #pragma unroll 1  // chunks one after another (code size)
         for (int c0 = 0; c0 < TILE; c0 += CH) {
             const int j0 = k0 + c0;
@@ -271,13 +287,13 @@ attention_backward_dq_kernel(float* dqkv, float* Dvec, const float* dout, const 
     }
 }
 
-// (2) Block: ROWS key rows of one (b, h); grid (B*NH, ceil(T/ROWS)) in natural
-// order (the earliest keys have the most queries). Query tiles run from the
-// block's first key to T.
+// (2) Block: ROWS key rows of one (b, kv head); grid (B*NKV, ceil(T/ROWS)) in
+// natural order (the earliest keys have the most queries). For each query head
+// of the group in turn, query tiles run from the block's first key to T.
 template <int HS>
 __global__ void __launch_bounds__(Config<HS>::ROWS)
 attention_backward_dkv_kernel(float* dqkv, const float* Dvec, const float* dout, const float* qkv,
-                              const float* lse, const int2* docs, int T, int NH) {
+                              const float* lse, const int2* docs, int T, int NH, int NKV) {
     using Cfg = Config<HS>;
     constexpr int R = Cfg::ROWS, TILE = Cfg::TILE, CH = Cfg::CH, OWN = Cfg::OWN;
     extern __shared__ float attn_smem[];
@@ -288,18 +304,15 @@ attention_backward_dkv_kernel(float* dqkv, const float* Dvec, const float* dout,
     float* own_k = tile_D + TILE;          // R x OWN
     float* own_v = own_k + R * OWN;        // R x OWN
 
-    const int C = NH * HS, bh = blockIdx.x, b = bh / NH, h = bh % NH;
+    const int C = NH * HS, G = NH / NKV, b = blockIdx.x / NKV, kvh = blockIdx.x % NKV;
     const int kb0 = blockIdx.y * R;
     const int j = kb0 + threadIdx.x;
-    const size_t stride = 3 * (size_t)C;
-    const float* base = qkv + (size_t)b * T * stride + h * HS;
-    const float* dout_base = dout + (size_t)b * T * C + h * HS;
-    const float* lse_bh = lse + (size_t)bh * T;
-    const float* D_bh = Dvec + (size_t)bh * T;
+    const size_t stride = qkv_stride(NH, NKV, HS);
+    const float* seq = qkv + (size_t)b * T * stride;
     const float scale = 1.0f / sqrtf((float)HS);
 
-    load_rows<HS, R>(own_k, OWN, base + C, stride, kb0, R, T);
-    load_rows<HS, R>(own_v, OWN, base + 2 * C, stride, kb0, R, T);
+    load_rows<HS, R>(own_k, OWN, seq + k_column(NH, kvh, HS), stride, kb0, R, T);
+    load_rows<HS, R>(own_v, OWN, seq + v_column(NH, NKV, kvh, HS), stride, kb0, R, T);
     const float* k = own_k + threadIdx.x * OWN;
     const float* v = own_v + threadIdx.x * OWN;
 
@@ -310,63 +323,70 @@ attention_backward_dkv_kernel(float* dqkv, const float* Dvec, const float* dout,
     const int2* docs_b = docs ? docs + (size_t)b * T : nullptr;
     const int end = doc_span(docs_b, min(j, T - 1), T).y;  // queries before the end of key j's document
     const int q_end = doc_span(docs_b, min(kb0 + R, T) - 1, T).y;  // ... of the block's last key
-    for (int i0 = kb0 / TILE * TILE; i0 < q_end; i0 += TILE) {
-        __syncthreads();
-        load_rows<HS, R>(tile_q, HS, base, stride, i0, TILE, T);
-        load_rows<HS, R>(tile_do, HS, dout_base, C, i0, TILE, T);
-        for (int r = threadIdx.x; r < TILE; r += R) {
-            tile_lse[r] = i0 + r < T ? lse_bh[i0 + r] : 0.0f;
-            tile_D[r] = i0 + r < T ? D_bh[i0 + r] : 0.0f;
-        }
-        __syncthreads();
-#pragma unroll 1  // chunks one after another (code size)
-        for (int c0 = 0; c0 < TILE; c0 += CH) {
-            const int ic = i0 + c0;
-            if (j >= T || ic + CH - 1 < j || ic >= end) continue;  // no query of the chunk sees key j
-            float s[CH], dp[CH], p[CH];
-            dot_chunk<HS, CH>(s, k, tile_q + c0 * HS);
-            dot_chunk<HS, CH>(dp, v, tile_do + c0 * HS);
-#pragma unroll
-            for (int c = 0; c < CH; c++) {
-                const int iq = ic + c;
-                p[c] = iq >= j && iq < end ? expf(s[c] * scale - tile_lse[c0 + c]) : 0.0f;
-                dp[c] = p[c] * (dp[c] - tile_D[c0 + c]);  // dS
+#pragma unroll 1
+    for (int h = kvh * G; h < (kvh + 1) * G; h++) {  // the group's query heads, in order
+        const float* q_base = seq + h * HS;
+        const float* dout_base = dout + (size_t)b * T * C + h * HS;
+        const float* lse_bh = lse + ((size_t)b * NH + h) * T;
+        const float* D_bh = Dvec + ((size_t)b * NH + h) * T;
+        for (int i0 = kb0 / TILE * TILE; i0 < q_end; i0 += TILE) {
+            __syncthreads();
+            load_rows<HS, R>(tile_q, HS, q_base, stride, i0, TILE, T);
+            load_rows<HS, R>(tile_do, HS, dout_base, C, i0, TILE, T);
+            for (int r = threadIdx.x; r < TILE; r += R) {
+                tile_lse[r] = i0 + r < T ? lse_bh[i0 + r] : 0.0f;
+                tile_D[r] = i0 + r < T ? D_bh[i0 + r] : 0.0f;
             }
-            accumulate_chunk<HS, CH>(dv, p, tile_do + c0 * HS);
-            accumulate_chunk<HS, CH>(dk, dp, tile_q + c0 * HS);
+            __syncthreads();
+#pragma unroll 1  // chunks one after another (code size)
+            for (int c0 = 0; c0 < TILE; c0 += CH) {
+                const int ic = i0 + c0;
+                if (j >= T || ic + CH - 1 < j || ic >= end) continue;  // no query of the chunk sees key j
+                float s[CH], dp[CH], p[CH];
+                dot_chunk<HS, CH>(s, k, tile_q + c0 * HS);
+                dot_chunk<HS, CH>(dp, v, tile_do + c0 * HS);
+#pragma unroll
+                for (int c = 0; c < CH; c++) {
+                    const int iq = ic + c;
+                    p[c] = iq >= j && iq < end ? expf(s[c] * scale - tile_lse[c0 + c]) : 0.0f;
+                    dp[c] = p[c] * (dp[c] - tile_D[c0 + c]);  // dS
+                }
+                accumulate_chunk<HS, CH>(dv, p, tile_do + c0 * HS);
+                accumulate_chunk<HS, CH>(dk, dp, tile_q + c0 * HS);
+            }
         }
     }
     if (j < T) {
-        float* dst = dqkv + ((size_t)b * T + j) * stride + h * HS;
+        float* dst = dqkv + ((size_t)b * T + j) * stride;
 #pragma unroll
         for (int d = 0; d < HS; d++) {
-            dst[C + d] = (dk[d] * scale);
-            dst[2 * C + d] = (dv[d]);
+            dst[k_column(NH, kvh, HS) + d] = (dk[d] * scale);
+            dst[v_column(NH, NKV, kvh, HS) + d] = (dv[d]);
         }
     }
 }
 
 template <int HS>
 inline void forward_launch(float* out, float* lse, const float* qkv, const int2* docs, int B, int T, int NH,
-                           cudaStream_t stream) {
+                           int NKV, cudaStream_t stream) {
     using Cfg = Config<HS>;
     const dim3 grid(B * NH, CEIL_DIV(T, Cfg::ROWS));
     attention_forward_kernel<HS><<<grid, Cfg::ROWS, Cfg::fwd_floats * sizeof(float), stream>>>(
-        out, lse, qkv, docs, T, NH);
+        out, lse, qkv, docs, T, NH, NKV);
     cudaCheck(cudaGetLastError());
 }
 
 template <int HS>
 inline void backward_launch(float* dqkv, float* scratch, const float* dout, const float* qkv,
                             const float* out, const float* lse, const int2* docs, int B, int T, int NH,
-                            cudaStream_t stream) {
+                            int NKV, cudaStream_t stream) {
     using Cfg = Config<HS>;
-    const dim3 grid(B * NH, CEIL_DIV(T, Cfg::ROWS));
+    const dim3 grid(B * NH, CEIL_DIV(T, Cfg::ROWS)), grid_kv(B * NKV, CEIL_DIV(T, Cfg::ROWS));
     attention_backward_dq_kernel<HS><<<grid, Cfg::ROWS, Cfg::dq_floats * sizeof(float), stream>>>(
-        dqkv, scratch, dout, qkv, out, lse, docs, T, NH);
+        dqkv, scratch, dout, qkv, out, lse, docs, T, NH, NKV);
     cudaCheck(cudaGetLastError());
-    attention_backward_dkv_kernel<HS><<<grid, Cfg::ROWS, Cfg::dkv_floats * sizeof(float), stream>>>(
-        dqkv, scratch, dout, qkv, lse, docs, T, NH);
+    attention_backward_dkv_kernel<HS><<<grid_kv, Cfg::ROWS, Cfg::dkv_floats * sizeof(float), stream>>>(
+        dqkv, scratch, dout, qkv, lse, docs, T, NH, NKV);
     cudaCheck(cudaGetLastError());
 }
 
@@ -374,30 +394,30 @@ inline void backward_launch(float* dqkv, float* scratch, const float* dout, cons
     llmc::fail("attention: head size " + std::to_string(HS) + " not supported in fp32 (8, 16, 32, 64, 128)");
 }
 
-// out (B,T,C) and lse (B,NH,T) from qkv (B,T,3C); HS in {8, 16, 32, 64, 128}. Templates
+// out (B,T,C) and lse (B,NH,T) from qkv (B,T,(NH+2NKV)HS); HS in {8, 16, 32, 64, 128}. Templates
 // (F = float) so that only a build that calls them instantiates their kernels.
 template <class F>
-inline void forward(F* out, float* lse, const F* qkv, const int2* docs, int B, int T, int NH, int HS,
-                    cudaStream_t stream) {
+inline void forward(F* out, float* lse, const F* qkv, const int2* docs, int B, int T, int NH, int NKV,
+                    int HS, cudaStream_t stream) {
     switch (HS) {
-        case 8: forward_launch<8>(out, lse, qkv, docs, B, T, NH, stream); break;
-        case 16: forward_launch<16>(out, lse, qkv, docs, B, T, NH, stream); break;
-        case 32: forward_launch<32>(out, lse, qkv, docs, B, T, NH, stream); break;
-        case 64: forward_launch<64>(out, lse, qkv, docs, B, T, NH, stream); break;
-        case 128: forward_launch<128>(out, lse, qkv, docs, B, T, NH, stream); break;
+        case 8: forward_launch<8>(out, lse, qkv, docs, B, T, NH, NKV, stream); break;
+        case 16: forward_launch<16>(out, lse, qkv, docs, B, T, NH, NKV, stream); break;
+        case 32: forward_launch<32>(out, lse, qkv, docs, B, T, NH, NKV, stream); break;
+        case 64: forward_launch<64>(out, lse, qkv, docs, B, T, NH, NKV, stream); break;
+        case 128: forward_launch<128>(out, lse, qkv, docs, B, T, NH, NKV, stream); break;
         default: attention_fp32_unsupported(HS);
     }
 }
 
 template <class F>
 inline void backward(F* dqkv, float* scratch, const F* dout, const F* qkv, const F* out, const float* lse,
-                     const int2* docs, int B, int T, int NH, int HS, cudaStream_t stream) {
+                     const int2* docs, int B, int T, int NH, int NKV, int HS, cudaStream_t stream) {
     switch (HS) {
-        case 8: backward_launch<8>(dqkv, scratch, dout, qkv, out, lse, docs, B, T, NH, stream); break;
-        case 16: backward_launch<16>(dqkv, scratch, dout, qkv, out, lse, docs, B, T, NH, stream); break;
-        case 32: backward_launch<32>(dqkv, scratch, dout, qkv, out, lse, docs, B, T, NH, stream); break;
-        case 64: backward_launch<64>(dqkv, scratch, dout, qkv, out, lse, docs, B, T, NH, stream); break;
-        case 128: backward_launch<128>(dqkv, scratch, dout, qkv, out, lse, docs, B, T, NH, stream); break;
+        case 8: backward_launch<8>(dqkv, scratch, dout, qkv, out, lse, docs, B, T, NH, NKV, stream); break;
+        case 16: backward_launch<16>(dqkv, scratch, dout, qkv, out, lse, docs, B, T, NH, NKV, stream); break;
+        case 32: backward_launch<32>(dqkv, scratch, dout, qkv, out, lse, docs, B, T, NH, NKV, stream); break;
+        case 64: backward_launch<64>(dqkv, scratch, dout, qkv, out, lse, docs, B, T, NH, NKV, stream); break;
+        case 128: backward_launch<128>(dqkv, scratch, dout, qkv, out, lse, docs, B, T, NH, NKV, stream); break;
         default: attention_fp32_unsupported(HS);
     }
 }

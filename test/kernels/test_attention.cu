@@ -22,12 +22,18 @@
 // step, some longer than a tile) mask every key before the query's document in
 // the reference, and check that the last document run alone as a sequence of
 // its own gives the same outputs.
+// Grouped-query attention (NKV < NH key/value heads): the reference repeats
+// each kv head for its G = NH / NKV query heads (query head h reads kv head
+// h / G), runs multi-head attention on that, and sums dK/dV over each group.
+// The kernels, run on the repeated qkv as multi-head attention, give the same
+// out, lse and dQ bit for bit (those rows see the same K/V, in the same order).
 #include <cuda_runtime.h>
 
 #include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include "llmc/attention.cuh"
@@ -143,8 +149,8 @@ struct Outputs {
 // One forward + backward on a created stream; every output buffer starts as NaN
 // bytes so an element the kernels fail to write shows.
 static Outputs run_device(const std::vector<floatX>& qkv, const std::vector<floatX>& dout,
-                          const std::vector<int2>& spans, int B, int T, int NH, int HS) {
-    const size_t C = (size_t)NH * HS, n_qkv = (size_t)B * T * 3 * C, n_out = (size_t)B * T * C;
+                          const std::vector<int2>& spans, int B, int T, int NH, int NKV, int HS) {
+    const size_t C = (size_t)NH * HS, n_qkv = (size_t)B * T * (NH + 2 * NKV) * HS, n_out = (size_t)B * T * C;
     const size_t n_lse = (size_t)B * NH * T, n_scratch = attention_backward_scratch_floats(B, T, NH);
     cudaStream_t stream;
     CUDA_OK(cudaStreamCreate(&stream));
@@ -161,8 +167,8 @@ static Outputs run_device(const std::vector<floatX>& qkv, const std::vector<floa
     CUDA_OK(cudaMemsetAsync(d_lse, 0xFF, n_lse * sizeof(float), stream));
     CUDA_OK(cudaMemsetAsync(d_scratch, 0xFF, n_scratch * sizeof(float), stream));
     int2* d_docs = spans.empty() ? nullptr : to_device(spans);
-    attention_forward(d_out, d_lse, d_qkv, d_docs, B, T, NH, HS, stream);
-    attention_backward(d_dqkv, d_scratch, d_dout, d_qkv, d_out, d_lse, d_docs, B, T, NH, HS, stream);
+    attention_forward(d_out, d_lse, d_qkv, d_docs, B, T, NH, NKV, HS, stream);
+    attention_backward(d_dqkv, d_scratch, d_dout, d_qkv, d_out, d_lse, d_docs, B, T, NH, NKV, HS, stream);
     CUDA_OK(cudaStreamSynchronize(stream));
     Outputs o;
     o.out = to_host(d_out, n_out);
@@ -184,18 +190,45 @@ static bool bitwise_equal(const std::vector<T>& a, const std::vector<T>& b) {
     return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0;
 }
 
+// qkv (B, T, (NH + 2 NKV) HS) -> (B, T, 3 NH HS): kv head h / G repeated for query head h.
+template <class E>
+static std::vector<E> repeat_kv(const std::vector<E>& qkv, int B, int T, int NH, int NKV, int HS) {
+    const size_t W = (size_t)(NH + 2 * NKV) * HS, C = (size_t)NH * HS;
+    std::vector<E> r((size_t)B * T * 3 * C);
+    for (size_t row = 0; row < (size_t)B * T; row++)
+        for (int h = 0; h < NH; h++)
+            for (int d = 0; d < HS; d++) {
+                const int kvh = h / (NH / NKV);
+                r[row * 3 * C + h * HS + d] = qkv[row * W + h * HS + d];
+                r[row * 3 * C + C + h * HS + d] = qkv[row * W + (NH + kvh) * HS + d];
+                r[row * 3 * C + 2 * C + h * HS + d] = qkv[row * W + (NH + NKV + kvh) * HS + d];
+            }
+    return r;
+}
+
+// (B, T, NH HS) per query head -> (B, T, NKV HS): the sum over each kv head's G query heads.
+static std::vector<double> sum_groups(const std::vector<double>& x, int B, int T, int NH, int NKV, int HS) {
+    const int G = NH / NKV;
+    std::vector<double> r((size_t)B * T * NKV * HS, 0.0);
+    for (size_t row = 0; row < (size_t)B * T; row++)
+        for (int h = 0; h < NH; h++)
+            for (int d = 0; d < HS; d++) r[(row * NKV + h / G) * HS + d] += x[(row * NH + h) * HS + d];
+    return r;
+}
+
 // qk_amp scales q and k: larger values give sharper softmax rows (scores of
 // tens), which exercises the online rescaling. mean_doc > 0: document-masked,
 // documents of 1 .. 2 mean_doc - 1 tokens (uniform), each starting with token 0
 // of a token sequence given to document_spans.
-static void test_shape(int B, int T, int NH, int HS, double qk_amp, uint64_t seed, int mean_doc = 0) {
+static void test_shape(int B, int T, int NH, int NKV, int HS, double qk_amp, uint64_t seed, int mean_doc = 0) {
     const auto t_start = std::chrono::steady_clock::now();
-    const size_t C = (size_t)NH * HS, n_qkv = (size_t)B * T * 3 * C, n_out = (size_t)B * T * C;
+    const size_t C = (size_t)NH * HS, W = (size_t)(NH + 2 * NKV) * HS;  // W: a row of qkv
+    const size_t n_qkv = (size_t)B * T * W, n_out = (size_t)B * T * C;
     Rng rng(seed);
     std::vector<floatX> qkv(n_qkv), dout(n_out);
     std::vector<double> qkv_d(n_qkv), dout_d(n_out);
     for (size_t e = 0; e < n_qkv; e++) {
-        const bool is_qk = (e % (3 * C)) < 2 * C;
+        const bool is_qk = (e % W) < (size_t)(NH + NKV) * HS;
         qkv[e] = from_float<floatX>((float)(rng.uniform() * (is_qk ? qk_amp : 1.0)));
         qkv_d[e] = to_float(qkv[e]);
     }
@@ -214,39 +247,52 @@ static void test_shape(int B, int T, int NH, int HS, double qk_amp, uint64_t see
         document_spans(spans.data(), tokens.data(), B, T, 0);
         for (size_t e = 0; e < start.size(); e++) start[e] = spans[e].x;
     }
-    const Reference ref = reference(qkv_d, dout_d, start, B, T, NH, HS);
-    const Outputs got = run_device(qkv, dout, spans, B, T, NH, HS);
+    const Reference ref = reference(repeat_kv(qkv_d, B, T, NH, NKV, HS), dout_d, start, B, T, NH, HS);
+    const std::vector<double> ref_dk = sum_groups(ref.dk, B, T, NH, NKV, HS);
+    const std::vector<double> ref_dv = sum_groups(ref.dv, B, T, NH, NKV, HS);
+    const Outputs got = run_device(qkv, dout, spans, B, T, NH, NKV, HS);
 
     char shape[128];
-    snprintf(shape, sizeof shape, "(B,T,NH,HS)=(%d,%d,%d,%d)%s%s", B, T, NH, HS, qk_amp > 1 ? " sharp" : "",
-             mean_doc > 0 ? " documents" : "");
+    snprintf(shape, sizeof shape, "(B,T,NH,NKV,HS)=(%d,%d,%d,%d,%d)%s%s", B, T, NH, NKV, HS,
+             qk_amp > 1 ? " sharp" : "", mean_doc > 0 ? " documents" : "");
     auto same = [](size_t k) { return k; };
-    // (B,T,C) element k -> its place in (B,T,3C), part 0/1/2 = q/k/v
-    auto part = [C](int p) { return [C, p](size_t k) { return (k / C) * 3 * C + p * C + k % C; }; };
+    // element k of a (B, T, width) tensor -> its place in a (B, T, W) qkv row at column col
+    auto part = [W](size_t width, size_t col) { return [=](size_t k) { return (k / width) * W + col + k % width; }; };
+    const size_t KVW = (size_t)NKV * HS;
 
     const double e_out = err_vs_max(got.out, ref.out, same);
     const double e_lse = err_vs_max(got.lse, ref.lse, same);
-    const double e_dq = err_vs_max(got.dqkv, ref.dq, part(0));
-    const double e_dk = err_vs_max(got.dqkv, ref.dk, part(1));
-    const double e_dv = err_vs_max(got.dqkv, ref.dv, part(2));
+    const double e_dq = err_vs_max(got.dqkv, ref.dq, part(C, 0));
+    const double e_dk = err_vs_max(got.dqkv, ref_dk, part(KVW, C));
+    const double e_dv = err_vs_max(got.dqkv, ref_dv, part(KVW, C + KVW));
     CHECK(e_out <= TOL_ACT, "%s forward out: rel err %.2e (bound %.0e)", shape, e_out, TOL_ACT);
     CHECK(e_lse <= TOL_LSE, "%s forward lse: rel err %.2e (bound %.0e)", shape, e_lse, TOL_LSE);
     CHECK(e_dq <= TOL_ACT && e_dk <= TOL_ACT && e_dv <= TOL_ACT,
           "%s backward dq/dk/dv: rel err %.2e / %.2e / %.2e (bound %.0e)", shape, e_dq, e_dk, e_dv, TOL_ACT);
 
-    const Outputs again = run_device(qkv, dout, spans, B, T, NH, HS);
+    const Outputs again = run_device(qkv, dout, spans, B, T, NH, NKV, HS);
     CHECK(bitwise_equal(got.out, again.out) && bitwise_equal(got.lse, again.lse) &&
               bitwise_equal(got.dqkv, again.dqkv),
           "%s deterministic: a second run is bitwise equal", shape);
+    if (NKV < NH) {
+        const Outputs mha = run_device(repeat_kv(qkv, B, T, NH, NKV, HS), dout, spans, B, T, NH, NH, HS);
+        bool dq_equal = true;
+        for (size_t k = 0; k < n_out; k++) {
+            const size_t row = k / C, col = k % C;
+            dq_equal &= std::memcmp(&got.dqkv[row * W + col], &mha.dqkv[row * 3 * C + col], sizeof(floatX)) == 0;
+        }
+        CHECK(bitwise_equal(got.out, mha.out) && bitwise_equal(got.lse, mha.lse) && dq_equal,
+              "%s out, lse and dq bitwise equal to multi-head attention on the repeated K/V", shape);
+    }
     if (mean_doc > 0) {
         // The last sequence's last document alone, as a sequence of its own
         // (everything before it removed): the same outputs, to rounding (the
         // tiles fall differently), so nothing before a document leaks into it.
         const int b = B - 1, doc0 = spans[(size_t)b * T + T - 1].x, len = T - doc0;
-        std::vector<floatX> qkv1((size_t)len * 3 * C), dout1((size_t)len * C);
-        memcpy(qkv1.data(), &qkv[((size_t)b * T + doc0) * 3 * C], qkv1.size() * sizeof(floatX));
+        std::vector<floatX> qkv1((size_t)len * W), dout1((size_t)len * C);
+        memcpy(qkv1.data(), &qkv[((size_t)b * T + doc0) * W], qkv1.size() * sizeof(floatX));
         memcpy(dout1.data(), &dout[((size_t)b * T + doc0) * C], dout1.size() * sizeof(floatX));
-        const Outputs alone = run_device(qkv1, dout1, {}, 1, len, NH, HS);
+        const Outputs alone = run_device(qkv1, dout1, {}, 1, len, NH, NKV, HS);
         double worst = 0;
         for (size_t e = 0; e < alone.out.size(); e++)
             worst = std::fmax(worst, std::fabs(to_float(alone.out[e]) - to_float(got.out[((size_t)b * T + doc0) * C + e])));
@@ -257,26 +303,47 @@ static void test_shape(int B, int T, int NH, int HS, double qk_amp, uint64_t see
     printf("      %s took %.2f s\n", shape, secs);
 }
 
+// NKV must divide NH: 3 key/value heads for 4 query heads is an llmc::Error
+// naming the head counts, thrown before any launch.
+static void test_heads_must_divide() {
+    std::string message;
+    try {
+        attention_forward(nullptr, nullptr, nullptr, nullptr, 1, 16, 4, 3, 64, nullptr);
+    } catch (const llmc::Error& e) {
+        message = e.what();
+    }
+    CHECK(message.find("3 key/value heads do not divide 4 query heads") != std::string::npos,
+          "NH=4, NKV=3 is refused: \"%s\"", message.c_str());
+}
+
 int main() {
     printf("test_attention (%s)\n", PRECISION_NAME);
-    TEST_CASE(test_shape(2, 32, 4, 16, 1.0, 1));
-    TEST_CASE(test_shape(1, 65, 2, 64, 1.0, 2));   // T not a multiple of the tile or block
-    TEST_CASE(test_shape(2, 7, 3, 16, 1.0, 3));    // T smaller than one 16-row step
-    TEST_CASE(test_shape(1, 128, 1, 128, 1.0, 4)); // HS=128: 32-thread blocks, several query blocks
-    TEST_CASE(test_shape(1, 1, 2, 32, 1.0, 5));    // a single token
-    TEST_CASE(test_shape(2, 50, 2, 32, 4.0, 6));   // sharp softmax: scores of +-15, running max moves
-    TEST_CASE(test_shape(2, 200, 3, 64, 1.0, 7));  // GPT-2 head size, 4 query blocks, partial last one
-    TEST_CASE(test_shape(1, 512, 1, 64, 1.0, 8));  // long rows: 8 K/V tiles for the last query block
-    TEST_CASE(test_shape(2, 100, 2, 128, 1.0, 9)); // HS=128, T not a multiple of any tile
-    if (sizeof(floatX) == 2) TEST_CASE(test_shape(1, 70, 2, 48, 1.0, 10));  // bf16: any multiple of 16
+    TEST_CASE(test_shape(2, 32, 4, 4, 16, 1.0, 1));
+    TEST_CASE(test_shape(1, 65, 2, 2, 64, 1.0, 2));   // T not a multiple of the tile or block
+    TEST_CASE(test_shape(2, 7, 3, 3, 16, 1.0, 3));    // T smaller than one 16-row step
+    TEST_CASE(test_shape(1, 128, 1, 1, 128, 1.0, 4)); // HS=128: 32-thread blocks, several query blocks
+    TEST_CASE(test_shape(1, 1, 2, 2, 32, 1.0, 5));    // a single token
+    TEST_CASE(test_shape(2, 50, 2, 2, 32, 4.0, 6));   // sharp softmax: scores of +-15, running max moves
+    TEST_CASE(test_shape(2, 200, 3, 3, 64, 1.0, 7));  // GPT-2 head size, 4 query blocks, partial last one
+    TEST_CASE(test_shape(1, 512, 1, 1, 64, 1.0, 8));  // long rows: 8 K/V tiles for the last query block
+    TEST_CASE(test_shape(2, 100, 2, 2, 128, 1.0, 9)); // HS=128, T not a multiple of any tile
+    if (sizeof(floatX) == 2) TEST_CASE(test_shape(1, 70, 2, 2, 48, 1.0, 10));  // bf16: any multiple of 16
     else printf("SKIP HS=48: the fp32 kernels take HS in {8, 16, 32, 64, 128}\n");
-    TEST_CASE(test_shape(1, 1024, 1, 64, 1.0, 11)); // T = maxT of GPT-2: 16 query blocks, 16 tiles for the last
+    TEST_CASE(test_shape(1, 1024, 1, 1, 64, 1.0, 11)); // T = maxT of GPT-2: 16 query blocks, 16 tiles for the last
     // document masks: short documents (many inside one 16-row step), tile-sized ones, long ones
-    TEST_CASE(test_shape(2, 200, 2, 64, 1.0, 12, 5));
-    TEST_CASE(test_shape(1, 300, 2, 32, 4.0, 13, 40));
-    TEST_CASE(test_shape(2, 256, 1, 64, 1.0, 14, 100));
-    TEST_CASE(test_shape(1, 130, 2, 128, 1.0, 15, 30));
-    if (sizeof(floatX) == 2) TEST_CASE(test_shape(1, 100, 1, 16, 1.0, 16, 12));
-    else TEST_CASE(test_shape(1, 100, 1, 8, 1.0, 16, 12));
+    TEST_CASE(test_shape(2, 200, 2, 2, 64, 1.0, 12, 5));
+    TEST_CASE(test_shape(1, 300, 2, 2, 32, 4.0, 13, 40));
+    TEST_CASE(test_shape(2, 256, 1, 1, 64, 1.0, 14, 100));
+    TEST_CASE(test_shape(1, 130, 2, 2, 128, 1.0, 15, 30));
+    if (sizeof(floatX) == 2) TEST_CASE(test_shape(1, 100, 1, 1, 16, 1.0, 16, 12));
+    else TEST_CASE(test_shape(1, 100, 1, 1, 8, 1.0, 16, 12));
+    // grouped-query attention: G = 2, 4, 4 query heads per kv head
+    TEST_CASE(test_shape(2, 100, 4, 2, 64, 1.0, 17));
+    TEST_CASE(test_shape(1, 130, 4, 1, 128, 1.0, 18));
+    TEST_CASE(test_shape(1, 150, 8, 2, 64, 4.0, 19));
+    TEST_CASE(test_shape(2, 140, 4, 2, 64, 1.0, 20, 30));
+    TEST_CASE(test_shape(1, 100, 4, 1, 128, 1.0, 21, 20));
+    TEST_CASE(test_shape(1, 90, 8, 2, 32, 1.0, 22, 10));
+    TEST_CASE(test_heads_must_divide());
     return test_summary("test_attention");
 }
