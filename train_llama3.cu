@@ -144,7 +144,7 @@ struct Llama3 : Parameters, MicroBatches {
         "descriptor: llama3.2-1b, llama3.2-3b, llama3.1-8b,\nor e.g. \"llama3:L=2,C=64,H=4,KV=2,F=192,V=256\" (T=, "
         "theta=, eps=, tied=,\nfactor=, low=, high=, orig=)";
     static constexpr const char* DOC_START_HELP = "attention within each document only (documents start at token V-1)";
-    static constexpr const char* BUILTIN_INIT = "llama3:L=2,C=64,H=4,KV=4,F=192,V=256,T=64";
+    static constexpr const char* BUILTIN_INIT = "llama3:L=2,C=64,H=4,KV=2,F=192,V=256,T=64";
 };
 
 // ---- sizes and allocation -------------------------------------------------
@@ -380,7 +380,7 @@ static void forward(Llama3* model) {
         // attention block: residual2 = residual + o(attention(rope(qkv(norm(residual)))))
         matmul_forward(x.qkv, x.ln1, w.qkvw, nullptr, BT, C, QKV, stream);
         rope_forward(x.qkv, x.qkv, a.rope, positions, B, T, NH + NKV, HS, QKV, T, stream);  // q and k heads
-        attention_forward(x.atty, x.att_lse, x.qkv, docs, B, T, NH, HS, stream);
+        attention_forward(x.atty, x.att_lse, x.qkv, docs, B, T, NH, NKV, HS, stream);
         matmul_forward(a.proj_out, x.atty, w.attprojw, nullptr, BT, C, C, stream);
         fused_residual_rmsnorm_forward(x.residual2, x.ln2, x.ln2_rstd, residual, a.proj_out, w.mlpnormw, BT, C, eps,
                                        stream);
@@ -445,7 +445,7 @@ static void backward(Llama3* model, const int* encoder_plan_host, int num_distin
                          stream);
         // attention block (dresidual: the gradient w.r.t. residual2)
         matmul_backward(s.dnarrow, dw.attprojw, nullptr, s.reduce, s.dresidual, x.atty, w.attprojw, BT, C, C, stream);
-        attention_backward(s.dwide, s.reduce, s.dnarrow, x.qkv, x.atty, x.att_lse, docs, B, T, NH, HS, stream);
+        attention_backward(s.dwide, s.reduce, s.dnarrow, x.qkv, x.atty, x.att_lse, docs, B, T, NH, NKV, HS, stream);
         rope_backward(s.dwide, s.dwide, a.rope, positions, B, T, NH + NKV, HS, QKV, T, stream);
         matmul_backward(s.dnarrow, dw.qkvw, nullptr, s.reduce, s.dwide, x.ln1, w.qkvw, BT, C, QKV, stream);
         rmsnorm_backward(s.dresidual, dw.attnnormw, s.reduce, s.dnarrow, residual, w.attnnormw, x.ln1_rstd, BT, C,

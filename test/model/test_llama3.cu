@@ -17,23 +17,25 @@
 // fp32 build: 1e-5 for everything but the parameters after 5 AdamW steps,
 // where Adam divides each gradient by its own RMS (entries with tiny gradients
 // turn a ~1e-7 gradient difference into a larger relative update difference;
-// test_gpt2's bound, for the same reason).
-static const double TOL_LOGITS = 1e-5, TOL_LOSS = 1e-5, TOL_NORM = 1e-5, TOL_GRAD = 1e-5, TOL_PARAMS = 2e-4;
+// test_gpt2's reason). Measured: logits 3.4e-7, gradients 6e-7, final
+// parameters 1.1e-4 (fcw, gqa untied).
+static const double TOL_LOGITS = 1e-5, TOL_LOSS = 1e-5, TOL_NORM = 1e-5, TOL_GRAD = 1e-5, TOL_PARAMS = 4e-4;
 #else
 // bf16 build: weights and activations rounded to bf16 (2^-9 relative per
 // operation), gradients and the optimizer in fp32. Bounds are about 3x the
 // worst measured on these models (CPU runtime, OpenBLAS):
-static const double TOL_LOGITS = 1.5e-2;  // 4.7e-3 (mha untied)
-static const double TOL_LOSS = 1e-4;      // 2.4e-5 (one batch and 5 steps)
+static const double TOL_LOGITS = 1.5e-2;  // 5.2e-3 (gqa untied)
+static const double TOL_LOSS = 1e-4;      // 3.7e-5 (one batch and 5 steps)
 static const double TOL_NORM = 2e-3;      // 3.8e-4
-static const double TOL_GRAD = 3e-2;      // 8.7e-3 (fcw, mha untied)
+static const double TOL_GRAD = 3e-2;      // 9.7e-3
 // after 5 steps: Adam's first steps are nearly lr * sign(g), and an entry whose
 // gradient is within bf16 rounding of 0 can step the other way (test_gpt2.cu)
-static const double TOL_PARAMS = 8e-2;    // 3.1e-2 (fcprojw)
+static const double TOL_PARAMS = 1.5e-1;  // 4.7e-2 (fcprojw, gqa untied)
 #endif
 
 // The reference's small model (dev/train_llama3.py SMALL, seed 1337): Llama
-// 3.1 RoPE scaling with factor 8, theta 500000; MHA has one kv head per query head.
+// 3.1 RoPE scaling with factor 8, theta 500000; grouped-query attention with
+// KV=2 (two query heads per kv head), or MHA (KV=4).
 static std::string small_descriptor(int KV, bool tied) {
     return "llama3:L=2,C=64,H=4,KV=" + std::to_string(KV) + ",F=96,V=250,T=64,factor=8,tied=" + (tied ? "1" : "0");
 }
@@ -171,8 +173,13 @@ static void test_hf_folder(const char* sub) {
 }
 
 int main() {
+    TEST_CASE(test_debug_case("gqa", small_descriptor(2, true), "llama3_small_debug.bin", false));
+    TEST_CASE(test_debug_case("gqa untied", small_descriptor(2, false), "llama3_untied_debug.bin", false));
+    TEST_CASE(test_debug_case("gqa docs", small_descriptor(2, true), "llama3_docs_debug.bin", true));
     TEST_CASE(test_debug_case("mha", small_descriptor(4, true), "llama3_mha_debug.bin", false));
     TEST_CASE(test_debug_case("mha untied", small_descriptor(4, false), "llama3_mha_untied_debug.bin", false));
+    TEST_CASE(test_training("gqa train", small_descriptor(2, true), "llama3_small_train.bin"));
+    TEST_CASE(test_training("gqa untied train", small_descriptor(2, false), "llama3_untied_train.bin"));
     TEST_CASE(test_training("mha train", small_descriptor(4, true), "llama3_mha_train.bin"));
     TEST_CASE(test_model_file_roundtrip(true));
     TEST_CASE(test_model_file_roundtrip(false));
