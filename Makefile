@@ -222,9 +222,10 @@ test: cpu asan racecheck
 	bash test/run_tests.sh
 
 # The quick tier, for while editing (`make -j2 check`): builds only what it runs
-# (the kernel tests, test_nccl and the trainer in bf16, test_gpt2 and test_llama3 in fp32) and runs
+# (the kernel tests, test_nccl and the trainers in bf16, test_gpt2 and test_llama3 in fp32) and runs
 # run_tests.sh's check section.
-CHECK_BINS := $(addprefix build/cpu/,$(KERNEL_TESTS) test_nccl train_gpt) build/cpu-fp32/test_gpt2 build/cpu-fp32/test_llama3
+CHECK_BINS := $(addprefix build/cpu/,$(KERNEL_TESTS) test_nccl train_gpt train_llama3) build/cpu-fp32/test_gpt2 \
+              build/cpu-fp32/test_llama3
 check: check-cuda-headers $(CHECK_BINS)
 	TEST_SECTIONS=check bash test/run_tests.sh
 

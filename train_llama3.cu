@@ -289,7 +289,9 @@ static void init_from_model_file(Llama3* model, const char* path) {
 }
 
 // The weights it computes with as one safetensors file under Hugging Face's
-// names, with the config.json in its metadata; its name, size and hash.
+// names, with the config.json in its metadata; its name, size and hash. Like
+// GPT-2's model file it is written through a temporary and renamed into place
+// (a checkpoint rewrites the model of a step whose DONE it has removed).
 static CheckpointFile write_model_file(const Llama3* model, const std::string& path) {
     std::vector<floatX> weights(model->num_parameters);
     cudaCheck(cudaMemcpy(weights.data(), model->params_memory, weights.size() * sizeof(floatX), cudaMemcpyDeviceToHost));
@@ -299,7 +301,7 @@ static CheckpointFile write_model_file(const Llama3* model, const std::string& p
     for (const HfTensor& h : hf_tensors(model->config))
         out.push_back({h.param.name, dtype, h.param.shape, weights.data() + h.offset});
     const std::string config = llmc::llama3_to_hf_json(model->config, sizeof(floatX) == 2 ? "bfloat16" : "float32").dump();
-    return llmc::safetensors_write(path, out, {{"format", "pt"}, {"config", config}});
+    return llmc::safetensors_write_replacing(path, out, {{"format", "pt"}, {"config", config}});
 }
 
 // ---- activations ------------------------------------------------------------

@@ -493,11 +493,13 @@ inline bool safetensors_path_taken_(const std::string& path) {
     return lstat(path.c_str(), &st) == 0;
 }
 
-// Writes tensors (in this order) with metadata to path, which must not exist;
-// returns the file's name, size and hash (a checkpoint's DONE lists them).
-inline CheckpointFile safetensors_write(const std::string& path, const std::vector<SafetensorsOut>& tensors,
-                              const std::map<std::string, std::string>& metadata = {}) {
-    if (safetensors_path_taken_(path)) safetensors_exists_(path);
+// Writes tensors (in this order) with metadata to path through an exclusive
+// temporary, fsync and rename (write_file_hashed), replacing what path held: a
+// checkpoint rewriting the model file of a step whose DONE it has removed, as
+// the llm.c-format model files are rewritten. Returns the file's name, size and
+// hash (the DONE record lists them).
+inline CheckpointFile safetensors_write_replacing(const std::string& path, const std::vector<SafetensorsOut>& tensors,
+                                                  const std::map<std::string, std::string>& metadata = {}) {
     nlohmann::json h = nlohmann::json::object();
     if (!metadata.empty()) h["__metadata__"] = metadata;
     uint64_t at = 0;
@@ -523,6 +525,13 @@ inline CheckpointFile safetensors_write(const std::string& path, const std::vect
             if (!w.put(t.data, 1, safetensors_out_bytes_(path, t))) return false;
         return true;
     });
+}
+
+// The same, to a path that must not exist (a saved model is never overwritten).
+inline CheckpointFile safetensors_write(const std::string& path, const std::vector<SafetensorsOut>& tensors,
+                                       const std::map<std::string, std::string>& metadata = {}) {
+    if (safetensors_path_taken_(path)) safetensors_exists_(path);
+    return safetensors_write_replacing(path, tensors, metadata);
 }
 
 // Writes a model folder dir (which must exist): one model.safetensors when the tensors total at

@@ -17,7 +17,7 @@
 #   asan racecheck initcheck nvcc gpu; and check
 #   check     the quick tier (`make check`, while editing): each kernel test once
 #             (bf16), test_gpt2 and test_llama3 in fp32, test_nccl under mpirun -np 2, one kill
-#             and bitwise resume (TEST_RESUME_QUICK), the command line's error
+#             and bitwise resume of each trainer (TEST_RESUME_QUICK), the command line's error
 #             paths (TRAIN_CLI_QUICK), the README's links to definitions (an edit
 #             that moves a linked line fails here); each runs in the others too
 #   cpu       every CPU test program once (bf16), the model's tests also in fp32;
@@ -167,6 +167,7 @@ if want check; then
     run "test_llama3 [fp32]" build/cpu-fp32/test_llama3
     run "test_nccl [mpirun -np 2]" $MPIRUN -np 2 build/cpu/test_nccl
     run "test_resume [TEST_RESUME_QUICK=1]" env TEST_RESUME_QUICK=1 python3 test/trainer/test_resume.py build/cpu/train_gpt
+    run "test_resume train_llama3 [TEST_RESUME_QUICK=1]" env TEST_RESUME_QUICK=1 python3 test/trainer/test_resume.py build/cpu/train_llama3
     run "test_train_cli [TRAIN_CLI_QUICK=1]" env TRAIN_CLI_QUICK=1 bash test/trainer/test_train_cli.sh build/cpu/train_gpt
     run "readme_anchors (README's links to definitions)" python3 dev/readme_anchors.py
 fi
@@ -177,6 +178,7 @@ if want cpu; then
     for t in "${FP32_TESTS[@]}"; do run "$t [fp32]" "build/cpu-fp32/$t"; done
     run "test_train_cli" bash test/trainer/test_train_cli.sh build/cpu/train_gpt
     run "test_resume" python3 test/trainer/test_resume.py build/cpu/train_gpt
+    run "test_resume train_llama3" python3 test/trainer/test_resume.py build/cpu/train_llama3
     run "test_hf" python3 test/trainer/test_hf.py build/cpu-fp32/test_gpt2 build/cpu/test_gpt2 build/cpu/train_gpt
     run "test_lesson" python3 test/trainer/test_lesson.py build/cpu-fp32/train_gpt build/cpu/train_gpt build/cpu-fp32/lesson
     run "test_gpu_check (gpu_check.sh, dry run)" bash test/test_gpu_check.sh
