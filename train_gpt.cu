@@ -392,8 +392,8 @@ static void forward(GPT2* model) {
     ActivationTensors& a = model->acts;
     cudaStream_t stream = model->stream;
 
-    const int2* docs = model->doc_mask ? reinterpret_cast<const int2*>(model->documents) : nullptr;
-    const int* positions = model->doc_positions ? model->documents + 2 * (size_t)BT : nullptr;
+    const int2* docs = attention_documents(model);
+    const int* positions = document_positions(model);
     encoder_forward(a.encoded, model->inputs, positions, p.wte, p.wpe, B, T, C, stream);
     layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, a.encoded, p.ln1w, p.ln1b, BT, C, stream);
     for (int l = 0; l < L; l++) {
@@ -448,7 +448,7 @@ static void backward(GPT2* model, const int* encoder_plan_host, int num_distinct
     ActivationTensors& a = model->acts;
     BackwardScratch& s = model->scratch;
     cudaStream_t stream = model->stream;
-    const int2* docs = model->doc_mask ? reinterpret_cast<const int2*>(model->documents) : nullptr;
+    const int2* docs = attention_documents(model);
 
     cudaCheck(cudaMemcpyAsync(s.encoder_plan, encoder_plan_host, encoder_backward_plan_ints(B, T) * sizeof(int),
                               cudaMemcpyHostToDevice, stream));
@@ -482,7 +482,7 @@ static void backward(GPT2* model, const int* encoder_plan_host, int num_distinct
                            x.ln1_rstd, BT, C, stream);
         if (reduce) reduce_layer(model, l);  // layer l's gradients are complete
     }
-    const int* position_plan = model->doc_positions ? model->documents + 3 * (size_t)BT : nullptr;
+    const int* position_plan = document_position_plan(model);
     encoder_backward(g.wte, g.wpe, s.dresidual, s.encoder_plan, num_distinct_tokens, position_plan,
                      model->distinct_positions, B, T, C, stream);
     if (reduce) reduce_layer(model, L);  // wte, wpe, lnfw, lnfb and the loss

@@ -357,11 +357,6 @@ static bool try_allocate_activations(Llama3* model, int B, int T, int max_grad_a
 // ----------------------------------------------------------------------------
 // Forward: logits (B, T, Vp) for the tokens in model->inputs.
 
-// The RoPE positions: document-relative with --doc-positions, else t.
-static const int* rope_positions(const Llama3* model) {
-    return model->doc_positions ? model->documents + 2 * (size_t)model->B * model->T : nullptr;
-}
-
 static void forward(Llama3* model) {
     const Llama3Config& c = model->config;
     const int B = model->B, T = model->T, C = c.C, NH = c.H, NKV = c.KV, HS = c.head_dim(), F = c.F, L = c.L;
@@ -370,8 +365,8 @@ static void forward(Llama3* model) {
     const ParameterTensors<floatX>& p = model->params;
     ActivationTensors& a = model->acts;
     cudaStream_t stream = model->stream;
-    const int2* docs = model->doc_mask ? reinterpret_cast<const int2*>(model->documents) : nullptr;
-    const int* positions = rope_positions(model);
+    const int2* docs = attention_documents(model);
+    const int* positions = document_positions(model);  // RoPE's: document-relative, or t where null
 
     encoder_forward(a.encoded, model->inputs, nullptr, p.wte, nullptr, B, T, C, stream);
     rmsnorm_forward(a.ln1, a.ln1_rstd, a.encoded, p.attnnormw, BT, C, eps, stream);
@@ -414,13 +409,13 @@ static void backward(Llama3* model, const int* encoder_plan_host, int num_distin
     const int B = model->B, T = model->T, C = c.C, NH = c.H, NKV = c.KV, HS = c.head_dim(), F = c.F, L = c.L;
     const int BT = B * T, QKV = qkv_rows(c);
     const float eps = (float)c.rms_norm_eps;
+    cudaStream_t stream = model->stream;
     const ParameterTensors<floatX>& p = model->params;
     const ParameterTensors<float>& g = model->grads;
     ActivationTensors& a = model->acts;
     BackwardScratch& s = model->scratch;
-    cudaStream_t stream = model->stream;
-    const int2* docs = model->doc_mask ? reinterpret_cast<const int2*>(model->documents) : nullptr;
-    const int* positions = rope_positions(model);
+    const int2* docs = attention_documents(model);
+    const int* positions = document_positions(model);  // RoPE's: document-relative, or t where null
 
     cudaCheck(cudaMemcpyAsync(s.encoder_plan, encoder_plan_host, encoder_backward_plan_ints(B, T) * sizeof(int),
                               cudaMemcpyHostToDevice, stream));

@@ -84,3 +84,10 @@ static std::vector<float> read_device(const float* d, size_t n) {
     return h;
 }
 
+// The first V of the Vp columns of rows x Vp device logits (the trainer's
+// floatX and read_logits_row, included before this header).
+static std::vector<float> unpadded_logits(const floatX* device_logits, size_t rows, int V, int Vp) {
+    std::vector<float> out(rows * V);
+    for (size_t r = 0; r < rows; r++) read_logits_row(device_logits, (int)r, V, Vp, &out[r * V]);
+    return out;
+}

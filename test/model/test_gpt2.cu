@@ -171,11 +171,7 @@ static void test_debug_case(const char* label, GPT2& model, const std::string& p
     const int V = model.config.vocab_size, Vp = model.config.padded_vocab_size;
     const size_t BT = (size_t)ref.B * ref.T;
     evaluate_batch(&model, ref.x.data(), ref.y.data());
-    std::vector<floatX> logits_padded(BT * Vp);
-    CUDA_OK(cudaMemcpy(logits_padded.data(), model.acts.logits, logits_padded.size() * sizeof(floatX), cudaMemcpyDeviceToHost));
-    std::vector<float> logits(BT * V);
-    for (size_t r = 0; r < BT; r++)
-        for (int v = 0; v < V; v++) logits[r * V + v] = to_float(logits_padded[r * Vp + v]);
+    const std::vector<float> logits = unpadded_logits(model.acts.logits, BT, V, Vp);
     double e_logits = scaled_error(logits.data(), ref.logits.data(), logits.size());
     CHECK(e_logits <= TOL_LOGITS, "%s logits (%zu x %d): err %.2e", label, BT, V, e_logits);
 

@@ -66,11 +66,7 @@ static void test_debug_case(const char* label, const std::string& descriptor, co
     const int V = model.config.V, Vp = padded_vocab(model.config);
     const size_t BT = (size_t)ref.B * ref.T;
     evaluate_batch(&model, ref.x.data(), ref.y.data());
-    std::vector<floatX> padded(BT * Vp);
-    CUDA_OK(cudaMemcpy(padded.data(), model.acts.logits, padded.size() * sizeof(floatX), cudaMemcpyDeviceToHost));
-    std::vector<float> logits(BT * V);
-    for (size_t r = 0; r < BT; r++)
-        for (int v = 0; v < V; v++) logits[r * V + v] = to_float(padded[r * Vp + v]);
+    const std::vector<float> logits = unpadded_logits(model.acts.logits, BT, V, Vp);
     const double e_logits = scaled_error(logits.data(), ref.logits.data(), logits.size());
     CHECK(e_logits <= TOL_LOGITS, "%s logits (%zu x %d): err %.2e", label, BT, V, e_logits);
 
@@ -191,11 +187,7 @@ static void test_hf_folder(const char* sub) {
     allocate_activations(&model, 1, T, 1);
     const std::vector<int> targets(T, -1);
     evaluate_batch(&model, tokens.data(), targets.data());
-    std::vector<floatX> padded((size_t)T * Vp);
-    CUDA_OK(cudaMemcpy(padded.data(), model.acts.logits, padded.size() * sizeof(floatX), cudaMemcpyDeviceToHost));
-    std::vector<float> logits((size_t)T * V);
-    for (int t = 0; t < T; t++)
-        for (int v = 0; v < V; v++) logits[(size_t)t * V + v] = to_float(padded[(size_t)t * Vp + v]);
+    const std::vector<float> logits = unpadded_logits(model.acts.logits, T, V, Vp);
     const double e = hf_logits.size() == logits.size() ? scaled_error(logits.data(), hf_logits.data(), logits.size()) : 1;
     CHECK(e <= TOL_HF_LOGITS, "%s: logits (%d x %d) vs transformers' LlamaForCausalLM: err %.2e", sub, T, V, e);
 #endif
