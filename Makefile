@@ -260,6 +260,9 @@ else ifeq ($(T),test_hf)
 else ifeq ($(T),test_lesson)
   TEST_ONE_DEPS := build/cpu-fp32/train_gpt build/cpu/train_gpt build/cpu-fp32/lesson
   TEST_ONE_CMD  := $(PYTHON) test/trainer/test_lesson.py $(TEST_ONE_DEPS)
+else ifeq ($(T),test_llama3_ranks)
+  TEST_ONE_DEPS := build/$(BUILD)/train_llama3
+  TEST_ONE_CMD  := bash test/trainer/test_llama3_ranks.sh build/$(BUILD)/train_llama3
 else ifneq ($(filter $(T),$(TRAINER_TESTS)),)
   TEST_ONE_SCRIPT := $(wildcard test/trainer/$(T).*)
   TEST_ONE_DEPS := build/$(BUILD)/train_gpt

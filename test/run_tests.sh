@@ -253,6 +253,7 @@ if want mpi; then
         run "test_distributed $build [compare the splits]" "build/$build/test_distributed" --compare "$dir"
     done
     run "test_multi_rank_cli" bash test/trainer/test_multi_rank_cli.sh build/cpu/train_gpt
+    run "test_llama3_ranks (mpirun -np 2 ZeRO-1 A=2 = one process A=4)" bash test/trainer/test_llama3_ranks.sh build/cpu/train_llama3
 fi
 
 if want asan; then
