@@ -323,12 +323,12 @@ if want nvcc; then
         # one make -j2 of every target (nvcc is the slow part of the suite), then
         # each is up to date (built from its current source) or it failed
         targets=()
-        for src in cpu_cuda/test/test_*.cu test/kernels/test_*.cu test/model/test_*.cu dev/*.cu cpu_cuda/*.cu train_gpt.cu; do targets+=("build/gpu/check/$(basename "$src" .cu)"); done
-        targets+=(build/gpu/single/train_gpt)
+        for src in cpu_cuda/test/test_*.cu test/kernels/test_*.cu test/model/test_*.cu dev/*.cu cpu_cuda/*.cu train_gpt.cu train_llama3.cu; do targets+=("build/gpu/check/$(basename "$src" .cu)"); done
+        targets+=(build/gpu/single/train_gpt build/gpu/single/train_llama3)
         timed "nvcc: make -j2 of the ${#targets[@]} targets" make -s -k -j2 "${targets[@]}" >"$LOG_DIR/nvcc.log" 2>&1
         for t in "${targets[@]}"; do
             what="nvcc sm_90+sm_80: $(basename "$t").cu"
-            [[ $t == build/gpu/single/* ]] && what="nvcc sm_90: train_gpt.cu as a single-GPU build (no MPI, no NCCL)"
+            [[ $t == build/gpu/single/* ]] && what="nvcc sm_90: $(basename "$t").cu as a single-GPU build (no MPI, no NCCL)"
             if make -q "$t" 2>/dev/null; then pass "$what"; else fail "$what (see $LOG_DIR/nvcc.log)"; fi
         done
         grep -m 15 -E 'error' "$LOG_DIR/nvcc.log" | sed 's/^/    /'
