@@ -47,15 +47,15 @@ vpath %.cu cpu_cuda cpu_cuda/test cpu_cuda/test/sanitizer test/kernels test/mode
 #   cpu_cuda/test/  the CUDA-on-CPU runtime itself (kernel language, streams,
 #                  cuBLASLt, NCCL, its checking modes)
 #   test/kernels/  one program per kernel header of llmc/ against plain C++
-#   test/model/    the trainer's model (train_gpt.cu) against PyTorch's numbers
+#   test/model/    the trainers' models (train_gpt.cu, train_llama3.cu) against PyTorch's numbers
 TEST_CU    := $(wildcard cpu_cuda/test/test_*.cu test/kernels/test_*.cu test/model/test_*.cu)
 TEST_NAMES := $(basename $(notdir $(TEST_CU)))
 KERNEL_TESTS := $(basename $(notdir $(wildcard test/kernels/test_*.cu)))
 # the programs also built in fp32 (build/cpu-fp32): those whose numbers depend on floatX
-FP32_TESTS := $(filter-out test_ptx,$(KERNEL_TESTS)) test_gpt2 test_training test_distributed
+FP32_TESTS := $(filter-out test_ptx,$(KERNEL_TESTS)) test_gpt2 test_llama3 test_training test_distributed
 # Programs that run as several ranks (NCCL across MPI processes) link Open MPI
 # and are compiled with MULTI_GPU; the rest run single-process.
-MPI_PROGRAMS := test_nccl test_distributed train_gpt lesson
+MPI_PROGRAMS := test_nccl test_distributed train_gpt train_llama3 lesson
 CPU_TESTS  := $(addprefix build/cpu/,$(TEST_NAMES))
 ASAN_TESTS := $(addprefix build/cpu-asan/,$(TEST_NAMES))
 # Host C++ programs (data tools and their tests; rules below), defined here
@@ -66,7 +66,7 @@ HOST_ASAN  := $(patsubst %.cpp,build/host-asan/%,$(notdir $(HOST_SRCS)))
 DEV_CU     := $(wildcard dev/*.cu cpu_cuda/*.cu)
 DEV_BINS   := $(addprefix build/cpu/,$(basename $(notdir $(DEV_CU))))
 
-.PHONY: all cpu asan racecheck gpu gpu-deps test check test-asan test-one bench clean check-cuda-headers train_gpt_cpu sass-report lesson
+.PHONY: all cpu asan racecheck gpu gpu-deps test check test-asan test-one bench clean check-cuda-headers train_gpt_cpu train_llama3_cpu sass-report lesson
 .SECONDARY:
 
 all: cpu
@@ -74,20 +74,24 @@ all: cpu
 check-cuda-headers:
 	@test -f $(CUDA_INC)/cuda_bf16.h || { echo "error: cuda_bf16.h is in neither $(CUDA_HOME)/include nor $(CUDA_HEADERS_DIR): the CPU build needs the CUDA toolkit's headers; run dev/install_deps.sh (it gathers them from PyPI) or set CUDA_HOME"; exit 1; }
 
-# The trainer: `make train_gpt` (nvcc, for GPU_ARCH) and `make train_gpt_cpu`
-# (the CPU runtime). PRECISION=FP32 builds everything in fp32 instead of bf16.
+# The trainers: `make train_gpt` (nvcc, for GPU_ARCH) and `make train_gpt_cpu`
+# (the CPU runtime), the same for train_llama3. PRECISION=FP32 builds
+# everything in fp32 instead of bf16.
 PRECISION ?= BF16
 ifeq ($(PRECISION),FP32)
   PRECISION_FLAGS := -DENABLE_FP32
   CPU_TRAINER := build/cpu-fp32/train_gpt
+  CPU_LLAMA3  := build/cpu-fp32/train_llama3
 else ifeq ($(PRECISION),BF16)
   CPU_TRAINER := build/cpu/train_gpt
+  CPU_LLAMA3  := build/cpu/train_llama3
 else
   $(error PRECISION=$(PRECISION): use BF16 (default) or FP32)
 endif
 LLMC_HDRS := $(wildcard llmc/*.h llmc/*.cuh)
 
-cpu: check-cuda-headers $(CPU_TESTS) $(DEV_BINS) $(HOST_BINS) build/cpu/train_gpt $(addprefix build/cpu-fp32/,$(FP32_TESTS) train_gpt lesson)
+cpu: check-cuda-headers $(CPU_TESTS) $(DEV_BINS) $(HOST_BINS) build/cpu/train_gpt build/cpu/train_llama3 \
+     $(addprefix build/cpu-fp32/,$(FP32_TESTS) train_gpt train_llama3 lesson)
 
 # .cu -> preprocessed C++ with <<<>>> launches and extern __shared__ rewritten.
 # Variant directories: build/cpu (optimised), build/cpu-asan (sanitizers),
@@ -161,7 +165,7 @@ else
   NVCC_FLAGS := -O3 -std=c++17 -I. -I$(MPI_INC) -DMULTI_GPU
   NVCC_LIBS  := -lcublasLt -lnccl -L$(MPI_LIB) -lmpi
 endif
-GPU_SRCS   := $(TEST_CU) $(DEV_CU) train_gpt.cu
+GPU_SRCS   := $(TEST_CU) $(DEV_CU) train_gpt.cu train_llama3.cu
 # Headers the GPU build takes from Debian packages (libxxhash-dev, nlohmann-json3-dev)
 # that a bare GPU image lacks: `make gpu-deps` gathers them from this machine into an
 # ignored folder that the device tool carries (carry=["build/gpu-deps"]); nvcc finds
@@ -198,6 +202,10 @@ train_gpt: train_gpt.cu $(LLMC_HDRS)
 	$(NVCC) $(NVCC_FLAGS) $(PRECISION_FLAGS) -arch=sm_$(GPU_ARCH) $< -o $@ $(NVCC_LIBS)
 train_gpt_cpu: $(CPU_TRAINER)
 	cp $< $@
+train_llama3: train_llama3.cu $(LLMC_HDRS)
+	$(NVCC) $(NVCC_FLAGS) $(PRECISION_FLAGS) -arch=sm_$(GPU_ARCH) $< -o $@ $(NVCC_LIBS)
+train_llama3_cpu: $(CPU_LLAMA3)
+	cp $< $@
 
 gpu: $(addprefix build/gpu/sm_$(GPU_ARCH)/,$(GPU_NAMES))
 
@@ -220,9 +228,10 @@ test: cpu asan racecheck
 	bash test/run_tests.sh
 
 # The quick tier, for while editing (`make -j2 check`): builds only what it runs
-# (the kernel tests, test_nccl and the trainer in bf16, test_gpt2 in fp32) and runs
+# (the kernel tests, test_nccl and the trainers in bf16, test_gpt2 and test_llama3 in fp32) and runs
 # run_tests.sh's check section.
-CHECK_BINS := $(addprefix build/cpu/,$(KERNEL_TESTS) test_nccl train_gpt) build/cpu-fp32/test_gpt2
+CHECK_BINS := $(addprefix build/cpu/,$(KERNEL_TESTS) test_nccl train_gpt train_llama3) build/cpu-fp32/test_gpt2 \
+              build/cpu-fp32/test_llama3
 check: check-cuda-headers $(CHECK_BINS)
 	TEST_SECTIONS=check bash test/run_tests.sh
 
@@ -257,6 +266,9 @@ else ifeq ($(T),test_hf)
 else ifeq ($(T),test_lesson)
   TEST_ONE_DEPS := build/cpu-fp32/train_gpt build/cpu/train_gpt build/cpu-fp32/lesson
   TEST_ONE_CMD  := $(PYTHON) test/trainer/test_lesson.py $(TEST_ONE_DEPS)
+else ifeq ($(T),test_llama3_ranks)
+  TEST_ONE_DEPS := build/$(BUILD)/train_llama3
+  TEST_ONE_CMD  := bash test/trainer/test_llama3_ranks.sh build/$(BUILD)/train_llama3
 else ifneq ($(filter $(T),$(TRAINER_TESTS)),)
   TEST_ONE_SCRIPT := $(wildcard test/trainer/$(T).*)
   TEST_ONE_DEPS := build/$(BUILD)/train_gpt
@@ -273,4 +285,4 @@ bench: build/cpu/bench_cpu_cuda
 	CPUCUDA_WORKERS=1 ./build/cpu/bench_cpu_cuda
 
 clean:
-	rm -rf build train_gpt train_gpt_cpu
+	rm -rf build train_gpt train_gpt_cpu train_llama3 train_llama3_cpu

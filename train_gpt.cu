@@ -120,16 +120,6 @@ inline std::vector<ParameterLayout> parameter_layout(const GPT2Config& c) {
     return rows;
 }
 
-// Points each named tensor into one contiguous buffer.
-template <class T>
-void point_parameters(ParameterTensors<T>* p, T* base, const std::vector<ParameterLayout>& rows) {
-    T** tensors = reinterpret_cast<T**>(p);
-    for (int k = 0; k < NUM_PARAMETER_TENSORS; k++) {
-        tensors[k] = base;
-        base += rows[k].size;
-    }
-}
-
 // ----------------------------------------------------------------------------
 // Activations: everything the backward pass reads, allocated once for (B, T).
 
@@ -229,29 +219,11 @@ static void configure_model(GPT2* model) {
     model->grad_strides = parameter_strides(model->tensors, c.num_layers, sizeof(float));
 }
 
-// Allocates parameters and optimizer state for model->config (weights unset).
-static void gpt2_allocate_parameters(GPT2* model) {
-    configure_model(model);
-    allocate_parameters(model);
-    point_parameters(&model->params, model->params_memory, model->tensors);
-    point_parameters(&model->grads, model->grads_memory, model->tensors);
-    model->B = model->T = 0;
-    cudaCheck(cudaStreamCreate(&model->stream));
-    matmul_setup();
-}
-
 // ---- initialisation from a seed ---------------------------------------------
 // Each tensor as its row of PARAMETERS says; the padded vocabulary rows of wte
-// are 0. Each element is a counter-based draw (splitmix64 hashes of (seed,
-// tensor, index) through Box-Muller), so the result does not depend on the
-// order of generation, and dev/train_gpt2.py draws identical values.
-static inline double normal_draw(uint64_t stream_key, uint64_t i) {
-    const uint64_t h1 = splitmix64(stream_key + 2 * i), h2 = splitmix64(stream_key + 2 * i + 1);
-    const double u1 = (double)((h1 >> 11) + 1) * 0x1.0p-53;  // (0, 1]
-    const double u2 = (double)(h2 >> 11) * 0x1.0p-53;        // [0, 1)
-    return sqrt(-2.0 * log(u1)) * cos(2.0 * M_PI * u2);
-}
-
+// are 0. Each element is a counter-based draw (fill_normal, llmc/rand.h), so
+// the result does not depend on the order of generation, and
+// dev/train_gpt2.py draws identical values.
 static std::vector<float> gpt2_initial_weights(const GPT2Config& c, uint64_t seed) {
     size_t sizes[NUM_PARAMETER_TENSORS], total = 0;
     for (int k = 0; k < NUM_PARAMETER_TENSORS; k++) total += sizes[k] = parameter_size(k, c);
@@ -263,8 +235,7 @@ static std::vector<float> gpt2_initial_weights(const GPT2Config& c, uint64_t see
         if (init == Init::Ones) std::fill(t, t + sizes[k], 1.0f);
         if (init == Init::Normal || init == Init::Residual) {
             const double std = init == Init::Residual ? 0.02 / sqrt(2.0 * c.num_layers) : 0.02;
-            const uint64_t key = splitmix64(seed * 16 + k);
-            for (size_t i = 0; i < sizes[k]; i++) t[i] = (float)(std * normal_draw(key, i));
+            fill_normal(t, sizes[k], std, seed, k);
         }
         offset += sizes[k];
     }
@@ -317,7 +288,7 @@ static void init_from_descriptor(GPT2* model, const char* descriptor, uint64_t s
     if (!parse_descriptor(descriptor, &model->config))
         FAIL("-e %s: not a checkpoint file or a model descriptor (d12, d24, d36, d48, or e.g. "
              "\"L=2,C=64,H=4,V=250,maxT=64\")", descriptor);
-    gpt2_allocate_parameters(model);
+    allocate_model(model);
     set_weights(model, gpt2_initial_weights(model->config, seed));
 }
 
@@ -338,13 +309,20 @@ static FILE* open_model_file(const char* path, GPT2Config* c, ModelFileHeader* h
     return f;
 }
 
+static GPT2Config model_file_config(const char* path) {
+    GPT2Config c;
+    ModelFileHeader h;
+    fclose(open_model_file(path, &c, &h));
+    return c;
+}
+
 static void init_from_model_file(GPT2* model, const char* path) {
     ModelFileHeader h;
     FILE* f = open_model_file(path, &model->config, &h);
     size_t n = 0;
     for (int k = 0; k < NUM_PARAMETER_TENSORS; k++) n += parameter_size(k, model->config);
     const std::vector<float> weights = read_model_weights(f, path, h, n);
-    gpt2_allocate_parameters(model);
+    allocate_model(model);
     set_weights(model, weights);
 }
 
@@ -398,33 +376,14 @@ static std::vector<DeviceBuffer> activation_buffers(GPT2* model, int B, int T, i
 static bool try_allocate_activations(GPT2* model, int B, int T, int max_grad_accum_steps, int recompute) {
     const GPT2Config& c = model->config;
     if (T > c.max_seq_len) FAIL("-t %d exceeds the model's maximum sequence length %d", T, c.max_seq_len);
-    const std::vector<DeviceBuffer> rows = activation_buffers(model, B, T, recompute);
-    if (!allocate_buffers(rows)) return false;
-    model->act_strides = buffer_strides(model->acts, rows);
-    model->recompute = recompute;
-    allocate_staging(model, B, T, max_grad_accum_steps);
-    return true;
-}
-
-static void free_activations(GPT2* model) {
-    for (const DeviceBuffer& b : activation_buffers(model, model->B, model->T, model->recompute))
-        cudaCheck(cudaFree(*b.ptr));
-    free_staging(model);
+    return allocate_activation_table(model, B, T, max_grad_accum_steps, recompute);
 }
 
 // ----------------------------------------------------------------------------
 // Forward: logits (B, T, Vp) for the tokens in model->inputs.
 
-// Layer l's weights and activations (layer_view): under recompute the
-// layernorm and GELU outputs are one copy that every layer shares.
-static ParameterTensors<floatX> layer_params(const GPT2* model, int l) {
-    return layer_view(model->params, model->param_strides, l);
-}
-static ParameterTensors<float> layer_grads(const GPT2* model, int l) {
-    return layer_view(model->grads, model->grad_strides, l);
-}
-static ActivationTensors layer_acts(const GPT2* model, int l) { return layer_view(model->acts, model->act_strides, l); }
-
+// Layer l's weights and activations: layer_params, layer_acts (llmc/run_model.h;
+// under recompute the layernorm and GELU outputs are one copy all layers share).
 static void forward(GPT2* model) {
     const GPT2Config& c = model->config;
     const int B = model->B, T = model->T, C = c.channels, NH = c.num_heads, L = c.num_layers;
@@ -433,8 +392,8 @@ static void forward(GPT2* model) {
     ActivationTensors& a = model->acts;
     cudaStream_t stream = model->stream;
 
-    const int2* docs = model->doc_mask ? reinterpret_cast<const int2*>(model->documents) : nullptr;
-    const int* positions = model->doc_positions ? model->documents + 2 * (size_t)BT : nullptr;
+    const int2* docs = attention_documents(model);
+    const int* positions = document_positions(model);
     encoder_forward(a.encoded, model->inputs, positions, p.wte, p.wpe, B, T, C, stream);
     layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, a.encoded, p.ln1w, p.ln1b, BT, C, stream);
     for (int l = 0; l < L; l++) {
@@ -469,10 +428,9 @@ static void forward(GPT2* model) {
 // loss_scale * sum(per-token losses) to stats->loss_sum; with write_dlogits the
 // logits become dloss/dlogits, every unmasked token weighted by loss_scale.
 static void cross_entropy(GPT2* model, float loss_scale, bool write_dlogits) {
-    const int BT = model->B * model->T;
-    fused_classifier(model->acts.logits, model->acts.losses, model->targets, loss_scale, BT,
-                     model->config.vocab_size, model->config.padded_vocab_size, write_dlogits, model->stream);
-    accumulate_loss(&model->stats->loss_sum, model->acts.losses, BT, loss_scale, model->stream);
+    classifier_loss(model->acts.logits, model->acts.losses, model->targets, loss_scale, model->B * model->T,
+                    model->config.vocab_size, model->config.padded_vocab_size, write_dlogits, &model->stats->loss_sum,
+                    model->stream);
 }
 
 // ----------------------------------------------------------------------------
@@ -490,7 +448,7 @@ static void backward(GPT2* model, const int* encoder_plan_host, int num_distinct
     ActivationTensors& a = model->acts;
     BackwardScratch& s = model->scratch;
     cudaStream_t stream = model->stream;
-    const int2* docs = model->doc_mask ? reinterpret_cast<const int2*>(model->documents) : nullptr;
+    const int2* docs = attention_documents(model);
 
     cudaCheck(cudaMemcpyAsync(s.encoder_plan, encoder_plan_host, encoder_backward_plan_ints(B, T) * sizeof(int),
                               cudaMemcpyHostToDevice, stream));
@@ -524,7 +482,7 @@ static void backward(GPT2* model, const int* encoder_plan_host, int num_distinct
                            x.ln1_rstd, BT, C, stream);
         if (reduce) reduce_layer(model, l);  // layer l's gradients are complete
     }
-    const int* position_plan = model->doc_positions ? model->documents + 3 * (size_t)BT : nullptr;
+    const int* position_plan = document_position_plan(model);
     encoder_backward(g.wte, g.wpe, s.dresidual, s.encoder_plan, num_distinct_tokens, position_plan,
                      model->distinct_positions, B, T, C, stream);
     if (reduce) reduce_layer(model, L);  // wte, wpe, lnfw, lnfb and the loss
@@ -544,11 +502,7 @@ static const float* device_losses(const GPT2* model) { return model->acts.losses
 
 // The V real logits of sequence 0 at `position` (the last forward's).
 static void read_logits(const GPT2* model, int position, float* logits) {
-    const int V = model->config.vocab_size, Vp = model->config.padded_vocab_size;
-    std::vector<floatX> row(Vp);
-    cudaCheck(cudaMemcpy(row.data(), model->acts.logits + (size_t)position * Vp, Vp * sizeof(floatX),
-                         cudaMemcpyDeviceToHost));
-    for (int i = 0; i < V; i++) logits[i] = to_float(row[i]);
+    read_logits_row(model->acts.logits, position, model->config.vocab_size, model->config.padded_vocab_size, logits);
 }
 
 static double model_flops_per_token(const GPT2* model, int T) {
@@ -570,12 +524,6 @@ static std::string adapt_to_device(GPT2* model, int gelu_fusion, int compute_maj
     const char* fusion_names[] = {"GELU kernels", "GELU in the forward matmul's epilogue",
                                   "GELU in the forward and backward matmuls' epilogues"};
     return "gelu: -ge " + std::to_string(model->gelu_fusion) + ", " + fusion_names[model->gelu_fusion];
-}
-
-static void free_model(GPT2* model) {
-    for (const DeviceBuffer& b : parameter_buffers(model)) cudaCheck(cudaFree(*b.ptr));
-    if (model->B > 0) free_activations(model);
-    cudaCheck(cudaStreamDestroy(model->stream));
 }
 
 // ----------------------------------------------------------------------------

@@ -6,11 +6,14 @@ llmc/llama3_config.h:
   tied/     fp32, lm_head tied to the embedding, plain RoPE, one layer
   sharded/  the untied model again, in shards of at most 20 KB with model.safetensors.index.json
 and expected.json: for every tensor of each, its dtype, shape, the fp64 sum of its fp32 values
-and its first four values (computed by torch from the saved model, loaded back).
+and its first four values (computed by torch from the saved model, loaded back); logits.json:
+for each folder, the fp32 logits LlamaForCausalLM (eager attention) computes from it for a fixed
+sequence of LOGITS_T tokens (test/model/test_llama3.cu runs the same tokens through train_llama3.cu).
 Every tensor is random (norm gains 1 + 0.2 N too), so a tensor read from the wrong place shows.
 Needs torch and transformers; the tests need only the committed files.
 
-usage: python3 dev/make_llama3_fixture.py [--out test/ref/llama3_hf_tiny]
+usage: python3 dev/make_llama3_fixture.py [--out test/ref/llama3_hf_tiny] [--logits-only]
+(--logits-only: writes logits.json for the folders already there, leaving them as they are)
 """
 import argparse
 import json
@@ -45,6 +48,27 @@ def make_model(layers, tied, scaling, seed):
     return model
 
 
+LOGITS_T = 16
+
+
+def folder_logits(folder):
+    """tokens (7t + 3) mod V, t < LOGITS_T, and the (LOGITS_T, V) fp32 logits of the folder's model."""
+    model = transformers.LlamaForCausalLM.from_pretrained(folder, dtype=torch.float32,
+                                                          attn_implementation="eager").eval()
+    V = model.config.vocab_size
+    tokens = [(7 * t + 3) % V for t in range(LOGITS_T)]
+    with torch.no_grad():
+        logits = model(torch.tensor([tokens])).logits[0]
+    return dict(tokens=tokens, logits=[float(x) for x in logits.flatten()])
+
+
+def write_logits(out):
+    logits = {sub: folder_logits(os.path.join(out, sub)) for sub in ("untied", "tied", "sharded")}
+    with open(os.path.join(out, "logits.json"), "w") as f:
+        json.dump(logits, f, sort_keys=True)
+        f.write("\n")
+
+
 def describe(folder):
     """name -> dtype, shape, sum, first values of every tensor in the folder's safetensors files."""
     out = {}
@@ -63,7 +87,12 @@ def describe(folder):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default="test/ref/llama3_hf_tiny")
+    ap.add_argument("--logits-only", action="store_true")
     args = ap.parse_args()
+    if args.logits_only:
+        write_logits(args.out)
+        print(f"wrote {args.out}/logits.json (transformers {transformers.__version__}, torch {torch.__version__})")
+        return
     if os.path.exists(args.out):
         shutil.rmtree(args.out)
     os.makedirs(args.out)
@@ -87,6 +116,7 @@ def main():
     with open(os.path.join(args.out, "expected.json"), "w") as f:
         json.dump(expected, f, indent=1, sort_keys=True)
         f.write("\n")
+    write_logits(args.out)
     print(f"wrote {args.out} (transformers {transformers.__version__}, torch {torch.__version__})")
 
 

@@ -451,13 +451,14 @@ def make_optimizer(model, hp):
                              foreach=False, fused=False)
 
 
-def train(model, hp, xs, ys):
+def train(model, hp, xs, ys, opt=None):
     """xs, ys: (K, A, B, T). Each step accumulates A microbatches; every
     microbatch's loss is divided by the number of unmasked targets of the whole
     step (G), so the step is exactly one big batch's mean loss, however the
-    masked targets fall across microbatches."""
+    masked targets fall across microbatches. opt: the model's AdamW (GPT-2's
+    make_optimizer when None)."""
     K, A = xs.shape[:2]
-    opt = make_optimizer(model, hp)
+    opt = make_optimizer(model, hp) if opt is None else opt
     losses, norms, lrs = [], [], []
     for step in range(K):
         lr = lr_at(hp, step, K)

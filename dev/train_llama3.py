@@ -14,11 +14,13 @@ autograd, every piece written out:
   - no biases anywhere; the LM head tied to the embedding or separate
 
     python3 dev/train_llama3.py --check            # self-checks of the model (PASS/FAIL lines, a tally)
-    python3 dev/train_llama3.py --out DIR          # DIR/llama3_small_debug.bin (+ _untied, _docs)
+    python3 dev/train_llama3.py --out DIR          # DIR/llama3_*_debug.bin and llama3_*_train.bin (test/ref/)
     python3 dev/train_llama3.py --init-preview     # first init values of each tensor
 
 The debug files have dev/train_gpt2.py's debug layout (tokens, logits, loss,
-then the gradients in PARAM_NAMES order). dev/check_llama3_vs_hf.py checks
+then the gradients in param_names order), the train files its train layout
+(K AdamW steps of A micro-batches: losses, norms, learning rates, the final
+parameters); test/model/test_llama3.cu reads them. dev/check_llama3_vs_hf.py checks
 this model against transformers' LlamaForCausalLM with the same weights.
 Without torch: one `error:` line, exit 1.
 """
@@ -43,7 +45,8 @@ except ImportError as e:
     sys.exit(1)
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from train_gpt2 import DOC_LENGTHS, debug_state, doc_tokens, normal_fp32, tokens, write_debug  # noqa: E402
+from train_gpt2 import (DOC_LENGTHS, HParams, debug_state, doc_tokens, normal_fp32, report_train, tokens,  # noqa: E402
+                        train, write_debug, write_train)
 
 torch.set_num_threads(1)
 torch.use_deterministic_algorithms(True)
@@ -252,19 +255,52 @@ def init_preview(cfg, seed, n=4):
 SMALL = LlamaConfig(max_seq_len=64, vocab_size=250, padded_vocab_size=256, num_layers=2, num_heads=4,
                     num_kv_heads=2, channels=64, ffn_hidden=96)
 SMALL_SEED = 1337
+MHA = replace(SMALL, num_kv_heads=SMALL.num_heads)  # one kv head per query head
+# The steps' norms lie within 4% of each other (0.78 .. 0.81), too close for a
+# clip between them that a C++ run within tolerance would also take; 0.5 clips
+# every step, so the clipping path is in every step.
+SMALL_HP = HParams(lr=1e-3, warmup=2, final_frac=0.1, weight_decay=0.1, grad_clip=0.5)
+DECAYED = ("wte", "qkvw", "attprojw", "fcw", "fcprojw", "lmheadw")  # the matrices; not the norm weights
+
+
+def make_optimizer(model, hp):
+    decay = [getattr(model, n) for n in param_names(model.cfg) if n in DECAYED]
+    no_decay = [getattr(model, n) for n in param_names(model.cfg) if n not in DECAYED]
+    groups = [{"params": decay, "weight_decay": hp.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+    return torch.optim.AdamW(groups, lr=hp.lr, betas=(hp.beta1, hp.beta2), eps=hp.eps, foreach=False, fused=False)
+
+
+# (tag, config, documents, token seed): one batch's logits, loss and gradients
+DEBUG_CASES = (("small", SMALL, False, 1), ("untied", replace(SMALL, tied=False), False, 2), ("docs", SMALL, True, 3),
+               ("mha", MHA, False, 4), ("mha_untied", replace(MHA, tied=False), False, 5))
+# (tag, config, token seed): K AdamW steps of A micro-batches
+TRAIN_CASES = (("small", SMALL, 6), ("untied", replace(SMALL, tied=False), 7), ("mha", MHA, 8))
 
 
 def generate(out):
     os.makedirs(out, exist_ok=True)
     written = []
-    for tag, cfg, docs, seed in (("small", SMALL, False, 1), ("untied", replace(SMALL, tied=False), False, 2),
-                                 ("docs", SMALL, True, 3)):
+    for tag, cfg, docs, seed in DEBUG_CASES:
         rng = np.random.RandomState(seed)
         x, y = doc_tokens(rng, cfg.vocab_size, 4, 32, DOC_LENGTHS) if docs else tokens(rng, cfg.vocab_size, 4, 32)
         logits, loss, grads = debug_state(Llama(cfg, init_params(cfg, SMALL_SEED), docs=docs), x, y)
         name = f"llama3_{tag}_debug.bin"
         write_debug(os.path.join(out, name), x, y, logits, loss, grads)
         print(f"wrote {os.path.join(out, name)}: {num_parameters(cfg)} parameters, loss {loss:.6f}")
+        written.append(name)
+    K, A, B, T = 5, 2, 4, 32
+    for tag, cfg, seed in TRAIN_CASES:
+        rng = np.random.RandomState(seed)
+        xs, ys = np.zeros((K, A, B, T), np.int32), np.zeros((K, A, B, T), np.int32)
+        for s in range(K):
+            for mb in range(A):
+                xs[s, mb], ys[s, mb] = tokens(rng, cfg.vocab_size, B, T)
+        model = Llama(cfg, init_params(cfg, SMALL_SEED))
+        losses, norms, lrs = train(model, SMALL_HP, xs, ys, make_optimizer(model, SMALL_HP))
+        name = f"llama3_{tag}_train.bin"
+        write_train(os.path.join(out, name), SMALL_HP, num_parameters(cfg), SMALL_SEED, xs, ys, losses, norms, lrs,
+                    [p.detach() for p in model.params()])
+        report_train(name, losses, norms, lrs, SMALL_HP)
         written.append(name)
     return written
 

@@ -150,3 +150,12 @@ inline void accumulate_loss(float* loss_sum, const float* losses, int N, float s
     accumulate_loss_kernel<<<1, 1024, 0, stream>>>(loss_sum, losses, N, scale);
     cudaCheck(cudaGetLastError());
 }
+
+// A model's cross-entropy step: the per-token losses of the (N, Vp) logits
+// (dloss/dlogits in their place with write_dlogits), and scale x their sum
+// added to loss_sum.
+inline void classifier_loss(floatX* logits, float* losses, const int* targets, float scale, int N, int V, int Vp,
+                            bool write_dlogits, float* loss_sum, cudaStream_t stream) {
+    fused_classifier(logits, losses, targets, scale, N, V, Vp, write_dlogits, stream);
+    accumulate_loss(loss_sum, losses, N, scale, stream);
+}

@@ -15,6 +15,7 @@
 // ---------------------------------------------------------------------------
 // Forward: out[b,t,c] = wte[inp[b,t], c] + wpe[pos[b,t], c]   (sum in fp32, one rounding)
 // pos: position ids (e.g. restarting at each document), or nullptr for pos[b,t] = t.
+// wpe: nullptr for a model without a position table (out = wte[inp], Llama's).
 // N consecutive c per thread (16-byte accesses, or 1 where C or a pointer does
 // not allow them) in a block-chunked loop; consecutive threads take consecutive
 // c, so the wte/wpe row reads and the out writes are coalesced.
@@ -27,10 +28,12 @@ __global__ void encoder_forward_kernel(floatX* out, const int* inp, const int* p
         const int c = (int)(i % C);
         const int t = pos ? pos[bt] : (int)(bt % T);
         const Packed<floatX, N> w = load_packed<N>(wte + (size_t)inp[bt] * C + c);
-        const Packed<floatX, N> p = load_packed<N>(wpe + (size_t)t * C + c);
-        Packed<floatX, N> o;
+        Packed<floatX, N> o = w;
+        if (wpe) {
+            const Packed<floatX, N> p = load_packed<N>(wpe + (size_t)t * C + c);
 #pragma unroll
-        for (int e = 0; e < N; e++) o.v[e] = from_float<floatX>(to_float(w.v[e]) + to_float(p.v[e]));
+            for (int e = 0; e < N; e++) o.v[e] = from_float<floatX>(to_float(w.v[e]) + to_float(p.v[e]));
+        }
         store_packed(out + i, o);
     }
 }
@@ -143,7 +146,7 @@ __global__ void encoder_backward_wpe_kernel(float* dwpe, const floatX* dout, int
 
 // position_plan (device, nullptr for positions t): the plan of the forward's
 // position ids, built like the token plan; then dwpe is summed per position id
-// by the same per-group kernel as dwte.
+// by the same per-group kernel as dwte. dwpe: nullptr without a position table.
 inline void encoder_backward(float* dwte, float* dwpe, const floatX* dout, const int* plan_device, int num_distinct,
                              const int* position_plan, int distinct_positions, int B, int T, int C,
                              cudaStream_t stream) {
@@ -156,6 +159,7 @@ inline void encoder_backward(float* dwte, float* dwpe, const floatX* dout, const
                 dwte, dout, plan_device, num_distinct, B * T, C);
             cudaCheck(cudaGetLastError());
         }
+        if (!dwpe) return;
         if (position_plan)
             encoder_backward_wte_kernel<P><<<CEIL_DIV(distinct_positions, warps_per_block), block, 0, stream>>>(
                 dwpe, dout, position_plan, distinct_positions, B * T, C);

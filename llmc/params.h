@@ -42,6 +42,19 @@ S layer_view(const S& all, const std::vector<size_t>& strides, int l) {
     return view;
 }
 
+// Points the tensors of a struct of pointers (a family's named tensors, in
+// its table's order) into one contiguous buffer, one per row of the table.
+template <class S, class T>
+void point_parameters(S* p, T* base, const std::vector<ParameterLayout>& rows) {
+    static_assert(sizeof(S) % sizeof(T*) == 0, "a struct of pointers only");
+    if (rows.size() > sizeof(S) / sizeof(T*)) llmc::failf("params: %zu tensors for %zu pointers", rows.size(), sizeof(S) / sizeof(T*));
+    T** tensors = reinterpret_cast<T**>(p);
+    for (size_t k = 0; k < rows.size(); k++) {
+        tensors[k] = base;
+        base += rows[k].size;
+    }
+}
+
 // Bytes per layer of each tensor of the table, for elements of element_bytes.
 inline std::vector<size_t> parameter_strides(const std::vector<ParameterLayout>& tensors, int num_layers,
                                              size_t element_bytes) {

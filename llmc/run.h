@@ -14,8 +14,8 @@
 //   ... BUILTIN_INIT                              the model trained on the built-in corpus (no -i)
 //   bool parse_descriptor(const char* text, Config*);
 //                                                 a -e model descriptor ("d12"); false: not one
-//   FILE* open_model_file(const char* path, Config*, ModelFileHeader*);
-//                                                 opens a model file: its header and the shape it gives, checked
+//   Config model_file_config(const char* path);   the shape a model file (or folder) gives, checked;
+//                                                 its weights are not read
 //   void configure_model(Model*);                 sizes for model->config, nothing allocated
 //   void init_from_descriptor(Model*, const char* descriptor, uint64_t seed);
 //                                                 config, parameters allocated, weights from the seed
@@ -26,8 +26,9 @@
 //                                                 every buffer of a micro-batch (the memory plan's rows)
 //   bool try_allocate_activations(Model*, int B, int T, int max_grad_accum_steps, int recompute);
 //                                                 false (nothing allocated): out of device memory
-//   void free_activations(Model*);
-//   void free_model(Model*);                      parameters, activations, stream
+//                                                 (allocate_activation_table, llmc/run_model.h)
+// and llmc/run_model.h's allocate_model, layer views and free_model serve the
+// struct whose members it lists.
 //   int vocab_size(const Model*);                 V, the real tokens
 //   const float* device_losses(const Model*);     (B, T) per-token losses of the last cross_entropy
 //   void read_logits(const Model*, int position, float* logits);
@@ -298,9 +299,7 @@ typename Model::Config read_config(const char* init) {
         return c;
     }
     if (stat(init, &st) != 0) llmc::failf("-e %s: not a model file or a model descriptor", init);
-    ModelFileHeader h;
-    fclose(open_model_file(init, &c, &h));
-    return c;
+    return model_file_config(init);
 }
 
 template <class Model>

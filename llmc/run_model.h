@@ -17,6 +17,59 @@
 #include "llmc/sampler.h"
 #include "llmc/train_step.h"
 
+// ---- a family's model struct, the parts every family shares -----------------------
+// Its named tensors `params` (floatX) and `grads` (fp32), one pointer per row
+// of its table, the activations `acts`, the bytes per layer of each
+// (param_strides, grad_strides, act_strides), and `recompute` (-r).
+
+// Parameters and optimizer state allocated for model->config (the family's
+// configure_model), the named tensors pointed into them; weights unset.
+template <class Model>
+void allocate_model(Model* model) {
+    configure_model(model);
+    allocate_parameters(model);
+    point_parameters(&model->params, model->params_memory, model->tensors);
+    point_parameters(&model->grads, model->grads_memory, model->tensors);
+    model->B = model->T = 0;
+    cudaCheck(cudaStreamCreate(&model->stream));
+    matmul_setup();
+}
+
+// Layer l's weights, gradients and activations (layer_view); a tensor kept
+// once for all layers (recompute) is the same in every layer's view.
+template <class Model>
+auto layer_params(const Model* model, int l) { return layer_view(model->params, model->param_strides, l); }
+template <class Model>
+auto layer_grads(const Model* model, int l) { return layer_view(model->grads, model->grad_strides, l); }
+template <class Model>
+auto layer_acts(const Model* model, int l) { return layer_view(model->acts, model->act_strides, l); }
+
+// The family's activation_buffers allocated (none, and false, when the device
+// is out of memory), their layer strides, and pinned staging for A micro-batches.
+template <class Model>
+bool allocate_activation_table(Model* model, int B, int T, int max_grad_accum_steps, int recompute) {
+    const std::vector<DeviceBuffer> rows = activation_buffers(model, B, T, recompute);
+    if (!allocate_buffers(rows)) return false;
+    model->act_strides = buffer_strides(model->acts, rows);
+    model->recompute = recompute;
+    allocate_staging(model, B, T, max_grad_accum_steps);
+    return true;
+}
+
+template <class Model>
+void free_activations(Model* model) {
+    for (const DeviceBuffer& b : activation_buffers(model, model->B, model->T, model->recompute))
+        cudaCheck(cudaFree(*b.ptr));
+    free_staging(model);
+}
+
+template <class Model>
+void free_model(Model* model) {
+    for (const DeviceBuffer& b : parameter_buffers(model)) cudaCheck(cudaFree(*b.ptr));
+    if (model->B > 0) free_activations(model);
+    cudaCheck(cudaStreamDestroy(model->stream));
+}
+
 // ---- activations ---------------------------------------------------------------
 // Activations for micro-batches of (B, T), and pinned staging for A of them.
 template <class Model>
@@ -79,6 +132,13 @@ double evaluate_hellaswag(Model* model, const std::vector<HellaSwagExample>& exa
     count = host_sum(count, model->dist);
     *scored = (long)count;
     return host_sum(correct, model->dist) / std::max(1.0, count);
+}
+
+// The V real logits at `position` of (B, T, Vp) device logits, as floats.
+inline void read_logits_row(const floatX* device_logits, int position, int V, int Vp, float* logits) {
+    std::vector<floatX> row(Vp);
+    cudaCheck(cudaMemcpy(row.data(), device_logits + (size_t)position * Vp, Vp * sizeof(floatX), cudaMemcpyDeviceToHost));
+    for (int i = 0; i < V; i++) logits[i] = to_float(row[i]);
 }
 
 // Generates `tokens` tokens after a document start (one forward per token,

@@ -493,10 +493,13 @@ inline bool safetensors_path_taken_(const std::string& path) {
     return lstat(path.c_str(), &st) == 0;
 }
 
-// Writes tensors (in this order) with metadata to path, which must not exist.
-inline void safetensors_write(const std::string& path, const std::vector<SafetensorsOut>& tensors,
-                              const std::map<std::string, std::string>& metadata = {}) {
-    if (safetensors_path_taken_(path)) safetensors_exists_(path);
+// Writes tensors (in this order) with metadata to path through an exclusive
+// temporary, fsync and rename (write_file_hashed), replacing what path held: a
+// checkpoint rewriting the model file of a step whose DONE it has removed, as
+// the llm.c-format model files are rewritten. Returns the file's name, size and
+// hash (the DONE record lists them).
+inline CheckpointFile safetensors_write_replacing(const std::string& path, const std::vector<SafetensorsOut>& tensors,
+                                                  const std::map<std::string, std::string>& metadata = {}) {
     nlohmann::json h = nlohmann::json::object();
     if (!metadata.empty()) h["__metadata__"] = metadata;
     uint64_t at = 0;
@@ -514,16 +517,21 @@ inline void safetensors_write(const std::string& path, const std::vector<Safeten
         safetensors_fail_(path, "a tensor name or metadata string is not valid UTF-8");
     }
     text.resize((text.size() + 7) / 8 * 8, ' ');  // the data section starts 8-aligned
-    write_file_atomic(path, [&](FILE* f) {
+    return write_file_hashed(path, [&](HashingWriter& w) {
         unsigned char len[8];
         for (int i = 0; i < 8; i++) len[i] = (unsigned char)((uint64_t)text.size() >> (8 * i));
-        if (fwrite(len, 1, 8, f) != 8 || fwrite(text.data(), 1, text.size(), f) != text.size()) return false;
-        for (const auto& t : tensors) {
-            const uint64_t bytes = safetensors_out_bytes_(path, t);
-            if (bytes && fwrite(t.data, 1, bytes, f) != bytes) return false;
-        }
+        if (!w.put(len, 1, 8) || !w.put(text.data(), 1, text.size())) return false;
+        for (const auto& t : tensors)
+            if (!w.put(t.data, 1, safetensors_out_bytes_(path, t))) return false;
         return true;
     });
+}
+
+// The same, to a path that must not exist (a saved model is never overwritten).
+inline CheckpointFile safetensors_write(const std::string& path, const std::vector<SafetensorsOut>& tensors,
+                                       const std::map<std::string, std::string>& metadata = {}) {
+    if (safetensors_path_taken_(path)) safetensors_exists_(path);
+    return safetensors_write_replacing(path, tensors, metadata);
 }
 
 // Writes a model folder dir (which must exist): one model.safetensors when the tensors total at

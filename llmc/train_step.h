@@ -73,6 +73,19 @@ struct MicroBatches {
     int distinct_positions = 0;   // groups of the current micro-batch's position plan
 };
 
+// The current micro-batch's document layout, as the kernels take it: the
+// attention's spans with --doc-mask, the position ids (and their plan) with
+// --doc-positions; null without.
+inline const int2* attention_documents(const MicroBatches* m) {
+    return m->doc_mask ? reinterpret_cast<const int2*>(m->documents) : nullptr;
+}
+inline const int* document_positions(const MicroBatches* m) {
+    return m->doc_positions ? m->documents + 2 * (size_t)m->B * m->T : nullptr;
+}
+inline const int* document_position_plan(const MicroBatches* m) {
+    return m->doc_positions ? m->documents + 3 * (size_t)m->B * m->T : nullptr;
+}
+
 // The device buffers of a micro-batch and of the step's statistics (a family
 // lists them with its activations).
 inline std::vector<DeviceBuffer> micro_batch_buffers(MicroBatches* m, StepStats** stats, int B, int T) {

@@ -16,8 +16,8 @@
 # Sections (TEST_SECTIONS, default all but check): cpu host schedules streams mpi
 #   asan racecheck initcheck nvcc gpu; and check
 #   check     the quick tier (`make check`, while editing): each kernel test once
-#             (bf16), test_gpt2 in fp32, test_nccl under mpirun -np 2, one kill
-#             and bitwise resume (TEST_RESUME_QUICK), the command line's error
+#             (bf16), test_gpt2 and test_llama3 in fp32, test_nccl under mpirun -np 2, one kill
+#             and bitwise resume of each trainer (TEST_RESUME_QUICK), the command line's error
 #             paths (TRAIN_CLI_QUICK), the README's links to definitions (an edit
 #             that moves a linked line fails here); each runs in the others too
 #   cpu       every CPU test program once (bf16), the model's tests also in fp32;
@@ -155,18 +155,20 @@ MPIRUN="mpirun --oversubscribe --bind-to none"
 names() { for f in "$@"; do basename "$f" .cu; done; }
 KERNELS=($(names test/kernels/test_*.cu))  # one program per kernel header of llmc/
 # every single-process CUDA test program (test_nccl and test_distributed run under mpirun)
-SINGLE_TESTS=(test_kernel_language test_checks test_cublaslt test_streams "${KERNELS[@]}" test_gpt2 test_training test_run_seam)
+SINGLE_TESTS=(test_kernel_language test_checks test_cublaslt test_streams "${KERNELS[@]}" test_gpt2 test_llama3 test_training test_run_seam)
 # the model's kernels and what they are built on, rerun in every checking mode
 KERNEL_TESTS=(test_kernel_language test_cublaslt "${KERNELS[@]}")
 # the programs also built in fp32 (the Makefile's FP32_TESTS, less test_distributed: mpi section)
-FP32_TESTS=($(names test/kernels/test_*.cu | grep -vx test_ptx) test_gpt2 test_training)
+FP32_TESTS=($(names test/kernels/test_*.cu | grep -vx test_ptx) test_gpt2 test_llama3 test_training)
 
 if want check; then
     echo "== the quick tier (make check)"
     for t in "${KERNELS[@]}"; do run "$t" "build/cpu/$t"; done
     run "test_gpt2 [fp32]" build/cpu-fp32/test_gpt2
+    run "test_llama3 [fp32]" build/cpu-fp32/test_llama3
     run "test_nccl [mpirun -np 2]" $MPIRUN -np 2 build/cpu/test_nccl
     run "test_resume [TEST_RESUME_QUICK=1]" env TEST_RESUME_QUICK=1 python3 test/trainer/test_resume.py build/cpu/train_gpt
+    run "test_resume train_llama3 [TEST_RESUME_QUICK=1]" env TEST_RESUME_QUICK=1 python3 test/trainer/test_resume.py build/cpu/train_llama3
     run "test_train_cli [TRAIN_CLI_QUICK=1]" env TRAIN_CLI_QUICK=1 bash test/trainer/test_train_cli.sh build/cpu/train_gpt
     run "readme_anchors (README's links to definitions)" python3 dev/readme_anchors.py
 fi
@@ -177,6 +179,7 @@ if want cpu; then
     for t in "${FP32_TESTS[@]}"; do run "$t [fp32]" "build/cpu-fp32/$t"; done
     run "test_train_cli" bash test/trainer/test_train_cli.sh build/cpu/train_gpt
     run "test_resume" python3 test/trainer/test_resume.py build/cpu/train_gpt
+    run "test_resume train_llama3" python3 test/trainer/test_resume.py build/cpu/train_llama3
     run "test_hf" python3 test/trainer/test_hf.py build/cpu-fp32/test_gpt2 build/cpu/test_gpt2 build/cpu/train_gpt
     run "test_lesson" python3 test/trainer/test_lesson.py build/cpu-fp32/train_gpt build/cpu/train_gpt build/cpu-fp32/lesson
     run "test_gpu_check (gpu_check.sh, dry run)" bash test/test_gpu_check.sh
@@ -251,6 +254,7 @@ if want mpi; then
         run "test_distributed $build [compare the splits]" "build/$build/test_distributed" --compare "$dir"
     done
     run "test_multi_rank_cli" bash test/trainer/test_multi_rank_cli.sh build/cpu/train_gpt
+    run "test_llama3_ranks (mpirun -np 2 ZeRO-1 A=2 = one process A=4)" bash test/trainer/test_llama3_ranks.sh build/cpu/train_llama3
 fi
 
 if want asan; then
@@ -322,14 +326,14 @@ if want nvcc; then
         # each program for sm_90; the trainers and the kernel tests also for sm_80, which
         # compiles every kernel of llmc/ for both (no source has arch-specific branches)
         targets=()
-        for src in test/kernels/test_*.cu train_gpt.cu; do targets+=("build/gpu/check/$(basename "$src" .cu)"); done
+        for src in test/kernels/test_*.cu train_gpt.cu train_llama3.cu; do targets+=("build/gpu/check/$(basename "$src" .cu)"); done
         for src in cpu_cuda/test/test_*.cu test/model/test_*.cu dev/*.cu cpu_cuda/*.cu; do targets+=("build/gpu/check90/$(basename "$src" .cu)"); done
-        targets+=(build/gpu/single/train_gpt)
+        targets+=(build/gpu/single/train_gpt build/gpu/single/train_llama3)
         timed "nvcc: make -j2 of the ${#targets[@]} targets" make -s -k -j2 "${targets[@]}" >"$LOG_DIR/nvcc.log" 2>&1
         for t in "${targets[@]}"; do
             what="nvcc sm_90+sm_80: $(basename "$t").cu"
             [[ $t == build/gpu/check90/* ]] && what="nvcc sm_90: $(basename "$t").cu"
-            [[ $t == build/gpu/single/* ]] && what="nvcc sm_90: train_gpt.cu as a single-GPU build (no MPI, no NCCL)"
+            [[ $t == build/gpu/single/* ]] && what="nvcc sm_90: $(basename "$t").cu as a single-GPU build (no MPI, no NCCL)"
             if make -q "$t" 2>/dev/null; then pass "$what"; else fail "$what (see $LOG_DIR/nvcc.log)"; fi
         done
         grep -m 15 -E 'error' "$LOG_DIR/nvcc.log" | sed 's/^/    /'

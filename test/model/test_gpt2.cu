@@ -17,6 +17,7 @@
 #include "train_gpt.cu"
 #include "llmc/schedulers.h"
 #include "test/test_util.h"
+#include "test/model/reference.h"
 
 
 #if defined(ENABLE_FP32)
@@ -64,81 +65,6 @@ static const std::vector<double> TOL_PARAMS = {
     3e-2, 3e-2, 1e-3, 1e-1, 5e-2, 6e-1, 8e-2, 4e-2, 3e-3, 6e-1, 5e-2, 6e-1, 8e-2, 3e-2, 1e-3, 2e-2};
 static const double TOL_KEY_BIAS_PARAMS = 1e-2;  // rounding noise times Adam: up to lr per step
 #endif
-
-static std::string ref_path(const char* name) {
-    const char* dir = getenv("TEST_REF_DIR");
-    return std::string(dir ? dir : "test/ref") + "/" + name;
-}
-
-struct Reader {
-    FILE* f;
-    explicit Reader(const std::string& path) : f(fopen(path.c_str(), "rb")) {
-        if (!f) { printf("FAIL cannot open %s\n", path.c_str()); exit(1); }
-    }
-    ~Reader() { fclose(f); }
-    template <class T> std::vector<T> read(size_t n) {
-        std::vector<T> v(n);
-        if (fread(v.data(), sizeof(T), n, f) != n) { printf("FAIL short reference file\n"); exit(1); }
-        return v;
-    }
-};
-
-struct DebugRef { int B, T; std::vector<int> x, y; std::vector<float> logits, grads; float loss; };
-static DebugRef read_debug(const std::string& path, const GPT2& model) {
-    Reader r(path);
-    auto header = r.read<int>(256);
-    DebugRef d;
-    d.B = header[2];
-    d.T = header[3];
-    const size_t BT = (size_t)d.B * d.T;
-    d.x = r.read<int>(BT);
-    d.y = r.read<int>(BT);
-    d.logits = r.read<float>(BT * model.config.vocab_size);
-    d.loss = r.read<float>(1)[0];
-    d.grads = r.read<float>(model.num_parameters);
-    return d;
-}
-
-struct TrainRef {
-    int B, T, A, K, warmup;
-    float lr, beta1, beta2, eps, weight_decay, grad_clip, final_fraction;
-    std::vector<int> x, y;
-    std::vector<float> losses, norms, lrs, params;
-};
-static TrainRef read_train(const char* name, size_t num_params) {
-    Reader r(ref_path(name));
-    auto h = r.read<int>(256);
-    TrainRef t;
-    t.B = h[2]; t.T = h[3]; t.A = h[4]; t.K = h[5]; t.warmup = h[6];
-    float* hf = (float*)h.data();
-    t.lr = hf[16]; t.beta1 = hf[17]; t.beta2 = hf[18]; t.eps = hf[19];
-    t.weight_decay = hf[20]; t.grad_clip = hf[21]; t.final_fraction = hf[22];
-    const size_t n = (size_t)t.K * t.A * t.B * t.T;
-    t.x = r.read<int>(n);
-    t.y = r.read<int>(n);
-    t.losses = r.read<float>(t.K);
-    t.norms = r.read<float>(t.K);
-    t.lrs = r.read<float>(t.K);
-    t.params = r.read<float>(num_params);
-    return t;
-}
-
-// max |a-b| / max |b| over n elements
-static double scaled_error(const float* got, const float* ref, size_t n) {
-    double worst = 0, scale = 1e-30;
-    for (size_t i = 0; i < n; i++) scale = std::fmax(scale, std::fabs((double)ref[i]));
-    for (size_t i = 0; i < n; i++) {
-        double d = std::fabs((double)got[i] - ref[i]);
-        if (!(d <= worst)) worst = d;
-    }
-    return worst / scale;
-}
-
-static std::vector<float> read_device(const float* d, size_t n) {
-    std::vector<float> h(n);
-    CUDA_OK(cudaMemcpy(h.data(), d, n * sizeof(float), cudaMemcpyDeviceToHost));
-    return h;
-}
 
 // Per-tensor scaled errors. qkvb's key part (columns C..2C of each layer) has
 // a gradient that is exactly 0 in exact arithmetic (softmax ignores a constant
@@ -238,18 +164,14 @@ static void test_init_and_checkpoints() {
 // gelu_fusion: the trainer's -ge (GELU in cuBLASLt's epilogues or in kernels).
 static void test_debug_case(const char* label, GPT2& model, const std::string& path, int gelu_fusion = 0,
                             bool docs = false) {
-    DebugRef ref = read_debug(path, model);
+    DebugRef ref = read_debug(path, model.config.vocab_size, model.num_parameters);
     allocate_activations(&model, ref.B, ref.T, 1);
     model.gelu_fusion = gelu_fusion;
     model.doc_mask = model.doc_positions = docs;
     const int V = model.config.vocab_size, Vp = model.config.padded_vocab_size;
     const size_t BT = (size_t)ref.B * ref.T;
     evaluate_batch(&model, ref.x.data(), ref.y.data());
-    std::vector<floatX> logits_padded(BT * Vp);
-    CUDA_OK(cudaMemcpy(logits_padded.data(), model.acts.logits, logits_padded.size() * sizeof(floatX), cudaMemcpyDeviceToHost));
-    std::vector<float> logits(BT * V);
-    for (size_t r = 0; r < BT; r++)
-        for (int v = 0; v < V; v++) logits[r * V + v] = to_float(logits_padded[r * Vp + v]);
+    const std::vector<float> logits = unpadded_logits(model.acts.logits, BT, V, Vp);
     double e_logits = scaled_error(logits.data(), ref.logits.data(), logits.size());
     CHECK(e_logits <= TOL_LOGITS, "%s logits (%zu x %d): err %.2e", label, BT, V, e_logits);
 

@@ -103,14 +103,18 @@ static void init_from_descriptor(Bigram* m, const char* descriptor, uint64_t see
         if ((int)(i % Vp) < V) w[i] = 0.02f * ((float)(splitmix64(seed + i) >> 40) / (1 << 24) - 0.5f);
     set_weights(m, w);
 }
-static FILE* open_model_file(const char* path, BigramConfig* c, ModelFileHeader* h) {
-    FILE* f = model_file_open(path, h);
-    *c = BigramConfig{h->vocab_size, h->padded_vocab_size, h->max_seq_len};
-    return f;
+static BigramConfig config_of(const ModelFileHeader& h) {
+    return BigramConfig{h.vocab_size, h.padded_vocab_size, h.max_seq_len};
+}
+static BigramConfig model_file_config(const char* path) {
+    ModelFileHeader h;
+    fclose(model_file_open(path, &h));
+    return config_of(h);
 }
 static void init_from_model_file(Bigram* m, const char* path) {
     ModelFileHeader h;
-    FILE* f = open_model_file(path, &m->config, &h);
+    FILE* f = model_file_open(path, &h);
+    m->config = config_of(h);
     const std::vector<float> w =
         read_model_weights(f, path, h, (size_t)m->config.vocab_size * m->config.padded_vocab_size);
     allocate(m);

@@ -1,0 +1,491 @@
+// train_llama3.cu: Llama 3 training. The model (its parameter table,
+// activations, forward, backward, model file) and main; the run around it is
+// llmc/run.h's, the step with gradient accumulation llmc/train_step.h's, the
+// same code that trains GPT-2 (train_gpt.cu, the lesson to read first).
+// What Llama changes against GPT-2, block by block:
+//   embedding   tokens only: positions enter through RoPE on q and k
+//   norms       RMSNorm (no mean, no bias), fused with the residual add
+//   attention   grouped-query: NKV key/value heads, each read by NH/NKV query heads
+//   MLP         SwiGLU on one fused [gate | up] projection
+//   biases      none; the LM head tied to the embedding or its own
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <functional>
+#include <string>
+#include <vector>
+#include <sys/stat.h>
+
+#include "llmc/cuda_common.h"
+#include "llmc/adamw.cuh"
+#include "llmc/attention.cuh"
+#include "llmc/classifier.cuh"
+#include "llmc/encoder.cuh"
+#include "llmc/global_norm.cuh"
+#include "llmc/matmul.cuh"
+#include "llmc/rmsnorm.cuh"
+#include "llmc/rope.cuh"
+#include "llmc/swiglu.cuh"
+#include "llmc/params.h"
+#include "llmc/train_step.h"
+#include "llmc/checkpoint.h"
+#include "llmc/llama3_config.h"
+#include "llmc/mfu.h"
+#include "llmc/rand.h"
+#include "llmc/run_checkpoint.h"
+#include "llmc/run_model.h"
+#include "llmc/safetensors.h"
+
+#define FAIL(...) llmc::failf(__VA_ARGS__)
+using llmc::Llama3Config;
+
+// ----------------------------------------------------------------------------
+// Parameters: one row per tensor, in dev/train_llama3.py's order (the one
+// contiguous buffer, the reference's debug files and the initialisation's
+// stream numbers). lmheadw exists only when the head is untied.
+enum class Shape { VpC, C, QKVxC, CxC, F2xC, CxF };
+struct Llama3Tensor {
+    const char* name;
+    bool per_layer;
+    Shape shape;   // of one layer's tensor
+    bool decays;   // AdamW's weight decay: the matrices
+    double std;    // initial N(0, std) for std > 0 (scaled by 1/sqrt(2L) where residual); 0: all ones
+    bool residual;
+};
+constexpr Llama3Tensor TENSORS[] = {
+    // name       per layer  shape          decays  std   residual projection
+    {"wte",       false, Shape::VpC,    true,  0.02, false},  // its padded vocabulary rows are 0
+    {"attnnormw", true,  Shape::C,      false, 0,    false},
+    {"qkvw",      true,  Shape::QKVxC,  true,  0.02, false},  // rows [q: NH heads | k: NKV heads | v: NKV heads]
+    {"attprojw",  true,  Shape::CxC,    true,  0.02, true},
+    {"mlpnormw",  true,  Shape::C,      false, 0,    false},
+    {"fcw",       true,  Shape::F2xC,   true,  0.02, false},  // rows [gate: F | up: F] (llmc/swiglu.cuh)
+    {"fcprojw",   true,  Shape::CxF,    true,  0.02, true},
+    {"normfw",    false, Shape::C,      false, 0,    false},
+    {"lmheadw",   false, Shape::VpC,    true,  0.02, false},  // untied only
+};
+constexpr int MAX_TENSORS = sizeof(TENSORS) / sizeof(TENSORS[0]);
+
+template <class T>
+struct ParameterTensors {
+    T *wte, *attnnormw, *qkvw, *attprojw, *mlpnormw, *fcw, *fcprojw, *normfw, *lmheadw;
+};
+static_assert(sizeof(ParameterTensors<float>) == MAX_TENSORS * sizeof(float*), "one pointer per row");
+
+// V rounded up to a multiple of 128: the rows of wte and of the LM head.
+static int padded_vocab(const Llama3Config& c) { return CEIL_DIV(c.V, 128) * 128; }
+static int qkv_rows(const Llama3Config& c) { return (c.H + 2 * c.KV) * c.head_dim(); }
+static int num_tensors(const Llama3Config& c) { return c.tied ? MAX_TENSORS - 1 : MAX_TENSORS; }
+
+static size_t tensor_size(int k, const Llama3Config& c) {
+    const size_t C = c.C, F = c.F, layers = TENSORS[k].per_layer ? c.L : 1;
+    switch (TENSORS[k].shape) {
+        case Shape::VpC: return (size_t)padded_vocab(c) * C;
+        case Shape::C: return layers * C;
+        case Shape::QKVxC: return layers * qkv_rows(c) * C;
+        case Shape::CxC: return layers * C * C;
+        case Shape::F2xC: return layers * 2 * F * C;
+        case Shape::CxF: return layers * C * F;
+    }
+    return 0;
+}
+static std::vector<ParameterLayout> llama3_layout(const Llama3Config& c) {
+    std::vector<ParameterLayout> rows;
+    for (int k = 0; k < num_tensors(c); k++) rows.push_back({tensor_size(k, c), TENSORS[k].per_layer, TENSORS[k].decays});
+    return rows;
+}
+
+// ----------------------------------------------------------------------------
+// Activations: what the backward reads, allocated once for (B, T).
+struct ActivationTensors {
+    floatX* encoded;     // (B, T, C)        wte[token]
+    floatX* ln1;         // (L, B, T, C)     attention norm output
+    float* ln1_rstd;     // (L, B, T)
+    floatX* qkv;         // (L, B, T, QKV)   after RoPE on q and k
+    floatX* atty;        // (L, B, T, C)
+    float* att_lse;      // (L, B, NH, T)
+    floatX* residual2;   // (L, B, T, C)     after the attention block
+    floatX* ln2;         // (L, B, T, C)     MLP norm output
+    float* ln2_rstd;     // (L, B, T)
+    floatX* fch;         // (L, B, T, 2F)    [gate | up]
+    floatX* fch_swiglu;  // (L, B, T, F)
+    floatX* residual3;   // (L, B, T, C)     after the MLP block
+    floatX* lnf;         // (B, T, C)
+    float* lnf_rstd;     // (B, T)
+    floatX* logits;      // (B, T, Vp)       dlogits after cross_entropy
+    float* losses;       // (B, T)
+    floatX* proj_out;    // (B, T, C)        scratch: a projection's output
+    float* rope;         // (T, HS)          rope_table's cos | sin rows for positions 0..T-1
+};
+struct BackwardScratch {
+    floatX* dresidual;   // (B, T, C)
+    floatX* dwide;       // (B, T, max(2F, QKV))  d[gate | up], dqkv
+    floatX* dmid;        // (B, T, F)             d swiglu output
+    floatX* dnarrow;     // (B, T, C)             d of a norm's output, datty
+    float* reduce;       // the two-stage reductions' partial sums
+    int* encoder_plan;   // token-grouped positions for the embedding backward
+};
+
+struct Llama3 : Parameters, MicroBatches {
+    using Config = Llama3Config;
+    Llama3Config config;
+    ParameterTensors<floatX> params;
+    ParameterTensors<float> grads;
+    int recompute = 0;  // -r: 1 recomputes SwiGLU's output in the backward, 2 also the norms' outputs
+    ActivationTensors acts;
+    BackwardScratch scratch;
+    std::vector<size_t> param_strides, grad_strides, act_strides;
+    static constexpr const char* NAME = "Llama 3";
+    static constexpr const char* INIT_DEFAULT = "llama3.2-1b";
+    static constexpr const char* INIT_HELP =
+        "a Hugging Face Llama folder (config.json + model.safetensors or shards),\na checkpoint's model file, or a "
+        "descriptor: llama3.2-1b, llama3.2-3b, llama3.1-8b,\nor e.g. \"llama3:L=2,C=64,H=4,KV=2,F=192,V=256\" (T=, "
+        "theta=, eps=, tied=,\nfactor=, low=, high=, orig=)";
+    static constexpr const char* DOC_START_HELP = "attention within each document only (documents start at token V-1)";
+    static constexpr const char* BUILTIN_INIT = "llama3:L=2,C=64,H=4,KV=2,F=192,V=256,T=64";
+};
+
+// ---- sizes and allocation -------------------------------------------------
+// A shape whose sizes fit the kernels' int indexing and at most 2^40 parameters.
+static void configure_model(Llama3* model) {
+    const Llama3Config& c = model->config;
+    llmc::llama3_check(c, "model");
+    for (int d : {c.C, c.F, c.V, c.H, qkv_rows(c)})
+        if (d > (1 << 24)) FAIL("model: a size of %d is over 2^24", d);
+    if (c.L > 4096) FAIL("model: L=%d is over 4096 layers", c.L);
+    if (llmc::llama3_num_parameters(c) > (1ull << 40)) FAIL("model: more than 2^40 parameters");
+    const std::vector<ParameterLayout> rows = llama3_layout(c);
+    configure_parameters(model, rows, c.L);
+    // one stride per pointer: lmheadw (not per layer) has none when tied
+    model->param_strides = parameter_strides(rows, c.L, sizeof(floatX));
+    model->grad_strides = parameter_strides(rows, c.L, sizeof(float));
+    model->param_strides.resize(MAX_TENSORS, 0);
+    model->grad_strides.resize(MAX_TENSORS, 0);
+}
+
+// The tied head is wte itself, for the weights and for their gradient.
+static void llama3_allocate_parameters(Llama3* model) {
+    allocate_model(model);
+    if (model->config.tied) {
+        model->params.lmheadw = model->params.wte;
+        model->grads.lmheadw = model->grads.wte;
+    }
+}
+
+// ---- initialisation from a seed -----------------------------------------
+// Tensor k is fill_normal's stream k of the seed (dev/train_llama3.py's
+// init_params draws the same values); norm weights are 1, padded vocabulary
+// rows 0.
+static std::vector<float> llama3_initial_weights(const Llama3Config& c, uint64_t seed) {
+    size_t total = 0;
+    for (int k = 0; k < num_tensors(c); k++) total += tensor_size(k, c);
+    std::vector<float> w(total);
+    float* t = w.data();
+    for (int k = 0; k < num_tensors(c); k++) {
+        const size_t n = tensor_size(k, c);
+        const Llama3Tensor& spec = TENSORS[k];
+        if (spec.std == 0) std::fill(t, t + n, 1.0f);
+        else fill_normal(t, n, spec.residual ? spec.std / sqrt(2.0 * c.L) : spec.std, seed, k);
+        if (spec.shape == Shape::VpC) std::fill(t + (size_t)c.V * c.C, t + n, 0.0f);
+        t += n;
+    }
+    return w;
+}
+
+// "llama3:..." or a published size; false for anything else (a model file).
+static bool parse_descriptor(const char* text, Llama3Config* c) {
+    Llama3Config named;
+    if (!llmc::llama3_named(text, &named) && strncmp(text, "llama3:", 7) != 0) return false;
+    *c = llmc::llama3_parse_descriptor(text);
+    return true;
+}
+
+// (a descriptor that does not parse is one error line saying what is wrong)
+static void init_from_descriptor(Llama3* model, const char* descriptor, uint64_t seed) {
+    model->config = llmc::llama3_parse_descriptor(descriptor);
+    llama3_allocate_parameters(model);
+    set_weights(model, llama3_initial_weights(model->config, seed));
+}
+
+// ---- model files: Hugging Face's tensors ------------------------------------
+// Every tensor of llama3_param_table at its place in the buffer: q, k and v
+// are consecutive rows of qkvw, gate and up of fcw, so each Hugging Face
+// tensor is one contiguous run (transformers' q/k layout, which RoPE's
+// rotate_half pairing in llmc/rope.cuh expects, is kept as it is).
+struct HfTensor {
+    llmc::Llama3Param param;
+    size_t offset;  // in the parameter buffer
+};
+static std::vector<HfTensor> hf_tensors(const Llama3Config& c) {
+    const size_t C = c.C, F = c.F, HS = c.head_dim(), QKV = qkv_rows(c);
+    size_t at[MAX_TENSORS], total = 0;
+    for (int k = 0; k < num_tensors(c); k++) at[k] = total, total += tensor_size(k, c);
+    std::vector<HfTensor> out;
+    for (const llmc::Llama3Param& p : llmc::llama3_param_table(c)) {
+        const std::string& n = p.name;
+        const size_t l = n.rfind("model.layers.", 0) == 0 ? std::stoul(n.substr(13)) : 0;  // its layer
+        auto has = [&](const char* part) { return n.find(part) != std::string::npos; };
+        size_t offset;
+        if (n == "model.embed_tokens.weight") offset = at[0];
+        else if (n == "model.norm.weight") offset = at[7];
+        else if (n == "lm_head.weight") offset = at[8];
+        else if (has("input_layernorm")) offset = at[1] + l * C;
+        else if (has("q_proj")) offset = at[2] + l * QKV * C;
+        else if (has("k_proj")) offset = at[2] + l * QKV * C + c.H * HS * C;
+        else if (has("v_proj")) offset = at[2] + l * QKV * C + (c.H + c.KV) * HS * C;
+        else if (has("o_proj")) offset = at[3] + l * C * C;
+        else if (has("post_attention_layernorm")) offset = at[4] + l * C;
+        else if (has("gate_proj")) offset = at[5] + l * 2 * F * C;
+        else if (has("up_proj")) offset = at[5] + l * 2 * F * C + F * C;
+        else if (has("down_proj")) offset = at[6] + l * C * F;
+        else FAIL("model: no place for the tensor %s", n.c_str());
+        out.push_back({p, offset});
+    }
+    return out;
+}
+
+// The shape a model gives: a folder's config.json, or a checkpoint's model
+// file, a safetensors file whose metadata "config" is that config.json.
+static Llama3Config model_file_config(const char* path) {
+    struct stat st;
+    if (stat(path, &st) == 0 && S_ISDIR(st.st_mode)) return llmc::llama3_read_hf_config(std::string(path) + "/config.json");
+    llmc::SafetensorsFile file(path);
+    auto it = file.metadata().find("config");
+    if (it == file.metadata().end()) FAIL("%s: a safetensors file without the model's config in its metadata", path);
+    const nlohmann::json j = nlohmann::json::parse(it->second, nullptr, false);
+    if (j.is_discarded()) FAIL("%s: the config in its metadata is not JSON", path);
+    return llmc::llama3_from_hf_json(j, path);
+}
+
+// Every tensor read by name, its shape checked, into the fp32 buffer; a
+// tensor the model does not have is refused.
+static void init_from_model_file(Llama3* model, const char* path) {
+    model->config = model_file_config(path);
+    const Llama3Config& c = model->config;
+    llama3_allocate_parameters(model);
+    std::vector<float> weights(model->num_parameters, 0.0f);
+    struct stat st;
+    const bool folder = stat(path, &st) == 0 && S_ISDIR(st.st_mode);
+    std::unique_ptr<llmc::SafetensorsModel> dir(folder ? new llmc::SafetensorsModel(path) : nullptr);
+    std::unique_ptr<llmc::SafetensorsFile> file(folder ? nullptr : new llmc::SafetensorsFile(path));
+    const std::vector<HfTensor> expected = hf_tensors(c);
+    std::vector<std::string> names;
+    if (folder) names = dir->names();
+    else for (const auto& t : file->tensors()) names.push_back(t.name);
+    for (const std::string& n : names)
+        if (std::none_of(expected.begin(), expected.end(), [&](const HfTensor& h) { return h.param.name == n; }))
+            FAIL("%s: the tensor %s is not one of this Llama 3 model's", path, n.c_str());
+    for (const HfTensor& h : expected) {
+        const llmc::SafetensorsTensor& t = folder ? dir->get(h.param.name) : file->get(h.param.name);
+        if (t.shape != h.param.shape) FAIL("%s: %s does not have the shape config.json gives", path, h.param.name.c_str());
+        float* dst = weights.data() + h.offset;
+        if (folder) dir->read(h.param.name, llmc::SafetensorsTarget::F32, dst, h.param.numel());
+        else llmc::safetensors_read(*file, t, llmc::SafetensorsTarget::F32, dst, h.param.numel());
+    }
+    check_weights_representable(weights, path);
+    set_weights(model, weights);
+}
+
+// The weights it computes with as one safetensors file under Hugging Face's
+// names, with the config.json in its metadata; its name, size and hash. Like
+// GPT-2's model file it is written through a temporary and renamed into place
+// (a checkpoint rewrites the model of a step whose DONE it has removed).
+static CheckpointFile write_model_file(const Llama3* model, const std::string& path) {
+    std::vector<floatX> weights(model->num_parameters);
+    cudaCheck(cudaMemcpy(weights.data(), model->params_memory, weights.size() * sizeof(floatX), cudaMemcpyDeviceToHost));
+    if (!all_finite(weights)) FAIL("%s: the model's weights hold Inf or NaN; not written", path.c_str());
+    const char* dtype = sizeof(floatX) == 2 ? "BF16" : "F32";
+    std::vector<llmc::SafetensorsOut> out;
+    for (const HfTensor& h : hf_tensors(model->config))
+        out.push_back({h.param.name, dtype, h.param.shape, weights.data() + h.offset});
+    const std::string config = llmc::llama3_to_hf_json(model->config, sizeof(floatX) == 2 ? "bfloat16" : "float32").dump();
+    return llmc::safetensors_write_replacing(path, out, {{"format", "pt"}, {"config", config}});
+}
+
+// ---- activations ------------------------------------------------------------
+// Recompute (-r) keeps one layer's copy: 1 = the SwiGLU output, 2 = also the
+// two norm outputs; the backward recomputes them from the stored inputs.
+static std::vector<DeviceBuffer> activation_buffers(Llama3* model, int B, int T, int recompute) {
+    const Llama3Config& c = model->config;
+    const size_t BT = (size_t)B * T, C = c.C, L = c.L, NH = c.H, F = c.F, QKV = qkv_rows(c), Vp = padded_vocab(c);
+    const size_t X = sizeof(floatX), S = sizeof(float);
+    const size_t L_swiglu = recompute >= 1 ? 1 : L, L_ln = recompute >= 2 ? 1 : L;
+    ActivationTensors& a = model->acts;
+    BackwardScratch& s = model->scratch;
+    const size_t reduce_floats = std::max({rmsnorm_backward_scratch_floats(BT, C), attention_backward_scratch_floats(B, T, NH),
+                                           global_norm_scratch_floats()});
+    const char* act = "activations (B x T x C x L)";
+    const char* bwd = "backward scratch";
+    const int Lk = (int)L, Ls = (int)L_swiglu, Ll = (int)L_ln;
+    std::vector<DeviceBuffer> rows = {
+        {(void**)&a.encoded, BT * C * X, act},
+        {(void**)&a.ln1, L_ln * BT * C * X, act, Ll},         {(void**)&a.ln1_rstd, L * BT * S, act, Lk},
+        {(void**)&a.qkv, L * BT * QKV * X, act, Lk},          {(void**)&a.atty, L * BT * C * X, act, Lk},
+        {(void**)&a.att_lse, L * BT * NH * S, act, Lk},       {(void**)&a.residual2, L * BT * C * X, act, Lk},
+        {(void**)&a.ln2, L_ln * BT * C * X, act, Ll},         {(void**)&a.ln2_rstd, L * BT * S, act, Lk},
+        {(void**)&a.fch, L * BT * 2 * F * X, act, Lk},        {(void**)&a.fch_swiglu, L_swiglu * BT * F * X, act, Ls},
+        {(void**)&a.residual3, L * BT * C * X, act, Lk},      {(void**)&a.lnf, BT * C * X, act},
+        {(void**)&a.lnf_rstd, BT * S, act},                   {(void**)&a.proj_out, BT * C * X, act},
+        {(void**)&a.rope, (size_t)T * c.head_dim() * S, act},
+        {(void**)&a.logits, BT * Vp * X, "logits (B x T x Vp)"}, {(void**)&a.losses, BT * S, "logits (B x T x Vp)"},
+        {(void**)&s.dresidual, BT * C * X, bwd},              {(void**)&s.dwide, BT * std::max(2 * F, QKV) * X, bwd},
+        {(void**)&s.dmid, BT * F * X, bwd},                   {(void**)&s.dnarrow, BT * C * X, bwd},
+        {(void**)&s.reduce, reduce_floats * S, bwd},
+        {(void**)&s.encoder_plan, encoder_backward_plan_ints(B, T) * sizeof(int), bwd},
+    };
+    for (const DeviceBuffer& b : micro_batch_buffers(model, &model->stats, B, T)) rows.push_back(b);
+    return rows;
+}
+
+// Also uploads RoPE's table of cos and sin for positions 0..T-1 (every
+// position id, document-relative ones included, is below T).
+static bool try_allocate_activations(Llama3* model, int B, int T, int max_grad_accum_steps, int recompute) {
+    const Llama3Config& c = model->config;
+    if (T > c.max_seq_len) FAIL("-t %d exceeds the model's maximum sequence length %d", T, c.max_seq_len);
+    if (!allocate_activation_table(model, B, T, max_grad_accum_steps, recompute)) return false;
+    RopeScaling scaling;
+    if (c.rope_scaling)
+        scaling = RopeScaling{c.rope_factor, c.rope_low_freq_factor, c.rope_high_freq_factor,
+                              (double)c.rope_original_max_seq_len};
+    const std::vector<float> table = rope_table(T, c.head_dim(), c.rope_theta, scaling);
+    cudaCheck(cudaMemcpy(model->acts.rope, table.data(), table.size() * sizeof(float), cudaMemcpyHostToDevice));
+    return true;
+}
+
+// ----------------------------------------------------------------------------
+// Forward: logits (B, T, Vp) for the tokens in model->inputs.
+
+static void forward(Llama3* model) {
+    const Llama3Config& c = model->config;
+    const int B = model->B, T = model->T, C = c.C, NH = c.H, NKV = c.KV, HS = c.head_dim(), F = c.F, L = c.L;
+    const int BT = B * T, QKV = qkv_rows(c);
+    const float eps = (float)c.rms_norm_eps;
+    const ParameterTensors<floatX>& p = model->params;
+    ActivationTensors& a = model->acts;
+    cudaStream_t stream = model->stream;
+    const int2* docs = attention_documents(model);
+    const int* positions = document_positions(model);  // RoPE's: document-relative, or t where null
+
+    encoder_forward(a.encoded, model->inputs, nullptr, p.wte, nullptr, B, T, C, stream);
+    rmsnorm_forward(a.ln1, a.ln1_rstd, a.encoded, p.attnnormw, BT, C, eps, stream);
+    for (int l = 0; l < L; l++) {
+        const ParameterTensors<floatX> w = layer_params(model, l);
+        const ActivationTensors x = layer_acts(model, l);
+        const floatX* residual = l == 0 ? a.encoded : layer_acts(model, l - 1).residual3;
+        // attention block: residual2 = residual + o(attention(rope(qkv(norm(residual)))))
+        matmul_forward(x.qkv, x.ln1, w.qkvw, nullptr, BT, C, QKV, stream);
+        rope_forward(x.qkv, x.qkv, a.rope, positions, B, T, NH + NKV, HS, QKV, T, stream);  // q and k heads
+        attention_forward(x.atty, x.att_lse, x.qkv, docs, B, T, NH, NKV, HS, stream);
+        matmul_forward(a.proj_out, x.atty, w.attprojw, nullptr, BT, C, C, stream);
+        fused_residual_rmsnorm_forward(x.residual2, x.ln2, x.ln2_rstd, residual, a.proj_out, w.mlpnormw, BT, C, eps,
+                                       stream);
+        // MLP block: residual3 = residual2 + down(silu(gate) * up); the add is
+        // fused with the next norm (the next layer's, or the final one).
+        matmul_forward(x.fch, x.ln2, w.fcw, nullptr, BT, C, 2 * F, stream);
+        swiglu_forward(x.fch_swiglu, x.fch, BT, F, stream);
+        matmul_forward(a.proj_out, x.fch_swiglu, w.fcprojw, nullptr, BT, F, C, stream);
+        const bool last = l + 1 == L;
+        floatX* norm_out = last ? a.lnf : layer_acts(model, l + 1).ln1;
+        float* norm_rstd = last ? a.lnf_rstd : layer_acts(model, l + 1).ln1_rstd;
+        const floatX* norm_w = last ? p.normfw : layer_params(model, l + 1).attnnormw;
+        fused_residual_rmsnorm_forward(x.residual3, norm_out, norm_rstd, x.residual2, a.proj_out, norm_w, BT, C, eps,
+                                       stream);
+    }
+    matmul_forward(a.logits, a.lnf, p.lmheadw, nullptr, BT, C, padded_vocab(c), stream);
+}
+
+static void cross_entropy(Llama3* model, float loss_scale, bool write_dlogits) {
+    classifier_loss(model->acts.logits, model->acts.losses, model->targets, loss_scale, model->B * model->T,
+                    model->config.V, padded_vocab(model->config), write_dlogits, &model->stats->loss_sum, model->stream);
+}
+
+// ----------------------------------------------------------------------------
+// Backward: adds this micro-batch's weight gradients into the fp32 buffer;
+// reduce: the last micro-batch of a step with N > 1 ranks.
+static void backward(Llama3* model, const int* encoder_plan_host, int num_distinct_tokens, bool reduce) {
+    const Llama3Config& c = model->config;
+    const int B = model->B, T = model->T, C = c.C, NH = c.H, NKV = c.KV, HS = c.head_dim(), F = c.F, L = c.L;
+    const int BT = B * T, QKV = qkv_rows(c);
+    const float eps = (float)c.rms_norm_eps;
+    cudaStream_t stream = model->stream;
+    const ParameterTensors<floatX>& p = model->params;
+    const ParameterTensors<float>& g = model->grads;
+    ActivationTensors& a = model->acts;
+    BackwardScratch& s = model->scratch;
+    const int2* docs = attention_documents(model);
+    const int* positions = document_positions(model);  // RoPE's: document-relative, or t where null
+
+    cudaCheck(cudaMemcpyAsync(s.encoder_plan, encoder_plan_host, encoder_backward_plan_ints(B, T) * sizeof(int),
+                              cudaMemcpyHostToDevice, stream));
+    // LM head (into wte's gradient when tied) and final norm
+    matmul_backward(s.dnarrow, g.lmheadw, nullptr, s.reduce, a.logits, a.lnf, p.lmheadw, BT, C, padded_vocab(c), stream);
+    cudaCheck(cudaMemsetAsync(s.dresidual, 0, (size_t)BT * C * sizeof(floatX), stream));
+    rmsnorm_backward(s.dresidual, g.normfw, s.reduce, s.dnarrow, layer_acts(model, L - 1).residual3, p.normfw,
+                     a.lnf_rstd, BT, C, stream);
+    for (int l = L - 1; l >= 0; l--) {
+        const ParameterTensors<floatX> w = layer_params(model, l);
+        const ParameterTensors<float> dw = layer_grads(model, l);
+        const ActivationTensors x = layer_acts(model, l);
+        const floatX* residual = l == 0 ? a.encoded : layer_acts(model, l - 1).residual3;
+        if (model->recompute >= 1) swiglu_forward(x.fch_swiglu, x.fch, BT, F, stream);
+        if (model->recompute >= 2) {
+            rmsnorm_forward(x.ln2, x.ln2_rstd, x.residual2, w.mlpnormw, BT, C, eps, stream);
+            rmsnorm_forward(x.ln1, x.ln1_rstd, residual, w.attnnormw, BT, C, eps, stream);
+        }
+        // MLP block (dresidual: the gradient w.r.t. residual3)
+        matmul_backward(s.dmid, dw.fcprojw, nullptr, s.reduce, s.dresidual, x.fch_swiglu, w.fcprojw, BT, F, C, stream);
+        swiglu_backward(s.dwide, s.dmid, x.fch, BT, F, stream);
+        matmul_backward(s.dnarrow, dw.fcw, nullptr, s.reduce, s.dwide, x.ln2, w.fcw, BT, C, 2 * F, stream);
+        rmsnorm_backward(s.dresidual, dw.mlpnormw, s.reduce, s.dnarrow, x.residual2, w.mlpnormw, x.ln2_rstd, BT, C,
+                         stream);
+        // attention block (dresidual: the gradient w.r.t. residual2)
+        matmul_backward(s.dnarrow, dw.attprojw, nullptr, s.reduce, s.dresidual, x.atty, w.attprojw, BT, C, C, stream);
+        attention_backward(s.dwide, s.reduce, s.dnarrow, x.qkv, x.atty, x.att_lse, docs, B, T, NH, NKV, HS, stream);
+        rope_backward(s.dwide, s.dwide, a.rope, positions, B, T, NH + NKV, HS, QKV, T, stream);
+        matmul_backward(s.dnarrow, dw.qkvw, nullptr, s.reduce, s.dwide, x.ln1, w.qkvw, BT, C, QKV, stream);
+        rmsnorm_backward(s.dresidual, dw.attnnormw, s.reduce, s.dnarrow, residual, w.attnnormw, x.ln1_rstd, BT, C,
+                         stream);
+        if (reduce) reduce_layer(model, l);
+    }
+    encoder_backward(g.wte, nullptr, s.dresidual, s.encoder_plan, num_distinct_tokens, nullptr, 0, B, T, C, stream);
+    if (reduce) reduce_layer(model, L);  // wte, normfw, lmheadw and the loss
+}
+
+static float* reduce_scratch(Llama3* model) { return model->scratch.reduce; }
+// The built-in corpus's and the reference's document start: token V-1.
+static int document_start_token(const Llama3* model) { return model->config.V - 1; }
+
+// ----------------------------------------------------------------------------
+// The rest of what llmc/run.h asks of a family.
+
+static int vocab_size(const Llama3* model) { return model->config.V; }
+static const float* device_losses(const Llama3* model) { return model->acts.losses; }
+
+static void read_logits(const Llama3* model, int position, float* logits) {
+    read_logits_row(model->acts.logits, position, model->config.V, padded_vocab(model->config), logits);
+}
+
+// 6N + 6LCT as for GPT-2 (llmc/mfu.h): every weight a multiply-add per token,
+// attention's two matmuls over C = NH x HS (GQA shares K and V, not the work).
+static double model_flops_per_token(const Llama3* model, int T) {
+    return flops_per_token(model->num_parameters, model->config.L, model->config.C, T);
+}
+
+static std::string model_summary(const Llama3* model) {
+    const Llama3Config& c = model->config;
+    char text[200];
+    snprintf(text, sizeof text, "Llama 3 L=%d C=%d H=%d KV=%d F=%d V=%d maxT=%d theta=%g %s", c.L, c.C, c.H, c.KV, c.F,
+             c.V, c.max_seq_len, c.rope_theta, c.tied ? "tied" : "untied");
+    return text;
+}
+
+// No setting depends on the device (-ge is GPT-2's GELU fusion).
+static std::string adapt_to_device(Llama3*, int, int) { return ""; }
+
+#ifndef TESTING
+#include "llmc/run.h"
+
+int main(int argc, char** argv) { return llmc::run_main(train<Llama3>, argc, argv); }
+#endif
