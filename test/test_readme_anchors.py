@@ -99,11 +99,12 @@ def main():
     rc, out, _ = subprocess.run([sys.executable, SCRIPT, os.path.join(ROOT, "README.md")], capture_output=True,
                                 text=True, cwd=ROOT).returncode, None, None
     readme = open(os.path.join(ROOT, "README.md")).read()
-    m = re.search(r"\[`train`\]\(train_gpt\.cu#L(\d+)\)", readme)
-    source = open(os.path.join(ROOT, "train_gpt.cu")).read().split("\n")
+    # the run of every family: llmc/run.h's template function train (its line may hold the template head)
+    m = re.search(r"\[`train`\]\(llmc/run\.h#L(\d+)\)", readme)
+    source = open(os.path.join(ROOT, "llmc", "run.h")).read().split("\n")
     check("the project's README passes", rc == 0)
-    check("README's `train` points to the function train",
-          m is not None and re.match(r"static int train\(", source[int(m.group(1)) - 1]) is not None)
+    check("README's `train` points to the function train of llmc/run.h",
+          m is not None and re.search(r"\bint train\(", source[int(m.group(1)) - 1]) is not None)
     check.tally("test_readme_anchors")
     return 1 if check.failed else 0
 
