@@ -4,10 +4,13 @@ dev/train_gpt2.py (its model class; its attention's boolean mask replaced by
 is_causal=True so that SDPA may take its flash or cuDNN kernel), bf16 autocast,
 fused AdamW, torch.compile where it works, and it says which SDPA backend ran. Prints ms per step, tok/s
 and MFU in the line format of bench_train, so that test/gpu_check.sh can print
-the ratio of the two.
+the ratio of the two. llama3.2-1b is dev/bench_llama3.cu's step: the Llama of
+dev/train_llama3.py with its attention as one SDPA call (is_causal, enable_gqa:
+no repeated key/value heads).
 
     python3 dev/bench_train_torch.py [descriptor] [B] [T] [steps] [peak TFLOP/s]
     python3 dev/bench_train_torch.py d12 64 1024 10 989
+    python3 dev/bench_train_torch.py llama3.2-1b 8 2048 5 989
 
 Without torch or a CUDA device it prints a SKIP line and exits 0.
 """
@@ -16,6 +19,8 @@ import sys
 import time
 
 DESCRIPTORS = {"d12": (12, 12, 768), "d24": (24, 16, 1024), "d36": (36, 20, 1280), "d48": (48, 25, 1600)}
+# Meta's Llama-3.2-1B config.json (llmc/llama3_config.h's llama3_named): L, NH, NKV, C, F, V
+LLAMA_DESCRIPTORS = {"llama3.2-1b": (16, 32, 8, 2048, 8192, 128256)}
 
 
 def skip(reason):
@@ -36,25 +41,84 @@ class CausalF:
         return self._F.scaled_dot_product_attention(q, k, v, is_causal=True, **kw)
 
 
-def attention_backend(torch, B, NH, T, HS):
-    """The fastest SDPA backend that takes a causal bf16 forward+backward at these shapes, as (context, name)."""
+def attention_backend(torch, B, NH, NKV, T, HS):
+    """The fastest SDPA backend that takes a causal bf16 forward+backward at these shapes (NKV < NH: grouped-query,
+    enable_gqa), as (context, name)."""
     import contextlib
     try:
         from torch.nn.attention import SDPBackend, sdpa_kernel
     except ImportError:
         return contextlib.nullcontext, "default (torch.nn.attention.sdpa_kernel not in this torch)"
     q = torch.randn(B, NH, T, HS, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    kv = q[:, :NKV]
+    gqa = {"enable_gqa": True} if NKV < NH else {}
     for name in ("FLASH_ATTENTION", "CUDNN_ATTENTION", "EFFICIENT_ATTENTION"):
         backend = getattr(SDPBackend, name, None)
         if backend is None:
             continue
         try:
             with sdpa_kernel(backend):
-                torch.nn.functional.scaled_dot_product_attention(q, q, q, is_causal=True).sum().backward()
+                torch.nn.functional.scaled_dot_product_attention(q, kv, kv, is_causal=True, **gqa).sum().backward()
             return (lambda b=backend: sdpa_kernel(b)), name.lower()
         except RuntimeError:
             continue
     return contextlib.nullcontext, "default (flash, cuDNN and efficient refused)"
+
+
+def gpt2_model(torch, descriptor, T, dev, gen):
+    """(model, parameters, L, C, V, NH, NKV) of GPT-2 at this size; init N(0, 0.02), layernorm weights 1, biases 0."""
+    import train_gpt2 as ref  # the reference model; it pins CPU determinism on import, undone in main
+    L, NH, C = DESCRIPTORS[descriptor]
+    cfg = ref.GPTConfig(max_seq_len=1024, vocab_size=50257, padded_vocab_size=50304, num_layers=L, num_heads=NH,
+                        channels=C)
+    if T > cfg.max_seq_len:
+        print(f"error: bench_train_torch: T={T} over maxT={cfg.max_seq_len}", file=sys.stderr)
+        sys.exit(1)
+    init = {}
+    for name, shape in ref.param_shapes(cfg).items():
+        if name.endswith("b"):
+            init[name] = torch.zeros(shape, device=dev)
+        elif name in ("ln1w", "ln2w", "lnfw"):
+            init[name] = torch.ones(shape, device=dev)
+        else:
+            init[name] = torch.randn(shape, device=dev, generator=gen) * 0.02
+    ref.F = CausalF(ref.F)
+    return ref.GPT(cfg, init).to(dev), ref.num_parameters(cfg), L, C, cfg.vocab_size, NH, NH
+
+
+def llama_model(torch, descriptor, T, dev, gen):
+    """(model, parameters, L, C, V, NH, NKV) of Llama 3 at this size: dev/train_llama3.py's Llama (RoPE table and mask
+    for T positions) whose forward takes SDPA's causal grouped-query kernel; norm weights 1, the rest N(0, 0.02)."""
+    import train_llama3 as ref
+    F = torch.nn.functional
+    L, NH, NKV, C, F_, V = LLAMA_DESCRIPTORS[descriptor]
+    cfg = ref.LlamaConfig(max_seq_len=T, vocab_size=V, padded_vocab_size=(V + 127) // 128 * 128, num_layers=L,
+                          num_heads=NH, num_kv_heads=NKV, channels=C, ffn_hidden=F_, rope_factor=32.0)
+    init = {}
+    for name, shape in ref.param_shapes(cfg).items():
+        init[name] = (torch.ones(shape) if ref.init_std(cfg, name) is None else
+                      torch.randn(shape, device=dev, generator=gen) * 0.02)
+
+    class Llama(ref.Llama):
+        def forward(self, idx, sdpa=True):
+            B, T = idx.shape
+            HS, eps = cfg.head_size, cfg.norm_eps
+            cos, sin = self.rope_cos[:T][None, None], self.rope_sin[:T][None, None]  # (1,1,T,HS/2)
+            x = F.embedding(idx, self.wte)
+            for l in range(L):
+                h = ref.rms_norm(x, self.attnnormw[l], eps)
+                q, k, v = F.linear(h, self.qkvw[l]).split([NH * HS, NKV * HS, NKV * HS], dim=2)
+                q = ref.apply_rope(q.view(B, T, NH, HS).transpose(1, 2), cos, sin)
+                k = ref.apply_rope(k.view(B, T, NKV, HS).transpose(1, 2), cos, sin)
+                v = v.view(B, T, NKV, HS).transpose(1, 2)
+                y = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+                x = x + F.linear(y.transpose(1, 2).reshape(B, T, C), self.attprojw[l])
+                h = ref.rms_norm(x, self.mlpnormw[l], eps)
+                gate, up = F.linear(h, self.fcw[l]).split(F_, dim=2)
+                x = x + F.linear(F.silu(gate) * up, self.fcprojw[l])
+            return F.linear(ref.rms_norm(x, self.normfw, eps), self.wte)
+
+    return Llama(cfg, init).to(dev), ref.num_parameters(cfg), L, C, V, NH, NKV
 
 
 def main():
@@ -66,8 +130,9 @@ def main():
     except ValueError:
         print("error: usage: bench_train_torch.py [descriptor] [B] [T] [steps] [peak TFLOP/s]", file=sys.stderr)
         sys.exit(1)
-    if descriptor not in DESCRIPTORS or min(B, T, steps) <= 0:
-        print(f"error: bench_train_torch: bad arguments {args} (descriptor in {sorted(DESCRIPTORS)})", file=sys.stderr)
+    if descriptor not in {**DESCRIPTORS, **LLAMA_DESCRIPTORS} or min(B, T, steps) <= 0:
+        print(f"error: bench_train_torch: bad arguments {args} (descriptor in "
+              f"{sorted(DESCRIPTORS) + sorted(LLAMA_DESCRIPTORS)})", file=sys.stderr)
         sys.exit(1)
     try:
         import torch
@@ -76,34 +141,17 @@ def main():
     if not torch.cuda.is_available():
         skip("no CUDA device")
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    import train_gpt2 as ref  # the reference model; it pins CPU determinism on import, undone here
-
-    torch.use_deterministic_algorithms(False)
-    torch.set_num_threads(os.cpu_count() or 1)
-    torch.backends.cuda.matmul.allow_tf32 = True
-    L, NH, C = DESCRIPTORS[descriptor]
-    cfg = ref.GPTConfig(max_seq_len=1024, vocab_size=50257, padded_vocab_size=50304, num_layers=L, num_heads=NH,
-                        channels=C)
-    if T > cfg.max_seq_len:
-        print(f"error: bench_train_torch: T={T} over maxT={cfg.max_seq_len}", file=sys.stderr)
-        sys.exit(1)
     dev = torch.device("cuda")
     gen = torch.Generator(device=dev).manual_seed(42)
-    init = {}
-    for name, shape in ref.param_shapes(cfg).items():  # GPT-2's init: N(0, 0.02), layernorm weights 1, biases 0
-        if name.endswith("b"):
-            init[name] = torch.zeros(shape, device=dev)
-        elif name in ("ln1w", "ln2w", "lnfw"):
-            init[name] = torch.ones(shape, device=dev)
-        else:
-            init[name] = torch.randn(shape, device=dev, generator=gen) * 0.02
-    ref.F = CausalF(ref.F)
-    backend_ctx, backend = attention_backend(torch, B, NH, T, C // NH)
-    model = ref.GPT(cfg, init).to(dev)
-    nparams = ref.num_parameters(cfg)
+    make_model = llama_model if descriptor in LLAMA_DESCRIPTORS else gpt2_model
+    model, nparams, L, C, V, NH, NKV = make_model(torch, descriptor, T, dev, gen)
+    torch.use_deterministic_algorithms(False)  # the reference modules pin CPU determinism on import
+    torch.set_num_threads(os.cpu_count() or 1)
+    torch.backends.cuda.matmul.allow_tf32 = True
+    backend_ctx, backend = attention_backend(torch, B, NH, NKV, T, C // NH)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.0, fused=True)
-    x = torch.randint(0, cfg.vocab_size, (B, T), device=dev, generator=gen)
-    y = torch.randint(0, cfg.vocab_size, (B, T), device=dev, generator=gen)
+    x = torch.randint(0, V, (B, T), device=dev, generator=gen)
+    y = torch.randint(0, V, (B, T), device=dev, generator=gen)
 
     def step_with(net):
         def step(x, y):

@@ -12,7 +12,7 @@
 # and each summary line printed as soon as it is known: the benchmarks first
 # (d12 training step, ours and PyTorch's at the same B and T, and the attention
 # kernels next to SDPA), then the GPU tests, then the trainer (20 steps, a
-# bitwise resume, -b auto). Everything it writes ends up in ONE tarball under
+# bitwise resume, -b auto), and last a Llama 3.2 1B step, ours and PyTorch's. Everything it writes ends up in ONE tarball under
 # $OUT (default build/gpu-check), beside summary.txt.
 set -u
 cd "$(dirname "$0")/.."
@@ -55,7 +55,7 @@ say "$(head -n 1 "$WORK/nvidia-smi.log")"
 # every kernel test of test/kernels/, the runtime's portable tests, the model's
 TESTS=($(for f in test/kernels/test_*.cu; do basename "$f" .cu; done) test_kernel_language test_cublaslt test_streams
     test_gpt2 test_training)
-PROGRAMS=("${TESTS[@]}" bench_train bench_attention)
+PROGRAMS=("${TESTS[@]}" bench_train bench_attention bench_llama3)
 MPI_TESTS=()
 MAKE_VARS=(NO_MULTI_GPU=1)
 if [[ ${GPU_CHECK_NO_MPI:-0} != 1 ]] && command -v mpirun >/dev/null &&
@@ -150,5 +150,26 @@ if [[ -x $TRAIN ]]; then
     rm -f "$WORK"/{ck,ck2,auto,run}/*.bin  # checkpoints stay out of the tarball
 else
     say "train    train_gpt not built"
+fi
+
+# --- Llama 3.2 1B: a training step, ours then PyTorch's at the same B x T ----------
+# Last, so that it takes what the budget has left and starves nothing above
+# (ours builds the 1.2B weights on the host first). B=8: PyTorch's autograd keeps
+# fp32 residual-stream intermediates per layer, which B=16 may not fit in 141 GB.
+LLAMA_B=8
+if [[ -x $BIN/bench_llama3 ]]; then
+    capped 120 "$BIN/bench_llama3" llama3.2-1b $LLAMA_B 2048 5 989 >"$WORK/llama.log" 2>&1
+    rc=$?
+    line=$(grep -hE '^(step|error)' "$WORK/llama.log" | head -n 1)
+    say "llama    ours     ${line:-no result (exit $rc; 124: out of time)}"
+    capped 150 python3 dev/bench_train_torch.py llama3.2-1b $LLAMA_B 2048 5 989 >"$WORK/llama_torch.log" 2>&1
+    rc=$?
+    line=$(grep -hE '^(model|SKIP|error)' "$WORK/llama_torch.log" | head -n 1)
+    say "llama    pytorch  ${line:-no result (exit $rc; 124: out of time)}"
+    ours=$(grep '^step' "$WORK/llama.log" | grep -o '[0-9]* tok/s' | head -n 1 | cut -d' ' -f1)
+    theirs=$(grep '^model' "$WORK/llama_torch.log" | grep -o '[0-9]* tok/s' | head -n 1 | cut -d' ' -f1)
+    [[ -n $ours && -n $theirs ]] && say "llama    ours / pytorch tok/s = $(awk -v a="$ours" -v b="$theirs" 'BEGIN { printf "%.2f", a / b }')"
+else
+    say "llama    bench_llama3 not built"
 fi
 finish 0

@@ -11,7 +11,7 @@ has() { grep -qF -- "$2" "$1/summary.txt"; }
 dry() {  # dry OUT_DIR [VAR=value...]: one dry run into OUT_DIR
     local out=$1
     shift
-    rm -rf "$out"
+    rm -rf "$out" build/gpu/sm_dry  # no stub of an earlier run stands in for a program the script no longer builds
     env GPU_CHECK_DRY_RUN=1 GPU_ARCH=dry OUT="$out" "$@" bash test/gpu_check.sh >"$out.log" 2>&1
 }
 
@@ -27,6 +27,10 @@ check "the INFO lines of a test reach the summary" has "$out" "info     INFO cuB
 check "the per-family roofline of the benchmark is reported" has "$out" "roofline   gelu forward + backward"
 check "PyTorch's step is reported (or skipped, saying why)" grep -qE "^gpu_check: pytorch  (model|SKIP)" "$out/summary.txt"
 check "attention benchmark lines" has "$out" "attn     attention llmc B=64"
+check "the Llama 3.2 1B step: ours at B=8 T=2048" has "$out" "llama    ours     step B=8 T=2048, bf16"
+check "the Llama 3.2 1B step: PyTorch's (or skipped, saying why)" grep -qE "^gpu_check: llama    pytorch  (model|SKIP)" "$out/summary.txt"
+check "the Llama step comes after the trainer's lines (it takes what the budget has left)" \
+    awk '/b auto/ { a = NR } /llama    ours/ { l = NR } END { exit !(a && l > a) }' "$out/summary.txt"
 # gpu_check.sh's TESTS (test/kernels/ and 5 more) and its 2 NCCL tests
 n_tests=$(($(ls test/kernels/test_*.cu | wc -l) + 5 + 2))
 check "every GPU test gives its tally line ($n_tests)" \
