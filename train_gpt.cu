@@ -182,6 +182,10 @@ struct GPT2 : Parameters, MicroBatches {
         "\"L=2,C=64,H=4,V=250,maxT=64\" (a file named\nlike a descriptor is given with a '/': ./d12)";
     static constexpr const char* DOC_START_HELP =
         "attention within each document only (documents start at token V-1,\nGPT-2's <|endoftext|>)";
+    static constexpr const char* RECOMPUTE_HELP = "recompute in the backward: 1 = GELU, 2 = GELU and layernorm";
+    static constexpr const char* GELU_FUSION_HELP =
+        "GELU in cuBLASLt's matmul epilogues: 1 = forward, 2 = forward and backward;\n-1: 2 on compute capability 9.0 "
+        "and newer, 0 before";
     static constexpr const char* BUILTIN_INIT = "L=2,C=64,H=4,V=256,maxT=64";
 };
 

@@ -144,6 +144,8 @@ struct Llama3 : Parameters, MicroBatches {
         "descriptor: llama3.2-1b, llama3.2-3b, llama3.1-8b,\nor e.g. \"llama3:L=2,C=64,H=4,KV=2,F=192,V=256\" (T=, "
         "theta=, eps=, tied=,\nfactor=, low=, high=, orig=)";
     static constexpr const char* DOC_START_HELP = "attention within each document only (documents start at token V-1)";
+    static constexpr const char* RECOMPUTE_HELP = "recompute in the backward: 1 = SwiGLU, 2 = SwiGLU and the RMSNorms";
+    static constexpr const char* GELU_FUSION_HELP = "GPT-2's GELU fusion: Llama 3 has no GELU (only the default -1)";
     static constexpr const char* BUILTIN_INIT = "llama3:L=2,C=64,H=4,KV=2,F=192,V=256,T=64";
 };
 
@@ -481,8 +483,12 @@ static std::string model_summary(const Llama3* model) {
     return text;
 }
 
-// No setting depends on the device (-ge is GPT-2's GELU fusion).
-static std::string adapt_to_device(Llama3*, int, int) { return ""; }
+// No setting depends on the device. -ge is GPT-2's GELU fusion: given here,
+// it is refused rather than silently ignored.
+static std::string adapt_to_device(Llama3*, int gelu_fusion, int) {
+    if (gelu_fusion >= 0) FAIL("-ge %d: GPT-2's GELU fusion; Llama 3 has no GELU (leave -ge out)", gelu_fusion);
+    return "";
+}
 
 #ifndef TESTING
 #include "llmc/run.h"

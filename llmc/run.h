@@ -11,6 +11,7 @@
 //   static constexpr const char* Model::NAME      the family, for --help ("GPT-2")
 //   ... INIT_DEFAULT, INIT_HELP                   -e's default and help text
 //   ... DOC_START_HELP                            --doc-mask's help: the token that starts a document
+//   ... RECOMPUTE_HELP, GELU_FUSION_HELP          -r's and -ge's help: what they do for this family
 //   ... BUILTIN_INIT                              the model trained on the built-in corpus (no -i)
 //   bool parse_descriptor(const char* text, Config*);
 //                                                 a -e model descriptor ("d12"); false: not one
@@ -185,11 +186,8 @@ const Flag<TrainOptions> FLAGS[] = {
     {"-y", &TrainOptions::resume, nullptr, 0, 1, "0", "resume from the newest complete checkpoint in -o", nullptr},
     {"-z", &TrainOptions::zero_stage, nullptr, 0, 1, "0",
      "ZeRO stage: 1 shards master weights and AdamW m, v over the ranks", nullptr},
-    {"-r", &TrainOptions::recompute, nullptr, 0, 2, "0",
-     "recompute in the backward: 1 = GELU, 2 = GELU and layernorm", nullptr},
-    {"-ge", &TrainOptions::gelu_fusion, nullptr, -1, 2, "-1",
-     "GELU in cuBLASLt's matmul epilogues: 1 = forward, 2 = forward and backward;\n-1: 2 on compute capability 9.0 "
-     "and newer, 0 before", nullptr},
+    {"-r", &TrainOptions::recompute, nullptr, 0, 2, "0", Model::RECOMPUTE_HELP, nullptr},
+    {"-ge", &TrainOptions::gelu_fusion, nullptr, -1, 2, "-1", Model::GELU_FUSION_HELP, nullptr},
     {"--memory-plan", &TrainOptions::memory_plan_only, nullptr, 0, 1, "0", "1: print the device memory plan and exit",
      nullptr},
     {"-a", &TrainOptions::overfit_single_batch, nullptr, 0, 1, "0", "overfit the first batch", nullptr},

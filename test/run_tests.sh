@@ -180,6 +180,7 @@ if want cpu; then
     run "test_train_cli" bash test/trainer/test_train_cli.sh build/cpu/train_gpt
     run "test_resume" python3 test/trainer/test_resume.py build/cpu/train_gpt
     run "test_resume train_llama3" python3 test/trainer/test_resume.py build/cpu/train_llama3
+    run "test_llama3_cli" bash test/trainer/test_llama3_cli.sh build/cpu/train_llama3
     run "test_hf" python3 test/trainer/test_hf.py build/cpu-fp32/test_gpt2 build/cpu/test_gpt2 build/cpu/train_gpt
     run "test_lesson" python3 test/trainer/test_lesson.py build/cpu-fp32/train_gpt build/cpu/train_gpt build/cpu-fp32/lesson
     run "test_gpu_check (gpu_check.sh, dry run)" bash test/test_gpu_check.sh
