@@ -26,6 +26,7 @@
 #include <string>
 #include <vector>
 #include "llmc/attention.cuh"
+#include "dev/bench_timing.h"
 
 static void fail(const char* fmt, ...) {
     va_list args;
@@ -98,23 +99,6 @@ static std::string heads(const Shape& s) {
 static void print_line(const Shape& s, const char* pass, double flop, double ms) {
     printf("attention llmc B=%d T=%d %s HS=%d %-16s %.3e FLOP %9.3f ms %8.2f TFLOP/s\n", s.B, s.T, heads(s).c_str(),
            s.HS, pass, flop, ms, flop / (ms * 1e-3) / 1e12);
-}
-
-// ms per call of `iters` calls of f, on the stream, by cudaEvents.
-template <class F>
-static double time_ms(F f, int iters, cudaStream_t stream) {
-    cudaEvent_t start, end;
-    cudaCheck(cudaEventCreate(&start));
-    cudaCheck(cudaEventCreate(&end));
-    cudaCheck(cudaEventRecord(start, stream));
-    for (int i = 0; i < iters; i++) f();
-    cudaCheck(cudaEventRecord(end, stream));
-    cudaCheck(cudaEventSynchronize(end));
-    float ms = 0;
-    cudaCheck(cudaEventElapsedTime(&ms, start, end));
-    cudaCheck(cudaEventDestroy(start));
-    cudaCheck(cudaEventDestroy(end));
-    return ms / iters;
 }
 
 static void bench_shape(const Shape& s, int iters, cudaStream_t stream) {

@@ -18,6 +18,7 @@
 #include <cpucuda.h>
 #endif
 #include <random>
+#include "dev/bench_timing.h"
 
 // --- the roofline of one step, per kernel family -------------------------------
 // Bytes are what each kernel must move at least (every operand read once, every
@@ -86,18 +87,7 @@ static void print_model(const char* descriptor, const Llama3Config& c) {
 static double time_steps(Llama3* model, const StepBatch& batch, int steps) {
     OptimizerSettings opt;
     train_step(model, batch, 1e-4f, opt);
-    cudaEvent_t start, end;
-    cudaCheck(cudaEventCreate(&start));
-    cudaCheck(cudaEventCreate(&end));
-    cudaCheck(cudaEventRecord(start, model->stream));
-    for (int i = 0; i < steps; i++) train_step(model, batch, 1e-4f, opt);
-    cudaCheck(cudaEventRecord(end, model->stream));
-    cudaCheck(cudaEventSynchronize(end));
-    float ms = 0;
-    cudaCheck(cudaEventElapsedTime(&ms, start, end));
-    cudaCheck(cudaEventDestroy(start));
-    cudaCheck(cudaEventDestroy(end));
-    return ms / steps;
+    return time_ms([&] { train_step(model, batch, 1e-4f, opt); }, steps, model->stream);
 }
 
 static int bench(int argc, char** argv) {
