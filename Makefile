@@ -25,13 +25,13 @@ RT_HDRS := $(wildcard $(RT_DIR)/*.h $(RT_DIR)/include/*.h $(RT_DIR)/include/*/*.
 CUDA_HEADERS_DIR ?= deps/cuda-headers/include
 CUDA_INC   := $(if $(wildcard $(CUDA_HOME)/include/cuda_bf16.h),$(CUDA_HOME)/include,$(CUDA_HEADERS_DIR))
 CPU_INC    := -I$(RT_DIR)/include -I$(CUDA_INC) -I.
-CPU_CXXFLAGS ?= -O2 -g -std=c++17 -Wall -Wno-unknown-pragmas -Wno-unused-function -Wno-sign-compare -pthread
+CPU_CXXFLAGS ?= -O2 -g1 -std=c++17 -Wall -Wno-unknown-pragmas -Wno-unused-function -Wno-sign-compare -pthread
 # WERROR=1 (CI: .ci/run): a warning of the CPU or host builds fails the build.
 WERROR ?= 0
 WERROR_FLAGS := $(if $(filter 1,$(WERROR)),-Werror)
 CPU_CXXFLAGS += $(WERROR_FLAGS)
 CPU_LIBS   := -lopenblas -lboost_context -pthread
-ASAN_FLAGS := -O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer -DBOOST_USE_ASAN
+ASAN_FLAGS := -O1 -g1 -fsanitize=address,undefined -fno-omit-frame-pointer -DBOOST_USE_ASAN
 # racecheck: kernels get ThreadSanitizer's instrumentation (a call per load and
 # store), whose hooks are cpu_cuda/racecheck.cpp; libtsan is not linked.
 # -O1: at -O2 gcc's line table gives some kernel code inlined into a second
@@ -140,7 +140,7 @@ $(eval $(call cpu_variant,build/cpu-pypi,$(CPU_CXXFLAGS),,,-I$(RT_DIR)/include -
 # --- host C++ programs (tokenizer, shard writer, data tools and their tests) ------
 # Plain C++ (no CUDA): data/*.cpp, dev/*.cpp and test/host/*.cpp -> build/host/
 vpath %.cpp data dev test/host
-HOST_CXXFLAGS ?= -O2 -g -std=c++17 -Wall -Wno-sign-compare -pthread -I.
+HOST_CXXFLAGS ?= -O2 -g1 -std=c++17 -Wall -Wno-sign-compare -pthread -I.
 HOST_CXXFLAGS += $(WERROR_FLAGS)
 build/host/%: %.cpp
 	@mkdir -p $(@D)
@@ -187,16 +187,21 @@ build/gpu/sm_$(GPU_ARCH)/%: %.cu
 build/gpu/check/%: %.cu
 	@mkdir -p $(@D)
 	$(NVCC) $(NVCC_FLAGS) -gencode arch=compute_90,code=sm_90 -gencode arch=compute_80,code=sm_80 $< -o $@ $(NVCC_LIBS)
-# build/gpu/check90/X: X built for sm_90 only (the other programs: their kernels
-# come from llmc/ headers that the sm_80 builds above already compile).
-build/gpu/check90/%: %.cu
+# NVCC_FRONT_END: a compile check of a program's own code, at a third of the cost:
+# nvcc's host compile and its device front end down to PTX (compute_90), with the
+# device optimiser and ptxas not run (-G -O0). For the programs whose kernels the
+# full builds above already optimise and assemble for both architectures.
+NVCC_FRONT_END := -O0 -G -gencode arch=compute_90,code=compute_90
+# build/gpu/front/X: the other programs (tests of the runtime and the models,
+# benchmarks), front end only.
+build/gpu/front/%: %.cu
 	@mkdir -p $(@D)
-	$(NVCC) $(NVCC_FLAGS) -arch=sm_90 $< -o $@ $(NVCC_LIBS)
+	$(NVCC) $(filter-out -O3,$(NVCC_FLAGS)) $(NVCC_FRONT_END) $< -o $@ $(NVCC_LIBS)
 
-# build/gpu/single/train_gpt: the single-GPU trainer (no MPI, no NCCL), compile check.
+# build/gpu/single/train_gpt: the single-GPU trainer (no MPI, no NCCL), front end only.
 build/gpu/single/%: %.cu
 	@mkdir -p $(@D)
-	$(NVCC) -O3 -std=c++17 -I. -arch=sm_90 $< -o $@ -lcublasLt
+	$(NVCC) -std=c++17 -I. $(NVCC_FRONT_END) $< -o $@ -lcublasLt
 
 train_gpt: train_gpt.cu $(LLMC_HDRS)
 	$(NVCC) $(NVCC_FLAGS) $(PRECISION_FLAGS) -arch=sm_$(GPU_ARCH) $< -o $@ $(NVCC_LIBS)

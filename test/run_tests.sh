@@ -48,8 +48,9 @@
 #             must be reported by name and line
 #   initcheck a kernel that reads an unwritten buffer must produce NaN in the
 #             plain build with CPUCUDA_INITCHECK=1
-#   nvcc      every CUDA program compiled for sm_90, the trainers and the kernel
-#             tests also for sm_80 (not run); the SASS facts of the attention
+#   nvcc      the trainers and the kernel tests (every kernel of llmc/) compiled for
+#             sm_90 and sm_80, every other CUDA program through nvcc's front end
+#             (host code, device code to PTX; not run); the SASS facts of the attention
 #             kernels (dev/sass_report.py --check)
 #   gpu       the GPU builds run, where a GPU is present
 #
@@ -317,7 +318,7 @@ if want initcheck; then
 fi
 
 if want nvcc; then
-    echo "== nvcc compile check (sm_90; the trainers and kernel tests also sm_80)"
+    echo "== nvcc compile check (the trainers and kernel tests for sm_90 and sm_80, the rest to PTX)"
     # the Makefile's nvcc ($NVCC, else $CUDA_HOME/bin/nvcc), else the one on PATH
     nvcc=${NVCC:-${CUDA_HOME:-/usr/local/cuda}/bin/nvcc}
     [[ -x $nvcc ]] || nvcc=$(command -v nvcc)
@@ -325,17 +326,18 @@ if want nvcc; then
         export NVCC=$nvcc
         # one make -j2 of every target (nvcc is the slow part of the suite), then
         # each is up to date (built from its current source) or it failed
-        # each program for sm_90; the trainers and the kernel tests also for sm_80, which
-        # compiles every kernel of llmc/ for both (no source has arch-specific branches)
+        # the trainers and the kernel tests for sm_90 and sm_80, which compiles and assembles
+        # every kernel of llmc/ for both (no source has arch-specific branches); the other
+        # programs, whose kernels are those, through the front end only (NVCC_FRONT_END)
         targets=()
         for src in test/kernels/test_*.cu train_gpt.cu train_llama3.cu; do targets+=("build/gpu/check/$(basename "$src" .cu)"); done
-        for src in cpu_cuda/test/test_*.cu test/model/test_*.cu dev/*.cu cpu_cuda/*.cu; do targets+=("build/gpu/check90/$(basename "$src" .cu)"); done
+        for src in cpu_cuda/test/test_*.cu test/model/test_*.cu dev/*.cu cpu_cuda/*.cu; do targets+=("build/gpu/front/$(basename "$src" .cu)"); done
         targets+=(build/gpu/single/train_gpt build/gpu/single/train_llama3)
         timed "nvcc: make -j2 of the ${#targets[@]} targets" make -s -k -j2 "${targets[@]}" >"$LOG_DIR/nvcc.log" 2>&1
         for t in "${targets[@]}"; do
             what="nvcc sm_90+sm_80: $(basename "$t").cu"
-            [[ $t == build/gpu/check90/* ]] && what="nvcc sm_90: $(basename "$t").cu"
-            [[ $t == build/gpu/single/* ]] && what="nvcc sm_90: $(basename "$t").cu as a single-GPU build (no MPI, no NCCL)"
+            [[ $t == build/gpu/front/* ]] && what="nvcc front end (compute_90 PTX): $(basename "$t").cu"
+            [[ $t == build/gpu/single/* ]] && what="nvcc front end: $(basename "$t").cu as a single-GPU build (no MPI, no NCCL)"
             if make -q "$t" 2>/dev/null; then pass "$what"; else fail "$what (see $LOG_DIR/nvcc.log)"; fi
         done
         grep -m 15 -E 'error' "$LOG_DIR/nvcc.log" | sed 's/^/    /'

@@ -65,7 +65,7 @@ static Run train_with_recompute(int recompute, int gelu_fusion = 0) {
 
 static void test_recompute() {
     const Run r0 = train_with_recompute(0);
-    const size_t B = 4, T = 64, C = 64, L = 3, X = sizeof(floatX);
+    const size_t X = sizeof(floatX);
     for (int r : {1, 2}) {
         const Run rr = train_with_recompute(r);
         const bool same = rr.losses == r0.losses &&
@@ -74,6 +74,7 @@ static void test_recompute() {
               rr.losses[1], rr.losses[2]);
 #ifdef CPUCUDA
         // one layer's copy instead of L: GELU (B x T x 4C), and for -r 2 ln1 and ln2 (B x T x C each)
+        const size_t B = 4, T = 64, C = 64, L = 3;  // train_with_recompute's model and batch
         const size_t saved = (L - 1) * B * T * 4 * C * X + (r >= 2 ? 2 * (L - 1) * B * T * C * X : 0);
         CHECK(r0.activation_bytes - rr.activation_bytes == saved,
               "-r %d allocates %zu bytes less activation memory (runtime counter: %zu -> %zu bytes, %.0f%% less)", r,
