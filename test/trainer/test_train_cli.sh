@@ -529,8 +529,8 @@ awk "BEGIN{exit !($a2 < $a0)}"
 check "-r 2 plans fewer activation bytes ($a2 MiB < $a0 MiB)" $?
 
 # -b auto on a small virtual device: the largest B that fits (a divisor of
-# the 128 sequences of -d), then A for -d; twice that B must not fit
-AUTO=(-e "L=1,C=32,H=2,V=256,maxT=128" -t 128 -d 16384 -x 1 -v 0) auto_mb=40 auto_t=128 auto_d=16384
+# the 32 sequences of -d), then A for -d; twice that B must not fit
+AUTO=(-e "L=1,C=32,H=2,V=256,maxT=128" -t 128 -d 4096 -x 1 -v 0) auto_mb=40 auto_t=128 auto_d=4096
 CPUCUDA_DEVICE_MEMORY_MB=$auto_mb "$BIN" "${AUTO[@]}" -b auto >"$WORK/auto" 2>&1
 rc=$?
 batch=$(grep "^batch:" "$WORK/auto")
