@@ -18,34 +18,20 @@
 #include <cpucuda.h>
 #endif
 #include <random>
-#include "dev/bench_timing.h"
+#include "dev/bench_roofline.h"
 
-// --- the roofline of one step, per kernel family -------------------------------
-// Bytes are what each kernel must move at least (every operand read once, every
-// result written once; X = sizeof(floatX)), counted the way bench_train.cu
-// counts GPT-2's, from the launches of forward and backward in train_llama3.cu.
-struct Family {
-    const char* name;
-    double flops, bytes;
-};
-
+// --- the roofline of one step, per kernel family (dev/bench_roofline.h) ---------
+// Counted the way bench_train.cu counts GPT-2's, from the launches of forward
+// and backward in train_llama3.cu; X = sizeof(floatX).
 static std::vector<Family> step_families(const Llama3Config& c, int B, int T) {
     const double X = sizeof(floatX), bt = (double)B * T, l = c.L, C = c.C, F = c.F, NH = c.H, HS = c.head_dim();
     const double QKV = qkv_rows(c), Vp = padded_vocab(c);
     double n = 0;  // the parameter buffer (padded vocabulary rows included)
     for (int k = 0; k < num_tensors(c); k++) n += (double)tensor_size(k, c);
-    // per layer: qkv (C -> QKV), attproj (C -> C), fc (C -> [gate | up] 2F), fcproj (F -> C); the LM head (C -> Vp).
-    // Forward, input gradient and weight gradient: 6 FLOPs per multiply-add of a token; the weight read twice
-    // and its fp32 gradient read and written.
-    const double shapes[4][2] = {{C, QKV}, {C, C}, {C, 2 * F}, {F, C}};
-    double mm_flops = 6 * bt * C * Vp, mm_bytes = 3 * bt * C * X + 3 * bt * Vp * X + Vp * C * (2 * X + 8);
-    for (auto& sh : shapes) {
-        mm_flops += l * 6 * bt * sh[0] * sh[1];
-        mm_bytes += l * (3 * bt * sh[0] * X + 3 * bt * sh[1] * X + sh[0] * sh[1] * (2 * X + 8));
-    }
-    const double attn_unit = 2 * B * NH * (double)T * T * HS / 2;  // one causal T x T x HS product (GQA: per query head)
+    const double attn_unit = attention_unit(B, T, NH, HS);  // GQA: per query head
     return {
-        {"matmuls (cuBLASLt)", mm_flops, mm_bytes},
+        // per layer: qkv (C -> QKV), attproj (C -> C), fc (C -> [gate | up] 2F), fcproj (F -> C)
+        matmul_family("matmuls (cuBLASLt)", {{C, QKV}, {C, C}, {C, 2 * F}, {F, C}}, l, bt, C, Vp, X),
         // the same products as bench_train.cu counts: 2 forward, 7 backward
         {"attention forward", l * 2 * attn_unit, l * (bt * QKV * X + bt * C * X + bt * NH * 4)},
         {"attention backward", l * 7 * attn_unit, l * (bt * QKV * X + 2 * bt * C * X + bt * QKV * X + 2 * bt * NH * 4)},
@@ -61,20 +47,6 @@ static std::vector<Family> step_families(const Llama3Config& c, int B, int T) {
         // weights (X), fp32 master, gradient, m and v; the gradient read again for the norm and zeroed
         {"AdamW + global norm + zeroing", 0, n * (30 + 4 + 4)},
     };
-}
-
-static void print_roofline(const Llama3Config& c, int B, int T) {
-    const double peak_flops = 989e12, peak_bytes = 4.8e12;
-    printf("roofline of one step (B=%d T=%d), H200 bound = max(FLOPs / 989 TFLOP/s, bytes / 4.8 TB/s)\n", B, T);
-    printf("  %-32s %12s %12s %10s\n", "family", "GFLOP", "GB", "bound ms");
-    double bound_all = 0, bound_rest = 0;
-    for (const Family& f : step_families(c, B, T)) {
-        const double bound = 1000 * std::max(f.flops / peak_flops, f.bytes / peak_bytes);
-        bound_all += bound;
-        if (strncmp(f.name, "matmuls", 7) != 0 && strncmp(f.name, "attention", 9) != 0) bound_rest += bound;
-        printf("  %-32s %12.6g %12.6g %10.4g\n", f.name, f.flops / 1e9, f.bytes / 1e9, bound);
-    }
-    printf("  bound of the step: %.4g ms; outside matmuls and attention: %.4g ms\n", bound_all, bound_rest);
 }
 
 static void print_model(const char* descriptor, const Llama3Config& c) {
@@ -106,7 +78,7 @@ static int bench(int argc, char** argv) {
     if (T > c.max_seq_len) FAIL("T=%d exceeds the model's maximum sequence length %d", T, c.max_seq_len);
     print_model(descriptor, c);
     if (roofline_only) {
-        print_roofline(c, B, T);
+        print_roofline(step_families(c, B, T), B, T, false, nullptr);
         return 0;
     }
 
@@ -135,7 +107,7 @@ static int bench(int argc, char** argv) {
     cudaCheck(cudaMemGetInfo(&free_bytes, &total_bytes));
     printf("device memory in use: %.1f MiB of %.1f MiB\n", (total_bytes - free_bytes) / 1048576.0, total_bytes / 1048576.0);
 #endif
-    print_roofline(c, B, T);
+    print_roofline(step_families(c, B, T), B, T, false, nullptr);
     free_model(&model);
     matmul_teardown();
     return 0;

@@ -17,20 +17,14 @@
 #endif
 #include <chrono>
 #include <numeric>
-#include <functional>
 #include <random>
 
-// --- the roofline of one step, per kernel family -------------------------------
-// Bytes are what each kernel must move at least (every operand read once, every
-// result written once); X = sizeof(floatX). The launches are those of
-// forward / backward / update_parameters for one micro-batch, on the
-// model's own buffers (values do not matter for the time).
-struct Family {
-    const char* name;
-    double flops, bytes;
-    std::function<void()> run;
-};
+#include "dev/bench_roofline.h"
 
+// --- the roofline of one step, per kernel family (dev/bench_roofline.h) ---------
+// X = sizeof(floatX). The launches are those of forward / backward /
+// update_parameters for one micro-batch, on the model's own buffers (values do
+// not matter for the time).
 static std::vector<Family> step_families(GPT2* m) {
     const GPT2Config& c = m->config;
     const int B = m->B, T = m->T, C = c.channels, NH = c.num_heads, L = c.num_layers, Vp = c.padded_vocab_size;
@@ -41,21 +35,19 @@ static std::vector<Family> step_families(GPT2* m) {
     const ParameterTensors<floatX>& p = m->params;
     const ParameterTensors<float>& g = m->grads;
     cudaStream_t st = m->stream;
-    const double attn_unit = 2.0 * B * NH * (double)T * T * HS / 2;  // one causal T x T x HS product
-    // per layer: qkv (C -> 3C), attproj (C -> C), fc (C -> 4C), fcproj (4C -> C); the LM head (C -> Vp)
+    const double attn_unit = attention_unit(B, T, NH, HS);
+    // per layer: qkv (C -> 3C), attproj (C -> C), fc (C -> 4C), fcproj (4C -> C)
     const int shapes[4][2] = {{C, 3 * C}, {C, C}, {C, 4 * C}, {4 * C, C}};
-    double mm_flops = 6.0 * bt * C * Vp, mm_bytes = 3 * bt * C * X + 3 * bt * Vp * X + (double)Vp * C * (2 * X + 8);
-    for (auto& sh : shapes) {
-        const double ic = sh[0], oc = sh[1];
-        mm_flops += l * 6.0 * bt * ic * oc;
-        mm_bytes += l * (3 * bt * ic * X + 3 * bt * oc * X + ic * oc * (2 * X + 8));
-    }
     // -ge 2: the fc matmul also writes the pre-GELU input, the fcproj input
     // gradient reads it back; the GELU kernels are gone
     const bool fused = m->gelu_fusion == 2;
-    if (fused) mm_bytes += l * 2 * bt * 4 * C * X;
+    std::vector<MatmulShape> per_layer;
+    for (auto& sh : shapes) per_layer.push_back({(double)sh[0], (double)sh[1]});
+    Family matmuls = matmul_family(fused ? "matmuls (cuBLASLt, GELU fused)" : "matmuls (cuBLASLt)", per_layer, l, bt, C,
+                                   Vp, X);
+    if (fused) matmuls.bytes += l * 2 * bt * 4 * C * X;
     std::vector<Family> families = {
-        {fused ? "matmuls (cuBLASLt, GELU fused)" : "matmuls (cuBLASLt)", mm_flops, mm_bytes,
+        {matmuls.name, matmuls.flops, matmuls.bytes,
          [=] {
              for (int k = 0; k < L; k++)
                  for (int i = 0; i < 4; i++) {
@@ -112,39 +104,6 @@ static std::vector<Family> step_families(GPT2* m) {
                                 }
                             }});
     return families;
-}
-
-static void print_roofline(GPT2* m, bool timed) {
-    const double peak_flops = 989e12, peak_bytes = 4.8e12;
-    cudaEvent_t start, end;
-    cudaCheck(cudaEventCreate(&start));
-    cudaCheck(cudaEventCreate(&end));
-    printf("roofline of one step (B=%d T=%d), H200 bound = max(FLOPs / 989 TFLOP/s, bytes / 4.8 TB/s)%s\n", m->B, m->T,
-#ifdef CPUCUDA
-           timed ? "; times: CPU runtime (CPU times, not a GPU's)" : "");
-#else
-           timed ? "; times: CUDA events on this GPU" : "");
-#endif
-    printf("  %-32s %12s %12s %10s%s\n", "family", "GFLOP", "GB", "bound ms", timed ? "    time ms" : "");
-    double bound_all = 0, bound_rest = 0;
-    for (const Family& f : step_families(m)) {
-        const double bound = 1000 * std::max(f.flops / peak_flops, f.bytes / peak_bytes);
-        bound_all += bound;
-        if (strncmp(f.name, "matmuls", 7) != 0 && strncmp(f.name, "attention", 9) != 0) bound_rest += bound;
-        printf("  %-32s %12.1f %12.3f %10.3f", f.name, f.flops / 1e9, f.bytes / 1e9, bound);
-        if (timed) {
-            f.run();  // warm-up
-            cudaCheck(cudaEventRecord(start, m->stream));
-            f.run();
-            cudaCheck(cudaEventRecord(end, m->stream));
-            cudaCheck(cudaEventSynchronize(end));
-            float ms = 0;
-            cudaCheck(cudaEventElapsedTime(&ms, start, end));
-            printf(" %10.3f", ms);
-        }
-        printf("\n");
-    }
-    printf("  bound of the step: %.1f ms; outside matmuls and attention: %.1f ms\n", bound_all, bound_rest);
 }
 
 // The host's part of a step next to the device's: the wall time per step
@@ -253,7 +212,8 @@ static int bench(int argc, char** argv) {
     cudaCheck(cudaMemGetInfo(&free_bytes, &total_bytes));
     printf("device memory in use: %.1f MiB of %.1f MiB\n", (total_bytes - free_bytes) / 1048576.0, total_bytes / 1048576.0);
 #endif
-    print_roofline(&model, getenv("BENCH_FAMILIES") && atoi(getenv("BENCH_FAMILIES")) == 1);
+    print_roofline(step_families(&model), model.B, model.T, getenv("BENCH_FAMILIES") && atoi(getenv("BENCH_FAMILIES")) == 1,
+                   model.stream);
     free_model(&model);
     matmul_teardown();
     return 0;
