@@ -488,8 +488,9 @@ attention_backward_dq_kernel(bf16* dqkv, float* Dvec, const bf16* dout, const bf
             lse2[r] = rr < T ? lse[(size_t)bh * T + rr] * LOG2E : 0.0f;
         }
     }
-    // Tile it: S, P, dP, dS, dQ += dS K; masks and 16-key step skipping on the
-    // diagonal tiles only, as in the forward
+    // Tile it: S, P, dP, dS, dQ += dS K; the causal mask and 16-key step skipping
+    // on the diagonal tiles only, as in the forward; the document mask per element
+    // in every tile
     auto tile_step = [&](int it, auto diagonal) {
         constexpr bool DIAG = decltype(diagonal)::value;
         const int k0 = (tile0 + it) * KV, buf = it % 2;
