@@ -51,9 +51,13 @@
 // j with start_i <= j <= i only, start_i the first position of i's document.
 // Tiles wholly before the document of a block's first row (or, in dK/dV, wholly
 // after the end of the document of its last key) are never loaded either, so
-// the cost falls with the documents' length; in the other tiles the document
-// mask is applied per element (dQ also skips whole tiles a warp's rows cannot see,
-// and the diagonal tiles their 16-steps).
+// the cost falls with the documents' length. In the forward, documents being
+// contiguous, only the first tile loaded and the diagonal one need the mask per
+// element (both peeled out of the loop, skipping 16-key steps); in the tiles between
+// a row sees every key (its document is that of the block's first row) or none,
+// a per-row mask at no per-element cost. In dQ and dK/dV the document mask is
+// applied per element in every tile (dQ also skips whole tiles a warp's rows
+// cannot see, and the diagonal tiles their 16-steps).
 // Shared-memory rows are HS + 8 bf16 apart, so the 8 rows an ldmatrix phase
 // reads fall in 8 different 16-byte bank groups (no conflicts).
 //
@@ -330,17 +334,25 @@ attention_forward_kernel(bf16* out, float* lse, const bf16* qkv, const int2* doc
 
     float o[HS / 8][4], m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
     zero(o);
-    // Tile it: S = Q K^T, online softmax, O += P V. The causal mask and the
-    // skipping of 16-key steps apply only to a DIAGonal tile (keys from q0 on);
-    // the tiles before it hold only keys < every row of the block.
-    auto tile_step = [&](int it, auto diagonal) {
-        constexpr bool DIAG = decltype(diagonal)::value;
+    // Tile it: S = Q K^T, online softmax, O += P V. The causal and document masks
+    // (per element) and the skipping of 16-key steps apply only to a MASKED tile:
+    // the diagonal one (keys from q0 on) and, with documents, the first one (tile0,
+    // keys from block_start's tile on). The tiles between hold only keys < every row
+    // of the block and, documents being contiguous, only keys of the document of row
+    // q0 (block_start < key < q0): a row of that document sees all of them, a row of
+    // a later one (its document starts after q0) none. Such a row sees no key of the
+    // first tile either, while a row of q0's document has seen block_start there, so
+    // in the tiles between m = -inf marks the rows that see nothing: their tile max
+    // is taken as -inf (no per-element cost), which gives exactly the m, l, o of a
+    // row whose keys are all masked.
+    auto tile_step = [&](int it, auto masked) {
+        constexpr bool MASKED = decltype(masked)::value;
         const int k0 = (tile0 + it) * KV, buf = it % 2;
         next_tile(it, tiles, load_kv_tile);
         // 16-key steps of this tile that hold a key <= the warp's last row, from
         // the first that holds a key of the warp's first row's document
-        const int steps = !DIAG ? KV / 16 : row_lo + 15 < k0 ? 0 : min(KV / 16, (row_lo + 15 - k0) / 16 + 1);
-        const int first = DIAG && DOCS ? max(0, (doc.warp_start - k0) / 16) : 0;
+        const int steps = !MASKED ? KV / 16 : row_lo + 15 < k0 ? 0 : min(KV / 16, (row_lo + 15 - k0) / 16 + 1);
+        const int first = MASKED && DOCS ? max(0, (doc.warp_start - k0) / 16) : 0;
         // no warp skips a whole tile: a branch around the quad shuffles below would
         // cost a divergence fallback (a warp's rows not yet in their document keep
         // m = -inf, l = 0, o = 0 through such a tile)
@@ -361,15 +373,20 @@ attention_forward_kernel(bf16* out, float* lse, const bf16* qkv, const int2* doc
                     // key k0 + 2t + j, j = 8n + e%2: the bounds moved to j's side stay per-tile constants
                     const int j = 8 * n + e % 2, off = k0 + 2 * t;
                     const bool seen =
-                        (!DIAG || (n < 2 * steps && j <= row - off)) && (!DOCS || j >= doc.row_start[r] - off);
-                    if (DIAG || DOCS) s[n][e] = seen ? s[n][e] : -INFINITY;
+                        n < 2 * steps && j <= row - off && (!DOCS || j >= doc.row_start[r] - off);
+                    if (MASKED) s[n][e] = seen ? s[n][e] : -INFINITY;
                     mx = fmaxf(mx, s[n][e]);
                 }
             // finite once a row has seen a key: always without documents (key 0 <= row is in the
-            // first tile), only from its document's start with them
-            const float m_new = fmaxf(m[r], quad_max(mx));
-            // so that exp2 gives 0, not NaN
-            const float m_use = (DOCS && m_new == -INFINITY ? 0.0f : m_new) * scale_log2;
+            // first tile), only from its document's start with them (an unmasked tile's keys:
+            // all or none, see above)
+            // (the row mask selects after the fmaxf: so ptxas keeps the DOCS kernel at HS 64 to
+            // 128 registers, 4 blocks per SM; selecting inside it, 136)
+            const float m_max = fmaxf(m[r], quad_max(mx));
+            const float m_new = !MASKED && DOCS && m[r] == -INFINITY ? -INFINITY : m_max;
+            // a row that has seen no key yet (m_new = -inf) subtracts +inf, so that exp2 gives 0 (and
+            // corr 0), not NaN
+            const float m_use = DOCS && m_new == -INFINITY ? INFINITY : m_new * scale_log2;
             const float corr = ex2_ftz(m[r] * scale_log2 - m_use);  // 0 on the row's first keys
             m[r] = m_new;
             l[r] *= corr;
@@ -387,10 +404,13 @@ attention_forward_kernel(bf16* out, float* lse, const bf16* qkv, const int2* doc
         __syncthreads();  // everyone is done with this buffer before it is refilled
     };
     // the diagonal tile, keys [q0, q0 + ROWS), is the last (the document of row q0
-    // begins at or before q0); run unconditionally, so its quad shuffles stay convergent
+    // begins at or before q0); run unconditionally, so its quad shuffles stay convergent.
+    // With documents the first tile before it is peeled off the loop (a branch the whole
+    // block takes alike); in it the causal mask sees every key and steps = KV / 16
     static_assert(KV == ROWS, "attention forward: one diagonal tile");
     const int diag = tiles - 1;
-    for (int it = 0; it < diag; it++) tile_step(it, std::false_type());
+    if (DOCS && diag > 0) tile_step(0, std::true_type());
+    for (int it = DOCS ? 1 : 0; it < diag; it++) tile_step(it, std::false_type());
     tile_step(diag, std::true_type());
     l[0] = quad_sum(l[0]);
     l[1] = quad_sum(l[1]);
@@ -470,8 +490,9 @@ attention_backward_dq_kernel(bf16* dqkv, float* Dvec, const bf16* dout, const bf
             lse2[r] = rr < T ? lse[(size_t)bh * T + rr] * LOG2E : 0.0f;
         }
     }
-    // Tile it: S, P, dP, dS, dQ += dS K; masks and 16-key step skipping on the
-    // diagonal tiles only, as in the forward
+    // Tile it: S, P, dP, dS, dQ += dS K; the causal mask and 16-key step skipping
+    // on the diagonal tiles only, as in the forward; the document mask per element
+    // in every tile
     auto tile_step = [&](int it, auto diagonal) {
         constexpr bool DIAG = decltype(diagonal)::value;
         const int k0 = (tile0 + it) * KV, buf = it % 2;

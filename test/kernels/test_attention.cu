@@ -21,7 +21,11 @@
 // Document-masked cases (random document lengths, some shorter than a 16-row
 // step, some longer than a tile) mask every key before the query's document in
 // the reference, and check that the last document run alone as a sequence of
-// its own gives the same outputs.
+// its own gives the same outputs. Bit for bit, they give those of plain causal
+// attention (no documents) on the same inputs where the masks agree: every output
+// with one document per sequence, and out and lse of the rows of each sequence's
+// first document (those rows see the same keys, in the same tiles; the forward's
+// tiles between the first and the diagonal one mask whole rows only).
 // Grouped-query attention (NKV < NH key/value heads): the reference repeats
 // each kv head for its G = NH / NKV query heads (query head h reads kv head
 // h / G), runs multi-head attention on that, and sums dK/dV over each group.
@@ -298,6 +302,24 @@ static void test_shape(int B, int T, int NH, int NKV, int HS, double qk_amp, uin
             worst = std::fmax(worst, std::fabs(to_float(alone.out[e]) - to_float(got.out[((size_t)b * T + doc0) * C + e])));
         CHECK(worst <= 4 * TOL_ACT, "%s the last document (%d tokens) alone gives its outputs: max diff %.2e", shape, len,
               worst);
+
+        const Outputs plain = run_device(qkv, dout, {}, B, T, NH, NKV, HS);
+        bool first_equal = true;  // rows [0, end of the first document) of each sequence
+        for (int bb = 0; bb < B; bb++)
+            for (int i = 0; i < spans[(size_t)bb * T].y; i++) {
+                const size_t row = (size_t)bb * T + i;
+                first_equal &= std::memcmp(&got.out[row * C], &plain.out[row * C], C * sizeof(floatX)) == 0;
+                for (int h = 0; h < NH; h++)
+                    first_equal &= std::memcmp(&got.lse[((size_t)bb * NH + h) * T + i],
+                                               &plain.lse[((size_t)bb * NH + h) * T + i], sizeof(float)) == 0;
+            }
+        CHECK(first_equal, "%s the rows of each sequence's first document: out and lse bitwise equal to no documents",
+              shape);
+        const std::vector<int2> whole((size_t)B * T, make_int2(0, T));
+        const Outputs one = run_device(qkv, dout, whole, B, T, NH, NKV, HS);
+        CHECK(bitwise_equal(one.out, plain.out) && bitwise_equal(one.lse, plain.lse) &&
+                  bitwise_equal(one.dqkv, plain.dqkv),
+              "%s one document per sequence: out, lse and dqkv bitwise equal to no documents", shape);
     }
     const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count();
     printf("      %s took %.2f s\n", shape, secs);
@@ -335,6 +357,9 @@ int main() {
     TEST_CASE(test_shape(1, 300, 2, 2, 32, 4.0, 13, 40));
     TEST_CASE(test_shape(2, 256, 1, 1, 64, 1.0, 14, 100));
     TEST_CASE(test_shape(1, 130, 2, 2, 128, 1.0, 15, 30));
+    // long documents: query blocks with several whole tiles between their first and diagonal ones
+    TEST_CASE(test_shape(1, 600, 2, 2, 64, 1.0, 23, 200));
+    TEST_CASE(test_shape(1, 520, 1, 1, 128, 4.0, 24, 150));
     if (sizeof(floatX) == 2) TEST_CASE(test_shape(1, 100, 1, 1, 16, 1.0, 16, 12));
     else TEST_CASE(test_shape(1, 100, 1, 1, 8, 1.0, 16, 12));
     // grouped-query attention: G = 2, 4, 4 query heads per kv head
