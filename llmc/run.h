@@ -182,8 +182,8 @@ const Flag<TrainOptions> FLAGS[] = {
      "llm.c tokenizer .bin to print samples as text (default: the GPT-2\nfiles in data/gpt2 or ../shared/data/gpt2 "
      "when V = 50257)", nullptr},
     {"-o", &TrainOptions::output_dir, "<dir>", 0, 0, nullptr,
-     "output directory: main.log, main.jsonl, checkpoints (model_%08d.bin,\nstate_%08d_%05d.bin, DONE_%08d), a "
-     "checkpoint at the end", "checkpoints and memory"},
+     "output directory: main.log, main.jsonl, checkpoints (model_%08d.bin\nor the folder model_%08d/, "
+     "state_%08d_%05d.bin, DONE_%08d), a checkpoint\nat the end", "checkpoints and memory"},
     {"-n", &TrainOptions::checkpoint_every, "<int>", 0, STEP_TOP, "0", "checkpoint every this many steps (0 = only at the end)",
      nullptr},
     {"-nk", &TrainOptions::checkpoint_keep, "<int>", 0, INT_TOP, "0", "keep only the newest this many checkpoints (0 = all)",
