@@ -1,12 +1,13 @@
 // llmc/run_checkpoint.h: a training run's checkpoints, the same for every
 // model family (the file formats are llmc/checkpoint.h's). The family writes
-// and reads its model, a file or a folder (write_model_file, init_from_model_file: the hooks
-// at the top of llmc/run.h); the state files, the DONE markers, the choice of
-// the checkpoint to resume and the checks of a resume are here.
+// and reads its model, a file or a folder (write_model_file,
+// init_from_model_file: the hooks at the top of llmc/run.h); the state files,
+// the DONE markers, the choice of the checkpoint to resume and the checks of a
+// resume are here.
 #pragma once
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <algorithm>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -63,8 +64,8 @@ inline CheckpointFile write_model_weights(const Parameters* p, const std::string
 }
 
 // ---- checkpoints --------------------------------------------------------------------
-// The model (rank 0): model_%08d.bin, or the folder model_%08d of the files
-// Model::MODEL_FOLDER_FILES names (checkpoint_model_path), state_%08d_%05d.bin (every rank: its master
+// The model (rank 0: model_%08d.bin, or the folder model_%08d of the files
+// Model::MODEL_FOLDER_FILES names), state_%08d_%05d.bin (every rank: its master
 // weights, m and v, and where the data stream stands), then DONE_%08d once
 // every rank's files are durable (llmc/checkpoint.h). Resuming from one
 // continues bitwise as if the run had never stopped: everything else a step
@@ -81,7 +82,8 @@ struct ResumeInfo {
 constexpr uint32_t RESUME_MAGIC = 0x47505452;  // "RTPG"
 
 
-// The files of a checkpoint's model folder, none when the model is one file.
+// The files of a checkpoint's model folder, none when the model is one file;
+// and the model's path (checkpoint_model_path).
 template <class Model>
 std::vector<std::string> model_folder_files() {
     return std::vector<std::string>(Model::MODEL_FOLDER_FILES.begin(), Model::MODEL_FOLDER_FILES.end());
