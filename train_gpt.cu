@@ -8,6 +8,7 @@
 // Kernels live in llmc/, one family per header. Builds with nvcc for GPUs and,
 // through the CUDA-on-CPU runtime (cpu_cuda), with g++ for CI.
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -187,6 +188,8 @@ struct GPT2 : Parameters, MicroBatches {
         "GELU in cuBLASLt's matmul epilogues: 1 = forward, 2 = forward and backward;\n-1: 2 on compute capability 9.0 "
         "and newer, 0 before";
     static constexpr const char* BUILTIN_INIT = "L=2,C=64,H=4,V=256,maxT=64";
+    // a checkpoint's model: llm.c's one file model_%08d.bin, no folder
+    static constexpr std::array<const char*, 0> MODEL_FOLDER_FILES{};
 };
 
 // Why a shape cannot be a model here, or "": every field positive, C a
@@ -331,10 +334,10 @@ static void init_from_model_file(GPT2* model, const char* path) {
 }
 
 // The weights it computes with, under GPT-2's header (write_model_weights).
-static CheckpointFile write_model_file(const GPT2* model, const std::string& path) {
+static std::vector<CheckpointFile> write_model_file(const GPT2* model, const std::string& path) {
     const GPT2Config& c = model->config;
-    return write_model_weights(model, path, ModelFileHeader{0, c.max_seq_len, c.vocab_size, c.num_layers,
-                                                            c.num_heads, c.channels, c.padded_vocab_size});
+    return {write_model_weights(model, path, ModelFileHeader{0, c.max_seq_len, c.vocab_size, c.num_layers,
+                                                             c.num_heads, c.channels, c.padded_vocab_size})};
 }
 
 // ---- activations ------------------------------------------------------------

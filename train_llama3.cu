@@ -9,14 +9,13 @@
 //   MLP         SwiGLU on one fused [gate | up] projection
 //   biases      none; the LM head tied to the embedding or its own
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
-#include <functional>
 #include <string>
 #include <vector>
-#include <sys/stat.h>
 
 #include "llmc/cuda_common.h"
 #include "llmc/adamw.cuh"
@@ -140,13 +139,15 @@ struct Llama3 : Parameters, MicroBatches {
     static constexpr const char* NAME = "Llama 3";
     static constexpr const char* INIT_DEFAULT = "llama3.2-1b";
     static constexpr const char* INIT_HELP =
-        "a Hugging Face Llama folder (config.json + model.safetensors or shards),\na checkpoint's model file, or a "
+        "a Hugging Face Llama folder (config.json + model.safetensors or shards;\na checkpoint's model is one), or a "
         "descriptor: llama3.2-1b, llama3.2-3b, llama3.1-8b,\nor e.g. \"llama3:L=2,C=64,H=4,KV=2,F=192,V=256\" (T=, "
         "theta=, eps=, tied=,\nfactor=, low=, high=, orig=)";
     static constexpr const char* DOC_START_HELP = "attention within each document only (documents start at token V-1)";
     static constexpr const char* RECOMPUTE_HELP = "recompute in the backward: 1 = SwiGLU, 2 = SwiGLU and the RMSNorms";
     static constexpr const char* GELU_FUSION_HELP = "GPT-2's GELU fusion: Llama 3 has no GELU (only the default -1)";
     static constexpr const char* BUILTIN_INIT = "llama3:L=2,C=64,H=4,KV=2,F=192,V=256,T=64";
+    // A checkpoint's model is a Hugging Face folder model_%08d of these files (write_model_file).
+    static constexpr std::array<const char*, 2> MODEL_FOLDER_FILES{"config.json", "model.safetensors"};
 };
 
 // ---- sizes and allocation -------------------------------------------------
@@ -248,62 +249,49 @@ static std::vector<HfTensor> hf_tensors(const Llama3Config& c) {
     return out;
 }
 
-// The shape a model gives: a folder's config.json, or a checkpoint's model
-// file, a safetensors file whose metadata "config" is that config.json.
+// The shape a Hugging Face folder gives: its config.json.
 static Llama3Config model_file_config(const char* path) {
-    struct stat st;
-    if (stat(path, &st) == 0 && S_ISDIR(st.st_mode)) return llmc::llama3_read_hf_config(std::string(path) + "/config.json");
-    llmc::SafetensorsFile file(path);
-    auto it = file.metadata().find("config");
-    if (it == file.metadata().end()) FAIL("%s: a safetensors file without the model's config in its metadata", path);
-    const nlohmann::json j = nlohmann::json::parse(it->second, nullptr, false);
-    if (j.is_discarded()) FAIL("%s: the config in its metadata is not JSON", path);
-    return llmc::llama3_from_hf_json(j, path);
+    return llmc::llama3_read_hf_config(std::string(path) + "/config.json");
 }
 
-// Every tensor read by name, its shape checked, into the fp32 buffer; a
-// tensor the model does not have is refused.
+// Every tensor of the folder read by name, its shape checked, into the fp32
+// buffer; a tensor the model does not have is refused.
 static void init_from_model_file(Llama3* model, const char* path) {
     model->config = model_file_config(path);
-    const Llama3Config& c = model->config;
     llama3_allocate_parameters(model);
     std::vector<float> weights(model->num_parameters, 0.0f);
-    struct stat st;
-    const bool folder = stat(path, &st) == 0 && S_ISDIR(st.st_mode);
-    std::unique_ptr<llmc::SafetensorsModel> dir(folder ? new llmc::SafetensorsModel(path) : nullptr);
-    std::unique_ptr<llmc::SafetensorsFile> file(folder ? nullptr : new llmc::SafetensorsFile(path));
-    const std::vector<HfTensor> expected = hf_tensors(c);
-    std::vector<std::string> names;
-    if (folder) names = dir->names();
-    else for (const auto& t : file->tensors()) names.push_back(t.name);
-    for (const std::string& n : names)
+    llmc::SafetensorsModel folder(path);
+    const std::vector<HfTensor> expected = hf_tensors(model->config);
+    for (const std::string& n : folder.names())
         if (std::none_of(expected.begin(), expected.end(), [&](const HfTensor& h) { return h.param.name == n; }))
             FAIL("%s: the tensor %s is not one of this Llama 3 model's", path, n.c_str());
     for (const HfTensor& h : expected) {
-        const llmc::SafetensorsTensor& t = folder ? dir->get(h.param.name) : file->get(h.param.name);
-        if (t.shape != h.param.shape) FAIL("%s: %s does not have the shape config.json gives", path, h.param.name.c_str());
-        float* dst = weights.data() + h.offset;
-        if (folder) dir->read(h.param.name, llmc::SafetensorsTarget::F32, dst, h.param.numel());
-        else llmc::safetensors_read(*file, t, llmc::SafetensorsTarget::F32, dst, h.param.numel());
+        if (folder.get(h.param.name).shape != h.param.shape)
+            FAIL("%s: %s does not have the shape config.json gives", path, h.param.name.c_str());
+        folder.read(h.param.name, llmc::SafetensorsTarget::F32, weights.data() + h.offset, h.param.numel());
     }
     check_weights_representable(weights, path);
     set_weights(model, weights);
 }
 
-// The weights it computes with as one safetensors file under Hugging Face's
-// names, with the config.json in its metadata; its name, size and hash. Like
-// GPT-2's model file it is written through a temporary and renamed into place
-// (a checkpoint rewrites the model of a step whose DONE it has removed).
-static CheckpointFile write_model_file(const Llama3* model, const std::string& path) {
+// The weights it computes with as a Hugging Face folder at path, the one
+// LlamaForCausalLM.from_pretrained loads: config.json and model.safetensors
+// under transformers' names. Written whole (write_folder_atomic: a temporary
+// folder renamed into place; a checkpoint rewrites the model of a step whose
+// DONE it has removed); its two files' names, sizes and hashes.
+static std::vector<CheckpointFile> write_model_file(const Llama3* model, const std::string& path) {
     std::vector<floatX> weights(model->num_parameters);
     cudaCheck(cudaMemcpy(weights.data(), model->params_memory, weights.size() * sizeof(floatX), cudaMemcpyDeviceToHost));
     if (!all_finite(weights)) FAIL("%s: the model's weights hold Inf or NaN; not written", path.c_str());
-    const char* dtype = sizeof(floatX) == 2 ? "BF16" : "F32";
+    const bool bf16 = sizeof(floatX) == 2;
     std::vector<llmc::SafetensorsOut> out;
     for (const HfTensor& h : hf_tensors(model->config))
-        out.push_back({h.param.name, dtype, h.param.shape, weights.data() + h.offset});
-    const std::string config = llmc::llama3_to_hf_json(model->config, sizeof(floatX) == 2 ? "bfloat16" : "float32").dump();
-    return llmc::safetensors_write_replacing(path, out, {{"format", "pt"}, {"config", config}});
+        out.push_back({h.param.name, bf16 ? "BF16" : "F32", h.param.shape, weights.data() + h.offset});
+    return write_folder_atomic(path, [&](const std::string& tmp) {
+        return std::vector<CheckpointFile>{
+            llmc::llama3_write_hf_config(tmp + "/config.json", model->config, bf16 ? "bfloat16" : "float32"),
+            llmc::safetensors_write(tmp + "/model.safetensors", out, {{"format", "pt"}})};
+    });
 }
 
 // ---- activations ------------------------------------------------------------

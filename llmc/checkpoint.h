@@ -1,7 +1,9 @@
 // Checkpoint files of a training run (header-only host C++, no CUDA, no MPI).
 //
 // A checkpoint of step S in folder dir is (llm.c's names):
-//   dir/model_%08d.bin          the model, llm.c's model format (below)
+//   dir/model_%08d.bin          the model, llm.c's model format (below); or, for a family
+//                               whose model is a folder of files (Llama 3: Hugging Face's
+//   dir/model_%08d/             config.json and model.safetensors), that folder
 //   dir/state_%08d_%05d.bin     the training state of each rank (this file)
 //   dir/DONE_%08d               written only after every rank's files are durable, so a
 //                               checkpoint is complete exactly when its DONE exists
@@ -12,6 +14,7 @@
 //   gpt-trainer checkpoint 1
 //   run <the run id: 16 hex digits>
 //   file <name> <bytes> <xxh64 of the bytes, 16 hex digits>     one line per file of the checkpoint
+// (a file of the model's folder as model_%08d/<file>)
 // so a resume can check each file before trusting it, and a run prunes only its own
 // checkpoints. A resume trusts a DONE only when it lists the model and every rank's state
 // file of its step (checkpoint_done_covers); an empty DONE (llm.c's) vouches for nothing a
@@ -31,7 +34,8 @@
 // Every file is written through path.tmp: write, fflush, fsync, close, rename onto path,
 // fsync the folder. A reader therefore sees the old file or the whole new one, never a
 // partial one, and after a crash at most a stale *.tmp is left (see
-// checkpoint_remove_stale_temps).
+// checkpoint_remove_stale_temps). A model folder is written whole the same way: its files
+// into a fresh folder path.tmp, which is then renamed onto path (write_folder_atomic).
 //
 // Errors follow llmc/error.h: a write or read that fails throws llmc::Error, one line
 // naming the file. Two checks return false with the reason in *why instead, because their
@@ -201,13 +205,69 @@ inline CheckpointFile write_file_hashed(const std::string& path,
     return CheckpointFile{path.substr(path.find_last_of('/') + 1), bytes, digest};
 }
 
+// Removes what is at path without following a symbolic link: a link or file is unlinked; a
+// folder (one this code wrote: files only) loses its entries, each unlinked (never followed;
+// a subfolder makes the rmdir fail), then is removed. True when nothing is left at path.
+inline bool remove_written_folder_(const std::string& path) {
+    struct stat st;
+    if (lstat(path.c_str(), &st) != 0) return errno == ENOENT;
+    if (!S_ISDIR(st.st_mode)) return unlink(path.c_str()) == 0;
+    DIR* d = opendir(path.c_str());
+    if (!d) return false;
+    while (struct dirent* e = readdir(d))
+        if (strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0) unlinkat(dirfd(d), e->d_name, 0);
+    closedir(d);
+    return rmdir(path.c_str()) == 0;
+}
+
+// Writes the folder path whole: write_files writes every file into the fresh folder path.tmp
+// (each through write_file_atomic, so each is durable) and returns them; then what path held
+// goes (remove_written_folder_: a link is removed, never followed) and path.tmp is renamed
+// onto it. A crash leaves path.tmp (not a name a reader takes), or no folder at path, or the
+// whole new one. On failure path.tmp is removed. Returns the files, named <folder>/<file>.
+inline std::vector<CheckpointFile> write_folder_atomic(
+    const std::string& path, const std::function<std::vector<CheckpointFile>(const std::string& tmp)>& write_files) {
+    const std::string tmp = path + ".tmp";
+    if (!remove_written_folder_(tmp) || mkdir(tmp.c_str(), 0755) != 0)
+        llmc::fail(tmp + ": cannot create the folder (" + strerror(errno) + ")");
+    std::vector<CheckpointFile> files;
+    try {
+        files = write_files(tmp);
+    } catch (...) {
+        remove_written_folder_(tmp);
+        throw;
+    }
+    if (!remove_written_folder_(path) || rename(tmp.c_str(), path.c_str()) != 0) {
+        const int e = errno;
+        remove_written_folder_(tmp);
+        llmc::fail(path + ": cannot rename " + tmp + " into place (" + strerror(e) + ")");
+    }
+    const std::string dir = checkpoint_parent_dir_(path);
+    if (!fsync_directory(dir))
+        llmc::fail(path + ": written, but fsync of the folder " + dir + " failed (" + strerror(errno) + ")");
+    const std::string folder = path.substr(path.find_last_of('/') + 1);
+    for (CheckpointFile& f : files) f.name = folder + "/" + f.name;
+    return files;
+}
+
 // ---------------------------------------------------------------------------
 // names
 
-inline std::string checkpoint_model_path(const std::string& dir, int step) {
+// The model of step's checkpoint: llm.c's file model_%08d.bin, or the folder model_%08d of a
+// family whose model is a folder of files.
+inline std::string checkpoint_model_path(const std::string& dir, int step, bool folder = false) {
     char name[64];
-    snprintf(name, sizeof(name), "/model_%08d.bin", step);
+    snprintf(name, sizeof(name), folder ? "/model_%08d" : "/model_%08d.bin", step);
     return dir + name;
+}
+// The names a DONE lists for that model: model_%08d.bin, or model_%08d/<file> for each of
+// folder_files (none: the one file).
+inline std::vector<std::string> checkpoint_model_names(int step, const std::vector<std::string>& folder_files) {
+    const std::string model = checkpoint_model_path("", step, !folder_files.empty()).substr(1);
+    if (folder_files.empty()) return {model};
+    std::vector<std::string> names;
+    for (const std::string& f : folder_files) names.push_back(model + "/" + f);
+    return names;
 }
 inline std::string checkpoint_state_path(const std::string& dir, int step, int rank) {
     char name[64];
@@ -516,10 +576,11 @@ inline std::vector<int> checkpoint_complete_steps(const std::string& dir) {
     return steps;
 }
 
-// The step of a checkpoint file name (DONE_, model_, state_ of any rank), else -1.
+// The step of a checkpoint file name (DONE_, model_ file or folder, state_ of any rank), else -1.
 inline int checkpoint_file_step_(const std::string& name) {
     int s = checkpoint_parse_step_(name.c_str(), "DONE_", "");
     if (s < 0) s = checkpoint_parse_step_(name.c_str(), "model_", ".bin");
+    if (s < 0) s = checkpoint_parse_step_(name.c_str(), "model_", "");
     if (s < 0 && name.size() == 24 && name[14] == '_' && name.compare(20, 4, ".bin") == 0 &&
         std::all_of(name.begin() + 15, name.begin() + 20, [](char c) { return c >= '0' && c <= '9'; }))
         s = checkpoint_parse_step_(name.substr(0, 14).c_str(), "state_", "");
@@ -559,6 +620,17 @@ inline void checkpoint_write_done(const std::string& dir, int step, const DoneRe
     });
 }
 
+// A name a DONE may list: a file of the checkpoint's folder, or a file of a model folder in
+// it (<folder>/<file>); neither part empty, "." or "..".
+inline bool checkpoint_listed_name_ok_(const std::string& name) {
+    const size_t slash = name.find('/');
+    const std::string parts[] = {name.substr(0, slash), slash == std::string::npos ? "" : name.substr(slash + 1)};
+    for (int i = 0; i < (slash == std::string::npos ? 1 : 2); i++)
+        if (parts[i].empty() || parts[i] == "." || parts[i] == ".." || parts[i].find('/') != std::string::npos)
+            return false;
+    return true;
+}
+
 // Reads step's DONE into *record; false with the reason in *why when it cannot be read or
 // is damaged (returned, not thrown: see the top of this file).
 inline bool checkpoint_read_done(const std::string& dir, int step, DoneRecord* record, std::string* why) {
@@ -590,7 +662,7 @@ inline bool checkpoint_read_done(const std::string& dir, int step, DoneRecord* r
         unsigned long long bytes, hash;
         int used = 0;
         if (sscanf(lines[i].c_str(), "file %255s %llu %16llx%n", name, &bytes, &hash, &used) != 3 ||
-            used != (int)lines[i].size() || strchr(name, '/')) {
+            used != (int)lines[i].size() || !checkpoint_listed_name_ok_(name)) {
             *why = path + ": damaged line " + std::to_string(i + 1);
             return false;
         }
@@ -600,17 +672,19 @@ inline bool checkpoint_read_done(const std::string& dir, int step, DoneRecord* r
 }
 
 // Whether a DONE of step `step` vouches for a whole checkpoint of num_processes ranks: it lists
-// exactly this step's model file and the state file of every rank, nothing else. A DONE that
-// lists less (llm.c's empty one, one without file lines) would vouch for files nobody checks;
-// one copied from another step lists that step's names. False with the reason in *why.
-inline bool checkpoint_done_covers(const DoneRecord& record, int step, int num_processes, std::string* why) {
+// exactly this step's model (its file, or each of its folder's folder_files) and the state
+// file of every rank, nothing else. A DONE that lists less (llm.c's empty one, one without
+// file lines) would vouch for files nobody checks; one copied from another step lists that
+// step's names. False with the reason in *why.
+inline bool checkpoint_done_covers(const DoneRecord& record, int step, int num_processes,
+                                   const std::vector<std::string>& folder_files, std::string* why) {
     const std::string done = checkpoint_done_path("", step).substr(1);
     if (record.files.empty()) {
         *why = done + (record.run_id.empty() ? " is empty (llm.c's marker)" : " lists no file") +
                ": it vouches for no file of this checkpoint, so none can be checked";
         return false;
     }
-    std::vector<std::string> expected = {checkpoint_model_path("", step).substr(1)};
+    std::vector<std::string> expected = checkpoint_model_names(step, folder_files);
     for (int r = 0; r < num_processes; r++) expected.push_back(checkpoint_state_path("", step, r).substr(1));
     std::vector<std::string> listed;
     for (const CheckpointFile& f : record.files) listed.push_back(f.name);
@@ -637,17 +711,39 @@ inline int checkpoint_done_ranks(const DoneRecord& record) {
     return n;
 }
 
-// Checks every file the record lists: a regular file of the listed size and hash; false
-// with the first problem in *why (returned, not thrown: see the top of this file).
+// Opens dir/name for reading (name: <file> or <folder>/<file>) without following a symbolic
+// link at the folder or the file; -1 with the reason in *why.
+inline int checkpoint_open_listed_(const std::string& dir, const std::string& name, std::string* why) {
+    const size_t slash = name.find('/');
+    const int nofollow = O_RDONLY | O_NOFOLLOW | O_CLOEXEC;
+    const std::string folder = slash == std::string::npos ? dir : dir + "/" + name.substr(0, slash);
+    const int dfd = open(folder.c_str(), slash == std::string::npos ? O_RDONLY | O_DIRECTORY | O_CLOEXEC
+                                                                    : nofollow | O_DIRECTORY);
+    const int fd = dfd < 0 ? -1 : openat(dfd, name.substr(slash + 1).c_str(), nofollow | O_NONBLOCK);
+    const int e = errno;
+    if (dfd >= 0) close(dfd);
+    if (fd < 0) {
+        struct stat st;
+        const std::string at = dfd < 0 ? folder : dir + "/" + name;
+        const bool link = lstat(at.c_str(), &st) == 0 && S_ISLNK(st.st_mode);
+        *why = at + ": " + (link ? "a symbolic link, not followed" : strerror(e));
+    }
+    return fd;
+}
+
+// Checks every file the record lists: a regular file of the listed size and hash, no
+// symbolic link followed; false with the first problem in *why (returned, not thrown: see the
+// top of this file).
 inline bool checkpoint_verify_files(const std::string& dir, const DoneRecord& record, std::string* why) {
     std::vector<char> buf(1 << 20);
     for (const CheckpointFile& c : record.files) {
         const std::string path = dir + "/" + c.name;
-        int fd = open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+        const int fd = checkpoint_open_listed_(dir, c.name, why);
+        if (fd < 0) return false;
         struct stat st;
-        if (fd < 0 || fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-            *why = path + ": " + (fd < 0 ? strerror(errno) : "not a regular file");
-            if (fd >= 0) close(fd);
+        if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+            *why = path + ": not a regular file";
+            close(fd);
             return false;
         }
         if ((uint64_t)st.st_size != c.bytes) {
@@ -685,14 +781,18 @@ inline std::string checkpoint_new_run_id() {
 }
 
 // Deletes a checkpoint's files (DONE first, durably, so a crash in between never leaves a
-// DONE whose files are gone), every rank's state file included.
+// DONE whose files are gone), every rank's state file and a model folder whole included (a
+// link in its place is removed, never followed).
 inline void checkpoint_delete_steps_(const std::string& dir, const std::vector<int>& steps) {
     if (steps.empty()) return;
     for (int s : steps) unlink(checkpoint_done_path(dir, s).c_str());
     fsync_directory(dir);
     for (const std::string& name : checkpoint_list_dir_(dir)) {
         int s = checkpoint_file_step_(name);
-        if (s >= 0 && std::binary_search(steps.begin(), steps.end(), s)) unlink((dir + "/" + name).c_str());
+        if (s < 0 || !std::binary_search(steps.begin(), steps.end(), s)) continue;
+        const std::string path = dir + "/" + name;
+        if (checkpoint_parse_step_(name.c_str(), "model_", "") >= 0) remove_written_folder_(path);
+        else unlink(path.c_str());
     }
     fsync_directory(dir);
 }
@@ -851,14 +951,18 @@ struct CheckpointFolder {
 };
 
 // Deletes the temporaries a killed run left in dir: regular files named <name>.tmp for a
-// name of this trainer's own (a checkpoint file, a log); any other *.tmp is the user's.
+// name of this trainer's own (a checkpoint file, a log), and folders model_%08d.tmp (a model
+// folder being written, removed whole); any other *.tmp is the user's, a link too.
 inline void checkpoint_remove_stale_temps(const std::string& dir) {
     for (const std::string& name : checkpoint_list_dir_(dir)) {
         if (name.size() <= 4 || name.compare(name.size() - 4, 4, ".tmp") != 0) continue;
-        if (!checkpoint_own_file_name_(name.substr(0, name.size() - 4))) continue;
+        const std::string own = name.substr(0, name.size() - 4);
+        if (!checkpoint_own_file_name_(own)) continue;
         const std::string p = dir + "/" + name;
         struct stat st;
-        if (lstat(p.c_str(), &st) == 0 && S_ISREG(st.st_mode)) unlink(p.c_str());
+        if (lstat(p.c_str(), &st) != 0) continue;
+        if (S_ISREG(st.st_mode)) unlink(p.c_str());
+        else if (S_ISDIR(st.st_mode) && checkpoint_parse_step_(own.c_str(), "model_", "") >= 0) remove_written_folder_(p);
     }
     fsync_directory(dir);
 }

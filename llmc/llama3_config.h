@@ -336,12 +336,14 @@ inline Llama3Config llama3_read_hf_config(const std::string& path) {
     return llama3_from_hf_json(j, path);
 }
 
-// Writes config.json at path, which must not exist (a saved file is never overwritten).
-inline void llama3_write_hf_config(const std::string& path, const Llama3Config& c, const std::string& torch_dtype) {
+// Writes config.json at path, which must not exist (a saved file is never overwritten); its
+// name, size and hash.
+inline CheckpointFile llama3_write_hf_config(const std::string& path, const Llama3Config& c,
+                                             const std::string& torch_dtype) {
     struct stat st;
     if (lstat(path.c_str(), &st) == 0) fail(path + ": already exists; a saved file is never overwritten");
     const std::string text = llama3_to_hf_json(c, torch_dtype).dump(2) + "\n";
-    write_file_atomic(path, [&](FILE* f) { return fwrite(text.data(), 1, text.size(), f) == text.size(); });
+    return write_file_hashed(path, [&](HashingWriter& w) { return w.put(text.data(), 1, text.size()); });
 }
 
 }  // namespace llmc

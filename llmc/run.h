@@ -21,8 +21,13 @@
 //   void init_from_descriptor(Model*, const char* descriptor, uint64_t seed);
 //                                                 config, parameters allocated, weights from the seed
 //   void init_from_model_file(Model*, const char* path);   ... weights from the file (read_model_weights)
-//   CheckpointFile write_model_file(const Model*, const std::string& path);
-//                                                 its header and write_model_weights (llmc/run_checkpoint.h)
+//   static constexpr std::array<const char*, n> Model::MODEL_FOLDER_FILES
+//                                                 a checkpoint's model: n = 0, llm.c's one file
+//                                                 model_%08d.bin; else the folder model_%08d of these files
+//   std::vector<CheckpointFile> write_model_file(const Model*, const std::string& path);
+//                                                 the file (its header and write_model_weights,
+//                                                 llmc/run_checkpoint.h) or folder (write_folder_atomic,
+//                                                 llmc/checkpoint.h) at path; the files written
 //   std::vector<DeviceBuffer> activation_buffers(Model*, int B, int T, int recompute);
 //                                                 every buffer of a micro-batch (the memory plan's rows)
 //   bool try_allocate_activations(Model*, int B, int T, int max_grad_accum_steps, int recompute);
@@ -177,8 +182,8 @@ const Flag<TrainOptions> FLAGS[] = {
      "llm.c tokenizer .bin to print samples as text (default: the GPT-2\nfiles in data/gpt2 or ../shared/data/gpt2 "
      "when V = 50257)", nullptr},
     {"-o", &TrainOptions::output_dir, "<dir>", 0, 0, nullptr,
-     "output directory: main.log, main.jsonl, checkpoints (model_%08d.bin,\nstate_%08d_%05d.bin, DONE_%08d), a "
-     "checkpoint at the end", "checkpoints and memory"},
+     "output directory: main.log, main.jsonl, checkpoints (model_%08d.bin\nor the folder model_%08d/, "
+     "state_%08d_%05d.bin, DONE_%08d), a checkpoint\nat the end", "checkpoints and memory"},
     {"-n", &TrainOptions::checkpoint_every, "<int>", 0, STEP_TOP, "0", "checkpoint every this many steps (0 = only at the end)",
      nullptr},
     {"-nk", &TrainOptions::checkpoint_keep, "<int>", 0, INT_TOP, "0", "keep only the newest this many checkpoints (0 = all)",
@@ -524,7 +529,7 @@ void build_model(Run<Model>* run) {
         folder.lock = claim_output_dir(opt.output_dir, run->dist);
     }
     if (opt.output_dir && !opt.resume) refuse_foreign_checkpoints(opt.output_dir, run->dist);
-    run->resume_step = opt.resume ? choose_resume_step(opt.output_dir, run->dist, &folder.run_id) : -1;
+    run->resume_step = opt.resume ? choose_resume_step<Model>(opt.output_dir, run->dist, &folder.run_id) : -1;
     if (folder.run_id.empty()) folder.run_id = checkpoint_new_run_id();  // (only rank 0 writes DONE markers)
     struct stat st;
     if (run->resume_step >= 0) {

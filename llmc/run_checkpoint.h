@@ -1,9 +1,11 @@
 // llmc/run_checkpoint.h: a training run's checkpoints, the same for every
 // model family (the file formats are llmc/checkpoint.h's). The family writes
-// and reads its model file (write_model_file, init_from_model_file: the hooks
-// at the top of llmc/run.h); the state files, the DONE markers, the choice of
-// the checkpoint to resume and the checks of a resume are here.
+// and reads its model, a file or a folder (write_model_file,
+// init_from_model_file: the hooks at the top of llmc/run.h); the state files,
+// the DONE markers, the choice of the checkpoint to resume and the checks of a
+// resume are here.
 #pragma once
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -62,7 +64,8 @@ inline CheckpointFile write_model_weights(const Parameters* p, const std::string
 }
 
 // ---- checkpoints --------------------------------------------------------------------
-// model_%08d.bin (rank 0), state_%08d_%05d.bin (every rank: its master
+// The model (rank 0: model_%08d.bin, or the folder model_%08d of the files
+// Model::MODEL_FOLDER_FILES names), state_%08d_%05d.bin (every rank: its master
 // weights, m and v, and where the data stream stands), then DONE_%08d once
 // every rank's files are durable (llmc/checkpoint.h). Resuming from one
 // continues bitwise as if the run had never stopped: everything else a step
@@ -78,6 +81,17 @@ struct ResumeInfo {
 };
 constexpr uint32_t RESUME_MAGIC = 0x47505452;  // "RTPG"
 
+
+// The files of a checkpoint's model folder, none when the model is one file;
+// and the model's path (checkpoint_model_path).
+template <class Model>
+std::vector<std::string> model_folder_files() {
+    return std::vector<std::string>(Model::MODEL_FOLDER_FILES.begin(), Model::MODEL_FOLDER_FILES.end());
+}
+template <class Model>
+std::string model_path(const std::string& dir, int step) {
+    return checkpoint_model_path(dir, step, !Model::MODEL_FOLDER_FILES.empty());
+}
 
 inline std::vector<float> device_to_host(const float* d, size_t n) {
     std::vector<float> h(n);
@@ -101,12 +115,12 @@ void save_checkpoint(Model* model, CheckpointFolder* folder, int step, const Res
     const std::vector<float> master = device_to_host(model->master_weights, local);
     if (!all_finite(m) || !all_finite(v) || !all_finite(master))
         llmc::failf("step %d: the optimizer state holds Inf or NaN; no checkpoint written (the earlier ones are kept)", step);
-    CheckpointFile model_file;
+    std::vector<CheckpointFile> model_files;
     if (d->rank == 0) {
         checkpoint_check_lock(&folder->lock);
         if (unlink(checkpoint_done_path(dir, step).c_str()) == 0) fsync_directory(dir);
         try {
-            model_file = write_model_file(model, checkpoint_model_path(dir, step));
+            model_files = write_model_file(model, model_path<Model>(dir, step));
         } catch (const llmc::Error& e) {
             llmc::failf("step %d: %s (the earlier checkpoints are kept)", step, e.what());
         }
@@ -119,7 +133,7 @@ void save_checkpoint(Model* model, CheckpointFolder* folder, int step, const Res
     const uint64_t mine[2] = {state_file.bytes, state_file.xxh64};
     const std::vector<uint64_t> states = host_all_gather(mine, 2, d);  // also: every rank's file is durable
     if (d->rank == 0) {
-        DoneRecord done{folder->run_id, {model_file}};
+        DoneRecord done{folder->run_id, model_files};
         for (int r = 0; r < d->num_processes; r++) {
             const std::string path = checkpoint_state_path(dir, step, r);
             done.files.push_back(CheckpointFile{path.substr(dir.size() + 1), states[2 * r], states[2 * r + 1]});
@@ -131,26 +145,28 @@ void save_checkpoint(Model* model, CheckpointFolder* folder, int step, const Res
 }
 
 // Why this rank cannot trust checkpoint `step` of dir ("" when it can): its DONE
-// must list the model and every rank's state file, and the model and this
-// rank's state must match the sizes and hashes it lists.
-inline std::string checkpoint_problem(const std::string& dir, int step, const Distributed* d, DoneRecord* done) {
+// must list the model (each file of its folder) and every rank's state file,
+// and the model's files and this rank's state must match the sizes and hashes
+// it lists.
+template <class Model>
+std::string checkpoint_problem(const std::string& dir, int step, const Distributed* d, DoneRecord* done) {
     std::string problem;
     if (!checkpoint_read_done(dir, step, done, &problem)) return problem;
     if (checkpoint_done_ranks(*done) > 0 && checkpoint_done_ranks(*done) != d->num_processes)
         llmc::failf("-y 1: checkpoint %d of %s was saved with %d processes, this run has %d (resume with as many)", step,
                     dir.c_str(), checkpoint_done_ranks(*done), d->num_processes);
-    if (!checkpoint_done_covers(*done, step, d->num_processes, &problem)) {
+    if (!checkpoint_done_covers(*done, step, d->num_processes, model_folder_files<Model>(), &problem)) {
         const std::string state = checkpoint_state_path(dir, step, d->rank);
         if (state_file_is_llmc(state))
             problem += "; " + state + " is llm.c's state, which this trainer does not resume (start from its model "
-                       "with -e " + checkpoint_model_path(dir, step) + ")";
+                       "with -e " + model_path<Model>(dir, step) + ")";
         return problem;
     }
-    const std::string mine[] = {checkpoint_model_path(dir, step), checkpoint_state_path(dir, step, d->rank)};
+    std::vector<std::string> mine = checkpoint_model_names(step, model_folder_files<Model>());
+    mine.push_back(checkpoint_state_path("", step, d->rank).substr(1));
     DoneRecord check{done->run_id, {}};
     for (const CheckpointFile& f : done->files)
-        for (const std::string& path : mine)
-            if (path == dir + "/" + f.name) check.files.push_back(f);
+        if (std::find(mine.begin(), mine.end(), f.name) != mine.end()) check.files.push_back(f);
     checkpoint_verify_files(dir, check, &problem);
     return problem;
 }
@@ -159,14 +175,15 @@ inline std::string checkpoint_problem(const std::string& dir, int step, const Di
 // one that is not is skipped with a warning line, falling back to the one
 // before. -1: there is no DONE at all. All ranks take the same step (rank 0's
 // list, checks agreed).
-inline int choose_resume_step(const std::string& dir, const Distributed* d, std::string* run_id) {
+template <class Model>
+int choose_resume_step(const std::string& dir, const Distributed* d, std::string* run_id) {
     const std::vector<int> steps = d->rank == 0 ? checkpoint_complete_steps(dir) : std::vector<int>();
     const int count = (int)host_sum(steps.size(), d);
     std::vector<std::string> skipped;  // printed once a checkpoint is chosen
     for (int i = 0; i < count; i++) {
         const int step = (int)host_sum(d->rank == 0 ? steps[i] : 0, d);
         DoneRecord done;
-        const std::string problem = checkpoint_problem(dir, step, d, &done);
+        const std::string problem = checkpoint_problem<Model>(dir, step, d, &done);
         if (host_sum(problem.empty() ? 0 : 1, d) == 0) {
             for (const std::string& w : skipped) fprintf(stderr, "warning: %s; falling back\n", w.c_str());
             *run_id = done.run_id;
@@ -208,7 +225,7 @@ size_t weights_off_master(Model* model, const std::vector<float>& master) {
 // rank's state. model->dist and zero_stage must be set (they must match).
 template <class Model>
 ResumeInfo load_checkpoint(Model* model, const std::string& dir, int step) {
-    init_from_model_file(model, checkpoint_model_path(dir, step).c_str());
+    init_from_model_file(model, model_path<Model>(dir, step).c_str());
     const Distributed* d = model->dist;
     const size_t local = model->optimizer_elements;
     const TrainingStateHeader expected{d->num_processes, d->rank, 0, step, model->zero_stage, local,
@@ -223,7 +240,7 @@ ResumeInfo load_checkpoint(Model* model, const std::string& dir, int step) {
         llmc::failf("%s: AdamW step %d is outside 0..%d, the checkpoint's step", state_path.c_str(), info.adam_step, step);
     if (const size_t off = weights_off_master(model, master))
         llmc::failf("%s: %zu of %zu weights are not the master weights of %s rounded: the two files are from different "
-                    "checkpoints", checkpoint_model_path(dir, step).c_str(), off, local, state_path.c_str());
+                    "checkpoints", model_path<Model>(dir, step).c_str(), off, local, state_path.c_str());
     if (model->zero_stage == 0) {  // every rank holds the same replica: a differing one would train apart
         XXH64_state_t h;
         XXH64_reset(&h, 0);

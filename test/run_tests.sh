@@ -29,8 +29,9 @@
 #             hidden (test_pypi_headers.sh)
 #   host      the plain C++ tests of the data tools (build/host/test_*); they
 #             find ../shared/data through SHARED_DATA and skip where it is absent;
-#             a Llama 3 folder written by llmc loaded by transformers
-#             (dev/check_llama3_written.py; skipped, saying so, without them)
+#             Llama 3 folders written by llmc, a train_llama3 checkpoint's among
+#             them, loaded by transformers (dev/check_llama3_written.py; skipped,
+#             saying so, without them)
 #   schedules the kernel tests and test_gpt2 again with the threads of each
 #             block in reverse and seeded random order (one worker: racecheck);
 #             a warp reduction that assumes lockstep lanes must come out wrong
@@ -208,10 +209,12 @@ export SHARED_DATA=${SHARED_DATA:-../shared/data}
 if want host; then
     echo "== host (data tools) tests"
     for t in build/host/test_*; do [[ -x $t ]] && run "$(basename "$t")" "$t"; done
-    # a Llama 3 folder written by llmc loaded by transformers: needs torch and transformers, which CI lacks
-    if [[ -x build/host/write_llama3_random ]] && python3 -c "import torch, transformers" 2>/dev/null; then
-        run "check_llama3_written (llmc's Llama 3 folder = from_pretrained)" \
-            python3 dev/check_llama3_written.py build/host/write_llama3_random
+    # Llama 3 folders written by llmc, a checkpoint's of train_llama3 among them, loaded by
+    # transformers: needs torch and transformers, which CI lacks
+    if [[ -x build/host/write_llama3_random && -x build/cpu/train_llama3 ]] &&
+        python3 -c "import torch, transformers" 2>/dev/null; then
+        run "check_llama3_written (llmc's Llama 3 folders and a checkpoint's = from_pretrained)" \
+            python3 dev/check_llama3_written.py build/host/write_llama3_random build/cpu/train_llama3
     else
         echo "SKIP check_llama3_written: torch or transformers is not installed"
     fi

@@ -2,8 +2,9 @@
 // every mismatch and damage error), atomic writes that fail without touching the old file,
 // finding the newest complete checkpoint, the DONE marker (run id, sizes, hashes) and its
 // verification and what it must list, pruning (only the run's own checkpoints, counting only
-// proven ones, and orphans), the folder lock (also when train.lock is removed), no symbolic
-// link followed, llm.c's state told apart, and stale temporary files.
+// proven ones, and orphans), a model folder (written whole, verified, pruned), the folder lock
+// (also when train.lock is removed), no symbolic link followed, llm.c's state told apart, and
+// stale temporary files.
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -437,7 +438,7 @@ static void test_done_covers() {
     };
     const std::string m = "model_00000007.bin", s0 = "state_00000007_00000.bin", s1 = "state_00000007_00001.bin";
     std::string why;
-    CHECK(checkpoint_done_covers(rec({m, s0, s1}), 7, 2, &why) && checkpoint_done_ranks(rec({m, s0, s1})) == 2,
+    CHECK(checkpoint_done_covers(rec({m, s0, s1}), 7, 2, {}, &why) && checkpoint_done_ranks(rec({m, s0, s1})) == 2,
           "model and both states of 2 ranks: covered");
     const struct {
         DoneRecord r;
@@ -454,9 +455,120 @@ static void test_done_covers() {
     };
     for (const auto& b : bad) {
         why.clear();
-        CHECK(!checkpoint_done_covers(b.r, b.step, b.ranks, &why) && one_line(why) && contains(why, b.says),
+        CHECK(!checkpoint_done_covers(b.r, b.step, b.ranks, {}, &why) && one_line(why) && contains(why, b.says),
               "not covered: %s", why.c_str());
     }
+}
+
+// A family whose model is a folder (Llama 3: config.json, model.safetensors): its DONE must list
+// each file of model_%08d/, and nothing of the one-file layout.
+static void test_done_covers_folder() {
+    const auto rec = [](std::vector<std::string> names) {
+        DoneRecord r{"0123456789abcdef", {}};
+        for (const std::string& n : names) r.files.push_back(CheckpointFile{n, 1, 1});
+        return r;
+    };
+    const std::vector<std::string> files = {"config.json", "model.safetensors"};
+    const std::string c = "model_00000007/config.json", w = "model_00000007/model.safetensors",
+                      s0 = "state_00000007_00000.bin";
+    std::string why;
+    CHECK(checkpoint_model_names(7, files) == std::vector<std::string>({c, w}) &&
+              checkpoint_model_names(7, {}) == std::vector<std::string>({"model_00000007.bin"}) &&
+              checkpoint_model_path("out", 7, true) == "out/model_00000007",
+          "a model folder's names: model_%%08d/<file>; the one file: model_%%08d.bin");
+    CHECK(checkpoint_done_covers(rec({c, w, s0}), 7, 1, files, &why), "both files of the folder and the state: covered %s",
+          why.c_str());
+    const struct {
+        std::vector<std::string> names;
+        const char* says;
+    } bad[] = {
+        {{c, s0}, "does not list model_00000007/model.safetensors"},
+        {{"model_00000007.bin", s0}, "does not list model_00000007/config.json"},
+        {{c, w, "model_00000007/notes.txt", s0}, "lists model_00000007/notes.txt"},
+        {{"model_00000005/config.json", "model_00000005/model.safetensors", s0}, "does not list model_00000007/config"},
+    };
+    for (const auto& b : bad) {
+        why.clear();
+        CHECK(!checkpoint_done_covers(rec(b.names), 7, 1, files, &why) && one_line(why) && contains(why, b.says),
+              "not covered: %s", why.c_str());
+    }
+}
+
+// A model folder written whole through model_%08d.tmp; its files verified against a DONE
+// without following a link (the folder's or a file's); pruned whole; a link in its place
+// removed, never followed; a stale temporary folder removed by -y 1's cleanup.
+static void test_model_folder() {
+    const std::string d = mkdir_in_tmp("folder");
+    const std::string m = checkpoint_model_path(d, 4, true);
+    const auto write_two = [](const std::string& tmp) {
+        std::vector<CheckpointFile> files;
+        for (const char* name : {"config.json", "model.safetensors"})
+            files.push_back(write_file_hashed(tmp + "/" + name, [&](HashingWriter& w) { return w.put(name, 1, 5); }));
+        return files;
+    };
+    mkdir((m + ".tmp").c_str(), 0755);  // a killed write's temporary
+    write_file(m + ".tmp/model.safetensors.tmp", "partial");
+    std::vector<CheckpointFile> files;
+    std::string err = error_of([&] { files = write_folder_atomic(m, write_two); });
+    CHECK(err == NO_ERROR && files.size() == 2 && files[0].name == "model_00000004/config.json" &&
+              files[1].name == "model_00000004/model.safetensors" && files[1].bytes == 5 &&
+              read_file(m + "/model.safetensors") == "model" && !exists(m + ".tmp"),
+          "write_folder_atomic: both files in model_00000004/, named with the folder, a stale .tmp folder replaced %s",
+          err.c_str());
+    const std::string before = read_file(m + "/config.json");
+    err = error_of([&] {
+        write_folder_atomic(m, [](const std::string& tmp) -> std::vector<CheckpointFile> {
+            write_file(tmp + "/config.json", "half");
+            llmc::fail(tmp + ": disk full");
+        });
+    });
+    CHECK(contains(err, "disk full") && read_file(m + "/config.json") == before && !exists(m + ".tmp"),
+          "a write that fails leaves the folder as it was and no .tmp: %s", err.c_str());
+
+    const DoneRecord rec{"0123456789abcdef", files};
+    err.clear();
+    CHECK(checkpoint_verify_files(d, rec, &err), "the folder's files match their DONE %s", err.c_str());
+    write_file(m + "/model.safetensors", "mode");
+    err.clear();
+    CHECK(!checkpoint_verify_files(d, rec, &err) && one_line(err) && contains(err, "model.safetensors: 4 bytes"),
+          "a truncated model.safetensors inside the folder: %s", err.c_str());
+    const std::string elsewhere = g_tmp + "/folder_elsewhere";
+    rename(m.c_str(), elsewhere.c_str());
+    write_file(elsewhere + "/model.safetensors", "model");
+    if (symlink(elsewhere.c_str(), m.c_str()) != 0) perror("symlink");
+    err.clear();
+    CHECK(!checkpoint_verify_files(d, rec, &err) && one_line(err) && contains(err, "a symbolic link, not followed"),
+          "the folder as a link to an intact copy: not followed %s", err.c_str());
+    unlink(m.c_str());
+    mkdir(m.c_str(), 0755);
+    write_file(m + "/config.json", "confi");
+    if (symlink((elsewhere + "/model.safetensors").c_str(), (m + "/model.safetensors").c_str()) != 0) perror("symlink");
+    err.clear();
+    CHECK(!checkpoint_verify_files(d, rec, &err) && contains(err, "model.safetensors: a symbolic link, not followed"),
+          "a file of the folder as a link to an intact copy: not followed %s", err.c_str());
+
+    // written over a link to another folder: the link goes, its target stays
+    remove_written_folder_(m);
+    if (symlink(elsewhere.c_str(), m.c_str()) != 0) perror("symlink");
+    err = error_of([&] { write_folder_atomic(m, write_two); });
+    struct stat st;
+    CHECK(err == NO_ERROR && lstat(m.c_str(), &st) == 0 && S_ISDIR(st.st_mode) &&
+              read_file(elsewhere + "/config.json") == "confi" && checkpoint_verify_files(d, rec, &err),
+          "a link at the folder's name is replaced by the folder, its target untouched %s", err.c_str());
+
+    // pruned whole (the link of an orphaned step removed, its target kept); listed as a step's files
+    checkpoint_write_done(d, 4, rec);
+    const std::string orphan = checkpoint_model_path(d, 3, true);
+    if (symlink(elsewhere.c_str(), orphan.c_str()) != 0) perror("symlink");
+    CHECK(checkpoint_steps_with_files(d) == std::vector<int>({3, 4}), "a model folder and a link named so count as files of their step");
+    const std::string newer = checkpoint_model_path(d, 9, true);
+    err = error_of([&] { write_folder_atomic(newer, write_two); });
+    checkpoint_write_done(d, 9, DoneRecord{rec.run_id, {}});
+    checkpoint_prune(d, 1, rec.run_id, {4, 9});
+    CHECK(err == NO_ERROR && !exists(m) && !exists(checkpoint_done_path(d, 4)) && lstat(orphan.c_str(), &st) != 0 &&
+              read_file(elsewhere + "/config.json") == "confi" && exists(newer + "/model.safetensors"),
+          "-nk 1: the older folder removed whole, the orphan's link removed and its target kept, the newest kept %s",
+          err.c_str());
 }
 
 static void test_done_and_verify() {
@@ -586,12 +698,22 @@ static void test_stale_temps() {
     for (const auto& t : temps) write_file(d + "/" + t, "partial");
     for (const auto& k : keep) write_file(d + "/" + k, "keep");
     mkdir((d + "/folder.tmp").c_str(), 0755);
+    mkdir((d + "/model_00000010.tmp").c_str(), 0755);  // a model folder being written
+    write_file(d + "/model_00000010.tmp/config.json", "partial");
+    write_file(d + "/model_00000010.tmp/model.safetensors.tmp", "partial");
+    mkdir((g_tmp + "/temps_victim").c_str(), 0755);
+    write_file(g_tmp + "/temps_victim/config.json", "keep");
+    if (symlink((g_tmp + "/temps_victim").c_str(), (d + "/model_00000011.tmp").c_str()) != 0) perror("symlink");
     checkpoint_remove_stale_temps(d);
-    bool gone = true, kept = true;
+    bool gone = !exists(d + "/model_00000010.tmp"), kept = true;
     for (const auto& t : temps) gone = gone && !exists(d + "/" + t);
     for (const auto& k : keep) kept = kept && read_file(d + "/" + k) == "keep";
-    CHECK(gone, "remove_stale_temps deletes the temporaries of the trainer's own files");
-    CHECK(kept && exists(d + "/folder.tmp"), "and nothing else (a user's *.tmp, other names, a folder named *.tmp)");
+    struct stat st;
+    CHECK(gone, "remove_stale_temps deletes the temporaries of the trainer's own files, a model folder's whole");
+    CHECK(kept && exists(d + "/folder.tmp") && lstat((d + "/model_00000011.tmp").c_str(), &st) == 0 &&
+              read_file(g_tmp + "/temps_victim/config.json") == "keep",
+          "and nothing else (a user's *.tmp, other names, a folder named *.tmp, a link named as a model folder's "
+          "temporary and its target)");
     checkpoint_remove_stale_temps(g_tmp + "/nope");  // no crash on a missing folder
 }
 
@@ -617,7 +739,9 @@ int main() {
     test_prune();
     test_prune_proven();
     test_done_covers();
+    test_done_covers_folder();
     test_done_and_verify();
+    test_model_folder();
     test_lock();
     test_no_symlink_followed();
     test_llmc_state();

@@ -129,14 +129,15 @@ static void test_init_and_checkpoints() {
     CHECK(mismatches == 0, "version 5 (bf16) checkpoint loads the bf16 rounding of version 3 (%zu mismatches)", mismatches);
     // write, reload: identical master weights
     const char* tmp = "build/test_gpt2_checkpoint.bin";
-    CheckpointFile written;
+    std::vector<CheckpointFile> written;
     std::string error;
     try {
         written = write_model_file(&from_file, tmp);
     } catch (const llmc::Error& e) {
         error = e.what();
     }
-    CHECK(error.empty() && written.bytes > 0, "model file written %s", error.c_str());
+    CHECK(error.empty() && written.size() == 1 && written[0].name == "test_gpt2_checkpoint.bin" && written[0].bytes > 0,
+          "model file written, one file %s", error.c_str());
     GPT2 reloaded;
     init_from_model_file(&reloaded, tmp);
     std::vector<floatX> w1(n), w2(n);

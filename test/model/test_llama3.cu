@@ -3,7 +3,7 @@
 // loss and every parameter gradient of one batch, 5 AdamW steps of 2
 // accumulated micro-batches (clipped), tied and untied heads, documents (mask
 // and document-relative RoPE positions), split invariance over (B, A); then
-// the model file: a checkpoint's safetensors file written and read back
+// the model file: a checkpoint's Hugging Face folder written and read back
 // bitwise, and transformers-made folders (test/ref/llama3_hf_tiny) read into
 // the right places, giving transformers' logits.
 //
@@ -170,38 +170,67 @@ static std::vector<floatX> device_weights(const Llama3& m) {
     return w;
 }
 
-// A checkpoint's model file: written, read back bitwise with the same config;
-// written again over a link, the link is replaced and its target untouched.
-static void test_model_file_roundtrip(bool tied) {
+static std::vector<std::string> entries(const std::string& dir) {
+    std::vector<std::string> names = checkpoint_list_dir_(dir);
+    std::sort(names.begin(), names.end());
+    return names;
+}
+
+// A checkpoint's model folder: written (exactly config.json and
+// model.safetensors, listed with their sizes and hashes), read back bitwise
+// with the same config; written again over a link to another folder, the link
+// is replaced and its target untouched; a model with an Inf weight writes
+// nothing.
+static void test_model_folder_roundtrip(bool tied) {
     Llama3 model, back;
     init_from_descriptor(&model, small_descriptor(2, tied).c_str(), 1337);
-    const std::string path = std::string("build/test_llama3_model_") + (tied ? "tied" : "untied") + ".bin";
-    const std::string victim = path + ".victim";
-    remove(path.c_str());
-    const CheckpointFile written = write_model_file(&model, path);
-    struct stat st;
-    CHECK(stat(path.c_str(), &st) == 0 && (uint64_t)st.st_size == written.bytes && written.xxh64 != 0,
-          "%s: written, its size (%llu bytes) as the DONE record will list it", path.c_str(),
-          (unsigned long long)written.bytes);
+    const std::string name = std::string("test_llama3_model_") + (tied ? "tied" : "untied");
+    const std::string path = "build/" + name, victim = path + "_victim";
+    remove_written_folder_(path);
+    remove_written_folder_(victim);
+    const std::vector<CheckpointFile> written = write_model_file(&model, path);
+    bool sizes = written.size() == 2;
+    for (const CheckpointFile& f : written) {
+        struct stat st;
+        sizes = sizes && stat(("build/" + f.name).c_str(), &st) == 0 && (uint64_t)st.st_size == f.bytes;
+    }
+    CHECK(sizes && written[0].name == name + "/config.json" && written[1].name == name + "/model.safetensors" &&
+              entries(path) == std::vector<std::string>({"config.json", "model.safetensors"}) &&
+              access((path + ".tmp").c_str(), F_OK) != 0,
+          "%s: exactly config.json and model.safetensors, named <folder>/<file> with their sizes as the DONE record "
+          "lists them, no .tmp left", path.c_str());
     init_from_model_file(&back, path.c_str());
-    CHECK(back.config == model.config, "%s: the config read back from its metadata is the model's", path.c_str());
+    CHECK(back.config == model.config, "%s: the config read back from config.json is the model's", path.c_str());
     CHECK(device_weights(back) == device_weights(model), "%s: the weights read back are bitwise the model's",
           path.c_str());
-    FILE* f = fopen(victim.c_str(), "w");
-    fputs("not a model", f);
-    fclose(f);
-    remove(path.c_str());
+    mkdir(victim.c_str(), 0755);
+    write_file_atomic(victim + "/config.json", [](FILE* f) { return fputs("not a model", f) >= 0; });
+    remove_written_folder_(path);
     CHECK(symlink(victim.substr(victim.rfind('/') + 1).c_str(), path.c_str()) == 0, "%s: a link to %s", path.c_str(),
           victim.c_str());
-    const CheckpointFile again = write_model_file(&model, path);
+    const std::vector<CheckpointFile> again = write_model_file(&model, path);
     std::string victim_text, why;
-    read_regular_file(victim.c_str(), &victim_text, 100, &why);
-    CHECK(lstat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode) && victim_text == "not a model" &&
-              again.xxh64 == written.xxh64 && access((path + ".tmp").c_str(), F_OK) != 0,
-          "%s written again over a link: the link replaced by the same bytes, its target untouched, no .tmp left",
-          path.c_str());
-    remove(path.c_str());
-    remove(victim.c_str());
+    read_regular_file((victim + "/config.json").c_str(), &victim_text, 100, &why);
+    struct stat st;
+    CHECK(lstat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode) && victim_text == "not a model" &&
+              entries(victim) == std::vector<std::string>({"config.json"}) && again.size() == 2 &&
+              again[1].xxh64 == written[1].xxh64 && access((path + ".tmp").c_str(), F_OK) != 0,
+          "%s written again over a link: the link replaced by a folder of the same bytes, its target untouched, no "
+          ".tmp left", path.c_str());
+    const floatX inf = from_float<floatX>(INFINITY);
+    CUDA_OK(cudaMemcpy(back.params_memory, &inf, sizeof(floatX), cudaMemcpyHostToDevice));
+    const std::string bad = path + "_inf";
+    std::string error;
+    try {
+        write_model_file(&back, bad);
+    } catch (const llmc::Error& e) {
+        error = e.what();
+    }
+    CHECK(error == bad + ": the model's weights hold Inf or NaN; not written" && access(bad.c_str(), F_OK) != 0 &&
+              access((bad + ".tmp").c_str(), F_OK) != 0,
+          "a model with an Inf weight is refused, nothing written: %s", error.c_str());
+    remove_written_folder_(path);
+    remove_written_folder_(victim);
     free_model(&model);
     free_model(&back);
 }
@@ -260,8 +289,8 @@ int main() {
     TEST_CASE(test_training("gqa untied train", small_descriptor(2, false), "llama3_untied_train.bin"));
     TEST_CASE(test_training("mha train", small_descriptor(4, true), "llama3_mha_train.bin"));
     TEST_CASE(test_split_invariance("split gqa", small_descriptor(2, true), "llama3_small_train.bin"));
-    TEST_CASE(test_model_file_roundtrip(true));
-    TEST_CASE(test_model_file_roundtrip(false));
+    TEST_CASE(test_model_folder_roundtrip(true));
+    TEST_CASE(test_model_folder_roundtrip(false));
     TEST_CASE(test_hf_folder("tied"));
     TEST_CASE(test_hf_folder("untied"));
     TEST_CASE(test_hf_folder("sharded"));

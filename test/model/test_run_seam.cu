@@ -3,6 +3,7 @@
 // trained, evaluated, sampled, checkpointed and resumed by train<Bigram>, the
 // run train_gpt.cu's main calls for GPT-2: what this file defines is all a
 // family writes (the hook lists at the top of llmc/train_step.h and llmc/run.h).
+#include <array>
 #include <cstdio>
 #include <cstring>
 #include <string>
@@ -35,6 +36,7 @@ struct Bigram : Parameters, MicroBatches {
     static constexpr const char* RECOMPUTE_HELP = "no effect (nothing to recompute)";
     static constexpr const char* GELU_FUSION_HELP = "no effect (no GELU)";
     static constexpr const char* BUILTIN_INIT = "V=256";
+    static constexpr std::array<const char*, 0> MODEL_FOLDER_FILES{};  // one model file
 };
 
 // ---- kernels: logits = table[token]; dtable[v] = the sum of dlogits of the positions holding v
@@ -122,9 +124,9 @@ static void init_from_model_file(Bigram* m, const char* path) {
     allocate(m);
     set_weights(m, w);
 }
-static CheckpointFile write_model_file(const Bigram* m, const std::string& path) {
+static std::vector<CheckpointFile> write_model_file(const Bigram* m, const std::string& path) {
     const BigramConfig& c = m->config;
-    return write_model_weights(m, path, ModelFileHeader{0, c.max_seq_len, c.vocab_size, 0, 0, 0, c.padded_vocab_size});
+    return {write_model_weights(m, path, ModelFileHeader{0, c.max_seq_len, c.vocab_size, 0, 0, 0, c.padded_vocab_size})};
 }
 static std::vector<DeviceBuffer> activation_buffers(Bigram* m, int B, int T, int) {
     const size_t BT = (size_t)B * T;

@@ -3,7 +3,9 @@
 # same 4 steps of 512 tokens as one process accumulating A=4 micro-batches of
 # B=2 and as mpirun -np 2 with ZeRO-1 accumulating A=2 each. The global batch
 # and its 1/G normalisation are the same, so the printed step losses and
-# gradient norms (6 digits) must be equal.
+# gradient norms (6 digits) must be equal. The two-rank run's checkpoint:
+# DONE lists the model folder's two files and both ranks' state files, and
+# mpirun -np 2 -y 1 resumes from it.
 #   bash test/trainer/test_llama3_ranks.sh [TRAINER]
 cd "$(dirname "$0")/../.." || exit 1
 source test/check.sh
@@ -12,11 +14,17 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 args=(-x 4 -b 2 -d 512 -v 0 -s 0)
+longer=(-x 6 -b 2 -d 512 -v 0 -s 0)
 steps() { grep -E '^step +[0-9]+/' "$1" | sed -E 's/^(step +[0-9]+\/[0-9]+ \| loss [0-9.]+ \| norm [0-9.]+).*/\1/'; }
 check "one process, A=4: 4 steps" bash -c "'$BIN' ${args[*]} > '$work/one.txt' 2>&1"
-check "mpirun -np 2 -z 1, A=2: 4 steps" bash -c "mpirun --oversubscribe --bind-to none -np 2 '$BIN' ${args[*]} -z 1 > '$work/two.txt' 2>&1"
+check "mpirun -np 2 -z 1, A=2: 4 steps" bash -c "mpirun --oversubscribe --bind-to none -np 2 '$BIN' ${args[*]} -z 1 -o '$work/ck' > '$work/two.txt' 2>&1"
 steps "$work/one.txt" > "$work/one.steps"
 steps "$work/two.txt" > "$work/two.steps"
 check "4 step lines each, losses and norms equal" bash -c "[ \$(wc -l < '$work/one.steps') = 4 ] && cmp -s '$work/one.steps' '$work/two.steps'"
 paste -d'\n' "$work/one.steps" "$work/two.steps" | sed 's/^/  /'
+check "the two-rank checkpoint's DONE lists model_00000004/config.json, model_00000004/model.safetensors and 2 states" \
+    bash -c "[[ \$(grep '^file ' '$work/ck/DONE_00000004' | awk '{print \$2}' | tr '\n' ' ') == 'model_00000004/config.json model_00000004/model.safetensors state_00000004_00000.bin state_00000004_00001.bin ' ]]"
+check "mpirun -np 2 -z 1 -y 1 resumes from it to step 6" bash -c "mpirun --oversubscribe --bind-to none -np 2 '$BIN' \
+    ${longer[*]} -z 1 -o '$work/ck' -y 1 > '$work/resume.txt' 2>&1 && grep -q 'resuming from step 4 ' '$work/resume.txt' &&
+    grep -qE '^step +6/6' '$work/resume.txt'"
 tally test_llama3_ranks

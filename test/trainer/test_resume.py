@@ -6,9 +6,17 @@ behind) and resumed with -y 1 each time ends with bitwise the losses, model
 and optimizer state of a run that was never interrupted. No kill depends on
 wall-clock time, so the test behaves the same on a busy machine.
 
+After every kill, each DONE's files are whole (their sizes as listed). The
+model is llm.c's one file model_S.bin (train_gpt) or, for train_llama3, the
+Hugging Face folder model_S/ whose files are renamed into a temporary folder
+and that folder into place: the kills inside a write cover each of those
+renames. The final checkpoints' files, as their DONEs list them, are bitwise
+the uninterrupted run's; -nk 3 leaves the newest 3 models only.
+
 Usage: test/trainer/test_resume.py [path/to/train_gpt]   (default build/cpu/train_gpt)
 TEST_RESUME_QUICK=1 (make check): one kill, inside the second checkpoint's
-write, and one resume, on a run of 6 steps.
+write (train_llama3: inside its model folder's write), and one resume, on a run
+of 6 steps.
 """
 import json
 import os
@@ -24,6 +32,8 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 from checks import Checks  # noqa: E402
 
 BIN = sys.argv[1] if len(sys.argv) > 1 else "build/cpu/train_gpt"
+LLAMA = "llama3" in os.path.basename(BIN)  # its model: a folder of these files
+MODEL_FOLDER_FILES = ["config.json", "model.safetensors"] if LLAMA else []
 QUICK = os.environ.get("TEST_RESUME_QUICK") == "1"
 # the built-in corpus and model; a checkpoint every EVERY steps, the newest 3 kept; the
 # val loss every VAL steps, a sample every SAMPLE (all three divide STEPS)
@@ -46,6 +56,35 @@ def train_losses(run_dir):
 def read(path):
     with open(path, "rb") as f:
         return f.read()
+
+
+def model_name(step):
+    """A checkpoint's model: the folder model_S (Llama) or llm.c's file model_S.bin."""
+    return "model_%08d" % step + ("" if LLAMA else ".bin")
+
+
+def done_files(run_dir, step):
+    """The (name, bytes, xxh64) lines of a DONE."""
+    lines = open(os.path.join(run_dir, "DONE_%08d" % step)).read().splitlines()
+    return [tuple(l.split()[1:]) for l in lines if l.startswith("file ")]
+
+
+def done_steps(run_dir):
+    return sorted(int(n[5:]) for n in os.listdir(run_dir) if re.fullmatch(r"DONE_\d{8}", n))
+
+
+def dones_whole(run_dir):
+    """Whether every DONE lists its model (each file of its folder) and state, each there with its size."""
+    for step in done_steps(run_dir):
+        files = done_files(run_dir, step)
+        model = [model_name(step) + "/" + f for f in MODEL_FOLDER_FILES] or [model_name(step)]
+        if sorted(f[0] for f in files) != sorted(model + ["state_%08d_00000.bin" % step]):
+            return False
+        for name, size, _ in files:
+            path = os.path.join(run_dir, name)
+            if os.path.islink(path) or not os.path.isfile(path) or os.path.getsize(path) != int(size):
+                return False
+    return True
 
 
 def renames_before(trace, run_dir):
@@ -95,18 +134,27 @@ def main():
         return
     ref_samples = [l for l in r.stdout.splitlines() if "sample:" in l]
     first = renames_before(trace, ref_dir)
+    # a checkpoint's renames: its model's (one file; or each file of the folder, then the
+    # folder), its state file's, its DONE's
+    model_renames = len(MODEL_FOLDER_FILES) + 1 if LLAMA else 1
+    per_checkpoint = model_renames + 2
 
     # (kind, argument) of each start; the last runs to the end
     rng = random.Random(20261129)
-    plan = [("step", 2),                   # before the first checkpoint: the next start begins afresh
-            ("rename", first + 2),         # the first checkpoint's state file: model renamed, state .tmp
-            ("rename", first + 3),         # its DONE: model and state in place, DONE .tmp
-            ("checkpoint", 1),             # right after a complete checkpoint
-            ("rename", first + 3 * rng.randint(1, 2) + rng.randint(1, 3)),
-            ("step", None), ("checkpoint", 2), ("step", None), ("end", None)]
-    if QUICK:  # inside the second checkpoint's write (its state file), then to the end from the first
-        plan = [("rename", first + 5), ("end", None)]
-    outputs, kills, kills_in_write, resume_step = [], 0, 0, 0
+    plan = [("step", 2)]                   # before the first checkpoint: the next start begins afresh
+    # inside the first checkpoint's model folder: the folder .tmp left with config.json only
+    # (or both files, renamed inside it, before the folder's own rename)
+    plan += [("rename", first + k) for k in range(2, model_renames + 1)]
+    plan += [("rename", first + model_renames + 1),  # its state file: model in place, state .tmp
+             ("rename", first + model_renames + 2),  # its DONE: model and state in place, DONE .tmp
+             ("checkpoint", 1),                      # right after a complete checkpoint
+             ("rename", first + per_checkpoint * rng.randint(1, 2) + rng.randint(1, per_checkpoint)),
+             ("step", None), ("checkpoint", 2), ("step", None), ("end", None)]
+    if QUICK:  # inside the second checkpoint's write (the model folder's last file, or the
+        # state file), then to the end from the first
+        plan = [("rename", first + per_checkpoint + (model_renames - 1 if LLAMA else 2)), ("end", None)]
+    in_write = sum(kind == "rename" for kind, _ in plan)
+    outputs, kills, kills_in_write, resume_step, dones_ok, left = [], 0, 0, 0, True, []
     for kind, arg in plan:
         proc = start(run_dir, arg if kind == "rename" else 0)
         if kind == "step":  # a few steps past where this start resumes
@@ -124,14 +172,23 @@ def main():
             print(out[-2000:])
             break
         kills += 1
-        if kind == "rename" and any(n.endswith(".tmp") for n in os.listdir(run_dir)):
+        temps = sorted(n for n in os.listdir(run_dir) if n.endswith(".tmp"))
+        if kind == "rename" and temps:
             kills_in_write += 1
+            for n in temps:  # a model folder's temporary: what it held
+                inside = os.path.join(run_dir, n)
+                left.append(n + ("/{%s}" % ",".join(sorted(os.listdir(inside))) if os.path.isdir(inside) else ""))
+        whole = dones_whole(run_dir)
+        if not whole:
+            check("after the SIGKILL at %s %s: every DONE lists its files, each whole (%s)"
+                  % (kind, arg, " ".join(sorted(os.listdir(run_dir)))), False)
+        dones_ok = dones_ok and whole
         # what the next start resumes from (the newest DONE)
-        done = [int(n[5:]) for n in os.listdir(run_dir) if re.fullmatch(r"DONE_\d{8}", n)]
-        resume_step = max(done, default=0)
+        resume_step = max(done_steps(run_dir), default=0)
+    check("after each of the %d SIGKILLs every DONE lists its model and state, each there and whole" % kills, dones_ok)
     check("the interrupted run finished after %d starts, %d SIGKILLs, %d of them inside a checkpoint write "
-          "(a .tmp left behind)" % (len(outputs), kills, kills_in_write),
-          proc.returncode == 0 and kills == len(plan) - 1 and kills_in_write == (1 if QUICK else 3))
+          "(left behind: %s)" % (len(outputs), kills, kills_in_write, " ".join(left)),
+          proc.returncode == 0 and kills == len(plan) - 1 and kills_in_write == in_write)
     if proc.returncode != 0:
         return
     resumed = [o.split("resuming from step ")[1].split()[0] for o in outputs if "resuming from step" in o]
@@ -142,11 +199,12 @@ def main():
     same = [s for s in ref_losses if run_losses.get(s) == ref_losses[s]]
     check("all %d step losses bitwise equal to the uninterrupted run's (%d equal)" % (len(ref_losses), len(same)),
           len(same) == len(ref_losses) == STEPS)
-    final = "%08d" % STEPS
-    for name in ["model_%s.bin" % final, "state_%s_00000.bin" % final]:
+    ref_files, run_files = done_files(ref_dir, STEPS), done_files(run_dir, STEPS)
+    for name, size, _ in ref_files:
         a, b = os.path.join(ref_dir, name), os.path.join(run_dir, name)
-        check("final %s bitwise equal (%d bytes)" % (name, os.path.getsize(a)),
-              os.path.exists(b) and read(a) == read(b))
+        check("final %s bitwise equal (%s bytes)" % (name, size), os.path.exists(b) and read(a) == read(b))
+    check("the final DONEs list the same %d files, sizes and hashes" % len(ref_files),
+          ref_files == run_files and len(ref_files) == max(len(MODEL_FOLDER_FILES), 1) + 1)
     last_samples = [l for l in outputs[-1].splitlines() if "sample:" in l]
     check("the sample at step %d equals the uninterrupted run's" % STEPS,
           bool(last_samples) and last_samples[-1] == ref_samples[-1])
@@ -161,8 +219,15 @@ def main():
           trl == ["s:%d" % s for s in range(STEPS)])
     names = sorted(os.listdir(run_dir))
     done = [n for n in names if n.startswith("DONE_")]
+    kept = (STEPS - 2 * EVERY, STEPS - EVERY, STEPS)
     check("-nk 3 keeps the newest 3 complete checkpoints (%s), no temp files left" % " ".join(done),
-          done == ["DONE_%08d" % s for s in (STEPS - 2 * EVERY, STEPS - EVERY, STEPS)] and not any(n.endswith(".tmp") for n in names))
+          done == ["DONE_%08d" % s for s in kept] and not any(n.endswith(".tmp") for n in names))
+    models = [n for n in names if n.startswith("model_")]
+    folders_whole = all(os.path.isdir(os.path.join(run_dir, n)) and not os.path.islink(os.path.join(run_dir, n)) and
+                        sorted(os.listdir(os.path.join(run_dir, n))) == MODEL_FOLDER_FILES for n in models)
+    check("the models left are the kept ones' (%s)%s" % (" ".join(models), ", each a folder of exactly %s" %
+                                                          " and ".join(MODEL_FOLDER_FILES) if LLAMA else ""),
+          models == [model_name(s) for s in kept] and (folders_whole or not LLAMA))
     shutil.rmtree(work)
 
 
