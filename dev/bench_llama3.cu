@@ -41,7 +41,8 @@ static std::vector<Family> step_families(const Llama3Config& c, int B, int T) {
         {"rmsnorm forward (+ residual)", 0, 2 * bt * C * X + 2 * l * 4 * bt * C * X},
         {"rmsnorm backward", 0, (2 * l + 1) * 4 * bt * C * X},
         {"swiglu forward + backward", 0, l * (3 + 5) * bt * F * X},
-        {"classifier", 0, 2 * bt * Vp * X},
+        // a row cached in shared memory where it fits an H200 block (227 KB), else read twice (fused_classifier)
+        {"classifier", 0, (Vp * X + 256 <= 232448 ? 2 : 3) * bt * Vp * X},
         // forward: a row of wte per token; backward: a row of its fp32 gradient read and written per token
         {"encoder forward + backward", 0, 2 * bt * C * X + bt * C * X + 2 * bt * C * 4},
         // weights (X), fp32 master, gradient, m and v; the gradient read again for the norm and zeroed

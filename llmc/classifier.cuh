@@ -50,15 +50,18 @@ __device__ inline void block_softmax_merge(float& m, float& s) {
 //   loss[i] = log(sum_{c<V} exp(x[c] - m)) + m - x[y],   m = max_{c<V} x[c]
 //   dlogits[i, c] = dloss * (softmax(x)[c] - [c == y])  for c < V,  0 for V <= c < Vp
 // masked rows (y == -1): loss 0, dlogits all 0.
-// The row is read from memory once: pass 1 loads each thread's N-element packs
-// (16-byte accesses where Vp and the pointer allow; 1 element otherwise),
-// folds them into the online max+sum and keeps them in the block's shared
-// memory (Vp elements, ~100 KB at GPT-2's vocabulary: two blocks per SM).
+// Pass 1 loads each thread's N-element packs (16-byte accesses where Vp and
+// the pointer allow; 1 element otherwise) and folds them into the online
+// max+sum. CACHED: the row is read from memory once, pass 1 keeping it in the
+// block's shared memory (Vp elements, ~100 KB at GPT-2's vocabulary: two blocks
+// per SM); a row larger than a block's shared memory (Llama 3's 128256 logits
+// are 251 KB in bf16, an H100/H200 block has at most 227 KB) is read a second
+// time instead, from global memory (mostly from L2, which pass 1 just filled).
 // After the block merge (whose barriers order every read of x, including
-// x[y], before any write) pass 2 turns each thread's own packs, read back from
-// shared memory, into the gradient and writes it over the logits. A thread
-// only ever reads back what it stored itself, so no barrier is needed for that.
-template <int N>
+// x[y], before any write) pass 2 turns each thread's own packs, read back,
+// into the gradient and writes it over the logits. A thread only ever reads
+// back what it loaded itself, so no barrier is needed for that.
+template <int N, bool CACHED>
 __global__ void fused_classifier_kernel(floatX* logits, float* losses, const int* targets, float dloss, int V,
                                         int Vp, bool write_dlogits) {
     extern __shared__ uint4 classifier_smem[];  // one name and type for every N (nvcc requires it)
@@ -77,8 +80,8 @@ __global__ void fused_classifier_kernel(floatX* logits, float* losses, const int
     const float x_target = to_float(x[target]);
     float m = -INFINITY, s = 0.0f;
     for (int k = threadIdx.x; k < packs; k += blockDim.x) {
-        const Packed<floatX, N> xv = load_packed_streaming<N>(x + k * N);
-        row_cache[k] = xv;
+        const Packed<floatX, N> xv = CACHED ? load_packed_streaming<N>(x + k * N) : load_packed<N>(x + k * N);
+        if constexpr (CACHED) row_cache[k] = xv;
 #pragma unroll
         for (int e = 0; e < N; e++) {
             if (k * N + e >= V) break;
@@ -96,7 +99,7 @@ __global__ void fused_classifier_kernel(floatX* logits, float* losses, const int
     if (!write_dlogits) return;
     const float inv_s = 1.0f / s;
     for (int k = threadIdx.x; k < packs; k += blockDim.x) {
-        Packed<floatX, N> xv = row_cache[k];
+        Packed<floatX, N> xv = CACHED ? row_cache[k] : load_packed<N>(x + k * N);
 #pragma unroll
         for (int e = 0; e < N; e++) {
             const int c = k * N + e;
@@ -115,22 +118,27 @@ __global__ void fused_classifier_kernel(floatX* logits, float* losses, const int
 inline void fused_classifier(floatX* logits, float* losses, const int* targets, float dloss, int N, int V, int Vp,
                              bool write_dlogits, cudaStream_t stream) {
     if (N <= 0) return;
-    const size_t smem = (size_t)Vp * sizeof(floatX);  // one row
-    const size_t smem_max = device_attribute(cudaDevAttrMaxSharedMemoryPerBlockOptin);  // with the opt-in
-    if (smem > smem_max)
-        llmc::fail("fused_classifier: a row of " + std::to_string(Vp) + " logits (" + std::to_string(smem) +
-                   " bytes) does not fit in a block's shared memory (" + std::to_string(smem_max) + " bytes)");
+    // one row in shared memory where it fits beside the block merge's static 256 bytes (with the opt-in)
+    const size_t row_bytes = (size_t)Vp * sizeof(floatX), merge_bytes = 2 * WARP_SIZE * sizeof(float);
+    const bool cached = row_bytes + merge_bytes <= (size_t)device_attribute(cudaDevAttrMaxSharedMemoryPerBlockOptin);
+    const size_t smem = cached ? row_bytes : 0;
     // 1024 threads: ~6 packs of 8 each at V = 50257; small vocabularies get just enough warps
     const int block = Vp >= 1024 ? 1024 : CEIL_DIV(Vp, WARP_SIZE) * WARP_SIZE;
     with_pack_width<floatX>(pack_width<floatX>(Vp, logits), [&](auto pack) {
         constexpr int P = decltype(pack)::value;
+        if (!cached) {
+            fused_classifier_kernel<P, false><<<N, block, 0, stream>>>(logits, losses, targets, dloss, V, Vp,
+                                                                       write_dlogits);
+            return;
+        }
         static size_t granted = 48 << 10;  // above the default 48 KB a kernel needs the opt-in
         if (smem > granted) {
-            cudaCheck(cudaFuncSetAttribute(fused_classifier_kernel<P>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                           (int)smem));
+            cudaCheck(cudaFuncSetAttribute(fused_classifier_kernel<P, true>,
+                                           cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
             granted = smem;
         }
-        fused_classifier_kernel<P><<<N, block, smem, stream>>>(logits, losses, targets, dloss, V, Vp, write_dlogits);
+        fused_classifier_kernel<P, true><<<N, block, smem, stream>>>(logits, losses, targets, dloss, V, Vp,
+                                                                      write_dlogits);
     });
     cudaCheck(cudaGetLastError());
 }

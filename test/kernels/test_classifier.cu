@@ -31,6 +31,9 @@ static void test_classifier(int N, int V, int Vp, std::vector<int> masked_rows) 
             gref[(size_t)r * Vp + c] = dloss * (std::exp(to_float(x[c]) - m) / s - (c == targets[r] ? 1.0 : 0.0));
     }
 
+    const bool cached = (size_t)Vp * sizeof(floatX) + 256 <= (size_t)device_attribute(cudaDevAttrMaxSharedMemoryPerBlockOptin);
+    printf("fused_classifier N=%d V=%d Vp=%d: the row %s\n", N, V, Vp,
+           cached ? "cached in shared memory" : "read twice from global memory (larger than shared memory)");
     Dev d;
     floatX* d_logits = d.up(logits);
     int* d_t = d.up(targets);
@@ -93,6 +96,8 @@ int main() {
     TEST_CASE(test_classifier(6, 250, 256, {1, 5}));
     TEST_CASE(test_classifier(3, 50257, 50304, {1}));
     TEST_CASE(test_classifier(4, 37, 37, {2}));  // Vp not a multiple of 8: one element per access
+    // Llama 3's vocabulary: a row larger than a block's shared memory (bf16 and fp32), read twice
+    TEST_CASE(test_classifier(3, 128256, 128256, {1}));
     TEST_CASE(test_accumulate_loss(1));
     TEST_CASE(test_accumulate_loss(3001));
     return kernel_test_end("test_classifier");
