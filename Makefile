@@ -251,7 +251,7 @@ lesson: build/cpu-fp32/train_gpt build/cpu-fp32/lesson build/cpu/train_gpt
 # test runs from build/$(BUILD) (cpu; or cpu-fp32, cpu-asan, cpu-racecheck),
 # under `mpirun -np $(NP)` when NP is set (test_nccl; test_distributed also
 # takes a results folder: ARGS=DIR); a host test from build/host; a script of
-# test/trainer/ against build/$(BUILD)/train_gpt (test_hf: the builds it
+# test/trainer/ against build/$(BUILD)/train_gpt (test_llama3_*: train_llama3; test_hf: the builds it
 # compares); test_gpu_check, the dry run of test/gpu_check.sh. ARGS go to the
 # program. TEST_FILTER=substring runs only the cases whose name contains it
 # (TEST_CASE in test/test_util.h; README's "Running one test" lists who has them).
@@ -271,9 +271,9 @@ else ifeq ($(T),test_hf)
 else ifeq ($(T),test_lesson)
   TEST_ONE_DEPS := build/cpu-fp32/train_gpt build/cpu/train_gpt build/cpu-fp32/lesson
   TEST_ONE_CMD  := $(PYTHON) test/trainer/test_lesson.py $(TEST_ONE_DEPS)
-else ifeq ($(T),test_llama3_ranks)
+else ifneq ($(filter $(T),test_llama3_ranks test_llama3_cli),)
   TEST_ONE_DEPS := build/$(BUILD)/train_llama3
-  TEST_ONE_CMD  := bash test/trainer/test_llama3_ranks.sh build/$(BUILD)/train_llama3
+  TEST_ONE_CMD  := bash test/trainer/$(T).sh build/$(BUILD)/train_llama3
 else ifneq ($(filter $(T),$(TRAINER_TESTS)),)
   TEST_ONE_SCRIPT := $(wildcard test/trainer/$(T).*)
   TEST_ONE_DEPS := build/$(BUILD)/train_gpt
