@@ -181,8 +181,10 @@ struct GPT2 : Parameters, MicroBatches {
     static constexpr const char* INIT_HELP =
         "model file .bin (llm.c format, version 3 or 5), or a model descriptor:\nd12, d24, d36, d48, or e.g. "
         "\"L=2,C=64,H=4,V=250,maxT=64\" (a file named\nlike a descriptor is given with a '/': ./d12)";
-    static constexpr const char* DOC_START_HELP =
-        "attention within each document only (documents start at token V-1,\nGPT-2's <|endoftext|>)";
+    static constexpr const char* DOC_START_HELP = "attention within each document only (documents start at --doc-token)";
+    static constexpr const char* DOC_TOKEN_HELP =
+        "the token that starts a document (--packing slots, --doc-mask, --doc-positions,\nsamples); -1: the built-in "
+        "corpus's EOT, else V-1 (GPT-2's <|endoftext|>)";
     static constexpr const char* RECOMPUTE_HELP = "recompute in the backward: 1 = GELU, 2 = GELU and layernorm";
     static constexpr const char* GELU_FUSION_HELP =
         "GELU in cuBLASLt's matmul epilogues: 1 = forward, 2 = forward and backward;\n-1: 2 on compute capability 9.0 "
@@ -497,7 +499,8 @@ static void backward(GPT2* model, const int* encoder_plan_host, int num_distinct
 
 // The rest of what llmc/train_step.h asks of a family.
 static float* reduce_scratch(GPT2* model) { return model->scratch.reduce; }
-// GPT-2's <|endoftext|> (V - 1) begins every document.
+// GPT-2's <|endoftext|> (V - 1) begins every document (the shards put one
+// before each document).
 static int document_start_token(const GPT2* model) { return model->config.vocab_size - 1; }
 
 // ----------------------------------------------------------------------------

@@ -142,7 +142,10 @@ struct Llama3 : Parameters, MicroBatches {
         "a Hugging Face Llama folder (config.json + model.safetensors or shards;\na checkpoint's model is one), or a "
         "descriptor: llama3.2-1b, llama3.2-3b, llama3.1-8b,\nor e.g. \"llama3:L=2,C=64,H=4,KV=2,F=192,V=256\" (T=, "
         "theta=, eps=, tied=,\nfactor=, low=, high=, orig=)";
-    static constexpr const char* DOC_START_HELP = "attention within each document only (documents start at token V-1)";
+    static constexpr const char* DOC_START_HELP = "attention within each document only (documents start at --doc-token)";
+    static constexpr const char* DOC_TOKEN_HELP =
+        "the token that starts a document (--packing slots, --doc-mask, --doc-positions,\nsamples); -1: the built-in "
+        "corpus's EOT, else 128000 (<|begin_of_text|>) for\nV=128256; any other V: give it";
     static constexpr const char* RECOMPUTE_HELP = "recompute in the backward: 1 = SwiGLU, 2 = SwiGLU and the RMSNorms";
     static constexpr const char* GELU_FUSION_HELP = "GPT-2's GELU fusion: Llama 3 has no GELU (only the default -1)";
     static constexpr const char* BUILTIN_INIT = "llama3:L=2,C=64,H=4,KV=2,F=192,V=256,T=64";
@@ -444,8 +447,14 @@ static void backward(Llama3* model, const int* encoder_plan_host, int num_distin
 }
 
 static float* reduce_scratch(Llama3* model) { return model->scratch.reduce; }
-// The built-in corpus's and the reference's document start: token V-1.
-static int document_start_token(const Llama3* model) { return model->config.V - 1; }
+// Llama 3's tokenizer begins every document with <|begin_of_text|> (128000;
+// <|end_of_text|>, 128001, ends it): the document start for its vocabulary of
+// 128256. Another vocabulary's is not known here (-1: llmc/run.h asks for
+// --doc-token; the built-in corpus's shards record theirs).
+constexpr int LLAMA3_VOCAB = 128256, LLAMA3_BEGIN_OF_TEXT = 128000;
+static int document_start_token(const Llama3* model) {
+    return model->config.V == LLAMA3_VOCAB ? LLAMA3_BEGIN_OF_TEXT : -1;
+}
 
 // ----------------------------------------------------------------------------
 // The rest of what llmc/run.h asks of a family.

@@ -7,8 +7,8 @@
 // Each document gets the EOT token (50256) before it. Output: <prefix>_val_000000.bin (the
 // first --val-tokens tokens; none when 0), then <prefix>_train_000001.bin, ... of
 // --shard-size tokens each (the last one shorter). Shard format: 256 x int32 header
-// [0]=20240520, [1]=1, [2]=token count, then uint16 tokens; for vocabularies above 65535
-// tokens [0]=20240801, [1]=7 and uint32 tokens. Shards are written under temporary names and
+// [0]=20240520, [1]=1, [2]=token count, then uint16 tokens; for vocabularies above 65536
+// tokens (an id >= 65536 can occur) [0]=20240801, [1]=7 and uint32 tokens (llmc/dataloader.h). Shards are written under temporary names and
 // renamed only when the whole run succeeded; a failed run leaves no new or partial shard.
 // The output is the same for every --threads value.
 #include <fcntl.h>
@@ -22,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "llmc/dataloader.h"
 #include "llmc/tokenizer.h"
 
 namespace {
@@ -161,10 +162,8 @@ class ShardWriter {
         if (fwrite(p, 1, n, f_) != n) fail(shards_.back().path + ": write failed: " + strerror(errno));
     }
     void close_current() {
-        int32_t h[256] = {0};
-        h[0] = wide_ ? 20240801 : 20240520;
-        h[1] = wide_ ? 7 : 1;
-        h[2] = (int32_t)count_;
+        int32_t h[DATALOADER_HEADER_INTS];
+        dataloader_shard_header(h, wide_ ? 4 : 2, (uint64_t)count_);
         if (fseek(f_, 0, SEEK_SET) != 0) fail(shards_.back().path + ": seek failed");
         put(h, sizeof h);
         FILE* f = f_;
@@ -462,7 +461,7 @@ int run(int argc, char** argv) {
     if (!opt.write_tokenizer.empty()) tok.save_bin(opt.write_tokenizer);
     auto t1 = std::chrono::steady_clock::now();
 
-    bool wide = tok.vocab_size() > 65535;
+    const bool wide = dataloader_token_size(tok.vocab_size()) == 4;
     ShardWriter sw(opt.out, opt.shard_size, opt.val_tokens, wide);
     llmc::ParallelEncoder enc(tok, opt.threads);
     Stats st;

@@ -2,8 +2,10 @@
 //
 // Shard format (llm.c): a header of 256 int32 (1024 bytes), then the tokens.
 //   header[0] = 20240520, header[1] = 1: uint16 tokens
-//   header[0] = 20240801, header[1] = 7: uint32 tokens
+//   header[0] = 20240801, header[1] = 7: uint32 tokens (llm.c's llama3 branch)
 //   header[2] = number of tokens n; the file is exactly 1024 + n * token_size bytes.
+// Writers (dataloader_write_shard, prepro) use uint16 while every id of the
+// vocabulary fits (V <= 65536), else uint32; the loader reads both, mixed.
 //
 // The stream of sequences. A shard of n tokens holds floor((n-1)/T) sequences;
 // sequence j is tokens [j*T, j*T+T+1): its first T tokens are the inputs, its
@@ -19,10 +21,10 @@
 // (A batches on each of N ranks) depends only on B*N*A.
 //
 // With DataPacking::Slots a sequence is one document instead (a "slot"):
-// document j of a shard runs from its j-th document start (a token
-// vocab_size - 1, GPT-2's <|endoftext|>, which begins every document; or the
-// shard's first token) to the next one, which is its last target; it is cut
-// at T + 1 tokens, and the rest of the slot holds inputs vocab_size - 1 with
+// document j of a shard runs from its j-th document start (a token doc_token,
+// which begins a document: GPT-2's <|endoftext|>, Llama 3's <|begin_of_text|>;
+// or the shard's first token) to the next one, which is its last target; it is
+// cut at T + 1 tokens, and the rest of the slot holds inputs doc_token with
 // targets -1 (masked: no loss, no gradient). Shards are scanned for their
 // document starts at init. Everything above holds with documents in place of
 // sequences.
@@ -83,6 +85,7 @@ struct DataLoader {
     bool shuffle;
     uint64_t seed;
     DataPacking packing;
+    int doc_token;         // Slots: the token that starts a document; -1: none (Packed)
     // the data
     size_t num_shards;
     size_t num_tokens;     // total over shards
@@ -133,7 +136,7 @@ struct DataLoaderImpl {
     std::string pattern;
     // a copy of the configuration, so that the worker never reads the DataLoader
     // itself (which the caller may copy or move)
-    int B = 0, T = 0, rank = 0, nproc = 1, vocab_size = 0;
+    int B = 0, T = 0, rank = 0, nproc = 1, vocab_size = 0, doc_token = -1;
     bool shuffle = false;
     uint64_t seed = 0;
     DataPacking packing = DataPacking::Packed;
@@ -378,7 +381,7 @@ inline std::string dataloader_fill_(DataLoaderImpl* im, uint64_t cursor) {
             if (t > 0) tg[t - 1] = (int)id;
         }
         for (int t = real; t < T; t++) {  // the slot's padding
-            in[t] = im->vocab_size - 1;
+            in[t] = im->doc_token;
             tg[t] = -1;
         }
     }
@@ -450,13 +453,13 @@ inline void dataloader_wait_ready_(DataLoaderImpl* im) {
 // The shards of paths with their sequences (packed: floor((n-1)/T) of a shard of n
 // tokens; slots: one per document) and where each shard's first sequence is.
 inline std::vector<DataLoaderShard> dataloader_open_shards_(const std::vector<std::string>& paths, int T,
-                                                           int vocab_size, DataPacking packing) {
+                                                           DataPacking packing, int doc_token) {
     std::vector<DataLoaderShard> shards;
     uint64_t total_seq = 0;
     for (const std::string& p : paths) {
         DataLoaderShard s = dataloader_open_shard_(p, T);
         if (packing == DataPacking::Slots) {
-            s.doc_starts = dataloader_document_starts_(s, (uint32_t)vocab_size - 1);
+            s.doc_starts = dataloader_document_starts_(s, (uint32_t)doc_token);
             s.nseq = s.doc_starts.size();
         }
         s.first_seq = total_seq;
@@ -467,31 +470,33 @@ inline std::vector<DataLoaderShard> dataloader_open_shards_(const std::vector<st
 }
 
 // How many sequences of T tokens the shards of pattern hold (as the loader counts
-// them): a loader of batch B needs at least B.
-inline uint64_t dataloader_count_sequences(const char* pattern, int T, int vocab_size,
-                                           DataPacking packing = DataPacking::Packed) {
+// them): a loader of batch B needs at least B. Slots: documents start at doc_token.
+inline uint64_t dataloader_count_sequences(const char* pattern, int T, DataPacking packing = DataPacking::Packed,
+                                           int doc_token = -1) {
     uint64_t total = 0;
-    for (const DataLoaderShard& s : dataloader_open_shards_(dataloader_find_shards(pattern), T, vocab_size, packing))
+    for (const DataLoaderShard& s : dataloader_open_shards_(dataloader_find_shards(pattern), T, packing, doc_token))
         total += s.nseq;
     return total;
 }
 
 inline void dataloader_free(DataLoader* loader);
 
+// Slots: documents start at doc_token, in [0, vocab_size).
 inline void dataloader_init(DataLoader* loader, const char* pattern, int B, int T, int process_rank,
                             int num_processes, int vocab_size, bool shuffle, uint64_t seed,
-                            DataPacking packing = DataPacking::Packed) {
+                            DataPacking packing = DataPacking::Packed, int doc_token = -1) {
     const std::string where = pattern ? pattern : "(null)";
     if (!pattern) dataloader_fail_(where, "no shard pattern given");
     if (B <= 0 || T <= 0)
         dataloader_fail_(where, dataloader_fmt_("batch size B=%d and sequence length T=%d must be positive", B, T));
     if (num_processes <= 0 || process_rank < 0 || process_rank >= num_processes)
         dataloader_fail_(where, dataloader_fmt_("process rank %d is not in [0, %d)", process_rank, num_processes));
-    if (packing == DataPacking::Slots && vocab_size <= 0)
-        dataloader_fail_(where, "one document per slot needs the vocabulary size (documents start at token V-1)");
+    if (packing == DataPacking::Slots && (doc_token < 0 || (vocab_size > 0 && doc_token >= vocab_size)))
+        dataloader_fail_(where, dataloader_fmt_("one document per slot needs the token that starts a document, in "
+                                                "[0, vocab_size %d): got %d", vocab_size, doc_token));
 
     const std::vector<std::string> paths = dataloader_find_shards(pattern);
-    std::vector<DataLoaderShard> shards = dataloader_open_shards_(paths, T, vocab_size, packing);
+    std::vector<DataLoaderShard> shards = dataloader_open_shards_(paths, T, packing, doc_token);
     uint64_t total_tok = 0, total_seq = 0;
     for (const DataLoaderShard& s : shards) {
         total_tok += s.ntok;
@@ -521,6 +526,7 @@ inline void dataloader_init(DataLoader* loader, const char* pattern, int B, int 
     loader->shuffle = shuffle;
     loader->seed = seed;
     loader->packing = packing;
+    loader->doc_token = packing == DataPacking::Slots ? doc_token : -1;
     loader->num_shards = im->shards.size();
     loader->num_tokens = (size_t)total_tok;
     loader->num_sequences = (size_t)total_seq;
@@ -538,6 +544,7 @@ inline void dataloader_init(DataLoader* loader, const char* pattern, int B, int 
     im->shuffle = shuffle;
     im->seed = seed;
     im->packing = packing;
+    im->doc_token = loader->doc_token;
     im->num_sequences = total_seq;
     im->cursor = 0;
     im->worker = std::thread(dataloader_worker_, im);
@@ -622,4 +629,54 @@ inline void dataloader_free(DataLoader* loader) {
     free(loader->targets);
     loader->inputs = loader->targets = nullptr;
     loader->impl = nullptr;
+}
+
+// ---------------------------------------------------------------------------
+// writing shards
+
+// The bytes per token of a shard for a vocabulary of vocab_size ids: 2 while
+// every id (< vocab_size) fits a uint16, else 4 (llm.c's uint32 variant).
+inline int dataloader_token_size(int vocab_size) { return vocab_size > 65536 ? 4 : 2; }
+
+// The 1024-byte header of a shard of ntok tokens of token_size bytes (2 or 4);
+// the spare slots [3, 256) are zero.
+inline void dataloader_shard_header(int32_t header[DATALOADER_HEADER_INTS], int token_size, uint64_t ntok) {
+    if ((token_size != 2 && token_size != 4) || ntok > (uint64_t)INT32_MAX)
+        llmc::fail(dataloader_fmt_("internal: a shard of %llu tokens of %d bytes", (unsigned long long)ntok, token_size));
+    memset(header, 0, DATALOADER_HEADER_BYTES);
+    header[0] = token_size == 2 ? DATALOADER_MAGIC_U16 : DATALOADER_MAGIC_U32;
+    header[1] = token_size == 2 ? DATALOADER_VERSION_U16 : DATALOADER_VERSION_U32;
+    header[2] = (int32_t)ntok;
+}
+
+// The tokens as a shard's data: n little-endian ids of token_size bytes; an id
+// that does not fit throws (a uint16 shard cannot hold 65536).
+inline void dataloader_pack_tokens(const uint32_t* tokens, size_t n, int token_size, std::vector<unsigned char>* out) {
+    out->resize(n * (size_t)token_size);
+    for (size_t i = 0; i < n; i++) {
+        if (token_size == 2) {
+            if (tokens[i] > 0xFFFFu)
+                llmc::fail(dataloader_fmt_("token id %u does not fit a uint16 shard", tokens[i]));
+            const uint16_t v = (uint16_t)tokens[i];
+            memcpy(out->data() + i * 2, &v, 2);
+        } else {
+            memcpy(out->data() + i * 4, &tokens[i], 4);
+        }
+    }
+}
+
+// Writes a whole shard (header and tokens) of ids < vocab_size to path, in
+// the width the vocabulary needs (dataloader_token_size).
+inline void dataloader_write_shard(const std::string& path, const uint32_t* tokens, size_t n, int vocab_size) {
+    const int token_size = dataloader_token_size(vocab_size);
+    int32_t header[DATALOADER_HEADER_INTS];
+    dataloader_shard_header(header, token_size, n);
+    std::vector<unsigned char> data;
+    dataloader_pack_tokens(tokens, n, token_size, &data);
+    FILE* f = fopen(path.c_str(), "wb");
+    if (!f) dataloader_fail_(path, dataloader_fmt_("cannot create: %s", strerror(errno)));
+    bool ok = fwrite(header, 1, sizeof(header), f) == sizeof(header);
+    ok = ok && fwrite(data.data(), 1, data.size(), f) == data.size();
+    ok = (fclose(f) == 0) && ok;
+    if (!ok) dataloader_fail_(path, dataloader_fmt_("write failed: %s", strerror(errno)));
 }

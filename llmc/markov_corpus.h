@@ -46,7 +46,7 @@
 #include <sys/types.h>
 #include <unistd.h>
 
-#include "llmc/dataloader.h"  // DATALOADER_MAGIC_U16
+#include "llmc/dataloader.h"  // DATALOADER_MAGIC_U16, dataloader_shard_header
 #include "llmc/error.h"
 #include "llmc/rand.h"
 #include "llmc/regular_file.h"
@@ -330,8 +330,8 @@ inline void markov_corpus_write(const char* dir, uint64_t seed, size_t train_tok
     for (int split = 0; split < 2; split++) {
         const size_t n = counts[split];
         std::vector<uint16_t> data(512 + n);  // 1024-byte header, then the tokens
-        int32_t header[256];
-        memset(header, 0, sizeof(header));
+        int32_t header[DATALOADER_HEADER_INTS];
+        dataloader_shard_header(header, 2, n);  // [0..2]; the corpus's own slots follow
         uint16_t* tok = data.data() + 512;
         markov_generate(chain, seed, split, n, tok);
         double hsum = 0, nll = 0;
@@ -343,9 +343,6 @@ inline void markov_corpus_write(const char* dir, uint64_t seed, size_t train_tok
         }
         floors[split] = hsum / (double)(n - 1);
         nlls[split] = nll / (double)(n - 1);
-        header[0] = DATALOADER_MAGIC_U16;
-        header[1] = 1;
-        header[2] = (int32_t)n;
         header[3] = vocab_size;
         header[4] = MARKOV_MARKER;
         markov_put_double_(header + 5, floors[split]);

@@ -10,7 +10,8 @@
 //   Model::Config, a member `Config config`       the model's shape
 //   static constexpr const char* Model::NAME      the family, for --help ("GPT-2")
 //   ... INIT_DEFAULT, INIT_HELP                   -e's default and help text
-//   ... DOC_START_HELP                            --doc-mask's help: the token that starts a document
+//   ... DOC_START_HELP                            --doc-mask's help
+//   ... DOC_TOKEN_HELP                            --doc-token's help: the family's token that starts a document
 //   ... RECOMPUTE_HELP, GELU_FUSION_HELP          -r's and -ge's help: what they do for this family
 //   ... BUILTIN_INIT                              the model trained on the built-in corpus (no -i)
 //   bool parse_descriptor(const char* text, Config*);
@@ -106,6 +107,7 @@ struct TrainOptions {
     int gelu_fusion;            // -1: by compute capability
     int doc_mask;
     int doc_positions;
+    int doc_token;              // -1: the data's or the family's (document_token_for_run)
     int packing;                // DataPacking
     int overfit_single_batch;
     float grad_clip;
@@ -136,6 +138,7 @@ const Flag<TrainOptions> FLAGS[] = {
     {"--doc-mask", &TrainOptions::doc_mask, nullptr, 0, 1, "0", Model::DOC_START_HELP, nullptr},
     {"--doc-positions", &TrainOptions::doc_positions, nullptr, 0, 1, "0", "position ids restart at 0 at each document",
      nullptr},
+    {"--doc-token", &TrainOptions::doc_token, "<int>", -1, INT_TOP, "-1", Model::DOC_TOKEN_HELP, nullptr},
     {"--packing", &TrainOptions::packing, nullptr, 0, 0, "packed",
      "packed: sequences cut from the token stream (llm.c); slots: one document per\nsequence, cut at T, the rest "
      "padded with masked targets", nullptr, DATA_PACKING_NAMES, "packing"},
@@ -502,9 +505,10 @@ inline bool reads_val(const TrainOptions& opt) { return opt.val_pattern && opt.v
 template <class Model>
 int data_batch_cap(Run<Model>* run) {
     const TrainOptions& opt = run->opt;
-    const int N = run->dist->num_processes, V = vocab_size(&run->model);
-    const uint64_t train = dataloader_count_sequences(opt.train_pattern, opt.T, V, run->packing);
-    const uint64_t val = reads_val(opt) ? dataloader_count_sequences(opt.val_pattern, opt.T, V, run->packing)
+    const int N = run->dist->num_processes;
+    const int doc = run->model.doc_token;
+    const uint64_t train = dataloader_count_sequences(opt.train_pattern, opt.T, run->packing, doc);
+    const uint64_t val = reads_val(opt) ? dataloader_count_sequences(opt.val_pattern, opt.T, run->packing, doc)
                                         : UINT64_MAX;
     const bool by_val = val < train / N;
     const uint64_t cap = std::min<uint64_t>({train / N, val, (uint64_t)INT_MAX});
@@ -514,6 +518,35 @@ int data_batch_cap(Run<Model>* run) {
         print0("-b auto: B at most %llu: the %s holds %llu sequences of T=%d\n", (unsigned long long)cap, which,
                (unsigned long long)(by_val ? val : train), opt.T);
     return (int)cap;
+}
+
+// The token that starts a document, for --packing slots, --doc-mask,
+// --doc-positions, samples (-s) and HellaSwag's padding (-h): --doc-token; else
+// the EOT that a built-in-corpus shard records (the first train shard); else
+// the family's for its vocabulary (document_start_token). Where none is known
+// (-1) and a flag needs one, the run stops and asks for --doc-token: a wrong
+// token would silently mix or split documents.
+template <class Model>
+int document_token_for_run(const Run<Model>* run) {
+    const TrainOptions& opt = run->opt;
+    const int V = vocab_size(&run->model);
+    if (opt.doc_token >= V)
+        llmc::failf("--doc-token %d: not a token of the model's vocabulary (V=%d)", opt.doc_token, V);
+    if (opt.doc_token >= 0) return opt.doc_token;
+    MarkovShardInfo corpus;
+    const std::vector<std::string> shards = dataloader_find_shards(opt.train_pattern);
+    int token = markov_corpus_info(shards[0].c_str(), &corpus) && corpus.eot < V ? corpus.eot
+                                                                                 : document_start_token(&run->model);
+    const char* needs = run->packing == DataPacking::Slots ? "--packing slots"
+                        : opt.doc_mask                     ? "--doc-mask"
+                        : opt.doc_positions                ? "--doc-positions"
+                        : opt.sample_every > 0             ? "-s"
+                        : opt.hellaswag                    ? "-h"
+                                                           : nullptr;
+    if (token < 0 && needs)
+        llmc::failf("%s: the token that starts a document is not known for %s with V=%d; give it with --doc-token <id>",
+                    needs, Model::NAME, V);
+    return token;
 }
 
 // The model: the newest complete checkpoint of -o that passes its checks
@@ -542,6 +575,7 @@ void build_model(Run<Model>* run) {
         if (!init_is_descriptor<Model>(opt.init) && stat(opt.init, &st) == 0) init_from_model_file(model, opt.init);
         else init_from_descriptor(model, opt.init, opt.seed);
     }
+    model->doc_token = document_token_for_run(run);
     run->start_step = std::max(run->resume_step, 0);
     run->initial_gap = run->resumed.initial_val_gap;
     run->watchdog->mark(opt.B == 0 ? "-b auto: choosing the micro-batch (a trial step)" : "allocating the activations");
@@ -563,10 +597,12 @@ void open_data(Run<Model>* run) {
     run->watchdog->mark("opening the data");
     // Every rank reads the whole global micro-batch (N x B sequences) and
     // trains on its B of them (next_step_batch). Val batches are split by rank.
-    dataloader_init(&run->train_loader, opt.train_pattern, N * opt.B, opt.T, 0, 1, V, false, opt.seed, run->packing);
+    dataloader_init(&run->train_loader, opt.train_pattern, N * opt.B, opt.T, 0, 1, V, false, opt.seed, run->packing,
+                    model->doc_token);
     if (run->resume_step >= 0) dataloader_restore(&run->train_loader, run->resumed.train_data);
     if (reads_val(opt))
-        dataloader_init(&run->val_loader, opt.val_pattern, opt.B, opt.T, rank, N, V, false, opt.seed, run->packing);
+        dataloader_init(&run->val_loader, opt.val_pattern, opt.B, opt.T, rank, N, V, false, opt.seed, run->packing,
+                        model->doc_token);
     run->steps = opt.max_steps > 0 ? opt.max_steps : std::max(1L, (long)(run->train_loader.num_tokens / tokens_per_step));
     const int resumed = run->resume_step;
     if (resumed > run->steps)
@@ -605,7 +641,7 @@ void print_run(Run<Model>* run) {
     print0("batch: B=%d x T=%d x N=%d x A=%d = %ld tokens per step\n", opt.B, opt.T, N,
            (int)(tokens_per_step / run->ramp.micro_tokens), tokens_per_step);
     if (model.doc_mask || model.doc_positions)
-        print0("documents: starting at token %d; attention %s; positions %s\n", document_start_token(&model),
+        print0("documents: starting at token %d; attention %s; positions %s\n", model.doc_token,
                model.doc_mask ? "within each document" : "across documents",
                model.doc_positions ? "restart at each document" : "0..T-1 per sequence");
     if (opt.ramp_tokens > 0)

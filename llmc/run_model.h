@@ -109,7 +109,7 @@ void token_losses(Model* model, const int* inputs, const int* targets, float* lo
 template <class Model>
 double evaluate_hellaswag(Model* model, const std::vector<HellaSwagExample>& examples, long* scored) {
     const int B = model->B, T = model->T, rows = hellaswag_rows_needed(), per_batch = B / rows;
-    const int eot = document_start_token(model);
+    const int eot = model->doc_token;  // the padding after each row's ending
     std::vector<int> inputs((size_t)B * T), targets((size_t)B * T);
     std::vector<float> losses((size_t)B * T);
     double correct = 0, count = 0;
@@ -147,7 +147,7 @@ inline void read_logits_row(const floatX* device_logits, int position, int V, in
 template <class Model>
 std::vector<int> generate(Model* model, int tokens, float temperature, int top_k, uint64_t seed) {
     const int B = model->B, T = model->T, V = vocab_size(model);
-    std::vector<int> inputs((size_t)B * T, document_start_token(model)), targets((size_t)B * T, -1), out;
+    std::vector<int> inputs((size_t)B * T, model->doc_token), targets((size_t)B * T, -1), out;
     std::vector<float> logits(V);
     SamplerRng rng = sampler_rng(seed);
     for (int t = 1; t <= tokens && t < T; t++) {

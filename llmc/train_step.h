@@ -19,7 +19,9 @@
 //                                                  adds into grads_memory; reduce_layer(model, l)
 //                                                  as each layer completes when reduce
 //   float* reduce_scratch(Model*);                 global_norm_scratch_floats() floats
-//   int document_start_token(const Model*);        the token that begins a document
+//   int document_start_token(const Model*);        the token that begins a document in data for the
+//                                                  model's vocabulary; -1: not known (llmc/run.h then
+//                                                  asks for --doc-token)
 #pragma once
 #include <cmath>
 #include <cstring>
@@ -31,9 +33,9 @@
 #include "llmc/params.h"
 
 // ---- documents ----------------------------------------------------------------
-// A document starts at each document_start_token (GPT-2's <|endoftext|>, which
-// begins every document in the shards; the built-in corpus's EOT) and at the
-// start of each sequence. With --doc-mask or --doc-positions the host derives,
+// A document starts at each doc_token (GPT-2's <|endoftext|>, which begins
+// every document in the shards; Llama 3's <|begin_of_text|>; the built-in
+// corpus's EOT; llmc/run.h sets it) and at the start of each sequence. With --doc-mask or --doc-positions the host derives,
 // per micro-batch, from its tokens, a document layout of document_ints:
 //   [0, 2BT)     (B, T) int2 spans {first position, one past the last} of each
 //                token's document: the attention's mask (document_spans)
@@ -68,6 +70,7 @@ struct MicroBatches {
     // documents (--doc-mask, --doc-positions; see document_layout)
     int doc_mask = 0;             // attention stays inside each document
     int doc_positions = 0;        // position ids restart at each document
+    int doc_token = -1;           // the token that starts a document (also samples' first input)
     int* documents;               // device: the current micro-batch's document layout
     int* staged_documents;        // pinned: A document layouts
     int distinct_positions = 0;   // groups of the current micro-batch's position plan
@@ -179,7 +182,7 @@ void upload_micro_batch(Model* model, int i) {
         const size_t ints = document_ints(model->B, model->T);
         int* layout = model->staged_documents + i * ints;
         model->distinct_positions = document_layout(layout, model->staged_inputs + i * n, model->B, model->T,
-                                                    document_start_token(model), model->doc_positions);
+                                                    model->doc_token, model->doc_positions);
         const size_t used = model->doc_positions ? ints : 2 * n;  // the spans alone without positions
         cudaCheck(cudaMemcpyAsync(model->documents, layout, used * sizeof(int), cudaMemcpyHostToDevice, model->stream));
     }

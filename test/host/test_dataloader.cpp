@@ -170,6 +170,8 @@ static ChildResult run_child(const std::vector<std::string>& args) {
 // Child modes:
 //   load PATTERN B T VOCAB NBATCHES      init, then NBATCHES batches
 //   restore PATTERN T1 T2                position of a T1 loader restored into a T2 loader
+//   slots PATTERN VOCAB DOC_TOKEN        init with one document per slot
+//   write PATH VOCAB ID                  dataloader_write_shard of the one token ID
 //   markov DIR VOCAB                     markov_corpus_write with small counts
 static int child_main(int argc, char** argv) {
     g_child_mode = true;
@@ -193,8 +195,19 @@ static int child_main(int argc, char** argv) {
     if (mode == "restore-packed-into-slots" && argc == 4) {
         DataLoader a, b;
         dataloader_init(&a, argv[3], 1, 4, 0, 1, kVocab, false, 0);
-        dataloader_init(&b, argv[3], 1, 4, 0, 1, kVocab, false, 0, DataPacking::Slots);
+        dataloader_init(&b, argv[3], 1, 4, 0, 1, kVocab, false, 0, DataPacking::Slots, kVocab - 1);
         dataloader_restore(&b, dataloader_position(&a));
+        return 0;
+    }
+    if (mode == "slots" && argc == 6) {  // slots PATTERN VOCAB DOC_TOKEN
+        DataLoader L;
+        dataloader_init(&L, argv[3], 1, 4, 0, 1, atoi(argv[4]), false, 0, DataPacking::Slots, atoi(argv[5]));
+        dataloader_free(&L);
+        return 0;
+    }
+    if (mode == "write" && argc == 6) {  // write PATH VOCAB ID: a shard of the one token ID
+        const uint32_t id = (uint32_t)strtoul(argv[5], nullptr, 10);
+        dataloader_write_shard(argv[3], &id, 1, atoi(argv[4]));
         return 0;
     }
     if (mode == "markov" && argc == 5) {
@@ -451,7 +464,7 @@ static void test_slots() {
         {E, P, P, P, 41, -1, -1, -1},    // the last document of the data: no next start
     };
     DataLoader L;
-    dataloader_init(&L, pat.c_str(), 1, T, 0, 1, kVocab, false, 1, DataPacking::Slots);
+    dataloader_init(&L, pat.c_str(), 1, T, 0, 1, kVocab, false, 1, DataPacking::Slots, E);
     bool ok = L.num_sequences == want.size();
     for (int epoch = 0; epoch < 2; epoch++)
         for (const auto& w : want) ok = ok && rows(take(L), 1, T)[0] == w;
@@ -459,8 +472,9 @@ static void test_slots() {
     dataloader_free(&L);
     // the stream of slots splits over ranks and restores from a position as the packed stream does
     DataLoader two[2], one;
-    for (int r = 0; r < 2; r++) dataloader_init(&two[r], pat.c_str(), 1, T, r, 2, kVocab, true, 3, DataPacking::Slots);
-    dataloader_init(&one, pat.c_str(), 2, T, 0, 1, kVocab, true, 3, DataPacking::Slots);
+    for (int r = 0; r < 2; r++)
+        dataloader_init(&two[r], pat.c_str(), 1, T, r, 2, kVocab, true, 3, DataPacking::Slots, E);
+    dataloader_init(&one, pat.c_str(), 2, T, 0, 1, kVocab, true, 3, DataPacking::Slots, E);
     dataloader_next_batch(&two[0]);
     dataloader_next_batch(&two[1]);
     dataloader_restore(&one, dataloader_position(&two[0]));
@@ -475,6 +489,77 @@ static void test_slots() {
     // a packed position does not restore into a slots loader over the same data (another stream)
     expect_error("slots: a packed position is refused", {"restore-packed-into-slots", pat},
                  {"cannot restore the data position"});
+}
+
+// Slots over uint32 shards whose document-start token is not V-1 and not a
+// uint16 (Llama 3's <|begin_of_text|> = 128000 of V = 128256): documents start
+// at that token, the padding is that token, and V-1 (128255, here inside a
+// document) starts nothing. The token is checked against the vocabulary.
+static void test_slots_doc_token() {
+    const int V = 128256, B = 1, T = 4;
+    const uint32_t S = 128000, X = (uint32_t)V - 1;
+    const std::string d = g_dir + "/slots_u32";
+    mkdir(d.c_str(), 0755);
+    const std::vector<uint32_t> toks = {S, 70001, X, 70003, S, 9, 128001, S, 5};
+    dataloader_write_shard(d + "/a.bin", toks.data(), toks.size(), V);
+    const int s = (int)S, x = (int)X;
+    const std::vector<std::vector<int>> want = {
+        {s, 70001, x, 70003, 70001, x, 70003, s},  // X inside a document: no start
+        {s, 9, 128001, s, 9, 128001, s, -1},       // <|end_of_text|> ends it; padded with S
+        {s, s, s, s, 5, -1, -1, -1},                 // the last document: S 5, padded
+    };
+    DataLoader L;
+    dataloader_init(&L, (d + "/a.bin").c_str(), B, T, 0, 1, V, false, 0, DataPacking::Slots, (int)S);
+    bool ok = L.num_sequences == want.size() && L.doc_token == (int)S;
+    for (const auto& w : want) ok = ok && rows(take(L), B, T)[0] == w;
+    dataloader_free(&L);
+    CHECK(ok, "slots on a uint32 shard: documents start at token 128000 (not V-1), padding 128000");
+    CHECK(dataloader_count_sequences((d + "/a.bin").c_str(), T, DataPacking::Slots, (int)X) == 2,
+          "slots with V-1 as the document start instead: 2 documents (the shard's first token and the one V-1)");
+    expect_error("slots without a document-start token", {"slots", d + "/a.bin", std::to_string(V), "-1"},
+                 {"one document per slot needs the token that starts a document", "got -1"});
+    expect_error("slots with a document-start token >= V", {"slots", d + "/a.bin", std::to_string(V), std::to_string(V)},
+                 {"[0, vocab_size 128256): got 128256"});
+}
+
+// dataloader_write_shard: uint16 while the vocabulary's ids fit (V <= 65536:
+// llm.c's bytes, unchanged), uint32 above; what it writes reads back.
+static void test_write_shard() {
+    const std::string d = g_dir + "/write";
+    mkdir(d.c_str(), 0755);
+    struct Case { int V; int token_size; std::vector<uint32_t> toks; };
+    const std::vector<Case> cases = {{50257, 2, {50256, 1, 2, 50255, 7}},
+                                     {65536, 2, {65535, 0, 1, 65534, 3}},
+                                     {65537, 4, {65536, 0, 1, 65535, 3}},
+                                     {128256, 4, {128000, 70000, 1, 128255, 128001}}};
+    for (const Case& c : cases) {
+        const std::string p = d + "/v" + std::to_string(c.V) + ".bin";
+        dataloader_write_shard(p, c.toks.data(), c.toks.size(), c.V);
+        std::vector<unsigned char> bytes;
+        FILE* f = fopen(p.c_str(), "rb");
+        for (int ch; f && (ch = fgetc(f)) != EOF;) bytes.push_back((unsigned char)ch);
+        if (f) fclose(f);
+        int32_t h[3] = {0, 0, 0};
+        if (bytes.size() >= 12) memcpy(h, bytes.data(), 12);
+        const bool wide = c.token_size == 4;
+        bool ok = bytes.size() == DATALOADER_HEADER_BYTES + c.toks.size() * c.token_size &&
+                  h[0] == (wide ? 20240801 : 20240520) && h[1] == (wide ? 7 : 1) && h[2] == (int32_t)c.toks.size() &&
+                  dataloader_token_size(c.V) == c.token_size;
+        for (size_t i = 0; ok && i < c.toks.size(); i++) {
+            uint32_t v = 0;
+            memcpy(&v, &bytes[DATALOADER_HEADER_BYTES + i * c.token_size], c.token_size);  // little-endian host
+            ok = v == c.toks[i];
+        }
+        DataLoader L;
+        dataloader_init(&L, p.c_str(), 1, 4, 0, 1, c.V, false, 0);
+        dataloader_next_batch(&L);
+        for (int t = 0; t < 4; t++) ok = ok && L.inputs[t] == (int)c.toks[t] && L.targets[t] == (int)c.toks[t + 1];
+        dataloader_free(&L);
+        CHECK(ok, "write_shard V=%d: uint%d shard (magic %d, version %d, %zu bytes), read back by the loader", c.V,
+              8 * c.token_size, h[0], h[1], bytes.size());
+    }
+    expect_error("a uint16 shard refuses id 65536", {"write", d + "/x.bin", "65536", "65536"},
+                 {"token id 65536 does not fit a uint16 shard"});
 }
 
 static void test_uint32() {
@@ -940,6 +1025,8 @@ int main(int argc, char** argv) {
     test_position(false);
     test_position(true);
     test_slots();
+    test_slots_doc_token();
+    test_write_shard();
     test_uint32();
     test_large_offsets();
     test_prefetch_and_large_batches();

@@ -109,6 +109,7 @@ static GPT2 small_model(int B, int T, int A, bool docs = false) {
     init_from_model_file(&model, ref_path("small_model_fp32.bin").c_str());
     allocate_activations(&model, B, T, A);
     model.doc_mask = model.doc_positions = docs;
+    model.doc_token = model.config.vocab_size - 1;  // the reference's document start
     return model;
 }
 
@@ -169,6 +170,7 @@ static void test_debug_case(const char* label, GPT2& model, const std::string& p
     allocate_activations(&model, ref.B, ref.T, 1);
     model.gelu_fusion = gelu_fusion;
     model.doc_mask = model.doc_positions = docs;
+    model.doc_token = model.config.vocab_size - 1;  // the reference's document start
     const int V = model.config.vocab_size, Vp = model.config.padded_vocab_size;
     const size_t BT = (size_t)ref.B * ref.T;
     evaluate_batch(&model, ref.x.data(), ref.y.data());

@@ -71,6 +71,7 @@ static void test_debug_case(const char* label, const std::string& descriptor, co
     const DebugRef ref = read_debug(ref_path(file), model.config.V, model.num_parameters);
     allocate_activations(&model, ref.B, ref.T, 1);
     model.doc_mask = model.doc_positions = docs;
+    model.doc_token = model.config.V - 1;  // the reference's document start
     const int V = model.config.V, Vp = padded_vocab(model.config);
     const size_t BT = (size_t)ref.B * ref.T;
     evaluate_batch(&model, ref.x.data(), ref.y.data());

@@ -181,6 +181,7 @@ static void test_hellaswag_and_sampling() {
         GPT2 model;
         init_from_descriptor(&model, model_desc, 21);
         allocate_activations(&model, batch[k], 32, 1);
+        model.doc_token = 299;  // V-1: samples start at it, HellaSwag pads with it
         accuracy[k] = evaluate_hellaswag(&model, examples, &scored[k]);
         samples[k] = generate(&model, 20, k == 2 ? 0.0f : 1.0f, 0, 77);
         free_model(&model);
@@ -228,6 +229,7 @@ static void test_documents() {
     GPT2 model;
     init_from_descriptor(&model, MODEL, 5);
     allocate_activations(&model, B, T, 1);
+    model.doc_token = EOT;
     // sequence 0: EOT, a first document, EOT, then document D; sequence 1: D from position 0, then another one.
     // Targets: the next token (the last position of each sequence unmasked too, as shards do).
     const std::vector<int> other = tokens(2 * T + 1, 31, V - 1), doc = tokens(T, 32, V - 1);

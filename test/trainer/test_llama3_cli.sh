@@ -1,8 +1,10 @@
 #!/bin/bash
 # train_llama3's command line (default: build/cpu/train_llama3): bad input to
 # what is Llama's own (the descriptor, the transformers folder, GPT-2-only
-# flags) gets one "error:" line and exit 1; --help describes Llama's -r and -e;
-# the built-in default trains. A checkpoint's model is a Hugging Face folder
+# flags, the document-start token) gets one "error:" line and exit 1; --help
+# describes Llama's -r, -e and --doc-token; uint32 shards (ids >= 65536) train
+# with --packing slots and --doc-mask at the right document start; the
+# built-in default trains. A checkpoint's model is a Hugging Face folder
 # model_S/ of exactly config.json and model.safetensors, both listed in DONE_S;
 # -e takes it; -y 1 refuses a truncated model.safetensors in it and a folder
 # that is a symbolic link (falling back to the checkpoint before); -nk removes
@@ -34,6 +36,57 @@ check "a folder with config.json and no safetensors is refused" one_error "model
 check "--help: -r recomputes SwiGLU and the RMSNorms" grep -q "1 = SwiGLU, 2 = SwiGLU and the RMSNorms" "$work/help"
 check "--help: -e names the published sizes" grep -q "llama3.2-1b" "$work/help"
 check "--help: no GPT-2 GELU recompute text" bash -c "! grep -q '1 = GELU' '$work/help'"
+# Data with ids >= 65536: llm.c's uint32 shards (magic 20240801, version 7).
+# shard PATH V START LENGTHS...: documents of the given lengths, each starting
+# with token START, the rest ids in [65536, V-100); the second token is V-50.
+shard() {
+    python3 - "$@" <<'PY'
+import struct, sys
+path, V, start, lengths = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), [int(x) for x in sys.argv[4:]]
+toks = []
+for k, n in enumerate(lengths):
+    toks += [start] + [65536 + (k * 131 + i * 17) % (V - 100 - 65536) for i in range(n - 1)]
+toks[1] = V - 50
+with open(path, "wb") as f:
+    f.write(struct.pack("<256i", 20240801, 7, len(toks), *[0] * 253))
+    f.write(struct.pack("<%dI" % len(toks), *toks))
+PY
+}
+# V=70000: documents start at 69000 (not V-1). A slot of T=16 holds a document
+# through the next start (its last target), cut at T+1 tokens: a document of n
+# tokens has min(n, T) counted targets, so the first step's 4 documents (5, 9,
+# 3, 20 tokens) count 5 + 9 + 3 + 16 = 33 of B x T = 64 (util 51.6%); documents
+# cut at any other token count otherwise (or are too few).
+V70="llama3:L=1,C=32,H=2,KV=1,F=64,V=70000,T=16"
+shard "$work/u32.bin" 70000 69000 5 9 3 20 7 11 4 6 8 12
+run70() { timeout $((300 * ${TEST_TIMEOUT_SCALE:-1})) "$BIN" -e "$V70" -i "$work/u32.bin" -b 4 -t 16 -x 1 -v 0 -s 0 "$@"; }
+check "uint32 shard, --packing slots --doc-mask 1 --doc-token 69000: documents found at 69000 (util 51.6%)" \
+    bash -c "$(declare -f run70); BIN='$BIN' V70='$V70' work='$work' run70 --packing slots --doc-mask 1 --doc-token 69000 >'$work/run70' 2>&1 &&
+             grep -q 'documents: starting at token 69000' '$work/run70' && grep -qE '^step +1/1 .*util 51\.6%' '$work/run70'"
+check "uint32 shard, --doc-token 69999 (V-1, absent from the data): not the same documents (one slot per shard start)" \
+    one_error "too few documents" -e "$V70" -i "$work/u32.bin" -b 4 -t 16 -x 1 -v 0 -s 0 --packing slots --doc-token 69999
+check "Llama V=70000 with --packing slots and no --doc-token: one error naming --doc-token" \
+    one_error "--packing slots: the token that starts a document is not known for Llama 3 with V=70000; give it with --doc-token" \
+    -e "$V70" -i "$work/u32.bin" -b 4 -t 16 -x 1 -v 0 -s 0 --packing slots
+check "... --doc-mask 1 with no --doc-token: the same, naming --doc-mask" \
+    one_error "--doc-mask: .*--doc-token" -e "$V70" -i "$work/u32.bin" -b 4 -t 16 -x 1 -v 0 -s 0 --doc-mask 1
+check "... -s 1 with no --doc-token (a sample starts at a document start): the same, naming -s" \
+    one_error "-s: .*--doc-token" -e "$V70" -i "$work/u32.bin" -b 4 -t 16 -x 1 -v 0 -s 1
+check "--doc-token 70000 (= V) is refused" \
+    one_error "--doc-token 70000: not a token of the model's vocabulary (V=70000)" -e "$V70" -i "$work/u32.bin" -x 1 --doc-mask 1 --doc-token 70000
+check "--doc-token -2 is refused" one_error "--doc-token -2" -e "$V70" -i "$work/u32.bin" -x 1 --doc-token -2
+check "the vocabulary check refuses id 69950 in a uint32 shard for V=69900 (one line)" \
+    one_error "u32.bin: token id 69950 at token offset 1 (byte offset 1028) is >= vocab_size 69900" \
+    -e "llama3:L=1,C=32,H=2,KV=1,F=64,V=69900,T=16" -i "$work/u32.bin" -b 4 -t 16 -x 1 -v 0 -s 0
+# Llama 3's own vocabulary: documents start at <|begin_of_text|> = 128000
+# without --doc-token. Three of them, for B=4 slots: the loader's count names
+# them (V-1 = 128255 would find one). (The count, not a step: a bf16 row of
+# 128256 logits exceeds fused_classifier's shared memory on this build.)
+shard "$work/l3.bin" 128256 128000 5 9 3
+check "V=128256: --packing slots starts documents at 128000 (<|begin_of_text|>) by default" \
+    one_error "l3.bin: too few documents: the 1 shard(s) hold 3, need at least B = 4" \
+    -e "llama3:L=1,C=32,H=2,KV=1,F=32,V=128256,T=16" -i "$work/l3.bin" -b 4 -t 16 -x 1 -v 0 -s 0 --packing slots
+check "--help: --doc-token says Llama 3's default" grep -q "128000 (<|begin_of_text|>)" "$work/help"
 check "the built-in default trains 3 steps" bash -c "'$BIN' -x 3 -v 0 -s 0 >'$work/run' 2>&1 && grep -qE '^step +3/' '$work/run'"
 
 # ---- checkpoints: the model is a Hugging Face folder
