@@ -551,6 +551,13 @@ rc=$?
     grep -q "^batch: B=6 x T=16 x N=1 x A=1 = 96 tokens per step" "$WORK/auto141" &&
     grep -qE "^step +1/1 " "$WORK/auto141" && grep -q "^step 1: val loss" "$WORK/auto141"
 check "-b auto on 141 GB trains with the B its val data holds (exit $rc): $(grep -E '^(batch|error)' "$WORK/auto141")" $?
+# and on the built-in corpus (no -i) with -v 0: no val data read, B at most the 64 sequences of -d
+(cd "$WORK" && CPUCUDA_DEVICE_MEMORY_MB=134400 "$OLDPWD/$BIN" -e "L=1,C=32,H=2,V=256,maxT=64" -b auto -d 4096 -v 0 -x 1 \
+    >"$WORK/auto141b" 2>&1)
+rc=$?
+[[ $rc -eq 0 ]] && grep -q "^batch: B=64 x T=64 x N=1 x A=1 = 4096 tokens per step" "$WORK/auto141b" &&
+    grep -qE "^step +1/1 " "$WORK/auto141b"
+check "-b auto on 141 GB trains the built-in corpus with -v 0, B from -d (exit $rc): $(grep -E '^(batch|error)' "$WORK/auto141b")" $?
 "$BIN" -e "$TINY" -i "$WORK/good.bin" -j "$WORK/small.bin" -b 8 -t 16 -x 1 -v 0 >/dev/null 2>&1
 check "-v 0 opens no val loader: a val set of 6 sequences does not stop B=8" $?
 expect_error "a val set too small for B names both numbers" "small.bin: too few tokens: 100 in 1 shard(s), need at least B\*T+1 = 129 (B=8" \
