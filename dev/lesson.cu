@@ -27,8 +27,9 @@ static void first_batch(DataPacking packing, std::vector<int>* x, std::vector<in
     markov_corpus_write(CORPUS, MARKOV_DEFAULT_SEED, MARKOV_DEFAULT_TRAIN_TOKENS, MARKOV_DEFAULT_VAL_TOKENS,
                         MARKOV_DEFAULT_VOCAB);
     DataLoader loader;
+    // the corpus's documents start at its EOT, V-1
     dataloader_init(&loader, markov_corpus_train_path(CORPUS).c_str(), SEQUENCES, T, 0, 1, MARKOV_DEFAULT_VOCAB,
-                    false, 1337, packing);
+                    false, 1337, packing, MARKOV_DEFAULT_VOCAB - 1);
     dataloader_next_batch(&loader);
     x->assign(loader.inputs, loader.inputs + SEQUENCES * T);
     y->assign(loader.targets, loader.targets + SEQUENCES * T);
