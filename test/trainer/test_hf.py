@@ -11,8 +11,8 @@ dev/make_hf_fixture.py):
   checkpoint exports;
   (d) -e FOLDER reads a transformers folder directly (train_gpt.cu, llmc/hf_model.h): the
   weights bitwise those of import_hf.py's file of the same folder, for F32, BF16 and F16
-  tensors and the hub's layout (no "transformer." prefix, mask buffers, a tied
-  lm_head.weight); fine-tuning it gives the import's losses exactly; a folder with a wrong
+  tensors, the hub's layout (no "transformer." prefix, mask buffers, a tied
+  lm_head.weight) and 2 shards with their index; fine-tuning it gives the import's losses exactly; a folder with a wrong
   shape, a missing, extra or F64 tensor, an untied head, an unsupported config.json key or
   Llama's config is refused with one error line naming it;
 and bad input: one `error:` line, exit 1: malformed files (NaN weights, n_head -1, overlapping
@@ -257,7 +257,16 @@ def folder_variants():
     f16 = copy_fixture("direct_f16_hub")
     os.unlink(os.path.join(f16, "model.safetensors"))
     save_file(hub, os.path.join(f16, "model.safetensors"))
-    return {"F32 (the fixture)": FIXTURE, "BF16": bf16, "F16, the hub's layout": f16}, fixture
+    shards = copy_fixture("direct_shards")
+    os.unlink(os.path.join(shards, "model.safetensors"))
+    names = sorted(fixture)
+    weight_map = {}
+    for k, part in enumerate((names[:len(names) // 2], names[len(names) // 2:])):
+        shard = f"model-0000{k + 1}-of-00002.safetensors"
+        save_file({n: fixture[n] for n in part}, os.path.join(shards, shard))
+        weight_map.update({n: shard for n in part})
+    json.dump({"metadata": {}, "weight_map": weight_map}, open(os.path.join(shards, "model.safetensors.index.json"), "w"))
+    return {"F32 (the fixture)": FIXTURE, "BF16": bf16, "F16, the hub's layout": f16, "F32 in 2 shards": shards}, fixture
 
 
 def direct_folders(m3):
@@ -266,7 +275,8 @@ def direct_folders(m3):
     variants, fixture = folder_variants()
     for label, folder in variants.items():
         out = os.path.join(tmp, "direct.bin")
-        r = tool("import_hf.py", folder, out)
+        # (import_hf.py reads one model.safetensors: the shards are compared with the fixture's import)
+        r = tool("import_hf.py", FIXTURE if "shards" in label else folder, out)
         ok, said = same_weights(folder, out) if r.returncode == 0 else (False, r.stderr.strip())
         check(f"-e FOLDER, {label}: the weights bitwise import_hf.py's ({said.splitlines()[-2] if ok else said})", ok)
     losses_bin, _ = train_losses(m3, os.path.join(tmp, "run_bin"))
@@ -306,7 +316,9 @@ def direct_folders(m3):
         ("n_inner 100", configured("d_inner", n_inner=100), ["n_inner 100"]),
         ("n_layer missing", configured("d_layers", n_layer=None), ["n_layer is missing"]),
         ("a Llama folder", "test/ref/llama3_hf_tiny/tied", ['model_type is "llama"', "train_llama3"]),
+        ("no config.json", rewritten("d_no_config", lambda t: t), ["config.json: cannot read"]),
     ]
+    os.unlink(os.path.join(tmp, "d_no_config", "config.json"))
     for label, folder, words in bad:
         r = subprocess.run([BINS[2], "-e", folder, "-t", "32", "-b", "4", "-x", "1"], capture_output=True, text=True)
         refused(f"-e FOLDER with {label}", r, *words)
