@@ -14,6 +14,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -29,6 +30,7 @@
 #include "llmc/params.h"
 #include "llmc/train_step.h"
 #include "llmc/checkpoint.h"
+#include "llmc/hf_model.h"
 #include "llmc/mfu.h"
 #include "llmc/rand.h"
 #include "llmc/run_checkpoint.h"
@@ -66,25 +68,26 @@ struct ParameterSpec {
     Dim rows, cols;  // of one layer's tensor
     bool decays;     // AdamW's weight decay: the matrices, embeddings included
     Init init;
+    const char* hf_name;  // in transformers' GPT2LMHeadModel (a layer's under h.N.)
 };
 constexpr ParameterSpec PARAMETERS[] = {
-    // name    per layer  rows     cols      decays  init
-    {"wte",      false, Dim::Vp,   Dim::C,   true,  Init::Normal},  // (its padded vocabulary rows are 0)
-    {"wpe",      false, Dim::maxT, Dim::C,   true,  Init::Normal},
-    {"ln1w",     true,  Dim::C,    Dim::One, false, Init::Ones},
-    {"ln1b",     true,  Dim::C,    Dim::One, false, Init::Zeros},
-    {"qkvw",     true,  Dim::C3,   Dim::C,   true,  Init::Normal},
-    {"qkvb",     true,  Dim::C3,   Dim::One, false, Init::Zeros},
-    {"attprojw", true,  Dim::C,    Dim::C,   true,  Init::Residual},
-    {"attprojb", true,  Dim::C,    Dim::One, false, Init::Zeros},
-    {"ln2w",     true,  Dim::C,    Dim::One, false, Init::Ones},
-    {"ln2b",     true,  Dim::C,    Dim::One, false, Init::Zeros},
-    {"fcw",      true,  Dim::C4,   Dim::C,   true,  Init::Normal},
-    {"fcb",      true,  Dim::C4,   Dim::One, false, Init::Zeros},
-    {"fcprojw",  true,  Dim::C,    Dim::C4,  true,  Init::Residual},
-    {"fcprojb",  true,  Dim::C,    Dim::One, false, Init::Zeros},
-    {"lnfw",     false, Dim::C,    Dim::One, false, Init::Ones},
-    {"lnfb",     false, Dim::C,    Dim::One, false, Init::Zeros},
+    // name    per layer  rows     cols      decays  init            transformers
+    {"wte",      false, Dim::Vp,   Dim::C,   true,  Init::Normal,   "wte.weight"},  // (its padded vocabulary rows are 0)
+    {"wpe",      false, Dim::maxT, Dim::C,   true,  Init::Normal,   "wpe.weight"},
+    {"ln1w",     true,  Dim::C,    Dim::One, false, Init::Ones,     "ln_1.weight"},
+    {"ln1b",     true,  Dim::C,    Dim::One, false, Init::Zeros,    "ln_1.bias"},
+    {"qkvw",     true,  Dim::C3,   Dim::C,   true,  Init::Normal,   "attn.c_attn.weight"},
+    {"qkvb",     true,  Dim::C3,   Dim::One, false, Init::Zeros,    "attn.c_attn.bias"},
+    {"attprojw", true,  Dim::C,    Dim::C,   true,  Init::Residual, "attn.c_proj.weight"},
+    {"attprojb", true,  Dim::C,    Dim::One, false, Init::Zeros,    "attn.c_proj.bias"},
+    {"ln2w",     true,  Dim::C,    Dim::One, false, Init::Ones,     "ln_2.weight"},
+    {"ln2b",     true,  Dim::C,    Dim::One, false, Init::Zeros,    "ln_2.bias"},
+    {"fcw",      true,  Dim::C4,   Dim::C,   true,  Init::Normal,   "mlp.c_fc.weight"},
+    {"fcb",      true,  Dim::C4,   Dim::One, false, Init::Zeros,    "mlp.c_fc.bias"},
+    {"fcprojw",  true,  Dim::C,    Dim::C4,  true,  Init::Residual, "mlp.c_proj.weight"},
+    {"fcprojb",  true,  Dim::C,    Dim::One, false, Init::Zeros,    "mlp.c_proj.bias"},
+    {"lnfw",     false, Dim::C,    Dim::One, false, Init::Ones,     "ln_f.weight"},
+    {"lnfb",     false, Dim::C,    Dim::One, false, Init::Zeros,    "ln_f.bias"},
 };
 constexpr int NUM_PARAMETER_TENSORS = sizeof(PARAMETERS) / sizeof(PARAMETERS[0]);
 
@@ -179,8 +182,9 @@ struct GPT2 : Parameters, MicroBatches {
     static constexpr const char* NAME = "GPT-2";
     static constexpr const char* INIT_DEFAULT = "d12";
     static constexpr const char* INIT_HELP =
-        "model file .bin (llm.c format, version 3 or 5), or a model descriptor:\nd12, d24, d36, d48, or e.g. "
-        "\"L=2,C=64,H=4,V=250,maxT=64\" (a file named\nlike a descriptor is given with a '/': ./d12)";
+        "model file .bin (llm.c format, version 3 or 5), a transformers GPT-2 folder\n(config.json + "
+        "model.safetensors or shards), or a model descriptor:\nd12, d24, d36, d48, or e.g. \"L=2,C=64,H=4,V=250,"
+        "maxT=64\" (a file named\nlike a descriptor is given with a '/': ./d12)";
     static constexpr const char* DOC_START_HELP = "attention within each document only (documents start at --doc-token)";
     static constexpr const char* DOC_TOKEN_HELP =
         "the token that starts a document (--packing slots, --doc-mask, --doc-positions,\nsamples); -1: the built-in "
@@ -301,7 +305,7 @@ static void init_from_descriptor(GPT2* model, const char* descriptor, uint64_t s
     set_weights(model, gpt2_initial_weights(model->config, seed));
 }
 
-// ---- model files (llm.c's format, llmc/checkpoint.h) --------------------------
+// ---- model files: llm.c's format (llmc/checkpoint.h), or a transformers folder ---
 static GPT2Config config_of(const ModelFileHeader& h) {
     return GPT2Config{h.max_seq_len, h.vocab_size, h.padded_vocab_size, h.num_layers, h.num_heads, h.channels};
 }
@@ -318,7 +322,109 @@ static FILE* open_model_file(const char* path, GPT2Config* c, ModelFileHeader* h
     return f;
 }
 
+// ---- Hugging Face folders (transformers' GPT-2, llmc/hf_model.h) -------------
+// config.json (GPT2Config) as the trainer's shape; an option the trainer does
+// not compute is refused, naming its key. Vp is V rounded up to 128, as for a
+// descriptor.
+static GPT2Config hf_config(const std::string& path) {
+    const nlohmann::json j = llmc::hf_read_config_json(path);
+    const std::string type = j.contains("model_type") ? j["model_type"].dump() : "missing";
+    if (type != "\"gpt2\"")
+        FAIL("%s: model_type is %.60s, not \"gpt2\"%s", path.c_str(), type.c_str(),
+             type == "\"llama\"" ? " (a Llama folder: train_llama3 reads it)" : "");
+    GPT2Config c{};
+    const struct { const char* key; int* field; } sizes[] = {{"n_layer", &c.num_layers}, {"n_head", &c.num_heads},
+        {"n_embd", &c.channels}, {"vocab_size", &c.vocab_size}, {"n_positions", &c.max_seq_len}};
+    for (const auto& f : sizes) {
+        *f.field = llmc::hf_json_required_int(j, f.key, path);
+        if (*f.field <= 0) FAIL("%s: %s is %d, not > 0", path.c_str(), f.key, *f.field);
+    }
+    if (c.channels % c.num_heads != 0)
+        FAIL("%s: n_embd %d is not a multiple of n_head %d", path.c_str(), c.channels, c.num_heads);
+    c.padded_vocab_size = c.vocab_size <= (1 << 24) ? round_up_vocab(c.vocab_size) : c.vocab_size;
+    const std::string problem = model_shape_problem(c);
+    if (!problem.empty())
+        FAIL("%s: not a shape the trainer takes: %s (L = n_layer, NH = n_head, C = n_embd, V = vocab_size, maxT = "
+             "n_positions)", path.c_str(), problem.c_str());
+    // gelu_pytorch_tanh is gelu_new's formula (tanh), computed by another kernel
+    const std::string act = llmc::hf_json_string(j, "activation_function", path, "gelu_new");
+    if (act != "gelu_new" && act != "gelu_pytorch_tanh")
+        FAIL("%s: activation_function \"%.40s\" is not supported (the trainer's GELU is gelu_new's tanh form)",
+             path.c_str(), act.c_str());
+    bool found;
+    const int inner = llmc::hf_json_int(j, "n_inner", path, &found);
+    if (found && inner != 4 * c.channels)
+        FAIL("%s: n_inner %d is not supported (the trainer's MLP is 4 x n_embd = %d)", path.c_str(), inner, 4 * c.channels);
+    const double eps = llmc::hf_json_number(j, "layer_norm_epsilon", path, 1e-5);
+    if (std::fabs(eps - 1e-5) > 1e-12)
+        FAIL("%s: layer_norm_epsilon %g is not supported (the trainer's layernorm uses 1e-5)", path.c_str(), eps);
+    // reorder_and_upcast_attn is accepted: it computes the same attention in
+    // fp32, as the trainer's kernels accumulate it
+    const struct { const char* key; bool value; } flags[] = {
+        {"scale_attn_weights", true}, {"scale_attn_by_inverse_layer_idx", false}, {"tie_word_embeddings", true},
+        {"add_cross_attention", false}};
+    for (const auto& f : flags)
+        if (llmc::hf_json_bool(j, f.key, path, f.value) != f.value)
+            FAIL("%s: %s %s is not supported (only %s)", path.c_str(), f.key, f.value ? "false" : "true",
+                 f.value ? "true" : "false");
+    return c;
+}
+
+// Where each tensor of a transformers folder goes (names under prefix:
+// "transformer." as GPT2LMHeadModel saves them, "" in the hub's gpt2 files):
+// wte's V rows (the padded rows stay 0), layer l's h.l.* at its slice; a
+// layer's matrices are Conv1D's, stored (in, out), placed transposed.
+static std::vector<llmc::HfPlacement> hf_tensors(const GPT2Config& c, const std::string& prefix) {
+    std::vector<llmc::HfPlacement> out;
+    size_t at = 0;
+    for (int k = 0; k < NUM_PARAMETER_TENSORS; k++) {
+        const ParameterSpec& t = PARAMETERS[k];
+        const uint64_t rows = dim_size(t.rows, c), cols = dim_size(t.cols, c);
+        const bool conv1d = t.per_layer && t.cols != Dim::One;
+        std::vector<uint64_t> shape = {t.rows == Dim::Vp ? (uint64_t)c.vocab_size : rows};
+        if (t.cols != Dim::One) shape.push_back(cols);
+        if (conv1d) std::swap(shape[0], shape[1]);
+        for (int l = 0; l < (t.per_layer ? c.num_layers : 1); l++) {
+            const std::string layer = t.per_layer ? "h." + std::to_string(l) + "." : "";
+            out.push_back({prefix + layer + t.hf_name, shape, at + l * rows * cols, conv1d});
+        }
+        at += parameter_size(k, c);
+    }
+    return out;
+}
+
+// A transformers GPT-2 folder: config.json, then every tensor's name, shape
+// and dtype checked before anything is allocated. Besides the model's
+// tensors it may hold the attention mask buffers h.N.attn.bias and
+// h.N.attn.masked_bias (ignored) and lm_head.weight, which must be wte (GPT-2
+// ties them).
+static void init_from_hf_folder(GPT2* model, const char* path) {
+    const GPT2Config c = hf_config(std::string(path) + "/config.json");
+    llmc::SafetensorsModel folder(path);
+    const std::string prefix = folder.find("transformer.wte.weight") ? "transformer." : "";
+    std::vector<llmc::HfPlacement> placed = hf_tensors(c, prefix);
+    size_t n = 0;
+    for (int k = 0; k < NUM_PARAMETER_TENSORS; k++) n += parameter_size(k, c);
+    std::set<std::string> buffers;
+    for (int l = 0; l < c.num_layers; l++)
+        for (const char* b : {"attn.bias", "attn.masked_bias"}) buffers.insert(prefix + "h." + std::to_string(l) + "." + b);
+    const bool head = folder.find("lm_head.weight") != nullptr;  // read past the parameters, compared with wte
+    if (head) placed.push_back({"lm_head.weight", placed[0].shape, n});
+    llmc::hf_check_tensors(folder, path, placed, [&](const std::string& name) { return buffers.count(name) > 0; });
+    std::vector<float> weights(n + (head ? placed.back().numel() : 0), 0.0f);
+    llmc::hf_read_tensors(folder, placed, weights.data());
+    if (head && !std::equal(weights.begin() + n, weights.end(), weights.begin()))
+        FAIL("%s: lm_head.weight differs from %swte.weight (an untied head; GPT-2 ties them)", path, prefix.c_str());
+    weights.resize(n);
+    check_weights_representable(weights, path);
+    model->config = c;
+    allocate_model(model);
+    set_weights(model, weights);
+}
+
+// The shape -e's model file or folder gives (nothing else read).
 static GPT2Config model_file_config(const char* path) {
+    if (llmc::hf_is_folder(path)) return hf_config(std::string(path) + "/config.json");
     GPT2Config c;
     ModelFileHeader h;
     fclose(open_model_file(path, &c, &h));
@@ -326,6 +432,7 @@ static GPT2Config model_file_config(const char* path) {
 }
 
 static void init_from_model_file(GPT2* model, const char* path) {
+    if (llmc::hf_is_folder(path)) return init_from_hf_folder(model, path);
     ModelFileHeader h;
     FILE* f = open_model_file(path, &model->config, &h);
     size_t n = 0;

@@ -35,6 +35,7 @@
 #include "llmc/rand.h"
 #include "llmc/run_checkpoint.h"
 #include "llmc/run_model.h"
+#include "llmc/hf_model.h"
 #include "llmc/safetensors.h"
 
 #define FAIL(...) llmc::failf(__VA_ARGS__)
@@ -220,15 +221,11 @@ static void init_from_descriptor(Llama3* model, const char* descriptor, uint64_t
 // are consecutive rows of qkvw, gate and up of fcw, so each Hugging Face
 // tensor is one contiguous run (transformers' q/k layout, which RoPE's
 // rotate_half pairing in llmc/rope.cuh expects, is kept as it is).
-struct HfTensor {
-    llmc::Llama3Param param;
-    size_t offset;  // in the parameter buffer
-};
-static std::vector<HfTensor> hf_tensors(const Llama3Config& c) {
+static std::vector<llmc::HfPlacement> hf_tensors(const Llama3Config& c) {
     const size_t C = c.C, F = c.F, HS = c.head_dim(), QKV = qkv_rows(c);
     size_t at[MAX_TENSORS], total = 0;
     for (int k = 0; k < num_tensors(c); k++) at[k] = total, total += tensor_size(k, c);
-    std::vector<HfTensor> out;
+    std::vector<llmc::HfPlacement> out;
     for (const llmc::Llama3Param& p : llmc::llama3_param_table(c)) {
         const std::string& n = p.name;
         const size_t l = n.rfind("model.layers.", 0) == 0 ? std::stoul(n.substr(13)) : 0;  // its layer
@@ -247,7 +244,7 @@ static std::vector<HfTensor> hf_tensors(const Llama3Config& c) {
         else if (has("up_proj")) offset = at[5] + l * 2 * F * C + F * C;
         else if (has("down_proj")) offset = at[6] + l * C * F;
         else FAIL("model: no place for the tensor %s", n.c_str());
-        out.push_back({p, offset});
+        out.push_back({p.name, p.shape, offset});
     }
     return out;
 }
@@ -257,22 +254,17 @@ static Llama3Config model_file_config(const char* path) {
     return llmc::llama3_read_hf_config(std::string(path) + "/config.json");
 }
 
-// Every tensor of the folder read by name, its shape checked, into the fp32
-// buffer; a tensor the model does not have is refused.
+// Every tensor of the folder checked by name, shape and dtype (a tensor the
+// model does not have is refused), then read into the fp32 buffer.
 static void init_from_model_file(Llama3* model, const char* path) {
     model->config = model_file_config(path);
+    configure_model(model);  // the sizes checked before a table of L layers is built
+    llmc::SafetensorsModel folder(path);
+    const std::vector<llmc::HfPlacement> placed = hf_tensors(model->config);
+    llmc::hf_check_tensors(folder, path, placed, [](const std::string&) { return false; });
     llama3_allocate_parameters(model);
     std::vector<float> weights(model->num_parameters, 0.0f);
-    llmc::SafetensorsModel folder(path);
-    const std::vector<HfTensor> expected = hf_tensors(model->config);
-    for (const std::string& n : folder.names())
-        if (std::none_of(expected.begin(), expected.end(), [&](const HfTensor& h) { return h.param.name == n; }))
-            FAIL("%s: the tensor %s is not one of this Llama 3 model's", path, n.c_str());
-    for (const HfTensor& h : expected) {
-        if (folder.get(h.param.name).shape != h.param.shape)
-            FAIL("%s: %s does not have the shape config.json gives", path, h.param.name.c_str());
-        folder.read(h.param.name, llmc::SafetensorsTarget::F32, weights.data() + h.offset, h.param.numel());
-    }
+    llmc::hf_read_tensors(folder, placed, weights.data());
     check_weights_representable(weights, path);
     set_weights(model, weights);
 }
@@ -288,8 +280,8 @@ static std::vector<CheckpointFile> write_model_file(const Llama3* model, const s
     if (!all_finite(weights)) FAIL("%s: the model's weights hold Inf or NaN; not written", path.c_str());
     const bool bf16 = sizeof(floatX) == 2;
     std::vector<llmc::SafetensorsOut> out;
-    for (const HfTensor& h : hf_tensors(model->config))
-        out.push_back({h.param.name, bf16 ? "BF16" : "F32", h.param.shape, weights.data() + h.offset});
+    for (const llmc::HfPlacement& h : hf_tensors(model->config))
+        out.push_back({h.name, bf16 ? "BF16" : "F32", h.shape, weights.data() + h.offset});
     return write_folder_atomic(path, [&](const std::string& tmp) {
         return std::vector<CheckpointFile>{
             llmc::llama3_write_hf_config(tmp + "/config.json", model->config, bf16 ? "bfloat16" : "float32"),

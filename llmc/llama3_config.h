@@ -22,7 +22,7 @@
 
 #include "llmc/checkpoint.h"
 #include "llmc/error.h"
-#include "llmc/regular_file.h"
+#include "llmc/hf_model.h"
 
 namespace llmc {
 
@@ -243,28 +243,6 @@ inline nlohmann::json llama3_to_hf_json(const Llama3Config& c, const std::string
     return j;
 }
 
-inline int llama3_json_int_(const nlohmann::json& j, const std::string& key, const std::string& where, bool* found) {
-    auto it = j.find(key);
-    *found = it != j.end() && !it->is_null();
-    if (!*found) return 0;
-    if (!it->is_number_integer() || it->get<int64_t>() < INT32_MIN || it->get<int64_t>() > INT32_MAX)
-        fail(where + ": " + key + " is not an integer");
-    return it->get<int>();
-}
-inline int llama3_json_req_int_(const nlohmann::json& j, const std::string& key, const std::string& where) {
-    bool found;
-    const int v = llama3_json_int_(j, key, where, &found);
-    if (!found) fail(where + ": " + key + " is missing");
-    return v;
-}
-// a number, or fallback when key is absent
-inline double llama3_json_num_(const nlohmann::json& j, const std::string& key, const std::string& where, double fallback) {
-    auto it = j.find(key);
-    if (it == j.end() || it->is_null()) return fallback;
-    if (!it->is_number()) fail(where + ": " + key + " is not a number");
-    return it->get<double>();
-}
-
 inline void llama3_rope_from_json_(const nlohmann::json& r, const std::string& where, Llama3Config* c) {
     if (!r.is_object()) fail(where + ": the RoPE parameters are not an object");
     std::string type;
@@ -273,10 +251,10 @@ inline void llama3_rope_from_json_(const nlohmann::json& r, const std::string& w
     if (type == "default" || type.empty()) return;
     if (type != "llama3") fail(where + ": rope_type \"" + type + "\" is not supported (only llama3 or default)");
     c->rope_scaling = true;
-    c->rope_factor = llama3_json_num_(r, "factor", where, NAN);
-    c->rope_low_freq_factor = llama3_json_num_(r, "low_freq_factor", where, NAN);
-    c->rope_high_freq_factor = llama3_json_num_(r, "high_freq_factor", where, NAN);
-    c->rope_original_max_seq_len = llama3_json_req_int_(r, "original_max_position_embeddings", where);
+    c->rope_factor = hf_json_number(r, "factor", where, NAN);
+    c->rope_low_freq_factor = hf_json_number(r, "low_freq_factor", where, NAN);
+    c->rope_high_freq_factor = hf_json_number(r, "high_freq_factor", where, NAN);
+    c->rope_original_max_seq_len = hf_json_required_int(r, "original_max_position_embeddings", where);
     if (std::isnan(c->rope_factor) || std::isnan(c->rope_low_freq_factor) || std::isnan(c->rope_high_freq_factor))
         fail(where + ": llama3 RoPE scaling needs factor, low_freq_factor and high_freq_factor");
 }
@@ -296,32 +274,29 @@ inline Llama3Config llama3_from_hf_json(const nlohmann::json& j, const std::stri
     for (const char* k : {"attention_bias", "mlp_bias"})
         if (j.contains(k) && j[k] != false) fail(where + ": " + k + " is not supported (only false)");
     bool found;
-    const int tp = llama3_json_int_(j, "pretraining_tp", where, &found);
+    const int tp = hf_json_int(j, "pretraining_tp", where, &found);
     if (found && tp != 1) fail(where + ": pretraining_tp " + std::to_string(tp) + " is not supported (only 1)");
     Llama3Config c;
-    c.C = llama3_json_req_int_(j, "hidden_size", where);
-    c.F = llama3_json_req_int_(j, "intermediate_size", where);
-    c.H = llama3_json_req_int_(j, "num_attention_heads", where);
-    c.L = llama3_json_req_int_(j, "num_hidden_layers", where);
-    c.V = llama3_json_req_int_(j, "vocab_size", where);
-    c.max_seq_len = llama3_json_req_int_(j, "max_position_embeddings", where);
-    c.KV = llama3_json_int_(j, "num_key_value_heads", where, &found);
+    c.C = hf_json_required_int(j, "hidden_size", where);
+    c.F = hf_json_required_int(j, "intermediate_size", where);
+    c.H = hf_json_required_int(j, "num_attention_heads", where);
+    c.L = hf_json_required_int(j, "num_hidden_layers", where);
+    c.V = hf_json_required_int(j, "vocab_size", where);
+    c.max_seq_len = hf_json_required_int(j, "max_position_embeddings", where);
+    c.KV = hf_json_int(j, "num_key_value_heads", where, &found);
     if (!found) c.KV = c.H;
-    c.rms_norm_eps = llama3_json_num_(j, "rms_norm_eps", where, 1e-6);
-    c.rope_theta = llama3_json_num_(j, "rope_theta", where, 10000.0);
-    if (j.contains("tie_word_embeddings")) {
-        if (!j["tie_word_embeddings"].is_boolean()) fail(where + ": tie_word_embeddings is not true or false");
-        c.tied = j["tie_word_embeddings"].get<bool>();
-    }
+    c.rms_norm_eps = hf_json_number(j, "rms_norm_eps", where, 1e-6);
+    c.rope_theta = hf_json_number(j, "rope_theta", where, 10000.0);
+    c.tied = hf_json_bool(j, "tie_word_embeddings", where, false);
     auto rp = j.find("rope_parameters");
     if (rp != j.end() && !rp->is_null()) {
         llama3_rope_from_json_(*rp, where, &c);
-        c.rope_theta = llama3_json_num_(*rp, "rope_theta", where, c.rope_theta);
+        c.rope_theta = hf_json_number(*rp, "rope_theta", where, c.rope_theta);
     } else if (j.contains("rope_scaling") && !j["rope_scaling"].is_null()) {
         llama3_rope_from_json_(j["rope_scaling"], where, &c);
     }
     llama3_check(c, where);
-    const int hd = llama3_json_int_(j, "head_dim", where, &found);
+    const int hd = hf_json_int(j, "head_dim", where, &found);
     if (found && hd != c.head_dim())
         fail(where + ": head_dim " + std::to_string(hd) + " is not hidden_size / num_attention_heads = " +
              std::to_string(c.head_dim()));
@@ -329,11 +304,7 @@ inline Llama3Config llama3_from_hf_json(const nlohmann::json& j, const std::stri
 }
 
 inline Llama3Config llama3_read_hf_config(const std::string& path) {
-    std::string text, why;
-    if (!read_regular_file(path.c_str(), &text, 1 << 20, &why)) fail(path + ": cannot read (" + why + ")");
-    const nlohmann::json j = nlohmann::json::parse(text, nullptr, false);
-    if (j.is_discarded()) fail(path + ": is not valid JSON");
-    return llama3_from_hf_json(j, path);
+    return llama3_from_hf_json(hf_read_config_json(path), path);
 }
 
 // Writes config.json at path, which must not exist (a saved file is never overwritten); its

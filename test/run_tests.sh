@@ -21,7 +21,7 @@
 #             paths (TRAIN_CLI_QUICK), the README's links to definitions (an edit
 #             that moves a linked line fails here); each runs in the others too
 #   cpu       every CPU test program once (bf16), the model's tests also in fp32;
-#             the transformers import/export against its fixture (test_hf.py);
+#             the transformers import/export and -e FOLDER against its fixture (test_hf.py);
 #             the PyTorch Llama 3 reference's self-checks and its comparison with
 #             transformers (dev/train_llama3.py, dev/check_llama3_vs_hf.py; each
 #             skipped, saying so, where torch or transformers is not installed);

@@ -302,8 +302,9 @@ static void test_naive_averaging_differs(const char* file) {
 
 int main(int argc, char** argv) {
     printf("precision: %s\n", PRECISION_NAME);
-    // --debug-case MODEL DEBUG LABEL: logits, loss and gradients of one model file against a
-    // debug-state file (test/trainer/test_hf.py: a transformers model imported by dev/import_hf.py)
+    // --debug-case MODEL DEBUG LABEL: logits, loss and gradients of one model file or folder
+    // against a debug-state file (test/trainer/test_hf.py: a transformers model imported by
+    // dev/import_hf.py)
     if (argc == 5 && strcmp(argv[1], "--debug-case") == 0) {
         GPT2 model;
         init_from_model_file(&model, argv[2]);
@@ -312,8 +313,24 @@ int main(int argc, char** argv) {
         matmul_teardown();
         return test_summary("test_gpt2");
     }
+    // --same-weights A B: the two models (a transformers folder and its dev/import_hf.py
+    // file, test/trainer/test_hf.py) load bitwise the same fp32 weights
+    if (argc == 4 && strcmp(argv[1], "--same-weights") == 0) {
+        GPT2 a, b;
+        init_from_model_file(&a, argv[2]);
+        init_from_model_file(&b, argv[3]);
+        const bool same_shape = a.num_parameters == b.num_parameters && model_summary(&a) == model_summary(&b);
+        const std::vector<float> wa = read_device(a.master_weights, same_shape ? a.num_parameters : 0);
+        const std::vector<float> wb = read_device(b.master_weights, same_shape ? b.num_parameters : 0);
+        CHECK(same_shape && memcmp(wa.data(), wb.data(), wa.size() * sizeof(float)) == 0,
+              "%s and %s: %s, %zu weights bitwise the same", argv[2], argv[3], model_summary(&a).c_str(), wa.size());
+        free_model(&a);
+        free_model(&b);
+        matmul_teardown();
+        return test_summary("test_gpt2");
+    }
     if (argc != 1) {
-        fprintf(stderr, "error: usage: %s [--debug-case MODEL.bin DEBUG.bin LABEL]\n", argv[0]);
+        fprintf(stderr, "error: usage: %s [--debug-case MODEL DEBUG.bin LABEL | --same-weights MODEL MODEL]\n", argv[0]);
         return 1;
     }
     test_init_and_checkpoints();
@@ -334,6 +351,12 @@ int main(int argc, char** argv) {
         GPT2 model;
         init_from_model_file(&model, ref_path("small_model_fp32.bin").c_str());
         test_debug_case("docs", model, ref_path("docs_debug.bin"), 0, true);
+        free_model(&model);
+    }
+    {   // a transformers folder read as it is (-e FOLDER), against transformers' own numbers
+        GPT2 model;
+        init_from_model_file(&model, ref_path("hf_tiny").c_str());
+        test_debug_case("hf_tiny folder", model, ref_path("hf_tiny/debug.bin"));
         free_model(&model);
     }
     {

@@ -248,16 +248,16 @@ static void test_hf_folder(const char* sub) {
     const nlohmann::json expected = nlohmann::json::parse(text)[sub];
     const std::vector<float> w = read_device(model.master_weights, model.num_parameters);
     int matched = 0, tensors = 0;
-    for (const HfTensor& h : hf_tensors(model.config)) {
+    for (const llmc::HfPlacement& h : hf_tensors(model.config)) {
         tensors++;
-        const nlohmann::json& e = expected[h.param.name];
+        const nlohmann::json& e = expected[h.name];
         double sum = 0;
-        for (size_t i = 0; i < h.param.numel(); i++) sum += w[h.offset + i];
+        for (size_t i = 0; i < h.numel(); i++) sum += w[h.offset + i];
         bool first = true;
         for (size_t i = 0; i < 4; i++) first &= w[h.offset + i] == e["first"][i].get<float>();
         const double sum_err = std::fabs(sum - e["sum"].get<double>());
         if (first && sum_err <= 1e-9 * (1 + std::fabs(sum))) matched++;
-        else printf("  %s %s: sum %.9g vs %.9g\n", sub, h.param.name.c_str(), sum, e["sum"].get<double>());
+        else printf("  %s %s: sum %.9g vs %.9g\n", sub, h.name.c_str(), sum, e["sum"].get<double>());
     }
     CHECK(matched == tensors && tensors == (int)expected.size(),
           "%s: %d of %d tensors (expected.json has %zu) at their place, sums and first values exact", sub, matched,

@@ -9,6 +9,12 @@ dev/make_hf_fixture.py):
   (c) the exported tensors are bitwise the fixture's (read with the safetensors package);
   the trainer fine-tunes the import (-e, a few steps on the built-in corpus) and its
   checkpoint exports;
+  (d) -e FOLDER reads a transformers folder directly (train_gpt.cu, llmc/hf_model.h): the
+  weights bitwise those of import_hf.py's file of the same folder, for F32, BF16 and F16
+  tensors, the hub's layout (no "transformer." prefix, mask buffers, a tied
+  lm_head.weight) and 2 shards with their index; fine-tuning it gives the import's losses exactly; a folder with a wrong
+  shape, a missing, extra or F64 tensor, an untied head, an unsupported config.json key or
+  Llama's config is refused with one error line naming it;
 and bad input: one `error:` line, exit 1: malformed files (NaN weights, n_head -1, overlapping
 tensors...), a FIFO or device as an input (refused without blocking), a symlink, FIFO or
 device at the output path (refused, left as it was; a symlink planted at a temporary's
@@ -221,6 +227,103 @@ def non_regular_files(model, exported):
     check("import over an existing regular file replaces it", r.returncode == 0 and read(victim) == read(model))
 
 
+def train_losses(init, out_dir):
+    """The train losses of 4 steps of train_gpt -e init (-a 1: one batch overfitted), and the run."""
+    r = subprocess.run([BINS[2], "-e", init, "-t", "32", "-b", "4", "-x", "4", "-a", "1", "-l", "1e-3", "-u", "0",
+                        "-o", out_dir], capture_output=True, text=True)
+    return [float(line.split("| loss ")[1].split()[0]) for line in r.stdout.splitlines() if "| loss " in line], r
+
+
+def same_weights(folder, model):
+    """test_gpt2 --same-weights: the folder and the model file load bitwise the same weights."""
+    r = subprocess.run([BINS[0], "--same-weights", folder, model], capture_output=True, text=True)
+    return r.returncode == 0 and "test_gpt2: 1 passed, 0 failed" in r.stdout, (r.stdout + r.stderr).strip()
+
+
+def folder_variants():
+    """The fixture's weights as a BF16 folder, and as an F16 folder in the hub's layout: names
+    without "transformer.", the attention mask buffers, lm_head.weight tied to wte."""
+    sys.path.insert(0, "dev")
+    import hf_gpt2 as hf
+    from safetensors.numpy import save_file
+    fixture = load_file(os.path.join(FIXTURE, "model.safetensors"))
+    bf16 = copy_fixture("direct_bf16")
+    os.unlink(os.path.join(bf16, "model.safetensors"))
+    hf.write_safetensors(os.path.join(bf16, "model.safetensors"), fixture, bf16=True)
+    hub = {k[len("transformer."):]: v.astype(np.float16) for k, v in fixture.items()}
+    for layer in range(2):
+        hub[f"h.{layer}.attn.bias"] = np.tril(np.ones((1, 1, 32, 32), np.float16))
+    hub["lm_head.weight"] = hub["wte.weight"].copy()
+    f16 = copy_fixture("direct_f16_hub")
+    os.unlink(os.path.join(f16, "model.safetensors"))
+    save_file(hub, os.path.join(f16, "model.safetensors"))
+    shards = copy_fixture("direct_shards")
+    os.unlink(os.path.join(shards, "model.safetensors"))
+    names = sorted(fixture)
+    weight_map = {}
+    for k, part in enumerate((names[:len(names) // 2], names[len(names) // 2:])):
+        shard = f"model-0000{k + 1}-of-00002.safetensors"
+        save_file({n: fixture[n] for n in part}, os.path.join(shards, shard))
+        weight_map.update({n: shard for n in part})
+    json.dump({"metadata": {}, "weight_map": weight_map}, open(os.path.join(shards, "model.safetensors.index.json"), "w"))
+    return {"F32 (the fixture)": FIXTURE, "BF16": bf16, "F16, the hub's layout": f16, "F32 in 2 shards": shards}, fixture
+
+
+def direct_folders(m3):
+    """(d): -e FOLDER against import_hf.py's file of the same folder, and bad folders."""
+    from safetensors.numpy import save_file
+    variants, fixture = folder_variants()
+    for label, folder in variants.items():
+        out = os.path.join(tmp, "direct.bin")
+        # (import_hf.py reads one model.safetensors: the shards are compared with the fixture's import)
+        r = tool("import_hf.py", FIXTURE if "shards" in label else folder, out)
+        ok, said = same_weights(folder, out) if r.returncode == 0 else (False, r.stderr.strip())
+        check(f"-e FOLDER, {label}: the weights bitwise import_hf.py's ({said.splitlines()[-2] if ok else said})", ok)
+    losses_bin, _ = train_losses(m3, os.path.join(tmp, "run_bin"))
+    losses_dir, r = train_losses(FIXTURE, os.path.join(tmp, "run_folder"))
+    check(f"{BINS[2]} -e {FIXTURE} fine-tunes with the import's train losses exactly: {losses_dir} (exit {r.returncode})",
+          r.returncode == 0 and len(losses_dir) == 4 and losses_dir == losses_bin)
+
+    def rewritten(name, change):
+        """A copy of the fixture whose model.safetensors holds change(the fixture's tensors)."""
+        folder = copy_fixture(name)
+        os.unlink(os.path.join(folder, "model.safetensors"))
+        save_file(change(dict(fixture)), os.path.join(folder, "model.safetensors"))
+        return folder
+
+    def configured(name, **changes):
+        folder = copy_fixture(name)
+        edit_config(folder, **changes)
+        return folder
+    p = "transformer."
+    bad = [
+        ("a Conv1D matrix stored (out, in)", rewritten("d_shape", lambda t: {
+            **t, p + "h.1.mlp.c_fc.weight": np.ascontiguousarray(t[p + "h.1.mlp.c_fc.weight"].T)}),
+         ["h.1.mlp.c_fc.weight has the shape [256, 64], config.json gives [64, 256]"]),
+        ("a missing tensor", rewritten("d_missing", lambda t: {k: v for k, v in t.items() if k != p + "ln_f.bias"}),
+         ["transformer.ln_f.bias is missing"]),
+        ("a layer past n_layer", rewritten("d_extra", lambda t: {**t, p + "h.2.ln_1.weight": t[p + "h.1.ln_1.weight"]}),
+         ["transformer.h.2.ln_1.weight", "not one of this model's"]),
+        ("an F64 tensor", rewritten("d_f64", lambda t: {**t, p + "wpe.weight": t[p + "wpe.weight"].astype(np.float64)}),
+         ["wpe.weight is F64"]),
+        ("an untied lm_head.weight", rewritten("d_untied", lambda t: {**t, "lm_head.weight": t[p + "wte.weight"] + 1}),
+         ["lm_head.weight differs"]),
+        ("scale_attn_by_inverse_layer_idx", configured("d_scale", scale_attn_by_inverse_layer_idx=True),
+         ["scale_attn_by_inverse_layer_idx true is not supported"]),
+        ("add_cross_attention", configured("d_cross", add_cross_attention=True), ["add_cross_attention true"]),
+        ("activation relu", configured("d_relu", activation_function="relu"), ['activation_function "relu"']),
+        ("n_head 5", configured("d_heads", n_head=5), ["n_embd 64 is not a multiple of n_head 5"]),
+        ("n_inner 100", configured("d_inner", n_inner=100), ["n_inner 100"]),
+        ("n_layer missing", configured("d_layers", n_layer=None), ["n_layer is missing"]),
+        ("a Llama folder", "test/ref/llama3_hf_tiny/tied", ['model_type is "llama"', "train_llama3"]),
+        ("no config.json", rewritten("d_no_config", lambda t: t), ["config.json: cannot read"]),
+    ]
+    os.unlink(os.path.join(tmp, "d_no_config", "config.json"))
+    for label, folder, words in bad:
+        r = subprocess.run([BINS[2], "-e", folder, "-t", "32", "-b", "4", "-x", "1"], capture_output=True, text=True)
+        refused(f"-e FOLDER with {label}", r, *words)
+
+
 tmp = tempfile.mkdtemp(prefix="test_hf.")
 try:
     sums = [line.split() for line in open(os.path.join(FIXTURE, "SHA256SUMS"))]
@@ -292,6 +395,8 @@ try:
     r = tool("export_hf.py", ckpt, os.path.join(tmp, "export_ckpt"))
     check(f"the fine-tuned checkpoint exports ({r.stdout.strip() or r.stderr.strip()})",
           r.returncode == 0 and os.path.exists(os.path.join(tmp, "export_ckpt", "model.safetensors")))
+
+    direct_folders(m3)
 
     # GPT-2's vocabulary: the export adds the tokenizer files (from $SHARED_DATA/gpt2)
     gpt2_dir = os.path.join(os.environ.get("SHARED_DATA", "../shared/data"), "gpt2")
