@@ -116,6 +116,12 @@ inline size_t parameter_size(int k, const GPT2Config& c) {
     const ParameterSpec& t = PARAMETERS[k];
     return (t.per_layer ? c.num_layers : 1) * dim_size(t.rows, c) * dim_size(t.cols, c);
 }
+// Every tensor's elements: the size of the parameter buffer.
+inline size_t parameter_count(const GPT2Config& c) {
+    size_t n = 0;
+    for (int k = 0; k < NUM_PARAMETER_TENSORS; k++) n += parameter_size(k, c);
+    return n;
+}
 // The table for a config, as the generic buffers (llmc/params.h) lay it out.
 inline std::vector<ParameterLayout> parameter_layout(const GPT2Config& c) {
     std::vector<ParameterLayout> rows;
@@ -185,7 +191,6 @@ struct GPT2 : Parameters, MicroBatches {
         "model file .bin (llm.c format, version 3 or 5), a transformers GPT-2 folder\n(config.json + "
         "model.safetensors or shards), or a model descriptor:\nd12, d24, d36, d48, or e.g. \"L=2,C=64,H=4,V=250,"
         "maxT=64\" (a file named\nlike a descriptor is given with a '/': ./d12)";
-    static constexpr const char* DOC_START_HELP = "attention within each document only (documents start at --doc-token)";
     static constexpr const char* DOC_TOKEN_HELP =
         "the token that starts a document (--packing slots, --doc-mask, --doc-positions,\nsamples); -1: the built-in "
         "corpus's EOT, else V-1 (GPT-2's <|endoftext|>)";
@@ -403,8 +408,7 @@ static void init_from_hf_folder(GPT2* model, const char* path) {
     llmc::SafetensorsModel folder(path);
     const std::string prefix = folder.find("transformer.wte.weight") ? "transformer." : "";
     std::vector<llmc::HfPlacement> placed = hf_tensors(c, prefix);
-    size_t n = 0;
-    for (int k = 0; k < NUM_PARAMETER_TENSORS; k++) n += parameter_size(k, c);
+    const size_t n = parameter_count(c);
     std::set<std::string> buffers;
     for (int l = 0; l < c.num_layers; l++)
         for (const char* b : {"attn.bias", "attn.masked_bias"}) buffers.insert(prefix + "h." + std::to_string(l) + "." + b);
@@ -435,9 +439,7 @@ static void init_from_model_file(GPT2* model, const char* path) {
     if (llmc::hf_is_folder(path)) return init_from_hf_folder(model, path);
     ModelFileHeader h;
     FILE* f = open_model_file(path, &model->config, &h);
-    size_t n = 0;
-    for (int k = 0; k < NUM_PARAMETER_TENSORS; k++) n += parameter_size(k, model->config);
-    const std::vector<float> weights = read_model_weights(f, path, h, n);
+    const std::vector<float> weights = read_model_weights(f, path, h, parameter_count(model->config));
     allocate_model(model);
     set_weights(model, weights);
 }

@@ -143,7 +143,6 @@ struct Llama3 : Parameters, MicroBatches {
         "a Hugging Face Llama folder (config.json + model.safetensors or shards;\na checkpoint's model is one), or a "
         "descriptor: llama3.2-1b, llama3.2-3b, llama3.1-8b,\nor e.g. \"llama3:L=2,C=64,H=4,KV=2,F=192,V=256\" (T=, "
         "theta=, eps=, tied=,\nfactor=, low=, high=, orig=)";
-    static constexpr const char* DOC_START_HELP = "attention within each document only (documents start at --doc-token)";
     static constexpr const char* DOC_TOKEN_HELP =
         "the token that starts a document (--packing slots, --doc-mask, --doc-positions,\nsamples); -1: the built-in "
         "corpus's EOT, else 128000 (<|begin_of_text|>) for\nV=128256; any other V: give it";

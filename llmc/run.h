@@ -10,7 +10,6 @@
 //   Model::Config, a member `Config config`       the model's shape
 //   static constexpr const char* Model::NAME      the family, for --help ("GPT-2")
 //   ... INIT_DEFAULT, INIT_HELP                   -e's default and help text
-//   ... DOC_START_HELP                            --doc-mask's help
 //   ... DOC_TOKEN_HELP                            --doc-token's help: the family's token that starts a document
 //   ... RECOMPUTE_HELP, GELU_FUSION_HELP          -r's and -ge's help: what they do for this family
 //   ... BUILTIN_INIT                              the model trained on the built-in corpus (no -i)
@@ -135,7 +134,8 @@ const Flag<TrainOptions> FLAGS[] = {
      "and a small model, 300 steps", "data and model"},
     {"-j", &TrainOptions::val_pattern, "<glob>", 0, 0, nullptr, "val data shards", nullptr},
     {"-e", &TrainOptions::init, "<init>", 0, 0, Model::INIT_DEFAULT, Model::INIT_HELP, nullptr},
-    {"--doc-mask", &TrainOptions::doc_mask, nullptr, 0, 1, "0", Model::DOC_START_HELP, nullptr},
+    {"--doc-mask", &TrainOptions::doc_mask, nullptr, 0, 1, "0",
+     "attention within each document only (documents start at --doc-token)", nullptr},
     {"--doc-positions", &TrainOptions::doc_positions, nullptr, 0, 1, "0", "position ids restart at 0 at each document",
      nullptr},
     {"--doc-token", &TrainOptions::doc_token, "<int>", -1, INT_TOP, "-1", Model::DOC_TOKEN_HELP, nullptr},

@@ -35,8 +35,9 @@
 // ---- documents ----------------------------------------------------------------
 // A document starts at each doc_token (GPT-2's <|endoftext|>, which begins
 // every document in the shards; Llama 3's <|begin_of_text|>; the built-in
-// corpus's EOT; llmc/run.h sets it) and at the start of each sequence. With --doc-mask or --doc-positions the host derives,
-// per micro-batch, from its tokens, a document layout of document_ints:
+// corpus's EOT; llmc/run.h sets it) and at the start of each sequence. With
+// --doc-mask or --doc-positions the host derives, per micro-batch, from its
+// tokens, a document layout of document_ints:
 //   [0, 2BT)     (B, T) int2 spans {first position, one past the last} of each
 //                token's document: the attention's mask (document_spans)
 //   [2BT, 3BT)   position ids: t minus the first position of t's document

@@ -32,7 +32,6 @@ struct Bigram : Parameters, MicroBatches {
     static constexpr const char* NAME = "bigram";
     static constexpr const char* INIT_DEFAULT = "V=256";
     static constexpr const char* INIT_HELP = "model file .bin, or V=<tokens>";
-    static constexpr const char* DOC_START_HELP = "attention within each document only (none here)";
     static constexpr const char* DOC_TOKEN_HELP = "the token that starts a document (V-1 here)";
     static constexpr const char* RECOMPUTE_HELP = "no effect (nothing to recompute)";
     static constexpr const char* GELU_FUSION_HELP = "no effect (no GELU)";
