@@ -1,9 +1,9 @@
 # Two builds of the same CUDA sources:
 #   CPU (always): g++ through the CUDA-on-CPU runtime in cpu_cuda/ -> build/cpu/
 #   GPU (nvcc):   the real toolkit for GPU_ARCH (default 90)       -> build/gpu/
-# `make test` runs every CPU test, compiles every CUDA target with nvcc for
-# sm_90 and sm_80 (skipped, saying so, where nvcc is absent) and runs the GPU
-# tests where a GPU is present.
+# `make test` runs every CPU test, compiles every CUDA program with nvcc (the
+# trainers for sm_90 and sm_80; skipped, saying so, where nvcc is absent) and
+# runs the GPU tests where a GPU is present.
 
 CUDA_HOME ?= /usr/local/cuda
 GPU_ARCH  ?= 90
@@ -134,8 +134,8 @@ $(eval $(call cpu_variant,build/cpu-fp32,$(CPU_CXXFLAGS),-DENABLE_FP32))
 $(eval $(call cpu_variant,build/cpu-racecheck,$(CPU_CXXFLAGS) $(RACE_FLAGS),$(RACE_FLAGS),$(RACE_INSTRUMENT)))
 # build/cpu-pypi: the bf16 build against only the headers gathered from PyPI
 # (CUDA_HEADERS_DIR), never the toolkit's; test/test_pypi_headers.sh builds it
-# with the toolkit hidden.
-$(eval $(call cpu_variant,build/cpu-pypi,$(CPU_CXXFLAGS),,,-I$(RT_DIR)/include -I$(CUDA_HEADERS_DIR) -I.))
+# with the toolkit hidden. -O0: it proves the headers suffice, not speed.
+$(eval $(call cpu_variant,build/cpu-pypi,$(filter-out -O2,$(CPU_CXXFLAGS)) -O0,,,-I$(RT_DIR)/include -I$(CUDA_HEADERS_DIR) -I.))
 
 # --- host C++ programs (tokenizer, shard writer, data tools and their tests) ------
 # Plain C++ (no CUDA): data/*.cpp, dev/*.cpp and test/host/*.cpp -> build/host/
@@ -183,10 +183,16 @@ build/gpu/sm_$(GPU_ARCH)/%: %.cu
 	@mkdir -p $(@D)
 	$(NVCC) $(NVCC_FLAGS) -arch=sm_$(GPU_ARCH) $< -o $@ $(NVCC_LIBS)
 # build/gpu/check/X: X built for sm_90 and sm_80 (compile check, run by make test:
-# the trainers and the kernel tests, so that every kernel is compiled for both).
+# the trainers, so that every kernel they run is compiled for both).
 build/gpu/check/%: %.cu
 	@mkdir -p $(@D)
 	$(NVCC) $(NVCC_FLAGS) -gencode arch=compute_90,code=sm_90 -gencode arch=compute_80,code=sm_80 $< -o $@ $(NVCC_LIBS)
+# build/gpu/check90/X: X built for sm_90 (the kernel tests: each kernel at the shapes
+# its test covers, on the architecture the project targets; their sm_80 code is the
+# trainers' above, at half the compile time of a second device pass for every test).
+build/gpu/check90/%: %.cu
+	@mkdir -p $(@D)
+	$(NVCC) $(NVCC_FLAGS) -gencode arch=compute_90,code=sm_90 $< -o $@ $(NVCC_LIBS)
 # NVCC_FRONT_END: a compile check of a program's own code, at a third of the cost:
 # nvcc's host compile and its device front end down to PTX (compute_90), with the
 # device optimiser and ptxas not run (-G -O0). For the programs whose kernels the

@@ -49,13 +49,15 @@
 #             must be reported by name and line
 #   initcheck a kernel that reads an unwritten buffer must produce NaN in the
 #             plain build with CPUCUDA_INITCHECK=1
-#   nvcc      the trainers and the kernel tests (every kernel of llmc/) compiled for
-#             sm_90 and sm_80, every other CUDA program through nvcc's front end
+#   nvcc      the trainers compiled for sm_90 and sm_80, the kernel tests (every
+#             kernel of llmc/) for sm_90, every other CUDA program through nvcc's front end
 #             (host code, device code to PTX; not run); the SASS facts of the attention
 #             kernels (dev/sass_report.py --check)
 #   gpu       the GPU builds run, where a GPU is present
 #
-# Every program runs under a hang guard of TEST_TIMEOUT seconds (default 300)
+# The sections run in two lanes side by side (TEST_LANES, below the sections).
+#
+# Every program runs under a hang guard of TEST_TIMEOUT seconds (default 600)
 # times TEST_TIMEOUT_SCALE (default 1; raise it on a slow or busy machine). The
 # scale is exported: the test scripts scale their own guards by it. No test
 # passes or fails by how long something took, only by what it did.
@@ -63,16 +65,16 @@ set -u
 cd "$(dirname "$0")/.."
 SECTIONS=${TEST_SECTIONS:-"cpu host schedules streams mpi asan racecheck initcheck nvcc gpu"}
 export TEST_TIMEOUT_SCALE=${TEST_TIMEOUT_SCALE:-1}
-TIMEOUT=$((${TEST_TIMEOUT:-300} * TEST_TIMEOUT_SCALE))
+TIMEOUT=$((${TEST_TIMEOUT:-600} * TEST_TIMEOUT_SCALE))
 LOG_DIR=build/test-logs
 mkdir -p "$LOG_DIR"
 passed=0
 failed=0
 failures=()
 
-want() { [[ " $SECTIONS " == *" $1 "* ]] && section=$1; }
 section=none
 times=()
+TIME_TMP=$LOG_DIR/time.tmp
 
 # timed LABEL CMD...: runs CMD, records "WALL CPU SECTION LABEL" (seconds; CPU is
 # user+sys of CMD and everything it waited for) for the summary. CPU time is the
@@ -80,9 +82,9 @@ times=()
 timed() {
     local label=$1 rc wall user sys TIMEFORMAT='%R %U %S'
     shift
-    { time "$@" 2>&9 9>&-; } 9>&2 2>"$LOG_DIR/time.tmp"
+    { time "$@" 2>&9 9>&-; } 9>&2 2>"$TIME_TMP"
     rc=$?
-    read -r wall user sys <"$LOG_DIR/time.tmp"
+    read -r wall user sys <"$TIME_TMP"
     times+=("$wall $(awk -v u="$user" -v s="$sys" 'BEGIN {printf "%.3f", u + s}') $section $label")
     return $rc
 }
@@ -163,7 +165,7 @@ KERNEL_TESTS=(test_kernel_language test_cublaslt "${KERNELS[@]}")
 # the programs also built in fp32 (the Makefile's FP32_TESTS, less test_distributed: mpi section)
 FP32_TESTS=($(names test/kernels/test_*.cu | grep -vx test_ptx) test_gpt2 test_llama3 test_training)
 
-if want check; then
+section_check() {
     echo "== the quick tier (make check)"
     for t in "${KERNELS[@]}"; do run "$t" "build/cpu/$t"; done
     run "test_gpt2 [fp32]" build/cpu-fp32/test_gpt2
@@ -173,9 +175,9 @@ if want check; then
     run "test_resume train_llama3 [TEST_RESUME_QUICK=1]" env TEST_RESUME_QUICK=1 python3 test/trainer/test_resume.py build/cpu/train_llama3
     run "test_train_cli [TRAIN_CLI_QUICK=1]" env TRAIN_CLI_QUICK=1 bash test/trainer/test_train_cli.sh build/cpu/train_gpt
     run "readme_anchors (README's links to definitions)" python3 dev/readme_anchors.py
-fi
+}
 
-if want cpu; then
+section_cpu() {
     echo "== CPU runtime tests"
     for t in "${SINGLE_TESTS[@]}"; do run "$t" "build/cpu/$t"; done
     for t in "${FP32_TESTS[@]}"; do run "$t [fp32]" "build/cpu-fp32/$t"; done
@@ -203,10 +205,10 @@ if want cpu; then
     run "test_sass_loops (sass_report's HMMA loops on hand-written SASS)" python3 test/test_sass_loops.py
     run "test_bench_cpu_vs_torch (arguments, SKIP without torch, --serve refusals)" python3 test/test_bench_cpu_vs_torch.py build/cpu/bench_train
     run "test_bench_llama3 (Llama 3.2 1B roofline from its shape, a small Llama's step)" python3 test/test_bench_llama3.py build/cpu/bench_llama3
-fi
+}
 
 export SHARED_DATA=${SHARED_DATA:-../shared/data}
-if want host; then
+section_host() {
     echo "== host (data tools) tests"
     for t in build/host/test_*; do [[ -x $t ]] && run "$(basename "$t")" "$t"; done
     # Llama 3 folders written by llmc, a checkpoint's of train_llama3 among them, loaded by
@@ -218,9 +220,9 @@ if want host; then
     else
         echo "SKIP check_llama3_written: torch or transformers is not installed"
     fi
-fi
+}
 
-if want schedules; then
+section_schedules() {
     echo "== the same kernels under other thread orders"
     for sched in reverse random:7; do
         for t in "${KERNEL_TESTS[@]}" test_gpt2; do
@@ -234,9 +236,9 @@ if want schedules; then
         expect "lockstep: a warp reduction without __syncwarp is wrong [CPUCUDA_SCHEDULE=$sched]" \
             "expected 528" -- env CPUCUDA_SCHEDULE=$sched build/cpu/warp_sync_kernel
     done
-fi
+}
 
-if want streams; then
+section_streams() {
     echo "== deferred streams"
     for t in "${SINGLE_TESTS[@]}"; do run "$t [CPUCUDA_STREAMS=deferred]" env CPUCUDA_STREAMS=deferred "build/cpu/$t"; done
     run "test_nccl [CPUCUDA_STREAMS=deferred, mpirun -np 2]" env CPUCUDA_STREAMS=deferred $MPIRUN -np 2 build/cpu/test_nccl
@@ -246,9 +248,9 @@ if want streams; then
         run "test_distributed fp32 [CPUCUDA_STREAMS=deferred, mpirun -np $np]" $MPIRUN -np $np -x CPUCUDA_WORKERS=1 \
             -x CPUCUDA_STREAMS=deferred build/cpu-fp32/test_distributed "$dir"
     done
-fi
+}
 
-if want mpi; then
+section_mpi() {
     echo "== NCCL over MPI"
     for np in 1 2 4; do run "test_nccl [mpirun -np $np]" $MPIRUN -np $np build/cpu/test_nccl; done
     for build in cpu-fp32 cpu; do
@@ -261,9 +263,9 @@ if want mpi; then
     done
     run "test_multi_rank_cli" bash test/trainer/test_multi_rank_cli.sh build/cpu/train_gpt
     run "test_llama3_ranks (mpirun -np 2 ZeRO-1 A=2 = one process A=4)" bash test/trainer/test_llama3_ranks.sh build/cpu/train_llama3
-fi
+}
 
-if want asan; then
+section_asan() {
     echo "== AddressSanitizer + UBSan build"
     export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=0} UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
     for t in "${SINGLE_TESTS[@]}"; do run "$t [asan]" "build/cpu-asan/$t"; done
@@ -285,9 +287,9 @@ if want asan; then
         fail "sanitizer did not report the out-of-bounds kernel write (exit $rc; see $log)"
     fi
     unset ASAN_OPTIONS UBSAN_OPTIONS
-fi
+}
 
-if want racecheck; then
+section_racecheck() {
     echo "== racecheck: shared and global memory races, and reads of poison (build/cpu-racecheck)"
     # test_ptx's cp_async_no_barrier_kernel reads another thread's cp.async destination
     # without a barrier on purpose (to see the poison): checked on its own below
@@ -310,18 +312,18 @@ if want racecheck; then
     expect "initcheck reports a read of an unwritten buffer (unwritten_read_kernel.cu:12)" \
         "initcheck: kernel 'scale_kernel'" "unwritten_read_kernel.cu:12 that nothing wrote" \
         -- env CPUCUDA_INITCHECK=1 build/cpu-racecheck/unwritten_read_kernel
-fi
+}
 
-if want initcheck; then
+section_initcheck() {
     echo "== initcheck: fresh device memory and shared memory poisoned (CPUCUDA_INITCHECK=1)"
     # (the kernel tests, test_gpt2 and test_training run with CPUCUDA_INITCHECK=1 in the racecheck section,
     # whose build also reports each read of the poison by line)
     expect "initcheck: a kernel that reads an unwritten buffer computes NaN" "128 of 256 outputs are NaN" \
         -- env CPUCUDA_INITCHECK=1 build/cpu/unwritten_read_kernel
-fi
+}
 
-if want nvcc; then
-    echo "== nvcc compile check (the trainers and kernel tests for sm_90 and sm_80, the rest to PTX)"
+section_nvcc() {
+    echo "== nvcc compile check (the trainers for sm_90 and sm_80, the kernel tests for sm_90, the rest to PTX)"
     # the Makefile's nvcc ($NVCC, else $CUDA_HOME/bin/nvcc), else the one on PATH
     nvcc=${NVCC:-${CUDA_HOME:-/usr/local/cuda}/bin/nvcc}
     [[ -x $nvcc ]] || nvcc=$(command -v nvcc)
@@ -329,16 +331,19 @@ if want nvcc; then
         export NVCC=$nvcc
         # one make -j2 of every target (nvcc is the slow part of the suite), then
         # each is up to date (built from its current source) or it failed
-        # the trainers and the kernel tests for sm_90 and sm_80, which compiles and assembles
-        # every kernel of llmc/ for both (no source has arch-specific branches); the other
-        # programs, whose kernels are those, through the front end only (NVCC_FRONT_END)
+        # the trainers for sm_90 and sm_80, which compiles and assembles every kernel they run
+        # for both (no source has arch-specific branches), the kernel tests (every kernel of
+        # llmc/ at the shapes of its test) for sm_90; the other programs, whose kernels are
+        # those, through the front end only (NVCC_FRONT_END)
         targets=()
-        for src in test/kernels/test_*.cu train_gpt.cu train_llama3.cu; do targets+=("build/gpu/check/$(basename "$src" .cu)"); done
+        for src in train_gpt.cu train_llama3.cu; do targets+=("build/gpu/check/$(basename "$src" .cu)"); done
+        for src in test/kernels/test_*.cu; do targets+=("build/gpu/check90/$(basename "$src" .cu)"); done
         for src in cpu_cuda/test/test_*.cu test/model/test_*.cu dev/*.cu cpu_cuda/*.cu; do targets+=("build/gpu/front/$(basename "$src" .cu)"); done
         targets+=(build/gpu/single/train_gpt build/gpu/single/train_llama3)
         timed "nvcc: make -j2 of the ${#targets[@]} targets" make -s -k -j2 "${targets[@]}" >"$LOG_DIR/nvcc.log" 2>&1
         for t in "${targets[@]}"; do
             what="nvcc sm_90+sm_80: $(basename "$t").cu"
+            [[ $t == build/gpu/check90/* ]] && what="nvcc sm_90: $(basename "$t").cu"
             [[ $t == build/gpu/front/* ]] && what="nvcc front end (compute_90 PTX): $(basename "$t").cu"
             [[ $t == build/gpu/single/* ]] && what="nvcc front end: $(basename "$t").cu as a single-GPU build (no MPI, no NCCL)"
             if make -q "$t" 2>/dev/null; then pass "$what"; else fail "$what (see $LOG_DIR/nvcc.log)"; fi
@@ -348,9 +353,9 @@ if want nvcc; then
     else
         echo "SKIP nvcc compile check: nvcc not found (set NVCC or install the CUDA toolkit)"
     fi
-fi
+}
 
-if want gpu; then
+section_gpu() {
     if command -v nvidia-smi >/dev/null && nvidia-smi -L >/dev/null 2>&1; then
         echo "== GPU tests"
         make -s gpu >"$LOG_DIR/gpu_build.log" 2>&1 || fail "GPU build (see $LOG_DIR/gpu_build.log)"
@@ -362,7 +367,63 @@ if want gpu; then
     else
         echo "SKIP GPU tests: no GPU on this machine"
     fi
+}
+
+# run_sections SECTION...: the wanted ones among them, in that order
+run_sections() {
+    for section in "$@"; do
+        [[ " $SECTIONS " == *" $section "* ]] && "section_$section"
+    done
+    section=none
+}
+
+# lane N SECTION...: run_sections in a subshell whose tally, failures and times go
+# to $LOG_DIR/lane<N>.* for merge_lane
+lane() {
+    local n=$1
+    shift
+    (
+        TIME_TMP=$LOG_DIR/time.lane$n.tmp passed=0 failed=0 failures=() times=()
+        run_sections "$@"
+        echo "$passed $failed" >"$LOG_DIR/lane$n.tally"
+        printf '%s\n' "${failures[@]}" >"$LOG_DIR/lane$n.failures"
+        printf '%s\n' "${times[@]}" >"$LOG_DIR/lane$n.times"
+    )
+}
+merge_lane() {
+    local n=$1 p f line
+    if ! read -r p f <"$LOG_DIR/lane$n.tally"; then
+        fail "lane $n ended without its tally"
+        return
+    fi
+    passed=$((passed + p))
+    failed=$((failed + f))
+    while IFS= read -r line; do [[ -n $line ]] && failures+=("$line"); done <"$LOG_DIR/lane$n.failures"
+    while IFS= read -r line; do [[ -n $line ]] && times+=("$line"); done <"$LOG_DIR/lane$n.times"
+}
+
+# Two lanes (TEST_LANES=2, the default): the sections split into two groups of
+# about equal CPU time that run side by side, one program of each at a time, so
+# both cores stay busy while one lane runs a single-threaded program. No two
+# programs of the lanes share a file (test/test_util.h's scratch_path, temporary
+# folders in the scripts). The second lane's output follows the first's.
+# TEST_LANES=1: every section in one process, in the order of SECTIONS' default.
+LANE1=(cpu host initcheck nvcc)
+LANE2=(schedules streams mpi asan racecheck)
+if [[ ${TEST_LANES:-2} == 2 ]]; then
+    rm -f "$LOG_DIR"/lane[12].*
+    lane 2 "${LANE2[@]}" >"$LOG_DIR/lane2.out" 2>&1 &
+    lane2=$!
+    lane 1 "${LANE1[@]}" check
+    wait $lane2
+    echo "== (the second lane: ${LANE2[*]})"
+    cat "$LOG_DIR/lane2.out"
+    merge_lane 1
+    merge_lane 2
+else
+    run_sections check cpu host schedules streams mpi asan racecheck initcheck nvcc
 fi
+run_sections gpu  # after both: it builds for the GPU, and its programs use the device alone
 
 echo
 [[ ${#times[@]} -gt 0 ]] && print_times

@@ -10,6 +10,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <string>
+#include <unistd.h>
 
 struct TestTally { int passed = 0, failed = 0; };
 static TestTally g_tally;
@@ -66,6 +68,13 @@ static inline int test_summary(const char* program) {
     printf("%s: %d passed, %d failed\n", program, g_tally.passed, g_tally.failed);
     if (f && g_cases.seen > 0 && g_cases.run == 0) return 1;
     return g_tally.failed == 0 ? 0 : 1;
+}
+
+// A path under build/ that no other process uses: test/run_tests.sh runs two
+// programs at a time (its lanes), and the same test in two builds must not
+// share a file.
+static inline std::string scratch_path(const char* name) {
+    return std::string("build/") + name + "." + std::to_string(getpid());
 }
 
 // Largest |a-b| / max(|b|, floor) over n elements.

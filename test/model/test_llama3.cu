@@ -185,8 +185,8 @@ static std::vector<std::string> entries(const std::string& dir) {
 static void test_model_folder_roundtrip(bool tied) {
     Llama3 model, back;
     init_from_descriptor(&model, small_descriptor(2, tied).c_str(), 1337);
-    const std::string name = std::string("test_llama3_model_") + (tied ? "tied" : "untied");
-    const std::string path = "build/" + name, victim = path + "_victim";
+    const std::string path = scratch_path(tied ? "test_llama3_model_tied" : "test_llama3_model_untied");
+    const std::string name = path.substr(strlen("build/")), victim = path + "_victim";
     remove_written_folder_(path);
     remove_written_folder_(victim);
     const std::vector<CheckpointFile> written = write_model_file(&model, path);

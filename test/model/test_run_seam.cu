@@ -206,7 +206,7 @@ static std::vector<char> file_bytes(const std::string& path) {
 }
 
 int main() {
-    const std::string root = "build/test_run_seam";
+    const std::string root = scratch_path("test_run_seam");
     if (system(("rm -rf " + root + " && mkdir -p " + root).c_str()) != 0) return 1;
     const std::string whole = root + "/whole", split = root + "/split", resumed = root + "/resumed";
     // the built-in corpus (a Markov chain: a bigram can learn it), 3 micro-batches a step, samples every 10 steps
@@ -233,5 +233,6 @@ int main() {
     }
     CHECK(rc_first == 0 && rc_copy == 0 && rc_resumed == 0 && same,
           "train<Bigram>: 10 steps, then -y 1 to 20, writes the model and state files of 20 straight steps byte for byte");
+    if (g_tally.failed == 0 && system(("rm -rf " + root).c_str()) != 0) return 1;  // kept where a check failed
     return test_summary("test_run_seam");
 }

@@ -3,7 +3,7 @@
 # non-zero exit (never a crash); a short run works end to end.
 # Usage: test/trainer/test_train_cli.sh [path/to/train_gpt]   (default build/cpu/train_gpt)
 # TRAIN_CLI_SMALL=1 (the sanitizer build, test/run_tests.sh): the long run
-# (the built-in corpus) with fewer steps.
+# (the built-in corpus) with fewer steps and val batches.
 # TRAIN_CLI_QUICK=1 (make check): the error paths of the flags, checkpoints, model
 # headers, shapes and data only, up to the first longer run.
 set -u
@@ -206,9 +206,10 @@ SLOTS=(-v 0 --packing slots --doc-mask 1 --doc-positions 1)
 check "--packing slots --doc-mask 1 --doc-positions 1: 2 steps, then 2 more resumed, give bitwise the 4-step model" $?
 
 SMALL=${TRAIN_CLI_SMALL:-0}
-# the built-in corpus (no -i): 100 steps close most of the gap to the known floor (small: 20 steps, some of it)
-read -r bsteps bgap <<<"$([[ $SMALL == 1 ]] && echo "20 90" || echo "100 30")"
-(cd "$WORK" && "$OLDPWD/$BIN" -x $bsteps -v $bsteps >"$WORK/builtin" 2>&1)
+# the built-in corpus (no -i): 100 steps close most of the gap to the known floor (small: 10 steps
+# and 4 val batches, some of it)
+read -r bsteps bgap bval <<<"$([[ $SMALL == 1 ]] && echo "10 95 4" || echo "100 30 20")"
+(cd "$WORK" && "$OLDPWD/$BIN" -x $bsteps -v $bsteps -m $bval >"$WORK/builtin" 2>&1)
 check "built-in corpus run" $?
 gap=$(grep "^step $bsteps: val loss" "$WORK/builtin" | sed -E 's/.*\(([0-9.]+)% of the initial gap\).*/\1/')
 grep -q "loss floor of the val data: 1.154616" "$WORK/builtin" && [[ -n $gap ]] && awk "BEGIN{exit !($gap < $bgap)}"
@@ -465,7 +466,7 @@ ok=$?
 check "a file-size limit: one error line, exit $rc (not SIGXFSZ), no .tmp, the last complete checkpoint (${last:-?}) resumes: $(cat "$WORK/err")" $ok
 
 # sampling: the same seed gives the same text, another seed another
-sample() { "$BIN" -x 4 -v 0 -s 4 -g 12 --seed "$1" --top-k "$2" 2>/dev/null | grep "sample:"; }
+sample() { "$BIN" -x 2 -v 0 -s 2 -g 12 --seed "$1" --top-k "$2" 2>/dev/null | grep "sample:"; }
 s1=$(sample 5 0) s2=$(sample 5 0) s3=$(sample 6 0) s4=$(sample 5 1)
 [[ -n $s1 && "$s1" == "$s2" && "$s1" != "$s3" && -n $s4 ]]
 check "sampling is deterministic for a seed and changes with it: $s1" $?
@@ -509,7 +510,7 @@ with open(sys.argv[1], "wb") as f:
     for r in examples:
         f.write(struct.pack("<%dH" % len(r), *r))
 PY
-hs() { "$BIN" -x 2 -v 2 -h 1 --hellaswag-file "$WORK/hs.bin" 2>&1 | grep "HellaSwag accuracy"; }
+hs() { "$BIN" -x 2 -v 2 -m 1 -h 1 --hellaswag-file "$WORK/hs.bin" 2>&1 | grep "HellaSwag accuracy"; }
 h1=$(hs) h2=$(hs)
 [[ $(echo "$h1" | wc -l) -eq 2 && "$h1" == "$h2" ]] && echo "$h1" | grep -q "(10 of 10 examples fit T=64)"
 ok=$?
