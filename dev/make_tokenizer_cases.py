@@ -15,7 +15,9 @@ files (no download):
     small BPE (dev/make_tiktoken_ranks.py). Each llama3 case also holds the ids under GPT-2's
     50,256 ranks with Llama 3's pattern ("ids_gpt2_ranks"; the C++ test rewrites encoder.json
     as a ranks file), and "corpora" the count and sha256 of the ids of the shared corpora
-    (tinyshakespeare, HellaSwag's text) under both vocabularies.
+    (tinyshakespeare, HellaSwag's text) under both vocabularies; "pieces" the byte lengths
+    of each case's pieces (checked against tiktoken's through an encoding whose tokens are
+    all byte pairs: its ids change with where a piece ends).
 
 "classes": the letter, number and white-space classes of every code point as tiktoken's own
 pattern engine sees them (the Rust regex crates, Unicode 16.0.0 in tiktoken 0.14; see
@@ -147,6 +149,12 @@ def reference_bytes(enc, split, data: bytes):
     return ids
 
 
+def piece_lengths(split, data: bytes):
+    """The byte lengths of the pieces of data (invalid UTF-8 as in reference_bytes)."""
+    text = data.decode("utf-8", errors="surrogateescape")
+    return [len(p.encode("utf-8", errors="surrogateescape")) for p in split.findall(text)]
+
+
 def sweep_text(context):
     """Every scalar value (no surrogates) in the context; the C++ test builds the same."""
     parts = []
@@ -248,7 +256,7 @@ LLAMA3_SPECIAL_CASES = [
 ]
 
 LLAMA3_SWEEPS = [
-    ("llama3: all scalar values: \"'C \"", "'C "),
+    ("llama3: all scalar values: \"'C \" + \"x'Cx\"", "'C x'Cx"),
     ("llama3: all scalar values: 'xC1234C\\r\\n'", "xC1234C\r\n"),
     ("llama3: all scalar values: ' C.\\n\\tC'", " C.\n\tC"),
 ]
@@ -276,6 +284,11 @@ def main():
         from tiktoken.load import load_tiktoken_bpe
         enc = llama3_encoding(load_tiktoken_bpe(args.ranks))  # tiktoken's own reader of the format
         big = llama3_encoding(gpt2_ranks(args.gpt2_dir))  # GPT-2's ranks, Llama 3's pattern
+        # every byte pair a token: the ids show where tiktoken's pieces end (a piece boundary
+        # changes the pairing), to check the `regex` split against
+        pairs = {bytes([b]): b for b in range(256)}
+        pairs.update({bytes([a, b]): 256 + a * 256 + b for a in range(256) for b in range(256)})
+        probe = tiktoken.Encoding(name="pair_probe", pat_str=LLAMA3_PAT, mergeable_ranks=pairs, special_tokens={})
         special, cases_in = LLAMA3_SPECIALS[0], CASES + LLAMA3_CASES
         special_cases, sweeps_in = LLAMA3_SPECIAL_CASES, SWEEPS + LLAMA3_SWEEPS
     else:
@@ -294,6 +307,9 @@ def main():
         case = {"name": name, "hex": data.hex(), "text": text, "allow_special": False, "ids": ids}
         if llama3:
             case["ids_gpt2_ranks"] = big.encode_ordinary(text)
+            case["pieces"] = piece_lengths(split, data)
+            assert [i for p in split.findall(text) for i in probe._encode_single_piece(p.encode())] == \
+                probe.encode_ordinary(text), name
         cases.append(case)
     for name, text in special_cases:
         ids = enc.encode(text, allowed_special="all")
@@ -308,6 +324,7 @@ def main():
                 "reference": "surrogateescape + regex + tiktoken _encode_single_piece"}
         if llama3:
             case["ids_gpt2_ranks"] = reference_bytes(big, split, data)
+            case["pieces"] = piece_lengths(split, data)
         cases.append(case)
 
     sweeps = []
@@ -318,7 +335,7 @@ def main():
         # the pre-tokenisation itself: sha256 of the pieces' byte lengths
         pieces = split.findall(text)
         if llama3:  # the explicit-set pattern splits as tiktoken's engine does
-            assert [i for p in pieces for i in enc._encode_single_piece(p.encode())] == ids, name
+            assert [i for p in pieces for i in probe._encode_single_piece(p.encode())] == probe.encode_ordinary(text), name
         lengths = [len(p.encode()) for p in pieces]
         sweeps.append({"name": name, "context": context, "bytes": len(text.encode()), "count": len(ids),
                        "sha256": sha_u32(ids), "pieces": len(lengths), "pieces_sha256": sha_u32(lengths)})

@@ -821,7 +821,7 @@ static void test_prepro_tiktoken(const Tokenizer& small) {
     std::vector<std::string> docs = {"First doc.\n", "Second's \xc3\xa9t\xc3\xa9 12345!\r\n", "<|eot_id|> as text"};
     write_file(d + "/in.txt", docs[0] + "\n" + docs[1] + "\n" + docs[2]);
     std::string base = g_prepro + " --split-on \"\n\" --val-tokens 0 --out " + d + "/o ";
-    Run r = run_cmd(base + "--tiktoken " + g_test_ranks + " " + d + "/in.txt");
+    Run r = run_cmd(base + "--tiktoken " + g_test_ranks + " --write-tokenizer " + d + "/small.bin " + d + "/in.txt");
     std::vector<int> want;
     for (auto& doc : docs) {
         want.push_back(small.doc_token());
@@ -832,13 +832,21 @@ static void test_prepro_tiktoken(const Tokenizer& small) {
     CHECK(r.code == 0 && magic == 20240520 && got == want && r.out.find("starts with token 2256 (<|begin_of_text|>)") != std::string::npos,
           "prepro --tiktoken test ranks: uint16 shard, <|begin_of_text|> (2256) + ids before each of 3 documents, "
           "named in the summary (%s)", first_line(r.err).c_str());
+    // its tokenizer .bin (for the trainer's samples) decodes the shard, specials included
+    Tokenizer bin;
+    std::string e = error_of([&] { bin.load_bin(d + "/small.bin"); });
+    std::string text;
+    for (auto& doc : docs) text += "<|begin_of_text|>" + doc.substr(0, doc.find_last_not_of(" \t\r\n") + 1);
+    CHECK(e == "NO ERROR" && bin.vocab_size() == 2512 && bin.eot_token() == 2257 && bin.decode(got) == text,
+          "prepro --tiktoken --write-tokenizer: a .bin of 2,512 tokens, EOT <|end_of_text|>, decodes the shard (%s)",
+          e.c_str());
     run_cmd("rm -f " + d + "/o_*");
     // 256 bytes + 65,300 two-byte tokens: V = 65,812 > 65,536, doc token 65,556
     std::string wide = byte_ranks();
     for (int k = 0; k < 65300; k++) wide += ranks_line(std::string{(char)(k >> 8), (char)(k & 255)}, 256 + k);
     write_file(d + "/wide.ranks", wide);
     Tokenizer w;
-    std::string e = error_of([&] { w.load_tiktoken(d + "/wide.ranks"); });
+    e = error_of([&] { w.load_tiktoken(d + "/wide.ranks"); });
     r = run_cmd(base + "--tiktoken " + d + "/wide.ranks " + d + "/in.txt");
     want.clear();
     if (e == "NO ERROR")
