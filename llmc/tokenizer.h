@@ -660,8 +660,10 @@ class Tokenizer {
         source_ = encoder_json;
     }
 
-    static constexpr size_t kMaxRanksFileBytes = 256 << 20;  // Llama 3's is 2.2 MB
-    static constexpr size_t kMaxRanksLine = 4096;             // a token of about 3 KB
+    // Bounds of a ranks file, so that a hostile one costs at most a few hundred MB.
+    static constexpr size_t kMaxRanksFileBytes = 64 << 20;  // Llama 3's is 2.2 MB
+    static constexpr size_t kMaxRanksLine = 4096;            // a token of about 3 KB
+    static constexpr size_t kMaxRanks = 1 << 22;             // Llama 3 has 128,000
 
     // A tiktoken ranks file (see the top of this file). Its tokens must form a byte-level
     // BPE: ranks 0..N-1, each once; no token twice; every single byte a token; every longer
@@ -699,6 +701,8 @@ class Tokenizer {
             if (rank.size() > 9) throw Error(where() + "rank " + tok_detail::printable(rank) + " is too large");
             e.rank = std::stoll(std::string(rank));
             e.line = line_no;
+            if (entries.size() == kMaxRanks)
+                throw Error(where() + "more than " + std::to_string(kMaxRanks) + " tokens");
             entries.push_back(std::move(e));
         }
         const size_t N = entries.size();

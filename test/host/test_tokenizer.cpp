@@ -804,9 +804,17 @@ static void test_ranks_errors() {
     if (fd >= 0) close(fd);
     e = error_of([&] { tok.load_tiktoken(t + "/huge.ranks"); });
     CHECK(made && contains_all(e, {"huge.ranks", "314572800 bytes, more than"}), "ranks file of 300 MB: %s", e.c_str());
+    // 4,194,305 short lines (30 MB): refused at the line past the bound
+    std::string many;
+    many.reserve(30 << 20);
+    for (int i = 0; i <= (1 << 22); i++) many += "QQ== 1\n";
+    write_file(t + "/many.ranks", many);
+    e = error_of([&] { tok.load_tiktoken(t + "/many.ranks"); });
+    CHECK(contains_all(e, {"many.ranks:4194305: ", "more than 4194304 tokens"}), "ranks file of 4,194,305 lines: %s",
+          e.c_str());
     e = error_of([&] { tok.load_tiktoken(t + "/missing.ranks"); });
     CHECK(contains_all(e, {"missing.ranks", "cannot open"}), "missing ranks file: %s", e.c_str());
-    run_cmd("rm -f " + t + "/huge.ranks");
+    run_cmd("rm -f " + t + "/huge.ranks " + t + "/many.ranks");
 }
 
 // prepro --tiktoken: the document token before each document, uint16 shards while the
