@@ -252,14 +252,13 @@ class PreTokenizer {
     // insensitive as tiktoken's regex engine: Unicode simple case folding, under which
     // U+017F (long s, C5 BF) is also an s.
     static size_t contraction_end(const uint8_t* s, size_t n, size_t k) {
-        if (k >= n) return 0;
-        uint8_t c = s[k] | 0x20;  // ASCII lower case (only letters are compared)
-        if (s[k] == 0xC5 && k + 1 < n && s[k + 1] == 0xBF) return k + 2;
-        if (!((s[k] >= 'A' && s[k] <= 'Z') || (s[k] >= 'a' && s[k] <= 'z'))) return 0;
+        auto letter = [&](size_t i) -> uint8_t {  // the ASCII letter s[i] in lower case, else 0
+            uint8_t b = i < n ? (uint8_t)(s[i] | 0x20) : 0;
+            return b >= 'a' && b <= 'z' ? b : 0;
+        };
+        if (k + 1 < n && s[k] == 0xC5 && s[k + 1] == 0xBF) return k + 2;
+        uint8_t c = letter(k), d = letter(k + 1);
         if (c == 's' || c == 't' || c == 'm' || c == 'd') return k + 1;
-        if (k + 1 >= n) return 0;
-        uint8_t d = s[k + 1] | 0x20;
-        if (!((s[k + 1] >= 'A' && s[k + 1] <= 'Z') || (s[k + 1] >= 'a' && s[k + 1] <= 'z'))) return 0;
         if ((c == 'r' && d == 'e') || (c == 'v' && d == 'e') || (c == 'l' && d == 'l')) return k + 2;
         return 0;
     }
@@ -878,7 +877,7 @@ class Tokenizer {
             return;
         }
         int id = -1;
-        for (size_t p; (p = find_special(text, 0, &id)) != std::string_view::npos;) {
+        for (size_t p; (p = find_special(text, &id)) != std::string_view::npos;) {
             encode_ordinary(text.substr(0, p), out, cache);
             out->push_back(id);
             text.remove_prefix(p + vocab_[(size_t)id].size());
@@ -986,10 +985,10 @@ class Tokenizer {
         }
     }
 
-    // The leftmost special token in text at or after from (the longest where several start
-    // there): its position, or npos; *id its id.
-    size_t find_special(std::string_view text, size_t from, int* id) const {
-        for (size_t p = text.find_first_of(special_starts_, from); p != std::string_view::npos;
+    // The leftmost special token in text (the longest where several start there): its
+    // position, or npos; *id its id.
+    size_t find_special(std::string_view text, int* id) const {
+        for (size_t p = text.find_first_of(special_starts_); p != std::string_view::npos;
              p = text.find_first_of(special_starts_, p + 1)) {
             size_t best = 0;
             for (int s : specials_) {
