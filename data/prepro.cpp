@@ -1,10 +1,14 @@
-// prepro: text files or JSONL -> llm.c token shards (GPT-2 BPE).
+// prepro: text files or JSONL -> llm.c token shards (GPT-2's BPE, or a tiktoken ranks
+// file such as Llama 3's tokenizer.model).
 //
 //   build/host/prepro --out data/tinyshakespeare/tinyshakespeare --split-on-blank-lines
 //                     --val-tokens 32768 tinyshakespeare.txt
 //   build/host/prepro --out data/fineweb/fineweb --format jsonl --field text docs.jsonl
+//   build/host/prepro --tiktoken Llama-3.2-1B/original/tokenizer.model --out data/ts/ts_llama3 ...
 //
-// Each document gets the EOT token (50256) before it. Output: <prefix>_val_000000.bin (the
+// Each document gets the tokenizer's document token before it: GPT-2's <|endoftext|>
+// (50256), Llama 3's <|begin_of_text|> (128000; the trainers' --doc-token); the summary
+// names it. Output: <prefix>_val_000000.bin (the
 // first --val-tokens tokens; none when 0), then <prefix>_train_000001.bin, ... of
 // --shard-size tokens each (the last one shorter). Shard format: 256 x int32 header
 // [0]=20240520, [1]=1, [2]=token count, then uint16 tokens; for vocabularies above 65536
@@ -32,7 +36,7 @@ using llmc::fail;
 void usage(FILE* f) {
     fprintf(f,
             "usage: prepro [options] INPUT...\n"
-            "Tokenizes text files or JSONL (GPT-2 BPE) into llm.c data shards:\n"
+            "Tokenizes text files or JSONL (GPT-2's BPE or a tiktoken ranks file) into llm.c data shards:\n"
             "  PREFIX_val_000000.bin, PREFIX_train_000001.bin, PREFIX_train_000002.bin, ...\n"
             "options:\n"
             "  -o, --out PREFIX        output path prefix, e.g. data/tinyshakespeare/tinyshakespeare (required)\n"
@@ -51,8 +55,15 @@ void usage(FILE* f) {
             "  --gpt2-dir DIR          directory with encoder.json and vocab.bpe (default: data/gpt2,\n"
             "                          else $SHARED_DATA/gpt2, else ../shared/data/gpt2)\n"
             "  --tokenizer FILE        an llm.c tokenizer .bin instead of the GPT-2 files\n"
+            "  --tiktoken FILE         a tiktoken ranks file (\"<base64 token> <rank>\" lines, e.g. Llama 3's\n"
+            "                          tokenizer.model) instead of the GPT-2 files; the special tokens\n"
+            "                          follow its N ranks: Llama 3's 256 (<|begin_of_text|> = N starts each\n"
+            "                          document, <|end_of_text|> = N+1, ...), or with --pattern gpt2\n"
+            "                          <|endoftext|> = N\n"
+            "  --pattern llama3|gpt2   --tiktoken: the pre-tokenisation pattern and specials (default llama3)\n"
             "  --write-tokenizer FILE  also write the tokenizer as llm.c's .bin (e.g. gpt2_tokenizer.bin)\n"
-            "  --allow-special         \"<|endoftext|>\" in the text is the EOT token (default: plain text)\n"
+            "  --allow-special         special tokens' strings in the text (\"<|endoftext|>\", \"<|eot_id|>\", ...)\n"
+            "                          are those tokens (default: plain text)\n"
             "  -q, --quiet             no summary\n");
 }
 
@@ -210,7 +221,7 @@ void parallel_for(size_t n, int threads, F&& fn) {
 }
 
 struct Options {
-    std::string out, format, field = "text", gpt2_dir, tokenizer_bin, write_tokenizer, split_on;
+    std::string out, format, field = "text", gpt2_dir, tokenizer_bin, tiktoken, pattern, write_tokenizer, split_on;
     bool split_blank = false, allow_special = false, quiet = false;
     long long shard_size = 100000000, val_tokens = -1;
     int threads = 0;
@@ -429,6 +440,8 @@ int run(int argc, char** argv) {
         else if (a == "--threads") opt.threads = (int)parse_count(a, value(), 1, 1024);
         else if (a == "--gpt2-dir") opt.gpt2_dir = value();
         else if (a == "--tokenizer") opt.tokenizer_bin = value();
+        else if (a == "--tiktoken") opt.tiktoken = value();
+        else if (a == "--pattern") opt.pattern = value();
         else if (a == "--write-tokenizer") opt.write_tokenizer = value();
         else if (a == "--allow-special") opt.allow_special = true;
         else if (a == "-q" || a == "--quiet") opt.quiet = true;
@@ -442,6 +455,11 @@ int run(int argc, char** argv) {
     if ((opt.split_blank || !opt.split_on.empty()) && opt.format == "jsonl")
         fail("--split-on-blank-lines and --split-on apply to text input");
     if (opt.split_blank && !opt.split_on.empty()) fail("--split-on-blank-lines and --split-on exclude each other");
+    if (!opt.tiktoken.empty() && (!opt.tokenizer_bin.empty() || !opt.gpt2_dir.empty()))
+        fail("--tiktoken excludes --tokenizer and --gpt2-dir");
+    if (!opt.pattern.empty() && opt.tiktoken.empty()) fail("--pattern applies to --tiktoken");
+    if (!opt.pattern.empty() && opt.pattern != "llama3" && opt.pattern != "gpt2")
+        fail("--pattern must be llama3 or gpt2, not \"" + opt.pattern + "\"");
     if (opt.threads <= 0) opt.threads = (int)std::max(1u, std::thread::hardware_concurrency());
     if (opt.val_tokens < 0) opt.val_tokens = opt.shard_size;
     for (const auto& in : opt.inputs)
@@ -449,7 +467,9 @@ int run(int argc, char** argv) {
 
     auto t0 = std::chrono::steady_clock::now();
     llmc::Tokenizer tok;
-    if (!opt.tokenizer_bin.empty()) {
+    if (!opt.tiktoken.empty()) {
+        tok.load_tiktoken(opt.tiktoken, opt.pattern == "gpt2" ? llmc::Pattern::Gpt2 : llmc::Pattern::Llama3);
+    } else if (!opt.tokenizer_bin.empty()) {
         tok.load_bin(opt.tokenizer_bin);
         if (!tok.can_encode()) fail(opt.tokenizer_bin + ": this vocabulary cannot encode (no single-byte tokens)");
     } else {
@@ -487,6 +507,9 @@ int run(int argc, char** argv) {
                with_commas(sw.total() - sw.val_written()).c_str(), enc_s,
                std::chrono::duration<double>(t1 - t0).count(), st.bytes / 1e6 / std::max(enc_s, 1e-9),
                opt.threads);
+        printf("  vocabulary %d (%s pattern, %s shards); each document starts with token %d (%s)\n",
+               tok.vocab_size(), llmc::pattern_name(tok.pattern()), wide ? "uint32" : "uint16", tok.doc_token(),
+               tok.token_bytes(tok.doc_token()).c_str());
         for (const auto& s : sw.shards())
             printf("  %s: %s tokens\n", s.path.c_str(), with_commas(s.tokens).c_str());
     }

@@ -1,12 +1,23 @@
 #!/usr/bin/env python3
-"""Writes test/data/tokenizer_cases.json: inputs and the GPT-2 token ids tiktoken gives for
-them, for test/host/test_tokenizer.cpp.
+"""Writes test/data/tokenizer_cases.json (--family gpt2) or tokenizer_cases_llama3.json
+(--family llama3): inputs and the token ids tiktoken gives for them, for
+test/host/test_tokenizer.cpp.
 
-The reference is tiktoken (pip install tiktoken regex) with an encoding built from the
-local OpenAI files (no download):
-    tiktoken.Encoding(name="gpt2_local", pat_str=GPT-2's pattern,
-                      mergeable_ranks=<encoder.json ids, checked against vocab.bpe>,
-                      special_tokens={"<|endoftext|>": 50256})
+The reference is tiktoken (pip install tiktoken regex) with an encoding built from local
+files (no download):
+    gpt2:   tiktoken.Encoding(name="gpt2_local", pat_str=GPT-2's pattern,
+                              mergeable_ranks=<encoder.json ids, checked against vocab.bpe>,
+                              special_tokens={"<|endoftext|>": 50256})
+    llama3: tiktoken.Encoding(name="llama3_test", pat_str=Llama 3's pattern,
+                              mergeable_ranks=load_tiktoken_bpe(test/data/tiktoken_test.ranks),
+                              special_tokens=Llama 3's 256, ids N..N+255)
+    Meta's tokenizer.model cannot be downloaded here; test/data/tiktoken_test.ranks is a
+    small BPE (dev/make_tiktoken_ranks.py). Each llama3 case also holds the ids under GPT-2's
+    50,256 ranks with Llama 3's pattern ("ids_gpt2_ranks"; the C++ test rewrites encoder.json
+    as a ranks file), and "corpora" the count and sha256 of the ids of the shared corpora
+    (tinyshakespeare, HellaSwag's text) under both vocabularies; "pieces" the byte lengths
+    of each case's pieces (checked against tiktoken's through an encoding whose tokens are
+    all byte pairs: its ids change with where a piece ends).
 
 "classes": the letter, number and white-space classes of every code point as tiktoken's own
 pattern engine sees them (the Rust regex crates, Unicode 16.0.0 in tiktoken 0.14; see
@@ -30,7 +41,7 @@ encode on every valid case.
 "sweep" entries: every Unicode scalar value in a few contexts; the C++ test builds the same
 text and compares the count and the sha256 of its ids (little-endian uint32).
 
-usage: python3 dev/make_tokenizer_cases.py [--gpt2-dir DIR] [--out FILE]
+usage: python3 dev/make_tokenizer_cases.py [--family gpt2|llama3] [--gpt2-dir DIR] [--out FILE]
 """
 import argparse
 import hashlib
@@ -42,7 +53,14 @@ import regex
 import tiktoken
 
 GPT2_PAT = r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
+LLAMA3_PAT = (r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|"""
+              r"""\s*[\r\n]+|\s+(?!\S)|\s+""")
 EOT = "<|endoftext|>"
+LLAMA3_SPECIALS = (["<|begin_of_text|>", "<|end_of_text|>", "<|reserved_special_token_0|>",
+                    "<|reserved_special_token_1|>", "<|reserved_special_token_2|>", "<|reserved_special_token_3|>",
+                    "<|start_header_id|>", "<|end_header_id|>", "<|reserved_special_token_4|>", "<|eot_id|>"] +
+                   [f"<|reserved_special_token_{i}|>" for i in range(5, 251)])
+TEST_RANKS = "test/data/tiktoken_test.ranks"
 
 
 def byte_symbols():
@@ -59,7 +77,8 @@ def byte_symbols():
     return table
 
 
-def load_encoding(gpt2_dir):
+def gpt2_ranks(gpt2_dir):
+    """GPT-2's 50,256 tokens (all but <|endoftext|>) as tiktoken ranks: bytes -> id."""
     sym_to_byte = {c: b for b, c in byte_symbols().items()}
     with open(os.path.join(gpt2_dir, "encoder.json"), encoding="utf-8") as f:
         encoder = json.load(f)
@@ -75,8 +94,19 @@ def load_encoding(gpt2_dir):
         merged = bytes(sym_to_byte[c] for c in a + b)
         assert ranks[merged] == 256 + k, (a, b, k)
     assert encoder[EOT] == 50256
-    return tiktoken.Encoding(name="gpt2_local", pat_str=GPT2_PAT, mergeable_ranks=ranks,
+    return ranks
+
+
+def load_encoding(gpt2_dir):
+    return tiktoken.Encoding(name="gpt2_local", pat_str=GPT2_PAT, mergeable_ranks=gpt2_ranks(gpt2_dir),
                              special_tokens={EOT: 50256})
+
+
+def llama3_encoding(ranks):
+    """Llama 3's pattern and specials (Meta's tokenizer.py) over the given ranks."""
+    n = len(ranks)
+    return tiktoken.Encoding(name="llama3_test", pat_str=LLAMA3_PAT, mergeable_ranks=ranks,
+                             special_tokens={t: n + i for i, t in enumerate(LLAMA3_SPECIALS)})
 
 
 def tiktoken_classes():
@@ -97,12 +127,16 @@ def tiktoken_classes():
     return out
 
 
-def splitter(classes):
-    """GPT-2's pattern for the `regex` module with tiktoken's classes as explicit sets."""
+def splitter(classes, family="gpt2"):
+    """The family's pattern for the `regex` module with tiktoken's classes as explicit sets."""
     def cls(name):
         return "".join(f"\\U{a:08x}-\\U{b:08x}" for a, b in classes[name])
     L, N, S = cls("letter"), cls("number"), cls("space")
-    pat = (rf"""'s|'t|'re|'ve|'m|'ll|'d| ?[{L}]+| ?[{N}]+| ?[^{S}{L}{N}]+|[{S}]+(?![^{S}])|[{S}]+""")
+    if family == "llama3":
+        pat = (rf"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n{L}{N}]?[{L}]+|[{N}]{{1,3}}| ?[^{S}{L}{N}]+[\r\n]*|"""
+               rf"""[{S}]*[\r\n]+|[{S}]+(?![^{S}])|[{S}]+""")
+    else:
+        pat = (rf"""'s|'t|'re|'ve|'m|'ll|'d| ?[{L}]+| ?[{N}]+| ?[^{S}{L}{N}]+|[{S}]+(?![^{S}])|[{S}]+""")
     return regex.compile(pat)
 
 
@@ -113,6 +147,12 @@ def reference_bytes(enc, split, data: bytes):
     for piece in split.findall(text):
         ids += enc._encode_single_piece(piece.encode("utf-8", errors="surrogateescape"))
     return ids
+
+
+def piece_lengths(split, data: bytes):
+    """The byte lengths of the pieces of data (invalid UTF-8 as in reference_bytes)."""
+    text = data.decode("utf-8", errors="surrogateescape")
+    return [len(p.encode("utf-8", errors="surrogateescape")) for p in split.findall(text)]
 
 
 def sweep_text(context):
@@ -195,72 +235,151 @@ SWEEPS = [
 ]
 
 
+# What Llama 3's pattern does differently: case-insensitive contractions (U+017F long s is
+# an s to tiktoken's engine), one non-letter joining the letters after it, numbers in threes,
+# line breaks joining the punctuation before them, white space up to its last line break.
+LLAMA3_CASES = [
+    ("llama3: contractions in any case", "IT'S It'S it's I'M YOU'RE We'Ve THEY'LL HE'D DON'T 'S 'T 'Ll"),
+    ("llama3: long s and kelvin after '", "it\u017fs it'\u017f x'\u017ft 'K '\u212a 'k '\u017f\u017f"),
+    ("llama3: a non-letter before letters", "'hello \"quoted\" (paren) $dollar \tTab \u00a0nbsp _under 1abc"),
+    ("llama3: numbers in threes", "1 12 123 1234 12345 123456 1234567 3.14159265 ١٢٣٤٥ 2024-05-20 x1234y"),
+    ("llama3: line breaks after punctuation", "end.\n\nNext!\r\n\r\n?\n \n...\n\t\n"),
+    ("llama3: white space and line breaks", "a \n b\t\n\n  c  \r\n  d \n\n\n   e\r\r\rf \n"),
+    ("llama3: tabs and spaces before words", "\t\tword  \t word \u3000word \u2028word \u0085word"),
+]
+
+LLAMA3_SPECIAL_CASES = [
+    ("llama3: chat template", "<|begin_of_text|><|start_header_id|>user<|end_header_id|>\n\nHi!<|eot_id|>"),
+    ("llama3: document ends", "one<|end_of_text|><|begin_of_text|>two"),
+    ("llama3: reserved tokens", "<|reserved_special_token_0|><|reserved_special_token_250|><|reserved_special_token_251|>"),
+    ("llama3: partial specials", "<|begin_of_text <|eot_id| |eot_id|> <|<|eot_id|>|>"),
+]
+
+LLAMA3_SWEEPS = [
+    ("llama3: all scalar values: \"'C \" + \"x'Cx\"", "'C x'Cx"),
+    ("llama3: all scalar values: 'xC1234C\\r\\n'", "xC1234C\r\n"),
+    ("llama3: all scalar values: ' C.\\n\\tC'", " C.\n\tC"),
+]
+
+
+def sha_u32(values):
+    return hashlib.sha256(struct.pack(f"<{len(values)}I", *values)).hexdigest()
+
+
 def main():
     ap = argparse.ArgumentParser()
+    ap.add_argument("--family", choices=("gpt2", "llama3"), default="gpt2")
     ap.add_argument("--gpt2-dir", default=os.path.join(os.environ.get("SHARED_DATA", "../shared/data"), "gpt2"))
-    ap.add_argument("--out", default="test/data/tokenizer_cases.json")
+    ap.add_argument("--ranks", default=TEST_RANKS, help="llama3: the tiktoken ranks file")
+    ap.add_argument("--out")
     args = ap.parse_args()
-    enc = load_encoding(args.gpt2_dir)
-    assert enc.encode("Hello world") == [15496, 995]
-    assert enc.encode("hello " + EOT, allowed_special="all") == [31373, 220, 50256]
-
+    llama3 = args.family == "llama3"
+    out_path = args.out or ("test/data/tokenizer_cases_llama3.json" if llama3 else "test/data/tokenizer_cases.json")
     classes = tiktoken_classes()
-    split = splitter(classes)
+    split = splitter(classes, args.family)
     for name, n in (("letter", 141028), ("number", 1911), ("space", 25)):  # Unicode 16.0.0
         count = sum(b - a + 1 for a, b in classes[name])
         assert count == n, f"tiktoken {tiktoken.__version__}: {count} {name} code points, not Unicode 16's {n}"
+    if llama3:
+        from tiktoken.load import load_tiktoken_bpe
+        enc = llama3_encoding(load_tiktoken_bpe(args.ranks))  # tiktoken's own reader of the format
+        big = llama3_encoding(gpt2_ranks(args.gpt2_dir))  # GPT-2's ranks, Llama 3's pattern
+        # every byte pair a token: the ids show where tiktoken's pieces end (a piece boundary
+        # changes the pairing), to check the `regex` split against
+        pairs = {bytes([b]): b for b in range(256)}
+        pairs.update({bytes([a, b]): 256 + a * 256 + b for a in range(256) for b in range(256)})
+        probe = tiktoken.Encoding(name="pair_probe", pat_str=LLAMA3_PAT, mergeable_ranks=pairs, special_tokens={})
+        special, cases_in = LLAMA3_SPECIALS[0], CASES + LLAMA3_CASES
+        special_cases, sweeps_in = LLAMA3_SPECIAL_CASES, SWEEPS + LLAMA3_SWEEPS
+    else:
+        enc = load_encoding(args.gpt2_dir)
+        assert enc.encode("Hello world") == [15496, 995]
+        assert enc.encode("hello " + EOT, allowed_special="all") == [31373, 220, 50256]
+        special, cases_in, special_cases, sweeps_in = EOT, CASES, SPECIAL_CASES, SWEEPS
+    assert enc.encode(special, allowed_special="all") == [enc.n_vocab - (256 if llama3 else 1)]
 
     cases = []
-    for name, text in CASES:
+    for name, text in cases_in:
         ids = enc.encode_ordinary(text)
         data = text.encode("utf-8")
         assert reference_bytes(enc, split, data) == ids, name  # the procedure for invalid bytes
         assert enc.decode_bytes(ids) == data
-        cases.append({"name": name, "hex": data.hex(), "text": text, "allow_special": False, "ids": ids})
-    for name, text in SPECIAL_CASES:
+        case = {"name": name, "hex": data.hex(), "text": text, "allow_special": False, "ids": ids}
+        if llama3:
+            case["ids_gpt2_ranks"] = big.encode_ordinary(text)
+            case["pieces"] = piece_lengths(split, data)
+            assert [i for p in split.findall(text) for i in probe._encode_single_piece(p.encode())] == \
+                probe.encode_ordinary(text), name
+        cases.append(case)
+    for name, text in special_cases:
         ids = enc.encode(text, allowed_special="all")
-        cases.append({"name": name, "hex": text.encode().hex(), "text": text, "allow_special": True, "ids": ids})
+        case = {"name": name, "hex": text.encode().hex(), "text": text, "allow_special": True, "ids": ids}
+        if llama3:
+            case["ids_gpt2_ranks"] = big.encode(text, allowed_special="all")
+        cases.append(case)
     for name, data in INVALID_CASES:
         ids = reference_bytes(enc, split, data)
         assert enc.decode_bytes(ids) == data
-        cases.append({"name": name, "hex": data.hex(), "allow_special": False, "ids": ids,
-                      "reference": "surrogateescape + regex + tiktoken _encode_single_piece"})
+        case = {"name": name, "hex": data.hex(), "allow_special": False, "ids": ids,
+                "reference": "surrogateescape + regex + tiktoken _encode_single_piece"}
+        if llama3:
+            case["ids_gpt2_ranks"] = reference_bytes(big, split, data)
+            case["pieces"] = piece_lengths(split, data)
+        cases.append(case)
 
     sweeps = []
-    for name, context in SWEEPS:
+    for name, context in sweeps_in:
         text = sweep_text(context)
         ids = enc.encode_ordinary(text)
         assert enc.decode(ids) == text
-        sha = hashlib.sha256(struct.pack(f"<{len(ids)}I", *ids)).hexdigest()
         # the pre-tokenisation itself: sha256 of the pieces' byte lengths
-        lengths = [len(p.encode()) for p in split.findall(text)]
-        piece_sha = hashlib.sha256(struct.pack(f"<{len(lengths)}I", *lengths)).hexdigest()
+        pieces = split.findall(text)
+        if llama3:  # the explicit-set pattern splits as tiktoken's engine does
+            assert [i for p in pieces for i in probe._encode_single_piece(p.encode())] == probe.encode_ordinary(text), name
+        lengths = [len(p.encode()) for p in pieces]
         sweeps.append({"name": name, "context": context, "bytes": len(text.encode()), "count": len(ids),
-                       "sha256": sha, "pieces": len(lengths), "pieces_sha256": piece_sha})
+                       "sha256": sha_u32(ids), "pieces": len(lengths), "pieces_sha256": sha_u32(lengths)})
         print(f"sweep {name}: {len(text.encode())} bytes, {len(ids)} tokens")
 
+    corpora = []
+    if llama3:
+        shared = os.path.dirname(os.path.abspath(args.gpt2_dir))
+        for fname in ("tinyshakespeare.txt", "hellaswag_val_full.txt"):
+            with open(os.path.join(shared, fname), encoding="utf-8") as f:
+                text = f.read()
+            for ranks_name, e in (("test", enc), ("gpt2", big)):
+                ids = e.encode_ordinary(text)
+                corpora.append({"file": fname, "ranks": ranks_name, "bytes": len(text.encode()), "count": len(ids),
+                                "sha256": sha_u32(ids)})
+                print(f"corpus {fname}, {ranks_name} ranks: {len(ids)} tokens")
+
     out = {
-        "generator": "dev/make_tokenizer_cases.py",
-        "reference": f"tiktoken {tiktoken.__version__}, GPT-2 pattern, local encoder.json/vocab.bpe",
+        "generator": "dev/make_tokenizer_cases.py" + (" --family llama3" if llama3 else ""),
+        "reference": (f"tiktoken {tiktoken.__version__}, Llama 3 pattern and specials, ranks {args.ranks} "
+                      f"(ids_gpt2_ranks: GPT-2's encoder.json as ranks)" if llama3 else
+                      f"tiktoken {tiktoken.__version__}, GPT-2 pattern, local encoder.json/vocab.bpe"),
         "cases": cases,
         "sweeps": sweeps,
-        "classes": classes,
     }
-    os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
-    with open(args.out, "w", encoding="utf-8") as f:  # one case per line
+    if llama3:
+        out["corpora"] = corpora
+    os.makedirs(os.path.dirname(out_path) or ".", exist_ok=True)
+    with open(out_path, "w", encoding="utf-8") as f:  # one case per line
         f.write("{\n")
         for key in ("generator", "reference"):
             f.write(f" {json.dumps(key)}: {json.dumps(out[key])},\n")
-        for key in ("cases", "sweeps"):
+        lists = ("cases", "sweeps", "corpora") if llama3 else ("cases", "sweeps")
+        for k, key in enumerate(lists):
             f.write(f' {json.dumps(key)}: [\n  ')
             f.write(",\n  ".join(json.dumps(c, ensure_ascii=True) for c in out[key]))
-            f.write("\n ],\n")
-        f.write(' "classes": {\n  ')
-        f.write(",\n  ".join(f"{json.dumps(k)}: {json.dumps(v)}" for k, v in classes.items()))
-        f.write("\n }\n")
+            f.write("\n ]\n" if llama3 and k + 1 == len(lists) else "\n ],\n")
+        if not llama3:
+            f.write(' "classes": {\n  ')
+            f.write(",\n  ".join(f"{json.dumps(k)}: {json.dumps(v)}" for k, v in classes.items()))
+            f.write("\n }\n")
         f.write("}\n")
-    json.load(open(args.out))
-    print(f"{args.out}: {len(cases)} cases, {len(sweeps)} sweeps")
+    json.load(open(out_path))
+    print(f"{out_path}: {len(cases)} cases, {len(sweeps)} sweeps")
 
 
 if __name__ == "__main__":

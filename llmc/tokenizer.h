@@ -1,19 +1,28 @@
-// GPT-2 byte-level BPE tokenizer (header-only host C++17): encode and decode.
+// Byte-level BPE tokenizer of GPT-2 and Llama 3 (header-only host C++17): encode and decode.
 //
 // Sources of a vocabulary:
 //   - OpenAI's GPT-2 files, encoder.json + vocab.bpe (load_gpt2): id -> token and the
 //     ranked merges;
+//   - a tiktoken ranks file (load_tiktoken; the format of Llama 3's tokenizer.model): one
+//     line "<base64 of the token's bytes> <rank>" per token, ranks 0..N-1 = the ids; a pair
+//     merges when its concatenation is a token, with that token's rank. The pattern is a
+//     parameter (Llama 3's by default); the special tokens follow the N ranks: Llama 3's
+//     256 (<|begin_of_text|> = N, <|end_of_text|> = N+1, ... <|eot_id|> = N+9; N = 128000
+//     in Meta's file) or, with GPT-2's pattern, <|endoftext|> = N;
 //   - llm.c's tokenizer .bin (load_bin / save_bin): little-endian header of 256 int32
 //     ([0]=20240328, [1]=version 2 (1 is read too), [2]=vocab size V, [3]=EOT id), then
 //     for each token a uint8 length (1..255) and its bytes. The .bin holds no merges;
 //     encoding from it merges a pair when their concatenation is a token, with the
 //     token's id as its rank (tiktoken's rule; for GPT-2 it gives the same ids).
 //
-// Encoding (same ids as tiktoken's "gpt2" encoding):
-//   1. with allow_special, the text is split on "<|endoftext|>", which becomes the EOT id;
-//      otherwise that string is ordinary text;
+// Encoding (same ids as tiktoken's Encoding of the same ranks, pattern and specials):
+//   1. with allow_special, the text is split on the special tokens' strings, each of which
+//      becomes its id; otherwise they are ordinary text;
 //   2. pre-tokenisation by GPT-2's pattern
 //        's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
+//      or Llama 3's (tiktoken's cl100k_base pattern)
+//        (?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}|
+//         ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+
 //      with Unicode letter/number/white-space classes (llmc/tokenizer_unicode.h, generated
 //      by dev/gen_unicode_tables.py) of Unicode 16.0.0, the version of tiktoken's engine;
 //   3. each piece: one token where the whole piece is a token, otherwise byte-level BPE:
@@ -56,6 +65,9 @@
 #include "llmc/tokenizer_unicode.h"
 
 namespace llmc {
+
+// The pre-tokenisation pattern (the regular expression that splits text into pieces).
+enum class Pattern { Gpt2, Llama3 };
 
 namespace tok_detail {
 
@@ -130,12 +142,15 @@ inline const ClassTable& class_table() {
     return t;
 }
 
-// GPT-2's pre-tokenisation: next_piece(s, n, i) is the end of the match starting at i.
+// Pre-tokenisation by one of two patterns: next_piece(s, n, i) is the end of the match
+// starting at i.
 class PreTokenizer {
   public:
     PreTokenizer() : ct_(&class_table()) {
         for (int b = 0; b < 128; b++) ascii_[b] = ct_->get((uint32_t)b);
     }
+    void set_pattern(Pattern p) { pattern_ = p; }
+    Pattern pattern() const { return pattern_; }
     uint8_t ascii_class(uint8_t b) const { return b < 128 ? ascii_[b] : kOther; }
 
     // Class and byte length of the character at s[i].
@@ -148,6 +163,27 @@ class PreTokenizer {
     }
 
     size_t next_piece(const uint8_t* s, size_t n, size_t i) const {
+        return pattern_ == Pattern::Llama3 ? next_piece_llama3(s, n, i) : next_piece_gpt2(s, n, i);
+    }
+
+    // A position p >= from where the pattern always splits, so the pieces of s[0,p) and
+    // s[p,n) are those of s; n if none. GPT-2: s[p-1] an ASCII non-space, s[p] ASCII white
+    // space. Llama 3 the same with s[p] not \r or \n (an "other" run takes the line breaks
+    // after it: ".\n" is one piece).
+    size_t safe_split(const uint8_t* s, size_t n, size_t from) const {
+        const bool llama3 = pattern_ == Pattern::Llama3;
+        for (size_t p = std::max<size_t>(from, 1); p < n; p++) {
+            uint8_t b = s[p];
+            if (b < 0x80 && ascii_[b] == kSpace && s[p - 1] < 0x80 && ascii_[s[p - 1]] != kSpace &&
+                !(llama3 && (b == '\r' || b == '\n')))
+                return p;
+        }
+        return n;
+    }
+
+  private:
+    //   's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
+    size_t next_piece_gpt2(const uint8_t* s, size_t n, size_t i) const {
         uint8_t b = s[i];
         // 's 't 're 've 'm 'll 'd
         if (b == '\'' && i + 1 < n) {
@@ -167,16 +203,79 @@ class PreTokenizer {
             uint8_t c2 = cls(s, n, j, &len2);
             if (c2 != kSpace) { c = c2; j += len2; }
         }
-        if (c != kSpace) {  // \p{L}+ | \p{N}+ | [^\s\p{L}\p{N}]+
-            while (j < n) {
+        if (c != kSpace) return run_end(s, n, j, c);  // \p{L}+ | \p{N}+ | [^\s\p{L}\p{N}]+
+        return space_run_end(s, n, i, j);
+    }
+
+    //   (?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}|
+    //   ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+
+    size_t next_piece_llama3(const uint8_t* s, size_t n, size_t i) const {
+        if (s[i] == '\'') {
+            size_t e = contraction_end(s, n, i + 1);
+            if (e) return e;
+        }
+        int len;
+        uint8_t c = cls(s, n, i, &len);
+        size_t j = i + len;
+        if (c == kLetter) return run_end(s, n, j, kLetter);  // \p{L}+
+        const bool line_break = s[i] == '\r' || s[i] == '\n';
+        int len2 = 0;
+        uint8_t c2 = j < n ? cls(s, n, j, &len2) : kSpace;
+        if (c != kNumber && !line_break && c2 == kLetter)  // [^\r\n\p{L}\p{N}]\p{L}+
+            return run_end(s, n, j + len2, kLetter);
+        if (c == kNumber) {  // \p{N}{1,3}
+            for (int k = 1; k < 3 && j < n; k++) {
                 int l;
-                if (cls(s, n, j, &l) != c) break;
+                if (cls(s, n, j, &l) != kNumber) break;
                 j += l;
             }
             return j;
         }
-        // \s+(?!\S) | \s+ : a run of white space; if a non-space follows, the run less
-        // its last character (when that leaves at least one)
+        if (c == kOther || (s[i] == ' ' && c2 == kOther)) {  //  ?[^\s\p{L}\p{N}]+[\r\n]*
+            size_t e = run_end(s, n, c == kOther ? j : j + len2, kOther);
+            while (e < n && (s[e] == '\r' || s[e] == '\n')) e++;
+            return e;
+        }
+        // white space: \s*[\r\n]+ takes the run up to its last line break, if it has one
+        size_t e = j, after_break = line_break ? j : 0;
+        while (e < n) {
+            int l;
+            if (cls(s, n, e, &l) != kSpace) break;
+            if (s[e] == '\r' || s[e] == '\n') after_break = e + 1;
+            e += l;
+        }
+        if (after_break) return after_break;
+        return space_run_end(s, n, i, j);
+    }
+
+    // The end of (?i:'s|'t|'re|'ve|'m|'ll|'d) after the apostrophe at s[k-1], or 0. Case-
+    // insensitive as tiktoken's regex engine: Unicode simple case folding, under which
+    // U+017F (long s, C5 BF) is also an s.
+    static size_t contraction_end(const uint8_t* s, size_t n, size_t k) {
+        auto letter = [&](size_t i) -> uint8_t {  // the ASCII letter s[i] in lower case, else 0
+            uint8_t b = i < n ? (uint8_t)(s[i] | 0x20) : 0;
+            return b >= 'a' && b <= 'z' ? b : 0;
+        };
+        if (k + 1 < n && s[k] == 0xC5 && s[k + 1] == 0xBF) return k + 2;
+        uint8_t c = letter(k), d = letter(k + 1);
+        if (c == 's' || c == 't' || c == 'm' || c == 'd') return k + 1;
+        if ((c == 'r' && d == 'e') || (c == 'v' && d == 'e') || (c == 'l' && d == 'l')) return k + 2;
+        return 0;
+    }
+
+    // The end of the run of class c that continues at j.
+    size_t run_end(const uint8_t* s, size_t n, size_t j, uint8_t c) const {
+        while (j < n) {
+            int l;
+            if (cls(s, n, j, &l) != c) break;
+            j += l;
+        }
+        return j;
+    }
+
+    // \s+(?!\S) | \s+ for the white space at i (its first character ends at j): the run; if
+    // a non-space follows, the run less its last character (when that leaves at least one)
+    size_t space_run_end(const uint8_t* s, size_t n, size_t i, size_t j) const {
         size_t last = i;
         int count = 1;
         while (j < n) {
@@ -190,20 +289,9 @@ class PreTokenizer {
         return last;
     }
 
-    // A position p >= from where the pattern always splits (s[p-1] an ASCII non-space,
-    // s[p] ASCII white space), so the pieces of s[0,p) and s[p,n) are those of s; n if none.
-    size_t safe_split(const uint8_t* s, size_t n, size_t from) const {
-        for (size_t p = std::max<size_t>(from, 1); p < n; p++) {
-            uint8_t b = s[p];
-            if (b < 0x80 && ascii_[b] == kSpace && s[p - 1] < 0x80 && ascii_[s[p - 1]] != kSpace)
-                return p;
-        }
-        return n;
-    }
-
-  private:
     const ClassTable* ct_;
     uint8_t ascii_[128];
+    Pattern pattern_ = Pattern::Gpt2;
 };
 
 inline uint64_t hash_bytes(const uint8_t* p, size_t n) {
@@ -369,10 +457,17 @@ inline const ByteMap& byte_map() {
     return m;
 }
 
-inline std::string read_whole_file(const std::string& path) {
+// The file's bytes; a file over max_bytes is an error before anything is read.
+inline std::string read_whole_file(const std::string& path, size_t max_bytes = SIZE_MAX) {
     std::string why;
     FILE* f = fopen_regular_file(path.c_str(), &why);
     if (!f) throw Error(path + ": cannot open: " + why);
+    struct stat st;
+    if (fstat(fileno(f), &st) == 0 && (uint64_t)st.st_size > max_bytes) {
+        fclose(f);
+        throw Error(path + ": " + std::to_string((long long)st.st_size) + " bytes, more than the " +
+                    std::to_string(max_bytes) + " a tokenizer file may have");
+    }
     std::string data;
     char buf[1 << 16];
     size_t got;
@@ -399,7 +494,48 @@ inline std::string printable(std::string_view s, size_t max = 40) {
     return out;
 }
 
+// Standard base64 (A-Z a-z 0-9 + /, "=" padding to a multiple of 4) -> bytes; false on
+// anything else.
+inline bool base64_decode(std::string_view in, std::string* out) {
+    auto value = [](char c) -> int {
+        if (c >= 'A' && c <= 'Z') return c - 'A';
+        if (c >= 'a' && c <= 'z') return c - 'a' + 26;
+        if (c >= '0' && c <= '9') return c - '0' + 52;
+        if (c == '+') return 62;
+        if (c == '/') return 63;
+        return -1;
+    };
+    out->clear();
+    if (in.empty() || in.size() % 4 != 0) return false;
+    size_t pad = in.back() != '=' ? 0 : in[in.size() - 2] == '=' ? 2 : 1;
+    for (size_t i = 0; i < in.size(); i += 4) {
+        uint32_t w = 0;
+        const bool last = i + 4 == in.size();
+        for (size_t k = 0; k < 4; k++) {
+            int v = last && k >= 4 - pad ? 0 : value(in[i + k]);
+            if (v < 0) return false;
+            w = (w << 6) | (uint32_t)v;
+        }
+        size_t bytes = last ? 3 - pad : 3;
+        for (size_t k = 0; k < bytes; k++) *out += (char)(uint8_t)(w >> (16 - 8 * k));
+    }
+    return true;
+}
+
 }  // namespace tok_detail
+
+// Llama 3's special tokens in id order after the ranks (Meta's llama3 tokenizer.py: ten
+// named or reserved, then <|reserved_special_token_5|> .. _250|>: 256 in all).
+inline std::vector<std::string> llama3_special_tokens() {
+    std::vector<std::string> t = {"<|begin_of_text|>", "<|end_of_text|>", "<|reserved_special_token_0|>",
+                                  "<|reserved_special_token_1|>", "<|reserved_special_token_2|>",
+                                  "<|reserved_special_token_3|>", "<|start_header_id|>", "<|end_header_id|>",
+                                  "<|reserved_special_token_4|>", "<|eot_id|>"};
+    for (int i = 5; i < 251; i++) t.push_back("<|reserved_special_token_" + std::to_string(i) + "|>");
+    return t;
+}
+
+inline const char* pattern_name(Pattern p) { return p == Pattern::Llama3 ? "llama3" : "gpt2"; }
 
 // Per-thread memo of piece -> ids (bounded: cleared when it reaches max_entries).
 class alignas(128) EncodeCache {
@@ -422,6 +558,11 @@ class Tokenizer {
     static Tokenizer from_gpt2_files(const std::string& encoder_json, const std::string& vocab_bpe) {
         Tokenizer t;
         t.load_gpt2(encoder_json, vocab_bpe);
+        return t;
+    }
+    static Tokenizer from_tiktoken(const std::string& path, Pattern pattern = Pattern::Llama3) {
+        Tokenizer t;
+        t.load_tiktoken(path, pattern);
         return t;
     }
     static Tokenizer from_bin(const std::string& path) {
@@ -470,7 +611,8 @@ class Tokenizer {
             tokens[id] = std::move(bytes);
         }
         if (eot < 0) throw Error(encoder_json + ": no \"<|endoftext|>\" entry");
-        set_vocab(std::move(tokens), eot, encoder_json);
+        pre_.set_pattern(Pattern::Gpt2);
+        set_vocab(std::move(tokens), {eot}, eot, eot, encoder_json);
         for (int b = 0; b < 256; b++) {
             if (byte_id_[b] >= 0) continue;
             char hex[8];
@@ -517,6 +659,100 @@ class Tokenizer {
         source_ = encoder_json;
     }
 
+    // Bounds of a ranks file, so that a hostile one costs at most a few hundred MB.
+    static constexpr size_t kMaxRanksFileBytes = 64 << 20;  // Llama 3's is 2.2 MB
+    static constexpr size_t kMaxRanksLine = 4096;            // a token of about 3 KB
+    static constexpr size_t kMaxRanks = 1 << 22;             // Llama 3 has 128,000
+
+    // A tiktoken ranks file (see the top of this file). Its tokens must form a byte-level
+    // BPE: ranks 0..N-1, each once; no token twice; every single byte a token; every longer
+    // token the concatenation of two tokens of lower rank (the merge that makes it).
+    void load_tiktoken(const std::string& path, Pattern pattern = Pattern::Llama3) {
+        can_encode_ = false;
+        std::string text = tok_detail::read_whole_file(path, kMaxRanksFileBytes);
+        struct Entry {
+            std::string bytes;
+            long long rank;
+            size_t line;
+        };
+        std::vector<Entry> entries;
+        size_t pos = 0, line_no = 0;
+        while (pos < text.size()) {
+            size_t eol = text.find('\n', pos);
+            if (eol == std::string::npos) eol = text.size();
+            std::string_view line(text.data() + pos, eol - pos);
+            pos = eol + 1;
+            line_no++;
+            auto where = [&] { return path + ":" + std::to_string(line_no) + ": "; };
+            if (line.size() > kMaxRanksLine)
+                throw Error(where() + "line of " + std::to_string(line.size()) + " bytes, more than " +
+                            std::to_string(kMaxRanksLine));
+            if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+            if (line.empty()) continue;
+            size_t sp = line.find(' ');
+            std::string_view b64 = line.substr(0, sp), rank = sp == std::string_view::npos ? "" : line.substr(sp + 1);
+            if (sp == std::string_view::npos || b64.empty() || rank.empty() ||
+                rank.find_first_not_of("0123456789") != std::string_view::npos)
+                throw Error(where() + "expected \"<base64 token> <rank>\", got \"" + tok_detail::printable(line) + "\"");
+            Entry e;
+            if (!tok_detail::base64_decode(b64, &e.bytes))
+                throw Error(where() + "bad base64 \"" + tok_detail::printable(b64) + "\"");
+            if (rank.size() > 9) throw Error(where() + "rank " + tok_detail::printable(rank) + " is too large");
+            e.rank = std::stoll(std::string(rank));
+            e.line = line_no;
+            if (entries.size() == kMaxRanks)
+                throw Error(where() + "more than " + std::to_string(kMaxRanks) + " tokens");
+            entries.push_back(std::move(e));
+        }
+        const size_t N = entries.size();
+        if (N == 0) throw Error(path + ": no tokens");
+        std::vector<std::string> tokens(N);
+        std::vector<size_t> line_of(N, 0);
+        for (auto& e : entries) {
+            std::string where = path + ":" + std::to_string(e.line) + ": ";
+            if (e.rank >= (long long)N)
+                throw Error(where + "rank " + std::to_string(e.rank) + " outside 0.." + std::to_string(N - 1) +
+                            " (the ranks of " + std::to_string(N) + " tokens are 0..N-1)");
+            if (line_of[(size_t)e.rank])
+                throw Error(where + "rank " + std::to_string(e.rank) + " appears twice (also on line " +
+                            std::to_string(line_of[(size_t)e.rank]) + ")");
+            line_of[(size_t)e.rank] = e.line;
+            tokens[(size_t)e.rank] = std::move(e.bytes);
+        }
+        std::vector<Entry>().swap(entries);
+        const std::vector<std::string> names =
+            pattern == Pattern::Llama3 ? llama3_special_tokens() : std::vector<std::string>{"<|endoftext|>"};
+        std::vector<int> specials;
+        for (const auto& name : names) {
+            specials.push_back((int)tokens.size());
+            tokens.push_back(name);
+        }
+        pre_.set_pattern(pattern);
+        const int first = (int)N;
+        set_vocab(std::move(tokens), specials, pattern == Pattern::Llama3 ? first + 1 : first, first, path);
+        for (int b = 0; b < 256; b++) {
+            if (byte_id_[b] >= 0) continue;
+            char hex[8];
+            snprintf(hex, sizeof hex, "0x%02x", b);
+            throw Error(path + ": no token for the byte " + hex + " (byte-level BPE needs all 256)");
+        }
+        for (size_t r = 0; r < N; r++) {
+            std::string_view t = vocab_[r];
+            bool made = t.size() == 1;
+            for (size_t k = 1; k < t.size() && !made; k++) {
+                int a = find_token(t.substr(0, k)), b = find_token(t.substr(k));
+                made = a >= 0 && b >= 0 && (size_t)a < r && (size_t)b < r;
+            }
+            if (!made)
+                throw Error(path + ":" + std::to_string(line_of[r]) + ": the token of rank " + std::to_string(r) +
+                            " (\"" + tok_detail::printable(t) +
+                            "\") is not two tokens of lower rank joined: the ranks do not form a BPE");
+        }
+        merges_from_vocab();
+        can_encode_ = true;
+        source_ = path;
+    }
+
     void load_bin(const std::string& path) {
         std::string data = tok_detail::read_whole_file(path);
         if (data.size() < 1024)
@@ -553,20 +789,9 @@ class Tokenizer {
         if (pos != data.size())
             throw Error(path + ": " + std::to_string(data.size() - pos) +
                                  " bytes after the last token");
-        set_vocab(std::move(tokens), eot, path);
-        // tiktoken's rule: a pair merges when its concatenation is a token, rank = that id
-        pairs_ = tok_detail::PairTable();
-        pairs_.reserve((size_t)V * 2);
-        max_rank_ = (uint32_t)V;
-        for (int id = 0; id < (int)V; id++) {
-            if (id == eot_) continue;
-            const std::string& t = vocab_[id];
-            for (size_t k = 1; k < t.size(); k++) {
-                int a = find_token(std::string_view(t).substr(0, k));
-                int b = find_token(std::string_view(t).substr(k));
-                if (a >= 0 && b >= 0) pairs_.insert((uint32_t)a, (uint32_t)b, (uint32_t)id, (uint32_t)id);
-            }
-        }
+        pre_.set_pattern(Pattern::Gpt2);
+        set_vocab(std::move(tokens), {eot}, eot, eot, path);
+        merges_from_vocab();
         can_encode_ = true;
         for (int b = 0; b < 256; b++)
             if (byte_id_[b] < 0) can_encode_ = false;  // decode only
@@ -605,7 +830,14 @@ class Tokenizer {
 
     // --- vocabulary ------------------------------------------------------------------
     int vocab_size() const { return (int)vocab_.size(); }
+    // The end-of-text token (the .bin's EOT field): GPT-2's <|endoftext|>, Llama 3's
+    // <|end_of_text|>.
     int eot_token() const { return eot_; }
+    // The token before each document in a data shard (prepro, --doc-token of the trainers):
+    // GPT-2's <|endoftext|>, Llama 3's <|begin_of_text|>.
+    int doc_token() const { return doc_; }
+    const std::vector<int>& special_tokens() const { return specials_; }
+    Pattern pattern() const { return pre_.pattern(); }
     bool can_encode() const { return can_encode_; }
     const std::string& source() const { return source_; }
     const std::string& token_bytes(int id) const { return vocab_.at((size_t)id); }
@@ -633,7 +865,8 @@ class Tokenizer {
     }
 
     // --- encoding --------------------------------------------------------------------
-    // Appends the ids of text to out. allow_special: "<|endoftext|>" in text is the EOT id.
+    // Appends the ids of text to out. allow_special: a special token's string in text
+    // (GPT-2: "<|endoftext|>") is its id.
     void encode(std::string_view text, std::vector<int>* out, bool allow_special = false,
                 EncodeCache* cache = nullptr) const {
         require_encode();
@@ -643,13 +876,11 @@ class Tokenizer {
             encode_ordinary(text, out, cache);
             return;
         }
-        std::string_view special = vocab_[eot_];
-        while (true) {
-            size_t p = text.find(special);
-            if (p == std::string_view::npos) break;
+        int id = -1;
+        for (size_t p; (p = find_special(text, &id)) != std::string_view::npos;) {
             encode_ordinary(text.substr(0, p), out, cache);
-            out->push_back(eot_);
-            text.remove_prefix(p + special.size());
+            out->push_back(id);
+            text.remove_prefix(p + vocab_[(size_t)id].size());
         }
         encode_ordinary(text, out, cache);
     }
@@ -708,13 +939,23 @@ class Tokenizer {
         return true;
     }
 
-    void set_vocab(std::vector<std::string> tokens, int eot, const std::string& file) {
+    // specials: the ids whose strings are special tokens (not ordinary bytes).
+    void set_vocab(std::vector<std::string> tokens, std::vector<int> specials, int eot, int doc,
+                   const std::string& file) {
         vocab_ = std::move(tokens);
+        specials_ = std::move(specials);
         eot_ = eot;
+        doc_ = doc;
         by_bytes_.clear();
         std::fill(std::begin(byte_id_), std::end(byte_id_), -1);
+        std::vector<bool> special(vocab_.size(), false);
+        special_starts_.clear();
+        for (int id : specials_) {
+            special[(size_t)id] = true;
+            if (special_starts_.find(vocab_[(size_t)id][0]) == std::string::npos) special_starts_ += vocab_[(size_t)id][0];
+        }
         for (int id = 0; id < (int)vocab_.size(); id++) {
-            if (id == eot_) continue;
+            if (special[(size_t)id]) continue;
             const std::string& t = vocab_[id];
             uint64_t h = tok_detail::hash_bytes((const uint8_t*)t.data(), t.size());
             size_t n;
@@ -724,6 +965,42 @@ class Tokenizer {
             by_bytes_.insert(t, h, &id, 1);
             if (t.size() == 1) byte_id_[(uint8_t)t[0]] = id;
         }
+    }
+
+    // tiktoken's rule: a pair merges when its concatenation is a token, rank = that id.
+    void merges_from_vocab() {
+        pairs_ = tok_detail::PairTable();
+        pairs_.reserve(vocab_.size() * 2);
+        max_rank_ = (uint32_t)vocab_.size();
+        std::vector<bool> special(vocab_.size(), false);
+        for (int id : specials_) special[(size_t)id] = true;
+        for (int id = 0; id < (int)vocab_.size(); id++) {
+            if (special[(size_t)id]) continue;
+            const std::string& t = vocab_[id];
+            for (size_t k = 1; k < t.size(); k++) {
+                int a = find_token(std::string_view(t).substr(0, k));
+                int b = find_token(std::string_view(t).substr(k));
+                if (a >= 0 && b >= 0) pairs_.insert((uint32_t)a, (uint32_t)b, (uint32_t)id, (uint32_t)id);
+            }
+        }
+    }
+
+    // The leftmost special token in text (the longest where several start there): its
+    // position, or npos; *id its id.
+    size_t find_special(std::string_view text, int* id) const {
+        for (size_t p = text.find_first_of(special_starts_); p != std::string_view::npos;
+             p = text.find_first_of(special_starts_, p + 1)) {
+            size_t best = 0;
+            for (int s : specials_) {
+                const std::string& t = vocab_[(size_t)s];
+                if (t.size() > best && text.compare(p, t.size(), t) == 0) {
+                    best = t.size();
+                    *id = s;
+                }
+            }
+            if (best) return p;
+        }
+        return std::string_view::npos;
     }
 
     void require_encode() const {
@@ -906,8 +1183,10 @@ class Tokenizer {
     }
 
     std::vector<std::string> vocab_;
+    std::vector<int> specials_;
+    std::string special_starts_;  // the first bytes of the special tokens
     uint32_t max_rank_ = 0;
-    int eot_ = -1;
+    int eot_ = -1, doc_ = -1;
     bool can_encode_ = false;
     std::string source_;
     tok_detail::StrTable by_bytes_;
@@ -927,9 +1206,9 @@ class ParallelEncoder {
         : tok_(tok), threads_(std::max(1, threads)), caches_((size_t)std::max(1, threads)) {}
     int threads() const { return threads_; }
 
-    // Appends the ids of every document, in order, to out; eot_before_each: the EOT id
-    // before each document (llm.c's data shards).
-    void encode_documents(const std::vector<std::string_view>& docs, bool eot_before_each,
+    // Appends the ids of every document, in order, to out; doc_token_before_each: the
+    // tokenizer's doc_token() before each document (llm.c's data shards).
+    void encode_documents(const std::vector<std::string_view>& docs, bool doc_token_before_each,
                           bool allow_special, std::vector<int>* out) {
         std::vector<Chunk> chunks = make_chunks(docs);
         std::vector<Task> tasks = make_tasks(chunks);
@@ -938,7 +1217,7 @@ class ParallelEncoder {
             std::vector<int> r;  // local: no false sharing with the neighbouring task's vector
             for (size_t c = tasks[t].begin; c < tasks[t].end; c++) {
                 const Chunk& ch = chunks[c];
-                if (eot_before_each && ch.first) r.push_back(tok_.eot_token());
+                if (doc_token_before_each && ch.first) r.push_back(tok_.doc_token());
                 tok_.encode(docs[ch.doc].substr(ch.begin, ch.end - ch.begin), &r, allow_special, cache);
             }
             results[t] = std::move(r);

@@ -1,7 +1,10 @@
 // Tests of llmc/tokenizer.h and build/host/prepro: GPT-2 ids against tiktoken (committed
 // cases from dev/make_tokenizer_cases.py), llm.c's tinyshakespeare numbers, round trips,
-// the tokenizer .bin, thread-count independence, and bad input (one `error:` line, no crash).
+// the tokenizer .bin, thread-count independence, and bad input (one `error:` line, no crash);
+// tiktoken ranks files with Llama 3's pattern and specials against tiktoken (the committed
+// test ranks test/data/tiktoken_test.ranks, and GPT-2's ranks rewritten in that format).
 // Real data comes from $SHARED_DATA (default ../shared/data); cases needing it SKIP without it.
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -18,7 +21,7 @@
 
 using llmc::Tokenizer;
 
-static std::string g_shared, g_prepro, g_tokenizer_cases;
+static std::string g_shared, g_prepro, g_tokenizer_cases, g_llama3_cases, g_test_ranks;
 
 static std::string from_hex(const std::string& h) {
     std::string out;
@@ -145,16 +148,23 @@ static void test_prepro_shakespeare(const std::string& path) {
 }
 
 // --- (b) committed cases from tiktoken -----------------------------------------------------
-static void test_cases(const Tokenizer& tok, const nlohmann::json& cases, const char* label) {
+static void test_cases(const Tokenizer& tok, const nlohmann::json& cases, const char* label,
+                       const char* key = "ids") {
     int n = 0;
     for (const auto& c : cases["cases"]) {
         std::string name = c["name"], data = from_hex(c["hex"]);
         bool special = c["allow_special"];
-        std::vector<int> want = c["ids"].get<std::vector<int>>(), got = tok.encode(data, special);
+        std::vector<int> want = c[key].get<std::vector<int>>(), got = tok.encode(data, special);
         std::string back = tok.decode(got);
         CHECK(got == want && back == data, "%s: case \"%s\" (%zu bytes): %zu ids%s%s", label, name.c_str(),
               data.size(), got.size(), got == want ? "" : (" got " + ids_str(got) + " want " + ids_str(want)).c_str(),
               back == data ? ", round trip" : ", ROUND TRIP DIFFERS");
+        if (c.contains("pieces") && !special) {  // the pre-tokenisation itself (the reference split)
+            std::vector<int> lens;
+            for (auto p : tok.pretokenize(data)) lens.push_back((int)p.size());
+            CHECK(lens == c["pieces"].get<std::vector<int>>(), "%s: case \"%s\": pieces of %s bytes", label,
+                  name.c_str(), ids_str(lens).c_str());
+        }
         n++;
     }
     CHECK(n >= 40, "%s: %d committed cases", label, n);
@@ -183,7 +193,7 @@ static std::string sweep_text(const std::string& context) {
     return out;
 }
 
-static void test_sweeps(const Tokenizer& tok, const nlohmann::json& cases) {
+static void test_sweeps(const Tokenizer& tok, const nlohmann::json& cases, const char* label = "") {
     llmc::ParallelEncoder enc(tok, 2);
     for (const auto& s : cases["sweeps"]) {
         std::string name = s["name"], text = sweep_text(s["context"]);
@@ -192,15 +202,16 @@ static void test_sweeps(const Tokenizer& tok, const nlohmann::json& cases) {
         std::string sha = sha_u32(ids);
         CHECK(text.size() == s["bytes"].get<size_t>() && ids.size() == s["count"].get<size_t>() &&
                   sha == s["sha256"].get<std::string>(),
-              "sweep %s: %zu bytes -> %zu ids, sha256 %.16s... as tiktoken (%.1f s)", name.c_str(), text.size(),
+              "%ssweep %s: %zu bytes -> %zu ids, sha256 %.16s... as tiktoken (%.1f s)", label, name.c_str(), text.size(),
               ids.size(), sha.c_str(), seconds_since(t0));
         auto pieces = tok.pretokenize(text);
         std::vector<int> lens;
         for (auto p : pieces) lens.push_back((int)p.size());
         std::string psha = sha_u32(lens);
         CHECK(pieces.size() == s["pieces"].get<size_t>() && psha == s["pieces_sha256"].get<std::string>(),
-              "sweep %s: pre-tokenisation into %zu pieces as the reference split (tiktoken's classes)", name.c_str(), pieces.size());
-        CHECK(tok.decode(ids) == text, "sweep %s: round trip", name.c_str());
+              "%ssweep %s: pre-tokenisation into %zu pieces as the reference split (tiktoken's classes)", label,
+              name.c_str(), pieces.size());
+        CHECK(tok.decode(ids) == text, "%ssweep %s: round trip", label, name.c_str());
     }
 }
 
@@ -243,8 +254,9 @@ static void test_bpe_properties(const Tokenizer& tok, const char* label) {
     // every token, BPE'd without the whole-piece shortcut, is itself (so the shortcut
     // tiktoken takes never changes a result)
     int bad = -1, count = 0;
+    const auto& specials = tok.special_tokens();
     for (int id = 0; id < tok.vocab_size(); id++) {
-        if (id == tok.eot_token()) continue;
+        if (std::find(specials.begin(), specials.end(), id) != specials.end()) continue;
         std::vector<int> out;
         tok.bpe(tok.token_bytes(id), &out, false);
         if (out.size() != 1 || out[0] != id) {
@@ -613,6 +625,265 @@ static void test_edge_encodes(const Tokenizer& tok) {
     CHECK(p < text.size() && left.size() + right.size() == whole.size(), "safe_split at %zu: pieces of the halves = pieces of the whole", p);
 }
 
+// --- (e) tiktoken ranks files, Llama 3's pattern and specials --------------------------------
+static std::string base64(const std::string& in) {
+    static const char* a = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    std::string out;
+    for (size_t i = 0; i < in.size(); i += 3) {
+        uint32_t w = (uint8_t)in[i] << 16;
+        if (i + 1 < in.size()) w |= (uint8_t)in[i + 1] << 8;
+        if (i + 2 < in.size()) w |= (uint8_t)in[i + 2];
+        out += a[w >> 18];
+        out += a[(w >> 12) & 63];
+        out += i + 1 < in.size() ? a[(w >> 6) & 63] : '=';
+        out += i + 2 < in.size() ? a[w & 63] : '=';
+    }
+    return out;
+}
+static std::string ranks_line(const std::string& token, int rank) { return base64(token) + " " + std::to_string(rank) + "\n"; }
+static std::string byte_ranks() {
+    std::string out;
+    for (int b = 0; b < 256; b++) out += ranks_line(std::string(1, (char)b), b);
+    return out;
+}
+
+// GPT-2's 50,256 ordinary tokens as a ranks file (rank = GPT-2's id).
+static void write_gpt2_ranks(const Tokenizer& gpt2, const std::string& path) {
+    std::string out;
+    for (int id = 0; id < gpt2.vocab_size(); id++)
+        if (id != gpt2.eot_token()) out += ranks_line(gpt2.token_bytes(id), id);
+    write_file(path, out);
+}
+
+// The committed small BPE against tiktoken: cases (specials included), every code point.
+static void test_llama3_small(const Tokenizer& tok, const nlohmann::json& cases) {
+    const int N = 2256;
+    CHECK(tok.vocab_size() == N + 256 && tok.doc_token() == N && tok.eot_token() == N + 1 &&
+              tok.pattern() == llmc::Pattern::Llama3 && tok.token_bytes(N + 9) == "<|eot_id|>" &&
+              tok.token_bytes(N + 255) == "<|reserved_special_token_250|>",
+          "%s: %d ranks + Llama 3's 256 specials (doc token %d = %s, eot %d = %s)", g_test_ranks.c_str(),
+          tok.vocab_size() - 256, tok.doc_token(), tok.token_bytes(tok.doc_token()).c_str(), tok.eot_token(),
+          tok.token_bytes(tok.eot_token()).c_str());
+    test_cases(tok, cases, "llama3 pattern, test ranks");
+    test_sweeps(tok, cases, "llama3 pattern, test ranks: ");
+    test_bpe_properties(tok, "test ranks");
+}
+
+// A shared corpus under a vocabulary: count and sha256 of its ids as tiktoken's, on 1 and
+// 2 threads (the 2-thread encode splits the text at safe_split points).
+static void test_corpora(const Tokenizer& tok, const nlohmann::json& cases, const std::string& ranks) {
+    for (const auto& c : cases["corpora"]) {
+        if (c["ranks"] != ranks) continue;
+        std::string file = c["file"], path = g_shared + "/" + file;
+        if (!exists(path)) {
+            printf("SKIP llama3 pattern, %s ranks, %s: absent (set SHARED_DATA)\n", ranks.c_str(), path.c_str());
+            continue;
+        }
+        std::string text = read_file(path);
+        auto one = tok.encode(text);
+        llmc::ParallelEncoder enc(tok, 2);
+        auto two = enc.encode_batch({text})[0];
+        std::string sha = sha_u32(one);
+        CHECK(text.size() == c["bytes"].get<size_t>() && one.size() == c["count"].get<size_t>() &&
+                  sha == c["sha256"].get<std::string>() && two == one,
+              "llama3 pattern, %s ranks, %s: %zu ids, sha256 %.16s... as tiktoken; 2-thread chunked encode equal",
+              ranks.c_str(), file.c_str(), one.size(), sha.c_str());
+    }
+}
+
+// GPT-2's ranks rewritten as a tiktoken file: with GPT-2's pattern it is GPT-2's tokenizer
+// (same ids, same llm.c shards); with Llama 3's, tiktoken's ids on the cases and corpora.
+static void test_gpt2_ranks(const Tokenizer& gpt2, const nlohmann::json& gpt2_cases, const nlohmann::json& cases,
+                            const std::string& shakespeare) {
+    std::string path = g_tmp + "/gpt2.ranks";
+    write_gpt2_ranks(gpt2, path);
+    Tokenizer same;
+    std::string e = error_of([&] { same.load_tiktoken(path, llmc::Pattern::Gpt2); });
+    CHECK(e == "NO ERROR" && same.vocab_size() == 50257 && same.doc_token() == 50256 && same.eot_token() == 50256,
+          "GPT-2's ranks as a tiktoken file, GPT-2's pattern: 50,257 tokens, <|endoftext|> 50256 (%s)", e.c_str());
+    if (e != "NO ERROR") return;
+    if (!gpt2_cases.is_null()) test_cases(same, gpt2_cases, "tiktoken file of GPT-2's ranks");
+    if (!shakespeare.empty())
+        CHECK(same.encode(shakespeare) == gpt2.encode(shakespeare),
+              "tiktoken file of GPT-2's ranks encodes tinyshakespeare as encoder.json + vocab.bpe");
+    Tokenizer big;
+    e = error_of([&] { big.load_tiktoken(path); });
+    CHECK(e == "NO ERROR" && big.vocab_size() == 50256 + 256 && big.doc_token() == 50256,
+          "GPT-2's ranks with Llama 3's pattern: 50,256 ranks + 256 specials (%s)", e.c_str());
+    if (e != "NO ERROR" || cases.is_null()) return;
+    test_cases(big, cases, "llama3 pattern, GPT-2's ranks", "ids_gpt2_ranks");
+    test_corpora(big, cases, "gpt2");
+    if (g_prepro.empty() || shakespeare.empty()) return;
+    // prepro --tiktoken --pattern gpt2 writes llm.c's tinyshakespeare shards byte for byte
+    std::string prefix = g_tmp + "/tsr";
+    Run r = run_cmd(g_prepro + " --tiktoken " + path + " --pattern gpt2 --out " + prefix +
+                    " --split-on-blank-lines --val-tokens 32768 " + g_shared + "/tinyshakespeare.txt");
+    CHECK(r.code == 0 && sha256_hex(read_file(prefix + "_val_000000.bin")) == kValFileSha &&
+              sha256_hex(read_file(prefix + "_train_000001.bin")) == kTrainFileSha,
+          "prepro --tiktoken GPT-2's ranks --pattern gpt2: llm.c's tinyshakespeare shards (%s)", first_line(r.err).c_str());
+}
+
+// The safe split points of Llama 3's pattern really split (".\n" is one piece: no split
+// before a line break), on random text of the fragments where the patterns differ.
+static void test_llama3_safe_split(const Tokenizer& tok) {
+    const char* frags[] = {"word", " word", "'s", "'S", ".", "!!", "\n", "\r\n", " ", "  ", "\t", "12345", " 1", "x.\n\n",
+                           "(a)", "\xc3\xa9t\xc3\xa9", " \n ", "\xff"};
+    std::mt19937 rng(5);
+    std::string text;
+    for (int i = 0; i < 40000; i++) text += frags[rng() % (sizeof frags / sizeof frags[0])];
+    auto lengths = [&](std::string_view t, size_t base, std::vector<size_t>* ends) {
+        for (auto p : tok.pretokenize(t)) ends->push_back(base + (size_t)(p.data() - t.data()) + p.size());
+    };
+    std::vector<size_t> whole;
+    lengths(text, 0, &whole);
+    int bad = 0, splits = 0;
+    for (size_t from = 1; from < text.size(); from += 997) {
+        size_t p = tok.safe_split(text, from);
+        if (p >= text.size()) continue;
+        std::vector<size_t> parts;
+        lengths(std::string_view(text).substr(0, p), 0, &parts);
+        lengths(std::string_view(text).substr(p), p, &parts);
+        splits++;
+        if (parts != whole) bad++;
+    }
+    CHECK(bad == 0 && splits > 100, "llama3 pattern: pieces of the halves = pieces of the whole at %d safe_split points "
+          "(%d differ)", splits, bad);
+}
+
+static void test_ranks_errors() {
+    std::string t = g_tmp + "/ranks";
+    mkdir(t.c_str(), 0755);
+    Tokenizer tok;
+    std::string e;
+    const std::string bytes = byte_ranks();
+    write_file(t + "/ok.ranks", bytes + ranks_line("ab", 256) + ranks_line("abc", 257));
+    e = error_of([&] { tok.load_tiktoken(t + "/ok.ranks"); });
+    CHECK(e == "NO ERROR" && tok.encode("abc abcab") == std::vector<int>({257, 32, 257, 256}) &&
+              tok.encode("<|eot_id|>", true) == std::vector<int>({258 + 9}),
+          "a small valid ranks file loads and encodes (%s)", e.c_str());
+    std::string crlf;
+    for (char c : bytes + ranks_line("ab", 256)) crlf += c == '\n' ? std::string("\r\n") : std::string(1, c);
+    write_file(t + "/crlf.ranks", crlf + "\r\n\r\n");
+    e = error_of([&] { tok.load_tiktoken(t + "/crlf.ranks"); });
+    CHECK(e == "NO ERROR" && tok.vocab_size() == 257 + 256, "CRLF line ends and blank lines are read (%s)", e.c_str());
+    std::string junk(3000, '\0');
+    std::mt19937 rng(3);
+    for (auto& c : junk) c = (char)rng();
+    std::vector<std::pair<std::string, std::pair<std::string, std::vector<std::string>>>> cases = {
+        {"empty file", {"", {"no tokens"}}},
+        {"binary garbage", {junk, {":1: "}}},
+        {"no rank", {bytes + "YWI=\n", {":257: ", "expected"}}},
+        {"two spaces", {bytes + "YWI=  256\n", {":257: ", "expected"}}},
+        {"a tab", {bytes + "YWI=\t256\n", {":257: ", "expected"}}},
+        {"three fields", {bytes + "YWI= 256 7\n", {":257: ", "expected"}}},
+        {"negative rank", {bytes + "YWI= -256\n", {":257: ", "expected"}}},
+        {"rank not a number", {bytes + "YWI= 2x6\n", {":257: ", "expected"}}},
+        {"rank too large", {bytes + "YWI= 99999999999999999999\n", {":257: ", "too large"}}},
+        {"bad base64 character", {bytes + "Y?I= 256\n", {":257: ", "bad base64"}}},
+        {"base64 length not a multiple of 4", {bytes + "YWI 256\n", {":257: ", "bad base64"}}},
+        {"base64 padding inside", {bytes + "YQ==YWI= 256\n", {":257: ", "bad base64"}}},
+        {"duplicate rank", {bytes + ranks_line("ab", 256) + ranks_line("bc", 256), {":258: ", "rank 256 appears twice", "line 257"}}},
+        {"duplicate token", {bytes + ranks_line("ab", 256) + ranks_line("ab", 257), {"token 257", "appears twice"}}},
+        {"ranks with a gap", {bytes + ranks_line("ab", 300), {":257: ", "rank 300 outside 0..256"}}},
+        {"a byte missing", {bytes.substr(0, bytes.find("QQ== 65\n")) + ranks_line("ab", 65) +
+                                bytes.substr(bytes.find("QQ== 65\n") + 8), {"no token for the byte 0x41"}}},
+        {"token not made of lower ranks", {bytes + ranks_line("abc", 256), {":257: ", "rank 256", "do not form a BPE"}}},
+        {"merge of a higher rank", {bytes + ranks_line("abc", 256) + ranks_line("ab", 257), {"rank 256", "do not form a BPE"}}},
+        {"huge line", {bytes + std::string(100000, 'Q') + " 256\n", {":257: ", "line of 100004 bytes"}}},
+    };
+    for (auto& c : cases) {
+        write_file(t + "/bad.ranks", c.second.first);
+        e = error_of([&] { tok.load_tiktoken(t + "/bad.ranks"); });
+        bool ok = e.find(t + "/bad.ranks") == 0 && e.find('\n') == std::string::npos;
+        for (auto& n : c.second.second) ok = ok && e.find(n) != std::string::npos;
+        CHECK(ok, "ranks file, %s: %s", c.first.c_str(), e.c_str());
+    }
+    // a 300 MB file (sparse): refused before it is read
+    int fd = open((t + "/huge.ranks").c_str(), O_CREAT | O_WRONLY | O_TRUNC, 0644);
+    bool made = fd >= 0 && ftruncate(fd, 300ll << 20) == 0;
+    if (fd >= 0) close(fd);
+    e = error_of([&] { tok.load_tiktoken(t + "/huge.ranks"); });
+    CHECK(made && contains_all(e, {"huge.ranks", "314572800 bytes, more than"}), "ranks file of 300 MB: %s", e.c_str());
+    // 4,194,305 short lines (30 MB): refused at the line past the bound
+    std::string many;
+    many.reserve(30 << 20);
+    for (int i = 0; i <= (1 << 22); i++) many += "QQ== 1\n";
+    write_file(t + "/many.ranks", many);
+    e = error_of([&] { tok.load_tiktoken(t + "/many.ranks"); });
+    CHECK(contains_all(e, {"many.ranks:4194305: ", "more than 4194304 tokens"}), "ranks file of 4,194,305 lines: %s",
+          e.c_str());
+    e = error_of([&] { tok.load_tiktoken(t + "/missing.ranks"); });
+    CHECK(contains_all(e, {"missing.ranks", "cannot open"}), "missing ranks file: %s", e.c_str());
+    run_cmd("rm -f " + t + "/huge.ranks " + t + "/many.ranks");
+}
+
+// prepro --tiktoken: the document token before each document, uint16 shards while the
+// vocabulary fits, uint32 once it does not; bad ranks files are clean errors.
+static void test_prepro_tiktoken(const Tokenizer& small) {
+    if (g_prepro.empty()) {
+        printf("SKIP prepro --tiktoken: no prepro binary\n");
+        return;
+    }
+    std::string d = g_tmp + "/tk";
+    mkdir(d.c_str(), 0755);
+    std::vector<std::string> docs = {"First doc.\n", "Second's \xc3\xa9t\xc3\xa9 12345!\r\n", "<|eot_id|> as text"};
+    write_file(d + "/in.txt", docs[0] + "\n" + docs[1] + "\n" + docs[2]);
+    std::string base = g_prepro + " --split-on \"\n\" --val-tokens 0 --out " + d + "/o ";
+    Run r = run_cmd(base + "--tiktoken " + g_test_ranks + " --write-tokenizer " + d + "/small.bin " + d + "/in.txt");
+    std::vector<int> want;
+    for (auto& doc : docs) {
+        want.push_back(small.doc_token());
+        small.encode(doc.substr(0, doc.find_last_not_of(" \t\r\n") + 1), &want);
+    }
+    int magic = 0;
+    auto got = read_shard(d + "/o_train_000001.bin", &magic);
+    CHECK(r.code == 0 && magic == 20240520 && got == want && r.out.find("starts with token 2256 (<|begin_of_text|>)") != std::string::npos,
+          "prepro --tiktoken test ranks: uint16 shard, <|begin_of_text|> (2256) + ids before each of 3 documents, "
+          "named in the summary (%s)", first_line(r.err).c_str());
+    // its tokenizer .bin (for the trainer's samples) decodes the shard, specials included
+    Tokenizer bin;
+    std::string e = error_of([&] { bin.load_bin(d + "/small.bin"); });
+    std::string text;
+    for (auto& doc : docs) text += "<|begin_of_text|>" + doc.substr(0, doc.find_last_not_of(" \t\r\n") + 1);
+    CHECK(e == "NO ERROR" && bin.vocab_size() == 2512 && bin.eot_token() == 2257 && bin.decode(got) == text,
+          "prepro --tiktoken --write-tokenizer: a .bin of 2,512 tokens, EOT <|end_of_text|>, decodes the shard (%s)",
+          e.c_str());
+    run_cmd("rm -f " + d + "/o_*");
+    // 256 bytes + 65,300 two-byte tokens: V = 65,812 > 65,536, doc token 65,556
+    std::string wide = byte_ranks();
+    for (int k = 0; k < 65300; k++) wide += ranks_line(std::string{(char)(k >> 8), (char)(k & 255)}, 256 + k);
+    write_file(d + "/wide.ranks", wide);
+    Tokenizer w;
+    e = error_of([&] { w.load_tiktoken(d + "/wide.ranks"); });
+    r = run_cmd(base + "--tiktoken " + d + "/wide.ranks " + d + "/in.txt");
+    want.clear();
+    if (e == "NO ERROR")
+        for (auto& doc : docs) {
+            want.push_back(w.doc_token());
+            w.encode(doc.substr(0, doc.find_last_not_of(" \t\r\n") + 1), &want);
+        }
+    got = read_shard(d + "/o_train_000001.bin", &magic);
+    CHECK(e == "NO ERROR" && w.vocab_size() == 65812 && r.code == 0 && magic == 20240801 && got == want &&
+              got[0] == 65556,
+          "prepro --tiktoken, V = 65,812: uint32 shard (magic 20240801), %zu ids from token 65556 (%s %s)", got.size(),
+          e.c_str(), first_line(r.err).c_str());
+    run_cmd("rm -f " + d + "/o_*");
+    auto no_output = [&] { return run_cmd("ls " + d + " | grep '^o_' | wc -l").out == "0\n"; };
+    write_file(d + "/bad.ranks", byte_ranks() + ranks_line("ab", 256) + ranks_line("cd", 256));
+    r = run_cmd(base + "--tiktoken " + d + "/bad.ranks " + d + "/in.txt");
+    CHECK(is_clean_error(r, {"bad.ranks:258", "appears twice"}) && no_output(), "prepro, ranks file with a duplicate rank: %s",
+          first_line(r.err).c_str());
+    r = run_cmd(base + "--pattern llama3 " + d + "/in.txt");
+    CHECK(is_clean_error(r, {"--pattern applies to --tiktoken"}) && no_output(), "prepro --pattern without --tiktoken: %s",
+          first_line(r.err).c_str());
+    r = run_cmd(base + "--tiktoken " + g_test_ranks + " --pattern cl100k " + d + "/in.txt");
+    CHECK(is_clean_error(r, {"--pattern must be llama3 or gpt2"}) && no_output(), "prepro --pattern cl100k: %s",
+          first_line(r.err).c_str());
+    r = run_cmd(base + "--tiktoken " + g_test_ranks + " --gpt2-dir x " + d + "/in.txt");
+    CHECK(is_clean_error(r, {"--tiktoken excludes"}) && no_output(), "prepro --tiktoken with --gpt2-dir: %s",
+          first_line(r.err).c_str());
+}
+
 int main(int argc, char** argv) {
     const char* sd = getenv("SHARED_DATA");
     g_shared = sd && *sd ? sd : "../shared/data";
@@ -622,9 +893,11 @@ int main(int argc, char** argv) {
             g_prepro = cand;
             break;
         }
-    for (const std::string& cand : {std::string("test/data/tokenizer_cases.json"), dir + "/../../test/data/tokenizer_cases.json"})
-        if (exists(cand)) {
-            g_tokenizer_cases = cand;
+    for (const std::string& root : {std::string("."), dir + "/../.."})
+        if (exists(root + "/test/data/tokenizer_cases.json")) {
+            g_tokenizer_cases = root + "/test/data/tokenizer_cases.json";
+            g_llama3_cases = root + "/test/data/tokenizer_cases_llama3.json";
+            g_test_ranks = root + "/test/data/tiktoken_test.ranks";
             break;
         }
     char tmpl[] = "/tmp/test_tokenizer.XXXXXX";
@@ -642,6 +915,23 @@ int main(int argc, char** argv) {
         cases = nlohmann::json::parse(read_file(g_tokenizer_cases));
         test_classes(cases);
     }
+    nlohmann::json llama3_cases;
+    if (!g_tokenizer_cases.empty() && exists(g_llama3_cases) && exists(g_test_ranks)) {
+        llama3_cases = nlohmann::json::parse(read_file(g_llama3_cases));
+        Tokenizer small;
+        std::string e = error_of([&] { small.load_tiktoken(g_test_ranks); });
+        CHECK(e == "NO ERROR", "the test ranks file loads with Llama 3's pattern (%s)", e.c_str());
+        if (e == "NO ERROR") {
+            test_llama3_small(small, llama3_cases);
+            test_corpora(small, llama3_cases, "test");
+            test_llama3_safe_split(small);
+            test_prepro_tiktoken(small);
+        }
+    } else {
+        printf("FAIL test/data/tokenizer_cases_llama3.json or tiktoken_test.ranks not found\n");
+        g_tally.failed++;
+    }
+    test_ranks_errors();
     std::string gpt2 = g_shared + "/gpt2", ts_path = g_shared + "/tinyshakespeare.txt";
     test_library_errors(gpt2);
     if (!exists(gpt2 + "/encoder.json") || !exists(gpt2 + "/vocab.bpe")) {
@@ -668,6 +958,7 @@ int main(int argc, char** argv) {
             printf("SKIP tinyshakespeare tests: %s absent\n", ts_path.c_str());
         }
         test_bin_roundtrip(tok, shakespeare, have_cases ? &cases : nullptr);
+        test_gpt2_ranks(tok, cases, llama3_cases, shakespeare);
         test_tool_errors(tok);
     }
     run_cmd("rm -rf " + g_tmp);
