@@ -64,7 +64,8 @@ HOST_SRCS  := $(wildcard data/*.cpp dev/*.cpp test/host/*.cpp)
 HOST_BINS  := $(patsubst %.cpp,build/host/%,$(notdir $(HOST_SRCS)))
 HOST_ASAN  := $(patsubst %.cpp,build/host-asan/%,$(notdir $(HOST_SRCS)))
 DEV_CU     := $(wildcard dev/*.cu cpu_cuda/*.cu)
-DEV_BINS   := $(addprefix build/cpu/,$(basename $(notdir $(DEV_CU))))
+# (the lesson runs in fp32 only: `make lesson`, build/cpu-fp32/lesson)
+DEV_BINS   := $(addprefix build/cpu/,$(filter-out lesson,$(basename $(notdir $(DEV_CU)))))
 
 .PHONY: all cpu asan racecheck gpu gpu-deps test check test-asan test-one bench clean check-cuda-headers train_gpt_cpu train_llama3_cpu sass-report lesson
 .SECONDARY:
