@@ -8,8 +8,8 @@ checkpoint folder to resume from, damaged), each case run through the real train
 most one step:
 
   gpt2-folder     train_gpt -e FOLDER       transformers GPT-2 folder (test/ref/hf_tiny)
-  llama3-folder   train_llama3 -e FOLDER    Llama folder, tied or untied (test/ref/llama3_hf_tiny)
-  llama3-sharded  train_llama3 -e FOLDER    3 shards and model.safetensors.index.json
+  llama3-folder   train_llama3 -e FOLDER    Llama folder, tied or untied (build/host/write_llama3_random)
+  llama3-sharded  train_llama3 -e FOLDER    4 shards and model.safetensors.index.json
   model-bin       train_gpt -e FILE         llm.c model file (version 3 and 5)
   shards-u16      train_gpt -i SHARDS       uint16 shards (magic 20240520)
   shards-u32      train_llama3 -i SHARDS    uint32 shards (magic 20240801, version 7), mixed with uint16
@@ -17,7 +17,7 @@ most one step:
 
 A run passes when it exits 0 (the mutation was harmless), or exits 1 with exactly one stderr
 line, starting "error: ", that names no out-of-memory (an attempt at a huge allocation) and
-holds no control bytes. Anything else (a signal, a sanitizer report, more lines, another exit
+holds no control bytes ("warning: " lines may precede either: a resume falling back says why). Anything else (a signal, a sanitizer report, more lines, another exit
 status, running past the hang guard) is a finding: printed with its mutation, counted, and its
 case folder saved under --findings with the command that reproduces it; exit status 1.
 
@@ -59,7 +59,6 @@ import xxh64  # noqa: E402  (a DONE marker that vouches for a damaged file)
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 GPT2_FOLDER = os.path.join(REPO, "test", "ref", "hf_tiny")
-LLAMA3_FOLDERS = os.path.join(REPO, "test", "ref", "llama3_hf_tiny")
 STEP = {"-x": "1", "-b": "1", "-t": "8", "-v": "0"}  # one step of one short sequence, no evaluation
 MEMORY_LIMIT = 4 << 30
 ASAN_OPTIONS = ("detect_leaks=0:allocator_may_return_null=0:max_allocation_size_mb=2048:"
@@ -67,6 +66,7 @@ ASAN_OPTIONS = ("detect_leaks=0:allocator_may_return_null=0:max_allocation_size_
 U16, U32 = (20240520, 1, 2, "H"), (20240801, 7, 4, "I")  # magic, version, bytes per token, struct code
 MARKOV_MARKER = 0x31564B4D  # a built-in-corpus shard's header[4] (llmc/markov_corpus.h); its EOT is header[9]
 ODD = hf.ODD + [2 ** 31 - 1, 2 ** 31, 2 ** 24, 2 ** 24 + 1, 2 ** 40, 65536, 128256, 4096, 4097]
+HOSTILE_STRINGS = ["two\nlines", "\x1b[2J\x1b[H", "a\rb", "\x00", "\u00e9\u4e2d", "x" * 10000]  # for one-line errors
 
 
 # ---- files -------------------------------------------------------------------------------
@@ -128,7 +128,7 @@ def mutate_json(rng, data, keys=()):
     if isinstance(value, int) and not isinstance(value, bool) and rng.random() < 0.4:
         value = rng.choice([value + 1, value - 1, value * 2, value // 2, -value, value * 1024])
     else:
-        value = rng.choice(ODD + [float("inf"), 1e-30, "llama", "gpt2", "silu", {"rope_type": "llama3"}])
+        value = rng.choice(ODD + HOSTILE_STRINGS + [float("inf"), 1e-30, "llama", "gpt2", "silu", {"rope_type": "llama3"}])
     parent[path[-1]] = value
     return json.dumps(obj).encode(), f"{'.'.join(path)} = {value!r:.60}"
 
@@ -140,7 +140,7 @@ def retype(rng, data):
     name = rng.choice([k for k in header if k != "__metadata__"])
     spec = header[name]
     old = hf_dtype_bytes(spec["dtype"])
-    dtype = rng.choice(["F64", "I64", "F16", "BF16", "I32", "U8", "BOOL", "F8_E4M3", "F32"])
+    dtype = rng.choice(["F64", "I64", "F16", "BF16", "I32", "I16", "U16", "U8", "BOOL", "F8_E4M3", "F32"])
     new = hf_dtype_bytes(dtype)
     shape = list(spec["shape"]) or [1]
     if shape[-1] * old % new == 0:  # else the bytes no longer match: the reader's check
@@ -163,8 +163,8 @@ def rename_tensor(rng, data):
     """A tensor renamed: another tensor's name (a swap), a hostile or absurd name."""
     header, body = hf.split_safetensors(data)
     names = [k for k in header if k != "__metadata__"]
-    a, b = rng.sample(names, 2)
-    if rng.random() < 0.5:
+    a, b = rng.sample(names, 2) if len(names) > 1 else (names[0], None)
+    if b and rng.random() < 0.5:
         header[a], header[b] = header[b], header[a]
         return hf.join_safetensors(json.dumps(header), body), f"{a} and {b} swapped"
     new = rng.choice(HOSTILE_NAMES + [a + "\x00", a.upper(), a.replace("0", "99999"), "\x1b[2J" + a])
@@ -326,20 +326,32 @@ def gpt2_folder_base(rng, work):
     return files
 
 
-def llama3_base(folder):
-    def base(rng, work):
-        src = os.path.join(LLAMA3_FOLDERS, folder)
-        files = {"model/" + n: read(os.path.join(src, n)) for n in sorted(os.listdir(src))}
-        files["train.bin"] = shard(documents(rng, 96, 1, 600), U32)
-        return files
-    return base
+LLAMA3_WRITTEN = "llama3:L=2,C=32,H=2,KV=1,F=64,V=300,T=64"  # head size 16: a shape the trainer trains
+
+
+def write_llama3(work, descriptor, max_shard_bytes):
+    """{name: bytes} of a random Llama folder written by llmc (build/host/write_llama3_random)."""
+    writer = next((p for p in (os.path.join(REPO, "build", b, "write_llama3_random") for b in ("host", "host-asan"))
+                   if os.access(p, os.X_OK)), None)
+    if not writer:
+        raise SystemExit("fuzz_loaders: build/host/write_llama3_random is not built (make build/host/write_llama3_random)")
+    out = tempfile.mkdtemp(dir=work)
+    subprocess.run([writer, out, descriptor, str(max_shard_bytes)], check=True, capture_output=True)
+    return {n: read(os.path.join(out, n)) for n in sorted(os.listdir(out))}
 
 
 def llama3_folder_base(rng, work):
-    """The untied folder (the tied one in the cases of an odd seed; mutate_llama3_folder picks)."""
-    files = llama3_base("untied")(rng, work)
-    tied = llama3_base("tied")(rng, work)
-    files["tied/config.json"], files["tied/model.safetensors"] = tied["model/config.json"], tied["model/model.safetensors"]
+    """An untied folder with Llama 3.1's RoPE scaling, and a tied one (mutate_llama3_folder picks)."""
+    files = {"model/" + n: d for n, d in write_llama3(work, LLAMA3_WRITTEN + ",factor=8,orig=16", 1 << 30).items()}
+    files.update({"tied/" + n: d for n, d in write_llama3(work, LLAMA3_WRITTEN + ",tied=1", 1 << 30).items()})
+    files["train.bin"] = shard(documents(rng, 300, 299, 600), U32)
+    return files
+
+
+def llama3_sharded_base(rng, work):
+    """Shards of at most 20000 bytes (4 of them) and their index."""
+    files = {"model/" + n: d for n, d in write_llama3(work, LLAMA3_WRITTEN, 20000).items()}
+    files["train.bin"] = shard(documents(rng, 300, 299, 600), U32)
     return files
 
 
@@ -350,7 +362,9 @@ def mutate_llama3_folder(rng, case):
     return mutate_folder(rng, case, LLAMA3_KEYS, ["model.safetensors"])
 
 
-SHARDED = [f"model-0000{k}-of-00003.safetensors" for k in (1, 2, 3)]
+def mutate_llama3_sharded(rng, case):
+    shards = sorted(n for n in os.listdir(os.path.join(case, "model")) if n.endswith(".safetensors"))
+    return mutate_folder(rng, case, LLAMA3_KEYS, shards)
 
 
 def model_bin_base(rng, work):
@@ -462,8 +476,7 @@ def loaders(build):
                lambda case: step("-e", "model", "-i", "train.bin")),
         Loader("llama3-folder", "train_llama3", llama3_folder_base, mutate_llama3_folder,
                lambda case: step("-e", "model", "-i", "train.bin")),
-        Loader("llama3-sharded", "train_llama3", llama3_base("sharded"),
-               lambda rng, case: mutate_folder(rng, case, LLAMA3_KEYS, SHARDED),
+        Loader("llama3-sharded", "train_llama3", llama3_sharded_base, mutate_llama3_sharded,
                lambda case: step("-e", "model", "-i", "train.bin")),
         Loader("model-bin", "train_gpt", model_bin_base, mutate_model_bin,
                lambda case: step("-e", "model.bin", "-i", "train.bin")),
@@ -506,11 +519,13 @@ def judge(rc, stderr):
         return f"signal {signal.Signals(-rc).name}", tail
     if any(SANITIZER.search(line) for line in lines):
         return "sanitizer report", tail
+    # (warning lines may come first: a resume that falls back to an older checkpoint says why)
+    other = [line for line in lines if not line.startswith("warning: ")]
     if rc == 0:
-        return ("accepted", "") if not lines else (f"exit 0 with {len(lines)} stderr lines", tail)
-    if rc != 1 or len(lines) != 1 or not lines[0].startswith("error: "):
-        return f"exit {rc} with {len(lines)} stderr lines", tail
-    line = lines[0]
+        return ("accepted", "") if not other else (f"exit 0 with {len(other)} stderr lines", tail)
+    if rc != 1 or len(other) != 1 or not other[0].startswith("error: "):
+        return f"exit {rc} with {len(other)} stderr lines", tail
+    line = other[0]
     if "out of host memory" in line or "out of memory" in line:
         return "out of memory (an attempt at a huge allocation)", line
     if re.search(r"[\x00-\x08\x0b-\x1f\x7f]", line):
@@ -541,7 +556,7 @@ def save_finding(findings, loader, i, case, command, what, verdict, detail):
 
 
 def quote(arg):
-    return arg if re.fullmatch(r"[\w./=,:*+-]+", arg) else "'" + arg.replace("'", "'\\''") + "'"
+    return arg if re.fullmatch(r"[\w./=,:+-]+", arg) else "'" + arg.replace("'", "'\\''") + "'"
 
 
 def fuzz_loader(loader, args, build, work, rng_seed, findings):
