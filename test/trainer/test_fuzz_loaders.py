@@ -39,7 +39,8 @@ check("judge: exit 2 is a finding", verdict(2, "error: x\n").startswith("exit 2"
 check("judge: a sanitizer report is a finding",
       verdict(1, "==12==ERROR: AddressSanitizer: heap-buffer-overflow\n") == "sanitizer report")
 check("judge: an out-of-memory error line is a finding (a huge allocation)",
-      verdict(1, "error: out of host memory\n").startswith("out of memory"))
+      verdict(1, "error: out of host memory\n").startswith("out of memory") and
+      verdict(1, "error: out of device memory for the weights\n").startswith("out of memory"))
 check("judge: control bytes in the error line are a finding",
       verdict(1, "error: a\rb\n") == "control bytes in the error line")
 check("judge: a hang is a finding", verdict(None, "") == "hang")
