@@ -228,7 +228,7 @@ sass-report:
 
 # --- tests ---------------------------------------------------------------------
 # The sanitizer build of every test, plus the deliberately out-of-bounds kernel.
-asan: $(ASAN_TESTS) $(HOST_ASAN) build/cpu-asan/oob_kernel build/cpu-asan/train_gpt
+asan: $(ASAN_TESTS) $(HOST_ASAN) build/cpu-asan/oob_kernel build/cpu-asan/train_gpt build/cpu-asan/train_llama3
 
 # The racecheck build of the kernel tests and the deliberately broken kernels
 # of cpu_cuda/test/sanitizer (also in the normal build, for initcheck and the schedules).
@@ -278,6 +278,9 @@ else ifeq ($(T),test_hf)
 else ifeq ($(T),test_lesson)
   TEST_ONE_DEPS := build/cpu-fp32/train_gpt build/cpu/train_gpt build/cpu-fp32/lesson
   TEST_ONE_CMD  := $(PYTHON) test/trainer/test_lesson.py $(TEST_ONE_DEPS)
+else ifeq ($(T),test_fuzz_loaders)
+  TEST_ONE_DEPS := build/$(BUILD)/train_gpt build/$(BUILD)/train_llama3 build/host/write_llama3_random
+  TEST_ONE_CMD  := $(PYTHON) test/trainer/test_fuzz_loaders.py build/$(BUILD)/train_gpt
 else ifneq ($(filter test_llama3_cli test_llama3_ranks,$(T)),)
   TEST_ONE_DEPS := build/$(BUILD)/train_llama3
   TEST_ONE_CMD  := bash test/trainer/$(T).sh build/$(BUILD)/train_llama3

@@ -354,8 +354,8 @@ static GPT2Config hf_config(const std::string& path) {
     // gelu_pytorch_tanh is gelu_new's formula (tanh), computed by another kernel
     const std::string act = llmc::hf_json_string(j, "activation_function", path, "gelu_new");
     if (act != "gelu_new" && act != "gelu_pytorch_tanh")
-        FAIL("%s: activation_function \"%.40s\" is not supported (the trainer's GELU is gelu_new's tanh form)",
-             path.c_str(), act.c_str());
+        FAIL("%s: activation_function %s is not supported (the trainer's GELU is gelu_new's tanh form)",
+             path.c_str(), llmc::quote_for_error(act.substr(0, 40)).c_str());
     bool found;
     const int inner = llmc::hf_json_int(j, "n_inner", path, &found);
     if (found && inner != 4 * c.channels)

@@ -653,7 +653,7 @@ inline bool checkpoint_read_done(const std::string& dir, int step, DoneRecord* r
     }
     if (lines.size() < 2 || lines[0] != CHECKPOINT_DONE_TITLE || lines[1].compare(0, 4, "run ") != 0 ||
         lines[1].size() != 20) {
-        *why = path + ": not a DONE marker of this trainer (\"" + lines[0].substr(0, 40) + "\")";
+        *why = path + ": not a DONE marker of this trainer (" + llmc::quote_for_error(lines[0].substr(0, 40)) + ")";
         return false;
     }
     record->run_id = lines[1].substr(4);

@@ -35,6 +35,24 @@ struct Error : std::runtime_error {
     throw Error(message);
 }
 
+// A string from a file (a name, a value), quoted for an error message: control
+// bytes, '"' and '\\' as \xNN, at most 200 bytes, so that a hostile string
+// cannot break the one-line rule.
+inline std::string quote_for_error(const std::string& text) {
+    std::string q = "\"";
+    for (size_t i = 0; i < text.size() && i < 200; i++) {
+        const unsigned char c = (unsigned char)text[i];
+        if (c < 0x20 || c == 0x7f || c == '"' || c == '\\') {
+            char hex[8];
+            snprintf(hex, sizeof hex, "\\x%02x", c);
+            q += hex;
+        } else {
+            q += (char)c;
+        }
+    }
+    return q + (text.size() > 200 ? "...\"" : "\"");
+}
+
 // run(argc, argv), with whatever it throws turned into one line on stderr and
 // exit status 1 (EXIT_FAILURE), never an abort and a core.
 inline int run_main(int (*run)(int, char**), int argc, char** argv) {

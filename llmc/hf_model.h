@@ -113,7 +113,7 @@ inline void hf_check_tensors(const SafetensorsModel& folder, const std::string& 
     for (const HfPlacement& p : placed) by_name[p.name] = &p;
     for (const std::string& n : folder.names())
         if (!by_name.count(n) && !extra(n))
-            fail(where + ": the tensor " + safetensors_quote_(n) + " is not one of this model's (config.json's shape)");
+            fail(where + ": the tensor " + quote_for_error(n) + " is not one of this model's (config.json's shape)");
     for (const HfPlacement& p : placed) {
         const SafetensorsTensor* t = folder.find(p.name);
         if (!t) fail(where + ": the tensor " + p.name + " is missing");

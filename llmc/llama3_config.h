@@ -249,7 +249,7 @@ inline void llama3_rope_from_json_(const nlohmann::json& r, const std::string& w
     for (const char* k : {"rope_type", "type"})
         if (r.contains(k) && r[k].is_string()) type = r[k].get<std::string>();
     if (type == "default" || type.empty()) return;
-    if (type != "llama3") fail(where + ": rope_type \"" + type + "\" is not supported (only llama3 or default)");
+    if (type != "llama3") fail(where + ": rope_type " + quote_for_error(type) + " is not supported (only llama3 or default)");
     c->rope_scaling = true;
     c->rope_factor = hf_json_number(r, "factor", where, NAN);
     c->rope_low_freq_factor = hf_json_number(r, "low_freq_factor", where, NAN);

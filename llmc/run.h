@@ -535,8 +535,8 @@ int document_token_for_run(const Run<Model>* run) {
     if (opt.doc_token >= 0) return opt.doc_token;
     MarkovShardInfo corpus;
     const std::vector<std::string> shards = dataloader_find_shards(opt.train_pattern);
-    int token = markov_corpus_info(shards[0].c_str(), &corpus) && corpus.eot < V ? corpus.eot
-                                                                                 : document_start_token(&run->model);
+    const bool recorded = markov_corpus_info(shards[0].c_str(), &corpus) && corpus.eot >= 0 && corpus.eot < V;
+    const int token = recorded ? corpus.eot : document_start_token(&run->model);
     const char* needs = run->packing == DataPacking::Slots ? "--packing slots"
                         : opt.doc_mask                     ? "--doc-mask"
                         : opt.doc_positions                ? "--doc-positions"
@@ -547,6 +547,20 @@ int document_token_for_run(const Run<Model>* run) {
         llmc::failf("%s: the token that starts a document is not known for %s with V=%d; give it with --doc-token <id>",
                     needs, Model::NAME, V);
     return token;
+}
+
+// The document token from the model's shape alone (read_config: a descriptor,
+// a model file's header, a folder's config.json), before its weights are read
+// or drawn: a --doc-token outside the vocabulary, or a vocabulary whose token
+// is not known, stops the run before a load of minutes or a large allocation.
+// (A resumed run has read its checkpoint's files once already, for their
+// checksums.) Where -e is neither a model file nor a descriptor, the load
+// says so.
+template <class Model>
+void decide_document_token(Run<Model>* run, const char* weights, bool from_file) {
+    if (!from_file && !init_is_descriptor<Model>(weights)) return;
+    run->model.config = read_config<Model>(weights);
+    run->model.doc_token = document_token_for_run(run);
 }
 
 // The model: the newest complete checkpoint of -o that passes its checks
@@ -565,6 +579,9 @@ void build_model(Run<Model>* run) {
     run->resume_step = opt.resume ? choose_resume_step<Model>(opt.output_dir, run->dist, &folder.run_id) : -1;
     if (folder.run_id.empty()) folder.run_id = checkpoint_new_run_id();  // (only rank 0 writes DONE markers)
     struct stat st;
+    const std::string weights = run->resume_step >= 0 ? model_path<Model>(opt.output_dir, run->resume_step) : opt.init;
+    const bool from_file = !init_is_descriptor<Model>(weights.c_str()) && stat(weights.c_str(), &st) == 0;
+    decide_document_token(run, weights.c_str(), from_file);
     if (run->resume_step >= 0) {
         folder.proven.push_back(run->resume_step);  // every rank checked its files against the DONE
         if (run->dist->rank == 0) checkpoint_remove_stale_temps(opt.output_dir);
@@ -572,10 +589,9 @@ void build_model(Run<Model>* run) {
         print0("resuming from step %d of %s\n", run->resume_step, opt.output_dir);
     } else {
         if (opt.resume) print0("no complete checkpoint in %s: starting from -e\n", opt.output_dir);
-        if (!init_is_descriptor<Model>(opt.init) && stat(opt.init, &st) == 0) init_from_model_file(model, opt.init);
+        if (from_file) init_from_model_file(model, opt.init);
         else init_from_descriptor(model, opt.init, opt.seed);
     }
-    model->doc_token = document_token_for_run(run);
     run->start_step = std::max(run->resume_step, 0);
     run->initial_gap = run->resumed.initial_val_gap;
     run->watchdog->mark(opt.B == 0 ? "-b auto: choosing the micro-batch (a trial step)" : "allocating the activations");

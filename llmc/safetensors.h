@@ -47,23 +47,6 @@ constexpr int SAFETENSORS_MAX_DIMS = 16;
     fail("safetensors: " + file + ": " + what);
 }
 
-// A name from a file, quoted for an error line: control bytes as \xNN, at most 200 bytes,
-// so that a hostile name cannot break the one-line rule.
-inline std::string safetensors_quote_(const std::string& name) {
-    std::string q = "\"";
-    for (size_t i = 0; i < name.size() && i < 200; i++) {
-        const unsigned char c = (unsigned char)name[i];
-        if (c < 0x20 || c == 0x7f || c == '"' || c == '\\') {
-            char hex[8];
-            snprintf(hex, sizeof hex, "\\x%02x", c);
-            q += hex;
-        } else {
-            q += (char)c;
-        }
-    }
-    return q + (name.size() > 200 ? "...\"" : "\"");
-}
-
 // Bytes per element of a safetensors dtype name; 0 when the name is not one.
 inline size_t safetensors_dtype_bytes(const std::string& dtype) {
     static const std::map<std::string, size_t> sizes = {
@@ -121,18 +104,18 @@ inline int safetensors_json_depth_(const std::string& s, int limit) {
 
 inline SafetensorsTensor safetensors_parse_entry_(const std::string& file, const std::string& name,
                                                   const nlohmann::json& e) {
-    const std::string at = "tensor " + safetensors_quote_(name);
+    const std::string at = "tensor " + quote_for_error(name);
     if (!e.is_object()) safetensors_fail_(file, at + " is not a JSON object");
     for (auto it = e.begin(); it != e.end(); ++it)
         if (it.key() != "dtype" && it.key() != "shape" && it.key() != "data_offsets")
-            safetensors_fail_(file, at + " has an unknown key " + safetensors_quote_(it.key()));
+            safetensors_fail_(file, at + " has an unknown key " + quote_for_error(it.key()));
     SafetensorsTensor t;
     t.name = name;
     auto dt = e.find("dtype");
     if (dt == e.end() || !dt->is_string()) safetensors_fail_(file, at + " has no dtype string");
     t.dtype = dt->get<std::string>();
     const size_t elem = safetensors_dtype_bytes(t.dtype);
-    if (elem == 0) safetensors_fail_(file, at + " has an unknown dtype " + safetensors_quote_(t.dtype));
+    if (elem == 0) safetensors_fail_(file, at + " has an unknown dtype " + quote_for_error(t.dtype));
     auto sh = e.find("shape");
     if (sh == e.end() || !sh->is_array()) safetensors_fail_(file, at + " has no shape array");
     if (sh->size() > SAFETENSORS_MAX_DIMS) safetensors_fail_(file, at + " has more than 16 dimensions");
@@ -166,10 +149,10 @@ inline void safetensors_check_tiling_(const std::string& file, std::vector<Safet
     const SafetensorsTensor* last = nullptr;
     for (const auto& t : *tensors) {
         if (t.end > data_bytes)
-            safetensors_fail_(file, "tensor " + safetensors_quote_(t.name) + " ends at byte " + std::to_string(t.end) +
+            safetensors_fail_(file, "tensor " + quote_for_error(t.name) + " ends at byte " + std::to_string(t.end) +
                                         ", past the data section's " + std::to_string(data_bytes));
         if (t.begin < at)
-            safetensors_fail_(file, "tensors " + safetensors_quote_(last->name) + " and " + safetensors_quote_(t.name) + " overlap");
+            safetensors_fail_(file, "tensors " + quote_for_error(last->name) + " and " + quote_for_error(t.name) + " overlap");
         if (t.begin > at)
             safetensors_fail_(file, "bytes " + std::to_string(at) + ".." + std::to_string(t.begin) +
                                         " of the data section belong to no tensor");
@@ -224,7 +207,7 @@ class SafetensorsFile {
     }
     const SafetensorsTensor& get(const std::string& name) const {
         const SafetensorsTensor* t = find(name);
-        if (!t) safetensors_fail_(path_, "no tensor " + safetensors_quote_(name));
+        if (!t) safetensors_fail_(path_, "no tensor " + quote_for_error(name));
         return *t;
     }
 
@@ -296,7 +279,7 @@ class SafetensorsFile {
         if (!m.is_object()) safetensors_fail_(path_, "__metadata__ is not a JSON object");
         for (auto it = m.begin(); it != m.end(); ++it) {
             if (!it.value().is_string())
-                safetensors_fail_(path_, "__metadata__ value of " + safetensors_quote_(it.key()) + " is not a string");
+                safetensors_fail_(path_, "__metadata__ value of " + quote_for_error(it.key()) + " is not a string");
             metadata_[it.key()] = it.value().get<std::string>();
         }
     }
@@ -355,7 +338,7 @@ enum class SafetensorsTarget { F32, BF16 };
 inline void safetensors_read(const SafetensorsFile& file, const SafetensorsTensor& t, SafetensorsTarget target,
                              void* dst, size_t count) {
     if (count != t.numel())
-        safetensors_fail_(file.path(), "tensor " + safetensors_quote_(t.name) + " has " + std::to_string(t.numel()) +
+        safetensors_fail_(file.path(), "tensor " + quote_for_error(t.name) + " has " + std::to_string(t.numel()) +
                                            " elements, the buffer " + std::to_string(count));
     const size_t elem = safetensors_dtype_bytes(t.dtype);
     const bool same = (t.dtype == "F32" && target == SafetensorsTarget::F32) ||
@@ -365,7 +348,7 @@ inline void safetensors_read(const SafetensorsFile& file, const SafetensorsTenso
         return;
     }
     if (t.dtype != "F32" && t.dtype != "BF16" && t.dtype != "F16")
-        safetensors_fail_(file.path(), "tensor " + safetensors_quote_(t.name) + " is " + t.dtype + ", which is not converted to " +
+        safetensors_fail_(file.path(), "tensor " + quote_for_error(t.name) + " is " + t.dtype + ", which is not converted to " +
                                            (target == SafetensorsTarget::F32 ? "F32" : "BF16"));
     const size_t chunk = 1 << 16;
     std::vector<unsigned char> buf(chunk * elem);
@@ -414,7 +397,7 @@ class SafetensorsModel {
     }
     const SafetensorsTensor& get(const std::string& name) const {
         const SafetensorsTensor* t = find(name);
-        if (!t) safetensors_fail_(dir_, "no tensor " + safetensors_quote_(name));
+        if (!t) safetensors_fail_(dir_, "no tensor " + quote_for_error(name));
         return *t;
     }
     void read(const std::string& name, SafetensorsTarget target, void* dst, size_t count) const {
@@ -437,11 +420,11 @@ class SafetensorsModel {
         std::map<std::string, size_t> file_of;  // shard name -> index in files_
         std::map<std::string, std::string> shard_of;
         for (auto it = wm->begin(); it != wm->end(); ++it) {
-            if (!it.value().is_string()) safetensors_fail_(index, "weight_map entry " + safetensors_quote_(it.key()) + " is not a file name");
+            if (!it.value().is_string()) safetensors_fail_(index, "weight_map entry " + quote_for_error(it.key()) + " is not a file name");
             const std::string shard = it.value().get<std::string>();
             // a shard lives in the folder itself: no path, no hidden or parent names
             if (shard.empty() || shard[0] == '.' || shard.find('/') != std::string::npos)
-                safetensors_fail_(index, "weight_map names the file " + safetensors_quote_(shard) + ", which is not a plain file name");
+                safetensors_fail_(index, "weight_map names the file " + quote_for_error(shard) + ", which is not a plain file name");
             shard_of[it.key()] = shard;
             if (!file_of.count(shard)) {
                 file_of[shard] = files_.size();
@@ -450,14 +433,14 @@ class SafetensorsModel {
         }
         for (const auto& s : shard_of) {
             const SafetensorsFile& f = files_[file_of[s.second]];
-            if (!f.find(s.first)) safetensors_fail_(f.path(), "has no tensor " + safetensors_quote_(s.first) + ", which the index puts there");
+            if (!f.find(s.first)) safetensors_fail_(f.path(), "has no tensor " + quote_for_error(s.first) + ", which the index puts there");
             where_[s.first] = file_of[s.second];
         }
         for (size_t k = 0; k < files_.size(); k++)
             for (const auto& t : files_[k].tensors()) {
                 auto w = where_.find(t.name);
                 if (w == where_.end() || w->second != k)
-                    safetensors_fail_(files_[k].path(), "has the tensor " + safetensors_quote_(t.name) + ", which the index does not put there");
+                    safetensors_fail_(files_[k].path(), "has the tensor " + quote_for_error(t.name) + ", which the index does not put there");
             }
     }
 
@@ -478,10 +461,10 @@ struct SafetensorsOut {
 
 inline uint64_t safetensors_out_bytes_(const std::string& file, const SafetensorsOut& t) {
     const size_t elem = safetensors_dtype_bytes(t.dtype);
-    if (elem == 0) safetensors_fail_(file, "tensor " + safetensors_quote_(t.name) + " has an unknown dtype " + safetensors_quote_(t.dtype));
+    if (elem == 0) safetensors_fail_(file, "tensor " + quote_for_error(t.name) + " has an unknown dtype " + quote_for_error(t.dtype));
     uint64_t bytes = 0;
     if (!safetensors_shape_bytes_(t.shape, elem, &bytes))
-        safetensors_fail_(file, "tensor " + safetensors_quote_(t.name) + " has a shape whose size overflows 64 bits");
+        safetensors_fail_(file, "tensor " + quote_for_error(t.name) + " has a shape whose size overflows 64 bits");
     return bytes;
 }
 
@@ -505,7 +488,7 @@ inline CheckpointFile safetensors_write_replacing(const std::string& path, const
     uint64_t at = 0;
     for (const auto& t : tensors) {
         if (t.name == "__metadata__" || h.contains(t.name))
-            safetensors_fail_(path, "tensor name " + safetensors_quote_(t.name) + " is reserved or repeated");
+            safetensors_fail_(path, "tensor name " + quote_for_error(t.name) + " is reserved or repeated");
         const uint64_t bytes = safetensors_out_bytes_(path, t);
         h[t.name] = {{"dtype", t.dtype}, {"shape", t.shape}, {"data_offsets", {at, at + bytes}}};
         at += bytes;

@@ -41,7 +41,9 @@
 #             (fp32 and bf16) under mpirun -np 1..4, then compared across N;
 #             the trainer under mpirun (test_multi_rank_cli.sh)
 #   asan      the AddressSanitizer/UBSan build of the tests, and a kernel that
-#             writes out of bounds, which the sanitizer must catch
+#             writes out of bounds, which the sanitizer must catch; the trainers'
+#             loaders on a few mutated inputs each (dev/fuzz_loaders.py: one error
+#             line or success, never a crash), and its planted loader reported
 #   racecheck the kernel tests, test_gpt2 and test_training in build/cpu-racecheck
 #             (one worker), which reports shared/global memory races, with
 #             CPUCUDA_INITCHECK=1 (fresh device and shared memory poisoned, and
@@ -274,6 +276,8 @@ section_asan() {
     TIMEOUT=$((TIMEOUT * 3)) run "test_train_cli [asan]" env ASAN_OPTIONS=detect_leaks=0 TRAIN_CLI_SMALL=1 \
         bash test/trainer/test_train_cli.sh build/cpu-asan/train_gpt
     for t in build/host-asan/test_*; do [[ -x $t ]] && run "$(basename "$t") [asan]" "$t"; done
+    # the trainers' loaders on mutated input: a few cases of each, bounded by count (dev/fuzz_loaders.py)
+    run "test_fuzz_loaders [asan]" python3 test/trainer/test_fuzz_loaders.py build/cpu-asan/train_gpt
     run "test_nccl [asan, mpirun -np 2]" env ASAN_OPTIONS=detect_leaks=0 $MPIRUN -np 2 build/cpu-asan/test_nccl
     mkdir -p build/test-distributed/asan
     run "test_distributed [asan, mpirun -np 3]" $MPIRUN -np 3 -x ASAN_OPTIONS=detect_leaks=0 -x CPUCUDA_WORKERS=1 \

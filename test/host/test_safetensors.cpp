@@ -499,6 +499,8 @@ static void test_config_json() {
         {"mlp_bias", "mlp_bias", true, "mlp_bias is not supported"},
         {"rope type yarn", "rope_scaling", {{"rope_type", "yarn"}, {"factor", 4.0}}, "rope_type \"yarn\" is not supported"},
         {"rope type linear (old key)", "rope_scaling", {{"type", "linear"}, {"factor", 4.0}}, "rope_type \"linear\""},
+        {"a rope type of two lines (quoted: the error stays one line)", "rope_scaling",
+         {{"rope_type", "two\nlines\x1b"}, {"factor", 4.0}}, "rope_type \"two\\x0alines\\x1b\" is not supported"},
         {"llama3 rope without factor", "rope_scaling", {{"rope_type", "llama3"}, {"original_max_position_embeddings", 8192}}, "needs factor"},
         {"a head_dim other than C/H", "head_dim", 128, "head_dim 128 is not hidden_size / num_attention_heads = 64"},
         {"another architecture", "architectures", {"MistralForCausalLM"}, "architectures is not"},

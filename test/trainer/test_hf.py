@@ -312,6 +312,8 @@ def direct_folders(m3):
          ["scale_attn_by_inverse_layer_idx true is not supported"]),
         ("add_cross_attention", configured("d_cross", add_cross_attention=True), ["add_cross_attention true"]),
         ("activation relu", configured("d_relu", activation_function="relu"), ['activation_function "relu"']),
+        ("an activation of two lines (quoted, one error line)", configured("d_act2", activation_function="two\nlines"),
+         ['activation_function "two\\x0alines"']),
         ("n_head 5", configured("d_heads", n_head=5), ["n_embd 64 is not a multiple of n_head 5"]),
         ("n_inner 100", configured("d_inner", n_inner=100), ["n_inner 100"]),
         ("n_layer missing", configured("d_layers", n_layer=None), ["n_layer is missing"]),

@@ -75,6 +75,23 @@ check "... -s 1 with no --doc-token (a sample starts at a document start): the s
 check "--doc-token 70000 (= V) is refused" \
     one_error "--doc-token 70000: not a token of the model's vocabulary (V=70000)" -e "$V70" -i "$work/u32.bin" -x 1 --doc-mask 1 --doc-token 70000
 check "--doc-token -2 is refused" one_error "--doc-token -2" -e "$V70" -i "$work/u32.bin" -x 1 --doc-token -2
+# the document token is decided from the shape alone, before the weights are drawn or read: under
+# an address-space limit of 4 GB, Llama 3.1 8B's 32 GB of weights would end the run as out of memory
+small_memory() { (ulimit -v 4000000 && one_error "$@"); }
+check "-e llama3.1-8b --doc-token 200000: refused before 8B weights are drawn" \
+    small_memory "--doc-token 200000: not a token of the model's vocabulary (V=128256)" -e llama3.1-8b \
+    -i "$work/u32.bin" -x 1 --doc-token 200000
+check "an 8B shape with V=70000, --doc-mask 1 and no --doc-token: refused before its weights are drawn" \
+    small_memory "--doc-mask: .*V=70000; give it with --doc-token" -e "llama3:L=32,C=4096,H=32,KV=8,F=14336,V=70000" \
+    -i "$work/u32.bin" -x 1 --doc-mask 1
+mkdir -p "$work/big" && python3 -c "
+import json, sys
+c = json.load(open('test/ref/llama3_hf_tiny/untied/config.json'))
+c.update(hidden_size=4096, intermediate_size=14336, num_attention_heads=32, num_key_value_heads=8, head_dim=128,
+         num_hidden_layers=32, vocab_size=70000)
+json.dump(c, open(sys.argv[1], 'w'))" "$work/big/config.json"
+check "a folder whose config.json gives V=70000, --doc-mask 1 and no --doc-token: refused before its (absent) tensors are read" \
+    one_error "--doc-mask: .*V=70000; give it with --doc-token" -e "$work/big" -i "$work/u32.bin" -x 1 --doc-mask 1
 check "the vocabulary check refuses id 69950 in a uint32 shard for V=69900 (one line)" \
     one_error "u32.bin: token id 69950 at token offset 1 (byte offset 1028) is >= vocab_size 69900" \
     -e "llama3:L=1,C=32,H=2,KV=1,F=64,V=69900,T=16" -i "$work/u32.bin" -b 4 -t 16 -x 1 -v 0 -s 0

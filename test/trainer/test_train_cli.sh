@@ -197,6 +197,14 @@ fi
 rc=$?
 check "--packing slots runs and its util is below 100%: $(grep -o 'util [0-9.]*%' "$WORK/slots" | tail -1)" $rc
 expect_error "--packing with an unknown value" "--packing tight: packed or slots" --packing tight
+# a shard with the built-in corpus's marker but a damaged EOT (-5) names no document token: the
+# family's (GPT-2: V-1) is used, as for any other shard
+python3 -c "import struct, sys; d = bytearray(open(sys.argv[1], 'rb').read())
+struct.pack_into('<i', d, 16, 0x31564B4D); struct.pack_into('<i', d, 36, -5); open(sys.argv[2], 'wb').write(d)" \
+    "$WORK/good.bin" "$WORK/marked.bin"
+"$BIN" -e "$TINY" -i "$WORK/marked.bin" -x 1 -b 1 -t 16 -v 0 --doc-mask 1 >"$WORK/marked" 2>&1 &&
+    grep -q "^documents: starting at token 255;" "$WORK/marked"
+check "a shard marked as the built-in corpus with EOT -5: documents start at GPT-2's V-1 (255)" $?
 # resume with slots and the document mask: the data position is a document index
 SLOTS=(-v 0 --packing slots --doc-mask 1 --doc-positions 1)
 (cd "$WORK" && "$OLDPWD/$BIN" -x 4 -n 2 "${SLOTS[@]}" -o "$WORK/slots_a" >/dev/null 2>&1 &&
@@ -346,6 +354,11 @@ for variant in "no file lines" "copied from step 2" "empty (llm.c's)"; do
     ok=$?  # (before the message's $(...) resets $?)
     check "a DONE $variant vouches for nothing: step 4 (a flipped state) not used, resumed from 2: $(head -c 150 "$WORK/err")" $ok
 done
+rm -rf "$WORK/dv" && cp -r "$WORK/dn" "$WORK/dv" && rm "$WORK/dv/train.lock"
+printf 'gpt\033[2J\rtrainer\nrun 0123456789abcdef\n' >"$WORK/dv/DONE_00000004"
+"$BIN" "${R[@]}" -x 5 -o "$WORK/dv" -y 1 >"$WORK/out" 2>"$WORK/err"
+[[ $? -eq 0 && $(wc -l <"$WORK/err") -eq 1 ]] && grep -qF 'not a DONE marker of this trainer ("gpt\x1b[2J\x0dtrainer")' "$WORK/err"
+check "a DONE whose first line holds control bytes: the one warning line quotes them ($(head -c 150 "$WORK/err" | cat -v))" $?
 echo precious >"$WORK/victim"
 mkdir "$WORK/sl1" && ln -s "$WORK/victim" "$WORK/sl1/train.lock"
 expect_error "a symbolic link as train.lock" "train.lock: cannot create the lock file (a symbolic link, not followed)" \
