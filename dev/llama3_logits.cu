@@ -8,6 +8,11 @@
 //   e.g.   build/cpu-fp32/llama3_logits run/model_00000004 /tmp/logits.f32 2256 17 300 9
 #define TESTING
 #include "train_llama3.cu"
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <vector>
 
 static int parse_token(const char* s, int V) {
     char* end = nullptr;
