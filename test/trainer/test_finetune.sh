@@ -43,6 +43,14 @@ check "train_llama3 -e takes the checkpoint folder back (1 step)" \
              >'$work/again' 2>&1 && grep -qE '^step +1/1' '$work/again'"
 # the comparison: the val shard's first 32 tokens (two documents; both sides attend causally over all 32)
 tokens=$(od -A n -t u4 -j 1024 -N 128 "$work/ft_val_000000.bin" | xargs)
+# llama3_logits, the trainer's side of the comparison, without torch: T x V fp32 values, finite, and one
+# error line for a token outside the vocabulary
+check "llama3_logits on the checkpoint: 32 x 2512 fp32 logits, all finite" \
+    bash -c "'$BUILD/llama3_logits' '$m' '$work/logits.f32' $tokens >/dev/null && [[ \$(stat -c %s '$work/logits.f32') == $((32 * 2512 * 4)) ]] &&
+             python3 -c 'import array, math, sys; a = array.array(\"f\", open(sys.argv[1], \"rb\").read()); sys.exit(not all(map(math.isfinite, a)))' '$work/logits.f32'"
+check "llama3_logits refuses token 2512 (= V): one error line, exit 1" \
+    bash -c "'$BUILD/llama3_logits' '$m' '$work/bad.f32' 1 2512 2>'$work/err'; [[ \$? == 1 && \$(wc -l <'$work/err') == 1 ]] &&
+             grep -q '^error: token 2512: not an id of the vocabulary (V=2512)' '$work/err'"
 if python3 -c "import torch, transformers" 2>/dev/null; then
     python3 dev/compare_llama3_logits.py "$BUILD/llama3_logits" "$m" $tokens >"$work/cmp" 2>&1
     rc=$?
