@@ -92,7 +92,7 @@ endif
 LLMC_HDRS := $(wildcard llmc/*.h llmc/*.cuh)
 
 cpu: check-cuda-headers $(CPU_TESTS) $(DEV_BINS) $(HOST_BINS) build/cpu/train_gpt build/cpu/train_llama3 \
-     $(addprefix build/cpu-fp32/,$(FP32_TESTS) train_gpt train_llama3 lesson)
+     $(addprefix build/cpu-fp32/,$(FP32_TESTS) train_gpt train_llama3 lesson llama3_logits)
 
 # .cu -> preprocessed C++ with <<<>>> launches and extern __shared__ rewritten.
 # Variant directories: build/cpu (optimised), build/cpu-asan (sanitizers),
@@ -259,7 +259,7 @@ lesson: build/cpu-fp32/train_gpt build/cpu-fp32/lesson build/cpu/train_gpt
 # under `mpirun -np $(NP)` when NP is set (test_nccl; test_distributed also
 # takes a results folder: ARGS=DIR); a host test from build/host; a script of
 # test/trainer/ against build/$(BUILD)/train_gpt (test_llama3_*: train_llama3;
-# test_hf: the builds it compares); test_gpu_check, the dry run of test/gpu_check.sh. ARGS go to the
+# test_hf: the builds it compares; test_finetune: build/cpu-fp32's); test_gpu_check, the dry run of test/gpu_check.sh. ARGS go to the
 # program. TEST_FILTER=substring runs only the cases whose name contains it
 # (TEST_CASE in test/test_util.h; README's "Running one test" lists who has them).
 BUILD ?= cpu
@@ -284,6 +284,9 @@ else ifeq ($(T),test_fuzz_loaders)
 else ifneq ($(filter test_llama3_cli test_llama3_ranks,$(T)),)
   TEST_ONE_DEPS := build/$(BUILD)/train_llama3
   TEST_ONE_CMD  := bash test/trainer/$(T).sh build/$(BUILD)/train_llama3
+else ifeq ($(T),test_finetune)
+  TEST_ONE_DEPS := build/cpu-fp32/train_llama3 build/cpu-fp32/llama3_logits build/host/prepro
+  TEST_ONE_CMD  := bash test/trainer/test_finetune.sh build/cpu-fp32
 else ifneq ($(filter $(T),$(TRAINER_TESTS)),)
   TEST_ONE_SCRIPT := $(wildcard test/trainer/$(T).*)
   TEST_ONE_DEPS := build/$(BUILD)/train_gpt

@@ -11,7 +11,7 @@
 // names it. Output: <prefix>_val_000000.bin (the
 // first --val-tokens tokens; none when 0), then <prefix>_train_000001.bin, ... of
 // --shard-size tokens each (the last one shorter). Shard format: 256 x int32 header
-// [0]=20240520, [1]=1, [2]=token count, then uint16 tokens; for vocabularies above 65536
+// [0]=20240520, [1]=1, [2]=token count, then uint16 tokens; for vocabularies above 65536 (or with --uint32)
 // tokens (an id >= 65536 can occur) [0]=20240801, [1]=7 and uint32 tokens (llmc/dataloader.h). Shards are written under temporary names and
 // renamed only when the whole run succeeded; a failed run leaves no new or partial shard.
 // The output is the same for every --threads value.
@@ -64,6 +64,8 @@ void usage(FILE* f) {
             "  --write-tokenizer FILE  also write the tokenizer as llm.c's .bin (e.g. gpt2_tokenizer.bin)\n"
             "  --allow-special         special tokens' strings in the text (\"<|endoftext|>\", \"<|eot_id|>\", ...)\n"
             "                          are those tokens (default: plain text)\n"
+            "  --uint32                uint32 shards for any vocabulary (default: uint32 only above 65536\n"
+            "                          tokens, as Llama 3's 128,256 need; the trainers read both)\n"
             "  -q, --quiet             no summary\n");
 }
 
@@ -222,7 +224,7 @@ void parallel_for(size_t n, int threads, F&& fn) {
 
 struct Options {
     std::string out, format, field = "text", gpt2_dir, tokenizer_bin, tiktoken, pattern, write_tokenizer, split_on;
-    bool split_blank = false, allow_special = false, quiet = false;
+    bool split_blank = false, allow_special = false, quiet = false, uint32 = false;
     long long shard_size = 100000000, val_tokens = -1;
     int threads = 0;
     std::vector<std::string> inputs;
@@ -445,6 +447,7 @@ int run(int argc, char** argv) {
         else if (a == "--write-tokenizer") opt.write_tokenizer = value();
         else if (a == "--allow-special") opt.allow_special = true;
         else if (a == "-q" || a == "--quiet") opt.quiet = true;
+        else if (a == "--uint32") opt.uint32 = true;
         else if (a.size() > 1 && a[0] == '-') fail("unknown option " + a + " (see --help)");
         else opt.inputs.push_back(a);
     }
@@ -481,7 +484,7 @@ int run(int argc, char** argv) {
     if (!opt.write_tokenizer.empty()) tok.save_bin(opt.write_tokenizer);
     auto t1 = std::chrono::steady_clock::now();
 
-    const bool wide = dataloader_token_size(tok.vocab_size()) == 4;
+    const bool wide = opt.uint32 || dataloader_token_size(tok.vocab_size()) == 4;
     ShardWriter sw(opt.out, opt.shard_size, opt.val_tokens, wide);
     llmc::ParallelEncoder enc(tok, opt.threads);
     Stats st;

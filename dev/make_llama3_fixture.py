@@ -5,6 +5,9 @@ llmc/llama3_config.h:
   untied/   bf16, grouped-query attention (H=4, KV=2), Llama 3.1 RoPE scaling, separate lm_head
   tied/     fp32, lm_head tied to the embedding, plain RoPE, one layer
   sharded/  the untied model again, in shards of at most 20 KB with model.safetensors.index.json
+  (with --finetune DIR instead: only DIR, the fine-tuning test's model: fp32, tied, V = 2512,
+  the ids of test/data/tiktoken_test.ranks and Llama 3's 256 special tokens after them;
+  test/trainer/test_finetune.sh trains it on text tokenized with those ranks)
 and expected.json: for every tensor of each, its dtype, shape, the fp64 sum of its fp32 values
 and its first four values (computed by torch from the saved model, loaded back); logits.json:
 for each folder, the fp32 logits LlamaForCausalLM (eager attention) computes from it for a fixed
@@ -13,6 +16,7 @@ Every tensor is random (norm gains 1 + 0.2 N too), so a tensor read from the wro
 Needs torch and transformers; the tests need only the committed files.
 
 usage: python3 dev/make_llama3_fixture.py [--out test/ref/llama3_hf_tiny] [--logits-only]
+       python3 dev/make_llama3_fixture.py --finetune test/ref/llama3_hf_ft
 (--logits-only: writes logits.json for the folders already there, leaving them as they are)
 """
 import argparse
@@ -35,9 +39,15 @@ SCALING = dict(rope_type="llama3", factor=8.0, low_freq_factor=1.0, high_freq_fa
                original_max_position_embeddings=16)
 
 
-def make_model(layers, tied, scaling, seed):
+# the fine-tuning fixture: the vocabulary of the test ranks (2256) and Llama 3's specials (256);
+# C = 16 keeps its fp32 embedding at 160 KB
+FT_SHAPE = dict(hidden_size=16, intermediate_size=48, num_attention_heads=2, num_key_value_heads=1,
+                vocab_size=2256 + 256, max_position_embeddings=64, rms_norm_eps=1e-5, rope_theta=500000.0)
+
+
+def make_model(layers, tied, scaling, seed, shape=SHAPE):
     conf = transformers.LlamaConfig(num_hidden_layers=layers, tie_word_embeddings=tied,
-                                    rope_scaling=scaling, **SHAPE)
+                                    rope_scaling=scaling, **shape)
     torch.manual_seed(seed)
     model = transformers.LlamaForCausalLM(conf).eval()
     g = torch.Generator().manual_seed(seed)
@@ -88,7 +98,17 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default="test/ref/llama3_hf_tiny")
     ap.add_argument("--logits-only", action="store_true")
+    ap.add_argument("--finetune", metavar="DIR")
     args = ap.parse_args()
+    if args.finetune:
+        if os.path.exists(args.finetune):
+            shutil.rmtree(args.finetune)
+        make_model(2, True, None, 28, FT_SHAPE).save_pretrained(args.finetune)
+        gen = os.path.join(args.finetune, "generation_config.json")
+        if os.path.exists(gen):
+            os.remove(gen)
+        print(f"wrote {args.finetune} (transformers {transformers.__version__}, torch {torch.__version__})")
+        return
     if args.logits_only:
         write_logits(args.out)
         print(f"wrote {args.out}/logits.json (transformers {transformers.__version__}, torch {torch.__version__})")

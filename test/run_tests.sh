@@ -22,6 +22,8 @@
 #             that moves a linked line fails here); each runs in the others too
 #   cpu       every CPU test program once (bf16), the model's tests also in fp32;
 #             the transformers import/export and -e FOLDER against its fixture (test_hf.py);
+#             the fine-tuning flow end to end (test_finetune.sh; its logits comparison with
+#             transformers skipped, saying so, without torch);
 #             the PyTorch Llama 3 reference's self-checks and its comparison with
 #             transformers (dev/train_llama3.py, dev/check_llama3_vs_hf.py; each
 #             skipped, saying so, where torch or transformers is not installed);
@@ -187,6 +189,8 @@ section_cpu() {
     run "test_resume" python3 test/trainer/test_resume.py build/cpu/train_gpt
     run "test_resume train_llama3" python3 test/trainer/test_resume.py build/cpu/train_llama3
     run "test_llama3_cli" bash test/trainer/test_llama3_cli.sh build/cpu/train_llama3
+    run "test_finetune (HF folder -> prepro --tiktoken -> train_llama3 --doc-mask -> checkpoint = transformers)" \
+        bash test/trainer/test_finetune.sh build/cpu-fp32
     run "test_hf" python3 test/trainer/test_hf.py build/cpu-fp32/test_gpt2 build/cpu/test_gpt2 build/cpu/train_gpt
     run "test_lesson" python3 test/trainer/test_lesson.py build/cpu-fp32/train_gpt build/cpu/train_gpt build/cpu-fp32/lesson
     run "test_gpu_check (gpu_check.sh, dry run)" bash test/test_gpu_check.sh
