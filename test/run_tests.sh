@@ -68,6 +68,7 @@
 set -u
 cd "$(dirname "$0")/.."
 SECTIONS=${TEST_SECTIONS:-"cpu host schedules streams mpi asan racecheck initcheck nvcc gpu"}
+[[ " $SECTIONS " == *" check "* ]] && SECTIONS+=" check2"  # check's second half (section_check2)
 export TEST_TIMEOUT_SCALE=${TEST_TIMEOUT_SCALE:-1}
 TIMEOUT=$((${TEST_TIMEOUT:-600} * TEST_TIMEOUT_SCALE))
 LOG_DIR=build/test-logs
@@ -174,11 +175,14 @@ section_check() {
     for t in "${KERNELS[@]}"; do run "$t" "build/cpu/$t"; done
     run "test_gpt2 [fp32]" build/cpu-fp32/test_gpt2
     run "test_llama3 [fp32]" build/cpu-fp32/test_llama3
+    run "readme_anchors (README's links to definitions)" python3 dev/readme_anchors.py
+}
+# the quick tier's other half, which the other lane takes
+section_check2() {
     run "test_nccl [mpirun -np 2]" $MPIRUN -np 2 build/cpu/test_nccl
     run "test_resume [TEST_RESUME_QUICK=1]" env TEST_RESUME_QUICK=1 python3 test/trainer/test_resume.py build/cpu/train_gpt
     run "test_resume train_llama3 [TEST_RESUME_QUICK=1]" env TEST_RESUME_QUICK=1 python3 test/trainer/test_resume.py build/cpu/train_llama3
     run "test_train_cli [TRAIN_CLI_QUICK=1]" env TRAIN_CLI_QUICK=1 bash test/trainer/test_train_cli.sh build/cpu/train_gpt
-    run "readme_anchors (README's links to definitions)" python3 dev/readme_anchors.py
 }
 
 section_cpu() {
@@ -385,14 +389,17 @@ run_sections() {
     section=none
 }
 
-# lane N SECTION...: run_sections in a subshell whose tally, failures and times go
-# to $LOG_DIR/lane<N>.* for merge_lane
+# lane N: a subshell that takes the sections of QUEUE one at a time, each the
+# next that no lane has taken (a claim is a mkdir, which only one process wins),
+# and writes its tally, failures and times to $LOG_DIR/lane<N>.* for merge_lane
+QUEUE=(check check2 asan cpu nvcc mpi racecheck streams schedules host initcheck)  # the most CPU time first
 lane() {
     local n=$1
-    shift
     (
         TIME_TMP=$LOG_DIR/time.lane$n.tmp passed=0 failed=0 failures=() times=()
-        run_sections "$@"
+        for s in "${QUEUE[@]}"; do
+            [[ " $SECTIONS " == *" $s "* ]] && mkdir "$LOG_DIR/claims/$s" 2>/dev/null && run_sections "$s"
+        done
         echo "$passed $failed" >"$LOG_DIR/lane$n.tally"
         printf '%s\n' "${failures[@]}" >"$LOG_DIR/lane$n.failures"
         printf '%s\n' "${times[@]}" >"$LOG_DIR/lane$n.times"
@@ -410,26 +417,24 @@ merge_lane() {
     while IFS= read -r line; do [[ -n $line ]] && times+=("$line"); done <"$LOG_DIR/lane$n.times"
 }
 
-# Two lanes (TEST_LANES=2, the default): the sections split into two groups of
-# about equal CPU time that run side by side, one program of each at a time, so
-# both cores stay busy while one lane runs a single-threaded program. No two
-# programs of the lanes share a file (test/test_util.h's scratch_path, temporary
-# folders in the scripts). The second lane's output follows the first's.
+# Two lanes (TEST_LANES=2, the default) side by side, one program of each at a
+# time, so that both cores stay busy while one lane runs a single-threaded
+# program; whichever lane is free takes the next section. No two programs of
+# the lanes share a file (test/test_util.h's scratch_path, temporary folders in
+# the scripts). The second lane's output follows the first's.
 # TEST_LANES=1: every section in one process, in the order of SECTIONS' default.
-LANE1=(cpu host initcheck nvcc)
-LANE2=(schedules streams mpi asan racecheck)
 if [[ ${TEST_LANES:-2} == 2 ]]; then
-    rm -f "$LOG_DIR"/lane[12].*
-    lane 2 "${LANE2[@]}" >"$LOG_DIR/lane2.out" 2>&1 &
+    rm -rf "$LOG_DIR"/lane[12].* "$LOG_DIR/claims" && mkdir -p "$LOG_DIR/claims"
+    lane 2 >"$LOG_DIR/lane2.out" 2>&1 &
     lane2=$!
-    lane 1 "${LANE1[@]}" check
+    lane 1
     wait $lane2
-    echo "== (the second lane: ${LANE2[*]})"
+    echo "== (the second lane's sections)"
     cat "$LOG_DIR/lane2.out"
     merge_lane 1
     merge_lane 2
 else
-    run_sections check cpu host schedules streams mpi asan racecheck initcheck nvcc
+    run_sections check check2 cpu host schedules streams mpi asan racecheck initcheck nvcc
 fi
 run_sections gpu  # after both: it builds for the GPU, and its programs use the device alone
 
