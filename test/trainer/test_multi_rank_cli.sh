@@ -102,7 +102,7 @@ check "--help under mpirun -np 2: exit 0, printed once, says how the build runs 
 
 # Rank 1 cannot open its data (MPMD launch: rank 0 has good data and reaches
 # its first collective). Every rank must stop with rank 1's line, not hang.
-timeout $((60 * ${TEST_TIMEOUT_SCALE:-1})) mpirun --oversubscribe --bind-to none -np 1 "$BIN" -x 4 : -np 1 "$BIN" -x 4 -i "$WORK/missing_*.bin" \
+timeout -k 10 $((60 * ${TEST_TIMEOUT_SCALE:-1})) mpirun --oversubscribe --bind-to none -np 1 "$BIN" -x 4 : -np 1 "$BIN" -x 4 -i "$WORK/missing_*.bin" \
     >"$WORK/out" 2>"$WORK/err"
 rc=$?
 [[ $rc -ne 0 && $rc -ne 124 ]] && grep -q "^error: .*missing_" "$WORK/err"
@@ -151,7 +151,7 @@ check "resumed after the signal, the step-8 model and both state files equal the
 # guard is the timeout plus 10 s)
 STALL=20
 : >"$WORK/stallout" >"$WORK/stallerr"  # emptied first: the poll below must not see an earlier run's lines
-timeout $(((STALL + 10) * ${TEST_TIMEOUT_SCALE:-1})) $MPIRUN -np 2 "$BIN" -x 99999 -v 0 -b 4 --stall-timeout $STALL \
+timeout -k 10 $(((STALL + 10) * ${TEST_TIMEOUT_SCALE:-1})) $MPIRUN -np 2 "$BIN" -x 99999 -v 0 -b 4 --stall-timeout $STALL \
     >"$WORK/stallout" 2>"$WORK/stallerr" &
 job=$!
 wait_for "$WORK/stallout" "^step +2/" $job
@@ -173,7 +173,7 @@ check "a rank stopped by SIGSTOP: the job ends (exit $rc, $left processes left):
 MODEL=$WORK/m0/model_00000001.bin
 STOP_RANK1='if [[ $OMPI_COMM_WORLD_RANK == 1 ]]; then exec strace -qq -o /dev/null -P "$0" -e trace=openat \
     -e inject=openat:signal=SIGSTOP "$@"; fi; exec "$@"'
-timeout $(((STALL + 10) * ${TEST_TIMEOUT_SCALE:-1})) $MPIRUN -np 2 bash -c "$STOP_RANK1" "$MODEL" "$BIN" -e "$MODEL" \
+timeout -k 10 $(((STALL + 10) * ${TEST_TIMEOUT_SCALE:-1})) $MPIRUN -np 2 bash -c "$STOP_RANK1" "$MODEL" "$BIN" -e "$MODEL" \
     -x 4 -v 0 -b auto --stall-timeout $STALL >"$WORK/stallout" 2>"$WORK/stallerr"
 rc=$?
 pkill -9 -f -- "-e $MODEL" 2>/dev/null  # (the stopped rank, left behind by strace)
@@ -186,7 +186,7 @@ check "a rank stopped while it builds the model: the job ends (exit $rc): $(grep
 # hang (the hang guard fails the check)
 STOP_RANK1_IN_INIT='if [[ $OMPI_COMM_WORLD_RANK == 1 ]]; then exec strace -qq -o /dev/null -e trace=connect \
     -e inject=connect:signal=SIGSTOP:when=1 bash -c "echo \$\$ >$0; exec \"\$@\"" rank1 "$@"; fi; exec "$@"'
-timeout $((60 * ${TEST_TIMEOUT_SCALE:-1})) $MPIRUN -np 2 bash -c "$STOP_RANK1_IN_INIT" "$WORK/rank1.pid" "$BIN" -x 4 -v 0 -b 4 \
+timeout -k 10 $((60 * ${TEST_TIMEOUT_SCALE:-1})) $MPIRUN -np 2 bash -c "$STOP_RANK1_IN_INIT" "$WORK/rank1.pid" "$BIN" -x 4 -v 0 -b 4 \
     --stall-timeout 5 >"$WORK/initout" 2>"$WORK/initerr"
 rc=$?
 [[ -s "$WORK/rank1.pid" ]] && kill -9 "$(cat "$WORK/rank1.pid")" 2>/dev/null  # (if strace left it stopped)
