@@ -279,7 +279,8 @@ else ifeq ($(T),test_lesson)
   TEST_ONE_DEPS := build/cpu-fp32/train_gpt build/cpu/train_gpt build/cpu-fp32/lesson
   TEST_ONE_CMD  := $(PYTHON) test/trainer/test_lesson.py $(TEST_ONE_DEPS)
 else ifeq ($(T),test_fuzz_loaders)
-  TEST_ONE_DEPS := build/$(BUILD)/train_gpt build/$(BUILD)/train_llama3 build/host/write_llama3_random
+  TEST_ONE_DEPS := build/$(BUILD)/train_gpt build/$(BUILD)/train_llama3 build/host/write_llama3_random \
+                   build/$(if $(findstring asan,$(BUILD)),host-asan,host)/prepro
   TEST_ONE_CMD  := $(PYTHON) test/trainer/test_fuzz_loaders.py build/$(BUILD)/train_gpt
 else ifneq ($(filter test_llama3_cli test_llama3_ranks,$(T)),)
   TEST_ONE_DEPS := build/$(BUILD)/train_llama3

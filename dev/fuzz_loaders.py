@@ -14,6 +14,8 @@ most one step:
   shards-u16      train_gpt -i SHARDS       uint16 shards (magic 20240520)
   shards-u32      train_llama3 -i SHARDS    uint32 shards (magic 20240801, version 7), mixed with uint16
   resume          train_gpt -o DIR -y 1     a checkpoint folder (DONE, state and model files)
+  ranks           prepro --tiktoken FILE    a tiktoken ranks file (test/data/tiktoken_test.ranks): lines
+                                            duplicated, dropped, swapped; ranks and base64 made bad
 
 A run passes when it exits 0 (the mutation was harmless), or exits 1 with exactly one stderr
 line, starting "error: ", that names no out-of-memory (an attempt at a huge allocation) and
@@ -471,6 +473,56 @@ def mutate_checkpoint_file(rng, case, name):
     return rewrite(case, name, lambda d: (hf.flip_bytes(rng, d, 1024), "byte flips / truncation"))
 
 
+RANKS = os.path.join(REPO, "test", "data", "tiktoken_test.ranks")
+RANKS_TEXT = "Hello world, it's the tokenizer's text.\n\n  Numbers 12345 and caf\u00e9 \u4e2d\u6587!\n"
+
+
+def ranks_base(rng, work):
+    return {"ranks": read(RANKS), "input.txt": RANKS_TEXT.encode()}
+
+
+def mutate_ranks(rng, case):
+    """One change to a ranks file: a line duplicated, dropped, swapped, made odd; its rank or base64
+    made bad; or byte flips and truncation; or the file's kind."""
+    if rng.random() < 0.05:
+        return mutate_kind(rng, case, "ranks")
+
+    def lines(d):
+        ls = d.split(b"\n")
+        i, j = rng.randrange(len(ls)), rng.randrange(len(ls))
+        token, _, rank = ls[i].partition(b" ")
+        kind = rng.randrange(10)
+        if kind == 0:
+            ls.insert(j, ls[i])
+        elif kind == 1:
+            del ls[i]
+        elif kind == 2:
+            ls[i], ls[j] = ls[j], ls[i]
+        elif kind == 3:
+            ls[i] = token + b" " + str(rng.choice(ODD)).encode()
+        elif kind == 4:
+            ls[i] = rng.choice([b"!!!!", b"AA=", b"A", b"====", b"AAAA====", b"\xff\xfe", b"", b"A" * 10000]) + b" " + rank
+        elif kind == 5:
+            ls[i] = ls[i] + rng.choice([b"\r", b" 7", b"\t", b" "])
+        elif kind == 6:
+            ls[i] = ls[i].replace(b" ", rng.choice([b"\t", b"  ", b"", b"\x00"]))
+        elif kind == 7:
+            ls[i] = rank + b" " + token
+        elif kind == 8:
+            ls[i] = b"x" * rng.choice([4097, 100000])
+        else:
+            ls[i] = ls[j].split(b" ")[0] + b" " + rank  # a token twice, under two ranks
+        return b"\n".join(ls), f"line {i + 1} (kind {kind})"
+    if rng.random() < 0.8:
+        return rewrite(case, "ranks", lines)
+    return rewrite(case, "ranks", lambda d: (hf.flip_bytes(rng, d, len(d)), "byte flips / truncation"))
+
+
+def host_program(build, name):
+    """A data tool of the host build that matches build (ASan with ASan)."""
+    return os.path.join("..", "host-asan" if "asan" in build else "host", name)
+
+
 def loaders(build):
     return [
         Loader("gpt2-folder", "train_gpt", gpt2_folder_base,
@@ -488,6 +540,9 @@ def loaders(build):
                lambda case: step("-e", LLAMA3_SMALL, "-i", "data/train_*.bin", extra=case_flags(case))),
         Loader("resume", "train_gpt", lambda rng, work: resume_base(rng, work, build), mutate_resume,
                lambda case: step("-e", GPT2_SMALL, "-i", "data/train_*.bin", "-o", "run", "-y", "1", extra=["-x", "2"])),
+        Loader("ranks", host_program(build, "prepro"), ranks_base, mutate_ranks,
+               lambda case: ["--tiktoken", "ranks", "--out", "out/t", "--val-tokens", "0", "--threads", "1", "-q",
+                             "input.txt"]),
     ]
 
 
