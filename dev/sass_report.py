@@ -1,14 +1,17 @@
 #!/usr/bin/env python3
 """SASS facts of the sm_90 build: one row per kernel (__global__ function).
 
-Compiles train_gpt.cu and dev/sass_probes/llama3_kernels.cu (the Llama 3
-kernels, not in train_gpt.cu yet), or the --source FILE.cu given (one or more
-times), with nvcc for sm_90 as a single-GPU build (no MPI, no NCCL) into a
-temporary folder, with -c: the SASS is that of the linked program, and a probe
-.cu without main() works too. The rows of all the sources make one table. From ptxas -v:
-registers, spills, stack frame, static shared memory; from cuobjdump -elf: the
-__launch_bounds__ block size (EIATTR_MAX_THREADS); from cuobjdump -sass: counts
-of tensor-core, ldmatrix, cp.async and 16-byte global instructions.
+Compiles train_gpt.cu and train_llama3.cu, or the --source FILE.cu given (one
+or more times), with nvcc for sm_90 as a single-GPU build (no MPI, no NCCL)
+into a temporary folder, with -c: the SASS is that of the linked program, and
+a probe .cu without main() works too. --built PROG (one or more times) reads a
+program the Makefile already built instead (build/gpu/check/X, whose rule keeps
+ptxas -v's report beside it as PROG.ptxas; its sm_90 part is used), so that
+make test compiles each trainer once. The rows of all the sources make one
+table. From ptxas -v: registers, spills, stack frame, static shared memory; from
+cuobjdump -elf: the __launch_bounds__ block size (EIATTR_MAX_THREADS); from
+cuobjdump -sass: counts of tensor-core, ldmatrix, cp.async and 16-byte global
+instructions.
 
 --check then asserts, one PASS/FAIL line each, ending "sass_report: N passed,
 M failed" (exit 1 on failure): there is at least one kernel whose name contains
@@ -42,14 +45,14 @@ import sys
 import tempfile
 
 CUDA_HOME = os.environ.get("CUDA_HOME", "/usr/local/cuda")
-FLAGS = ["-O3", "-std=c++17", "-I.", "-arch=sm_90", "-Xptxas", "-v"]
+FLAGS = ["-O3", "-std=c++17", "-I.", "-arch=sm_90", "-Xptxas", "-v"]  # the sm_90 build, without MPI
 # sm_90 limits for the occupancy column
 REGS_PER_SM, REG_UNIT, THREADS_PER_SM, BLOCKS_PER_SM = 65536, 256, 2048, 32
 NAME_W = 40
 COLS = [("regs", 4), ("spill", 6), ("stack", 5), ("smem", 6), ("thr", 5), ("blk/SM", 6), ("MMA", 5),
         ("LDSM", 5), ("LDGSTS", 6), ("LDG128", 6), ("STG128", 6), ("STG16", 5), ("instrs", 7), ("I/MMA", 5)]
-# the trainer, and the kernels it does not include yet
-DEFAULT_SOURCES = ["train_gpt.cu", "dev/sass_probes/llama3_kernels.cu"]
+DEFAULT_SOURCES = ["train_gpt.cu", "train_llama3.cu"]
+ARCH = "sm_90"
 # instructions per HMMA in every HS 64/128 attention loop: the issue budget that keeps the tensor
 # cores fed (issue 24's target); the worst loop, the document-masked forward's at HS 64, runs 6.4
 MAX_PER_MMA = 7
@@ -89,13 +92,15 @@ def compile_source(nvcc, src, out_dir, index=0):
 
 
 def parse_ptxas(log):
-    """{mangled: {regs, stack, spill, smem}} for every entry function."""
-    kernels, entry = {}, None
+    """{mangled: {regs, stack, spill, smem}} for every sm_90 entry function (a log of a build for
+    several architectures names the one each entry is compiled for; the others' are skipped)."""
+    kernels, entry, arch_ok = {}, None, True
     for line in log.splitlines():
-        if m := re.search(r"Compiling entry function '([^']+)'", line):
-            entry = kernels.setdefault(m.group(1), dict(regs=0, stack=0, spill=0, smem=0))
+        if m := re.search(r"Compiling entry function '([^']+)'(?: for '(\w+)')?", line):
+            arch_ok = m.group(2) in (None, ARCH)
+            entry = kernels.setdefault(m.group(1), dict(regs=0, stack=0, spill=0, smem=0)) if arch_ok else None
         elif m := re.search(r"Function properties for (\S+)", line):
-            entry = kernels.get(m.group(1))  # None for a non-inlined device function
+            entry = kernels.get(m.group(1)) if arch_ok else None  # None for a non-inlined device function
         elif entry is not None and (m := re.search(r"(\d+) bytes stack frame, (\d+) bytes spill stores, "
                                                    r"(\d+) bytes spill loads", line)):
             entry["stack"], entry["spill"] = int(m.group(1)), int(m.group(2)) + int(m.group(3))
@@ -108,7 +113,7 @@ def parse_ptxas(log):
 
 def cuobjdump(tool, flag, obj, nvdisasm):
     env = dict(os.environ, PATH=os.path.dirname(nvdisasm) + os.pathsep + os.environ.get("PATH", ""))
-    p = subprocess.run([tool, flag, obj], capture_output=True, text=True, env=env)
+    p = subprocess.run([tool, flag, "-arch", ARCH, obj], capture_output=True, text=True, env=env)
     if p.returncode != 0:
         die(f"cuobjdump {flag} failed: {(p.stdout + p.stderr).strip()[-500:]}")
     return p.stdout
@@ -326,6 +331,8 @@ def main():
     ap.add_argument("--nvcc", help="default: $NVCC, $CUDA_HOME/bin/nvcc, /usr/local/cuda/bin/nvcc, PATH")
     ap.add_argument("--source", action="append",
                     help="a .cu to report on, may be repeated (default: " + " and ".join(DEFAULT_SOURCES) + ")")
+    ap.add_argument("--built", action="append", metavar="PROG",
+                    help="a program built with -Xptxas -v whose report is PROG.ptxas, may be repeated (instead of --source)")
     ap.add_argument("--check", action="store_true", help="assert the attention kernels' SASS facts")
     ap.add_argument("--max-per-mma", type=float, default=MAX_PER_MMA, metavar="N",
                     help="with --check, assert at most N instructions per HMMA in every attention HMMA loop "
@@ -343,22 +350,29 @@ def main():
             sys.exit(0)
         die("cuobjdump or nvdisasm not found: python3 -m pip install nvidia-cuda-cuobjdump nvidia-cuda-nvdisasm")
     nvcc = shutil.which(args.nvcc or default_nvcc())
-    if not nvcc:
+    if not nvcc and not args.built:
         die(f"nvcc not found ({args.nvcc or default_nvcc()}): pass --nvcc PATH or set NVCC or CUDA_HOME")
-    sources = args.source or DEFAULT_SOURCES
-    for src in sources:
+    if args.built and args.source:
+        die("--built and --source: give one or the other")
+    sources = args.built or args.source or DEFAULT_SOURCES
+    for src in sources + [f"{b}.ptxas" for b in args.built or []]:
         if not os.path.isfile(src):
-            die(f"no such source file: {src}")
+            die(f"no such file: {src}")
     rows, seen = [], set()
     with tempfile.TemporaryDirectory(prefix="sass_report.") as tmp:
         for i, src in enumerate(sources):
-            obj, log = compile_source(nvcc, src, tmp, i)
+            if args.built:
+                obj = src
+                with open(f"{src}.ptxas") as f:
+                    log = f.read()
+            else:
+                obj, log = compile_source(nvcc, src, tmp, i)
             elf = cuobjdump(tools["cuobjdump"], "-elf", obj, tools["nvdisasm"])
             sass = cuobjdump(tools["cuobjdump"], "-sass", obj, tools["nvdisasm"])
             kernels, threads, counts = parse_ptxas(log), parse_max_threads(elf), count_sass(sass)
             loops = mma_loops(sass)
             if not kernels:
-                die(f"ptxas -v reported no entry functions for {src}")
+                die(f"ptxas -v reported no {ARCH} entry functions for {src}")
             names = demangle(list(kernels))
             rows += [make_row(k, short_name(names[m]), threads.get(m), counts.get(m, {}), loops.get(m, []))
                      for m, k in kernels.items() if m not in seen]  # a kernel two sources share: one row

@@ -361,7 +361,9 @@ section_nvcc() {
             if make -q "$t" 2>/dev/null; then pass "$what"; else fail "$what (see $LOG_DIR/nvcc.log)"; fi
         done
         grep -m 15 -E 'error' "$LOG_DIR/nvcc.log" | sed 's/^/    /'
-        run "sass_report (sm_90 SASS facts)" python3 dev/sass_report.py --check
+        # the SASS of the trainers just built (their ptxas -v reports beside them): no second compile
+        run "sass_report (sm_90 SASS facts)" python3 dev/sass_report.py --check \
+            --built build/gpu/check/train_gpt --built build/gpu/check/train_llama3
     else
         echo "SKIP nvcc compile check: nvcc not found (set NVCC or install the CUDA toolkit)"
     fi

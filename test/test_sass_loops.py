@@ -3,7 +3,9 @@
 whose target's code flows back to it is a loop (its instructions per HMMA
 counted); the jump back from an out-of-line BRA.DIV fallback (the code that
 reconverges a warp before a shuffle, placed after the EXIT) is not, and
-neither is one whose range is left by an unpredicated BRA or EXIT.
+neither is one whose range is left by an unpredicated BRA or EXIT. And its
+reading of ptxas -v's report of a two-architecture build (build/gpu/check/X.ptxas,
+for --built): only the sm_90 entries count.
 
 Usage: test/test_sass_loops.py
 """
@@ -46,5 +48,24 @@ check(f"a BRA.DIV fallback's jump back is no loop ({loops['div']})", loops["div"
 check(f"a backward branch that its target's code never reaches is no loop ({loops['left']})",
       loops["left"] == [])
 check("per_mma of the loop is 2.0", sass_report.per_mma(loops["loop"]) == 2.0)
+
+# ptxas -v of an sm_90 + sm_80 build (nvcc's layout): the sm_80 numbers differ, and must not count
+PTXAS = """ptxas info    : 0 bytes gmem
+ptxas info    : Compiling entry function '_Z4kernPf' for 'sm_90'
+ptxas info    : Function properties for _Z4kernPf
+    8 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads
+ptxas info    : Used 10 registers, used 0 barriers, 64 bytes smem
+ptxas info    : Function properties for _Z1gf
+    0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads
+ptxas info    : Compiling entry function '_Z4kernPf' for 'sm_80'
+ptxas info    : Function properties for _Z4kernPf
+    16 bytes stack frame, 4 bytes spill stores, 4 bytes spill loads
+ptxas info    : Used 40 registers, used 0 barriers, 360 bytes cmem[0]
+ptxas info    : Compiling entry function '_Z5otherv' for 'sm_80'
+ptxas info    : Used 12 registers, used 0 barriers
+"""
+ptxas = sass_report.parse_ptxas(PTXAS)
+check(f"ptxas -v of two architectures: the sm_90 entry's numbers only ({ptxas})",
+      ptxas == {"_Z4kernPf": dict(regs=10, stack=8, spill=0, smem=64)})
 check.tally("test_sass_loops")
 sys.exit(1 if check.failed else 0)

@@ -45,16 +45,12 @@ __global__ void bigram_forward_kernel(floatX* logits, const floatX* table, const
     if (i < BT * Vp) logits[i] = table[(size_t)tokens[i / Vp] * Vp + i % Vp];
 }
 
-// One thread per table element, the positions in order: deterministic, no atomics.
-__global__ void bigram_backward_kernel(float* dtable, const floatX* dlogits, const int* tokens, size_t BT, int V,
-                                       int Vp) {
-    const size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
-    if (i >= (size_t)V * Vp) return;
-    const int row = (int)(i / Vp);
-    float sum = 0.0f;
-    for (size_t bt = 0; bt < BT; bt++)
-        if (tokens[bt] == row) sum += (float)dlogits[bt * Vp + i % Vp];
-    dtable[i] += sum;
+// One thread per column, the positions in order: each table element is summed by
+// one thread in a fixed order (deterministic, no atomics), in O(BT x Vp).
+__global__ void bigram_backward_kernel(float* dtable, const floatX* dlogits, const int* tokens, size_t BT, int Vp) {
+    const int col = blockIdx.x * blockDim.x + threadIdx.x;
+    if (col >= Vp) return;
+    for (size_t bt = 0; bt < BT; bt++) dtable[(size_t)tokens[bt] * Vp + col] += (float)dlogits[bt * Vp + col];
 }
 
 // ---- llmc/train_step.h's hooks
@@ -71,9 +67,9 @@ static void cross_entropy(Bigram* m, float scale, bool write_dlogits) {
     accumulate_loss(&m->stats->loss_sum, m->losses, BT, scale, m->stream);
 }
 static void backward(Bigram* m, const int*, int, bool reduce) {
-    const int V = m->config.vocab_size, Vp = m->config.padded_vocab_size;
-    bigram_backward_kernel<<<CEIL_DIV((size_t)V * Vp, 256), 256, 0, m->stream>>>(m->grads_memory, m->logits, m->inputs,
-                                                                                (size_t)m->B * m->T, V, Vp);
+    const int Vp = m->config.padded_vocab_size;
+    bigram_backward_kernel<<<CEIL_DIV(Vp, 128), 128, 0, m->stream>>>(m->grads_memory, m->logits, m->inputs,
+                                                                     (size_t)m->B * m->T, Vp);
     cudaCheck(cudaGetLastError());
     if (reduce) reduce_layer(m, 0);  // no layers: the table is "outside" them
 }
