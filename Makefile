@@ -69,7 +69,8 @@ DEV_CU     := $(wildcard dev/*.cu cpu_cuda/*.cu)
 # (the lesson runs in fp32 only: `make lesson`, build/cpu-fp32/lesson)
 DEV_BINS   := $(addprefix build/cpu/,$(filter-out lesson,$(basename $(notdir $(DEV_CU)))))
 
-.PHONY: all cpu asan racecheck gpu gpu-deps test check test-asan test-one bench clean check-cuda-headers train_gpt_cpu train_llama3_cpu sass-report lesson
+.PHONY: all cpu asan racecheck gpu gpu-deps test check test-asan test-one bench clean check-cuda-headers train_gpt_cpu train_llama3_cpu sass-report lesson \
+        format format-check
 .SECONDARY:
 
 all: cpu
@@ -306,6 +307,19 @@ endif
 test-one: $(TEST_ONE_DEPS)
 	$(if $(TEST_ONE_CMD),,$(error T=$(T) is not a test; one of: $(sort $(TEST_NAMES) $(HOST_TESTS) $(TRAINER_TESTS) test_gpu_check)))
 	$(TEST_ONE_CMD)
+
+# --- layout ---------------------------------------------------------------------
+# Every C++/CUDA source laid out by clang-format 19.1.7 (pinned; dev/install_deps.sh
+# installs it from PyPI) with .clang-format: `make format` rewrites them in place,
+# `make format-check` (run by `make test`) lists those it would change, and without
+# clang-format 19.1.7 says SKIP (dev/format_check.py).
+CLANG_FORMAT ?= $(shell $(PYTHON) dev/format_check.py --find)
+FORMAT_SRCS = $(sort $(wildcard *.cu *.cuh *.h *.cpp *.hpp) $(shell find llmc cpu_cuda test dev data -type f \
+                \( -name '*.cu' -o -name '*.cuh' -o -name '*.h' -o -name '*.cpp' -o -name '*.hpp' \)))
+format:
+	@$(PYTHON) dev/format_check.py --clang-format "$(CLANG_FORMAT)" --fix $(FORMAT_SRCS)
+format-check:
+	@$(PYTHON) dev/format_check.py --clang-format "$(CLANG_FORMAT)" $(FORMAT_SRCS)
 
 bench: build/cpu/bench_cpu_cuda
 	./build/cpu/bench_cpu_cuda

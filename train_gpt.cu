@@ -70,6 +70,7 @@ struct ParameterSpec {
     Init init;
     const char* hf_name;  // in transformers' GPT2LMHeadModel (a layer's under h.N.)
 };
+// clang-format off
 constexpr ParameterSpec PARAMETERS[] = {
     // name    per layer  rows     cols      decays  init            transformers
     {"wte",      false, Dim::Vp,   Dim::C,   true,  Init::Normal,   "wte.weight"},  // (its padded vocabulary rows are 0)
@@ -89,6 +90,7 @@ constexpr ParameterSpec PARAMETERS[] = {
     {"lnfw",     false, Dim::C,    Dim::One, false, Init::Ones,     "ln_f.weight"},
     {"lnfb",     false, Dim::C,    Dim::One, false, Init::Zeros,    "ln_f.bias"},
 };
+// clang-format on
 constexpr int NUM_PARAMETER_TENSORS = sizeof(PARAMETERS) / sizeof(PARAMETERS[0]);
 
 // Pointers to the tensors, by name, in the table's order (point_parameters
@@ -470,6 +472,7 @@ static std::vector<DeviceBuffer> activation_buffers(GPT2* model, int B, int T, i
     reduce_floats = std::max(reduce_floats, global_norm_scratch_floats());
     const char* act = "activations (B x T x C x L)";
     const int Lk = (int)L, Lg = (int)L_gelu, Ll = (int)L_ln;
+    // clang-format off
     std::vector<DeviceBuffer> rows = {
         {(void**)&a.encoded, BT * C * X, act},               {(void**)&a.ln1, L_ln * BT * C * X, act, Ll},
         {(void**)&a.ln1_mean, L * BT * F, act, Lk},          {(void**)&a.ln1_rstd, L * BT * F, act, Lk},
@@ -485,6 +488,7 @@ static std::vector<DeviceBuffer> activation_buffers(GPT2* model, int B, int T, i
         {(void**)&s.dnarrow, BT * C * X, "backward scratch"},    {(void**)&s.reduce, reduce_floats * F, "backward scratch"},
         {(void**)&s.encoder_plan, encoder_backward_plan_ints(B, T) * sizeof(int), "backward scratch"},
     };
+    // clang-format on
     for (const DeviceBuffer& b : micro_batch_buffers(model, &model->stats, B, T)) rows.push_back(b);
     return rows;
 }

@@ -54,6 +54,7 @@ struct Llama3Tensor {
     double std;    // initial N(0, std) for std > 0 (scaled by 1/sqrt(2L) where residual); 0: all ones
     bool residual;
 };
+// clang-format off
 constexpr Llama3Tensor TENSORS[] = {
     // name       per layer  shape          decays  std   residual projection
     {"wte",       false, Shape::VpC,    true,  0.02, false},  // its padded vocabulary rows are 0
@@ -66,6 +67,7 @@ constexpr Llama3Tensor TENSORS[] = {
     {"normfw",    false, Shape::C,      false, 0,    false},
     {"lmheadw",   false, Shape::VpC,    true,  0.02, false},  // untied only
 };
+// clang-format on
 constexpr int MAX_TENSORS = sizeof(TENSORS) / sizeof(TENSORS[0]);
 
 template <class T>
@@ -303,6 +305,7 @@ static std::vector<DeviceBuffer> activation_buffers(Llama3* model, int B, int T,
     const char* act = "activations (B x T x C x L)";
     const char* bwd = "backward scratch";
     const int Lk = (int)L, Ls = (int)L_swiglu, Ll = (int)L_ln;
+    // clang-format off
     std::vector<DeviceBuffer> rows = {
         {(void**)&a.encoded, BT * C * X, act},
         {(void**)&a.ln1, L_ln * BT * C * X, act, Ll},         {(void**)&a.ln1_rstd, L * BT * S, act, Lk},
@@ -319,6 +322,7 @@ static std::vector<DeviceBuffer> activation_buffers(Llama3* model, int B, int T,
         {(void**)&s.reduce, reduce_floats * S, bwd},
         {(void**)&s.encoder_plan, encoder_backward_plan_ints(B, T) * sizeof(int), bwd},
     };
+    // clang-format on
     for (const DeviceBuffer& b : micro_batch_buffers(model, &model->stats, B, T)) rows.push_back(b);
     return rows;
 }

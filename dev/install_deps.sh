@@ -4,8 +4,9 @@
 # (NCCL on the CPU), Boost.Context (fibers), nlohmann-json (header-only JSON for the
 # tokenizer and data tools), xxHash (checkpoint checksums; header-only), strace (test_resume.py kills inside a checkpoint
 # write with it); then numpy and safetensors for the transformers import/export test and
-# matplotlib for dev/plot_log.py (pip, when the python3 on PATH lacks them; optional), and
-# where nvcc is present, cuobjdump and
+# matplotlib for dev/plot_log.py (pip, when the python3 on PATH lacks them; optional),
+# clang-format 19.1.7 for make format and make format-check (pip, when the one the Makefile
+# finds is another version; optional: the check says SKIP without it), and where nvcc is present, cuobjdump and
 # nvdisasm for dev/sass_report.py (pip wheels, when not found; optional).
 # The CPU build compiles against the CUDA toolkit's headers: those of
 # /usr/local/cuda (or CUDA_HOME) where it is installed; otherwise the same
@@ -35,6 +36,11 @@ fi
 if ! python3 -c "import matplotlib" 2>/dev/null; then
     echo "install_deps: installing matplotlib (pip) for dev/plot_log.py"
     python3 -m pip install -q matplotlib || echo "install_deps: matplotlib not installed; the plot test will be skipped"
+fi
+# pinned: another version lays the code out differently (dev/format_check.py --find: the Makefile's)
+if ! "$(python3 dev/format_check.py --find)" --version 2>/dev/null | grep -q "version 19\.1\.7\b"; then
+    echo "install_deps: installing clang-format 19.1.7 (pip) for make format and make format-check"
+    python3 -m pip install -q clang-format==19.1.7 || echo "install_deps: clang-format 19.1.7 not installed; make format-check will be skipped"
 fi
 nvcc=${NVCC:-${CUDA_HOME:-/usr/local/cuda}/bin/nvcc}
 if { command -v nvcc >/dev/null || [[ -x $nvcc ]]; } && ! python3 dev/sass_report.py --tools >/dev/null; then

@@ -29,10 +29,12 @@ struct GpuPeak {
 // Order matters: the first matching entry wins, so the specific variants come
 // before the family name they contain ("H100 PCIe" before "H100").
 inline const GpuPeak* gpu_peak_table(size_t* count) {
+    // clang-format off
     static const GpuPeak table[] = {
         {"H200 NVL", 835.0}, {"H200", 989.0},     {"H100 PCIe", 756.0}, {"H100 NVL", 835.0},
         {"H100", 989.0},     {"A100", 312.0},     {"L40S", 362.0},      {"RTX 4090", 165.0},
     };
+    // clang-format on
     *count = sizeof(table) / sizeof(table[0]);
     return table;
 }

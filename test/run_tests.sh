@@ -33,7 +33,9 @@
 #             find ../shared/data through SHARED_DATA and skip where it is absent;
 #             Llama 3 folders written by llmc, a train_llama3 checkpoint's among
 #             them, loaded by transformers (dev/check_llama3_written.py; skipped,
-#             saying so, without them)
+#             saying so, without them); every C++/CUDA source as clang-format 19.1.7
+#             lays it out (make format-check; skipped, saying so, without 19.1.7)
+#             and that checker on a copy whose layout is broken (test_format_check.py)
 #   schedules the kernel tests and test_gpt2 again with the threads of each
 #             block in reverse and seeded random order (one worker: racecheck);
 #             a warp reduction that assumes lockstep lanes must come out wrong
@@ -159,6 +161,14 @@ expect() {
     fi
 }
 
+# marked FILE MARKER: the number of the one line of FILE that holds MARKER (a comment
+# there), for a report that must name that line; an edit or a reformat above it moves both
+marked() {
+    local lines
+    lines=$(grep -nF -- "$2" "$1" | cut -d: -f1)
+    [[ $(echo "$lines" | wc -w) == 1 ]] && echo "$lines"
+}
+
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
 MPIRUN="mpirun --oversubscribe --bind-to none"
 names() { for f in "$@"; do basename "$f" .cu; done; }
@@ -230,6 +240,8 @@ section_host() {
     else
         echo "SKIP check_llama3_written: torch or transformers is not installed"
     fi
+    run "format_check (every C++/CUDA source as clang-format lays it out: make format)" make -s format-check
+    run "test_format_check (a source with its layout broken is reported)" python3 test/test_format_check.py
 }
 
 section_schedules() {
@@ -293,8 +305,9 @@ section_asan() {
     log="$LOG_DIR/oob_kernel.log"
     timed "oob_kernel [asan]" timeout "$TIMEOUT" build/cpu-asan/oob_kernel >"$log" 2>&1
     rc=$?
-    if [[ $rc -ne 0 ]] && grep -q "heap-buffer-overflow" "$log" && grep -q "oob_kernel.cu:10" "$log"; then
-        pass "sanitizer catches the out-of-bounds kernel write (heap-buffer-overflow at oob_kernel.cu:10)"
+    line=$(marked cpu_cuda/test/sanitizer/oob_kernel.cu 'asan-expect: write')
+    if [[ $rc -ne 0 ]] && grep -q "heap-buffer-overflow" "$log" && grep -q "oob_kernel.cu:${line:?}" "$log"; then
+        pass "sanitizer catches the out-of-bounds kernel write (heap-buffer-overflow at oob_kernel.cu:$line)"
     else
         fail "sanitizer did not report the out-of-bounds kernel write (exit $rc; see $log)"
     fi
@@ -309,20 +322,24 @@ section_racecheck() {
         run "$t [racecheck]" env CPUCUDA_INITCHECK=1 CPUCUDA_RACECHECK_SKIP=cp_async_no_barrier_kernel \
             "build/cpu-racecheck/$t"
     done
-    # the two lines the report must name are marked in the source, so edits above them do not break this
-    cp_write=$(grep -n 'racecheck-expect: write' test/kernels/test_ptx.cu | cut -d: -f1)
-    cp_read=$(grep -n 'racecheck-expect: read' test/kernels/test_ptx.cu | cut -d: -f1)
-    expect "racecheck reports a read of a cp.async destination without a barrier (test_ptx.cu:$cp_write/$cp_read)" \
-        "racecheck: kernel 'cp_async_no_barrier_kernel': shared memory race" "test_ptx.cu:${cp_write:?}" \
-        "test_ptx.cu:${cp_read:?}" -- build/cpu-racecheck/test_ptx
-    expect "racecheck reports a missing __syncthreads (missing_sync_kernel.cu:11/12)" \
-        "racecheck: kernel 'reverse_tile_kernel': shared memory race" "missing_sync_kernel.cu:11" \
-        "missing_sync_kernel.cu:12" -- build/cpu-racecheck/missing_sync_kernel
-    expect "racecheck reports a warp reduction without __syncwarp (warp_sync_kernel.cu:15)" \
-        "racecheck: kernel 'warp_sum_kernel': shared memory race" "warp_sync_kernel.cu:15" \
+    # the lines each report must name are marked in the source (marked), so edits above them do not break this
+    local w r
+    w=$(marked test/kernels/test_ptx.cu 'racecheck-expect: write') r=$(marked test/kernels/test_ptx.cu 'racecheck-expect: read')
+    expect "racecheck reports a read of a cp.async destination without a barrier (test_ptx.cu:$w/$r)" \
+        "racecheck: kernel 'cp_async_no_barrier_kernel': shared memory race" "test_ptx.cu:${w:?}" \
+        "test_ptx.cu:${r:?}" -- build/cpu-racecheck/test_ptx
+    local dir=cpu_cuda/test/sanitizer
+    w=$(marked $dir/missing_sync_kernel.cu 'racecheck-expect: write') r=$(marked $dir/missing_sync_kernel.cu 'racecheck-expect: read')
+    expect "racecheck reports a missing __syncthreads (missing_sync_kernel.cu:$w/$r)" \
+        "racecheck: kernel 'reverse_tile_kernel': shared memory race" "missing_sync_kernel.cu:${w:?}" \
+        "missing_sync_kernel.cu:${r:?}" -- build/cpu-racecheck/missing_sync_kernel
+    w=$(marked $dir/warp_sync_kernel.cu 'racecheck-expect: race')
+    expect "racecheck reports a warp reduction without __syncwarp (warp_sync_kernel.cu:$w)" \
+        "racecheck: kernel 'warp_sum_kernel': shared memory race" "warp_sync_kernel.cu:${w:?}" \
         -- build/cpu-racecheck/warp_sync_kernel
-    expect "initcheck reports a read of an unwritten buffer (unwritten_read_kernel.cu:12)" \
-        "initcheck: kernel 'scale_kernel'" "unwritten_read_kernel.cu:12 that nothing wrote" \
+    r=$(marked $dir/unwritten_read_kernel.cu 'initcheck-expect: read')
+    expect "initcheck reports a read of an unwritten buffer (unwritten_read_kernel.cu:$r)" \
+        "initcheck: kernel 'scale_kernel'" "unwritten_read_kernel.cu:${r:?} that nothing wrote" \
         -- env CPUCUDA_INITCHECK=1 build/cpu-racecheck/unwritten_read_kernel
 }
 

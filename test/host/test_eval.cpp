@@ -499,6 +499,7 @@ static void test_hellaswag_real() {
 // mfu
 
 static void test_mfu() {
+    // clang-format off
     struct Case {
         const char* name;
         double tflops;
@@ -509,6 +510,7 @@ static void test_mfu() {
         {"NVIDIA GeForce GTX 1080", -1}, {"Tesla V100-SXM2-16GB", -1},  {"", -1},
         {"CPU", -1},
     };
+    // clang-format on
     bool all = true;
     for (const Case& c : cases) {
         double got = gpu_peak_bf16_flops(c.name);
@@ -548,6 +550,7 @@ static void test_mfu() {
         }
     CHECK(never_negative, "an MFU that is reported is positive");
 
+    // clang-format off
     struct D {
         double s;
         const char* want;
@@ -557,6 +560,7 @@ static void test_mfu() {
         {11220, "3h07m"},    {11259, "3h08m"},      {86340, "23h59m"},   {86399, "1d00h"},      {187200, "2d04h"},
         {10 * 86400.0, "10d00h"}, {-1, "n/a"},      {NAN, "n/a"},        {INFINITY, "n/a"},
     };
+    // clang-format on
     bool fmt = true;
     for (const D& d : durs) {
         std::string got = format_duration(d.s);

@@ -8,8 +8,8 @@
 __global__ void reverse_tile_kernel(const float* in, float* out) {
     __shared__ float tile[256];
     const int t = threadIdx.x, base = blockIdx.x * 256;
-    tile[t] = in[base + t];
-    out[base + t] = tile[255 - t];  // BUG on purpose: needs __syncthreads() before this read
+    tile[t] = in[base + t];  // racecheck-expect: write
+    out[base + t] = tile[255 - t];  // BUG on purpose: needs __syncthreads() before this read; racecheck-expect: read
 }
 
 int main() {

@@ -7,7 +7,7 @@
 
 __global__ void write_past_end_kernel(float* out, int n) {
     int i = blockIdx.x * blockDim.x + threadIdx.x;
-    if (i <= n) out[i] = 1.0f;  // BUG on purpose: should be i < n
+    if (i <= n) out[i] = 1.0f;  // BUG on purpose: should be i < n; asan-expect: write
 }
 
 int main() {

@@ -12,7 +12,8 @@ __global__ void warp_sum_kernel(const float* in, float* out) {
     const int t = threadIdx.x;
     s[t] = in[t];
     if (t < 16) s[32 + t] = 0.0f;
-    for (int offset = 16; offset > 0; offset /= 2) s[t] += s[t + offset];  // BUG on purpose: no __syncwarp()
+    // BUG on purpose: no __syncwarp() between the steps
+    for (int offset = 16; offset > 0; offset /= 2) s[t] += s[t + offset];  // racecheck-expect: race
     if (t == 0) *out = s[0];
 }
 
