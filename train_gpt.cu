@@ -212,9 +212,11 @@ struct GPT2 : Parameters, MicroBatches {
 static std::string model_shape_problem(const GPT2Config& c) {
     constexpr long MAX_LAYERS = 4096, MAX_DIM = 1 << 24;
     constexpr unsigned __int128 MAX_PARAMETERS = (unsigned __int128)1 << 40;
-    const struct { const char* name; long value, max; } fields[] = {
-        {"maxT", c.max_seq_len, MAX_DIM}, {"V", c.vocab_size, MAX_DIM}, {"Vp", c.padded_vocab_size, MAX_DIM},
-        {"L", c.num_layers, MAX_LAYERS}, {"NH", c.num_heads, MAX_DIM}, {"C", c.channels, MAX_DIM}};
+    const struct {
+        const char* name;
+        long value, max;
+    } fields[] = {{"maxT", c.max_seq_len, MAX_DIM}, {"V", c.vocab_size, MAX_DIM}, {"Vp", c.padded_vocab_size, MAX_DIM},
+                  {"L", c.num_layers, MAX_LAYERS},  {"NH", c.num_heads, MAX_DIM}, {"C", c.channels, MAX_DIM}};
     for (const auto& f : fields)
         if (f.value <= 0 || f.value > f.max)
             return std::string(f.name) + "=" + std::to_string(f.value) + " is outside 1.." + std::to_string(f.max);
@@ -268,8 +270,10 @@ static std::vector<float> gpt2_initial_weights(const GPT2Config& c, uint64_t see
 static int round_up_vocab(int V) { return CEIL_DIV(V, 128) * 128; }
 
 static bool parse_descriptor(const char* text, GPT2Config* c) {
-    const struct { const char* name; int L, C; } gpt2_sizes[] = {
-        {"d12", 12, 768}, {"d24", 24, 1024}, {"d36", 36, 1280}, {"d48", 48, 1600}};
+    const struct {
+        const char* name;
+        int L, C;
+    } gpt2_sizes[] = {{"d12", 12, 768}, {"d24", 24, 1024}, {"d36", 36, 1280}, {"d48", 48, 1600}};
     for (auto& s : gpt2_sizes)
         if (strcmp(text, s.name) == 0) {
             *c = GPT2Config{1024, 50257, 50304, s.L, s.C / 64, s.C};
@@ -307,7 +311,8 @@ static bool parse_descriptor(const char* text, GPT2Config* c) {
 static void init_from_descriptor(GPT2* model, const char* descriptor, uint64_t seed) {
     if (!parse_descriptor(descriptor, &model->config))
         FAIL("-e %s: not a checkpoint file or a model descriptor (d12, d24, d36, d48, or e.g. "
-             "\"L=2,C=64,H=4,V=250,maxT=64\")", descriptor);
+             "\"L=2,C=64,H=4,V=250,maxT=64\")",
+             descriptor);
     allocate_model(model);
     set_weights(model, gpt2_initial_weights(model->config, seed));
 }
@@ -340,8 +345,14 @@ static GPT2Config hf_config(const std::string& path) {
         FAIL("%s: model_type is %.60s, not \"gpt2\"%s", path.c_str(), type.c_str(),
              type == "\"llama\"" ? " (a Llama folder: train_llama3 reads it)" : "");
     GPT2Config c{};
-    const struct { const char* key; int* field; } sizes[] = {{"n_layer", &c.num_layers}, {"n_head", &c.num_heads},
-        {"n_embd", &c.channels}, {"vocab_size", &c.vocab_size}, {"n_positions", &c.max_seq_len}};
+    const struct {
+        const char* key;
+        int* field;
+    } sizes[] = {{"n_layer", &c.num_layers},
+                 {"n_head", &c.num_heads},
+                 {"n_embd", &c.channels},
+                 {"vocab_size", &c.vocab_size},
+                 {"n_positions", &c.max_seq_len}};
     for (const auto& f : sizes) {
         *f.field = llmc::hf_json_required_int(j, f.key, path);
         if (*f.field <= 0) FAIL("%s: %s is %d, not > 0", path.c_str(), f.key, *f.field);
@@ -352,24 +363,30 @@ static GPT2Config hf_config(const std::string& path) {
     const std::string problem = model_shape_problem(c);
     if (!problem.empty())
         FAIL("%s: not a shape the trainer takes: %s (L = n_layer, NH = n_head, C = n_embd, V = vocab_size, maxT = "
-             "n_positions)", path.c_str(), problem.c_str());
+             "n_positions)",
+             path.c_str(), problem.c_str());
     // gelu_pytorch_tanh is gelu_new's formula (tanh), computed by another kernel
     const std::string act = llmc::hf_json_string(j, "activation_function", path, "gelu_new");
     if (act != "gelu_new" && act != "gelu_pytorch_tanh")
-        FAIL("%s: activation_function %s is not supported (the trainer's GELU is gelu_new's tanh form)",
-             path.c_str(), llmc::quote_for_error(act.substr(0, 40)).c_str());
+        FAIL("%s: activation_function %s is not supported (the trainer's GELU is gelu_new's tanh form)", path.c_str(),
+             llmc::quote_for_error(act.substr(0, 40)).c_str());
     bool found;
     const int inner = llmc::hf_json_int(j, "n_inner", path, &found);
     if (found && inner != 4 * c.channels)
-        FAIL("%s: n_inner %d is not supported (the trainer's MLP is 4 x n_embd = %d)", path.c_str(), inner, 4 * c.channels);
+        FAIL("%s: n_inner %d is not supported (the trainer's MLP is 4 x n_embd = %d)", path.c_str(), inner,
+             4 * c.channels);
     const double eps = llmc::hf_json_number(j, "layer_norm_epsilon", path, 1e-5);
     if (std::fabs(eps - 1e-5) > 1e-12)
         FAIL("%s: layer_norm_epsilon %g is not supported (the trainer's layernorm uses 1e-5)", path.c_str(), eps);
     // reorder_and_upcast_attn is accepted: it computes the same attention in
     // fp32, as the trainer's kernels accumulate it
-    const struct { const char* key; bool value; } flags[] = {
-        {"scale_attn_weights", true}, {"scale_attn_by_inverse_layer_idx", false}, {"tie_word_embeddings", true},
-        {"add_cross_attention", false}};
+    const struct {
+        const char* key;
+        bool value;
+    } flags[] = {{"scale_attn_weights", true},
+                 {"scale_attn_by_inverse_layer_idx", false},
+                 {"tie_word_embeddings", true},
+                 {"add_cross_attention", false}};
     for (const auto& f : flags)
         if (llmc::hf_json_bool(j, f.key, path, f.value) != f.value)
             FAIL("%s: %s %s is not supported (only %s)", path.c_str(), f.key, f.value ? "false" : "true",
@@ -413,7 +430,8 @@ static void init_from_hf_folder(GPT2* model, const char* path) {
     const size_t n = parameter_count(c);
     std::set<std::string> buffers;
     for (int l = 0; l < c.num_layers; l++)
-        for (const char* b : {"attn.bias", "attn.masked_bias"}) buffers.insert(prefix + "h." + std::to_string(l) + "." + b);
+        for (const char* b : {"attn.bias", "attn.masked_bias"})
+            buffers.insert(prefix + "h." + std::to_string(l) + "." + b);
     const bool head = folder.find("lm_head.weight") != nullptr;  // read past the parameters, compared with wte
     if (head) placed.push_back({"lm_head.weight", placed[0].shape, n});
     llmc::hf_check_tensors(folder, path, placed, [&](const std::string& name) { return buffers.count(name) > 0; });
@@ -449,8 +467,9 @@ static void init_from_model_file(GPT2* model, const char* path) {
 // The weights it computes with, under GPT-2's header (write_model_weights).
 static std::vector<CheckpointFile> write_model_file(const GPT2* model, const std::string& path) {
     const GPT2Config& c = model->config;
-    return {write_model_weights(model, path, ModelFileHeader{0, c.max_seq_len, c.vocab_size, c.num_layers,
-                                                             c.num_heads, c.channels, c.padded_vocab_size})};
+    return {write_model_weights(
+        model, path,
+        ModelFileHeader{0, c.max_seq_len, c.vocab_size, c.num_layers, c.num_heads, c.channels, c.padded_vocab_size})};
 }
 
 // ---- activations ------------------------------------------------------------
@@ -600,8 +619,8 @@ static void backward(GPT2* model, const int* encoder_plan_host, int num_distinct
                         stream);
         attention_backward(s.dwide, s.reduce, s.dnarrow, x.qkv, x.atty, x.att_lse, docs, B, T, NH, NH, HS, stream);
         matmul_backward(s.dnarrow, dw.qkvw, dw.qkvb, s.reduce, s.dwide, x.ln1, w.qkvw, BT, C, 3 * C, stream);
-        layernorm_backward(s.dresidual, dw.ln1w, dw.ln1b, s.reduce, s.dnarrow, residual, w.ln1w, x.ln1_mean,
-                           x.ln1_rstd, BT, C, stream);
+        layernorm_backward(s.dresidual, dw.ln1w, dw.ln1b, s.reduce, s.dnarrow, residual, w.ln1w, x.ln1_mean, x.ln1_rstd,
+                           BT, C, stream);
         if (reduce) reduce_layer(model, l);  // layer l's gradients are complete
     }
     const int* position_plan = document_position_plan(model);

@@ -95,7 +95,8 @@ static size_t tensor_size(int k, const Llama3Config& c) {
 }
 static std::vector<ParameterLayout> llama3_layout(const Llama3Config& c) {
     std::vector<ParameterLayout> rows;
-    for (int k = 0; k < num_tensors(c); k++) rows.push_back({tensor_size(k, c), TENSORS[k].per_layer, TENSORS[k].decays});
+    for (int k = 0; k < num_tensors(c); k++)
+        rows.push_back({tensor_size(k, c), TENSORS[k].per_layer, TENSORS[k].decays});
     return rows;
 }
 
@@ -277,7 +278,8 @@ static void init_from_model_file(Llama3* model, const char* path) {
 // DONE it has removed); its two files' names, sizes and hashes.
 static std::vector<CheckpointFile> write_model_file(const Llama3* model, const std::string& path) {
     std::vector<floatX> weights(model->num_parameters);
-    cudaCheck(cudaMemcpy(weights.data(), model->params_memory, weights.size() * sizeof(floatX), cudaMemcpyDeviceToHost));
+    cudaCheck(
+        cudaMemcpy(weights.data(), model->params_memory, weights.size() * sizeof(floatX), cudaMemcpyDeviceToHost));
     if (!all_finite(weights)) FAIL("%s: the model's weights hold Inf or NaN; not written", path.c_str());
     const bool bf16 = sizeof(floatX) == 2;
     std::vector<llmc::SafetensorsOut> out;
@@ -300,8 +302,8 @@ static std::vector<DeviceBuffer> activation_buffers(Llama3* model, int B, int T,
     const size_t L_swiglu = recompute >= 1 ? 1 : L, L_ln = recompute >= 2 ? 1 : L;
     ActivationTensors& a = model->acts;
     BackwardScratch& s = model->scratch;
-    const size_t reduce_floats = std::max({rmsnorm_backward_scratch_floats(BT, C), attention_backward_scratch_floats(B, T, NH),
-                                           global_norm_scratch_floats()});
+    const size_t reduce_floats = std::max({rmsnorm_backward_scratch_floats(BT, C),
+                                           attention_backward_scratch_floats(B, T, NH), global_norm_scratch_floats()});
     const char* act = "activations (B x T x C x L)";
     const char* bwd = "backward scratch";
     const int Lk = (int)L, Ls = (int)L_swiglu, Ll = (int)L_ln;
@@ -386,7 +388,8 @@ static void forward(Llama3* model) {
 
 static void cross_entropy(Llama3* model, float loss_scale, bool write_dlogits) {
     classifier_loss(model->acts.logits, model->acts.losses, model->targets, loss_scale, model->B * model->T,
-                    model->config.V, padded_vocab(model->config), write_dlogits, &model->stats->loss_sum, model->stream);
+                    model->config.V, padded_vocab(model->config), write_dlogits, &model->stats->loss_sum,
+                    model->stream);
 }
 
 // ----------------------------------------------------------------------------
@@ -408,7 +411,8 @@ static void backward(Llama3* model, const int* encoder_plan_host, int num_distin
     cudaCheck(cudaMemcpyAsync(s.encoder_plan, encoder_plan_host, encoder_backward_plan_ints(B, T) * sizeof(int),
                               cudaMemcpyHostToDevice, stream));
     // LM head (into wte's gradient when tied) and final norm
-    matmul_backward(s.dnarrow, g.lmheadw, nullptr, s.reduce, a.logits, a.lnf, p.lmheadw, BT, C, padded_vocab(c), stream);
+    matmul_backward(s.dnarrow, g.lmheadw, nullptr, s.reduce, a.logits, a.lnf, p.lmheadw, BT, C, padded_vocab(c),
+                    stream);
     cudaCheck(cudaMemsetAsync(s.dresidual, 0, (size_t)BT * C * sizeof(floatX), stream));
     rmsnorm_backward(s.dresidual, g.normfw, s.reduce, s.dnarrow, layer_acts(model, L - 1).residual3, p.normfw,
                      a.lnf_rstd, BT, C, stream);

@@ -14,8 +14,8 @@
 #include <vector>
 
 // mean and rstd of each row by warp butterflies, then the normalised row
-__global__ void layernorm_rows_kernel(float* out, float* mean, float* rstd, const float* inp,
-                                      const float* weight, const float* bias, int N, int C) {
+__global__ void layernorm_rows_kernel(float* out, float* mean, float* rstd, const float* inp, const float* weight,
+                                      const float* bias, int N, int C) {
     const int lane = threadIdx.x % 32;
     const int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
     if (row >= N) return;
@@ -41,8 +41,8 @@ __global__ void layernorm_rows_kernel(float* out, float* mean, float* rstd, cons
 
 // The same math, one row at a time; the sums run in the kernel's order (32
 // strided partial sums combined by the butterfly) so the outputs match closely.
-static void layernorm_rows_plain(float* out, float* mean, float* rstd, const float* inp,
-                                 const float* weight, const float* bias, int N, int C) {
+static void layernorm_rows_plain(float* out, float* mean, float* rstd, const float* inp, const float* weight,
+                                 const float* bias, int N, int C) {
     for (int row = 0; row < N; row++) {
         const float* x = inp + (size_t)row * C;
         float part[32] = {0};
@@ -96,8 +96,8 @@ int main() {
             printf("kernel failed: %s\n", cudaGetErrorString(e));
             return 1;
         }
-        layernorm_rows_plain(ref.data(), ref_mean.data(), ref_rstd.data(), inp.data(), weight.data(),
-                             bias.data(), N, C);
+        layernorm_rows_plain(ref.data(), ref_mean.data(), ref_rstd.data(), inp.data(), weight.data(), bias.data(), N,
+                             C);
         double t2 = seconds_now();
         best_kernel = std::min(best_kernel, t1 - t0);
         best_plain = std::min(best_plain, t2 - t1);
@@ -111,8 +111,8 @@ int main() {
     const double fibers = (double)N * 32, switches = fibers * 11;  // 10 shuffles + exit
     printf("layernorm-shaped kernel, %d rows x %d, one warp per row, %d threads per block\n", N, C, threads);
     printf("device            : %s\n", prop.name);
-    printf("kernel            : %8.2f ms  (best of %d; %.0f GPU threads, ~%.1f M fiber switches)\n",
-           best_kernel * 1e3, reps, fibers, switches / 1e6);
+    printf("kernel            : %8.2f ms  (best of %d; %.0f GPU threads, ~%.1f M fiber switches)\n", best_kernel * 1e3,
+           reps, fibers, switches / 1e6);
     printf("plain loop, 1 core: %8.2f ms  (best of %d)\n", best_plain * 1e3, reps);
     printf("max |difference|  : %.2e\n", worst);
     printf("ratio kernel/plain: %.2fx  (goal for the CPU runtime: <= 20x)\n", best_kernel / best_plain);

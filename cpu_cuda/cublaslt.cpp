@@ -204,7 +204,9 @@ struct Field {
     size_t size;
 };
 template <class T>
-Field field(T& x) { return Field{&x, sizeof(T)}; }
+Field field(T& x) {
+    return Field{&x, sizeof(T)};
+}
 
 Field layout_field(LayoutState& s, cublasLtMatrixLayoutAttribute_t attr) {
     switch (attr) {
@@ -464,10 +466,8 @@ inline float load(const void* p, cudaDataType_t t, int64_t i) {
 }
 
 inline void store(void* p, cudaDataType_t t, int64_t i, float v) {
-    if (t == CUDA_R_32F)
-        static_cast<float*>(p)[i] = v;
-    else
-        static_cast<uint16_t*>(p)[i] = float_to_bf16_bits(v);
+    if (t == CUDA_R_32F) static_cast<float*>(p)[i] = v;
+    else static_cast<uint16_t*>(p)[i] = float_to_bf16_bits(v);
 }
 
 const void* offset(const void* p, cudaDataType_t t, int64_t elements) {
@@ -633,13 +633,14 @@ inline void store_column(void* dst, cudaDataType_t t, const float* x, int n) {
 // D = epilogue(prod + beta * C) for columns j0..j1 of one batch entry, one
 // step at a time over a column of prod (scratch, updated in place); every
 // element goes through the same operations in the same order as the formula.
-void finish_columns(const Plan& p, float* prod, float beta, const void* C, void* D, const EpilogueArgs& e,
-                    int64_t j0, int64_t j1) {
+void finish_columns(const Plan& p, float* prod, float beta, const void* C, void* D, const EpilogueArgs& e, int64_t j0,
+                    int64_t j1) {
     for (int64_t j = j0; j < j1; j++) {
         float* x = prod + j * p.m;
         if (beta != 0.0f) add_scaled(x, offset(C, p.cd_type, j * p.ldc), p.cd_type, beta, p.m);
         if (p.epi & kHasBias) add_plain(x, e.bias, p.bias_type, p.m);
-        if (p.epi & kAuxOut) store_column(const_cast<void*>(offset(e.aux, p.aux_type, j * p.ld_aux)), p.aux_type, x, p.m);
+        if (p.epi & kAuxOut)
+            store_column(const_cast<void*>(offset(e.aux, p.aux_type, j * p.ld_aux)), p.aux_type, x, p.m);
         if (p.epi & kGelu)
             for (int i = 0; i < p.m; i++) x[i] = gelu(x[i]);
         if (p.epi & kDGelu) {
@@ -704,8 +705,8 @@ cublasStatus_t run(const Plan& p, float alpha, const void* A, const void* B, flo
 }
 
 // Pointers that the plan will dereference must be set.
-cublasStatus_t check_pointers(const Plan& p, const DescState& d, const void* alpha, const void* beta,
-                              const void* A, const void* B, const void* C, const void* D) {
+cublasStatus_t check_pointers(const Plan& p, const DescState& d, const void* alpha, const void* beta, const void* A,
+                              const void* B, const void* C, const void* D) {
     if (alpha == nullptr || beta == nullptr) return CUBLAS_STATUS_INVALID_VALUE;
     if (p.m == 0 || p.n == 0) return CUBLAS_STATUS_SUCCESS;
     bool reads_ab = p.k > 0 && *static_cast<const float*>(alpha) != 0.0f;
@@ -835,8 +836,7 @@ cublasStatus_t cublasLtMatmulDescInit_internal(cublasLtMatmulDesc_t desc, size_t
     return CUBLAS_STATUS_SUCCESS;
 }
 
-cublasStatus_t cublasLtMatmulDescCreate(cublasLtMatmulDesc_t* desc, cublasComputeType_t compute,
-                                        cudaDataType_t scale) {
+cublasStatus_t cublasLtMatmulDescCreate(cublasLtMatmulDesc_t* desc, cublasComputeType_t compute, cudaDataType_t scale) {
     if (desc == nullptr) return CUBLAS_STATUS_INVALID_VALUE;
     *desc = new (std::nothrow) cublasLtMatmulDescOpaque_t;
     if (*desc == nullptr) return CUBLAS_STATUS_ALLOC_FAILED;
@@ -859,8 +859,8 @@ cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t desc, cublasL
     return set_field(desc_field(*s, attr), buf, size);
 }
 
-cublasStatus_t cublasLtMatmulDescGetAttribute(cublasLtMatmulDesc_t desc, cublasLtMatmulDescAttributes_t attr,
-                                              void* buf, size_t size, size_t* written) {
+cublasStatus_t cublasLtMatmulDescGetAttribute(cublasLtMatmulDesc_t desc, cublasLtMatmulDescAttributes_t attr, void* buf,
+                                              size_t size, size_t* written) {
     DescState* s = desc_of(desc);
     if (s == nullptr) return CUBLAS_STATUS_INVALID_VALUE;
     return get_field(desc_field(*s, attr), buf, size, written);
@@ -899,8 +899,8 @@ cublasStatus_t cublasLtMatmulPreferenceSetAttribute(cublasLtMatmulPreference_t p
 }
 
 cublasStatus_t cublasLtMatmulPreferenceGetAttribute(cublasLtMatmulPreference_t pref,
-                                                    cublasLtMatmulPreferenceAttributes_t attr, void* buf,
-                                                    size_t size, size_t* written) {
+                                                    cublasLtMatmulPreferenceAttributes_t attr, void* buf, size_t size,
+                                                    size_t* written) {
     PrefState* s = pref_of(pref);
     if (s == nullptr) return CUBLAS_STATUS_INVALID_VALUE;
     return get_field(pref_field(*s, attr), buf, size, written);

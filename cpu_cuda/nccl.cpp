@@ -125,8 +125,7 @@ ncclResult_t vrecord(bool print, ncclResult_t r, const char* fmt, va_list ap) {
     return r;
 }
 
-__attribute__((format(printf, 2, 3)))
-ncclResult_t fail(ncclResult_t r, const char* fmt, ...) {
+__attribute__((format(printf, 2, 3))) ncclResult_t fail(ncclResult_t r, const char* fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
     vrecord(true, r, fmt, ap);
@@ -136,8 +135,8 @@ ncclResult_t fail(ncclResult_t r, const char* fmt, ...) {
 
 // Same as fail() but prints only when `print` (used where all ranks reach the
 // same verdict, so that one of them reports it).
-[[maybe_unused]] __attribute__((format(printf, 3, 4)))
-ncclResult_t fail_quiet_unless(bool print, ncclResult_t r, const char* fmt, ...) {
+[[maybe_unused]] __attribute__((format(printf, 3, 4))) ncclResult_t fail_quiet_unless(bool print, ncclResult_t r,
+                                                                                      const char* fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
     vrecord(print, r, fmt, ap);
@@ -159,13 +158,14 @@ size_t default_chunk_elems() {
 [[maybe_unused]] uint64_t fnv1a(const void* p, size_t n) {
     const unsigned char* b = (const unsigned char*)p;
     uint64_t h = 1469598103934665603ull;
-    for (size_t i = 0; i < n; i++) { h ^= b[i]; h *= 1099511628211ull; }
+    for (size_t i = 0; i < n; i++) {
+        h ^= b[i];
+        h *= 1099511628211ull;
+    }
     return h;
 }
 
-bool id_has_tag(const ncclUniqueId& id) {
-    return memcmp(id.internal, kIdTag, sizeof kIdTag) == 0;
-}
+bool id_has_tag(const ncclUniqueId& id) { return memcmp(id.internal, kIdTag, sizeof kIdTag) == 0; }
 
 int current_device() {
     int dev = 0;
@@ -187,11 +187,17 @@ ncclComm* new_comm(int nranks, int rank, int device) {
 
 size_t type_size(ncclDataType_t t) {
     switch (t) {
-    case ncclInt8: case ncclUint8: return 1;
-    case ncclFloat16: case ncclBfloat16: return 2;
-    case ncclInt32: case ncclUint32: case ncclFloat32: return 4;
-    case ncclInt64: case ncclUint64: case ncclFloat64: return 8;
-    default: return 0;
+        case ncclInt8:
+        case ncclUint8: return 1;
+        case ncclFloat16:
+        case ncclBfloat16: return 2;
+        case ncclInt32:
+        case ncclUint32:
+        case ncclFloat32: return 4;
+        case ncclInt64:
+        case ncclUint64:
+        case ncclFloat64: return 8;
+        default: return 0;
     }
 }
 
@@ -252,28 +258,28 @@ typedef void (*ReduceFn)(const void*, size_t, int, size_t, void*);
 template <class T>
 ReduceFn reduce_fn_for(ncclRedOp_t op) {
     switch (op) {
-    case ncclSum: return reduce_rows<T, ncclSum>;
-    case ncclProd: return reduce_rows<T, ncclProd>;
-    case ncclMax: return reduce_rows<T, ncclMax>;
-    case ncclMin: return reduce_rows<T, ncclMin>;
-    case ncclAvg: return reduce_rows<T, ncclAvg>;
-    default: return nullptr;
+        case ncclSum: return reduce_rows<T, ncclSum>;
+        case ncclProd: return reduce_rows<T, ncclProd>;
+        case ncclMax: return reduce_rows<T, ncclMax>;
+        case ncclMin: return reduce_rows<T, ncclMin>;
+        case ncclAvg: return reduce_rows<T, ncclAvg>;
+        default: return nullptr;
     }
 }
 
 [[maybe_unused]] ReduceFn reduce_fn(ncclDataType_t t, ncclRedOp_t op) {
     switch (t) {
-    case ncclInt8: return reduce_fn_for<int8_t>(op);
-    case ncclUint8: return reduce_fn_for<uint8_t>(op);
-    case ncclInt32: return reduce_fn_for<int32_t>(op);
-    case ncclUint32: return reduce_fn_for<uint32_t>(op);
-    case ncclInt64: return reduce_fn_for<int64_t>(op);
-    case ncclUint64: return reduce_fn_for<uint64_t>(op);
-    case ncclFloat16: return reduce_fn_for<__half>(op);
-    case ncclFloat32: return reduce_fn_for<float>(op);
-    case ncclFloat64: return reduce_fn_for<double>(op);
-    case ncclBfloat16: return reduce_fn_for<__nv_bfloat16>(op);
-    default: return nullptr;
+        case ncclInt8: return reduce_fn_for<int8_t>(op);
+        case ncclUint8: return reduce_fn_for<uint8_t>(op);
+        case ncclInt32: return reduce_fn_for<int32_t>(op);
+        case ncclUint32: return reduce_fn_for<uint32_t>(op);
+        case ncclInt64: return reduce_fn_for<int64_t>(op);
+        case ncclUint64: return reduce_fn_for<uint64_t>(op);
+        case ncclFloat16: return reduce_fn_for<__half>(op);
+        case ncclFloat32: return reduce_fn_for<float>(op);
+        case ncclFloat64: return reduce_fn_for<double>(op);
+        case ncclBfloat16: return reduce_fn_for<__nv_bfloat16>(op);
+        default: return nullptr;
     }
 }
 
@@ -283,22 +289,22 @@ enum Kind { kAllReduce, kReduceScatter, kAllGather, kBroadcast, kReduce };
 
 const char* kind_name(Kind k) {
     switch (k) {
-    case kAllReduce: return "ncclAllReduce";
-    case kReduceScatter: return "ncclReduceScatter";
-    case kAllGather: return "ncclAllGather";
-    case kBroadcast: return "ncclBroadcast";
-    case kReduce: return "ncclReduce";
+        case kAllReduce: return "ncclAllReduce";
+        case kReduceScatter: return "ncclReduceScatter";
+        case kAllGather: return "ncclAllGather";
+        case kBroadcast: return "ncclBroadcast";
+        case kReduce: return "ncclReduce";
     }
     return "?";
 }
 
 int counter_index(Kind k) {
     switch (k) {
-    case kAllReduce: return CPUCUDA_NCCL_ALLREDUCE;
-    case kReduceScatter: return CPUCUDA_NCCL_REDUCESCATTER;
-    case kAllGather: return CPUCUDA_NCCL_ALLGATHER;
-    case kBroadcast: return CPUCUDA_NCCL_BROADCAST;
-    case kReduce: return CPUCUDA_NCCL_REDUCE;
+        case kAllReduce: return CPUCUDA_NCCL_ALLREDUCE;
+        case kReduceScatter: return CPUCUDA_NCCL_REDUCESCATTER;
+        case kAllGather: return CPUCUDA_NCCL_ALLGATHER;
+        case kBroadcast: return CPUCUDA_NCCL_BROADCAST;
+        case kReduce: return CPUCUDA_NCCL_REDUCE;
     }
     return 0;
 }
@@ -322,8 +328,9 @@ thread_local std::vector<Op> t_group_ops;
 uint64_t counted_bytes(const Op& o) {
     size_t es = type_size(o.type);
     switch (o.kind) {
-    case kReduceScatter: case kAllGather: return (uint64_t)o.count * o.comm->nranks * es;
-    default: return (uint64_t)o.count * es;
+        case kReduceScatter:
+        case kAllGather: return (uint64_t)o.count * o.comm->nranks * es;
+        default: return (uint64_t)o.count * es;
     }
 }
 
@@ -345,8 +352,7 @@ ncclResult_t ensure_mpi(const char* fn) {
     MPI_Finalized(&finalized);
     if (finalized) return fail(ncclInvalidUsage, "%s: MPI has already been finalized", fn);
     if (!initialized) {
-        if (MPI_Init(nullptr, nullptr) != MPI_SUCCESS)
-            return fail(ncclSystemError, "%s: MPI_Init failed", fn);
+        if (MPI_Init(nullptr, nullptr) != MPI_SUCCESS) return fail(ncclSystemError, "%s: MPI_Init failed", fn);
         if (!g_we_initialized_mpi) {
             g_we_initialized_mpi = true;
             atexit(finalize_mpi_at_exit);
@@ -363,18 +369,18 @@ ncclResult_t mpi_ok(int rc, const char* fn, const char* what) {
     return fail(ncclSystemError, "%s: %s failed: %s", fn, what, msg);
 }
 
-#define MPI_TRY(call, what)                                                     \
-    do {                                                                        \
-        ncclResult_t r_ = mpi_ok((call), fn, what);                             \
-        if (r_ != ncclSuccess) return r_;                                       \
+#define MPI_TRY(call, what)                         \
+    do {                                            \
+        ncclResult_t r_ = mpi_ok((call), fn, what); \
+        if (r_ != ncclSuccess) return r_;           \
     } while (0)
 
 MPI_Datatype mpi_bytes_type(size_t es) {
     switch (es) {
-    case 1: return MPI_UINT8_T;
-    case 2: return MPI_UINT16_T;
-    case 4: return MPI_UINT32_T;
-    default: return MPI_UINT64_T;
+        case 1: return MPI_UINT8_T;
+        case 2: return MPI_UINT16_T;
+        case 4: return MPI_UINT32_T;
+        default: return MPI_UINT64_T;
     }
 }
 
@@ -410,19 +416,21 @@ ncclResult_t mpi_reduce_common(ncclComm* c, const Op& o, int to_root) {
         }
         unsigned char* rows = scratch(c->scratch_a, n * mine * es);
         const unsigned char* sbuf = (const unsigned char*)o.send + off * es;
-        MPI_TRY(MPI_Alltoallv(sbuf, scounts.data(), sdispls.data(), dt, rows, rcounts.data(),
-                              rdispls.data(), dt, c->mpi), "MPI_Alltoallv");
+        MPI_TRY(
+            MPI_Alltoallv(sbuf, scounts.data(), sdispls.data(), dt, rows, rcounts.data(), rdispls.data(), dt, c->mpi),
+            "MPI_Alltoallv");
         if (to_root < 0) {
             unsigned char* rbuf = (unsigned char*)o.recv + off * es;
             f(rows, mine, n, mine, rbuf + (size_t)sdispls[r] * es);
-            MPI_TRY(MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, rbuf, scounts.data(),
-                                   sdispls.data(), dt, c->mpi), "MPI_Allgatherv");
+            MPI_TRY(
+                MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, rbuf, scounts.data(), sdispls.data(), dt, c->mpi),
+                "MPI_Allgatherv");
         } else {
             unsigned char* seg = scratch(c->scratch_b, mine * es);
             f(rows, mine, n, mine, seg);
             unsigned char* rbuf = r == to_root ? (unsigned char*)o.recv + off * es : nullptr;
-            MPI_TRY(MPI_Gatherv(seg, (int)mine, dt, rbuf, scounts.data(), sdispls.data(), dt,
-                                to_root, c->mpi), "MPI_Gatherv");
+            MPI_TRY(MPI_Gatherv(seg, (int)mine, dt, rbuf, scounts.data(), sdispls.data(), dt, to_root, c->mpi),
+                    "MPI_Gatherv");
         }
     }
     return ncclSuccess;
@@ -466,17 +474,16 @@ ncclResult_t mpi_all_gather(ncclComm* c, const Op& o) {
     const bool in_place = (const unsigned char*)o.send == recv + (size_t)r * sc * es;
     const size_t chunk = std::max<size_t>(1, c->chunk_elems / n);
     if (sc <= chunk) {
-        MPI_TRY(MPI_Allgather(in_place ? MPI_IN_PLACE : o.send, (int)sc, dt, recv, (int)sc, dt,
-                              c->mpi), "MPI_Allgather");
+        MPI_TRY(MPI_Allgather(in_place ? MPI_IN_PLACE : o.send, (int)sc, dt, recv, (int)sc, dt, c->mpi),
+                "MPI_Allgather");
         return ncclSuccess;
     }
     for (size_t off = 0; off < sc; off += chunk) {
         const size_t len = std::min(chunk, sc - off);
         unsigned char* tmp = scratch(c->scratch_a, n * len * es);
-        MPI_TRY(MPI_Allgather((const unsigned char*)o.send + off * es, (int)len, dt, tmp, (int)len,
-                              dt, c->mpi), "MPI_Allgather");
-        for (int j = 0; j < n; j++)
-            memcpy(recv + (j * sc + off) * es, tmp + j * len * es, len * es);
+        MPI_TRY(MPI_Allgather((const unsigned char*)o.send + off * es, (int)len, dt, tmp, (int)len, dt, c->mpi),
+                "MPI_Allgather");
+        for (int j = 0; j < n; j++) memcpy(recv + (j * sc + off) * es, tmp + j * len * es, len * es);
     }
     return ncclSuccess;
 }
@@ -506,8 +513,7 @@ ncclResult_t local_execute(const Op& o) {
 
 ncclResult_t execute(const Op& o) {
     if (!is_live(o.comm))
-        return fail(ncclInvalidArgument, "%s: the communicator was destroyed before the call ran",
-                    kind_name(o.kind));
+        return fail(ncclInvalidArgument, "%s: the communicator was destroyed before the call ran", kind_name(o.kind));
     ncclComm* c = o.comm;
     ncclResult_t r = ncclSuccess;
     if (c->nranks == 1) {
@@ -515,11 +521,11 @@ ncclResult_t execute(const Op& o) {
     } else {
 #ifdef CPUCUDA_WITH_MPI
         switch (o.kind) {
-        case kAllReduce: r = mpi_reduce_common(c, o, -1); break;
-        case kReduce: r = mpi_reduce_common(c, o, o.root); break;
-        case kReduceScatter: r = mpi_reduce_scatter(c, o); break;
-        case kAllGather: r = mpi_all_gather(c, o); break;
-        case kBroadcast: r = mpi_broadcast(c, o); break;
+            case kAllReduce: r = mpi_reduce_common(c, o, -1); break;
+            case kReduce: r = mpi_reduce_common(c, o, o.root); break;
+            case kReduceScatter: r = mpi_reduce_scatter(c, o); break;
+            case kAllGather: r = mpi_all_gather(c, o); break;
+            case kBroadcast: r = mpi_broadcast(c, o); break;
         }
 #else
         r = fail(ncclInternalError, "%s: multi-rank communicator without MPI", kind_name(o.kind));
@@ -555,8 +561,8 @@ ncclResult_t issue(const Op& o) {
 ncclResult_t check_comm(const char* fn, ncclComm_t comm) {
     if (!comm) return fail(ncclInvalidArgument, "%s: comm is NULL", fn);
     if (!is_live(comm))
-        return fail(ncclInvalidArgument, "%s: comm %p is not a live communicator (destroyed or never initialised)",
-                    fn, (void*)comm);
+        return fail(ncclInvalidArgument, "%s: comm %p is not a live communicator (destroyed or never initialised)", fn,
+                    (void*)comm);
     return ncclSuccess;
 }
 
@@ -575,8 +581,7 @@ ncclResult_t check_op(const char* fn, ncclRedOp_t op) {
 // count elements times `mult` must fit in memory (in bytes).
 ncclResult_t check_count(const char* fn, size_t count, size_t mult, ncclDataType_t t) {
     const size_t es = type_size(t);
-    if (count > SIZE_MAX / es / mult)
-        return fail(ncclInvalidArgument, "%s: count %zu is too large", fn, count);
+    if (count > SIZE_MAX / es / mult) return fail(ncclInvalidArgument, "%s: count %zu is too large", fn, count);
     return ncclSuccess;
 }
 
@@ -591,10 +596,10 @@ ncclResult_t check_root(const char* fn, int root, const ncclComm* c) {
     return ncclSuccess;
 }
 
-#define TRY(x)                                                                  \
-    do {                                                                        \
-        ncclResult_t r_ = (x);                                                  \
-        if (r_ != ncclSuccess) return r_;                                       \
+#define TRY(x)                            \
+    do {                                  \
+        ncclResult_t r_ = (x);            \
+        if (r_ != ncclSuccess) return r_; \
     } while (0)
 
 }  // namespace
@@ -611,21 +616,19 @@ ncclResult_t ncclGetVersion(int* version) {
 
 const char* ncclGetErrorString(ncclResult_t result) {
     switch (result) {
-    case ncclSuccess: return "no error";
-    case ncclUnhandledCudaError: return "unhandled cuda error";
-    case ncclSystemError: return "unhandled system error (an MPI call failed)";
-    case ncclInternalError: return "internal error";
-    case ncclInvalidArgument: return "invalid argument";
-    case ncclInvalidUsage: return "invalid usage";
-    case ncclRemoteError: return "remote process exited or there was a network error";
-    case ncclInProgress: return "NCCL operation in progress";
-    default: return "unknown result code";
+        case ncclSuccess: return "no error";
+        case ncclUnhandledCudaError: return "unhandled cuda error";
+        case ncclSystemError: return "unhandled system error (an MPI call failed)";
+        case ncclInternalError: return "internal error";
+        case ncclInvalidArgument: return "invalid argument";
+        case ncclInvalidUsage: return "invalid usage";
+        case ncclRemoteError: return "remote process exited or there was a network error";
+        case ncclInProgress: return "NCCL operation in progress";
+        default: return "unknown result code";
     }
 }
 
-const char* ncclGetLastError(ncclComm_t /*comm*/) {
-    return t_last_error.c_str();
-}
+const char* ncclGetLastError(ncclComm_t /*comm*/) { return t_last_error.c_str(); }
 
 ncclResult_t ncclGetUniqueId(ncclUniqueId* uniqueId) {
     if (!uniqueId) return fail(ncclInvalidArgument, "ncclGetUniqueId: uniqueId is NULL");
@@ -636,8 +639,7 @@ ncclResult_t ncclGetUniqueId(ncclUniqueId* uniqueId) {
     try {
         std::random_device rd;
         seed ^= ((uint64_t)rd() << 32) ^ rd();
-    } catch (...) {
-    }
+    } catch (...) {}
     std::mt19937_64 gen(seed);
     for (size_t i = sizeof kIdTag; i + 8 <= sizeof uniqueId->internal; i += 8) {
         uint64_t v = gen();
@@ -677,15 +679,17 @@ ncclResult_t ncclCommInitRank(ncclComm_t* comm, int nranks, ncclUniqueId commId,
     MPI_Comm_set_errhandler(mc, MPI_ERRORS_RETURN);
 
     // Everybody learns what everybody passed, so that all reach the same verdict.
-    struct Info { uint64_t id_hash; int32_t nranks, rank, tag_ok, comm_ok, world_rank, pad; };
-    Info mine = {fnv1a(commId.internal, sizeof commId.internal), nranks, rank, tag_ok ? 1 : 0,
-                 comm ? 1 : 0, world_rank, 0};
+    struct Info {
+        uint64_t id_hash;
+        int32_t nranks, rank, tag_ok, comm_ok, world_rank, pad;
+    };
+    Info mine = {
+        fnv1a(commId.internal, sizeof commId.internal), nranks, rank, tag_ok ? 1 : 0, comm ? 1 : 0, world_rank, 0};
     int size = 0, me = 0;
     MPI_Comm_size(mc, &size);
     MPI_Comm_rank(mc, &me);
     std::vector<Info> all(size);
-    if (MPI_Allgather(&mine, (int)sizeof(Info), MPI_BYTE, all.data(), (int)sizeof(Info), MPI_BYTE, mc) !=
-        MPI_SUCCESS) {
+    if (MPI_Allgather(&mine, (int)sizeof(Info), MPI_BYTE, all.data(), (int)sizeof(Info), MPI_BYTE, mc) != MPI_SUCCESS) {
         MPI_Comm_free(&mc);
         return fail(ncclSystemError, "%s: MPI_Allgather failed", fn);
     }
@@ -703,7 +707,8 @@ ncclResult_t ncclCommInitRank(ncclComm_t* comm, int nranks, ncclUniqueId commId,
             if (!in.tag_ok) {
                 r = fail_quiet_unless(report, ncclInvalidUsage,
                                       "%s: MPI process %d passed an ncclUniqueId that ncclGetUniqueId did not "
-                                      "make (was the id broadcast?)", fn, in.world_rank);
+                                      "make (was the id broadcast?)",
+                                      fn, in.world_rank);
                 break;
             }
         }
@@ -722,8 +727,8 @@ ncclResult_t ncclCommInitRank(ncclComm_t* comm, int nranks, ncclUniqueId commId,
             if (in.nranks != all[0].nranks) {
                 r = fail_quiet_unless(report, ncclInvalidUsage,
                                       "%s: processes passed different nranks (%d on MPI process %d, %d on MPI "
-                                      "process %d)", fn, all[0].nranks, all[0].world_rank, in.nranks,
-                                      in.world_rank);
+                                      "process %d)",
+                                      fn, all[0].nranks, all[0].world_rank, in.nranks, in.world_rank);
                 break;
             }
         }
@@ -737,8 +742,9 @@ ncclResult_t ncclCommInitRank(ncclComm_t* comm, int nranks, ncclUniqueId commId,
     if (r == ncclSuccess) {
         for (const Info& in : all) {
             if (in.rank < 0 || in.rank >= nranks) {
-                r = fail_quiet_unless(report, ncclInvalidArgument, "%s: rank %d (MPI process %d) is out of range [0, %d)",
-                                      fn, in.rank, in.world_rank, nranks);
+                r = fail_quiet_unless(report, ncclInvalidArgument,
+                                      "%s: rank %d (MPI process %d) is out of range [0, %d)", fn, in.rank,
+                                      in.world_rank, nranks);
                 break;
             }
         }
@@ -749,8 +755,8 @@ ncclResult_t ncclCommInitRank(ncclComm_t* comm, int nranks, ncclUniqueId commId,
         for (int i = 1; i < size; i++) {
             if (all[i].rank == all[i - 1].rank) {
                 r = fail_quiet_unless(report, ncclInvalidUsage,
-                                      "%s: rank %d was passed by more than one process (MPI processes %d and %d)",
-                                      fn, all[i].rank, all[i - 1].world_rank, all[i].world_rank);
+                                      "%s: rank %d was passed by more than one process (MPI processes %d and %d)", fn,
+                                      all[i].rank, all[i - 1].world_rank, all[i].world_rank);
                 break;
             }
         }
@@ -777,8 +783,7 @@ ncclResult_t ncclCommInitAll(ncclComm_t* comm, int ndev, const int* devlist) {
     if (!comm) return fail(ncclInvalidArgument, "%s: comm is NULL", fn);
     if (ndev != 1)
         return fail(ncclInvalidArgument,
-                    "%s: ndev=%d; the CPU runtime supports ndev == 1 only (use one MPI process per rank)", fn,
-                    ndev);
+                    "%s: ndev=%d; the CPU runtime supports ndev == 1 only (use one MPI process per rank)", fn, ndev);
     comm[0] = new_comm(1, 0, devlist ? devlist[0] : current_device());
     return ncclSuccess;
 }
@@ -789,9 +794,9 @@ static ncclResult_t destroy_comm(const char* fn, ncclComm_t comm) {
         return fail(ncclInvalidArgument, "%s: comm %p is not a live communicator", fn, (void*)comm);
     // Drop this thread's queued calls on it, so a later communicator at the
     // same address never runs them.
-    t_group_ops.erase(std::remove_if(t_group_ops.begin(), t_group_ops.end(),
-                                     [comm](const Op& o) { return o.comm == comm; }),
-                      t_group_ops.end());
+    t_group_ops.erase(
+        std::remove_if(t_group_ops.begin(), t_group_ops.end(), [comm](const Op& o) { return o.comm == comm; }),
+        t_group_ops.end());
 #ifdef CPUCUDA_WITH_MPI
     if (comm->mpi != MPI_COMM_NULL) {
         int finalized = 0;
@@ -836,8 +841,8 @@ ncclResult_t ncclCommCuDevice(const ncclComm_t comm, int* device) {
     return ncclSuccess;
 }
 
-ncclResult_t ncclAllReduce(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype,
-                           ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream) {
+ncclResult_t ncclAllReduce(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype, ncclRedOp_t op,
+                           ncclComm_t comm, cudaStream_t stream) {
     const char* fn = "ncclAllReduce";
     TRY(check_comm(fn, comm));
     TRY(check_type(fn, datatype));
@@ -848,8 +853,8 @@ ncclResult_t ncclAllReduce(const void* sendbuff, void* recvbuff, size_t count, n
     return issue(Op{kAllReduce, sendbuff, recvbuff, count, datatype, op, 0, comm, stream});
 }
 
-ncclResult_t ncclReduce(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype,
-                        ncclRedOp_t op, int root, ncclComm_t comm, cudaStream_t stream) {
+ncclResult_t ncclReduce(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype, ncclRedOp_t op,
+                        int root, ncclComm_t comm, cudaStream_t stream) {
     const char* fn = "ncclReduce";
     TRY(check_comm(fn, comm));
     TRY(check_type(fn, datatype));

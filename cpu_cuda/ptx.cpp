@@ -12,8 +12,18 @@
 
 namespace cpucuda {
 
-static inline float bf16_lo(uint32_t r) { float f; uint32_t b = r << 16; std::memcpy(&f, &b, 4); return f; }
-static inline float bf16_hi(uint32_t r) { float f; uint32_t b = r & 0xFFFF0000u; std::memcpy(&f, &b, 4); return f; }
+static inline float bf16_lo(uint32_t r) {
+    float f;
+    uint32_t b = r << 16;
+    std::memcpy(&f, &b, 4);
+    return f;
+}
+static inline float bf16_hi(uint32_t r) {
+    float f;
+    uint32_t b = r & 0xFFFF0000u;
+    std::memcpy(&f, &b, 4);
+    return f;
+}
 
 // D = A B + C for A 16x16 (row), B 16x8 (col), C and D 16x8, fp32 accumulators:
 //   a[0] = A[g][2t..2t+1]    a[1] = A[g+8][2t..2t+1]

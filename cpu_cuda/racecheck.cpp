@@ -153,8 +153,8 @@ static void count_report() {
 static std::string thread_name(uint32_t linear_block, uint16_t tid) {
     const dim3 b = cur.block_dim, g = cur.grid_dim;
     char s[160];
-    snprintf(s, sizeof s, "thread (%u,%u,%u) of block (%u,%u,%u)", tid % b.x, tid / b.x % b.y,
-             tid / (b.x * b.y), linear_block % g.x, linear_block / g.x % g.y, linear_block / (g.x * g.y));
+    snprintf(s, sizeof s, "thread (%u,%u,%u) of block (%u,%u,%u)", tid % b.x, tid / b.x % b.y, tid / (b.x * b.y),
+             linear_block % g.x, linear_block / g.x % g.y, linear_block / (g.x * g.y));
     return s;
 }
 
@@ -169,9 +169,8 @@ static void report_race(const Access& before, bool before_write, uint16_t tid, b
     fprintf(stderr,
             "cpu_cuda: racecheck: kernel '%s': %s memory race at 0x%lx: %s %s %u bytes at %s, "
             "%s %s them at %s (%s)\n",
-            cur.kernel, shared ? "shared" : "global", (unsigned long)addr, me.c_str(),
-            now_write ? "writes" : "reads", size, where(pc).c_str(),
-            thread_name(before.block, before.tid).c_str(), before_write ? "wrote" : "read",
+            cur.kernel, shared ? "shared" : "global", (unsigned long)addr, me.c_str(), now_write ? "writes" : "reads",
+            size, where(pc).c_str(), thread_name(before.block, before.tid).c_str(), before_write ? "wrote" : "read",
             where(before.pc).c_str(), between);
 }
 
@@ -225,7 +224,8 @@ void access_as(uint16_t me, uintptr_t a, unsigned size, bool write, uintptr_t pc
             e.write.launch = 0;  // one report per hazard, not one per unit
         }
         if (write) {
-            if (e.read.launch && !ordered(e.read, shared, me)) report_race(e.read, false, me, true, shared, a, size, pc);
+            if (e.read.launch && !ordered(e.read, shared, me))
+                report_race(e.read, false, me, true, shared, a, size, pc);
             e.write = now;
             e.read.launch = 0;
         } else {
@@ -243,7 +243,7 @@ static inline void access(uintptr_t a, unsigned size, bool write, uintptr_t pc) 
     if (const cpucuda::ThreadCtx* t = cpucuda::tls_thread)
         cpucuda::race::access_as((uint16_t)(t->warp * 32 + t->lane), a, size, write, pc);
 }
-#define RET (uintptr_t) __builtin_return_address(0)
+#define RET (uintptr_t)__builtin_return_address(0)
 extern "C" {
 void __tsan_init() {}
 #define CPUCUDA_RW(N)                                                               \
@@ -264,25 +264,25 @@ void __tsan_vptr_update(void**, void*) {}
 void __tsan_vptr_read(void**) {}
 
 // Atomics: done, sequentially consistent, and not tracked.
-#define CPUCUDA_ATOMIC(N, T)                                                                              \
-    T __tsan_atomic##N##_load(const volatile T* a, int) { return __atomic_load_n(a, __ATOMIC_SEQ_CST); } \
-    void __tsan_atomic##N##_store(volatile T* a, T v, int) { __atomic_store_n(a, v, __ATOMIC_SEQ_CST); } \
-    T __tsan_atomic##N##_exchange(volatile T* a, T v, int) { return __atomic_exchange_n(a, v, __ATOMIC_SEQ_CST); } \
-    T __tsan_atomic##N##_fetch_add(volatile T* a, T v, int) { return __atomic_fetch_add(a, v, __ATOMIC_SEQ_CST); } \
-    T __tsan_atomic##N##_fetch_sub(volatile T* a, T v, int) { return __atomic_fetch_sub(a, v, __ATOMIC_SEQ_CST); } \
-    T __tsan_atomic##N##_fetch_and(volatile T* a, T v, int) { return __atomic_fetch_and(a, v, __ATOMIC_SEQ_CST); } \
-    T __tsan_atomic##N##_fetch_or(volatile T* a, T v, int) { return __atomic_fetch_or(a, v, __ATOMIC_SEQ_CST); }   \
-    T __tsan_atomic##N##_fetch_xor(volatile T* a, T v, int) { return __atomic_fetch_xor(a, v, __ATOMIC_SEQ_CST); } \
+#define CPUCUDA_ATOMIC(N, T)                                                                                         \
+    T __tsan_atomic##N##_load(const volatile T* a, int) { return __atomic_load_n(a, __ATOMIC_SEQ_CST); }             \
+    void __tsan_atomic##N##_store(volatile T* a, T v, int) { __atomic_store_n(a, v, __ATOMIC_SEQ_CST); }             \
+    T __tsan_atomic##N##_exchange(volatile T* a, T v, int) { return __atomic_exchange_n(a, v, __ATOMIC_SEQ_CST); }   \
+    T __tsan_atomic##N##_fetch_add(volatile T* a, T v, int) { return __atomic_fetch_add(a, v, __ATOMIC_SEQ_CST); }   \
+    T __tsan_atomic##N##_fetch_sub(volatile T* a, T v, int) { return __atomic_fetch_sub(a, v, __ATOMIC_SEQ_CST); }   \
+    T __tsan_atomic##N##_fetch_and(volatile T* a, T v, int) { return __atomic_fetch_and(a, v, __ATOMIC_SEQ_CST); }   \
+    T __tsan_atomic##N##_fetch_or(volatile T* a, T v, int) { return __atomic_fetch_or(a, v, __ATOMIC_SEQ_CST); }     \
+    T __tsan_atomic##N##_fetch_xor(volatile T* a, T v, int) { return __atomic_fetch_xor(a, v, __ATOMIC_SEQ_CST); }   \
     T __tsan_atomic##N##_fetch_nand(volatile T* a, T v, int) { return __atomic_fetch_nand(a, v, __ATOMIC_SEQ_CST); } \
-    int __tsan_atomic##N##_compare_exchange_strong(volatile T* a, T* c, T v, int, int) {                 \
-        return __atomic_compare_exchange_n(a, c, v, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);            \
-    }                                                                                                     \
-    int __tsan_atomic##N##_compare_exchange_weak(volatile T* a, T* c, T v, int, int) {                   \
-        return __atomic_compare_exchange_n(a, c, v, true, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);             \
-    }                                                                                                     \
-    T __tsan_atomic##N##_compare_exchange_val(volatile T* a, T c, T v, int, int) {                       \
-        __atomic_compare_exchange_n(a, &c, v, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);                  \
-        return c;                                                                                         \
+    int __tsan_atomic##N##_compare_exchange_strong(volatile T* a, T* c, T v, int, int) {                             \
+        return __atomic_compare_exchange_n(a, c, v, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);                      \
+    }                                                                                                                \
+    int __tsan_atomic##N##_compare_exchange_weak(volatile T* a, T* c, T v, int, int) {                               \
+        return __atomic_compare_exchange_n(a, c, v, true, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);                       \
+    }                                                                                                                \
+    T __tsan_atomic##N##_compare_exchange_val(volatile T* a, T c, T v, int, int) {                                   \
+        __atomic_compare_exchange_n(a, &c, v, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);                            \
+        return c;                                                                                                    \
     }
 CPUCUDA_ATOMIC(8, char)
 CPUCUDA_ATOMIC(16, short)

@@ -193,8 +193,14 @@ struct Config {
     }
     static bool parse_schedule(const char* s, Schedule* out, uint64_t* seed) {
         std::string v(s);
-        if (v == "forward") { *out = Schedule::Forward; return true; }
-        if (v == "reverse") { *out = Schedule::Reverse; return true; }
+        if (v == "forward") {
+            *out = Schedule::Forward;
+            return true;
+        }
+        if (v == "reverse") {
+            *out = Schedule::Reverse;
+            return true;
+        }
         if (v.rfind("random:", 0) == 0 && v.size() > 7) {
             char* end = nullptr;
             *seed = strtoull(v.c_str() + 7, &end, 10);
@@ -425,8 +431,8 @@ struct Worker {
         if (stacks) munmap(stacks, stack_stride * capacity);
         size_t page = (size_t)sysconf(_SC_PAGESIZE);
         stack_stride = page + (config().stack_bytes + page - 1) / page * page;
-        void* m = mmap(nullptr, stack_stride * n, PROT_READ | PROT_WRITE,
-                       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+        void* m =
+            mmap(nullptr, stack_stride * n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
         if (m == MAP_FAILED) {
             fprintf(stderr, "cpu_cuda: cannot map %u fiber stacks\n", n);
             abort();
@@ -521,8 +527,7 @@ static void fail_block(Worker& w, const char* fmt, ...) {
     va_end(ap);
     const uint3 b = tls_block.block_idx;
     char full[1400];
-    snprintf(full, sizeof full, "cpu_cuda: kernel '%s' block (%u,%u,%u): %s", w.launch->spec.name,
-             b.x, b.y, b.z, msg);
+    snprintf(full, sizeof full, "cpu_cuda: kernel '%s' block (%u,%u,%u): %s", w.launch->spec.name, b.x, b.y, b.z, msg);
     w.failed = true;
     LaunchState& L = *w.launch;
     std::lock_guard<std::mutex> lock(L.error_mutex);
@@ -594,7 +599,7 @@ static int report_wide_divergence(Worker& w, unsigned wi, const Fiber* lanes, un
     for (unsigned m = 0; m < 32; m++) {
         const Fiber* g = m < n ? &lanes[m] : nullptr;
         if (g && g->state == FiberState::AtWarp && g->op == WarpOp::Wide && g->wide_fn == f.wide_fn) continue;
-        const char* where = !g                                   ? "does not exist (partial warp)"
+        const char* where = !g                                  ? "does not exist (partial warp)"
                             : g->state == FiberState::Done      ? "has exited"
                             : g->state == FiberState::AtBarrier ? "waits at __syncthreads"
                             : g->op == WarpOp::Wide             ? g->wide_name
@@ -616,8 +621,7 @@ static int release_wide(Worker& w, unsigned wi, Fiber* lanes, unsigned n) {
         io[l] = (void*)lanes[l].value;
     }
     if (n != 32) {
-        fail_block(w, "warp %u: %s needs all 32 lanes, but the warp has only %u threads", wi,
-                   lanes[0].wide_name, n);
+        fail_block(w, "warp %u: %s needs all 32 lanes, but the warp has only %u threads", wi, lanes[0].wide_name, n);
         return -1;
     }
     if (const char* error = lanes[0].wide_fn(io)) {
@@ -697,13 +701,12 @@ static int release_warp(Worker& w, unsigned wi) {
         const unsigned group = f.mask & present;
         if (f.op == WarpOp::Wide) return report_wide_divergence(w, wi, lanes, n, l);
         if (!((f.mask >> l) & 1u)) {
-            fail_block(w, "warp %u lane %u calls %s with mask 0x%08x that excludes itself", wi, l,
-                       op_name(f.op), f.mask);
+            fail_block(w, "warp %u lane %u calls %s with mask 0x%08x that excludes itself", wi, l, op_name(f.op),
+                       f.mask);
             return -1;
         }
         if (f.width < 1 || f.width > 32 || (f.width & (f.width - 1))) {
-            fail_block(w, "warp %u lane %u: %s width %d is not a power of two <= 32", wi, l,
-                       op_name(f.op), f.width);
+            fail_block(w, "warp %u lane %u: %s width %d is not a power of two <= 32", wi, l, op_name(f.op), f.width);
             return -1;
         }
         bool complete = true;
@@ -711,13 +714,15 @@ static int release_warp(Worker& w, unsigned wi) {
             if (!((group >> m) & 1u)) continue;
             const Fiber& g = lanes[m];
             if (g.state == FiberState::AtWarp && g.mask == f.mask && g.op == f.op) continue;
-            if (g.state == FiberState::Runnable) { complete = false; break; }
+            if (g.state == FiberState::Runnable) {
+                complete = false;
+                break;
+            }
             const char* where = g.state == FiberState::Done        ? "has exited"
                                 : g.state == FiberState::AtBarrier ? "waits at __syncthreads"
                                                                    : op_name(g.op);
-            fail_block(w, "warp %u: lane %u waits at %s(mask 0x%08x) but lane %u %s%s", wi, l,
-                       op_name(f.op), f.mask, m, where,
-                       g.state == FiberState::AtWarp ? " with another mask or operation" : "");
+            fail_block(w, "warp %u: lane %u waits at %s(mask 0x%08x) but lane %u %s%s", wi, l, op_name(f.op), f.mask, m,
+                       where, g.state == FiberState::AtWarp ? " with another mask or operation" : "");
             return -1;
         }
         if (!complete) continue;
@@ -735,8 +740,8 @@ static int release_warp(Worker& w, unsigned wi) {
                 default: {
                     unsigned src;
                     if (!shuffle_source(g, m, group, &src)) {
-                        fail_block(w, "warp %u lane %u: %s reads lane %u, which is not in mask 0x%08x",
-                                   wi, m, op_name(g.op), src, g.mask);
+                        fail_block(w, "warp %u lane %u: %s reads lane %u, which is not in mask 0x%08x", wi, m,
+                                   op_name(g.op), src, g.mask);
                         return -1;
                     }
                     g.result = lanes[src].value;
@@ -774,8 +779,8 @@ static Fiber* pick_next(Worker& w) {
             for (unsigned l = 0; l < n; l++) {
                 const Fiber& f = w.fibers[wi * 32 + l];
                 if (f.state == FiberState::AtWarp) {  // a group that can never complete
-                    fail_block(w, "warp %u lane %u waits at %s(mask 0x%08x) for lanes that never arrive",
-                               wi, l, op_name(f.op), f.mask);
+                    fail_block(w, "warp %u lane %u waits at %s(mask 0x%08x) for lanes that never arrive", wi, l,
+                               op_name(f.op), f.mask);
                     return nullptr;
                 }
             }
@@ -798,7 +803,8 @@ static Fiber* pick_next(Worker& w) {
         if (waiting == 0) return nullptr;
         if (done) {
             const uint3 t = w.fibers[first_done].tid;
-            fail_block(w, "divergent __syncthreads: %u of %u threads wait at the barrier, but %u "
+            fail_block(w,
+                       "divergent __syncthreads: %u of %u threads wait at the barrier, but %u "
                        "threads exited without reaching it (first: thread (%u,%u,%u))",
                        waiting, w.nthreads, done, t.x, t.y, t.z);
             return nullptr;
@@ -820,10 +826,8 @@ static Fiber* pick_next(Worker& w) {
 // Whoever jumps passes itself (a Fiber*, or nullptr for the scheduler) as data;
 // the side that wakes up stores the jumper's continuation there.
 static void on_resume(Worker& w, bctx::transfer_t t) {
-    if (t.data)
-        static_cast<Fiber*>(t.data)->ctx = t.fctx;
-    else
-        w.sched_ctx = t.fctx;
+    if (t.data) static_cast<Fiber*>(t.data)->ctx = t.fctx;
+    else w.sched_ctx = t.fctx;
 }
 
 #ifdef CPUCUDA_ASAN
@@ -832,8 +836,7 @@ static void asan_before_jump(Worker& w, Fiber* to, void** fake, bool dying) {
     if (to)
         __sanitizer_start_switch_fiber(dying ? nullptr : fake, w.stack_bottom[to->stack],
                                        (size_t)(w.stack_top[to->stack] - w.stack_bottom[to->stack]));
-    else
-        __sanitizer_start_switch_fiber(dying ? nullptr : fake, w.sched_stack_bottom, w.sched_stack_size);
+    else __sanitizer_start_switch_fiber(dying ? nullptr : fake, w.sched_stack_bottom, w.sched_stack_size);
 }
 #endif
 
@@ -967,8 +970,10 @@ void cp_async(void* dst, const void* src, unsigned bytes) {
     Fiber* self = static_cast<Fiber*>(tls_thread);
     if (!self) device_trap("cp.async outside a kernel");
     if (((uintptr_t)dst | (uintptr_t)src) % bytes) {
-        fail_block(*tls_worker, "thread (%u,%u,%u): cp.async of %u bytes from %p to %p: addresses must be "
-                   "%u-byte aligned", self->tid.x, self->tid.y, self->tid.z, bytes, src, dst, bytes);
+        fail_block(*tls_worker,
+                   "thread (%u,%u,%u): cp.async of %u bytes from %p to %p: addresses must be "
+                   "%u-byte aligned",
+                   self->tid.x, self->tid.y, self->tid.z, bytes, src, dst, bytes);
         return;
     }
     std::memset(dst, 0xFF, bytes);
@@ -1046,7 +1051,8 @@ static void run_block(Worker& w, LaunchState& L, uint64_t linear) {
     }
     w.free_stacks.clear();
     for (unsigned i = L.nthreads; i-- > 0;) w.free_stacks.push_back(i);  // stack 0 is taken first
-    if (config().schedule == Schedule::Random) w.rng.seed(config().seed * 0x9E3779B97F4A7C15ull + L.launch_id * 1000003ull + linear);
+    if (config().schedule == Schedule::Random)
+        w.rng.seed(config().seed * 0x9E3779B97F4A7C15ull + L.launch_id * 1000003ull + linear);
     order_warps(w);
     shuffle_lanes(w);
     w.warp_pos = 0;
@@ -1106,7 +1112,7 @@ static void work_on(LaunchState& L) {
 // function that every participating thread calls (the caller too); it takes
 // its share of the work itself (blocks of a launch, chunks of a parallel_for).
 class Pool {
-public:
+  public:
     explicit Pool(int helpers) {
         for (int i = 0; i < helpers; i++) threads_.emplace_back([this] { loop(); });
     }
@@ -1140,7 +1146,7 @@ public:
         job_ = nullptr;
     }
 
-private:
+  private:
     void loop() {
         uint64_t seen = 0;
         std::unique_lock<std::mutex> lock(m_);
@@ -1319,8 +1325,7 @@ static void execute(const LaunchSpec& spec, void (*run_thread)(void*), void* dat
     L.nthreads = spec.block.x * spec.block.y * spec.block.z;
     L.nblocks = (uint64_t)spec.grid.x * spec.grid.y * spec.grid.z;
     L.launch_id = launch_counter++;
-    if (L.nblocks == 1 || config().workers == 1)
-        work_on(L);
+    if (L.nblocks == 1 || config().workers == 1) work_on(L);
     else
         pool().run((unsigned)std::min<uint64_t>(config().workers - 1, L.nblocks - 1),
                    [](void* a) { work_on(*static_cast<LaunchState*>(a)); }, &L);
@@ -1476,8 +1481,14 @@ cudaError_t cudaDeviceSynchronize(void) {
     return cpucuda::take_pending();
 }
 cudaError_t cudaDeviceReset(void) { return cudaSuccess; }
-cudaError_t cudaDriverGetVersion(int* v) { *v = CUDART_VERSION; return cudaSuccess; }
-cudaError_t cudaRuntimeGetVersion(int* v) { *v = CUDART_VERSION; return cudaSuccess; }
+cudaError_t cudaDriverGetVersion(int* v) {
+    *v = CUDART_VERSION;
+    return cudaSuccess;
+}
+cudaError_t cudaRuntimeGetVersion(int* v) {
+    *v = CUDART_VERSION;
+    return cudaSuccess;
+}
 
 // The virtual device's occupancy: what threads per SM (2048) and shared
 // memory allow, capped at CPUCUDA_BLOCKS_PER_SM (4). Grids sized from it stay
@@ -1524,7 +1535,8 @@ cudaError_t cudaMalloc(void** p, size_t size) {
         madvise(m, size, MADV_HUGEPAGE);
     } else
 #endif
-    if (posix_memalign(&m, 256, size) != 0) return record(cudaErrorMemoryAllocation);
+        if (posix_memalign(&m, 256, size) != 0)
+        return record(cudaErrorMemoryAllocation);
     if (config().initcheck) cpucuda::poison(m, size);
     cpucuda::device_allocs[(uintptr_t)m] = size;
     cpucuda::mem_in_use += size;
@@ -1595,7 +1607,9 @@ static cudaError_t check_copy(void* dst, const void* src, size_t n, cudaMemcpyKi
 cudaError_t cudaMemcpy(void* dst, const void* src, size_t n, cudaMemcpyKind kind) {
     cudaError_t e = check_copy(dst, src, n, kind);
     if (e != cudaSuccess) return e;
-    cpucuda::enqueue(nullptr, [=] { if (n) memmove(dst, src, n); });  // the legacy stream: runs now
+    cpucuda::enqueue(nullptr, [=] {
+        if (n) memmove(dst, src, n);
+    });  // the legacy stream: runs now
     return cpucuda::take_pending();  // synchronising, like the real cudaMemcpy
 }
 // Copies that involve pageable host memory complete before returning (CUDA

@@ -40,9 +40,7 @@ static std::vector<CUstream_st*> streams;  // live created streams, in creation 
 static uint64_t next_seq = 0;
 
 // The legacy default stream (0, cudaStreamLegacy, cudaStreamPerThread).
-static bool is_legacy(cudaStream_t s) {
-    return s == nullptr || s == cudaStreamLegacy || s == cudaStreamPerThread;
-}
+static bool is_legacy(cudaStream_t s) { return s == nullptr || s == cudaStreamLegacy || s == cudaStreamPerThread; }
 
 static void run_op(StreamOp& op) {
     if (op.work) op.work();
@@ -115,10 +113,8 @@ void run_after_dependencies(cudaStream_t stream, std::function<void()> work) {
 void synchronize_stream(cudaStream_t stream) {
     if (!streams_deferred()) return;
     std::lock_guard<std::recursive_mutex> lock(stream_mutex);
-    if (is_legacy(stream))
-        run_all();
-    else
-        run_through(stream, UINT64_MAX);
+    if (is_legacy(stream)) run_all();
+    else run_through(stream, UINT64_MAX);
 }
 
 void synchronize_device() {

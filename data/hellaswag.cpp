@@ -30,18 +30,17 @@ struct Item {
 };
 
 void usage(FILE* f) {
-    fprintf(f,
-            "usage: hellaswag --input FILE --out FILE.bin [options]\n"
-            "Builds llm.c's HellaSwag eval file (GPT-2 tokens) from the official jsonl (ctx, endings,\n"
-            "label) or the 6-lines-per-item text form (context, label 0..3, four endings).\n"
-            "  --input FILE        *.jsonl: jsonl; anything else: the text form (or --format)\n"
-            "  --out FILE          the eval .bin to write\n"
-            "  --format jsonl|text input format (default: from the file name)\n"
-            "  --gpt2-dir DIR      encoder.json + vocab.bpe (default: data/gpt2, $SHARED_DATA/gpt2,\n"
-            "                      ../shared/data/gpt2)\n"
-            "  --tokenizer FILE    an llm.c tokenizer .bin instead\n"
-            "  --threads N         encoding threads (default: all CPUs)\n"
-            "  --limit N           only the first N items\n");
+    fprintf(f, "usage: hellaswag --input FILE --out FILE.bin [options]\n"
+               "Builds llm.c's HellaSwag eval file (GPT-2 tokens) from the official jsonl (ctx, endings,\n"
+               "label) or the 6-lines-per-item text form (context, label 0..3, four endings).\n"
+               "  --input FILE        *.jsonl: jsonl; anything else: the text form (or --format)\n"
+               "  --out FILE          the eval .bin to write\n"
+               "  --format jsonl|text input format (default: from the file name)\n"
+               "  --gpt2-dir DIR      encoder.json + vocab.bpe (default: data/gpt2, $SHARED_DATA/gpt2,\n"
+               "                      ../shared/data/gpt2)\n"
+               "  --tokenizer FILE    an llm.c tokenizer .bin instead\n"
+               "  --threads N         encoding threads (default: all CPUs)\n"
+               "  --limit N           only the first N items\n");
 }
 
 std::vector<std::string_view> split_lines(const std::string& text) {
@@ -162,8 +161,8 @@ int run(int argc, char** argv) {
         if (gpt2_dir.empty()) fail(llmc::GPT2_DIR_NOT_FOUND);
         tok.load_gpt2(gpt2_dir + "/encoder.json", gpt2_dir + "/vocab.bpe");
     }
-    if (tok.vocab_size() > 65535) fail("the eval format holds uint16 tokens; this vocabulary has " +
-                                       std::to_string(tok.vocab_size()));
+    if (tok.vocab_size() > 65535)
+        fail("the eval format holds uint16 tokens; this vocabulary has " + std::to_string(tok.vocab_size()));
 
     // encode every context and " " + ending in one parallel batch
     std::vector<std::string> strs;
@@ -190,8 +189,9 @@ int run(int argc, char** argv) {
             ex.insert(ex.end(), e.begin(), e.end());
         }
         size_t bytes = ex.size() * 2;
-        if (bytes > 65535) fail(input + ": item " + std::to_string(i) + " is " + std::to_string(bytes) +
-                                " bytes; the format holds at most 65,535");
+        if (bytes > 65535)
+            fail(input + ": item " + std::to_string(i) + " is " + std::to_string(bytes) +
+                 " bytes; the format holds at most 65,535");
         ex[1] = (uint16_t)bytes;
         longest = std::max(longest, bytes);
         data.insert(data.end(), ex.begin(), ex.end());

@@ -74,8 +74,8 @@ long long parse_count(const std::string& opt, const char* v, long long lo, long 
     errno = 0;
     long long x = strtoll(v, &end, 10);
     if (errno || !end || *end || end == v || x < lo || x > hi)
-        fail("option " + opt + ": expected an integer in " + std::to_string(lo) + ".." +
-             std::to_string(hi) + ", got \"" + v + "\"");
+        fail("option " + opt + ": expected an integer in " + std::to_string(lo) + ".." + std::to_string(hi) +
+             ", got \"" + v + "\"");
     return x;
 }
 
@@ -236,8 +236,8 @@ struct Stats {
 };
 
 // JSONL: one document per line, streamed in blocks; lines parse on the worker threads.
-void process_jsonl(const std::string& path, const Options& opt, const llmc::Tokenizer& tok,
-                   llmc::ParallelEncoder& enc, ShardWriter& sw, Stats& st) {
+void process_jsonl(const std::string& path, const Options& opt, const llmc::Tokenizer& tok, llmc::ParallelEncoder& enc,
+                   ShardWriter& sw, Stats& st) {
     std::string why;
     FILE* f = fopen_regular_file(path.c_str(), &why);
     if (!f) fail(path + ": cannot open: " + why);
@@ -308,8 +308,7 @@ void process_jsonl(const std::string& path, const Options& opt, const llmc::Toke
         });
         std::vector<std::string_view> docs;
         for (size_t i = 0; i < lines.size(); i++) {
-            if (!errs[i].empty())
-                fail(path + ":" + std::to_string(line_no + i + 1) + ": " + errs[i]);
+            if (!errs[i].empty()) fail(path + ":" + std::to_string(line_no + i + 1) + ": " + errs[i]);
             if (has[i]) docs.push_back(texts[i]);
         }
         line_no += lines.size();
@@ -356,8 +355,7 @@ class MappedFile {
     size_t size_ = 0;
 };
 
-void process_text(const std::string& path, const Options& opt, llmc::ParallelEncoder& enc,
-                  ShardWriter& sw, Stats& st) {
+void process_text(const std::string& path, const Options& opt, llmc::ParallelEncoder& enc, ShardWriter& sw, Stats& st) {
     MappedFile file(path);
     std::string_view all = file.view();
     st.files++;
@@ -436,8 +434,7 @@ int run(int argc, char** argv) {
         else if (a == "--split-on") {
             opt.split_on = value();
             if (opt.split_on.empty()) fail("--split-on needs a non-empty separator");
-        }
-        else if (a == "--shard-size") opt.shard_size = parse_count(a, value(), 1, INT32_MAX);
+        } else if (a == "--shard-size") opt.shard_size = parse_count(a, value(), 1, INT32_MAX);
         else if (a == "--val-tokens") opt.val_tokens = parse_count(a, value(), 0, INT32_MAX);
         else if (a == "--threads") opt.threads = (int)parse_count(a, value(), 1, 1024);
         else if (a == "--gpt2-dir") opt.gpt2_dir = value();
@@ -505,16 +502,13 @@ int run(int argc, char** argv) {
         double enc_s = std::chrono::duration<double>(t2 - t1).count();
         printf("prepro: %zu file(s), %s documents, %s bytes -> %s tokens (%s val, %s train) in %.2f s "
                "(tokenizer load %.2f s; %.1f MB/s on %d thread(s))\n",
-               st.files, with_commas(st.docs).c_str(), with_commas(st.bytes).c_str(),
-               with_commas(sw.total()).c_str(), with_commas(sw.val_written()).c_str(),
-               with_commas(sw.total() - sw.val_written()).c_str(), enc_s,
-               std::chrono::duration<double>(t1 - t0).count(), st.bytes / 1e6 / std::max(enc_s, 1e-9),
-               opt.threads);
-        printf("  vocabulary %d (%s pattern, %s shards); each document starts with token %d (%s)\n",
-               tok.vocab_size(), llmc::pattern_name(tok.pattern()), wide ? "uint32" : "uint16", tok.doc_token(),
+               st.files, with_commas(st.docs).c_str(), with_commas(st.bytes).c_str(), with_commas(sw.total()).c_str(),
+               with_commas(sw.val_written()).c_str(), with_commas(sw.total() - sw.val_written()).c_str(), enc_s,
+               std::chrono::duration<double>(t1 - t0).count(), st.bytes / 1e6 / std::max(enc_s, 1e-9), opt.threads);
+        printf("  vocabulary %d (%s pattern, %s shards); each document starts with token %d (%s)\n", tok.vocab_size(),
+               llmc::pattern_name(tok.pattern()), wide ? "uint32" : "uint16", tok.doc_token(),
                tok.token_bytes(tok.doc_token()).c_str());
-        for (const auto& s : sw.shards())
-            printf("  %s: %s tokens\n", s.path.c_str(), with_commas(s.tokens).c_str());
+        for (const auto& s : sw.shards()) printf("  %s: %s tokens\n", s.path.c_str(), with_commas(s.tokens).c_str());
     }
     return 0;
 }

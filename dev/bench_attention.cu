@@ -89,7 +89,9 @@ static double mean_abs_finite(const T* d, size_t n, const char* what) {
     return sum / n;
 }
 
-struct Shape { int B, T, NH, HS, NKV; };
+struct Shape {
+    int B, T, NH, HS, NKV;
+};
 
 // "NH=12" for multi-head attention, "NH=32 NKV=8" for grouped-query attention
 static std::string heads(const Shape& s) {
@@ -150,11 +152,12 @@ static void bench_shape(const Shape& s, int iters, cudaStream_t stream) {
     masked();
     const double masked_ms = time_ms(masked, iters, stream);
     printf("attention llmc B=%d T=%d %s HS=%d documents of mean length %d: forward+backward %.3f ms, %.2f of the "
-           "causal time\n", s.B, s.T, heads(s).c_str(), s.HS, std::max(1, s.T / 8), masked_ms,
-           masked_ms / (fwd_ms + bwd_ms));
+           "causal time\n",
+           s.B, s.T, heads(s).c_str(), s.HS, std::max(1, s.T / 8), masked_ms, masked_ms / (fwd_ms + bwd_ms));
     cudaCheck(cudaFree(docs));
 
-    for (void* p : {(void*)qkv, (void*)dout, (void*)out, (void*)dqkv, (void*)lse, (void*)scratch}) cudaCheck(cudaFree(p));
+    for (void* p : {(void*)qkv, (void*)dout, (void*)out, (void*)dqkv, (void*)lse, (void*)scratch})
+        cudaCheck(cudaFree(p));
 }
 
 static int bench(int argc, char** argv) {

@@ -106,7 +106,8 @@ static int bench(int argc, char** argv) {
 #else
     size_t free_bytes = 0, total_bytes = 0;
     cudaCheck(cudaMemGetInfo(&free_bytes, &total_bytes));
-    printf("device memory in use: %.1f MiB of %.1f MiB\n", (total_bytes - free_bytes) / 1048576.0, total_bytes / 1048576.0);
+    printf("device memory in use: %.1f MiB of %.1f MiB\n", (total_bytes - free_bytes) / 1048576.0,
+           total_bytes / 1048576.0);
 #endif
     print_roofline(step_families(c, B, T), B, T, false, nullptr);
     free_model(&model);

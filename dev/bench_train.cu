@@ -43,8 +43,8 @@ static std::vector<Family> step_families(GPT2* m) {
     const bool fused = m->gelu_fusion == 2;
     std::vector<MatmulShape> per_layer;
     for (auto& sh : shapes) per_layer.push_back({(double)sh[0], (double)sh[1]});
-    Family matmuls = matmul_family(fused ? "matmuls (cuBLASLt, GELU fused)" : "matmuls (cuBLASLt)", per_layer, l, bt, C,
-                                   Vp, X);
+    Family matmuls =
+        matmul_family(fused ? "matmuls (cuBLASLt, GELU fused)" : "matmuls (cuBLASLt)", per_layer, l, bt, C, Vp, X);
     if (fused) matmuls.bytes += l * 2 * bt * 4 * C * X;
     std::vector<Family> families = {
         {matmuls.name, matmuls.flops, matmuls.bytes,
@@ -52,22 +52,27 @@ static std::vector<Family> step_families(GPT2* m) {
              for (int k = 0; k < L; k++)
                  for (int i = 0; i < 4; i++) {
                      const int ic = shapes[i][0], oc = shapes[i][1];
-                     if (fused && i == 2) matmul_forward_gelu(a.fch_gelu, a.fch, a.ln2, p.fcw, p.fcb, BT, ic, oc, true, st);
+                     if (fused && i == 2)
+                         matmul_forward_gelu(a.fch_gelu, a.fch, a.ln2, p.fcw, p.fcb, BT, ic, oc, true, st);
                      else matmul_forward(a.fch, a.fch_gelu, p.fcw, p.fcb, BT, ic, oc, st);
                      if (fused && i == 3)
-                         matmul_backward_gelu(s.dwide, g.fcw, g.fcb, s.reduce, a.fch, a.fch_gelu, a.fch, p.fcw, BT, ic, oc,
-                                              true, st);
+                         matmul_backward_gelu(s.dwide, g.fcw, g.fcb, s.reduce, a.fch, a.fch_gelu, a.fch, p.fcw, BT, ic,
+                                              oc, true, st);
                      else matmul_backward(s.dwide, g.fcw, g.fcb, s.reduce, a.fch, a.fch_gelu, p.fcw, BT, ic, oc, st);
                  }
              matmul_forward(a.logits, a.lnf, p.wte, nullptr, BT, C, Vp, st);
              matmul_backward(s.dnarrow, g.wte, nullptr, s.reduce, a.logits, a.lnf, p.wte, BT, C, Vp, st);
          }},
         {"attention forward", l * 2 * attn_unit, l * (3 * bt * C * X + bt * C * X + bt * NH * 4),
-         [=] { for (int k = 0; k < L; k++) attention_forward(a.atty, a.att_lse, a.qkv, nullptr, B, T, NH, NH, HS, st); }},
-        {"attention backward", l * 7 * attn_unit, l * (3 * bt * C * X + 2 * bt * C * X + 3 * bt * C * X + 2 * bt * NH * 4),
+         [=] {
+             for (int k = 0; k < L; k++) attention_forward(a.atty, a.att_lse, a.qkv, nullptr, B, T, NH, NH, HS, st);
+         }},
+        {"attention backward", l * 7 * attn_unit,
+         l * (3 * bt * C * X + 2 * bt * C * X + 3 * bt * C * X + 2 * bt * NH * 4),
          [=] {
              for (int k = 0; k < L; k++)
-                 attention_backward(s.dwide, s.reduce, s.dnarrow, a.qkv, a.atty, a.att_lse, nullptr, B, T, NH, NH, HS, st);
+                 attention_backward(s.dwide, s.reduce, s.dnarrow, a.qkv, a.atty, a.att_lse, nullptr, B, T, NH, NH, HS,
+                                    st);
          }},
         {"layernorm forward (+ residual)", 0, (2 * l + 1) * 4 * bt * C * X,
          [=] {
@@ -91,8 +96,8 @@ static std::vector<Family> step_families(GPT2* m) {
         {"AdamW + global norm + zeroing", 0, n * (30 + 4 + 4),
          [=] {
              global_norm_squared(&m->stats->grad_norm_squared, s.reduce, m->grads_memory, m->num_parameters, st);
-             adamw_update(m->params_memory, m->master_weights, m->grads_memory, m->adam_m, m->adam_v,
-                          m->num_parameters, 1e-4f, 0.9f, 0.95f, 1e-8f, 0.0f, 1, 0.0f, nullptr, 1, 0, st);
+             adamw_update(m->params_memory, m->master_weights, m->grads_memory, m->adam_m, m->adam_v, m->num_parameters,
+                          1e-4f, 0.9f, 0.95f, 1e-8f, 0.0f, 1, 0.0f, nullptr, 1, 0, st);
              cudaCheck(cudaMemsetAsync(m->grads_memory, 0, m->num_parameters * sizeof(float), st));
          }},
     };
@@ -123,8 +128,8 @@ static void print_host_time(const int* tokens, int B, int T, double device_ms, d
         std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return tokens[a] < tokens[b]; });
     });
     printf("host: %.2f ms/step of wall time beyond the device's %.2f; the encoder plan %.3f ms (a stable sort of "
-           "the %d ids: %.3f ms, %.1fx)\n", std::max(0.0, wall_ms - device_ms), device_ms, counting, BT, sorting,
-           sorting / std::max(counting, 1e-9));
+           "the %d ids: %.3f ms, %.1fx)\n",
+           std::max(0.0, wall_ms - device_ms), device_ms, counting, BT, sorting, sorting / std::max(counting, 1e-9));
 }
 
 // ms per step over `steps` steps after one warm-up step (the first touch of
@@ -150,7 +155,8 @@ static double time_steps(GPT2* model, const StepBatch& batch, int steps, bool pr
     cudaCheck(cudaEventRecord(end, model->stream));
     cudaCheck(cudaEventSynchronize(end));
     if (wall_ms)
-        *wall_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - wall_start).count() / steps;
+        *wall_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - wall_start).count() /
+                   steps;
     float ms = 0;
     cudaCheck(cudaEventElapsedTime(&ms, start, end));
     cudaCheck(cudaEventDestroy(start));
@@ -190,9 +196,10 @@ static int bench(int argc, char** argv) {
     // 6 FLOPs per parameter per token (forward + backward) plus attention
     const double flops_per_token = 6.0 * model.num_parameters + 6.0 * c.num_layers * c.channels * T;
     const double achieved_tflops = flops_per_token * tokens_per_s / 1e12;
-    printf("model %s (%zu parameters), B=%d T=%d, %s, -ge %d: %.1f ms/step, %.0f tok/s, %.2f TFLOP/s, MFU %.1f%% of %.0f TFLOP/s\n",
-           descriptor, model.num_parameters, B, T, PRECISION_NAME, default_fusion, step_ms, tokens_per_s, achieved_tflops,
-           100.0 * achieved_tflops / peak_tflops, peak_tflops);
+    printf("model %s (%zu parameters), B=%d T=%d, %s, -ge %d: %.1f ms/step, %.0f tok/s, %.2f TFLOP/s, MFU %.1f%% of "
+           "%.0f TFLOP/s\n",
+           descriptor, model.num_parameters, B, T, PRECISION_NAME, default_fusion, step_ms, tokens_per_s,
+           achieved_tflops, 100.0 * achieved_tflops / peak_tflops, peak_tflops);
     printf("-ge %d: %.1f ms/step; -ge 2 is %.2fx the speed of -ge 0\n", other_fusion, other_ms,
            default_fusion == 2 ? other_ms / step_ms : step_ms / other_ms);
     print_host_time(tokens.data(), B, T, step_ms, wall_ms);
@@ -205,15 +212,18 @@ static int bench(int argc, char** argv) {
            1000 * (total - gemm - kernels) / steps, 100 * (total - gemm - kernels) / total);
     int shown = 0;
     for (const auto& e : cpucuda::profile())
-        if (shown++ < 8) printf("  %-44s %7.1f ms/step %5.1f%%\n", e.name.c_str(), 1000 * e.seconds / steps, 100 * e.seconds / total);
+        if (shown++ < 8)
+            printf("  %-44s %7.1f ms/step %5.1f%%\n", e.name.c_str(), 1000 * e.seconds / steps,
+                   100 * e.seconds / total);
     printf("peak device memory: %.1f MiB\n", cpucuda::memory_stats().peak / 1048576.0);
 #else
     size_t free_bytes = 0, total_bytes = 0;
     cudaCheck(cudaMemGetInfo(&free_bytes, &total_bytes));
-    printf("device memory in use: %.1f MiB of %.1f MiB\n", (total_bytes - free_bytes) / 1048576.0, total_bytes / 1048576.0);
+    printf("device memory in use: %.1f MiB of %.1f MiB\n", (total_bytes - free_bytes) / 1048576.0,
+           total_bytes / 1048576.0);
 #endif
-    print_roofline(step_families(&model), model.B, model.T, getenv("BENCH_FAMILIES") && atoi(getenv("BENCH_FAMILIES")) == 1,
-                   model.stream);
+    print_roofline(step_families(&model), model.B, model.T,
+                   getenv("BENCH_FAMILIES") && atoi(getenv("BENCH_FAMILIES")) == 1, model.stream);
     free_model(&model);
     matmul_teardown();
     return 0;

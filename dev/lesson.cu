@@ -28,8 +28,8 @@ static void first_batch(DataPacking packing, std::vector<int>* x, std::vector<in
                         MARKOV_DEFAULT_VOCAB);
     DataLoader loader;
     // the corpus's documents start at its EOT, V-1
-    dataloader_init(&loader, markov_corpus_train_path(CORPUS).c_str(), SEQUENCES, T, 0, 1, MARKOV_DEFAULT_VOCAB,
-                    false, 1337, packing, MARKOV_DEFAULT_VOCAB - 1);
+    dataloader_init(&loader, markov_corpus_train_path(CORPUS).c_str(), SEQUENCES, T, 0, 1, MARKOV_DEFAULT_VOCAB, false,
+                    1337, packing, MARKOV_DEFAULT_VOCAB - 1);
     dataloader_next_batch(&loader);
     x->assign(loader.inputs, loader.inputs + SEQUENCES * T);
     y->assign(loader.targets, loader.targets + SEQUENCES * T);
@@ -98,7 +98,8 @@ static void normalisation() {
                "\"loss_global\": %.9g, \"loss_mean_of_means\": %.9g, \"grad_err_global\": %.3e, "
                "\"grad_err_mean_of_means\": %.3e}\n",
                packing == DataPacking::Packed ? "packed" : "slots", counts.c_str(), batch.global_targets, loss_ref,
-               loss_right, loss_wrong, max_abs_diff(right, ref) / max_abs(ref), max_abs_diff(wrong, ref) / max_abs(ref));
+               loss_right, loss_wrong, max_abs_diff(right, ref) / max_abs(ref),
+               max_abs_diff(wrong, ref) / max_abs(ref));
     }
 }
 
@@ -130,16 +131,16 @@ static void frozen() {
         accumulate_gradients(m, StepBatch{x.data() + i * micro, y.data() + i * micro, 1, G});
         const std::vector<float> g = to_host(m->grads_memory, m->num_parameters);
         printf("{\"claim\": 3, \"after\": \"micro-batch %d of %d\", \"weight_change\": %.3e, \"state_change\": %.3e, "
-               "\"adam_steps\": %d, \"grad_max\": %.6e}\n", i + 1, A,
-               max_abs_diff(to_host(m->params_memory, m->num_parameters), w0), max_abs_diff(optimizer_view(m), state0),
-               m->adam_step, max_abs(g));
+               "\"adam_steps\": %d, \"grad_max\": %.6e}\n",
+               i + 1, A, max_abs_diff(to_host(m->params_memory, m->num_parameters), w0),
+               max_abs_diff(optimizer_view(m), state0), m->adam_step, max_abs(g));
     }
     const std::vector<float> grad = to_host(m->grads_memory, m->num_parameters);
     update_parameters(m, m->scratch.reduce, 1e-3f, opt);
     const std::vector<float> w1 = to_host(m->params_memory, m->num_parameters);
     printf("{\"claim\": 3, \"after\": \"update_parameters\", \"weight_change\": %.3e, \"state_change\": %.3e, "
-           "\"adam_steps\": %d, \"grad_max\": %.6e}\n", max_abs_diff(w1, w0), max_abs_diff(optimizer_view(m), state0),
-           m->adam_step, max_abs(grad));
+           "\"adam_steps\": %d, \"grad_max\": %.6e}\n",
+           max_abs_diff(w1, w0), max_abs_diff(optimizer_view(m), state0), m->adam_step, max_abs(grad));
     // the same 4 micro-batches with the optimizer stepping after each (4 steps of B = 2)
     GPT2* eager = new_model(B, 1);
     for (int i = 0; i < A; i++)
@@ -150,8 +151,8 @@ static void frozen() {
     train_step(whole, whole_batch(whole, x.data(), y.data(), A), 1e-3f, opt);
     const std::vector<float> w_whole = to_host(whole->params_memory, whole->num_parameters);
     printf("{\"claim\": 3, \"update_size\": %.3e, \"diff_train_step\": %.3e, \"diff_step_per_micro_batch\": %.3e, "
-           "\"adam_steps_per_micro_batch\": %d}\n", max_abs_diff(w1, w0), max_abs_diff(w_whole, w1),
-           max_abs_diff(w_eager, w1), eager->adam_step);
+           "\"adam_steps_per_micro_batch\": %d}\n",
+           max_abs_diff(w1, w0), max_abs_diff(w_whole, w1), max_abs_diff(w_eager, w1), eager->adam_step);
 }
 
 // Claim 6. Per optimizer step, the collectives the CPU runtime's NCCL ran:
@@ -182,8 +183,8 @@ static void bytes(int argc, char** argv) {
             }
             if (dist.rank == 0)
                 printf("{\"claim\": 6, \"N\": %d, \"zero\": %d, \"A\": %d, \"B\": %d, \"gradient_bytes\": %zu, "
-                       "\"calls\": {%s}, \"bytes\": {%s}}\n", N, zero, A, B, m->num_parameters * sizeof(float),
-                       calls.c_str(), sent.c_str());
+                       "\"calls\": {%s}, \"bytes\": {%s}}\n",
+                       N, zero, A, B, m->num_parameters * sizeof(float), calls.c_str(), sent.c_str());
             free_model(m);
             delete m;
         }

@@ -27,7 +27,8 @@ static int logits_main(int argc, char** argv) {
     Llama3 model;
     init_from_model_file(&model, argv[1]);
     const int V = model.config.V, Vp = padded_vocab(model.config), T = argc - 3;
-    if (T > model.config.max_seq_len) llmc::failf("%d tokens: more than the model's %d positions", T, model.config.max_seq_len);
+    if (T > model.config.max_seq_len)
+        llmc::failf("%d tokens: more than the model's %d positions", T, model.config.max_seq_len);
     std::vector<int> tokens(T), targets(T, -1);
     for (int t = 0; t < T; t++) tokens[t] = parse_token(argv[3 + t], V);
     allocate_activations(&model, 1, T, 1);

@@ -21,10 +21,9 @@
 // either way, so the result does not depend on N.
 template <int N>
 __global__ void adamw_kernel(floatX* __restrict__ params, float* __restrict__ master, const float* __restrict__ grads,
-                             float* __restrict__ m, float* __restrict__ v, size_t n,
-                             float decay, float one_minus_beta1, float beta2, float one_minus_beta2, float eps,
-                             float step_size, float bc2_sqrt, float grad_clip, const float* grad_norm_squared,
-                             uint32_t seed, size_t index_offset) {
+                             float* __restrict__ m, float* __restrict__ v, size_t n, float decay, float one_minus_beta1,
+                             float beta2, float one_minus_beta2, float eps, float step_size, float bc2_sqrt,
+                             float grad_clip, const float* grad_norm_squared, uint32_t seed, size_t index_offset) {
     // a non-finite gradient (an overflow, a bad batch) leaves the weights and
     // moments as they were: the trainer then stops, or skips the step
     if (grad_norm_squared && !isfinite(*grad_norm_squared)) return;

@@ -88,10 +88,10 @@ constexpr int WARPS = 4, THREADS = 32 * WARPS, ROWS = 16 * WARPS;  // rows a blo
 template <int HS>
 struct Tiles {
     static_assert(HS % 16 == 0 && HS <= 128, "attention: HS must be a multiple of 16, at most 128");
-    static constexpr int LD = HS + 8;                  // shared-memory row stride (bf16)
-    static constexpr int KV_FWD = 64;                  // keys per tile: forward
-    static constexpr int KV_DQ = HS <= 64 ? 64 : 32;   // keys per tile: dQ
-    static constexpr int Q_DKV = HS <= 64 ? 32 : 16;   // queries per tile: dK/dV
+    static constexpr int LD = HS + 8;  // shared-memory row stride (bf16)
+    static constexpr int KV_FWD = 64;  // keys per tile: forward
+    static constexpr int KV_DQ = HS <= 64 ? 64 : 32;  // keys per tile: dQ
+    static constexpr int Q_DKV = HS <= 64 ? 32 : 16;  // queries per tile: dK/dV
     // bytes of dynamic shared memory per kernel
     static constexpr size_t fwd_bytes = (size_t)(ROWS + 4 * KV_FWD) * LD * sizeof(bf16);
     static constexpr size_t dq_bytes = (size_t)(2 * ROWS + 4 * KV_DQ) * LD * sizeof(bf16);
@@ -154,7 +154,8 @@ __device__ __forceinline__ void load_b_kn(uint32_t (&b)[4], const bf16* tile, in
     const int lane = threadIdx.x % 32;
     ldmatrix_trans<4>(b, tile + (k0 + ((lane / 8) % 2) * 8 + lane % 8) * Tiles<HS>::LD + n0 + (lane / 16) * 8);
 }
-__device__ __forceinline__ void mma_pair(float (&c0)[4], float (&c1)[4], const uint32_t (&a)[4], const uint32_t (&b)[4]) {
+__device__ __forceinline__ void mma_pair(float (&c0)[4], float (&c1)[4], const uint32_t (&a)[4],
+                                         const uint32_t (&b)[4]) {
     mma_bf16_16816(c0, a, {b[0], b[1]});
     mma_bf16_16816(c1, a, {b[2], b[3]});
 }
@@ -176,8 +177,8 @@ __device__ __forceinline__ void a_fragment(uint32_t (&out)[4], const bf16* rows1
 // S = Q K^T, dP = dO V^T and their transposes. Only 16-column steps from
 // `first` to `steps` - 1 are computed (causal skipping); the others stay as they were.
 template <int HS, int N, class ASource>
-__device__ __forceinline__ void mma_a_tileT(float (&acc)[N / 8][4], const ASource& a_src, const bf16* tile,
-                                            int first, int steps) {
+__device__ __forceinline__ void mma_a_tileT(float (&acc)[N / 8][4], const ASource& a_src, const bf16* tile, int first,
+                                            int steps) {
 #pragma unroll
     for (int kk = 0; kk < HS / 16; kk++) {
         uint32_t a[4];
@@ -300,13 +301,13 @@ __device__ __forceinline__ void store_rows(bf16* dst, size_t stride, const float
 // The dQ kernel below pairs its blocks the same way.
 template <int HS, bool DOCS>
 __global__ void __launch_bounds__(THREADS)
-attention_forward_kernel(bf16* out, float* lse, const bf16* qkv, const int2* docs, int T, int NH, int NKV) {
+    attention_forward_kernel(bf16* out, float* lse, const bf16* qkv, const int2* docs, int T, int NH, int NKV) {
     using Tl = Tiles<HS>;
     constexpr int KV = Tl::KV_FWD, LD = Tl::LD;
     extern __shared__ uint4 attn_tiles[];
     bf16* q_tile = reinterpret_cast<bf16*>(attn_tiles);  // ROWS x LD
-    bf16* k_tiles = q_tile + ROWS * LD;                    // 2 x KV x LD
-    bf16* v_tiles = k_tiles + 2 * KV * LD;                 // 2 x KV x LD
+    bf16* k_tiles = q_tile + ROWS * LD;  // 2 x KV x LD
+    bf16* v_tiles = k_tiles + 2 * KV * LD;  // 2 x KV x LD
 
     const int C = NH * HS, bh = blockIdx.x, b = bh / NH, h = bh % NH, kvh = h / (NH / NKV);
     const int q0 = (gridDim.y - 1 - blockIdx.y) * ROWS;
@@ -372,8 +373,7 @@ attention_forward_kernel(bf16* out, float* lse, const bf16* qkv, const int2* doc
                 for (int e = 2 * r; e < 2 * r + 2; e++) {
                     // key k0 + 2t + j, j = 8n + e%2: the bounds moved to j's side stay per-tile constants
                     const int j = 8 * n + e % 2, off = k0 + 2 * t;
-                    const bool seen =
-                        n < 2 * steps && j <= row - off && (!DOCS || j >= doc.row_start[r] - off);
+                    const bool seen = n < 2 * steps && j <= row - off && (!DOCS || j >= doc.row_start[r] - off);
                     if (MASKED) s[n][e] = seen ? s[n][e] : -INFINITY;
                     mx = fmaxf(mx, s[n][e]);
                 }
@@ -427,15 +427,15 @@ attention_forward_kernel(bf16* out, float* lse, const bf16* qkv, const int2* doc
 // Backward (1): dQ, and D for the dK/dV kernel. Block: 64 query rows, as the forward.
 template <int HS, bool DOCS>
 __global__ void __launch_bounds__(THREADS)
-attention_backward_dq_kernel(bf16* dqkv, float* Dvec, const bf16* dout, const bf16* qkv, const bf16* out,
-                             const float* lse, const int2* docs, int T, int NH, int NKV) {
+    attention_backward_dq_kernel(bf16* dqkv, float* Dvec, const bf16* dout, const bf16* qkv, const bf16* out,
+                                 const float* lse, const int2* docs, int T, int NH, int NKV) {
     using Tl = Tiles<HS>;
     constexpr int KV = Tl::KV_DQ, LD = Tl::LD;
     extern __shared__ uint4 attn_tiles[];
     bf16* q_tile = reinterpret_cast<bf16*>(attn_tiles);  // ROWS x LD
-    bf16* do_tile = q_tile + ROWS * LD;                    // ROWS x LD
-    bf16* k_tiles = do_tile + ROWS * LD;                   // 2 x KV x LD
-    bf16* v_tiles = k_tiles + 2 * KV * LD;                 // 2 x KV x LD
+    bf16* do_tile = q_tile + ROWS * LD;  // ROWS x LD
+    bf16* k_tiles = do_tile + ROWS * LD;  // 2 x KV x LD
+    bf16* v_tiles = k_tiles + 2 * KV * LD;  // 2 x KV x LD
 
     const int C = NH * HS, bh = blockIdx.x, b = bh / NH, h = bh % NH, kvh = h / (NH / NKV);
     const int q0 = (gridDim.y - 1 - blockIdx.y) * ROWS;
@@ -474,7 +474,10 @@ attention_backward_dq_kernel(bf16* dqkv, float* Dvec, const bf16* dout, const bf
             const bf16* do_row = do_tile + (16 * warp + i) * LD + (lane % 2) * (HS / 2);
 #pragma unroll
             for (int c = 0; c < HS / 2; c += 8) {
-                union { uint4 v; bf16 e[8]; } o8;  // one 16-byte load of 8 bf16
+                union {
+                    uint4 v;
+                    bf16 e[8];
+                } o8;  // one 16-byte load of 8 bf16
                 o8.v = *reinterpret_cast<const uint4*>(o_row + c);
 #pragma unroll
                 for (int e = 0; e < 8; e++) d += __bfloat162float(o8.e[e]) * __bfloat162float(do_row[c + e]);
@@ -542,18 +545,18 @@ attention_backward_dq_kernel(bf16* dqkv, float* Dvec, const bf16* dout, const bf
 // (no bound) elsewhere: a bound of 1 alone makes ptxas take 202 at HS = 64.
 template <int HS, bool DOCS>
 __global__ void __launch_bounds__(THREADS, HS <= 64 && DOCS ? 3 : 0)
-attention_backward_dkv_kernel(bf16* dqkv, const float* Dvec, const bf16* dout, const bf16* qkv, const float* lse,
-                              const int2* docs, int T, int NH, int NKV) {
+    attention_backward_dkv_kernel(bf16* dqkv, const float* Dvec, const bf16* dout, const bf16* qkv, const float* lse,
+                                  const int2* docs, int T, int NH, int NKV) {
     using Tl = Tiles<HS>;
     constexpr int QT = Tl::Q_DKV, LD = Tl::LD;
     extern __shared__ uint4 attn_tiles[];
     bf16* k_tile = reinterpret_cast<bf16*>(attn_tiles);  // ROWS x LD
-    bf16* v_tile = k_tile + ROWS * LD;                     // ROWS x LD
-    bf16* q_tiles = v_tile + ROWS * LD;                    // 2 x QT x LD
-    bf16* do_tiles = q_tiles + 2 * QT * LD;                // 2 x QT x LD
+    bf16* v_tile = k_tile + ROWS * LD;  // ROWS x LD
+    bf16* q_tiles = v_tile + ROWS * LD;  // 2 x QT x LD
+    bf16* do_tiles = q_tiles + 2 * QT * LD;  // 2 x QT x LD
     float* lse_tiles = reinterpret_cast<float*>(do_tiles + 2 * QT * LD);  // 2 x QT, times log2(e)
-    float* D_tiles = lse_tiles + 2 * QT;                                   // 2 x QT
-    int* start_tiles = reinterpret_cast<int*>(D_tiles + 2 * QT);           // 2 x QT (DOCS)
+    float* D_tiles = lse_tiles + 2 * QT;  // 2 x QT
+    int* start_tiles = reinterpret_cast<int*>(D_tiles + 2 * QT);  // 2 x QT (DOCS)
 
     const int C = NH * HS, G = NH / NKV, b = blockIdx.x / NKV, kvh = blockIdx.x % NKV;
     const int h_first = kvh * G;  // the group's query heads: h_first .. h_first + G - 1
@@ -639,7 +642,7 @@ attention_backward_dkv_kernel(bf16* dqkv, const float* Dvec, const bf16* dout, c
                     const int key = key_lo_h + g + 8 * (e / 2), c = 8 * n + 2 * t + e % 2, query = i0 + c;
                     const bool seen = (!DIAG || query >= key) && (!DOCS || start_tiles[buf * QT + c] <= key);
                     const float p = seen ? ex2_ftz(s[n][e] * scale_log2 - lse_tiles[buf * QT + c]) : 0.0f;
-                    s[n][e] = p;                                        // P^T
+                    s[n][e] = p;  // P^T
                     dp[n][e] = p * (dp[n][e] - D_tiles[buf * QT + c]);  // dS^T
                 }
             mma_p_tile<HS, QT>(dv, s, do_t, first, QT / 16);
@@ -676,15 +679,14 @@ inline void forward_launch(bf16* out, float* lse, const bf16* qkv, const int2* d
         attention_forward_kernel<HS, DOCS>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)Tiles<HS>::fwd_bytes);
     cudaCheck(opt_in);
     const dim3 grid(B * NH, CEIL_DIV(T, ROWS));
-    attention_forward_kernel<HS, DOCS><<<grid, THREADS, Tiles<HS>::fwd_bytes, stream>>>(out, lse, qkv, docs, T, NH,
-                                                                                        NKV);
+    attention_forward_kernel<HS, DOCS>
+        <<<grid, THREADS, Tiles<HS>::fwd_bytes, stream>>>(out, lse, qkv, docs, T, NH, NKV);
     cudaCheck(cudaGetLastError());
 }
 
 template <int HS, bool DOCS>
 inline void backward_launch(bf16* dqkv, float* scratch, const bf16* dout, const bf16* qkv, const bf16* out,
-                            const float* lse, const int2* docs, int B, int T, int NH, int NKV,
-                            cudaStream_t stream) {
+                            const float* lse, const int2* docs, int B, int T, int NH, int NKV, cudaStream_t stream) {
     static const cudaError_t opt_in[2] = {
         cudaFuncSetAttribute(attention_backward_dq_kernel<HS, DOCS>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                              (int)Tiles<HS>::dq_bytes),
@@ -693,11 +695,11 @@ inline void backward_launch(bf16* dqkv, float* scratch, const bf16* dout, const 
     cudaCheck(opt_in[0]);
     cudaCheck(opt_in[1]);
     const dim3 grid(B * NH, CEIL_DIV(T, ROWS)), grid_kv(B * NKV, CEIL_DIV(T, ROWS));
-    attention_backward_dq_kernel<HS, DOCS><<<grid, THREADS, Tiles<HS>::dq_bytes, stream>>>(dqkv, scratch, dout, qkv,
-                                                                                           out, lse, docs, T, NH, NKV);
+    attention_backward_dq_kernel<HS, DOCS>
+        <<<grid, THREADS, Tiles<HS>::dq_bytes, stream>>>(dqkv, scratch, dout, qkv, out, lse, docs, T, NH, NKV);
     cudaCheck(cudaGetLastError());
-    attention_backward_dkv_kernel<HS, DOCS><<<grid_kv, THREADS, Tiles<HS>::dkv_bytes, stream>>>(
-        dqkv, scratch, dout, qkv, lse, docs, T, NH, NKV);
+    attention_backward_dkv_kernel<HS, DOCS>
+        <<<grid_kv, THREADS, Tiles<HS>::dkv_bytes, stream>>>(dqkv, scratch, dout, qkv, lse, docs, T, NH, NKV);
     cudaCheck(cudaGetLastError());
 }
 
@@ -723,8 +725,7 @@ inline void with_head_size(int HS, F f) {
 template <class X>
 inline void forward(X* out, float* lse, const X* qkv, const int2* docs, int B, int T, int NH, int NKV, int HS,
                     cudaStream_t stream) {
-    if constexpr (std::is_same_v<X, float>)
-        attention_fp32::forward(out, lse, qkv, docs, B, T, NH, NKV, HS, stream);
+    if constexpr (std::is_same_v<X, float>) attention_fp32::forward(out, lse, qkv, docs, B, T, NH, NKV, HS, stream);
     else
         with_head_size(HS, [&](auto hs) {
             constexpr int H = decltype(hs)::value;
@@ -783,9 +784,9 @@ inline void attention_forward(floatX* out, float* lse, const floatX* qkv, const 
 inline size_t attention_backward_scratch_floats(int B, int T, int NH) { return (size_t)B * NH * T; }
 
 // dqkv (B,T,(NH+2NKV)HS) is overwritten with dL/dqkv. scratch: attention_backward_scratch_floats floats.
-inline void attention_backward(floatX* dqkv, float* scratch, const floatX* dout, const floatX* qkv,
-                               const floatX* out, const float* lse, const int2* docs, int B, int T, int NH, int NKV,
-                               int HS, cudaStream_t stream) {
+inline void attention_backward(floatX* dqkv, float* scratch, const floatX* dout, const floatX* qkv, const floatX* out,
+                               const float* lse, const int2* docs, int B, int T, int NH, int NKV, int HS,
+                               cudaStream_t stream) {
     attention_check_heads(NH, NKV);
     if ((size_t)B * T * NH == 0) return;
     attention_detail::backward(dqkv, scratch, dout, qkv, out, lse, docs, B, T, NH, NKV, HS, stream);

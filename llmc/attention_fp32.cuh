@@ -89,9 +89,15 @@ __device__ __forceinline__ void accumulate_chunk(float (&acc)[HS], const float (
 #pragma unroll
         for (int c = 0; c < CH; c++) {
             const float4 t = *reinterpret_cast<const float4*>(tile + c * HS + d);
-            x += w[c] * t.x; y += w[c] * t.y; z += w[c] * t.z; u += w[c] * t.w;
+            x += w[c] * t.x;
+            y += w[c] * t.y;
+            z += w[c] * t.z;
+            u += w[c] * t.w;
         }
-        acc[d] = x; acc[d + 1] = y; acc[d + 2] = z; acc[d + 3] = u;
+        acc[d] = x;
+        acc[d + 1] = y;
+        acc[d + 2] = z;
+        acc[d + 3] = u;
     }
 }
 
@@ -99,8 +105,8 @@ __device__ __forceinline__ void accumulate_chunk(float (&acc)[HS], const float (
 // stride `stride`) into shared memory with row stride `dst_stride`; rows at or
 // past T read as zero. Consecutive threads read consecutive columns (coalesced).
 template <int HS, int NTHREADS>
-__device__ __forceinline__ void load_rows(float* dst, int dst_stride, const float* src, size_t stride,
-                                          int row0, int rows, int T) {
+__device__ __forceinline__ void load_rows(float* dst, int dst_stride, const float* src, size_t stride, int row0,
+                                          int rows, int T) {
     for (int e = threadIdx.x; e < rows * HS; e += NTHREADS) {
         const int r = e / HS, d = e % HS, row = row0 + r;
         dst[r * dst_stride + d] = row < T ? (src[(size_t)row * stride + d]) : 0.0f;
@@ -136,7 +142,7 @@ __host__ __device__ __forceinline__ int v_column(int NH, int NKV, int kvh, int H
 // query blocks in reverse order so the longest (latest rows) start first.
 template <int HS>
 __global__ void __launch_bounds__(Config<HS>::ROWS)
-attention_forward_kernel(float* out, float* lse, const float* qkv, const int2* docs, int T, int NH, int NKV) {
+    attention_forward_kernel(float* out, float* lse, const float* qkv, const int2* docs, int T, int NH, int NKV) {
     using Cfg = Config<HS>;
     constexpr int R = Cfg::ROWS, TILE = Cfg::TILE, CH = Cfg::CH, OWN = Cfg::OWN;
     extern __shared__ float attn_smem[];
@@ -222,8 +228,8 @@ attention_forward_kernel(float* out, float* lse, const float* qkv, const int2* d
 // (1) Block: ROWS query rows of one (b, h), as the forward.
 template <int HS>
 __global__ void __launch_bounds__(Config<HS>::ROWS)
-attention_backward_dq_kernel(float* dqkv, float* Dvec, const float* dout, const float* qkv,
-                             const float* out, const float* lse, const int2* docs, int T, int NH, int NKV) {
+    attention_backward_dq_kernel(float* dqkv, float* Dvec, const float* dout, const float* qkv, const float* out,
+                                 const float* lse, const int2* docs, int T, int NH, int NKV) {
     using Cfg = Config<HS>;
     constexpr int R = Cfg::ROWS, TILE = Cfg::TILE, CH = Cfg::CH, OWN = Cfg::OWN;
     extern __shared__ float attn_smem[];
@@ -292,8 +298,8 @@ attention_backward_dq_kernel(float* dqkv, float* Dvec, const float* dout, const 
 // of the group in turn, query tiles run from the block's first key to T.
 template <int HS>
 __global__ void __launch_bounds__(Config<HS>::ROWS)
-attention_backward_dkv_kernel(float* dqkv, const float* Dvec, const float* dout, const float* qkv,
-                              const float* lse, const int2* docs, int T, int NH, int NKV) {
+    attention_backward_dkv_kernel(float* dqkv, const float* Dvec, const float* dout, const float* qkv, const float* lse,
+                                  const int2* docs, int T, int NH, int NKV) {
     using Cfg = Config<HS>;
     constexpr int R = Cfg::ROWS, TILE = Cfg::TILE, CH = Cfg::CH, OWN = Cfg::OWN;
     extern __shared__ float attn_smem[];
@@ -367,19 +373,18 @@ attention_backward_dkv_kernel(float* dqkv, const float* Dvec, const float* dout,
 }
 
 template <int HS>
-inline void forward_launch(float* out, float* lse, const float* qkv, const int2* docs, int B, int T, int NH,
-                           int NKV, cudaStream_t stream) {
+inline void forward_launch(float* out, float* lse, const float* qkv, const int2* docs, int B, int T, int NH, int NKV,
+                           cudaStream_t stream) {
     using Cfg = Config<HS>;
     const dim3 grid(B * NH, CEIL_DIV(T, Cfg::ROWS));
-    attention_forward_kernel<HS><<<grid, Cfg::ROWS, Cfg::fwd_floats * sizeof(float), stream>>>(
-        out, lse, qkv, docs, T, NH, NKV);
+    attention_forward_kernel<HS>
+        <<<grid, Cfg::ROWS, Cfg::fwd_floats * sizeof(float), stream>>>(out, lse, qkv, docs, T, NH, NKV);
     cudaCheck(cudaGetLastError());
 }
 
 template <int HS>
-inline void backward_launch(float* dqkv, float* scratch, const float* dout, const float* qkv,
-                            const float* out, const float* lse, const int2* docs, int B, int T, int NH,
-                            int NKV, cudaStream_t stream) {
+inline void backward_launch(float* dqkv, float* scratch, const float* dout, const float* qkv, const float* out,
+                            const float* lse, const int2* docs, int B, int T, int NH, int NKV, cudaStream_t stream) {
     using Cfg = Config<HS>;
     const dim3 grid(B * NH, CEIL_DIV(T, Cfg::ROWS)), grid_kv(B * NKV, CEIL_DIV(T, Cfg::ROWS));
     attention_backward_dq_kernel<HS><<<grid, Cfg::ROWS, Cfg::dq_floats * sizeof(float), stream>>>(
@@ -397,8 +402,8 @@ inline void backward_launch(float* dqkv, float* scratch, const float* dout, cons
 // out (B,T,C) and lse (B,NH,T) from qkv (B,T,(NH+2NKV)HS); HS in {8, 16, 32, 64, 128}. Templates
 // (F = float) so that only a build that calls them instantiates their kernels.
 template <class F>
-inline void forward(F* out, float* lse, const F* qkv, const int2* docs, int B, int T, int NH, int NKV,
-                    int HS, cudaStream_t stream) {
+inline void forward(F* out, float* lse, const F* qkv, const int2* docs, int B, int T, int NH, int NKV, int HS,
+                    cudaStream_t stream) {
     switch (HS) {
         case 8: forward_launch<8>(out, lse, qkv, docs, B, T, NH, NKV, stream); break;
         case 16: forward_launch<16>(out, lse, qkv, docs, B, T, NH, NKV, stream); break;

@@ -303,11 +303,10 @@ inline FILE* model_file_open(const std::string& path, ModelFileHeader* h) {
     if (!f) llmc::fail(path + ": cannot open the model file (" + why + ")");
     int32_t header[CHECKPOINT_HEADER_INTS];
     std::string problem;
-    if (fread(header, 4, CHECKPOINT_HEADER_INTS, f) != CHECKPOINT_HEADER_INTS)
-        problem = "truncated model file header";
+    if (fread(header, 4, CHECKPOINT_HEADER_INTS, f) != CHECKPOINT_HEADER_INTS) problem = "truncated model file header";
     else if (header[0] != MODEL_MAGIC)
-        problem = "not a model file (magic " + std::to_string(header[0]) + ", expected " +
-                  std::to_string(MODEL_MAGIC) + ")";
+        problem = "not a model file (magic " + std::to_string(header[0]) + ", expected " + std::to_string(MODEL_MAGIC) +
+                  ")";
     else if (header[1] != MODEL_VERSION_FP32 && header[1] != MODEL_VERSION_BF16)
         problem = "unsupported model file version " + std::to_string(header[1]) + " (3 = fp32, 5 = bf16)";
     if (!problem.empty()) {
@@ -348,8 +347,8 @@ inline std::vector<float> model_file_read_weights(FILE* f, const std::string& pa
 // version's size (4 or 2 bytes each) at weights; returns its name, size and hash.
 inline CheckpointFile model_file_write(const std::string& path, const ModelFileHeader& h, const void* weights,
                                        size_t n) {
-    int32_t header[CHECKPOINT_HEADER_INTS] = {MODEL_MAGIC,  h.version,  h.max_seq_len,      h.vocab_size,
-                                              h.num_layers, h.num_heads, h.channels, h.padded_vocab_size};
+    int32_t header[CHECKPOINT_HEADER_INTS] = {MODEL_MAGIC,  h.version,   h.max_seq_len, h.vocab_size,
+                                              h.num_layers, h.num_heads, h.channels,    h.padded_vocab_size};
     return write_file_hashed(path, [&](HashingWriter& w) {
         return w.put(header, 4, CHECKPOINT_HEADER_INTS) && w.put(weights, model_file_weight_bytes_(h.version), n);
     });
@@ -375,8 +374,8 @@ inline bool checkpoint_state_size_(const TrainingStateHeader& h, uint64_t* size)
 
 // Writes a training-state file (a header that cannot be written is refused before any
 // file is touched); returns its name, size and hash.
-inline CheckpointFile state_write(const std::string& path, const TrainingStateHeader& h, const float* m,
-                                  const float* v, const float* master, const void* extra) {
+inline CheckpointFile state_write(const std::string& path, const TrainingStateHeader& h, const float* m, const float* v,
+                                  const float* master, const void* extra) {
     uint64_t size;
     const char* bad = nullptr;
     if (h.num_processes < 1 || h.rank < 0 || h.rank >= h.num_processes) bad = "rank out of range";
@@ -402,12 +401,10 @@ inline CheckpointFile state_write(const std::string& path, const TrainingStateHe
     hd[15] = (int32_t)(uint32_t)(h.num_parameters >> 32);
     hd[16] = (int32_t)h.extra_bytes;
     const size_t n = (size_t)h.shard_elements;
-    return write_file_hashed(
-        path,
-        [&](HashingWriter& w) {
-            return w.put(hd, 4, CHECKPOINT_HEADER_INTS) && w.put(m, 4, n) && w.put(v, 4, n) && w.put(master, 4, n) &&
-                   w.put(extra, 1, h.extra_bytes);
-        });
+    return write_file_hashed(path, [&](HashingWriter& w) {
+        return w.put(hd, 4, CHECKPOINT_HEADER_INTS) && w.put(m, 4, n) && w.put(v, 4, n) && w.put(master, 4, n) &&
+               w.put(extra, 1, h.extra_bytes);
+    });
 }
 
 // Opens a training-state file, reads and checks its header (magic, version, sane fields,
@@ -424,17 +421,17 @@ inline FILE* checkpoint_state_open_(const std::string& path, TrainingStateHeader
     if (fstat(fileno(f), &st) != 0) fail(std::string("cannot stat (") + strerror(errno) + ")");
     const uint64_t actual = (uint64_t)st.st_size;
     int32_t hd[CHECKPOINT_HEADER_INTS];
-    if (actual < 4 || fread(hd, 4, 1, f) != 1)
-        fail("not a training state file (" + std::to_string(actual) + " bytes)");
+    if (actual < 4 || fread(hd, 4, 1, f) != 1) fail("not a training state file (" + std::to_string(actual) + " bytes)");
     if (hd[0] != CHECKPOINT_STATE_MAGIC)
         fail("not a training state file (magic " + std::to_string(hd[0]) + ", expected " +
-                    std::to_string(CHECKPOINT_STATE_MAGIC) + ")");
-    if (actual < CHECKPOINT_HEADER_BYTES || fread(hd + 1, 4, CHECKPOINT_HEADER_INTS - 1, f) != CHECKPOINT_HEADER_INTS - 1)
+             std::to_string(CHECKPOINT_STATE_MAGIC) + ")");
+    if (actual < CHECKPOINT_HEADER_BYTES ||
+        fread(hd + 1, 4, CHECKPOINT_HEADER_INTS - 1, f) != CHECKPOINT_HEADER_INTS - 1)
         fail("truncated: " + std::to_string(actual) + " bytes, shorter than the " +
-                    std::to_string(CHECKPOINT_HEADER_BYTES) + "-byte header");
+             std::to_string(CHECKPOINT_HEADER_BYTES) + "-byte header");
     if (hd[1] != CHECKPOINT_STATE_VERSION)
         fail("unsupported training state version " + std::to_string(hd[1]) + " (expected " +
-                    std::to_string(CHECKPOINT_STATE_VERSION) + ")");
+             std::to_string(CHECKPOINT_STATE_VERSION) + ")");
     if (hd[4] != 1) fail("no master weights in the training state (header[4] = " + std::to_string(hd[4]) + ")");
     TrainingStateHeader r;
     r.num_processes = hd[2];
@@ -447,8 +444,7 @@ inline FILE* checkpoint_state_open_(const std::string& path, TrainingStateHeader
     if (hd[16] < 0) fail("bad header: extra blob of " + std::to_string(hd[16]) + " bytes");
     r.extra_bytes = (uint32_t)hd[16];
     if (r.num_processes < 1 || r.rank < 0 || r.rank >= r.num_processes)
-        fail("bad header: rank " + std::to_string(r.rank) + " of " + std::to_string(r.num_processes) +
-                    " processes");
+        fail("bad header: rank " + std::to_string(r.rank) + " of " + std::to_string(r.num_processes) + " processes");
     if (r.step < 0) fail("bad header: step " + std::to_string(r.step));
     uint64_t expected;
     if (!checkpoint_state_size_(r, &expected))
@@ -457,7 +453,7 @@ inline FILE* checkpoint_state_open_(const std::string& path, TrainingStateHeader
         fail("truncated: " + std::to_string(actual) + " bytes, expected " + std::to_string(expected));
     if (actual > expected)
         fail("wrong size: " + std::to_string(actual) + " bytes, expected " + std::to_string(expected) +
-                    " (trailing data)");
+             " (trailing data)");
     *h = r;
     return f;
 }
@@ -484,18 +480,16 @@ inline TrainingStateHeader state_read_header(const std::string& path) {
 // Reads the body into m, v, master (shard_elements floats each) and extra (extra_bytes);
 // a null pointer skips that part. The file must have been saved with `expected`'s
 // num_processes, rank, step, zero_stage, shard_elements, num_parameters and extra_bytes.
-inline void state_read(const std::string& path, const TrainingStateHeader& expected, float* m, float* v,
-                       float* master, void* extra) {
+inline void state_read(const std::string& path, const TrainingStateHeader& expected, float* m, float* v, float* master,
+                       void* extra) {
     TrainingStateHeader h;
     FILE* f = checkpoint_state_open_(path, &h);
     auto I = [](uint64_t x) { return std::to_string(x); };
     std::string mismatch;
     if (h.num_processes != expected.num_processes)
         mismatch = "saved with " + I(h.num_processes) + " processes, this run has " + I(expected.num_processes);
-    else if (h.rank != expected.rank)
-        mismatch = "saved by rank " + I(h.rank) + ", this is rank " + I(expected.rank);
-    else if (h.step != expected.step)
-        mismatch = "saved at step " + I(h.step) + ", expected step " + I(expected.step);
+    else if (h.rank != expected.rank) mismatch = "saved by rank " + I(h.rank) + ", this is rank " + I(expected.rank);
+    else if (h.step != expected.step) mismatch = "saved at step " + I(h.step) + ", expected step " + I(expected.step);
     else if (h.zero_stage != expected.zero_stage)
         mismatch = "saved with zero stage " + I(h.zero_stage) + ", this run uses zero stage " + I(expected.zero_stage);
     else if (h.num_parameters != expected.num_parameters)
@@ -693,9 +687,15 @@ inline bool checkpoint_done_covers(const DoneRecord& record, int step, int num_p
     if (listed == expected) return true;
     std::string missing, extra;
     for (const std::string& name : expected)
-        if (!std::binary_search(listed.begin(), listed.end(), name)) { missing = name; break; }
+        if (!std::binary_search(listed.begin(), listed.end(), name)) {
+            missing = name;
+            break;
+        }
     for (const std::string& name : listed)
-        if (!std::binary_search(expected.begin(), expected.end(), name)) { extra = name; break; }
+        if (!std::binary_search(expected.begin(), expected.end(), name)) {
+            extra = name;
+            break;
+        }
     if (!missing.empty()) *why = done + " does not list " + missing;
     else if (!extra.empty())
         *why = done + " lists " + extra + ", not a file of this checkpoint of " + std::to_string(num_processes) +
@@ -707,7 +707,8 @@ inline bool checkpoint_done_covers(const DoneRecord& record, int step, int num_p
 // How many ranks' state files a DONE lists (the process count of the run that saved it).
 inline int checkpoint_done_ranks(const DoneRecord& record) {
     int n = 0;
-    for (const CheckpointFile& f : record.files) n += checkpoint_file_step_(f.name) >= 0 && f.name.rfind("state_", 0) == 0;
+    for (const CheckpointFile& f : record.files)
+        n += checkpoint_file_step_(f.name) >= 0 && f.name.rfind("state_", 0) == 0;
     return n;
 }
 
@@ -717,8 +718,8 @@ inline int checkpoint_open_listed_(const std::string& dir, const std::string& na
     const size_t slash = name.find('/');
     const int nofollow = O_RDONLY | O_NOFOLLOW | O_CLOEXEC;
     const std::string folder = slash == std::string::npos ? dir : dir + "/" + name.substr(0, slash);
-    const int dfd = open(folder.c_str(), slash == std::string::npos ? O_RDONLY | O_DIRECTORY | O_CLOEXEC
-                                                                    : nofollow | O_DIRECTORY);
+    const int dfd =
+        open(folder.c_str(), slash == std::string::npos ? O_RDONLY | O_DIRECTORY | O_CLOEXEC : nofollow | O_DIRECTORY);
     const int fd = dfd < 0 ? -1 : openat(dfd, name.substr(slash + 1).c_str(), nofollow | O_NONBLOCK);
     const int e = errno;
     if (dfd >= 0) close(dfd);
@@ -862,8 +863,8 @@ struct FolderLock {
     if (fd >= 0 && fstat(fd, &st) == 0 && S_ISREG(st.st_mode)) n = pread(fd, pid, sizeof pid - 1, 0);
     if (fd >= 0) close(fd);
     while (n > 0 && (pid[n - 1] == '\n' || pid[n - 1] == ' ')) pid[--n] = '\0';
-    llmc::fail(dir + ": another trainer is writing into this folder (pid " + (n > 0 ? pid : "unknown") +
-               ", holding " + path + ")");
+    llmc::fail(dir + ": another trainer is writing into this folder (pid " + (n > 0 ? pid : "unknown") + ", holding " +
+               path + ")");
 }
 
 // Creates (never through a link) and flocks dir/train.lock, writes this pid into it.
@@ -962,7 +963,8 @@ inline void checkpoint_remove_stale_temps(const std::string& dir) {
         struct stat st;
         if (lstat(p.c_str(), &st) != 0) continue;
         if (S_ISREG(st.st_mode)) unlink(p.c_str());
-        else if (S_ISDIR(st.st_mode) && checkpoint_parse_step_(own.c_str(), "model_", "") >= 0) remove_written_folder_(p);
+        else if (S_ISDIR(st.st_mode) && checkpoint_parse_step_(own.c_str(), "model_", "") >= 0)
+            remove_written_folder_(p);
     }
     fsync_directory(dir);
 }

@@ -62,8 +62,8 @@ __device__ inline void block_softmax_merge(float& m, float& s) {
 // into the gradient and writes it over the logits. A thread only ever reads
 // back what it loaded itself, so no barrier is needed for that.
 template <int N, bool CACHED>
-__global__ void fused_classifier_kernel(floatX* logits, float* losses, const int* targets, float dloss, int V,
-                                        int Vp, bool write_dlogits) {
+__global__ void fused_classifier_kernel(floatX* logits, float* losses, const int* targets, float dloss, int V, int Vp,
+                                        bool write_dlogits) {
     extern __shared__ uint4 classifier_smem[];  // one name and type for every N (nvcc requires it)
     Packed<floatX, N>* row_cache = reinterpret_cast<Packed<floatX, N>*>(classifier_smem);  // Vp / N packs
     const int row = blockIdx.x;
@@ -127,8 +127,8 @@ inline void fused_classifier(floatX* logits, float* losses, const int* targets, 
     with_pack_width<floatX>(pack_width<floatX>(Vp, logits), [&](auto pack) {
         constexpr int P = decltype(pack)::value;
         if (!cached) {
-            fused_classifier_kernel<P, false><<<N, block, 0, stream>>>(logits, losses, targets, dloss, V, Vp,
-                                                                       write_dlogits);
+            fused_classifier_kernel<P, false>
+                <<<N, block, 0, stream>>>(logits, losses, targets, dloss, V, Vp, write_dlogits);
             return;
         }
         static size_t granted = 48 << 10;  // above the default 48 KB a kernel needs the opt-in
@@ -137,8 +137,8 @@ inline void fused_classifier(floatX* logits, float* losses, const int* targets, 
                                            cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
             granted = smem;
         }
-        fused_classifier_kernel<P, true><<<N, block, smem, stream>>>(logits, losses, targets, dloss, V, Vp,
-                                                                      write_dlogits);
+        fused_classifier_kernel<P, true>
+            <<<N, block, smem, stream>>>(logits, losses, targets, dloss, V, Vp, write_dlogits);
     });
     cudaCheck(cudaGetLastError());
 }

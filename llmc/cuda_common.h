@@ -79,8 +79,10 @@ __device__ inline float block_reduce_sum(float v) {
 // updates are not lost to round-to-nearest. The randomness is a hash of
 // (element index, seed): reproducible, and different every step.
 __device__ __host__ inline uint32_t hash_u32(uint32_t x) {
-    x ^= x >> 16; x *= 0x7feb352dU;
-    x ^= x >> 15; x *= 0x846ca68bU;
+    x ^= x >> 16;
+    x *= 0x7feb352dU;
+    x ^= x >> 15;
+    x *= 0x846ca68bU;
     x ^= x >> 16;
     return x;
 }
@@ -104,7 +106,9 @@ __device__ inline void stochastic_round(float in, float* out, uint32_t, uint32_t
 // a block never leaves its chunk, which keeps the CPU runtime (where a thread
 // runs its whole loop before the next one starts) in cache; a grid-wide stride
 // would send every thread across the whole array.
-struct BlockChunk { size_t begin, end; };
+struct BlockChunk {
+    size_t begin, end;
+};
 __device__ inline BlockChunk block_chunk(size_t n) {
     const size_t per_block = CEIL_DIV(CEIL_DIV(n, (size_t)gridDim.x), (size_t)blockDim.x) * blockDim.x;
     const size_t begin = (size_t)blockIdx.x * per_block;
@@ -128,9 +132,13 @@ constexpr int PACK128 = 16 / (int)sizeof(T);
 // Plain load / store, and a streaming load (__ldcs: the data is read once, so
 // it should not push reused data out of the caches).
 template <int N, class T>
-__device__ inline Packed<T, N> load_packed(const T* p) { return *reinterpret_cast<const Packed<T, N>*>(p); }
+__device__ inline Packed<T, N> load_packed(const T* p) {
+    return *reinterpret_cast<const Packed<T, N>*>(p);
+}
 template <int N, class T>
-__device__ inline void store_packed(T* p, const Packed<T, N>& x) { *reinterpret_cast<Packed<T, N>*>(p) = x; }
+__device__ inline void store_packed(T* p, const Packed<T, N>& x) {
+    *reinterpret_cast<Packed<T, N>*>(p) = x;
+}
 template <int N, class T>
 __device__ inline Packed<T, N> load_packed_streaming(const T* p) {
     if constexpr (sizeof(Packed<T, N>) == 16) {

@@ -206,7 +206,10 @@ inline bool dataloader_pread_all_(int fd, void* dst, size_t count, uint64_t offs
             if (errno == EINTR) continue;
             return false;
         }
-        if (got == 0) { errno = EIO; return false; }
+        if (got == 0) {
+            errno = EIO;
+            return false;
+        }
         p += got;
         count -= (size_t)got;
         offset += (uint64_t)got;
@@ -245,20 +248,20 @@ inline DataLoaderShard dataloader_open_shard_(const std::string& path, int T) {
                                                    header[1], header[0], DATALOADER_VERSION_U32));
         s.token_size = 4;
     } else {
-        dataloader_fail_(path, dataloader_fmt_("wrong magic %d (expected %d or %d): not a token shard",
-                                               header[0], DATALOADER_MAGIC_U16, DATALOADER_MAGIC_U32));
+        dataloader_fail_(path, dataloader_fmt_("wrong magic %d (expected %d or %d): not a token shard", header[0],
+                                               DATALOADER_MAGIC_U16, DATALOADER_MAGIC_U32));
     }
     if (header[2] < 0) dataloader_fail_(path, dataloader_fmt_("negative token count %d in the header", header[2]));
     s.ntok = (uint64_t)(uint32_t)header[2];
     uint64_t expected = DATALOADER_HEADER_BYTES + s.ntok * (uint64_t)s.token_size;
     if (size < expected)
-        dataloader_fail_(path, dataloader_fmt_("truncated: the header says %llu tokens (%llu bytes) but the file has %llu bytes",
-                                               (unsigned long long)s.ntok, (unsigned long long)expected,
-                                               (unsigned long long)size));
+        dataloader_fail_(
+            path, dataloader_fmt_("truncated: the header says %llu tokens (%llu bytes) but the file has %llu bytes",
+                                  (unsigned long long)s.ntok, (unsigned long long)expected, (unsigned long long)size));
     if (size > expected)
-        dataloader_fail_(path, dataloader_fmt_("size mismatch: the header says %llu tokens (%llu bytes) but the file has %llu bytes",
-                                               (unsigned long long)s.ntok, (unsigned long long)expected,
-                                               (unsigned long long)size));
+        dataloader_fail_(
+            path, dataloader_fmt_("size mismatch: the header says %llu tokens (%llu bytes) but the file has %llu bytes",
+                                  (unsigned long long)s.ntok, (unsigned long long)expected, (unsigned long long)size));
     s.nseq = s.ntok >= 1 ? (s.ntok - 1) / (uint64_t)T : 0;
     s.first_seq = 0;
     s.validated = false;
@@ -279,8 +282,11 @@ inline bool dataloader_scan_tokens_(int fd, const DataLoaderShard& s, std::vecto
             return false;
         for (size_t i = 0; i < cnt; i++) {
             uint32_t id;
-            if (s.token_size == 2) { uint16_t v; memcpy(&v, &buf[i * 2], 2); id = v; }
-            else memcpy(&id, &buf[i * 4], 4);
+            if (s.token_size == 2) {
+                uint16_t v;
+                memcpy(&v, &buf[i * 2], 2);
+                id = v;
+            } else memcpy(&id, &buf[i * 4], 4);
             if (!visit(t0 + i, id)) return true;
         }
     }
@@ -347,9 +353,11 @@ inline std::string dataloader_fill_(DataLoaderImpl* im, uint64_t cursor) {
         size_t lo = 0, hi = im->shards.size();  // find the last shard with first_seq <= i
         while (hi - lo > 1) {
             size_t mid = (lo + hi) / 2;
-            if (im->shards[mid].first_seq <= i) lo = mid; else hi = mid;
+            if (im->shards[mid].first_seq <= i) lo = mid;
+            else hi = mid;
         }
-        while (im->shards[lo].nseq == 0 || i >= im->shards[lo].first_seq + im->shards[lo].nseq) lo++;  // skip empty shards
+        while (im->shards[lo].nseq == 0 || i >= im->shards[lo].first_seq + im->shards[lo].nseq)
+            lo++;  // skip empty shards
         const DataLoaderShard& s = im->shards[lo];
         uint64_t j = i - s.first_seq;
         if (im->shuffle) {
@@ -375,8 +383,11 @@ inline std::string dataloader_fill_(DataLoaderImpl* im, uint64_t cursor) {
         int* tg = im->stage_targets.data() + (size_t)b * T;
         for (int t = 0; t < n; t++) {
             uint32_t id;
-            if (s.token_size == 2) { uint16_t v; memcpy(&v, &seqbuf[(size_t)t * 2], 2); id = v; }
-            else memcpy(&id, &seqbuf[(size_t)t * 4], 4);
+            if (s.token_size == 2) {
+                uint16_t v;
+                memcpy(&v, &seqbuf[(size_t)t * 2], 2);
+                id = v;
+            } else memcpy(&id, &seqbuf[(size_t)t * 4], 4);
             if (t < real) in[t] = (int)id;
             if (t > 0) tg[t - 1] = (int)id;
         }
@@ -453,7 +464,7 @@ inline void dataloader_wait_ready_(DataLoaderImpl* im) {
 // The shards of paths with their sequences (packed: floor((n-1)/T) of a shard of n
 // tokens; slots: one per document) and where each shard's first sequence is.
 inline std::vector<DataLoaderShard> dataloader_open_shards_(const std::vector<std::string>& paths, int T,
-                                                           DataPacking packing, int doc_token) {
+                                                            DataPacking packing, int doc_token) {
     std::vector<DataLoaderShard> shards;
     uint64_t total_seq = 0;
     for (const std::string& p : paths) {
@@ -482,9 +493,9 @@ inline uint64_t dataloader_count_sequences(const char* pattern, int T, DataPacki
 inline void dataloader_free(DataLoader* loader);
 
 // Slots: documents start at doc_token, in [0, vocab_size).
-inline void dataloader_init(DataLoader* loader, const char* pattern, int B, int T, int process_rank,
-                            int num_processes, int vocab_size, bool shuffle, uint64_t seed,
-                            DataPacking packing = DataPacking::Packed, int doc_token = -1) {
+inline void dataloader_init(DataLoader* loader, const char* pattern, int B, int T, int process_rank, int num_processes,
+                            int vocab_size, bool shuffle, uint64_t seed, DataPacking packing = DataPacking::Packed,
+                            int doc_token = -1) {
     const std::string where = pattern ? pattern : "(null)";
     if (!pattern) dataloader_fail_(where, "no shard pattern given");
     if (B <= 0 || T <= 0)
@@ -493,7 +504,8 @@ inline void dataloader_init(DataLoader* loader, const char* pattern, int B, int 
         dataloader_fail_(where, dataloader_fmt_("process rank %d is not in [0, %d)", process_rank, num_processes));
     if (packing == DataPacking::Slots && (doc_token < 0 || (vocab_size > 0 && doc_token >= vocab_size)))
         dataloader_fail_(where, dataloader_fmt_("one document per slot needs the token that starts a document, in "
-                                                "[0, vocab_size %d): got %d", vocab_size, doc_token));
+                                                "[0, vocab_size %d): got %d",
+                                                vocab_size, doc_token));
 
     const std::vector<std::string> paths = dataloader_find_shards(pattern);
     std::vector<DataLoaderShard> shards = dataloader_open_shards_(paths, T, packing, doc_token);
@@ -504,16 +516,18 @@ inline void dataloader_init(DataLoader* loader, const char* pattern, int B, int 
     }
     const uint64_t need = (uint64_t)B * (uint64_t)T + 1;
     if (packing == DataPacking::Packed && total_tok < need)
-        dataloader_fail_(where, dataloader_fmt_("too few tokens: %llu in %zu shard(s), need at least B*T+1 = %llu (B=%d, T=%d)",
-                                                (unsigned long long)total_tok, paths.size(),
-                                                (unsigned long long)need, B, T));
+        dataloader_fail_(
+            where, dataloader_fmt_("too few tokens: %llu in %zu shard(s), need at least B*T+1 = %llu (B=%d, T=%d)",
+                                   (unsigned long long)total_tok, paths.size(), (unsigned long long)need, B, T));
     if (total_seq < (uint64_t)B && packing == DataPacking::Slots)
         dataloader_fail_(where, dataloader_fmt_("too few documents: the %zu shard(s) hold %llu, need at least B = %d "
-                                                "(one per slot)", paths.size(), (unsigned long long)total_seq, B));
+                                                "(one per slot)",
+                                                paths.size(), (unsigned long long)total_seq, B));
     if (total_seq < (uint64_t)B)
-        dataloader_fail_(where, dataloader_fmt_("too few sequences: the %zu shard(s) hold %llu sequences of T+1 = %d tokens "
-                                                "(a shard of n tokens holds floor((n-1)/T)), need at least B = %d",
-                                                paths.size(), (unsigned long long)total_seq, T + 1, B));
+        dataloader_fail_(where,
+                         dataloader_fmt_("too few sequences: the %zu shard(s) hold %llu sequences of T+1 = %d tokens "
+                                         "(a shard of n tokens holds floor((n-1)/T)), need at least B = %d",
+                                         paths.size(), (unsigned long long)total_seq, T + 1, B));
 
     DataLoaderImpl* im = new DataLoaderImpl();
     im->pattern = where;
@@ -595,19 +609,22 @@ inline void dataloader_restore(DataLoader* loader, const DataLoaderPosition& p) 
     DataLoaderImpl* im = loader->impl;
     const std::string& where = im->pattern;
     if (p.magic != DATALOADER_POSITION_MAGIC || p.version != DATALOADER_POSITION_VERSION)
-        dataloader_fail_(where, dataloader_fmt_("cannot restore the data position: not a position record (magic 0x%08x, version %u)",
-                                                p.magic, p.version));
+        dataloader_fail_(
+            where, dataloader_fmt_("cannot restore the data position: not a position record (magic 0x%08x, version %u)",
+                                   p.magic, p.version));
     if (p.T != loader->T || p.num_sequences != loader->num_sequences || p.num_tokens != loader->num_tokens)
-        dataloader_fail_(where, dataloader_fmt_("cannot restore the data position: it was saved for T=%d over %llu tokens "
-                                                "(%llu sequences), this loader has T=%d over %llu tokens (%llu sequences)",
-                                                p.T, (unsigned long long)p.num_tokens, (unsigned long long)p.num_sequences,
-                                                loader->T, (unsigned long long)loader->num_tokens,
-                                                (unsigned long long)loader->num_sequences));
+        dataloader_fail_(where,
+                         dataloader_fmt_("cannot restore the data position: it was saved for T=%d over %llu tokens "
+                                         "(%llu sequences), this loader has T=%d over %llu tokens (%llu sequences)",
+                                         p.T, (unsigned long long)p.num_tokens, (unsigned long long)p.num_sequences,
+                                         loader->T, (unsigned long long)loader->num_tokens,
+                                         (unsigned long long)loader->num_sequences));
     if ((p.shuffle != 0) != loader->shuffle || (loader->shuffle && p.seed != loader->seed))
-        dataloader_fail_(where, dataloader_fmt_("cannot restore the data position: it was saved with shuffle=%d seed=%llu, "
-                                                "this loader has shuffle=%d seed=%llu",
-                                                p.shuffle, (unsigned long long)p.seed, loader->shuffle ? 1 : 0,
-                                                (unsigned long long)loader->seed));
+        dataloader_fail_(where,
+                         dataloader_fmt_("cannot restore the data position: it was saved with shuffle=%d seed=%llu, "
+                                         "this loader has shuffle=%d seed=%llu",
+                                         p.shuffle, (unsigned long long)p.seed, loader->shuffle ? 1 : 0,
+                                         (unsigned long long)loader->seed));
     im->cursor = p.next_sequence;
     loader->epoch = p.next_sequence / loader->num_sequences;
     dataloader_request_(im, im->cursor);
@@ -642,7 +659,8 @@ inline int dataloader_token_size(int vocab_size) { return vocab_size > 65536 ? 4
 // the spare slots [3, 256) are zero.
 inline void dataloader_shard_header(int32_t header[DATALOADER_HEADER_INTS], int token_size, uint64_t ntok) {
     if ((token_size != 2 && token_size != 4) || ntok > (uint64_t)INT32_MAX)
-        llmc::fail(dataloader_fmt_("internal: a shard of %llu tokens of %d bytes", (unsigned long long)ntok, token_size));
+        llmc::fail(
+            dataloader_fmt_("internal: a shard of %llu tokens of %d bytes", (unsigned long long)ntok, token_size));
     memset(header, 0, DATALOADER_HEADER_BYTES);
     header[0] = token_size == 2 ? DATALOADER_MAGIC_U16 : DATALOADER_MAGIC_U32;
     header[1] = token_size == 2 ? DATALOADER_VERSION_U16 : DATALOADER_VERSION_U32;
@@ -655,8 +673,7 @@ inline void dataloader_pack_tokens(const uint32_t* tokens, size_t n, int token_s
     out->resize(n * (size_t)token_size);
     for (size_t i = 0; i < n; i++) {
         if (token_size == 2) {
-            if (tokens[i] > 0xFFFFu)
-                llmc::fail(dataloader_fmt_("token id %u does not fit a uint16 shard", tokens[i]));
+            if (tokens[i] > 0xFFFFu) llmc::fail(dataloader_fmt_("token id %u does not fit a uint16 shard", tokens[i]));
             const uint16_t v = (uint16_t)tokens[i];
             memcpy(out->data() + i * 2, &v, 2);
         } else {

@@ -87,7 +87,8 @@ inline void refuse_small_file_size_limit() {
     struct rlimit limit;
     if (getrlimit(RLIMIT_FSIZE, &limit) != 0 || limit.rlim_cur == RLIM_INFINITY || limit.rlim_cur >= kMinFileSizeLimit)
         return;
-    llmc::fail("the file-size limit (ulimit -f) is " + std::to_string(limit.rlim_cur / 1024) + " KiB: MPI's start-up "
+    llmc::fail("the file-size limit (ulimit -f) is " + std::to_string(limit.rlim_cur / 1024) +
+               " KiB: MPI's start-up "
                "writes shared-memory files of several MiB; give it at least " +
                std::to_string(kMinFileSizeLimit >> 20) + " MiB (ulimit -f unlimited)");
 }
@@ -107,7 +108,8 @@ inline void distributed_init(Distributed* d, int* argc, char*** argv) {
     cudaCheck(cudaGetDeviceCount(&devices));
     if (d->num_processes > 1 && d->local_rank >= devices)
         llmc::fail("rank " + std::to_string(d->rank) + ": local rank " + std::to_string(d->local_rank) +
-                   " has no GPU of its own (" + std::to_string(devices) + " on this node); start at most one rank per GPU");
+                   " has no GPU of its own (" + std::to_string(devices) +
+                   " on this node); start at most one rank per GPU");
     cudaCheck(cudaSetDevice(d->local_rank));
     if (d->num_processes == 1) return;
     ncclUniqueId id;

@@ -38,14 +38,15 @@ __global__ void encoder_forward_kernel(floatX* out, const int* inp, const int* p
     }
 }
 
-inline void encoder_forward(floatX* out, const int* inp, const int* pos, const floatX* wte, const floatX* wpe,
-                            int B, int T, int C, cudaStream_t stream) {
+inline void encoder_forward(floatX* out, const int* inp, const int* pos, const floatX* wte, const floatX* wpe, int B,
+                            int T, int C, cudaStream_t stream) {
     const size_t total = (size_t)B * T * C;
     const int block = 256;
     with_pack_width<floatX>(pack_width<floatX>(C, out, wte, wpe), [&](auto pack) {
         constexpr int P = decltype(pack)::value;
-        encoder_forward_kernel<P><<<chunked_grid_blocks(encoder_forward_kernel<P>, total / P, block), block, 0, stream>>>(
-            out, inp, pos, wte, wpe, T, C, total);
+        encoder_forward_kernel<P>
+            <<<chunked_grid_blocks(encoder_forward_kernel<P>, total / P, block), block, 0, stream>>>(out, inp, pos, wte,
+                                                                                                     wpe, T, C, total);
     });
     cudaCheck(cudaGetLastError());
 }
@@ -104,8 +105,8 @@ inline int encoder_backward_plan(int* plan, const int* inp_host, int B, int T) {
 // read-modify-write of the dwte row are coalesced. Each dwte row belongs to
 // exactly one warp: no atomics, the order of the sum is fixed.
 template <int N>
-__global__ void encoder_backward_wte_kernel(float* dwte, const floatX* dout, const int* plan, int num_distinct,
-                                            int BT, int C) {
+__global__ void encoder_backward_wte_kernel(float* dwte, const floatX* dout, const int* plan, int num_distinct, int BT,
+                                            int C) {
     const int group = blockIdx.x * (blockDim.x / WARP_SIZE) + threadIdx.x / WARP_SIZE;
     if (group >= num_distinct) return;
     const int lane = threadIdx.x % WARP_SIZE;
@@ -164,8 +165,9 @@ inline void encoder_backward(float* dwte, float* dwpe, const floatX* dout, const
             encoder_backward_wte_kernel<P><<<CEIL_DIV(distinct_positions, warps_per_block), block, 0, stream>>>(
                 dwpe, dout, position_plan, distinct_positions, B * T, C);
         else
-            encoder_backward_wpe_kernel<P><<<chunked_grid_blocks(encoder_backward_wpe_kernel<P>, TC / P, block), block,
-                                             0, stream>>>(dwpe, dout, B, T, C);
+            encoder_backward_wpe_kernel<P>
+                <<<chunked_grid_blocks(encoder_backward_wpe_kernel<P>, TC / P, block), block, 0, stream>>>(dwpe, dout,
+                                                                                                           B, T, C);
     });
     cudaCheck(cudaGetLastError());
 }

@@ -34,7 +34,7 @@
 
 template <class Options>
 struct Flag {
-    using Field = std::variant<int Options::*, long Options::*, float Options::*, const char* Options::*>;
+    using Field = std::variant<int Options::*, long Options::*, float Options::*, const char * Options::*>;
     const char* name;
     Field field;
     const char* metavar;  // "<int>", "<glob>", ...
@@ -102,32 +102,33 @@ std::string flag_metavar(const Flag<O>& f) {
         for (int i = 0; f.choices[i]; i++) form += std::string(i ? "|" : "") + f.choices[i];
     else if (f.max - f.min <= 8)
         for (long v = (long)f.min; v <= (long)f.max; v++) form += (v > (long)f.min ? "|" : "") + std::to_string(v);
-    else
-        form += "int";
+    else form += "int";
     return form + ">";
 }
 
 template <class O>
 void flag_set(O* o, const Flag<O>& f, const char* text) {
-    std::visit([&](auto field) {
-        using T = std::remove_reference_t<decltype(o->*field)>;
-        if constexpr (std::is_same_v<T, int>) {
-            if (f.choices) {
-                o->*field = flag_parse_choice(f, text);
-                return;
+    std::visit(
+        [&](auto field) {
+            using T = std::remove_reference_t<decltype(o->*field)>;
+            if constexpr (std::is_same_v<T, int>) {
+                if (f.choices) {
+                    o->*field = flag_parse_choice(f, text);
+                    return;
+                }
             }
-        }
-        if constexpr (std::is_same_v<T, const char*>) {
-            if (!*text) flag_bad_value(f, text, "a non-empty value");
-            o->*field = text;
-        } else if constexpr (std::is_same_v<T, float>) {
-            o->*field = flag_parse_real(f, text);
-        } else if (f.metavar && strcmp(f.metavar, "<int|auto>") == 0 && strcmp(text, "auto") == 0) {
-            o->*field = 0;
-        } else {
-            o->*field = (T)flag_parse_integer(f, text);
-        }
-    }, f.field);
+            if constexpr (std::is_same_v<T, const char*>) {
+                if (!*text) flag_bad_value(f, text, "a non-empty value");
+                o->*field = text;
+            } else if constexpr (std::is_same_v<T, float>) {
+                o->*field = flag_parse_real(f, text);
+            } else if (f.metavar && strcmp(f.metavar, "<int|auto>") == 0 && strcmp(text, "auto") == 0) {
+                o->*field = 0;
+            } else {
+                o->*field = (T)flag_parse_integer(f, text);
+            }
+        },
+        f.field);
 }
 
 // The table's defaults, then "-flag value" pairs from argv, each flag at most

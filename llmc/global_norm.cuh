@@ -37,7 +37,8 @@ __global__ void global_norm_final_kernel(float* norm_squared, const float* parti
 inline void global_norm_squared(float* norm_squared, float* scratch, const float* grads, size_t n,
                                 cudaStream_t stream) {
     const size_t needed = CEIL_DIV(n, (size_t)GLOBAL_NORM_BLOCK);
-    const int blocks = (int)(needed < (size_t)GLOBAL_NORM_MAX_BLOCKS ? (needed > 0 ? needed : 1) : GLOBAL_NORM_MAX_BLOCKS);
+    const int blocks =
+        (int)(needed < (size_t)GLOBAL_NORM_MAX_BLOCKS ? (needed > 0 ? needed : 1) : GLOBAL_NORM_MAX_BLOCKS);
     with_pack_width<float>(pack_width<float>(n, grads), [&](auto pack) {
         global_norm_partial_kernel<decltype(pack)::value><<<blocks, GLOBAL_NORM_BLOCK, 0, stream>>>(scratch, grads, n);
     });

@@ -67,8 +67,8 @@ inline std::vector<HellaSwagExample> hellaswag_load(const std::string& path) {
         throw error("bad magic " + std::to_string(h[0]) + " (expected " + std::to_string(HELLASWAG_MAGIC) +
                     "; not a HellaSwag eval file)");
     if (h[1] != HELLASWAG_VERSION)
-        throw error("unsupported version " + std::to_string(h[1]) + " (expected " +
-                    std::to_string(HELLASWAG_VERSION) + ")");
+        throw error("unsupported version " + std::to_string(h[1]) + " (expected " + std::to_string(HELLASWAG_VERSION) +
+                    ")");
     const int64_t num_examples = h[2], longest = h[3];
     if (num_examples < 0) throw error("negative example count " + std::to_string(num_examples) + " in the header");
     if ((bytes.size() - HELLASWAG_HEADER_BYTES) % 2 != 0)
@@ -87,8 +87,9 @@ inline std::vector<HellaSwagExample> hellaswag_load(const std::string& path) {
     for (int64_t e = 0; e < num_examples; e++) {
         const std::string which = "example " + std::to_string(e) + " ";
         const size_t start = p;
-        if (p + 6 > n) throw error(which + at(p) + ": file ends inside the example header (header says " +
-                                   std::to_string(num_examples) + " examples)");
+        if (p + 6 > n)
+            throw error(which + at(p) + ": file ends inside the example header (header says " +
+                        std::to_string(num_examples) + " examples)");
         if (u[p] != HELLASWAG_DELIMITER)
             throw error(which + at(p) + ": delimiter " + std::to_string(u[p]) + ", expected 65535");
         const size_t ex_bytes = u[p + 1];
@@ -107,14 +108,18 @@ inline std::vector<HellaSwagExample> hellaswag_load(const std::string& path) {
         const size_t end = start + ex_bytes / 2;
         if (ex_bytes % 2 != 0 || ex_bytes < 12)
             throw error(which + at(start) + ": length field " + std::to_string(ex_bytes) + " bytes is not valid");
-        if (end > n) throw error(which + at(start) + ": length " + std::to_string(ex_bytes) + " bytes runs past the end of the file");
+        if (end > n)
+            throw error(which + at(start) + ": length " + std::to_string(ex_bytes) +
+                        " bytes runs past the end of the file");
         if (p + ctx_len > end)
             throw error(which + at(start) + ": context of " + std::to_string(ctx_len) +
                         " tokens runs past the example's length field");
         ex.context.assign(u.begin() + p, u.begin() + p + ctx_len);
         p += ctx_len;
         for (int k = 0; k < HELLASWAG_ENDINGS; k++) {
-            if (p + 1 > end) throw error(which + at(start) + ": ending " + std::to_string(k) + " runs past the example's length field");
+            if (p + 1 > end)
+                throw error(which + at(start) + ": ending " + std::to_string(k) +
+                            " runs past the example's length field");
             const size_t len = u[p++];
             if (len == 0) throw error(which + at(start) + ": ending " + std::to_string(k) + " is empty");
             if (p + len > end)
@@ -128,8 +133,8 @@ inline std::vector<HellaSwagExample> hellaswag_load(const std::string& path) {
                         std::to_string((p - start) * 2));
         // A reader sizing its buffer from header[3] (llm.c does) would overrun on this one.
         if ((int64_t)ex_bytes > longest)
-            throw error(which + at(start) + ": " + std::to_string(ex_bytes) + " bytes, longer than the header's longest (" +
-                        std::to_string(longest) + ")");
+            throw error(which + at(start) + ": " + std::to_string(ex_bytes) +
+                        " bytes, longer than the header's longest (" + std::to_string(longest) + ")");
         exs.push_back(std::move(ex));
     }
     if (p != n)

@@ -17,8 +17,8 @@ constexpr float LAYERNORM_EPS = 1e-5f;
 // written (the fused residual) is read back without any synchronisation; the
 // second and third reads of a row hit the cache.
 template <int N>
-__device__ inline void layernorm_row_warp(floatX* out, float* mean, float* rstd, const floatX* x,
-                                          const floatX* weight, const floatX* bias, int row, int C) {
+__device__ inline void layernorm_row_warp(floatX* out, float* mean, float* rstd, const floatX* x, const floatX* weight,
+                                          const floatX* bias, int row, int C) {
     const int lane = threadIdx.x % WARP_SIZE;
     float sum = 0.0f;
     for (int c = lane * N; c < C; c += WARP_SIZE * N) {
@@ -38,7 +38,8 @@ __device__ inline void layernorm_row_warp(floatX* out, float* mean, float* rstd,
     }
     const float rs = rsqrtf(warp_reduce_sum(sq) / C + LAYERNORM_EPS);
     for (int c = lane * N; c < C; c += WARP_SIZE * N) {
-        const Packed<floatX, N> xv = load_packed<N>(x + c), w = load_packed<N>(weight + c), b = load_packed<N>(bias + c);
+        const Packed<floatX, N> xv = load_packed<N>(x + c), w = load_packed<N>(weight + c),
+                                b = load_packed<N>(bias + c);
         Packed<floatX, N> o;
 #pragma unroll
         for (int e = 0; e < N; e++)
@@ -52,8 +53,8 @@ __device__ inline void layernorm_row_warp(floatX* out, float* mean, float* rstd,
 }
 
 template <int N>
-__global__ void layernorm_forward_kernel(floatX* out, float* mean, float* rstd, const floatX* inp,
-                                         const floatX* weight, const floatX* bias, int rows, int C) {
+__global__ void layernorm_forward_kernel(floatX* out, float* mean, float* rstd, const floatX* inp, const floatX* weight,
+                                         const floatX* bias, int rows, int C) {
     const int row = blockIdx.x * (blockDim.x / WARP_SIZE) + threadIdx.x / WARP_SIZE;
     if (row >= rows) return;  // the whole warp leaves together
     const size_t off = (size_t)row * C;
@@ -65,8 +66,8 @@ __global__ void layernorm_forward_kernel(floatX* out, float* mean, float* rstd, 
 // sees exactly the residual stream that the backward will see.
 template <int N>
 __global__ void fused_residual_layernorm_forward_kernel(floatX* residual, floatX* out, float* mean, float* rstd,
-                                                        const floatX* inp1, const floatX* inp2,
-                                                        const floatX* weight, const floatX* bias, int rows, int C) {
+                                                        const floatX* inp1, const floatX* inp2, const floatX* weight,
+                                                        const floatX* bias, int rows, int C) {
     const int row = blockIdx.x * (blockDim.x / WARP_SIZE) + threadIdx.x / WARP_SIZE;
     if (row >= rows) return;
     const size_t off = (size_t)row * C;
@@ -80,8 +81,8 @@ inline void layernorm_forward(floatX* out, float* mean, float* rstd, const float
     const int block = 256, rows_per_block = block / WARP_SIZE;
     if (N <= 0) return;
     with_pack_width<floatX>(pack_width<floatX>(C, out, inp, weight, bias), [&](auto pack) {
-        layernorm_forward_kernel<decltype(pack)::value><<<CEIL_DIV(N, rows_per_block), block, 0, stream>>>(
-            out, mean, rstd, inp, weight, bias, N, C);
+        layernorm_forward_kernel<decltype(pack)::value>
+            <<<CEIL_DIV(N, rows_per_block), block, 0, stream>>>(out, mean, rstd, inp, weight, bias, N, C);
     });
     cudaCheck(cudaGetLastError());
 }
@@ -93,7 +94,8 @@ inline void fused_residual_layernorm_forward(floatX* residual, floatX* out, floa
     if (N <= 0) return;
     with_pack_width<floatX>(pack_width<floatX>(C, residual, out, inp1, inp2, weight, bias), [&](auto pack) {
         fused_residual_layernorm_forward_kernel<decltype(pack)::value>
-            <<<CEIL_DIV(N, rows_per_block), block, 0, stream>>>(residual, out, mean, rstd, inp1, inp2, weight, bias, N, C);
+            <<<CEIL_DIV(N, rows_per_block), block, 0, stream>>>(residual, out, mean, rstd, inp1, inp2, weight, bias, N,
+                                                                C);
     });
     cudaCheck(cudaGetLastError());
 }
@@ -133,8 +135,7 @@ inline size_t layernorm_backward_scratch_floats(int N, int C) {
 
 template <int N>
 __global__ void layernorm_backward_kernel(floatX* dinp, float* scratch, const floatX* dout, const floatX* inp,
-                                          const floatX* weight, const float* mean, const float* rstd, int rows,
-                                          int C) {
+                                          const floatX* weight, const float* mean, const float* rstd, int rows, int C) {
     extern __shared__ float ln_bwd_smem[];
     const int lane = threadIdx.x % WARP_SIZE, warp = threadIdx.x / WARP_SIZE, warps = blockDim.x / WARP_SIZE;
     float* dw_acc = ln_bwd_smem + (size_t)warp * 2 * C;  // this warp's slice: dw [C] | db [C]
@@ -195,8 +196,8 @@ __global__ void layernorm_backward_finish_kernel(float* dweight, float* dbias, c
 
 // scratch: layernorm_backward_scratch_floats(N, C) floats, contents ignored.
 inline void layernorm_backward(floatX* dinp, float* dweight, float* dbias, float* scratch, const floatX* dout,
-                               const floatX* inp, const floatX* weight, const float* mean, const float* rstd,
-                               int N, int C, cudaStream_t stream) {
+                               const floatX* inp, const floatX* weight, const float* mean, const float* rstd, int N,
+                               int C, cudaStream_t stream) {
     if (N <= 0) return;
     const int G = layernorm_backward_blocks(N, C), warps = layernorm_backward_warps(C);
     const size_t smem = (size_t)warps * 2 * C * sizeof(float);
@@ -206,10 +207,11 @@ inline void layernorm_backward(floatX* dinp, float* dweight, float* dbias, float
         if (smem > 48 * 1024)
             cudaCheck(cudaFuncSetAttribute(layernorm_backward_kernel<P>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                            (int)smem));
-        layernorm_backward_kernel<P><<<G, warps * WARP_SIZE, smem, stream>>>(dinp, scratch, dout, inp, weight, mean,
-                                                                             rstd, N, C);
+        layernorm_backward_kernel<P>
+            <<<G, warps * WARP_SIZE, smem, stream>>>(dinp, scratch, dout, inp, weight, mean, rstd, N, C);
     });
     cudaCheck(cudaGetLastError());
-    layernorm_backward_finish_kernel<<<chunked_grid_blocks(layernorm_backward_finish_kernel, 2 * (size_t)C, 256), 256, 0, stream>>>(dweight, dbias, scratch, G, C);
+    layernorm_backward_finish_kernel<<<chunked_grid_blocks(layernorm_backward_finish_kernel, 2 * (size_t)C, 256), 256,
+                                       0, stream>>>(dweight, dbias, scratch, G, C);
     cudaCheck(cudaGetLastError());
 }

@@ -53,17 +53,19 @@ struct Llama3Config {
 
 // Throws "where: what is wrong" unless c is a shape the model can have.
 inline void llama3_check(const Llama3Config& c, const std::string& where) {
-    const std::pair<const char*, int> sizes[] = {{"L", c.L}, {"C", c.C},  {"H", c.H},          {"KV", c.KV},
+    const std::pair<const char*, int> sizes[] = {{"L", c.L}, {"C", c.C}, {"H", c.H},          {"KV", c.KV},
                                                  {"F", c.F}, {"V", c.V}, {"T", c.max_seq_len}};
     for (const auto& s : sizes)
         if (s.second <= 0) fail(where + ": " + s.first + " must be > 0, not " + std::to_string(s.second));
     if (c.C % c.H != 0) fail(where + ": H=" + std::to_string(c.H) + " does not divide C=" + std::to_string(c.C));
     if (c.H % c.KV != 0) fail(where + ": KV=" + std::to_string(c.KV) + " does not divide H=" + std::to_string(c.H));
-    if (c.head_dim() % 2 != 0) fail(where + ": the head size C/H=" + std::to_string(c.head_dim()) + " must be even for RoPE");
+    if (c.head_dim() % 2 != 0)
+        fail(where + ": the head size C/H=" + std::to_string(c.head_dim()) + " must be even for RoPE");
     if (!(c.rope_theta > 0) || !std::isfinite(c.rope_theta)) fail(where + ": theta must be a finite number > 0");
     if (!(c.rms_norm_eps > 0) || !std::isfinite(c.rms_norm_eps)) fail(where + ": eps must be a finite number > 0");
     if (c.rope_scaling) {
-        if (!(c.rope_factor >= 1) || !std::isfinite(c.rope_factor)) fail(where + ": factor must be a finite number >= 1");
+        if (!(c.rope_factor >= 1) || !std::isfinite(c.rope_factor))
+            fail(where + ": factor must be a finite number >= 1");
         if (!(c.rope_low_freq_factor > 0) || !(c.rope_high_freq_factor > c.rope_low_freq_factor) ||
             !std::isfinite(c.rope_high_freq_factor))
             fail(where + ": RoPE scaling needs 0 < low < high (finite)");
@@ -126,7 +128,8 @@ inline Llama3Config llama3_parse_descriptor(const std::string& desc) {
     if (llama3_named(desc, &c)) return c;
     const std::string prefix = "llama3:";
     if (desc.rfind(prefix, 0) != 0)
-        fail(desc + ": not a Llama 3 model (llama3:L=..,C=..,H=..,KV=..,F=..,V=.. or llama3.2-1b, llama3.2-3b, llama3.1-8b)");
+        fail(desc +
+             ": not a Llama 3 model (llama3:L=..,C=..,H=..,KV=..,F=..,V=.. or llama3.2-1b, llama3.2-3b, llama3.1-8b)");
     c.max_seq_len = 1024;
     std::map<std::string, std::string> kv;
     std::string rest = desc.substr(prefix.size());
@@ -249,7 +252,8 @@ inline void llama3_rope_from_json_(const nlohmann::json& r, const std::string& w
     for (const char* k : {"rope_type", "type"})
         if (r.contains(k) && r[k].is_string()) type = r[k].get<std::string>();
     if (type == "default" || type.empty()) return;
-    if (type != "llama3") fail(where + ": rope_type " + quote_for_error(type) + " is not supported (only llama3 or default)");
+    if (type != "llama3")
+        fail(where + ": rope_type " + quote_for_error(type) + " is not supported (only llama3 or default)");
     c->rope_scaling = true;
     c->rope_factor = hf_json_number(r, "factor", where, NAN);
     c->rope_low_freq_factor = hf_json_number(r, "low_freq_factor", where, NAN);
@@ -298,8 +302,8 @@ inline Llama3Config llama3_from_hf_json(const nlohmann::json& j, const std::stri
     llama3_check(c, where);
     const int hd = hf_json_int(j, "head_dim", where, &found);
     if (found && hd != c.head_dim())
-        fail(where + ": head_dim " + std::to_string(hd) + " is not hidden_size / num_attention_heads = " +
-             std::to_string(c.head_dim()));
+        fail(where + ": head_dim " + std::to_string(hd) +
+             " is not hidden_size / num_attention_heads = " + std::to_string(c.head_dim()));
     return c;
 }
 

@@ -206,7 +206,10 @@ inline void markov_generate(const MarkovChain& c, uint64_t seed, int split, size
         if (t > 0) {
             uint32_t r = (uint32_t)(rng.next() >> (64 - MARKOV_WEIGHT_BITS));
             int i = c.offset[s];
-            while (r >= c.weight[i]) { r -= c.weight[i]; i++; }
+            while (r >= c.weight[i]) {
+                r -= c.weight[i];
+                i++;
+            }
             s = c.next[i];
         }
         out[t] = (uint16_t)s;
@@ -307,7 +310,8 @@ inline bool markov_shard_matches_(const std::string& path, uint64_t seed, size_t
 // creating it; reuses the files already there when they were written with the
 // same parameters. Safe for several processes at once (each writes its own
 // temporary files and renames them into place; the contents are identical).
-inline void markov_corpus_write(const char* dir, uint64_t seed, size_t train_tokens, size_t val_tokens, int vocab_size) {
+inline void markov_corpus_write(const char* dir, uint64_t seed, size_t train_tokens, size_t val_tokens,
+                                int vocab_size) {
     if (vocab_size < MARKOV_MIN_VOCAB || vocab_size > MARKOV_MAX_VOCAB)
         markov_fail_(dir, "markov corpus: vocab_size " + std::to_string(vocab_size) + " is not in [" +
                               std::to_string(MARKOV_MIN_VOCAB) + ", " + std::to_string(MARKOV_MAX_VOCAB) + "]");

@@ -44,8 +44,7 @@ inline void matmul_teardown() {
     cublaslt_handle = nullptr;
 }
 
-constexpr cudaDataType_t FLOATX_CUDA_TYPE =
-    sizeof(floatX) == 4 ? CUDA_R_32F : CUDA_R_16BF;
+constexpr cudaDataType_t FLOATX_CUDA_TYPE = sizeof(floatX) == 4 ? CUDA_R_32F : CUDA_R_16BF;
 
 // The alignment cuBLASLt's preferences take for a pointer: the largest power of
 // two up to 256 that divides its address (algorithms with wider loads need it).
@@ -80,8 +79,18 @@ inline bool matmul_cublaslt(void* d, cudaDataType_t d_type, const floatX* a, con
     const uint32_t align_a = pointer_alignment(a), align_b = pointer_alignment(b), align_d = pointer_alignment(d);
     using Key = std::tuple<int, int, int, bool, bool, int, int, uint32_t, uint32_t, uint32_t, uint32_t, uint32_t>;
     static std::map<Key, std::optional<cublasLtMatmulAlgo_t>> algorithms;  // nullopt: refused
-    const Key key{m, n, k, trans_a, trans_b, (int)epilogue.kind, (int)d_type, align_a, align_b, align_d,
-                  epilogue.bias ? pointer_alignment(epilogue.bias) : 0, epilogue.aux ? pointer_alignment(epilogue.aux) : 0};
+    const Key key{m,
+                  n,
+                  k,
+                  trans_a,
+                  trans_b,
+                  (int)epilogue.kind,
+                  (int)d_type,
+                  align_a,
+                  align_b,
+                  align_d,
+                  epilogue.bias ? pointer_alignment(epilogue.bias) : 0,
+                  epilogue.aux ? pointer_alignment(epilogue.aux) : 0};
     auto found_algo = algorithms.find(key);
     if (found_algo != algorithms.end() && !found_algo->second) return false;  // refused before: no descriptors
     cublasLtMatmulDesc_t desc;
@@ -90,27 +99,30 @@ inline bool matmul_cublaslt(void* d, cudaDataType_t d_type, const floatX* a, con
     const cublasOperation_t op_b = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
     cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &op_a, sizeof(op_a)));
     cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_b, sizeof(op_b)));
-    cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue.kind,
-                                               sizeof(epilogue.kind)));
+    cublasCheck(
+        cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue.kind, sizeof(epilogue.kind)));
     if (epilogue.bias) {
         const int32_t bias_type = d_type;
         cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &epilogue.bias,
                                                    sizeof(epilogue.bias)));
-        cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type,
-                                                   sizeof(bias_type)));
+        cublasCheck(
+            cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type, sizeof(bias_type)));
     }
     if (epilogue.aux) {
         const int64_t aux_ld = m;
         const int32_t aux_type = FLOATX_CUDA_TYPE;
         cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &epilogue.aux,
                                                    sizeof(epilogue.aux)));
-        cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &aux_ld, sizeof(aux_ld)));
+        cublasCheck(
+            cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &aux_ld, sizeof(aux_ld)));
         cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE, &aux_type,
                                                    sizeof(aux_type)));
     }
     cublasLtMatrixLayout_t layout_a, layout_b, layout_d;
-    cublasCheck(cublasLtMatrixLayoutCreate(&layout_a, FLOATX_CUDA_TYPE, trans_a ? k : m, trans_a ? m : k, trans_a ? k : m));
-    cublasCheck(cublasLtMatrixLayoutCreate(&layout_b, FLOATX_CUDA_TYPE, trans_b ? n : k, trans_b ? k : n, trans_b ? n : k));
+    cublasCheck(
+        cublasLtMatrixLayoutCreate(&layout_a, FLOATX_CUDA_TYPE, trans_a ? k : m, trans_a ? m : k, trans_a ? k : m));
+    cublasCheck(
+        cublasLtMatrixLayoutCreate(&layout_b, FLOATX_CUDA_TYPE, trans_b ? n : k, trans_b ? k : n, trans_b ? n : k));
     cublasCheck(cublasLtMatrixLayoutCreate(&layout_d, d_type, m, n, m));
 
     if (found_algo == algorithms.end()) {
@@ -124,7 +136,8 @@ inline bool matmul_cublaslt(void* d, cudaDataType_t d_type, const floatX* a, con
             CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
         const uint32_t aligns[4] = {align_a, align_b, align_d, align_d};  // C is D (in place)
         for (int i = 0; i < 4; i++)
-            cublasCheck(cublasLtMatmulPreferenceSetAttribute(preference, align_attrs[i], &aligns[i], sizeof(aligns[i])));
+            cublasCheck(
+                cublasLtMatmulPreferenceSetAttribute(preference, align_attrs[i], &aligns[i], sizeof(aligns[i])));
         cublasLtMatmulHeuristicResult_t heuristic;
         int found = 0;
         const cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(
@@ -146,7 +159,8 @@ inline bool matmul_cublaslt(void* d, cudaDataType_t d_type, const floatX* a, con
     if (found_algo->second) {
         const float alpha = 1.0f;
         cublasCheck(cublasLtMatmul(cublaslt_handle, desc, &alpha, a, layout_a, b, layout_b, &beta, d, layout_d, d,
-                                   layout_d, &*found_algo->second, cublaslt_workspace, CUBLASLT_WORKSPACE_BYTES, stream));
+                                   layout_d, &*found_algo->second, cublaslt_workspace, CUBLASLT_WORKSPACE_BYTES,
+                                   stream));
     }
     cublasCheck(cublasLtMatrixLayoutDestroy(layout_a));
     cublasCheck(cublasLtMatrixLayoutDestroy(layout_b));
@@ -164,7 +178,8 @@ inline bool matmul_cublaslt(void* d, cudaDataType_t d_type, const floatX* a, con
 constexpr int BIAS_COLS = 32, BIAS_ROW_THREADS = 8, BIAS_MAX_CHUNKS = 64;
 
 template <int N>
-__global__ void bias_backward_partial_kernel(float* partials, const floatX* dout, int rows, int OC, int rows_per_chunk) {
+__global__ void bias_backward_partial_kernel(float* partials, const floatX* dout, int rows, int OC,
+                                             int rows_per_chunk) {
     __shared__ float sums[BIAS_ROW_THREADS][BIAS_COLS * N];
     const int col = (blockIdx.x * BIAS_COLS + threadIdx.x) * N;
     const int row_begin = blockIdx.y * rows_per_chunk;
@@ -206,8 +221,8 @@ inline void bias_backward(float* dbias, float* scratch, const floatX* dout, int 
     const dim3 block(BIAS_COLS, BIAS_ROW_THREADS);
     with_pack_width<floatX>(pack_width<floatX>(OC, dout), [&](auto pack) {
         constexpr int P = decltype(pack)::value;
-        bias_backward_partial_kernel<P><<<dim3(CEIL_DIV(OC, BIAS_COLS * P), num_chunks), block, 0, stream>>>(
-            scratch, dout, N, OC, rows_per_chunk);
+        bias_backward_partial_kernel<P>
+            <<<dim3(CEIL_DIV(OC, BIAS_COLS * P), num_chunks), block, 0, stream>>>(scratch, dout, N, OC, rows_per_chunk);
     });
     cudaCheck(cudaGetLastError());
     bias_backward_final_kernel<<<CEIL_DIV(OC, 256), 256, 0, stream>>>(dbias, scratch, num_chunks, OC);
@@ -218,8 +233,8 @@ inline void bias_backward(float* dbias, float* scratch, const floatX* dout, int 
 // The Linear passes, in row-major terms (see the top of the file). A
 // row-major (R, C) matrix is a column-major (C, R) one, so
 // out^T = weight^T-as-stored @ inp^T becomes D(OC, N) = A^T(OC, IC) B(IC, N).
-inline void matmul_forward(floatX* out, const floatX* inp, const floatX* weight, const floatX* bias,
-                           int N, int IC, int OC, cudaStream_t stream) {
+inline void matmul_forward(floatX* out, const floatX* inp, const floatX* weight, const floatX* bias, int N, int IC,
+                           int OC, cudaStream_t stream) {
     const Epilogue epilogue{bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT, bias};
     matmul_cublaslt(out, FLOATX_CUDA_TYPE, weight, inp, OC, N, IC, true, false, 0.0f, epilogue, stream);
 }
@@ -232,7 +247,8 @@ inline void matmul_forward(floatX* out, const floatX* inp, const floatX* weight,
 inline void matmul_forward_gelu(floatX* out, floatX* pre_gelu, const floatX* inp, const floatX* weight,
                                 const floatX* bias, int N, int IC, int OC, bool fuse_gelu, cudaStream_t stream) {
     const Epilogue epilogue{CUBLASLT_EPILOGUE_GELU_AUX_BIAS, bias, pre_gelu};
-    if (fuse_gelu && matmul_cublaslt(out, FLOATX_CUDA_TYPE, weight, inp, OC, N, IC, true, false, 0.0f, epilogue, stream))
+    if (fuse_gelu &&
+        matmul_cublaslt(out, FLOATX_CUDA_TYPE, weight, inp, OC, N, IC, true, false, 0.0f, epilogue, stream))
         return;
     matmul_forward(pre_gelu, inp, weight, bias, N, IC, OC, stream);
     gelu_forward(out, pre_gelu, (size_t)N * OC, stream);
@@ -243,8 +259,8 @@ inline void matmul_forward_gelu(floatX* out, floatX* pre_gelu, const floatX* inp
 // matmul, which reads dout anyway, where cuBLASLt takes BGRADB: into scratch,
 // then added (BGRADB overwrites; the gradient buffer accumulates). Elsewhere
 // bias_backward makes its own pass over dout.
-inline void matmul_backward_weights(float* dweight, float* dbias, float* scratch, const floatX* dout,
-                                    const floatX* inp, int N, int IC, int OC, cudaStream_t stream) {
+inline void matmul_backward_weights(float* dweight, float* dbias, float* scratch, const floatX* dout, const floatX* inp,
+                                    int N, int IC, int OC, cudaStream_t stream) {
     const Epilogue bgradb{CUBLASLT_EPILOGUE_BGRADB, scratch};
     if (dbias && matmul_cublaslt(dweight, CUDA_R_32F, inp, dout, IC, OC, N, false, true, 1.0f, bgradb, stream)) {
         bias_backward_final_kernel<<<CEIL_DIV(OC, 256), 256, 0, stream>>>(dbias, scratch, 1, OC);  // dbias += scratch
@@ -267,8 +283,8 @@ inline void matmul_backward(floatX* dinp, float* dweight, float* dbias, float* s
 // the matmul (DGELU); otherwise, or where cuBLASLt has no such algorithm, the
 // matmul and then gelu_backward_inplace.
 inline void matmul_backward_gelu(floatX* dinp, float* dweight, float* dbias, float* scratch, const floatX* dout,
-                                 const floatX* inp, const floatX* pre_gelu, const floatX* weight, int N, int IC,
-                                 int OC, bool fuse_gelu, cudaStream_t stream) {
+                                 const floatX* inp, const floatX* pre_gelu, const floatX* weight, int N, int IC, int OC,
+                                 bool fuse_gelu, cudaStream_t stream) {
     const Epilogue dgelu{CUBLASLT_EPILOGUE_DGELU, nullptr, pre_gelu};
     if (!fuse_gelu ||
         !matmul_cublaslt(dinp, FLOATX_CUDA_TYPE, weight, dout, IC, N, OC, false, false, 0.0f, dgelu, stream)) {

@@ -47,7 +47,8 @@ S layer_view(const S& all, const std::vector<size_t>& strides, int l) {
 template <class S, class T>
 void point_parameters(S* p, T* base, const std::vector<ParameterLayout>& rows) {
     static_assert(sizeof(S) % sizeof(T*) == 0, "a struct of pointers only");
-    if (rows.size() > sizeof(S) / sizeof(T*)) llmc::failf("params: %zu tensors for %zu pointers", rows.size(), sizeof(S) / sizeof(T*));
+    if (rows.size() > sizeof(S) / sizeof(T*))
+        llmc::failf("params: %zu tensors for %zu pointers", rows.size(), sizeof(S) / sizeof(T*));
     T** tensors = reinterpret_cast<T**>(p);
     for (size_t k = 0; k < rows.size(); k++) {
         tensors[k] = base;
@@ -214,12 +215,11 @@ inline std::vector<float> local_values(const Parameters* p, const float* full) {
 // The weights and the optimizer's buffers (the memory plan reads this too).
 inline std::vector<DeviceBuffer> parameter_buffers(Parameters* p) {
     const size_t n = p->num_parameters, local = p->optimizer_elements;
-    std::vector<DeviceBuffer> list = {
-        {(void**)&p->params_memory, n * sizeof(floatX), "parameters"},
-        {(void**)&p->grads_memory, n * sizeof(float), "fp32 gradients"},
-        {(void**)&p->master_weights, local * sizeof(float), "fp32 master weights"},
-        {(void**)&p->adam_m, local * sizeof(float), "AdamW m and v"},
-        {(void**)&p->adam_v, local * sizeof(float), "AdamW m and v"}};
+    std::vector<DeviceBuffer> list = {{(void**)&p->params_memory, n * sizeof(floatX), "parameters"},
+                                      {(void**)&p->grads_memory, n * sizeof(float), "fp32 gradients"},
+                                      {(void**)&p->master_weights, local * sizeof(float), "fp32 master weights"},
+                                      {(void**)&p->adam_m, local * sizeof(float), "AdamW m and v"},
+                                      {(void**)&p->adam_v, local * sizeof(float), "AdamW m and v"}};
     if (p->zero_stage == 1) list.push_back({(void**)&p->grad_shard, local * sizeof(float), "ZeRO-1 gradient shard"});
     return list;
 }
@@ -229,7 +229,8 @@ inline void allocate_parameters(Parameters* p) {
     const std::vector<DeviceBuffer> buffers = parameter_buffers(p);
     if (!allocate_buffers(buffers))
         llmc::failf("out of device memory for the weights and optimizer state (%.1f MiB); try -z 1 on several GPUs "
-                    "or a smaller model", total_bytes(buffers) / 1048576.0);
+                    "or a smaller model",
+                    total_bytes(buffers) / 1048576.0);
     const size_t n = p->num_parameters, local = p->optimizer_elements;
     cudaCheck(cudaMemset(p->grads_memory, 0, n * sizeof(float)));
     cudaCheck(cudaMemset(p->adam_m, 0, local * sizeof(float)));
@@ -353,8 +354,8 @@ inline void update_parameters(Parameters* p, float* scratch, float lr, const Opt
     for (const GradientSlice& s : p->slices) {
         adamw_elements(p, p->grad_shard, s.part_offset, s.offset + r * s.part, s.in_tensor + r * s.part, s.part,
                        s.tensor, lr, opt);
-        adamw_elements(p, p->grad_shard, s.tail_offset, s.offset + s.tail_begin(), s.in_tensor + s.tail_begin(),
-                       s.tail, s.tensor, lr, opt);
+        adamw_elements(p, p->grad_shard, s.tail_offset, s.offset + s.tail_begin(), s.in_tensor + s.tail_begin(), s.tail,
+                       s.tensor, lr, opt);
     }
     comm_after_compute(d, stream);  // the all-gather reads what AdamW wrote ...
     group_start();

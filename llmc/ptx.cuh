@@ -36,41 +36,55 @@ __device__ __forceinline__ void mma_bf16_16816(float (&acc)[4], const uint32_t (
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
 }
 
-__device__ __forceinline__ uint32_t shared_address(const void* p) {
-    return (uint32_t)__cvta_generic_to_shared(p);
-}
+__device__ __forceinline__ uint32_t shared_address(const void* p) { return (uint32_t)__cvta_generic_to_shared(p); }
 
 template <int N>
 __device__ __forceinline__ void ldmatrix(uint32_t (&r)[N], const void* row) {
     static_assert(N == 1 || N == 2 || N == 4, "ldmatrix: .x1, .x2 or .x4");
     if constexpr (N == 1)
-        asm volatile("ldmatrix.sync.aligned.m8n8.x1.shared.b16 {%0}, [%1];" : "=r"(r[0]) : "r"(shared_address(row)) : "memory");
+        asm volatile("ldmatrix.sync.aligned.m8n8.x1.shared.b16 {%0}, [%1];"
+                     : "=r"(r[0])
+                     : "r"(shared_address(row))
+                     : "memory");
     else if constexpr (N == 2)
         asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0,%1}, [%2];"
-                     : "=r"(r[0]), "=r"(r[1]) : "r"(shared_address(row)) : "memory");
+                     : "=r"(r[0]), "=r"(r[1])
+                     : "r"(shared_address(row))
+                     : "memory");
     else
         asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
-                     : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(shared_address(row)) : "memory");
+                     : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                     : "r"(shared_address(row))
+                     : "memory");
 }
 template <int N>
 __device__ __forceinline__ void ldmatrix_trans(uint32_t (&r)[N], const void* row) {
     static_assert(N == 1 || N == 2 || N == 4, "ldmatrix: .x1, .x2 or .x4");
     if constexpr (N == 1)
-        asm volatile("ldmatrix.sync.aligned.m8n8.x1.trans.shared.b16 {%0}, [%1];" : "=r"(r[0]) : "r"(shared_address(row)) : "memory");
+        asm volatile("ldmatrix.sync.aligned.m8n8.x1.trans.shared.b16 {%0}, [%1];"
+                     : "=r"(r[0])
+                     : "r"(shared_address(row))
+                     : "memory");
     else if constexpr (N == 2)
         asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0,%1}, [%2];"
-                     : "=r"(r[0]), "=r"(r[1]) : "r"(shared_address(row)) : "memory");
+                     : "=r"(r[0]), "=r"(r[1])
+                     : "r"(shared_address(row))
+                     : "memory");
     else
         asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];"
-                     : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(shared_address(row)) : "memory");
+                     : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                     : "r"(shared_address(row))
+                     : "memory");
 }
 
 __device__ __forceinline__ void cp_async_16(void* smem_dst, const void* gmem_src) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" :: "r"(shared_address(smem_dst)), "l"(gmem_src) : "memory");
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(shared_address(smem_dst)), "l"(gmem_src) : "memory");
 }
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
 template <int N>
-__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;" :: "n"(N) : "memory"); }
+__device__ __forceinline__ void cp_async_wait() {
+    asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
+}
 
 __device__ __forceinline__ float ex2_ftz(float x) {
     float y;

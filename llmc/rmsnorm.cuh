@@ -15,8 +15,8 @@
 // written (the fused residual) is read back without any synchronisation; the
 // second read of a row hits the cache.
 template <int N>
-__device__ inline void rmsnorm_row_warp(floatX* out, float* rstd, const floatX* x, const floatX* weight, int row,
-                                        int C, float eps) {
+__device__ inline void rmsnorm_row_warp(floatX* out, float* rstd, const floatX* x, const floatX* weight, int row, int C,
+                                        float eps) {
     const int lane = threadIdx.x % WARP_SIZE;
     float sq = 0.0f;
     for (int c = lane * N; c < C; c += WARP_SIZE * N) {
@@ -67,8 +67,8 @@ inline void rmsnorm_forward(floatX* out, float* rstd, const floatX* inp, const f
     const int block = 256, rows_per_block = block / WARP_SIZE;
     if (N <= 0) return;
     with_pack_width<floatX>(pack_width<floatX>(C, out, inp, weight), [&](auto pack) {
-        rmsnorm_forward_kernel<decltype(pack)::value><<<CEIL_DIV(N, rows_per_block), block, 0, stream>>>(
-            out, rstd, inp, weight, N, C, eps);
+        rmsnorm_forward_kernel<decltype(pack)::value>
+            <<<CEIL_DIV(N, rows_per_block), block, 0, stream>>>(out, rstd, inp, weight, N, C, eps);
     });
     cudaCheck(cudaGetLastError());
 }
@@ -180,7 +180,8 @@ inline void rmsnorm_backward(floatX* dinp, float* dweight, float* scratch, const
         if (smem > 48 * 1024)
             cudaCheck(cudaFuncSetAttribute(rmsnorm_backward_kernel<P>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                            (int)smem));
-        rmsnorm_backward_kernel<P><<<G, warps * WARP_SIZE, smem, stream>>>(dinp, scratch, dout, inp, weight, rstd, N, C);
+        rmsnorm_backward_kernel<P>
+            <<<G, warps * WARP_SIZE, smem, stream>>>(dinp, scratch, dout, inp, weight, rstd, N, C);
     });
     cudaCheck(cudaGetLastError());
     rmsnorm_backward_finish_kernel<<<chunked_grid_blocks(rmsnorm_backward_finish_kernel, (size_t)C, 256), 256, 0,

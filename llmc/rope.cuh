@@ -60,7 +60,8 @@ inline std::vector<double> rope_frequencies(int HS, double theta, const RopeScal
         } else if (w > w_low) {
             f[i] = fi / s.factor;
         } else {
-            const double smooth = (s.original_max_position / w - s.low_freq_factor) / (s.high_freq_factor - s.low_freq_factor);
+            const double smooth = (s.original_max_position / w - s.low_freq_factor) /
+                                  (s.high_freq_factor - s.low_freq_factor);
             f[i] = (1.0 - smooth) * fi / s.factor + smooth * fi;
         }
     }
@@ -135,7 +136,8 @@ inline void rope_launch(floatX* out, const floatX* inp, const float* table, cons
                         int HS, int stride, int maxT, float sin_sign, cudaStream_t stream) {
     if (HS <= 0 || HS % 2 != 0 || H <= 0 || stride < H * HS || maxT <= 0 || (!positions && T > maxT))
         llmc::failf("rope: head size %d (even), %d heads, row stride %d (>= heads x head size), table length %d "
-                    "(>= T %d without positions) do not fit", HS, H, stride, maxT, T);
+                    "(>= T %d without positions) do not fit",
+                    HS, H, stride, maxT, T);
     const size_t tokens = (size_t)B * T;
     if (tokens == 0) return;
     const int block = 256;

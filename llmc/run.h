@@ -77,7 +77,10 @@
 
 // printf on rank 0 only: the ranks run in lock step and would print the same.
 inline const Distributed* g_dist = &SINGLE_PROCESS;
-#define print0(...) do { if (g_dist->rank == 0) printf(__VA_ARGS__); } while (0)
+#define print0(...)                                 \
+    do {                                            \
+        if (g_dist->rank == 0) printf(__VA_ARGS__); \
+    } while (0)
 
 struct TrainOptions {
     const char* train_pattern;  // -i
@@ -131,7 +134,8 @@ template <class Model>
 const Flag<TrainOptions> FLAGS[] = {
     {"-i", &TrainOptions::train_pattern, "<glob>", 0, 0, nullptr,
      "train data shards (llm.c format); without -i: the built-in Markov corpus\n(build/markov/, known loss floor) "
-     "and a small model, 300 steps", "data and model"},
+     "and a small model, 300 steps",
+     "data and model"},
     {"-j", &TrainOptions::val_pattern, "<glob>", 0, 0, nullptr, "val data shards", nullptr},
     {"-e", &TrainOptions::init, "<init>", 0, 0, Model::INIT_DEFAULT, Model::INIT_HELP, nullptr},
     {"--doc-mask", &TrainOptions::doc_mask, nullptr, 0, 1, "0",
@@ -141,7 +145,8 @@ const Flag<TrainOptions> FLAGS[] = {
     {"--doc-token", &TrainOptions::doc_token, "<int>", -1, INT_TOP, "-1", Model::DOC_TOKEN_HELP, nullptr},
     {"--packing", &TrainOptions::packing, nullptr, 0, 0, "packed",
      "packed: sequences cut from the token stream (llm.c); slots: one document per\nsequence, cut at T, the rest "
-     "padded with masked targets", nullptr, DATA_PACKING_NAMES, "packing"},
+     "padded with masked targets",
+     nullptr, DATA_PACKING_NAMES, "packing"},
     {"-b", &TrainOptions::B, "<int|auto>", 1, INT_TOP, "4",
      "micro-batch size B in sequences, or auto: the largest that fits",
      "batch: tokens per step = B x T x N x A (N ranks, A accumulated micro-batches)"},
@@ -154,22 +159,22 @@ const Flag<TrainOptions> FLAGS[] = {
      "batch ramp: tokens per step at step 0, growing to -d; 0: off", nullptr},
     {"--ramp-steps", &TrainOptions::ramp_steps, "<int>", 0, STEP_TOP, "0", "batch ramp: steps to reach -d", nullptr},
     {"--ramp-lr", &TrainOptions::ramp_lr, nullptr, 0, 0, "none",
-     "lr during the ramp: x 1, x tokens/target or x sqrt(tokens/target)", nullptr, RAMP_LR_NAMES,
-     "ramp lr rule"},
-    {"-k", &TrainOptions::schedule, nullptr, 0, 0, "cosine", "lr schedule after the warmup (wsd: flat, then linear over the last 20%)",
+     "lr during the ramp: x 1, x tokens/target or x sqrt(tokens/target)", nullptr, RAMP_LR_NAMES, "ramp lr rule"},
+    {"-k", &TrainOptions::schedule, nullptr, 0, 0, "cosine",
+     "lr schedule after the warmup (wsd: flat, then linear over the last 20%)",
      "optimizer (AdamW, betas 0.9 and 0.95, eps 1e-8)", LR_SCHEDULE_NAMES, "schedule"},
     {"-l", &TrainOptions::lr, "<float>", 0, FLOAT_TOP, "3e-4", "peak learning rate", nullptr},
     {"-u", &TrainOptions::warmup_steps, "<int>", 0, INT_TOP, "0", "warmup steps", nullptr},
     {"-q", &TrainOptions::final_lr_fraction, "<float>", 0, 1, "1.0", "final lr as a fraction of the peak", nullptr},
     {"-c", &TrainOptions::weight_decay, "<float>", 0, FLOAT_TOP, "0.0", "weight decay of the matrices", nullptr},
-    {"--grad-clip", &TrainOptions::grad_clip, "<float>", 0, FLOAT_TOP, "1.0",
-     "clip the global gradient norm (0 = off)", nullptr},
+    {"--grad-clip", &TrainOptions::grad_clip, "<float>", 0, FLOAT_TOP, "1.0", "clip the global gradient norm (0 = off)",
+     nullptr},
     {"--skip-nonfinite", &TrainOptions::skip_nonfinite, nullptr, 0, 1, "0",
      "skip a step whose loss or gradient is Inf/NaN instead of stopping", nullptr},
     {"--seed", &TrainOptions::seed, "<int>", 0, LONG_TOP, "1337", "weight init, stochastic rounding and sampling seed",
      nullptr},
-    {"-v", &TrainOptions::val_every, "<int>", 0, INT_TOP, "20", "val loss (and HellaSwag) every this many steps (0 = never)",
-     "evaluation and sampling"},
+    {"-v", &TrainOptions::val_every, "<int>", 0, INT_TOP, "20",
+     "val loss (and HellaSwag) every this many steps (0 = never)", "evaluation and sampling"},
     {"-m", &TrainOptions::val_batches, "<int>", 1, INT_TOP, "20", "val batches per rank", nullptr},
     {"-h", &TrainOptions::hellaswag, nullptr, 0, 1, "0", "HellaSwag accuracy at each evaluation (needs -b >= 4)",
      nullptr},
@@ -183,14 +188,16 @@ const Flag<TrainOptions> FLAGS[] = {
      nullptr},
     {"--tokenizer", &TrainOptions::tokenizer, "<path>", 0, 0, nullptr,
      "llm.c tokenizer .bin to print samples as text (default: the GPT-2\nfiles in data/gpt2 or ../shared/data/gpt2 "
-     "when V = 50257)", nullptr},
+     "when V = 50257)",
+     nullptr},
     {"-o", &TrainOptions::output_dir, "<dir>", 0, 0, nullptr,
      "output directory: main.log, main.jsonl, checkpoints (model_%08d.bin\nor the folder model_%08d/, "
-     "state_%08d_%05d.bin, DONE_%08d), a checkpoint\nat the end", "checkpoints and memory"},
-    {"-n", &TrainOptions::checkpoint_every, "<int>", 0, STEP_TOP, "0", "checkpoint every this many steps (0 = only at the end)",
-     nullptr},
-    {"-nk", &TrainOptions::checkpoint_keep, "<int>", 0, INT_TOP, "0", "keep only the newest this many checkpoints (0 = all)",
-     nullptr},
+     "state_%08d_%05d.bin, DONE_%08d), a checkpoint\nat the end",
+     "checkpoints and memory"},
+    {"-n", &TrainOptions::checkpoint_every, "<int>", 0, STEP_TOP, "0",
+     "checkpoint every this many steps (0 = only at the end)", nullptr},
+    {"-nk", &TrainOptions::checkpoint_keep, "<int>", 0, INT_TOP, "0",
+     "keep only the newest this many checkpoints (0 = all)", nullptr},
     {"-y", &TrainOptions::resume, nullptr, 0, 1, "0", "resume from the newest complete checkpoint in -o", nullptr},
     {"-z", &TrainOptions::zero_stage, nullptr, 0, 1, "0",
      "ZeRO stage: 1 shards master weights and AdamW m, v over the ranks", nullptr},
@@ -201,7 +208,8 @@ const Flag<TrainOptions> FLAGS[] = {
     {"-a", &TrainOptions::overfit_single_batch, nullptr, 0, 1, "0", "overfit the first batch", nullptr},
     {"--stall-timeout", &TrainOptions::stall_timeout, "<float>", 0, FLOAT_TOP, "0",
      "seconds a step, evaluation, checkpoint or collective may take before every rank\nstops the job "
-     "(0: 10 x the median step time, at least 600)", "reliability"},
+     "(0: 10 x the median step time, at least 600)",
+     "reliability"},
 };
 
 template <class Model>
@@ -214,7 +222,8 @@ void print_usage(const char* program) {
 // A flag whose value would be ignored, or would mean what --help does not
 // say, is refused: the run would not be the one asked for.
 inline void refuse_ignored_flags(const TrainOptions& o, const std::set<std::string>& given) {
-    if (o.max_steps == 0) llmc::failf("-x 0: give the number of optimizer steps (-x -1 is one epoch of the train data)");
+    if (o.max_steps == 0)
+        llmc::failf("-x 0: give the number of optimizer steps (-x -1 is one epoch of the train data)");
     if (!o.output_dir) {
         if (o.resume) llmc::failf("-y 1: resuming needs the run's -o folder");
         for (const char* flag : {"-n", "-nk"})
@@ -223,7 +232,8 @@ inline void refuse_ignored_flags(const TrainOptions& o, const std::set<std::stri
     if (o.ramp_tokens > 0 && o.ramp_steps == 0)
         llmc::failf("--ramp-tokens %ld: a batch ramp needs --ramp-steps too (the steps to reach -d)", o.ramp_tokens);
     if (o.ramp_steps > 0 && o.ramp_tokens == 0)
-        llmc::failf("--ramp-steps %d: a batch ramp needs --ramp-tokens too (the tokens per step at step 0)", o.ramp_steps);
+        llmc::failf("--ramp-steps %d: a batch ramp needs --ramp-tokens too (the tokens per step at step 0)",
+                    o.ramp_steps);
 }
 
 template <class Model>
@@ -276,8 +286,8 @@ inline int grad_accum_steps_for(long total_batch_tokens, int B, int T, int num_p
         long upper;
         char other[48] = "";
         if (!__builtin_add_overflow(lower, micro_tokens, &upper)) snprintf(other, sizeof other, " or -d %ld", upper);
-        llmc::failf("-d %ld is not a multiple of B x T x N = %d x %d x %d = %ld tokens; try -d %ld%s", total_batch_tokens,
-                    B, T, num_processes, micro_tokens, lower, other);
+        llmc::failf("-d %ld is not a multiple of B x T x N = %d x %d x %d = %ld tokens; try -d %ld%s",
+                    total_batch_tokens, B, T, num_processes, micro_tokens, lower, other);
     }
     const long A = total_batch_tokens / micro_tokens;
     if (A > INT_MAX)
@@ -340,11 +350,13 @@ int choose_micro_batch(Model* model, int T, int recompute, long total_batch_toke
     }
     if (B == 0 && sequences_per_rank > 0 && data_cap < sequences_per_rank &&
         largest_fitting_batch(model, T, recompute, (size_t)(free_bytes * 0.98), data_cap, 0) > 0)
-        llmc::failf("-b auto: no B up to %d (what the data holds) divides the %ld sequences per rank that -d %ld asks for",
-                    data_cap, sequences_per_rank, total_batch_tokens);
+        llmc::failf(
+            "-b auto: no B up to %d (what the data holds) divides the %ld sequences per rank that -d %ld asks for",
+            data_cap, sequences_per_rank, total_batch_tokens);
     if (B == 0)
-        llmc::failf("-b auto: not even B=1 fits at T=%d (%.1f MiB free); try -r 2, a smaller -t or more ranks with -z 1", T,
-                    free_bytes / 1048576.0);
+        llmc::failf(
+            "-b auto: not even B=1 fits at T=%d (%.1f MiB free); try -r 2, a smaller -t or more ranks with -z 1", T,
+            free_bytes / 1048576.0);
     // every rank takes the smallest B that fits on every rank: the tokens per
     // step (B x T x N x A) must be the same number everywhere
     const uint64_t mine = B;
@@ -376,10 +388,12 @@ inline std::unique_ptr<llmc::Tokenizer> load_tokenizer(const TrainOptions& opt, 
     if (opt.tokenizer) t = std::make_unique<llmc::Tokenizer>(llmc::Tokenizer::from_bin(opt.tokenizer));
     const std::string dir = llmc::find_gpt2_dir();
     if (!opt.tokenizer && vocab_size == 50257 && !dir.empty())
-        t = std::make_unique<llmc::Tokenizer>(llmc::Tokenizer::from_gpt2_files(dir + "/encoder.json", dir + "/vocab.bpe"));
+        t = std::make_unique<llmc::Tokenizer>(
+            llmc::Tokenizer::from_gpt2_files(dir + "/encoder.json", dir + "/vocab.bpe"));
     if (t && t->vocab_size() < vocab_size)
-        llmc::failf("--tokenizer %s: %d tokens, fewer than the model's vocabulary of %d (a sample could not be printed)",
-                    opt.tokenizer, t->vocab_size(), vocab_size);
+        llmc::failf(
+            "--tokenizer %s: %d tokens, fewer than the model's vocabulary of %d (a sample could not be printed)",
+            opt.tokenizer, t->vocab_size(), vocab_size);
     return t;
 }
 
@@ -412,8 +426,9 @@ inline void refuse_foreign_checkpoints(const char* dir, const Distributed* d) {
     if (d->rank != 0) return;
     const std::vector<int> steps = checkpoint_steps_with_files(dir);
     if (steps.empty()) return;
-    llmc::failf("-o %s holds checkpoint files (steps %d..%d) of an earlier run; resume it with -y 1, or give a new folder",
-                dir, steps.front(), steps.back());
+    llmc::failf(
+        "-o %s holds checkpoint files (steps %d..%d) of an earlier run; resume it with -y 1, or give a new folder", dir,
+        steps.front(), steps.back());
 }
 
 // Whether any rank got a stop signal (every rank asks at the same point of
@@ -431,7 +446,8 @@ void print_optimizer_memory(const Model& model) {
     }
     const double sharded = 16.0 * model.optimizer_elements / MiB;
     print0("optimizer state per rank: %.1f MiB with ZeRO-1 (master, m, v and the gradient shard of %zu elements), "
-           "%.1f MiB without: saves %.1f MiB per rank\n", sharded, model.optimizer_elements, full, full - sharded);
+           "%.1f MiB without: saves %.1f MiB per rank\n",
+           sharded, model.optimizer_elements, full, full - sharded);
 }
 
 // ---- the run -------------------------------------------------------------------
@@ -609,7 +625,8 @@ void open_data(Run<Model>* run) {
     const int grad_accum_steps = grad_accum_steps_for(opt.total_batch_tokens, opt.B, opt.T, N);
     const long micro_tokens_all = (long)opt.B * opt.T * N, tokens_per_step = micro_tokens_all * grad_accum_steps;
     run->ramp = BatchRamp{opt.ramp_tokens, opt.ramp_steps, tokens_per_step, micro_tokens_all, run->ramp_lr};
-    if (model->B == 0) allocate_activations(model, opt.B, opt.T, grad_accum_steps, opt.recompute);  // (-b auto allocated them)
+    if (model->B == 0)
+        allocate_activations(model, opt.B, opt.T, grad_accum_steps, opt.recompute);  // (-b auto allocated them)
     run->watchdog->mark("opening the data");
     // Every rank reads the whole global micro-batch (N x B sequences) and
     // trains on its B of them (next_step_batch). Val batches are split by rank.
@@ -619,7 +636,8 @@ void open_data(Run<Model>* run) {
     if (reads_val(opt))
         dataloader_init(&run->val_loader, opt.val_pattern, opt.B, opt.T, rank, N, V, false, opt.seed, run->packing,
                         model->doc_token);
-    run->steps = opt.max_steps > 0 ? opt.max_steps : std::max(1L, (long)(run->train_loader.num_tokens / tokens_per_step));
+    run->steps = opt.max_steps > 0 ? opt.max_steps
+                                   : std::max(1L, (long)(run->train_loader.num_tokens / tokens_per_step));
     const int resumed = run->resume_step;
     if (resumed > run->steps)
         llmc::failf("-x %d: the run resumed from step %d is already past it (give -x > %d, or another -o)", run->steps,
@@ -632,7 +650,8 @@ void open_data(Run<Model>* run) {
                     (long)resumed * (tokens_per_step / opt.T), resumed);
     run->scheduler.total_steps = run->steps;
     if (opt.hellaswag) {
-        if (opt.B < hellaswag_rows_needed()) llmc::failf("-h 1: HellaSwag needs -b >= %d (4 endings per example)", hellaswag_rows_needed());
+        if (opt.B < hellaswag_rows_needed())
+            llmc::failf("-h 1: HellaSwag needs -b >= %d (4 endings per example)", hellaswag_rows_needed());
         try {
             run->hellaswag = hellaswag_load(opt.hellaswag_file);
             hellaswag_check_vocab(run->hellaswag, V, opt.hellaswag_file);
@@ -705,7 +724,7 @@ void evaluate_and_log(Run<Model>* run, int step, bool last) {
     }
     if (opt.sample_every > 0 && step > 0 && (step % opt.sample_every == 0 || last) && run->dist->rank == 0) {
         const std::vector<int> sample = generate(model, opt.sample_tokens, opt.temperature, opt.top_k,
-                                                    splitmix64((uint64_t)opt.seed ^ ((uint64_t)step << 32)));
+                                                 splitmix64((uint64_t)opt.seed ^ ((uint64_t)step << 32)));
         printf("step %d: sample: %s\n", step, sample_text(sample, run->tokenizer.get()).c_str());
     }
 }
@@ -735,11 +754,13 @@ void log_step(Run<Model>* run, int step, const StepResult& r, float lr, float ms
     const double tok_per_s = step_tokens / (ms / 1000.0);
     double mfu = 0;
     char mfu_text[32] = "n/a";
-    if (mfu_percent(tok_per_s / N, run->flops_token, run->peak_flops, &mfu)) snprintf(mfu_text, sizeof mfu_text, "%.1f%%", mfu);
+    if (mfu_percent(tok_per_s / N, run->flops_token, run->peak_flops, &mfu))
+        snprintf(mfu_text, sizeof mfu_text, "%.1f%%", mfu);
     const double util = 100.0 * r.num_targets / step_tokens;  // token slots that carry a counted target
     print0("step %4d/%d | loss %.6f | norm %.4f | lr %.2e | %ld tok/step | util %.1f%% | %.1f ms | %.0f tok/s | "
-           "MFU %s | ETA %s\n", step + 1, run->steps, r.loss, r.grad_norm, lr, step_tokens, util, ms, tok_per_s,
-           mfu_text, format_duration(run->recent_ms / 1000.0 * (run->steps - step - 1)).c_str());
+           "MFU %s | ETA %s\n",
+           step + 1, run->steps, r.loss, r.grad_norm, lr, step_tokens, util, ms, tok_per_s, mfu_text,
+           format_duration(run->recent_ms / 1000.0 * (run->steps - step - 1)).c_str());
     run->log.train_record(step, r.loss, r.grad_norm, lr, step_tokens, util / 100, ms, tok_per_s);
 }
 
@@ -763,8 +784,7 @@ void skip_nonfinite_step(Run<Model>* run, int step, const StepResult& r) {
 template <class Model>
 void take_step(Run<Model>* run, int step, const StepBatch& batch, float lr) {
     if (batch.global_targets == 0) {
-        print0("step %4d/%d | skipped: no counted target (every target of the step is masked)\n", step + 1,
-               run->steps);
+        print0("step %4d/%d | skipped: no counted target (every target of the step is masked)\n", step + 1, run->steps);
         return;
     }
     float ms = 0;
@@ -781,7 +801,8 @@ void maybe_checkpoint(Run<Model>* run, int step, bool always = false) {
     const bool due = (opt.checkpoint_every > 0 && step % opt.checkpoint_every == 0) || step == run->steps || always;
     if (!opt.output_dir || !due || run->saved_step == step) return;
     run->watchdog->mark("the checkpoint of step " + std::to_string(step));
-    const ResumeInfo info{RESUME_MAGIC, run->model.adam_step, dataloader_position(&run->train_loader), run->initial_gap};
+    const ResumeInfo info{RESUME_MAGIC, run->model.adam_step, dataloader_position(&run->train_loader),
+                          run->initial_gap};
     save_checkpoint(&run->model, &run->folder, step, info);
     run->saved_step = step;
     print0("checkpoint: step %d in %s\n", step, opt.output_dir);
@@ -795,7 +816,8 @@ int train(int argc, char** argv) {
     // there holds up every other): the rank is the launcher's, the timeout
     // read from argv ahead of the flags
     Run<Model> run;
-    run.watchdog = new Watchdog(launcher_rank(), prescan_stall_timeout(argc, argv));  // (kept until exit, with its thread)
+    run.watchdog =
+        new Watchdog(launcher_rank(), prescan_stall_timeout(argc, argv));  // (kept until exit, with its thread)
     run.watchdog->mark("MPI/NCCL start-up");
     Distributed dist;
     distributed_init(&dist, &argc, &argv);
@@ -811,7 +833,8 @@ int train(int argc, char** argv) {
         print_plan_only(&run);
     } else {
         // the data is there before the model is built (minutes for a large one)
-        const char* const patterns[] = {run.opt.train_pattern, run.opt.val_pattern};  // (nvcc: no braced list in a template's range-for)
+        const char* const patterns[] = {run.opt.train_pattern,
+                                        run.opt.val_pattern};  // (nvcc: no braced list in a template's range-for)
         for (const char* pattern : patterns)
             if (pattern) dataloader_find_shards(pattern);
         build_model(&run);

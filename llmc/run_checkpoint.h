@@ -114,7 +114,8 @@ void save_checkpoint(Model* model, CheckpointFolder* folder, int step, const Res
     const std::vector<float> m = device_to_host(model->adam_m, local), v = device_to_host(model->adam_v, local);
     const std::vector<float> master = device_to_host(model->master_weights, local);
     if (!all_finite(m) || !all_finite(v) || !all_finite(master))
-        llmc::failf("step %d: the optimizer state holds Inf or NaN; no checkpoint written (the earlier ones are kept)", step);
+        llmc::failf("step %d: the optimizer state holds Inf or NaN; no checkpoint written (the earlier ones are kept)",
+                    step);
     std::vector<CheckpointFile> model_files;
     if (d->rank == 0) {
         checkpoint_check_lock(&folder->lock);
@@ -126,8 +127,8 @@ void save_checkpoint(Model* model, CheckpointFolder* folder, int step, const Res
         }
     }
     host_barrier(d);  // no stale DONE of this step is left
-    const TrainingStateHeader h{d->num_processes, d->rank, 0, step, model->zero_stage, local, model->num_parameters,
-                                sizeof(ResumeInfo)};
+    const TrainingStateHeader h{d->num_processes,      d->rank,           0, step, model->zero_stage, local,
+                                model->num_parameters, sizeof(ResumeInfo)};
     const CheckpointFile state_file =
         state_write(checkpoint_state_path(dir, step, d->rank), h, m.data(), v.data(), master.data(), &info);
     const uint64_t mine[2] = {state_file.bytes, state_file.xxh64};
@@ -153,13 +154,15 @@ std::string checkpoint_problem(const std::string& dir, int step, const Distribut
     std::string problem;
     if (!checkpoint_read_done(dir, step, done, &problem)) return problem;
     if (checkpoint_done_ranks(*done) > 0 && checkpoint_done_ranks(*done) != d->num_processes)
-        llmc::failf("-y 1: checkpoint %d of %s was saved with %d processes, this run has %d (resume with as many)", step,
-                    dir.c_str(), checkpoint_done_ranks(*done), d->num_processes);
+        llmc::failf("-y 1: checkpoint %d of %s was saved with %d processes, this run has %d (resume with as many)",
+                    step, dir.c_str(), checkpoint_done_ranks(*done), d->num_processes);
     if (!checkpoint_done_covers(*done, step, d->num_processes, model_folder_files<Model>(), &problem)) {
         const std::string state = checkpoint_state_path(dir, step, d->rank);
         if (state_file_is_llmc(state))
-            problem += "; " + state + " is llm.c's state, which this trainer does not resume (start from its model "
-                       "with -e " + model_path<Model>(dir, step) + ")";
+            problem += "; " + state +
+                       " is llm.c's state, which this trainer does not resume (start from its model "
+                       "with -e " +
+                       model_path<Model>(dir, step) + ")";
         return problem;
     }
     std::vector<std::string> mine = checkpoint_model_names(step, model_folder_files<Model>());
@@ -193,8 +196,9 @@ int choose_resume_step(const std::string& dir, const Distributed* d, std::string
         if (!problem.empty()) skipped.push_back("checkpoint " + std::to_string(step) + " not used: " + problem);
     }
     // one error line, not the warnings too: nothing is resumed
-    if (count > 0) llmc::failf("-y 1: no complete checkpoint in %s passes its checks (%s)", dir.c_str(),
-                                skipped.empty() ? "damaged as another rank reports" : skipped.front().c_str());
+    if (count > 0)
+        llmc::failf("-y 1: no complete checkpoint in %s passes its checks (%s)", dir.c_str(),
+                    skipped.empty() ? "damaged as another rank reports" : skipped.front().c_str());
     return -1;
 }
 
@@ -228,7 +232,7 @@ ResumeInfo load_checkpoint(Model* model, const std::string& dir, int step) {
     init_from_model_file(model, model_path<Model>(dir, step).c_str());
     const Distributed* d = model->dist;
     const size_t local = model->optimizer_elements;
-    const TrainingStateHeader expected{d->num_processes, d->rank, 0, step, model->zero_stage, local,
+    const TrainingStateHeader expected{d->num_processes,      d->rank,           0, step, model->zero_stage, local,
                                        model->num_parameters, sizeof(ResumeInfo)};
     std::vector<float> m(local), v(local), master(local);
     ResumeInfo info;
@@ -237,20 +241,24 @@ ResumeInfo load_checkpoint(Model* model, const std::string& dir, int step) {
     if (info.magic != RESUME_MAGIC) llmc::failf("%s: not written by this trainer", state_path.c_str());
     // (skipped non-finite steps leave the AdamW step behind the step, never ahead)
     if (info.adam_step < 0 || info.adam_step > step)
-        llmc::failf("%s: AdamW step %d is outside 0..%d, the checkpoint's step", state_path.c_str(), info.adam_step, step);
+        llmc::failf("%s: AdamW step %d is outside 0..%d, the checkpoint's step", state_path.c_str(), info.adam_step,
+                    step);
     if (const size_t off = weights_off_master(model, master))
         llmc::failf("%s: %zu of %zu weights are not the master weights of %s rounded: the two files are from different "
-                    "checkpoints", model_path<Model>(dir, step).c_str(), off, local, state_path.c_str());
+                    "checkpoints",
+                    model_path<Model>(dir, step).c_str(), off, local, state_path.c_str());
     if (model->zero_stage == 0) {  // every rank holds the same replica: a differing one would train apart
         XXH64_state_t h;
         XXH64_reset(&h, 0);
-        const std::vector<float>* const states[] = {&m, &v, &master};  // (nvcc: no braced list in a template's range-for)
+        const std::vector<float>* const states[] = {&m, &v,
+                                                    &master};  // (nvcc: no braced list in a template's range-for)
         for (const std::vector<float>* a : states) XXH64_update(&h, a->data(), a->size() * sizeof(float));
         const uint64_t mine = XXH64_digest(&h);
         const std::vector<uint64_t> all = host_all_gather(&mine, 1, d);
         for (int r = 1; r < (int)all.size(); r++)  // (one per rank)
             if (all[r] != all[0])
-                llmc::failf("%s: ZeRO-0 replicas differ: the optimizer state of rank %d is not rank 0's", state_path.c_str(), r);
+                llmc::failf("%s: ZeRO-0 replicas differ: the optimizer state of rank %d is not rank 0's",
+                            state_path.c_str(), r);
     }
     cudaCheck(cudaMemcpy(model->adam_m, m.data(), local * sizeof(float), cudaMemcpyHostToDevice));
     cudaCheck(cudaMemcpy(model->adam_v, v.data(), local * sizeof(float), cudaMemcpyHostToDevice));

@@ -143,8 +143,10 @@ class Watchdog {
                 idle_s_ += gap;
             }
             if (!armed_ || idle_s_ <= timeout_s()) continue;
-            fprintf(stderr, "error: rank %d: no progress for %.0f s (--stall-timeout %.0f) during %s: another rank may be "
-                    "stopped or gone; ending the job\n", rank_, idle_s_, timeout_s(), what_.c_str());
+            fprintf(stderr,
+                    "error: rank %d: no progress for %.0f s (--stall-timeout %.0f) during %s: another rank may be "
+                    "stopped or gone; ending the job\n",
+                    rank_, idle_s_, timeout_s(), what_.c_str());
             fflush(stderr);
             _exit(EXIT_FAILURE);
         }

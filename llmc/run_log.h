@@ -31,7 +31,8 @@ class LogFile {
   public:
     void open(const std::string& path, bool append) {
         path_ = path;
-        fd_ = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_NOFOLLOW | O_CLOEXEC | (append ? 0 : O_TRUNC), 0644);
+        fd_ =
+            ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_NOFOLLOW | O_CLOEXEC | (append ? 0 : O_TRUNC), 0644);
         if (fd_ < 0)
             llmc::fail(path + ": cannot write (" +
                        (errno == ELOOP ? std::string("a symbolic link, not followed") : strerror(errno)) + ")");
@@ -116,11 +117,12 @@ struct RunLog {
     }
     // The training record of step step + 1 (of 1..steps, as stdout numbers it;
     // main.log keeps llm.c's numbering from 0).
-    void train_record(int step, float loss, float norm, float lr, long tokens, double util, float ms, double tok_per_s) {
+    void train_record(int step, float loss, float norm, float lr, long tokens, double util, float ms,
+                      double tok_per_s) {
         log.write(format("s:%d trl:%f\n", step, loss));
         jsonl.write(format("{\"step\": %d, \"loss\": %.9g, \"norm\": %.9g, \"lr\": %.9g, \"tokens_per_step\": %ld, "
-                    "\"util\": %.4f, \"ms\": %.3f, \"tok_per_s\": %.1f}\n", step + 1, loss, norm, lr, tokens,
-                    util, ms, tok_per_s));
+                           "\"util\": %.4f, \"ms\": %.3f, \"tok_per_s\": %.1f}\n",
+                           step + 1, loss, norm, lr, tokens, util, ms, tok_per_s));
     }
     __attribute__((format(printf, 1, 2))) static std::string format(const char* f, ...) {
         char line[512];

@@ -38,11 +38,17 @@ void allocate_model(Model* model) {
 // Layer l's weights, gradients and activations (layer_view); a tensor kept
 // once for all layers (recompute) is the same in every layer's view.
 template <class Model>
-auto layer_params(const Model* model, int l) { return layer_view(model->params, model->param_strides, l); }
+auto layer_params(const Model* model, int l) {
+    return layer_view(model->params, model->param_strides, l);
+}
 template <class Model>
-auto layer_grads(const Model* model, int l) { return layer_view(model->grads, model->grad_strides, l); }
+auto layer_grads(const Model* model, int l) {
+    return layer_view(model->grads, model->grad_strides, l);
+}
 template <class Model>
-auto layer_acts(const Model* model, int l) { return layer_view(model->acts, model->act_strides, l); }
+auto layer_acts(const Model* model, int l) {
+    return layer_view(model->acts, model->act_strides, l);
+}
 
 // The family's activation_buffers allocated (none, and false, when the device
 // is out of memory), their layer strides, and pinned staging for A micro-batches.
@@ -76,7 +82,8 @@ template <class Model>
 void allocate_activations(Model* model, int B, int T, int max_grad_accum_steps, int recompute = 0) {
     if (!try_allocate_activations(model, B, T, max_grad_accum_steps, recompute))
         llmc::failf("out of device memory for the activations of B=%d, T=%d (%.1f MiB); try a smaller -b, -r 1 or 2, "
-                    "or -b auto", B, T, total_bytes(activation_buffers(model, B, T, recompute)) / 1048576.0);
+                    "or -b auto",
+                    B, T, total_bytes(activation_buffers(model, B, T, recompute)) / 1048576.0);
 }
 
 // ---- evaluation and sampling ------------------------------------------------------
@@ -98,8 +105,8 @@ double evaluate(Model* model, DataLoader* loader, int batches) {
 template <class Model>
 void token_losses(Model* model, const int* inputs, const int* targets, float* losses) {
     evaluate_batch(model, inputs, targets);
-    cudaCheck(cudaMemcpy(losses, device_losses(model), (size_t)model->B * model->T * sizeof(float),
-                         cudaMemcpyDeviceToHost));
+    cudaCheck(
+        cudaMemcpy(losses, device_losses(model), (size_t)model->B * model->T * sizeof(float), cudaMemcpyDeviceToHost));
 }
 
 // HellaSwag (llm.c's eval .bin): each example's four endings are four rows
@@ -114,13 +121,15 @@ double evaluate_hellaswag(Model* model, const std::vector<HellaSwagExample>& exa
     std::vector<float> losses((size_t)B * T);
     double correct = 0, count = 0;
     std::vector<const HellaSwagExample*> mine;
-    for (size_t i = model->dist->rank; i < examples.size(); i += model->dist->num_processes) mine.push_back(&examples[i]);
+    for (size_t i = model->dist->rank; i < examples.size(); i += model->dist->num_processes)
+        mine.push_back(&examples[i]);
     for (size_t first = 0; first < mine.size(); first += per_batch) {
         std::fill(inputs.begin(), inputs.end(), eot);
         std::fill(targets.begin(), targets.end(), -1);
         std::vector<int> fits(per_batch, 0);
         for (int e = 0; e < per_batch && first + e < mine.size(); e++)
-            fits[e] = hellaswag_fill(*mine[first + e], T, &inputs[(size_t)e * rows * T], &targets[(size_t)e * rows * T], eot);
+            fits[e] =
+                hellaswag_fill(*mine[first + e], T, &inputs[(size_t)e * rows * T], &targets[(size_t)e * rows * T], eot);
         token_losses(model, inputs.data(), targets.data(), losses.data());
         for (int e = 0; e < per_batch && first + e < mine.size(); e++) {
             if (!fits[e]) continue;
@@ -137,7 +146,8 @@ double evaluate_hellaswag(Model* model, const std::vector<HellaSwagExample>& exa
 // The V real logits at `position` of (B, T, Vp) device logits, as floats.
 inline void read_logits_row(const floatX* device_logits, int position, int V, int Vp, float* logits) {
     std::vector<floatX> row(Vp);
-    cudaCheck(cudaMemcpy(row.data(), device_logits + (size_t)position * Vp, Vp * sizeof(floatX), cudaMemcpyDeviceToHost));
+    cudaCheck(
+        cudaMemcpy(row.data(), device_logits + (size_t)position * Vp, Vp * sizeof(floatX), cudaMemcpyDeviceToHost));
     for (int i = 0; i < V; i++) logits[i] = to_float(row[i]);
 }
 

@@ -134,8 +134,8 @@ inline SafetensorsTensor safetensors_parse_entry_(const std::string& file, const
     if (!safetensors_shape_bytes_(t.shape, elem, &bytes))
         safetensors_fail_(file, at + " has a shape whose size overflows 64 bits");
     if (t.end - t.begin != bytes)
-        safetensors_fail_(file, at + " has " + std::to_string(t.end - t.begin) + " bytes of data, its dtype and shape need " +
-                                    std::to_string(bytes));
+        safetensors_fail_(file, at + " has " + std::to_string(t.end - t.begin) +
+                                    " bytes of data, its dtype and shape need " + std::to_string(bytes));
     return t;
 }
 
@@ -152,7 +152,8 @@ inline void safetensors_check_tiling_(const std::string& file, std::vector<Safet
             safetensors_fail_(file, "tensor " + quote_for_error(t.name) + " ends at byte " + std::to_string(t.end) +
                                         ", past the data section's " + std::to_string(data_bytes));
         if (t.begin < at)
-            safetensors_fail_(file, "tensors " + quote_for_error(last->name) + " and " + quote_for_error(t.name) + " overlap");
+            safetensors_fail_(file, "tensors " + quote_for_error(last->name) + " and " + quote_for_error(t.name) +
+                                        " overlap");
         if (t.begin > at)
             safetensors_fail_(file, "bytes " + std::to_string(at) + ".." + std::to_string(t.begin) +
                                         " of the data section belong to no tensor");
@@ -160,7 +161,8 @@ inline void safetensors_check_tiling_(const std::string& file, std::vector<Safet
         last = &t;
     }
     if (at != data_bytes)
-        safetensors_fail_(file, "the data section has " + std::to_string(data_bytes - at) + " bytes past the last tensor");
+        safetensors_fail_(file,
+                          "the data section has " + std::to_string(data_bytes - at) + " bytes past the last tensor");
 }
 
 // One open safetensors file with its checked header. Move-only: it owns the descriptor.
@@ -218,7 +220,9 @@ class SafetensorsFile {
         while (n > 0) {
             const ssize_t got = pread(fd_, p, std::min(n, (size_t)1 << 30), (off_t)at);
             if (got < 0 && errno == EINTR) continue;
-            if (got <= 0) safetensors_fail_(path_, got == 0 ? "is shorter than when it was opened" : "read failed (" + std::string(strerror(errno)) + ")");
+            if (got <= 0)
+                safetensors_fail_(path_, got == 0 ? "is shorter than when it was opened"
+                                                  : "read failed (" + std::string(strerror(errno)) + ")");
             p += got;
             at += (uint64_t)got;
             n -= (size_t)got;
@@ -230,7 +234,9 @@ class SafetensorsFile {
         struct stat st;
         if (fstat(fd_, &st) != 0) safetensors_fail_(path_, "cannot stat (" + std::string(strerror(errno)) + ")");
         file_bytes_ = (uint64_t)st.st_size;
-        if (file_bytes_ < 8) safetensors_fail_(path_, "is " + std::to_string(file_bytes_) + " bytes, shorter than the 8-byte header length");
+        if (file_bytes_ < 8)
+            safetensors_fail_(path_,
+                              "is " + std::to_string(file_bytes_) + " bytes, shorter than the 8-byte header length");
         uint64_t n = 0;
         unsigned char len[8];
         if (pread(fd_, len, 8, 0) != 8) safetensors_fail_(path_, "cannot read the header length");
@@ -348,7 +354,8 @@ inline void safetensors_read(const SafetensorsFile& file, const SafetensorsTenso
         return;
     }
     if (t.dtype != "F32" && t.dtype != "BF16" && t.dtype != "F16")
-        safetensors_fail_(file.path(), "tensor " + quote_for_error(t.name) + " is " + t.dtype + ", which is not converted to " +
+        safetensors_fail_(file.path(), "tensor " + quote_for_error(t.name) + " is " + t.dtype +
+                                           ", which is not converted to " +
                                            (target == SafetensorsTarget::F32 ? "F32" : "BF16"));
     const size_t chunk = 1 << 16;
     std::vector<unsigned char> buf(chunk * elem);
@@ -420,11 +427,13 @@ class SafetensorsModel {
         std::map<std::string, size_t> file_of;  // shard name -> index in files_
         std::map<std::string, std::string> shard_of;
         for (auto it = wm->begin(); it != wm->end(); ++it) {
-            if (!it.value().is_string()) safetensors_fail_(index, "weight_map entry " + quote_for_error(it.key()) + " is not a file name");
+            if (!it.value().is_string())
+                safetensors_fail_(index, "weight_map entry " + quote_for_error(it.key()) + " is not a file name");
             const std::string shard = it.value().get<std::string>();
             // a shard lives in the folder itself: no path, no hidden or parent names
             if (shard.empty() || shard[0] == '.' || shard.find('/') != std::string::npos)
-                safetensors_fail_(index, "weight_map names the file " + quote_for_error(shard) + ", which is not a plain file name");
+                safetensors_fail_(index, "weight_map names the file " + quote_for_error(shard) +
+                                             ", which is not a plain file name");
             shard_of[it.key()] = shard;
             if (!file_of.count(shard)) {
                 file_of[shard] = files_.size();
@@ -433,14 +442,17 @@ class SafetensorsModel {
         }
         for (const auto& s : shard_of) {
             const SafetensorsFile& f = files_[file_of[s.second]];
-            if (!f.find(s.first)) safetensors_fail_(f.path(), "has no tensor " + quote_for_error(s.first) + ", which the index puts there");
+            if (!f.find(s.first))
+                safetensors_fail_(f.path(),
+                                  "has no tensor " + quote_for_error(s.first) + ", which the index puts there");
             where_[s.first] = file_of[s.second];
         }
         for (size_t k = 0; k < files_.size(); k++)
             for (const auto& t : files_[k].tensors()) {
                 auto w = where_.find(t.name);
                 if (w == where_.end() || w->second != k)
-                    safetensors_fail_(files_[k].path(), "has the tensor " + quote_for_error(t.name) + ", which the index does not put there");
+                    safetensors_fail_(files_[k].path(), "has the tensor " + quote_for_error(t.name) +
+                                                            ", which the index does not put there");
             }
     }
 
@@ -461,7 +473,9 @@ struct SafetensorsOut {
 
 inline uint64_t safetensors_out_bytes_(const std::string& file, const SafetensorsOut& t) {
     const size_t elem = safetensors_dtype_bytes(t.dtype);
-    if (elem == 0) safetensors_fail_(file, "tensor " + quote_for_error(t.name) + " has an unknown dtype " + quote_for_error(t.dtype));
+    if (elem == 0)
+        safetensors_fail_(file,
+                          "tensor " + quote_for_error(t.name) + " has an unknown dtype " + quote_for_error(t.dtype));
     uint64_t bytes = 0;
     if (!safetensors_shape_bytes_(t.shape, elem, &bytes))
         safetensors_fail_(file, "tensor " + quote_for_error(t.name) + " has a shape whose size overflows 64 bits");
@@ -512,7 +526,7 @@ inline CheckpointFile safetensors_write_replacing(const std::string& path, const
 
 // The same, to a path that must not exist (a saved model is never overwritten).
 inline CheckpointFile safetensors_write(const std::string& path, const std::vector<SafetensorsOut>& tensors,
-                                       const std::map<std::string, std::string>& metadata = {}) {
+                                        const std::map<std::string, std::string>& metadata = {}) {
     if (safetensors_path_taken_(path)) safetensors_exists_(path);
     return safetensors_write_replacing(path, tensors, metadata);
 }

@@ -41,14 +41,10 @@ inline uint64_t rng_next(SamplerRng* rng) { return splitmix64_next(&rng->state);
 
 // The top 24 bits: every value k / 2^24 is exact in a float, so the result is
 // in [0, 1) with 1 itself impossible (no rounding up).
-inline float rng_uniform(SamplerRng* rng) {
-    return (float)(rng_next(rng) >> 40) * (1.0f / 16777216.0f);
-}
+inline float rng_uniform(SamplerRng* rng) { return (float)(rng_next(rng) >> 40) * (1.0f / 16777216.0f); }
 
 // The top 53 bits, likewise exact in a double: [0, 1).
-inline double rng_uniform_double(SamplerRng* rng) {
-    return (double)(rng_next(rng) >> 11) * (1.0 / 9007199254740992.0);
-}
+inline double rng_uniform_double(SamplerRng* rng) { return (double)(rng_next(rng) >> 11) * (1.0 / 9007199254740992.0); }
 
 // Index of the largest of logits[0, n); the lowest index among equals. NaN
 // compares false and so never replaces a number; all-NaN gives 0.

@@ -24,17 +24,14 @@ struct LRScheduler {
         const int decay_steps = total_steps - warmup_steps;
         const double progress = decay_steps > 0 ? (double)(step - warmup_steps) / decay_steps : 1.0;
         switch (schedule) {
-        case LRSchedule::Cosine:
-            return min_lr + 0.5 * (1.0 + cos(M_PI * progress)) * (max_lr - min_lr);
-        case LRSchedule::Linear:
-            return max_lr - progress * (max_lr - min_lr);
-        case LRSchedule::Constant:
-            return max_lr;
-        case LRSchedule::WSD: {
-            const double decay_start = 0.8;
-            if (progress < decay_start) return max_lr;
-            return max_lr - (progress - decay_start) / (1.0 - decay_start) * (max_lr - min_lr);
-        }
+            case LRSchedule::Cosine: return min_lr + 0.5 * (1.0 + cos(M_PI * progress)) * (max_lr - min_lr);
+            case LRSchedule::Linear: return max_lr - progress * (max_lr - min_lr);
+            case LRSchedule::Constant: return max_lr;
+            case LRSchedule::WSD: {
+                const double decay_start = 0.8;
+                if (progress < decay_start) return max_lr;
+                return max_lr - (progress - decay_start) / (1.0 - decay_start) * (max_lr - min_lr);
+            }
         }
         return max_lr;
     }
@@ -72,9 +69,9 @@ struct BatchRamp {
     double lr_factor(int step) const {
         const double fraction = (double)tokens(step) / target_tokens;
         switch (lr_scaling) {
-        case RampLRScaling::Linear: return fraction;
-        case RampLRScaling::Sqrt: return std::sqrt(fraction);
-        case RampLRScaling::None: break;
+            case RampLRScaling::Linear: return fraction;
+            case RampLRScaling::Sqrt: return std::sqrt(fraction);
+            case RampLRScaling::None: break;
         }
         return 1.0;
     }

@@ -67,20 +67,23 @@ inline void swiglu_forward(floatX* out, const floatX* inp, size_t rows, int F, c
     const int block = 256;
     with_pack_width<floatX>(pack_width<floatX>(F, out, inp), [&](auto pack) {
         constexpr int P = decltype(pack)::value;
-        swiglu_forward_kernel<P><<<chunked_grid_blocks(swiglu_forward_kernel<P>, rows * F / P, block), block, 0,
-                                   stream>>>(out, inp, rows, F);
+        swiglu_forward_kernel<P>
+            <<<chunked_grid_blocks(swiglu_forward_kernel<P>, rows * F / P, block), block, 0, stream>>>(out, inp, rows,
+                                                                                                       F);
     });
     cudaCheck(cudaGetLastError());
 }
 
 // dinp (rows, 2F) = [dgate | dup] from dout (rows, F) and inp (rows, 2F); dinp may be inp.
-inline void swiglu_backward(floatX* dinp, const floatX* dout, const floatX* inp, size_t rows, int F, cudaStream_t stream) {
+inline void swiglu_backward(floatX* dinp, const floatX* dout, const floatX* inp, size_t rows, int F,
+                            cudaStream_t stream) {
     if (F <= 0) llmc::failf("swiglu: hidden size %d must be positive", F);
     const int block = 256;
     with_pack_width<floatX>(pack_width<floatX>(F, dinp, dout, inp), [&](auto pack) {
         constexpr int P = decltype(pack)::value;
-        swiglu_backward_kernel<P><<<chunked_grid_blocks(swiglu_backward_kernel<P>, rows * F / P, block), block, 0,
-                                    stream>>>(dinp, dout, inp, rows, F);
+        swiglu_backward_kernel<P>
+            <<<chunked_grid_blocks(swiglu_backward_kernel<P>, rows * F / P, block), block, 0, stream>>>(dinp, dout, inp,
+                                                                                                        rows, F);
     });
     cudaCheck(cudaGetLastError());
 }

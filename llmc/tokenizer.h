@@ -78,10 +78,16 @@ constexpr uint32_t kInvalidCp = 0xFFFFFFFFu;
 // kInvalidCp (length 1) where s[0] does not start a valid sequence.
 inline int utf8_decode(const uint8_t* s, size_t n, uint32_t* cp) {
     uint8_t b = s[0];
-    if (b < 0x80) { *cp = b; return 1; }
+    if (b < 0x80) {
+        *cp = b;
+        return 1;
+    }
     auto cont = [&](size_t i) { return i < n && (s[i] & 0xC0) == 0x80; };
     if (b >= 0xC2 && b <= 0xDF) {
-        if (cont(1)) { *cp = ((b & 0x1Fu) << 6) | (s[1] & 0x3Fu); return 2; }
+        if (cont(1)) {
+            *cp = ((b & 0x1Fu) << 6) | (s[1] & 0x3Fu);
+            return 2;
+        }
     } else if (b >= 0xE0 && b <= 0xEF) {
         if (n >= 3 && cont(1) && cont(2)) {
             uint8_t lo = 0x80, hi = 0xBF;
@@ -98,8 +104,7 @@ inline int utf8_decode(const uint8_t* s, size_t n, uint32_t* cp) {
             if (b == 0xF0) lo = 0x90;
             if (b == 0xF4) hi = 0x8F;  // <= U+10FFFF
             if (s[1] >= lo && s[1] <= hi) {
-                *cp = ((b & 0x07u) << 18) | ((s[1] & 0x3Fu) << 12) | ((s[2] & 0x3Fu) << 6) |
-                      (s[3] & 0x3Fu);
+                *cp = ((b & 0x07u) << 18) | ((s[1] & 0x3Fu) << 12) | ((s[2] & 0x3Fu) << 6) | (s[3] & 0x3Fu);
                 return 4;
             }
         }
@@ -114,7 +119,7 @@ struct ClassTable {
     std::vector<uint8_t> blocks;   // 256 classes per block
     ClassTable() {
         std::vector<uint8_t> all(0x110000, kOther);
-        auto fill = [&](const uint32_t (*r)[2], size_t n, uint8_t c) {
+        auto fill = [&](const uint32_t(*r)[2], size_t n, uint8_t c) {
             for (size_t i = 0; i < n; i++)
                 for (uint32_t cp = r[i][0]; cp <= r[i][1]; cp++) all[cp] = c;
         };
@@ -156,7 +161,10 @@ class PreTokenizer {
     // Class and byte length of the character at s[i].
     inline uint8_t cls(const uint8_t* s, size_t n, size_t i, int* len) const {
         uint8_t b = s[i];
-        if (b < 0x80) { *len = 1; return ascii_[b]; }
+        if (b < 0x80) {
+            *len = 1;
+            return ascii_[b];
+        }
         uint32_t cp;
         *len = utf8_decode(s + i, n - i, &cp);
         return cp == kInvalidCp ? kOther : ct_->get(cp);
@@ -191,8 +199,7 @@ class PreTokenizer {
             if (c == 's' || c == 't' || c == 'm' || c == 'd') return i + 2;
             if (i + 2 < n) {
                 uint8_t d = s[i + 2];
-                if ((c == 'r' && d == 'e') || (c == 'v' && d == 'e') || (c == 'l' && d == 'l'))
-                    return i + 3;
+                if ((c == 'r' && d == 'e') || (c == 'v' && d == 'e') || (c == 'l' && d == 'l')) return i + 3;
             }
         }
         int len;
@@ -201,7 +208,10 @@ class PreTokenizer {
         if (b == ' ' && j < n) {  // ' ?' followed by a letter, number or other character
             int len2;
             uint8_t c2 = cls(s, n, j, &len2);
-            if (c2 != kSpace) { c = c2; j += len2; }
+            if (c2 != kSpace) {
+                c = c2;
+                j += len2;
+            }
         }
         if (c != kSpace) return run_end(s, n, j, c);  // \p{L}+ | \p{N}+ | [^\s\p{L}\p{N}]+
         return space_run_end(s, n, i, j);
@@ -342,8 +352,7 @@ class StrTable {
         if ((count_ + 1) * 2 > slots_.size()) grow();
         size_t i = h & mask_;
         while (slots_[i].hash != 0) i = (i + 1) & mask_;
-        slots_[i] = Slot{h, (uint32_t)keys_.size(), (uint32_t)key.size(), (uint32_t)vals_.size(),
-                         (uint32_t)n};
+        slots_[i] = Slot{h, (uint32_t)keys_.size(), (uint32_t)key.size(), (uint32_t)vals_.size(), (uint32_t)n};
         keys_.append(key.data(), key.size());
         vals_.insert(vals_.end(), ids, ids + n);
         count_++;
@@ -527,10 +536,16 @@ inline bool base64_decode(std::string_view in, std::string* out) {
 // Llama 3's special tokens in id order after the ranks (Meta's llama3 tokenizer.py: ten
 // named or reserved, then <|reserved_special_token_5|> .. _250|>: 256 in all).
 inline std::vector<std::string> llama3_special_tokens() {
-    std::vector<std::string> t = {"<|begin_of_text|>", "<|end_of_text|>", "<|reserved_special_token_0|>",
-                                  "<|reserved_special_token_1|>", "<|reserved_special_token_2|>",
-                                  "<|reserved_special_token_3|>", "<|start_header_id|>", "<|end_header_id|>",
-                                  "<|reserved_special_token_4|>", "<|eot_id|>"};
+    std::vector<std::string> t = {"<|begin_of_text|>",
+                                  "<|end_of_text|>",
+                                  "<|reserved_special_token_0|>",
+                                  "<|reserved_special_token_1|>",
+                                  "<|reserved_special_token_2|>",
+                                  "<|reserved_special_token_3|>",
+                                  "<|start_header_id|>",
+                                  "<|end_header_id|>",
+                                  "<|reserved_special_token_4|>",
+                                  "<|eot_id|>"};
     for (int i = 5; i < 251; i++) t.push_back("<|reserved_special_token_" + std::to_string(i) + "|>");
     return t;
 }
@@ -579,8 +594,7 @@ class Tokenizer {
         } catch (const nlohmann::json::exception& e) {
             throw Error(encoder_json + ": invalid JSON: " + e.what());
         }
-        if (!j.is_object())
-            throw Error(encoder_json + ": expected a JSON object of token -> id");
+        if (!j.is_object()) throw Error(encoder_json + ": expected a JSON object of token -> id");
         if (j.empty()) throw Error(encoder_json + ": no tokens");
         std::vector<std::string> tokens(j.size());
         std::vector<bool> have(j.size(), false);
@@ -589,15 +603,12 @@ class Tokenizer {
             const std::string& key = it.key();
             const auto& v = it.value();
             if (!v.is_number_integer())
-                throw Error(encoder_json + ": token \"" + tok_detail::printable(key) +
-                                     "\": id is not an integer");
+                throw Error(encoder_json + ": token \"" + tok_detail::printable(key) + "\": id is not an integer");
             long long id = v.get<long long>();
             if (id < 0 || id >= (long long)tokens.size())
-                throw Error(encoder_json + ": token \"" + tok_detail::printable(key) +
-                                     "\": id " + std::to_string(id) + " outside 0.." +
-                                     std::to_string(tokens.size() - 1) + " (ids must be 0..N-1)");
-            if (have[id])
-                throw Error(encoder_json + ": id " + std::to_string(id) + " appears twice");
+                throw Error(encoder_json + ": token \"" + tok_detail::printable(key) + "\": id " + std::to_string(id) +
+                            " outside 0.." + std::to_string(tokens.size() - 1) + " (ids must be 0..N-1)");
+            if (have[id]) throw Error(encoder_json + ": id " + std::to_string(id) + " appears twice");
             have[id] = true;
             if (key == "<|endoftext|>") {
                 eot = (int)id;
@@ -607,7 +618,7 @@ class Tokenizer {
             std::string bytes;
             if (!symbol_to_bytes(key, &bytes) || bytes.empty())
                 throw Error(encoder_json + ": token \"" + tok_detail::printable(key) +
-                                     "\" is not made of GPT-2 byte symbols");
+                            "\" is not made of GPT-2 byte symbols");
             tokens[id] = std::move(bytes);
         }
         if (eot < 0) throw Error(encoder_json + ": no \"<|endoftext|>\" entry");
@@ -617,8 +628,7 @@ class Tokenizer {
             if (byte_id_[b] >= 0) continue;
             char hex[8];
             snprintf(hex, sizeof hex, "0x%02x", b);
-            throw Error(encoder_json + ": no token for the byte " + hex +
-                                 " (byte-level BPE needs all 256)");
+            throw Error(encoder_json + ": no token for the byte " + hex + " (byte-level BPE needs all 256)");
         }
 
         // merges: rank = line order
@@ -641,15 +651,16 @@ class Tokenizer {
             if (sp == std::string_view::npos || sp == 0 || sp + 1 >= line.size() ||
                 line.find(' ', sp + 1) != std::string_view::npos)
                 throw Error(where() + "expected two symbols separated by one space, got \"" +
-                                     tok_detail::printable(line) + "\"");
+                            tok_detail::printable(line) + "\"");
             if (!symbol_to_bytes(line.substr(0, sp), &left) || !symbol_to_bytes(line.substr(sp + 1), &right))
-                throw Error(where() + "\"" + tok_detail::printable(line) +
-                                     "\" is not made of GPT-2 byte symbols");
+                throw Error(where() + "\"" + tok_detail::printable(line) + "\" is not made of GPT-2 byte symbols");
             int a = find_token(left), b = find_token(right), m = find_token(left + right);
             if (a < 0 || b < 0 || m < 0)
                 throw Error(where() + "merge \"" + tok_detail::printable(line) + "\": " +
-                                     (a < 0 ? "left part" : b < 0 ? "right part" : "result") +
-                                     " is not a token of " + encoder_json);
+                            (a < 0   ? "left part"
+                             : b < 0 ? "right part"
+                                     : "result") +
+                            " is not a token of " + encoder_json);
             pairs_.insert((uint32_t)a, (uint32_t)b, (uint32_t)nmerges, (uint32_t)m);
             max_rank_ = (uint32_t)nmerges;
             nmerges++;
@@ -693,7 +704,8 @@ class Tokenizer {
             std::string_view b64 = line.substr(0, sp), rank = sp == std::string_view::npos ? "" : line.substr(sp + 1);
             if (sp == std::string_view::npos || b64.empty() || rank.empty() ||
                 rank.find_first_not_of("0123456789") != std::string_view::npos)
-                throw Error(where() + "expected \"<base64 token> <rank>\", got \"" + tok_detail::printable(line) + "\"");
+                throw Error(where() + "expected \"<base64 token> <rank>\", got \"" + tok_detail::printable(line) +
+                            "\"");
             Entry e;
             if (!tok_detail::base64_decode(b64, &e.bytes))
                 throw Error(where() + "bad base64 \"" + tok_detail::printable(b64) + "\"");
@@ -720,8 +732,8 @@ class Tokenizer {
             tokens[(size_t)e.rank] = std::move(e.bytes);
         }
         std::vector<Entry>().swap(entries);
-        const std::vector<std::string> names =
-            pattern == Pattern::Llama3 ? llama3_special_tokens() : std::vector<std::string>{"<|endoftext|>"};
+        const std::vector<std::string> names = pattern == Pattern::Llama3 ? llama3_special_tokens()
+                                                                          : std::vector<std::string>{"<|endoftext|>"};
         std::vector<int> specials;
         for (const auto& name : names) {
             specials.push_back((int)tokens.size());
@@ -757,38 +769,32 @@ class Tokenizer {
         std::string data = tok_detail::read_whole_file(path);
         if (data.size() < 1024)
             throw Error(path + ": truncated header (" + std::to_string(data.size()) +
-                                 " bytes; an llm.c tokenizer file starts with 1024)");
+                        " bytes; an llm.c tokenizer file starts with 1024)");
         int32_t h[256];
         memcpy(h, data.data(), 1024);
         if (h[0] != kBinMagic)
-            throw Error(path + ": bad magic " + std::to_string(h[0]) + " (expected " +
-                                 std::to_string(kBinMagic) + ": not an llm.c tokenizer file)");
-        if (h[1] != 1 && h[1] != 2)
-            throw Error(path + ": unsupported version " + std::to_string(h[1]) + " (1 or 2)");
+            throw Error(path + ": bad magic " + std::to_string(h[0]) + " (expected " + std::to_string(kBinMagic) +
+                        ": not an llm.c tokenizer file)");
+        if (h[1] != 1 && h[1] != 2) throw Error(path + ": unsupported version " + std::to_string(h[1]) + " (1 or 2)");
         int64_t V = h[2];
-        if (V < 257 || V > (1 << 24))
-            throw Error(path + ": implausible vocabulary size " + std::to_string(V));
+        if (V < 257 || V > (1 << 24)) throw Error(path + ": implausible vocabulary size " + std::to_string(V));
         int eot = h[1] == 1 ? 50256 : h[3];
         if (eot < 0 || eot >= V)
-            throw Error(path + ": EOT id " + std::to_string(eot) + " outside 0.." +
-                                 std::to_string(V - 1));
+            throw Error(path + ": EOT id " + std::to_string(eot) + " outside 0.." + std::to_string(V - 1));
         std::vector<std::string> tokens((size_t)V);
         size_t pos = 1024;
         for (int64_t i = 0; i < V; i++) {
             if (pos >= data.size())
-                throw Error(path + ": truncated at token " + std::to_string(i) + " of " +
-                                     std::to_string(V));
+                throw Error(path + ": truncated at token " + std::to_string(i) + " of " + std::to_string(V));
             size_t len = (uint8_t)data[pos++];
             if (len == 0) throw Error(path + ": token " + std::to_string(i) + " has length 0");
             if (pos + len > data.size())
-                throw Error(path + ": truncated at token " + std::to_string(i) + " of " +
-                                     std::to_string(V));
+                throw Error(path + ": truncated at token " + std::to_string(i) + " of " + std::to_string(V));
             tokens[i].assign(data.data() + pos, len);
             pos += len;
         }
         if (pos != data.size())
-            throw Error(path + ": " + std::to_string(data.size() - pos) +
-                                 " bytes after the last token");
+            throw Error(path + ": " + std::to_string(data.size() - pos) + " bytes after the last token");
         pre_.set_pattern(Pattern::Gpt2);
         set_vocab(std::move(tokens), {eot}, eot, eot, path);
         merges_from_vocab();
@@ -811,8 +817,8 @@ class Tokenizer {
         for (size_t i = 0; i < vocab_.size(); i++) {
             size_t len = vocab_[i].size();
             if (len == 0 || len > 255)
-                throw Error(path + ": token " + std::to_string(i) + " has " +
-                                     std::to_string(len) + " bytes; the format holds 1..255");
+                throw Error(path + ": token " + std::to_string(i) + " has " + std::to_string(len) +
+                            " bytes; the format holds 1..255");
             out += (char)(uint8_t)len;
             out += vocab_[i];
         }
@@ -914,10 +920,16 @@ class Tokenizer {
         const uint8_t* s = (const uint8_t*)piece.data();
         size_t n = piece.size();
         if (n == 0) return;
-        if (n == 1) { out->push_back(byte_id_[s[0]]); return; }
+        if (n == 1) {
+            out->push_back(byte_id_[s[0]]);
+            return;
+        }
         if (whole_piece_lookup) {
             int id = find_token(piece);
-            if (id >= 0) { out->push_back(id); return; }
+            if (id >= 0) {
+                out->push_back(id);
+                return;
+            }
         }
         if (n <= small_limit) bpe_small(s, n, out);
         else if (n <= heap_limit) bpe_heap(s, n, out);
@@ -952,7 +964,8 @@ class Tokenizer {
         special_starts_.clear();
         for (int id : specials_) {
             special[(size_t)id] = true;
-            if (special_starts_.find(vocab_[(size_t)id][0]) == std::string::npos) special_starts_ += vocab_[(size_t)id][0];
+            if (special_starts_.find(vocab_[(size_t)id][0]) == std::string::npos)
+                special_starts_ += vocab_[(size_t)id][0];
         }
         for (int id = 0; id < (int)vocab_.size(); id++) {
             if (special[(size_t)id]) continue;
@@ -960,8 +973,8 @@ class Tokenizer {
             uint64_t h = tok_detail::hash_bytes((const uint8_t*)t.data(), t.size());
             size_t n;
             if (by_bytes_.find(t, h, &n))
-                throw Error(file + ": token " + std::to_string(id) + " (\"" +
-                                     tok_detail::printable(t) + "\") appears twice");
+                throw Error(file + ": token " + std::to_string(id) + " (\"" + tok_detail::printable(t) +
+                            "\") appears twice");
             by_bytes_.insert(t, h, &id, 1);
             if (t.size() == 1) byte_id_[(uint8_t)t[0]] = id;
         }
@@ -1022,14 +1035,20 @@ class Tokenizer {
     }
 
     void encode_piece(const uint8_t* s, size_t n, std::vector<int>* out, EncodeCache* cache) const {
-        if (n == 1) { out->push_back(byte_id_[s[0]]); return; }
+        if (n == 1) {
+            out->push_back(byte_id_[s[0]]);
+            return;
+        }
         std::string_view key((const char*)s, n);
         uint64_t h = 0;
         if (n <= kCacheMaxPiece) {
             h = tok_detail::hash_bytes(s, n);
             size_t nv;
             const int* v = cache->table.find(key, h, &nv);
-            if (v) { out->insert(out->end(), v, v + nv); return; }
+            if (v) {
+                out->insert(out->end(), v, v + nv);
+                return;
+            }
         }
         size_t before = out->size();
         bpe(key, out);
@@ -1059,7 +1078,10 @@ class Tokenizer {
             size_t best = 0;
             uint32_t br = rk[0];
             for (size_t i = 1; i + 1 < m; i++)
-                if (rk[i] < br) { br = rk[i]; best = i; }
+                if (rk[i] < br) {
+                    br = rk[i];
+                    best = i;
+                }
             if (br == kNone) break;
             ids[best] = mg[best];
             size_t tail = m - best - 2;
@@ -1085,9 +1107,7 @@ class Tokenizer {
         }
         struct Entry {
             uint32_t rank, left, right;
-            bool operator>(const Entry& o) const {
-                return rank != o.rank ? rank > o.rank : left > o.left;
-            }
+            bool operator>(const Entry& o) const { return rank != o.rank ? rank > o.rank : left > o.left; }
         };
         std::priority_queue<Entry, std::vector<Entry>, std::greater<Entry>> heap;
         uint32_t merged = 0;
@@ -1208,8 +1228,8 @@ class ParallelEncoder {
 
     // Appends the ids of every document, in order, to out; doc_token_before_each: the
     // tokenizer's doc_token() before each document (llm.c's data shards).
-    void encode_documents(const std::vector<std::string_view>& docs, bool doc_token_before_each,
-                          bool allow_special, std::vector<int>* out) {
+    void encode_documents(const std::vector<std::string_view>& docs, bool doc_token_before_each, bool allow_special,
+                          std::vector<int>* out) {
         std::vector<Chunk> chunks = make_chunks(docs);
         std::vector<Task> tasks = make_tasks(chunks);
         std::vector<std::vector<int>> results(tasks.size());
@@ -1232,8 +1252,7 @@ class ParallelEncoder {
     }
 
     // The ids of each document (tiktoken's encode_ordinary_batch / encode_batch).
-    std::vector<std::vector<int>> encode_batch(const std::vector<std::string_view>& docs,
-                                               bool allow_special = false) {
+    std::vector<std::vector<int>> encode_batch(const std::vector<std::string_view>& docs, bool allow_special = false) {
         std::vector<Chunk> chunks = make_chunks(docs);
         std::vector<Task> tasks = make_tasks(chunks);
         std::vector<std::vector<int>> per_chunk(chunks.size());

@@ -177,8 +177,8 @@ void upload_micro_batch(Model* model, int i) {
     const size_t n = (size_t)model->B * model->T;
     cudaCheck(cudaMemcpyAsync(model->inputs, model->staged_inputs + i * n, n * sizeof(int), cudaMemcpyHostToDevice,
                               model->stream));
-    cudaCheck(cudaMemcpyAsync(model->targets, model->staged_targets + i * n, n * sizeof(int),
-                              cudaMemcpyHostToDevice, model->stream));
+    cudaCheck(cudaMemcpyAsync(model->targets, model->staged_targets + i * n, n * sizeof(int), cudaMemcpyHostToDevice,
+                              model->stream));
     if (model->doc_mask || model->doc_positions) {
         const size_t ints = document_ints(model->B, model->T);
         int* layout = model->staged_documents + i * ints;
@@ -198,15 +198,18 @@ template <class Model>
 void accumulate_gradients(Model* model, const StepBatch& batch) {
     const int A = batch.grad_accum_steps;
     const size_t micro_tokens = (size_t)model->B * model->T, plan_ints = encoder_backward_plan_ints(model->B, model->T);
-    if (A > model->max_grad_accum_steps) llmc::failf("internal: %d micro-steps, staging holds %d", A, model->max_grad_accum_steps);
+    if (A > model->max_grad_accum_steps)
+        llmc::failf("internal: %d micro-steps, staging holds %d", A, model->max_grad_accum_steps);
     memcpy(model->staged_inputs, batch.inputs, A * micro_tokens * sizeof(int));  // the previous step has
     memcpy(model->staged_targets, batch.targets, A * micro_tokens * sizeof(int)); // finished with these
-    const float dloss = batch.global_targets > 0 ? 1.0f / batch.global_targets : 0.0f;  // 1/G: a token's share of the mean
+    const float dloss = batch.global_targets > 0 ? 1.0f / batch.global_targets
+                                                 : 0.0f;  // 1/G: a token's share of the mean
     const bool multi_rank = model->dist->num_processes > 1;
     cudaCheck(cudaMemsetAsync(&model->stats->loss_sum, 0, sizeof(float), model->stream));
     for (int micro_step = 0; micro_step < A; micro_step++) {  // weights frozen; gradients add up in fp32
         int* plan = model->staged_plans + micro_step * plan_ints;
-        const int num_distinct = encoder_backward_plan(plan, batch.inputs + micro_step * micro_tokens, model->B, model->T);
+        const int num_distinct =
+            encoder_backward_plan(plan, batch.inputs + micro_step * micro_tokens, model->B, model->T);
         upload_micro_batch(model, micro_step);
         forward(model);
         cross_entropy(model, dloss, true);  // logits become dloss/dlogits; the loss adds up too
@@ -237,7 +240,8 @@ double evaluate_batch(Model* model, const int* inputs, const int* targets) {
     forward(model);
     cross_entropy(model, 1.0f, false);
     float loss_sum;
-    cudaCheck(cudaMemcpyAsync(&loss_sum, &model->stats->loss_sum, sizeof(float), cudaMemcpyDeviceToHost, model->stream));
+    cudaCheck(
+        cudaMemcpyAsync(&loss_sum, &model->stats->loss_sum, sizeof(float), cudaMemcpyDeviceToHost, model->stream));
     cudaCheck(cudaStreamSynchronize(model->stream));
     return loss_sum;
 }

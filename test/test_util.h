@@ -13,9 +13,13 @@
 #include <string>
 #include <unistd.h>
 
-struct TestTally { int passed = 0, failed = 0; };
+struct TestTally {
+    int passed = 0, failed = 0;
+};
 static TestTally g_tally;
-struct TestCases { int seen = 0, run = 0; };
+struct TestCases {
+    int seen = 0, run = 0;
+};
 static TestCases g_cases;
 
 static inline const char* test_filter() {
@@ -30,32 +34,32 @@ static inline bool test_case_selected(const char* name) {
     g_cases.run++;
     return true;
 }
-#define TEST_CASE(call)                                                        \
-    do {                                                                       \
-        if (test_case_selected(#call)) call;                                   \
+#define TEST_CASE(call)                      \
+    do {                                     \
+        if (test_case_selected(#call)) call; \
     } while (0)
 
 // Records one named case. Prints PASS/FAIL with an optional detail string.
-#define CHECK(cond, ...)                                                       \
-    do {                                                                       \
-        bool ok_ = (cond);                                                     \
-        printf("%s ", ok_ ? "PASS" : "FAIL");                                  \
-        printf(__VA_ARGS__);                                                   \
-        if (!ok_) printf("   [%s:%d: %s]", __FILE__, __LINE__, #cond);         \
-        printf("\n");                                                          \
-        fflush(stdout);                                                        \
-        if (ok_) g_tally.passed++; else g_tally.failed++;                      \
+#define CHECK(cond, ...)                                               \
+    do {                                                               \
+        bool ok_ = (cond);                                             \
+        printf("%s ", ok_ ? "PASS" : "FAIL");                          \
+        printf(__VA_ARGS__);                                           \
+        if (!ok_) printf("   [%s:%d: %s]", __FILE__, __LINE__, #cond); \
+        printf("\n");                                                  \
+        fflush(stdout);                                                \
+        if (ok_) g_tally.passed++;                                     \
+        else g_tally.failed++;                                         \
     } while (0)
 
 // Aborts on an unexpected CUDA API error: the test cannot go on meaningfully.
-#define CUDA_OK(call)                                                          \
-    do {                                                                       \
-        cudaError_t e_ = (call);                                               \
-        if (e_ != cudaSuccess) {                                               \
-            printf("FAIL %s returned %s at %s:%d\n", #call,                    \
-                   cudaGetErrorString(e_), __FILE__, __LINE__);                \
-            exit(1);                                                           \
-        }                                                                      \
+#define CUDA_OK(call)                                                                                    \
+    do {                                                                                                 \
+        cudaError_t e_ = (call);                                                                         \
+        if (e_ != cudaSuccess) {                                                                         \
+            printf("FAIL %s returned %s at %s:%d\n", #call, cudaGetErrorString(e_), __FILE__, __LINE__); \
+            exit(1);                                                                                     \
+        }                                                                                                \
     } while (0)
 
 // Prints the tally line and returns the process exit code. Under TEST_FILTER

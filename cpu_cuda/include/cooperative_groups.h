@@ -7,11 +7,9 @@
 namespace cooperative_groups {
 
 class thread_block {
-public:
+  public:
     void sync() const { __syncthreads(); }
-    unsigned thread_rank() const {
-        return threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z);
-    }
+    unsigned thread_rank() const { return threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z); }
     unsigned size() const { return blockDim.x * blockDim.y * blockDim.z; }
     unsigned num_threads() const { return size(); }
     dim3 group_index() const { return dim3(blockIdx.x, blockIdx.y, blockIdx.z); }
@@ -27,7 +25,7 @@ class thread_block_tile {
     static_assert(N >= 1 && N <= 32 && (N & (N - 1)) == 0, "tile size: power of two <= 32");
     unsigned mask_;  // the lanes of this tile within its warp
 
-public:
+  public:
     thread_block_tile() {
         unsigned lane = ::cpucuda::tls_thread->lane;
         mask_ = (N == 32) ? 0xffffffffu : (((1u << N) - 1u) << (lane / N * N));
@@ -48,15 +46,29 @@ public:
 };
 
 template <unsigned N, class Parent>
-inline thread_block_tile<N> tiled_partition(const Parent&) { return thread_block_tile<N>(); }
+inline thread_block_tile<N> tiled_partition(const Parent&) {
+    return thread_block_tile<N>();
+}
 
 // Functional objects of cg::reduce. Like CUDA's, greater/less pick the larger/smaller value.
-template <class T> struct plus { T operator()(T a, T b) const { return a + b; } };
-template <class T> struct less { T operator()(T a, T b) const { return b < a ? b : a; } };
-template <class T> struct greater { T operator()(T a, T b) const { return a < b ? b : a; } };
-template <class T> struct bit_and { T operator()(T a, T b) const { return a & b; } };
-template <class T> struct bit_or { T operator()(T a, T b) const { return a | b; } };
-template <class T> struct bit_xor { T operator()(T a, T b) const { return a ^ b; } };
+template <class T> struct plus {
+    T operator()(T a, T b) const { return a + b; }
+};
+template <class T> struct less {
+    T operator()(T a, T b) const { return b < a ? b : a; }
+};
+template <class T> struct greater {
+    T operator()(T a, T b) const { return a < b ? b : a; }
+};
+template <class T> struct bit_and {
+    T operator()(T a, T b) const { return a & b; }
+};
+template <class T> struct bit_or {
+    T operator()(T a, T b) const { return a | b; }
+};
+template <class T> struct bit_xor {
+    T operator()(T a, T b) const { return a ^ b; }
+};
 
 // Butterfly reduction: every thread of the tile gets op over all its values.
 template <unsigned N, class T, class Op>

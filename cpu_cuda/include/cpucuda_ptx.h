@@ -28,8 +28,7 @@ const char* ldmatrix_m8n8_b16(void* const* io);
 // mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32: acc = A B + acc.
 inline void mma_bf16_16816(float (&acc)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
     ::cpucuda::MmaOperands io{a, b, acc};
-    ::cpucuda::warp_wide("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32",
-                         ::cpucuda::mma_m16n8k16_bf16_f32, &io);
+    ::cpucuda::warp_wide("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32", ::cpucuda::mma_m16n8k16_bf16_f32, &io);
 }
 
 // ldmatrix.sync.aligned.m8n8.{x1,x2,x4}[.trans].shared.b16
@@ -50,7 +49,9 @@ inline void ldmatrix_trans(uint32_t (&r)[N], const void* row) {
 inline void cp_async_16(void* smem_dst, const void* gmem_src) { ::cpucuda::cp_async(smem_dst, gmem_src, 16); }
 inline void cp_async_commit() { ::cpucuda::cp_async_commit(); }
 template <int N>
-inline void cp_async_wait() { ::cpucuda::cp_async_wait(N); }
+inline void cp_async_wait() {
+    ::cpucuda::cp_async_wait(N);
+}
 
 // ex2.approx.ftz.f32: 2^x (the ISA's bound is 2 ulp; std::exp2 is within it),
 // a subnormal input read as a zero of its sign and a subnormal result flushed

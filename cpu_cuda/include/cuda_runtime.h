@@ -140,7 +140,9 @@ struct Launcher {
         }
     };
     template <class Fn>
-    WithKernel<Fn> operator%(Fn fn) const { return {spec, fn}; }
+    WithKernel<Fn> operator%(Fn fn) const {
+        return {spec, fn};
+    }
 };
 
 // Base name of a kernel expression ("ns::k<T, 4>" -> "k"): the key under which
@@ -203,23 +205,23 @@ inline T from_bits(uint64_t b) {
 
 template <class T>
 inline T __shfl_sync(unsigned mask, T var, int src_lane, int width = 32) {
-    return ::cpucuda::from_bits<T>(::cpucuda::warp_collective(
-        ::cpucuda::WarpOp::ShflIdx, mask, ::cpucuda::to_bits(var), src_lane, width));
+    return ::cpucuda::from_bits<T>(
+        ::cpucuda::warp_collective(::cpucuda::WarpOp::ShflIdx, mask, ::cpucuda::to_bits(var), src_lane, width));
 }
 template <class T>
 inline T __shfl_up_sync(unsigned mask, T var, unsigned delta, int width = 32) {
-    return ::cpucuda::from_bits<T>(::cpucuda::warp_collective(
-        ::cpucuda::WarpOp::ShflUp, mask, ::cpucuda::to_bits(var), (int)delta, width));
+    return ::cpucuda::from_bits<T>(
+        ::cpucuda::warp_collective(::cpucuda::WarpOp::ShflUp, mask, ::cpucuda::to_bits(var), (int)delta, width));
 }
 template <class T>
 inline T __shfl_down_sync(unsigned mask, T var, unsigned delta, int width = 32) {
-    return ::cpucuda::from_bits<T>(::cpucuda::warp_collective(
-        ::cpucuda::WarpOp::ShflDown, mask, ::cpucuda::to_bits(var), (int)delta, width));
+    return ::cpucuda::from_bits<T>(
+        ::cpucuda::warp_collective(::cpucuda::WarpOp::ShflDown, mask, ::cpucuda::to_bits(var), (int)delta, width));
 }
 template <class T>
 inline T __shfl_xor_sync(unsigned mask, T var, int lane_mask, int width = 32) {
-    return ::cpucuda::from_bits<T>(::cpucuda::warp_collective(
-        ::cpucuda::WarpOp::ShflXor, mask, ::cpucuda::to_bits(var), lane_mask, width));
+    return ::cpucuda::from_bits<T>(
+        ::cpucuda::warp_collective(::cpucuda::WarpOp::ShflXor, mask, ::cpucuda::to_bits(var), lane_mask, width));
 }
 inline unsigned __ballot_sync(unsigned mask, int pred) {
     return (unsigned)::cpucuda::warp_collective(::cpucuda::WarpOp::Ballot, mask, pred != 0, 0, 32);
@@ -236,40 +238,37 @@ namespace cpucuda {
 template <class T, class F>
 inline T atomic_update(T* addr, F f) {  // CAS loop for what has no native RMW
     static_assert(sizeof(T) == 2 || sizeof(T) == 4 || sizeof(T) == 8, "atomic width");
-    using U = std::conditional_t<sizeof(T) == 2, uint16_t,
-                                 std::conditional_t<sizeof(T) == 4, uint32_t, uint64_t>>;
+    using U = std::conditional_t<sizeof(T) == 2, uint16_t, std::conditional_t<sizeof(T) == 4, uint32_t, uint64_t>>;
     U* p = reinterpret_cast<U*>(addr);
     U old_bits = __atomic_load_n(p, __ATOMIC_RELAXED);
     for (;;) {
         T old_val = from_bits<T>(old_bits);
         U new_bits = (U)to_bits<T>(f(old_val));
-        if (__atomic_compare_exchange_n(p, &old_bits, new_bits, false, __ATOMIC_SEQ_CST,
-                                        __ATOMIC_RELAXED))
+        if (__atomic_compare_exchange_n(p, &old_bits, new_bits, false, __ATOMIC_SEQ_CST, __ATOMIC_RELAXED))
             return old_val;
     }
 }
 }  // namespace cpucuda
 
 // Exactly the overloads CUDA declares, so that code nvcc rejects is rejected here.
-#define CPUCUDA_ATOMIC_RMW(T, name, builtin)                                                   \
+#define CPUCUDA_ATOMIC_RMW(T, name, builtin) \
     inline T name(T* a, T v) { return builtin(a, v, __ATOMIC_SEQ_CST); }
-#define CPUCUDA_ATOMIC_MINMAX(T)                                                                \
-    inline T atomicMax(T* a, T v) {                                                             \
-        return ::cpucuda::atomic_update(a, [v](T o) { return o > v ? o : v; });                 \
-    }                                                                                           \
-    inline T atomicMin(T* a, T v) {                                                             \
-        return ::cpucuda::atomic_update(a, [v](T o) { return o < v ? o : v; });                 \
+#define CPUCUDA_ATOMIC_MINMAX(T)                                                \
+    inline T atomicMax(T* a, T v) {                                             \
+        return ::cpucuda::atomic_update(a, [v](T o) { return o > v ? o : v; }); \
+    }                                                                           \
+    inline T atomicMin(T* a, T v) {                                             \
+        return ::cpucuda::atomic_update(a, [v](T o) { return o < v ? o : v; }); \
     }
-#define CPUCUDA_ATOMIC_BITS(T)                                                                  \
-    CPUCUDA_ATOMIC_RMW(T, atomicAnd, __atomic_fetch_and)                                        \
-    CPUCUDA_ATOMIC_RMW(T, atomicOr, __atomic_fetch_or)                                          \
+#define CPUCUDA_ATOMIC_BITS(T)                           \
+    CPUCUDA_ATOMIC_RMW(T, atomicAnd, __atomic_fetch_and) \
+    CPUCUDA_ATOMIC_RMW(T, atomicOr, __atomic_fetch_or)   \
     CPUCUDA_ATOMIC_RMW(T, atomicXor, __atomic_fetch_xor)
-#define CPUCUDA_ATOMIC_CAS_EXCH(T)                                                              \
-    CPUCUDA_ATOMIC_RMW(T, atomicExch, __atomic_exchange_n)                                      \
-    inline T atomicCAS(T* a, T expected, T desired) {                                           \
-        __atomic_compare_exchange_n(a, &expected, desired, false, __ATOMIC_SEQ_CST,             \
-                                    __ATOMIC_SEQ_CST);                                          \
-        return expected;                                                                        \
+#define CPUCUDA_ATOMIC_CAS_EXCH(T)                                                                     \
+    CPUCUDA_ATOMIC_RMW(T, atomicExch, __atomic_exchange_n)                                             \
+    inline T atomicCAS(T* a, T expected, T desired) {                                                  \
+        __atomic_compare_exchange_n(a, &expected, desired, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST); \
+        return expected;                                                                               \
     }
 CPUCUDA_ATOMIC_RMW(int, atomicAdd, __atomic_fetch_add)
 CPUCUDA_ATOMIC_RMW(int, atomicSub, __atomic_fetch_sub)
@@ -306,16 +305,14 @@ inline float atomicExch(float* a, float v) {
     return ::cpucuda::atomic_update(a, [v](float) { return v; });
 }
 inline __nv_bfloat16 atomicAdd(__nv_bfloat16* a, __nv_bfloat16 v) {
-    return ::cpucuda::atomic_update(a, [v](__nv_bfloat16 o) {
-        return __float2bfloat16(__bfloat162float(o) + __bfloat162float(v));
-    });
+    return ::cpucuda::atomic_update(
+        a, [v](__nv_bfloat16 o) { return __float2bfloat16(__bfloat162float(o) + __bfloat162float(v)); });
 }
 inline unsigned atomicInc(unsigned* a, unsigned limit) {
     return ::cpucuda::atomic_update(a, [limit](unsigned o) { return o >= limit ? 0u : o + 1; });
 }
 inline unsigned atomicDec(unsigned* a, unsigned limit) {
-    return ::cpucuda::atomic_update(
-        a, [limit](unsigned o) { return (o == 0 || o > limit) ? limit : o - 1; });
+    return ::cpucuda::atomic_update(a, [limit](unsigned o) { return (o == 0 || o > limit) ? limit : o - 1; });
 }
 
 // --- cache-hinted loads and stores (plain accesses on the CPU) -------------------
@@ -347,7 +344,10 @@ inline float __sinf(float x) { return sinf(x); }
 inline float __cosf(float x) { return cosf(x); }
 inline float __tanf(float x) { return tanf(x); }
 inline float __tanhf(float x) { return tanhf(x); }
-inline void __sincosf(float x, float* s, float* c) { *s = sinf(x); *c = cosf(x); }
+inline void __sincosf(float x, float* s, float* c) {
+    *s = sinf(x);
+    *c = cosf(x);
+}
 inline float __fdividef(float x, float y) { return x / y; }
 inline float __frcp_rn(float x) { return 1.0f / x; }
 inline float __fsqrt_rn(float x) { return sqrtf(x); }
@@ -386,8 +386,8 @@ inline int __mulhi(int a, int b) { return (int)(((long long)a * b) >> 32); }
 inline unsigned __umulhi(unsigned a, unsigned b) { return (unsigned)(((unsigned long long)a * b) >> 32); }
 
 // CUDA's global min/max overloads for integers and floats.
-#define CPUCUDA_MINMAX(T)                                  \
-    inline T min(T a, T b) { return a < b ? a : b; }       \
+#define CPUCUDA_MINMAX(T)                            \
+    inline T min(T a, T b) { return a < b ? a : b; } \
     inline T max(T a, T b) { return a > b ? a : b; }
 CPUCUDA_MINMAX(int)
 CPUCUDA_MINMAX(unsigned int)
@@ -409,9 +409,13 @@ inline cudaError_t cudaOccupancyMaxActiveBlocksPerMultiprocessor(int* num_blocks
 }
 
 template <class T>
-inline cudaError_t cudaMalloc(T** p, size_t size) { return cudaMalloc((void**)p, size); }
+inline cudaError_t cudaMalloc(T** p, size_t size) {
+    return cudaMalloc((void**)p, size);
+}
 template <class T>
-inline cudaError_t cudaMallocHost(T** p, size_t size) { return cudaMallocHost((void**)p, size); }
+inline cudaError_t cudaMallocHost(T** p, size_t size) {
+    return cudaMallocHost((void**)p, size);
+}
 template <class T>
 inline cudaError_t cudaMemcpyToSymbol(T& symbol, const void* src, size_t count, size_t offset = 0,
                                       cudaMemcpyKind = cudaMemcpyHostToDevice) {

@@ -35,10 +35,8 @@ __global__ void bad_mask_kernel(int* out) {
 // Some lanes at a shuffle while the others wait at __syncthreads.
 __global__ void shuffle_vs_barrier_kernel(int* out) {
     int v = threadIdx.x;
-    if (threadIdx.x < 8)
-        v = __shfl_xor_sync(0xffffffffu, v, 1);
-    else
-        __syncthreads();
+    if (threadIdx.x < 8) v = __shfl_xor_sync(0xffffffffu, v, 1);
+    else __syncthreads();
     out[threadIdx.x] = v;
 }
 
@@ -130,9 +128,14 @@ static bool same_under_all_schedules(Kernel kernel, const char* name) {
     CUDA_OK(cudaMalloc(&d_out, blocks * sizeof(int)));
     CUDA_OK(cudaMemcpy(d_in, h.data(), n * sizeof(int), cudaMemcpyHostToDevice));
     const cpucuda::Schedule saved = cpucuda::get_schedule();
-    const struct { cpucuda::Schedule s; uint64_t seed; const char* label; } modes[] = {
-        {cpucuda::Schedule::Forward, 0, "forward"}, {cpucuda::Schedule::Reverse, 0, "reverse"},
-        {cpucuda::Schedule::Random, 1, "random:1"}, {cpucuda::Schedule::Random, 2, "random:2"}};
+    const struct {
+        cpucuda::Schedule s;
+        uint64_t seed;
+        const char* label;
+    } modes[] = {{cpucuda::Schedule::Forward, 0, "forward"},
+                 {cpucuda::Schedule::Reverse, 0, "reverse"},
+                 {cpucuda::Schedule::Random, 1, "random:1"},
+                 {cpucuda::Schedule::Random, 2, "random:2"}};
     std::vector<int> first;
     bool same = true;
     for (const auto& m : modes) {
@@ -169,8 +172,7 @@ static void test_memory_counters() {
     cpucuda::MemoryStats after = cpucuda::memory_stats();
     CHECK(mid.in_use == before.in_use + 4000 && mid.allocations == before.allocations + 2 &&
               after.in_use == before.in_use && mid.peak >= mid.in_use,
-          "allocation counters: in use %zu -> %zu -> %zu, peak %zu", before.in_use, mid.in_use,
-          after.in_use, mid.peak);
+          "allocation counters: in use %zu -> %zu -> %zu, peak %zu", before.in_use, mid.in_use, after.in_use, mid.peak);
     int host = 0;
     cudaError_t e = cudaMemcpy(&host, &host, sizeof host, cudaMemcpyHostToDevice);
     cudaGetLastError();
@@ -197,18 +199,16 @@ static int producer_consumer(bool with_wait, Consumer consumer) {
     CUDA_OK(cudaEventCreateWithFlags(&produced, cudaEventDisableTiming));
     ncclComm_t comm = nullptr;
     ncclUniqueId id;
-    if (consumer == Consumer::NcclAllReduce && (ncclGetUniqueId(&id) != ncclSuccess ||
-                                                ncclCommInitRank(&comm, 1, id, 0) != ncclSuccess)) {
+    if (consumer == Consumer::NcclAllReduce &&
+        (ncclGetUniqueId(&id) != ncclSuccess || ncclCommInitRank(&comm, 1, id, 0) != ncclSuccess)) {
         printf("FAIL cannot make a one-rank NCCL communicator\n");
         exit(1);
     }
     write_ramp_kernel<<<(n + 255) / 256, 256, 0, s1>>>(x, n, 1.0f);
     CUDA_OK(cudaEventRecord(produced, s1));
     if (with_wait) CUDA_OK(cudaStreamWaitEvent(s2, produced, 0));
-    if (consumer == Consumer::Kernel)
-        copy_kernel<<<(n + 255) / 256, 256, 0, s2>>>(x, y, n);
-    else if (ncclAllReduce(x, y, n, ncclFloat, ncclSum, comm, s2) != ncclSuccess)
-        printf("FAIL ncclAllReduce\n");
+    if (consumer == Consumer::Kernel) copy_kernel<<<(n + 255) / 256, 256, 0, s2>>>(x, y, n);
+    else if (ncclAllReduce(x, y, n, ncclFloat, ncclSum, comm, s2) != ncclSuccess) printf("FAIL ncclAllReduce\n");
     CUDA_OK(cudaDeviceSynchronize());
     std::vector<float> h(n);
     CUDA_OK(cudaMemcpy(h.data(), y, n * sizeof(float), cudaMemcpyDeviceToHost));
@@ -255,9 +255,10 @@ static void test_virtual_device() {
     CUDA_OK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm[1], synced_sum_kernel, 1024, 0));
     CUDA_OK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm[2], synced_sum_kernel, 128, 100 * 1024));
     CUDA_OK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm[3], synced_sum_kernel, 32, 0));
-    CHECK(per_sm[0] == 4 && per_sm[1] == 2 && per_sm[2] == 2 && per_sm[3] == 4,
-          "occupancy: min(4 (CPUCUDA_BLOCKS_PER_SM), 2048 threads, 228 KiB of shared memory) blocks per SM: %d %d %d %d",
-          per_sm[0], per_sm[1], per_sm[2], per_sm[3]);
+    CHECK(
+        per_sm[0] == 4 && per_sm[1] == 2 && per_sm[2] == 2 && per_sm[3] == 4,
+        "occupancy: min(4 (CPUCUDA_BLOCKS_PER_SM), 2048 threads, 228 KiB of shared memory) blocks per SM: %d %d %d %d",
+        per_sm[0], per_sm[1], per_sm[2], per_sm[3]);
     if (!sms || !mem || !optin) {
         CHECK(p.multiProcessorCount == 132 && p.totalGlobalMem == (16384ull << 20) &&
                   p.sharedMemPerBlock == 48 * 1024 && p.sharedMemPerBlockOptin == 227 * 1024,

@@ -25,14 +25,13 @@
 #include "test/test_util.h"
 
 // Aborts on an unexpected cuBLASLt error in the set-up of a case.
-#define LT_OK(call)                                                                  \
-    do {                                                                             \
-        cublasStatus_t s_ = (call);                                                  \
-        if (s_ != CUBLAS_STATUS_SUCCESS) {                                           \
-            printf("FAIL %s returned %s at %s:%d\n", #call, cublasLtGetStatusName(s_), \
-                   __FILE__, __LINE__);                                              \
-            exit(1);                                                                 \
-        }                                                                            \
+#define LT_OK(call)                                                                                         \
+    do {                                                                                                    \
+        cublasStatus_t s_ = (call);                                                                         \
+        if (s_ != CUBLAS_STATUS_SUCCESS) {                                                                  \
+            printf("FAIL %s returned %s at %s:%d\n", #call, cublasLtGetStatusName(s_), __FILE__, __LINE__); \
+            exit(1);                                                                                        \
+        }                                                                                                   \
     } while (0)
 
 static const size_t kWorkspaceBytes = 4 << 20;
@@ -85,10 +84,8 @@ static void upload(Matrix& M) {
     size_t n = M.h.size();
     std::vector<unsigned char> raw(n * type_size(M.type));
     for (size_t i = 0; i < n; i++) {
-        if (is_bf16(M.type))
-            ((__nv_bfloat16*)raw.data())[i] = __float2bfloat16((float)M.h[i]);
-        else
-            ((float*)raw.data())[i] = (float)M.h[i];
+        if (is_bf16(M.type)) ((__nv_bfloat16*)raw.data())[i] = __float2bfloat16((float)M.h[i]);
+        else ((float*)raw.data())[i] = (float)M.h[i];
     }
     CUDA_OK(cudaMemcpy(M.d, raw.data(), raw.size(), cudaMemcpyHostToDevice));
 }
@@ -114,8 +111,7 @@ static Matrix make_matrix(cudaDataType_t t, int rows, int cols, int batch, Fill 
     M.ld = ld ? ld : ld_for(t, rows);
     M.stride = M.ld * cols + (batch > 1 ? 8 : 0);  // batches apart, with a gap
     M.h.resize(M.stride * batch);
-    for (double& v : M.h)
-        v = fill == kRandom ? round_to(t, scale * urand()) : fill == kNaN ? NAN : kSentinelValue;
+    for (double& v : M.h) v = fill == kRandom ? round_to(t, scale * urand()) : fill == kNaN ? NAN : kSentinelValue;
     CUDA_OK(cudaMalloc(&M.d, M.h.size() * type_size(t)));
     upload(M);
     return M;
@@ -157,8 +153,8 @@ static cublasLtMatrixLayout_t make_layout(const Matrix& M, const Options& o) {
         int32_t count = M.batch;
         int64_t stride = M.stride;
         LT_OK(cublasLtMatrixLayoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count, sizeof(count)));
-        LT_OK(cublasLtMatrixLayoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride,
-                                               sizeof(stride)));
+        LT_OK(
+            cublasLtMatrixLayoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride, sizeof(stride)));
     }
     if (o.row_order) {
         int32_t order = CUBLASLT_ORDER_ROW;
@@ -170,8 +166,8 @@ static cublasLtMatrixLayout_t make_layout(const Matrix& M, const Options& o) {
 // D = epilogue(alpha op(A) op(B) + beta C); C may be the same Matrix as D.
 // With run_anyway, cublasLtMatmul is also called (algo NULL) when the heuristic
 // offers nothing, to check that it refuses too.
-static LtResult lt_matmul(bool ta, bool tb, float alpha, const Matrix& A, const Matrix& B, float beta,
-                          const Matrix& C, Matrix& D, const Epilogue& e = Epilogue(), const Options& o = Options(),
+static LtResult lt_matmul(bool ta, bool tb, float alpha, const Matrix& A, const Matrix& B, float beta, const Matrix& C,
+                          Matrix& D, const Epilogue& e = Epilogue(), const Options& o = Options(),
                           bool run_anyway = false) {
     cublasLtMatmulDesc_t desc;
     LT_OK(cublasLtMatmulDescCreate(&desc, o.compute, o.scale));
@@ -184,15 +180,13 @@ static LtResult lt_matmul(bool ta, bool tb, float alpha, const Matrix& A, const 
     }
     if (e.epilogue != CUBLASLT_EPILOGUE_DEFAULT)
         LT_OK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &e.epilogue, sizeof(e.epilogue)));
-    if (e.bias)
-        LT_OK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &e.bias, sizeof(e.bias)));
+    if (e.bias) LT_OK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &e.bias, sizeof(e.bias)));
     if (e.set_bias_type)
         LT_OK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &e.bias_type,
                                              sizeof(e.bias_type)));
     if (e.aux) {
         LT_OK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &e.aux, sizeof(e.aux)));
-        LT_OK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &e.aux_ld,
-                                             sizeof(e.aux_ld)));
+        LT_OK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &e.aux_ld, sizeof(e.aux_ld)));
     }
     cublasLtMatrixLayout_t la = make_layout(A, o), lb = make_layout(B, o), lc = make_layout(C, o),
                            ld = make_layout(D, o);
@@ -390,8 +384,12 @@ static bool epilogue_tested(TypeCombo tc, bool ta, bool tb, cublasLtEpilogue_t e
     return epi == CUBLASLT_EPILOGUE_BIAS && tc.ab == tc.cd && ta == llmc_ta && tb == llmc_tb;
 #endif
 }
-static Matrix make_op_a(TypeCombo tc, bool ta, int m, int k) { return make_matrix(tc.ab, ta ? k : m, ta ? m : k, 1, kRandom); }
-static Matrix make_op_b(TypeCombo tc, bool tb, int k, int n) { return make_matrix(tc.ab, tb ? n : k, tb ? k : n, 1, kRandom); }
+static Matrix make_op_a(TypeCombo tc, bool ta, int m, int k) {
+    return make_matrix(tc.ab, ta ? k : m, ta ? m : k, 1, kRandom);
+}
+static Matrix make_op_b(TypeCombo tc, bool tb, int k, int n) {
+    return make_matrix(tc.ab, tb ? n : k, tb ? k : n, 1, kRandom);
+}
 
 // Forward epilogues BIAS, GELU, GELU_BIAS, GELU_AUX, GELU_AUX_BIAS (llm.c's
 // forward pass uses layout TN: weights transposed, op(A) = A^T, op(B) = B).
@@ -437,8 +435,8 @@ static void test_forward_epilogue(TypeCombo tc, bool ta, bool tb, cublasLtEpilog
     LtResult r = lt_matmul(ta, tb, 1.0f, A, B, 0.0f, C, D, e);
     bool pad_ok = false;
     double worst = INFINITY;
-    if (ran_ok(r)) worst = compare(D, download(D), d_before, out, has_gelu ? gelu_tol_for(tc.cd) : tol_for(tc.cd),
-                                   &pad_ok);
+    if (ran_ok(r))
+        worst = compare(D, download(D), d_before, out, has_gelu ? gelu_tol_for(tc.cd) : tol_for(tc.cd), &pad_ok);
     char label[128], types[64];
     combo_name(types, sizeof types, tc);
     snprintf(label, sizeof label, "epilogue %s %s %s m=%d n=%d k=%d", epi_name, types, layout_name(ta, tb), m, n, k);
@@ -447,8 +445,8 @@ static void test_forward_epilogue(TypeCombo tc, bool ta, bool tb, cublasLtEpilog
           pad_ok ? "" : ", padding overwritten");
     if (has_aux) {
         bool aux_pad_ok = false;
-        double aux_worst =
-            ran_ok(r) ? compare(aux, download(aux), aux_before, pre, tol_for(tc.cd), &aux_pad_ok) : INFINITY;
+        double aux_worst = ran_ok(r) ? compare(aux, download(aux), aux_before, pre, tol_for(tc.cd), &aux_pad_ok)
+                                     : INFINITY;
         report_vector(ran_ok(r) && aux_pad_ok, "aux = pre-activation", aux_worst, label);
     }
     for (Matrix* M : {&A, &B, &C, &D, &bias, &aux}) free_matrix(*M);
@@ -483,9 +481,10 @@ static void test_dgelu(TypeCombo tc, bool ta, bool tb) {
     char types[64];
     combo_name(types, sizeof types, tc);
     CHECK(ran_ok(r) && worst <= 1.0 && pad_ok && aux_unchanged,
-          "epilogue DGELU %s %s m=%d n=%d k=%d alpha=%g: heuristic %s (%d), matmul %s, D worst err/tol %.3g%s%s",
-          types, layout_name(ta, tb), m, n, k, alpha, cublasLtGetStatusName(r.heuristic), r.returned, cublasLtGetStatusName(r.matmul),
-          worst, pad_ok ? "" : ", padding overwritten", aux_unchanged ? "" : ", aux modified");
+          "epilogue DGELU %s %s m=%d n=%d k=%d alpha=%g: heuristic %s (%d), matmul %s, D worst err/tol %.3g%s%s", types,
+          layout_name(ta, tb), m, n, k, alpha, cublasLtGetStatusName(r.heuristic), r.returned,
+          cublasLtGetStatusName(r.matmul), worst, pad_ok ? "" : ", padding overwritten",
+          aux_unchanged ? "" : ", aux modified");
     for (Matrix* M : {&A, &B, &C, &D, &aux}) free_matrix(*M);
 }
 
@@ -518,8 +517,8 @@ static void test_bgradb(TypeCombo tc, bool ta, bool tb) {
         ran_ok(r) ? compare(dbias, download(dbias), bias_before, want_bias, tol_for(tc.cd), &bias_pad_ok) : INFINITY;
     char label[128], types[64];
     combo_name(types, sizeof types, tc);
-    snprintf(label, sizeof label, "epilogue BGRADB %s %s m=%d n=%d k=%d beta=1 (C == D)", types, layout_name(ta, tb),
-             m, n, k);
+    snprintf(label, sizeof label, "epilogue BGRADB %s %s m=%d n=%d k=%d beta=1 (C == D)", types, layout_name(ta, tb), m,
+             n, k);
     CHECK(ran_ok(r) && worst <= 1.0 && pad_ok, "%s: heuristic %s (%d), matmul %s, D worst err/tol %.3g%s", label,
           cublasLtGetStatusName(r.heuristic), r.returned, cublasLtGetStatusName(r.matmul), worst,
           pad_ok ? "" : ", padding overwritten");
@@ -592,8 +591,8 @@ static void test_refusals() {
     expect_refused("CPU runtime: fp16 A/B/C/D", CUBLAS_STATUS_NOT_SUPPORTED, CUDA_R_16F, CUDA_R_16F, CUDA_R_16F);
     Options row;
     row.row_order = true;
-    expect_refused("CPU runtime: CUBLASLT_ORDER_ROW", CUBLAS_STATUS_NOT_SUPPORTED, F, F, F, false, false, 1,
-                   Epilogue(), row);
+    expect_refused("CPU runtime: CUBLASLT_ORDER_ROW", CUBLAS_STATUS_NOT_SUPPORTED, F, F, F, false, false, 1, Epilogue(),
+                   row);
     Options dev;
     dev.device_pointer_mode = true;
     expect_refused("CPU runtime: device pointer mode", CUBLAS_STATUS_NOT_SUPPORTED, F, F, F, false, false, 1,

@@ -128,10 +128,22 @@ static void test_shuffles() {
     shuffle_kernel<<<1, 64>>>(d_out);
     CUDA_OK(cudaGetLastError());
     std::vector<int> got = to_host(d_out, K * 64);
-    const char* names[K] = {"shfl broadcast", "shfl gather", "shfl width 8", "shfl_up 3",
-                            "shfl_up width 16", "shfl_down 4", "shfl_down width 8", "shfl_xor 1",
-                            "shfl_xor 16", "shfl_xor width 4 (other segment)", "ballot", "any",
-                            "all (true)", "all (false)", "shfl float payload", "shfl double payload",
+    const char* names[K] = {"shfl broadcast",
+                            "shfl gather",
+                            "shfl width 8",
+                            "shfl_up 3",
+                            "shfl_up width 16",
+                            "shfl_down 4",
+                            "shfl_down width 8",
+                            "shfl_xor 1",
+                            "shfl_xor 16",
+                            "shfl_xor width 4 (other segment)",
+                            "ballot",
+                            "any",
+                            "all (true)",
+                            "all (false)",
+                            "shfl float payload",
+                            "shfl double payload",
                             "shfl_down on a 16-lane mask"};
     for (int k = 0; k < K; k++) {
         int bad = 0;
@@ -150,7 +162,13 @@ static void test_shuffles() {
                 case 7: want = v(lane ^ 1); break;
                 case 8: want = v(lane ^ 16); break;
                 case 9: want = v(lane ^ 4) >= base + (lane & ~3) + 4 ? v(lane) : v(lane ^ 4); break;
-                case 10: { unsigned b = 0; for (int l = 0; l < 32; l++) if (l % 3 == 0) b |= 1u << l; want = (int)b; break; }
+                case 10: {
+                    unsigned b = 0;
+                    for (int l = 0; l < 32; l++)
+                        if (l % 3 == 0) b |= 1u << l;
+                    want = (int)b;
+                    break;
+                }
                 case 11: want = t < 32 ? 1 : 0; break;
                 case 12: want = 1; break;
                 case 13: want = 0; break;
@@ -226,14 +244,25 @@ static void test_cg_reduce() {
     CHECK(bad_m == 0, "cg::reduce greater over tiled_partition<32> (%d wrong)", bad_m);
     CHECK(bad_h == 0, "cg::reduce plus over tiled_partition<16> (%d wrong)", bad_h);
     CHECK(bad_b == 0, "thread_block::sync + meta_group ranks: block max (%d wrong)", bad_b);
-    cudaFree(d_in); cudaFree(d_s32); cudaFree(d_m32); cudaFree(d_s16); cudaFree(d_bm);
+    cudaFree(d_in);
+    cudaFree(d_s32);
+    cudaFree(d_m32);
+    cudaFree(d_s16);
+    cudaFree(d_bm);
 }
 
 // --- contended atomics ------------------------------------------------------------------
 struct AtomicTargets {
-    float fsum; int isum; unsigned usum; unsigned long long ull;
-    int imax; unsigned umax; float fmax_; int imin;
-    int cas_counter; unsigned inc;
+    float fsum;
+    int isum;
+    unsigned usum;
+    unsigned long long ull;
+    int imax;
+    unsigned umax;
+    float fmax_;
+    int imin;
+    int cas_counter;
+    unsigned inc;
 };
 
 __global__ void atomics_kernel(AtomicTargets* a) {
@@ -336,7 +365,8 @@ __global__ void index_3d_kernel(int4* out) {
     const int bx = blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z);
     const int tx = threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z);
     const int4 v = make_int4(blockIdx.x * 100 + threadIdx.x, blockIdx.y * 100 + threadIdx.y,
-                             blockIdx.z * 100 + threadIdx.z, gridDim.x * gridDim.y * gridDim.z * 1000 + blockDim.x * blockDim.y * blockDim.z);
+                             blockIdx.z * 100 + threadIdx.z,
+                             gridDim.x * gridDim.y * gridDim.z * 1000 + blockDim.x * blockDim.y * blockDim.z);
     __stcs(&out[bx * (blockDim.x * blockDim.y * blockDim.z) + tx], v);
 }
 
@@ -349,11 +379,16 @@ static void test_3d() {
     CUDA_OK(cudaGetLastError());
     std::vector<int4> got = to_host(d, nb * nt);
     int bad = 0;
-    for (int bz = 0; bz < 5; bz++) for (int by = 0; by < 4; by++) for (int bx = 0; bx < 3; bx++)
-        for (int tz = 0; tz < 2; tz++) for (int ty = 0; ty < 3; ty++) for (int tx = 0; tx < 4; tx++) {
-            const int4 g = got[(bx + 3 * (by + 4 * bz)) * nt + tx + 4 * (ty + 3 * tz)];
-            bad += g.x != bx * 100 + tx || g.y != by * 100 + ty || g.z != bz * 100 + tz || g.w != nb * 1000 + nt;
-        }
+    for (int bz = 0; bz < 5; bz++)
+        for (int by = 0; by < 4; by++)
+            for (int bx = 0; bx < 3; bx++)
+                for (int tz = 0; tz < 2; tz++)
+                    for (int ty = 0; ty < 3; ty++)
+                        for (int tx = 0; tx < 4; tx++) {
+                            const int4 g = got[(bx + 3 * (by + 4 * bz)) * nt + tx + 4 * (ty + 3 * tz)];
+                            bad += g.x != bx * 100 + tx || g.y != by * 100 + ty || g.z != bz * 100 + tz ||
+                                   g.w != nb * 1000 + nt;
+                        }
     CHECK(bad == 0, "3-D grid (3,4,5) x block (4,3,2): indices and dims (%d wrong)", bad);
     cudaFree(d);
 }
@@ -381,7 +416,11 @@ static void test_bf16() {
     std::vector<float> h;
     const uint32_t patterns[] = {0x3f808000u, 0x3f818000u, 0x3f80c000u, 0x3f807fffu, 0x7f7fffffu,
                                  0x7f800000u, 0xff800000u, 0x00000001u, 0x80000000u, 0x7fc00000u};
-    for (uint32_t p : patterns) { float f; memcpy(&f, &p, 4); h.push_back(f); }  // ties, overflow, inf, denormal
+    for (uint32_t p : patterns) {
+        float f;
+        memcpy(&f, &p, 4);
+        h.push_back(f);
+    }  // ties, overflow, inf, denormal
     for (int i = 0; i < 4000; i++) h.push_back((float)((i * 2654435761u) % 100000) * 1.37e-3f - 60.0f);
     const int n = (int)h.size();
     float* d_in = to_device(h);
@@ -408,7 +447,9 @@ static void test_bf16() {
     }
     CHECK(bad_bits == 0, "float->bf16 in a kernel rounds to nearest even (%d of %d differ)", bad_bits, n);
     CHECK(bad_back == 0, "bf16->float round trip, kernel equals host conversion (%d differ)", bad_back);
-    cudaFree(d_in); cudaFree(d_b); cudaFree(d_back);
+    cudaFree(d_in);
+    cudaFree(d_b);
+    cudaFree(d_back);
 }
 
 // --- __syncthreads_count / vector loads --------------------------------------------------
@@ -417,7 +458,11 @@ __global__ void vote_count_kernel(const float4* in, int* counts, float4* out) {
     const int c = __syncthreads_count(v.x > 0.0f);
     const int any = __syncthreads_or(v.y > 100.0f);
     const int all = __syncthreads_and(v.w >= 0.0f);
-    if (threadIdx.x == 0) { counts[0] = c; counts[1] = any; counts[2] = all; }
+    if (threadIdx.x == 0) {
+        counts[0] = c;
+        counts[1] = any;
+        counts[2] = all;
+    }
     out[threadIdx.x] = make_float4(v.w, v.z, v.y, v.x);
 }
 
@@ -442,7 +487,9 @@ static void test_block_votes() {
     int bad = 0;
     for (int i = 0; i < n; i++) bad += o[i].x != h[i].w || o[i].w != h[i].x;
     CHECK(bad == 0, "float4 __ldcs loads and stores (%d wrong)", bad);
-    cudaFree(d_in); cudaFree(d_c); cudaFree(d_out);
+    cudaFree(d_in);
+    cudaFree(d_c);
+    cudaFree(d_out);
 }
 
 // --- math intrinsics against the host's libm ----------------------------------------------
@@ -456,7 +503,8 @@ __global__ void math_kernel(const float* x, float* out, int n) {
     out[3 * n + i] = __fdividef(v, 3.0f + v * v);
     out[4 * n + i] = __logf(fabsf(v) + 1.0f);
     out[5 * n + i] = fmaxf(v, 0.0f) + __saturatef(v) + (float)__float2int_rn(v);
-    out[6 * n + i] = __int_as_float(__float_as_int(v)) + (float)__popc(__float_as_uint(v)) + (float)max(i, 7) + (float)min(i, 7);
+    out[6 * n + i] = __int_as_float(__float_as_int(v)) + (float)__popc(__float_as_uint(v)) + (float)max(i, 7) +
+                     (float)min(i, 7);
 }
 
 static void test_math() {
@@ -469,8 +517,13 @@ static void test_math() {
     math_kernel<<<(n + 127) / 128, 128>>>(d_x, d_out, n);
     CUDA_OK(cudaGetLastError());
     std::vector<float> got = to_host(d_out, K * n);
-    const char* names[K] = {"__expf", "rsqrtf", "tanhf", "__fdividef", "__logf",
-                            "fmaxf/__saturatef/__float2int_rn", "bit casts/__popc/min/max"};
+    const char* names[K] = {"__expf",
+                            "rsqrtf",
+                            "tanhf",
+                            "__fdividef",
+                            "__logf",
+                            "fmaxf/__saturatef/__float2int_rn",
+                            "bit casts/__popc/min/max"};
     for (int k = 0; k < K; k++) {
         std::vector<double> want(n);
         for (int i = 0; i < n; i++) {
@@ -482,7 +535,12 @@ static void test_math() {
                 case 3: want[i] = v / (3.0 + v * v); break;
                 case 4: want[i] = std::log(std::fabs(v) + 1.0); break;
                 case 5: want[i] = std::fmax(v, 0.0) + std::fmin(std::fmax(v, 0.0), 1.0) + std::nearbyint(h[i]); break;
-                case 6: { uint32_t u; memcpy(&u, &h[i], 4); want[i] = v + __builtin_popcount(u) + std::max(i, 7) + std::min(i, 7); break; }
+                case 6: {
+                    uint32_t u;
+                    memcpy(&u, &h[i], 4);
+                    want[i] = v + __builtin_popcount(u) + std::max(i, 7) + std::min(i, 7);
+                    break;
+                }
             }
         }
         // the GPU's fast intrinsics are approximate: a few ulp, far below 1e-5
@@ -511,7 +569,10 @@ static void test_async_copies() {
     int bad = 0;
     for (int i = 0; i < n; i++) bad += back[i] != (i < n / 2 ? (float)i * 0.5f : 0.0f);
     CHECK(bad == 0, "pinned memory, cudaMemsetAsync and cudaMemcpyAsync H2D/D2D/D2H on a stream (%d wrong)", bad);
-    cudaFreeHost(pinned); cudaFreeHost(back); cudaFree(d); cudaStreamDestroy(s);
+    cudaFreeHost(pinned);
+    cudaFreeHost(back);
+    cudaFree(d);
+    cudaStreamDestroy(s);
 }
 
 // --- errors that the real runtime returns -------------------------------------------------
@@ -527,8 +588,8 @@ static void test_launch_errors() {
     CHECK(cudaGetLastError() == cudaSuccess, "cudaGetLastError clears the error");
     noop_kernel<<<1, dim3(1, 1, 65)>>>(nullptr);
     cudaError_t e2 = cudaPeekAtLastError();
-    CHECK(e2 == cudaErrorInvalidConfiguration && cudaGetLastError() == e2,
-          "blockDim.z = 65: %s (peek keeps it)", cudaGetErrorName(e2));
+    CHECK(e2 == cudaErrorInvalidConfiguration && cudaGetLastError() == e2, "blockDim.z = 65: %s (peek keeps it)",
+          cudaGetErrorName(e2));
     noop_kernel<<<dim3(1, 65536), 32>>>(nullptr);
     cudaError_t e3 = cudaGetLastError();
     CHECK(e3 == cudaErrorInvalidConfiguration, "gridDim.y = 65536: %s", cudaGetErrorName(e3));
@@ -573,7 +634,10 @@ static void test_events() {
     CUDA_OK(cudaEventElapsedTime(&ms, a, b));
     CHECK(ms >= 0.0f && ms < 10000.0f, "stream launches + event elapsed time (%.3f ms)", ms);
     CUDA_OK(cudaStreamSynchronize(s));
-    cudaEventDestroy(a); cudaEventDestroy(b); cudaStreamDestroy(s); cudaFree(d);
+    cudaEventDestroy(a);
+    cudaEventDestroy(b);
+    cudaStreamDestroy(s);
+    cudaFree(d);
 }
 
 int main() {

@@ -41,42 +41,72 @@ static void check_all_ranks(bool ok, const char* cond, const char* file, int lin
     if (g_rank == 0) {
         CHECK(nbad == 0, "%s%s", g_label, what);
         if (nbad)
-            printf("     %d of %d rank(s) failed, first rank %d: %s at %s:%d\n", nbad, g_nranks, first_bad, cond,
-                   file, line);
+            printf("     %d of %d rank(s) failed, first rank %d: %s at %s:%d\n", nbad, g_nranks, first_bad, cond, file,
+                   line);
     }
 }
 
-#define CHECK_ALL(cond, ...)                                                   \
-    do {                                                                       \
-        char what_[256];                                                       \
-        snprintf(what_, sizeof what_, __VA_ARGS__);                            \
-        check_all_ranks((cond), #cond, __FILE__, __LINE__, what_);             \
+#define CHECK_ALL(cond, ...)                                       \
+    do {                                                           \
+        char what_[256];                                           \
+        snprintf(what_, sizeof what_, __VA_ARGS__);                \
+        check_all_ranks((cond), #cond, __FILE__, __LINE__, what_); \
     } while (0)
 
-#define NCCL_OK(call)                                                          \
-    do {                                                                       \
-        ncclResult_t r_ = (call);                                              \
-        if (r_ != ncclSuccess) {                                               \
-            printf("FAIL rank %d: %s returned %s at %s:%d\n", g_rank, #call,   \
-                   ncclGetErrorString(r_), __FILE__, __LINE__);                \
-            fflush(stdout);                                                    \
-            MPI_Abort(MPI_COMM_WORLD, 1);                                      \
-        }                                                                      \
+#define NCCL_OK(call)                                                                                          \
+    do {                                                                                                       \
+        ncclResult_t r_ = (call);                                                                              \
+        if (r_ != ncclSuccess) {                                                                               \
+            printf("FAIL rank %d: %s returned %s at %s:%d\n", g_rank, #call, ncclGetErrorString(r_), __FILE__, \
+                   __LINE__);                                                                                  \
+            fflush(stdout);                                                                                    \
+            MPI_Abort(MPI_COMM_WORLD, 1);                                                                      \
+        }                                                                                                      \
     } while (0)
 
 // ---- element types ------------------------------------------------------------
 
 template <class T> struct NcclType;
-template <> struct NcclType<int8_t> { static constexpr ncclDataType_t value = ncclInt8; static const char* name() { return "int8"; } };
-template <> struct NcclType<uint8_t> { static constexpr ncclDataType_t value = ncclUint8; static const char* name() { return "uint8"; } };
-template <> struct NcclType<int32_t> { static constexpr ncclDataType_t value = ncclInt32; static const char* name() { return "int32"; } };
-template <> struct NcclType<uint32_t> { static constexpr ncclDataType_t value = ncclUint32; static const char* name() { return "uint32"; } };
-template <> struct NcclType<int64_t> { static constexpr ncclDataType_t value = ncclInt64; static const char* name() { return "int64"; } };
-template <> struct NcclType<uint64_t> { static constexpr ncclDataType_t value = ncclUint64; static const char* name() { return "uint64"; } };
-template <> struct NcclType<__half> { static constexpr ncclDataType_t value = ncclFloat16; static const char* name() { return "fp16"; } };
-template <> struct NcclType<float> { static constexpr ncclDataType_t value = ncclFloat32; static const char* name() { return "fp32"; } };
-template <> struct NcclType<double> { static constexpr ncclDataType_t value = ncclFloat64; static const char* name() { return "fp64"; } };
-template <> struct NcclType<__nv_bfloat16> { static constexpr ncclDataType_t value = ncclBfloat16; static const char* name() { return "bf16"; } };
+template <> struct NcclType<int8_t> {
+    static constexpr ncclDataType_t value = ncclInt8;
+    static const char* name() { return "int8"; }
+};
+template <> struct NcclType<uint8_t> {
+    static constexpr ncclDataType_t value = ncclUint8;
+    static const char* name() { return "uint8"; }
+};
+template <> struct NcclType<int32_t> {
+    static constexpr ncclDataType_t value = ncclInt32;
+    static const char* name() { return "int32"; }
+};
+template <> struct NcclType<uint32_t> {
+    static constexpr ncclDataType_t value = ncclUint32;
+    static const char* name() { return "uint32"; }
+};
+template <> struct NcclType<int64_t> {
+    static constexpr ncclDataType_t value = ncclInt64;
+    static const char* name() { return "int64"; }
+};
+template <> struct NcclType<uint64_t> {
+    static constexpr ncclDataType_t value = ncclUint64;
+    static const char* name() { return "uint64"; }
+};
+template <> struct NcclType<__half> {
+    static constexpr ncclDataType_t value = ncclFloat16;
+    static const char* name() { return "fp16"; }
+};
+template <> struct NcclType<float> {
+    static constexpr ncclDataType_t value = ncclFloat32;
+    static const char* name() { return "fp32"; }
+};
+template <> struct NcclType<double> {
+    static constexpr ncclDataType_t value = ncclFloat64;
+    static const char* name() { return "fp64"; }
+};
+template <> struct NcclType<__nv_bfloat16> {
+    static constexpr ncclDataType_t value = ncclBfloat16;
+    static const char* name() { return "bf16"; }
+};
 
 template <class T> static T from_f(float v) { return (T)v; }
 template <> __half from_f<__half>(float v) { return __float2half(v); }
@@ -95,7 +125,9 @@ struct DevBuf {
     ~DevBuf() { cudaFree(p); }
     DevBuf(const DevBuf&) = delete;
     DevBuf& operator=(const DevBuf&) = delete;
-    void upload(const std::vector<T>& h) { CUDA_OK(cudaMemcpy(p, h.data(), h.size() * sizeof(T), cudaMemcpyHostToDevice)); }
+    void upload(const std::vector<T>& h) {
+        CUDA_OK(cudaMemcpy(p, h.data(), h.size() * sizeof(T), cudaMemcpyHostToDevice));
+    }
     std::vector<T> download() const {
         std::vector<T> h(n);
         CUDA_OK(cudaDeviceSynchronize());
@@ -113,7 +145,9 @@ static bool same_values(const std::vector<T>& got, const std::vector<double>& wa
 }
 
 // Small integers: every sum/average below is exact in every type used.
-static int value_of(int rank, size_t i, int salt) { return (int)((i * 7 + (size_t)rank * 13 + (size_t)salt * 5) % 17) - 8; }
+static int value_of(int rank, size_t i, int salt) {
+    return (int)((i * 7 + (size_t)rank * 13 + (size_t)salt * 5) % 17) - 8;
+}
 
 // ---- all-reduce ---------------------------------------------------------------------
 
@@ -138,7 +172,9 @@ static std::vector<double> host_reduce(const std::vector<std::vector<double>>& i
 }
 
 static const char* op_name(Ref op) { return op == kSum ? "sum" : op == kAvg ? "avg" : op == kMax ? "max" : "min"; }
-static ncclRedOp_t nccl_op(Ref op) { return op == kSum ? ncclSum : op == kAvg ? ncclAvg : op == kMax ? ncclMax : ncclMin; }
+static ncclRedOp_t nccl_op(Ref op) {
+    return op == kSum ? ncclSum : op == kAvg ? ncclAvg : op == kMax ? ncclMax : ncclMin;
+}
 
 // Every rank's input for element i; `nonneg` keeps values >= 0 (unsigned types, integer avg).
 template <class T>
@@ -260,7 +296,10 @@ static void test_reduce(ncclComm_t comm, size_t n, int root, bool in_place) {
 static uint64_t fnv(const void* p, size_t n) {
     const unsigned char* b = (const unsigned char*)p;
     uint64_t h = 1469598103934665603ull;
-    for (size_t i = 0; i < n; i++) { h ^= b[i]; h *= 1099511628211ull; }
+    for (size_t i = 0; i < n; i++) {
+        h ^= b[i];
+        h *= 1099511628211ull;
+    }
     return h;
 }
 

@@ -135,8 +135,7 @@ static void test_round_trip() {
     State s2 = random_state(2, n, eb);
     rok = write_state(p, s2) == NO_ERROR &&
           error_of([&] { state_read(p, s2.h, r.m.data(), r.v.data(), r.master.data(), r.extra.data()); }) == NO_ERROR;
-    CHECK(rok && same_bits(r.m, s2.m) && r.extra == s2.extra && !exists(p + ".tmp"),
-          "writing again replaces the file");
+    CHECK(rok && same_bits(r.m, s2.m) && r.extra == s2.extra && !exists(p + ".tmp"), "writing again replaces the file");
 
     // an empty shard and no blob
     State e = random_state(3, 0, 0);
@@ -159,12 +158,16 @@ static void test_mismatch() {
         std::vector<std::string> needles;
     };
     const std::vector<Case> cases = {
-        {"num_processes", [](TrainingStateHeader& h) { h.num_processes = 8; }, {"saved with 4 processes", "this run has 8"}},
+        {"num_processes",
+         [](TrainingStateHeader& h) { h.num_processes = 8; },
+         {"saved with 4 processes", "this run has 8"}},
         {"rank", [](TrainingStateHeader& h) { h.rank = 1; }, {"rank 3", "rank 1"}},
         {"step", [](TrainingStateHeader& h) { h.step = 2000; }, {"step 1234", "step 2000"}},
         {"zero_stage", [](TrainingStateHeader& h) { h.zero_stage = 0; }, {"zero stage 1", "zero stage 0"}},
         {"shard_elements", [](TrainingStateHeader& h) { h.shard_elements = 200; }, {"100", "200", "elements"}},
-        {"num_parameters", [](TrainingStateHeader& h) { h.num_parameters = 124439808; }, {"4886718345", "124439808", "parameters"}},
+        {"num_parameters",
+         [](TrainingStateHeader& h) { h.num_parameters = 124439808; },
+         {"4886718345", "124439808", "parameters"}},
         {"extra_bytes", [](TrainingStateHeader& h) { h.extra_bytes = 32; }, {"16 bytes", "32"}},
     };
     for (const Case& c : cases) {
@@ -191,8 +194,8 @@ static void test_damage() {
     write_state(good, s);
     const std::string raw = read_file(good);
     const size_t full = raw.size();
-    auto expect_error = [&](const std::string& name, const std::string& bytes, std::initializer_list<const char*> needles,
-                            const char* what) {
+    auto expect_error = [&](const std::string& name, const std::string& bytes,
+                            std::initializer_list<const char*> needles, const char* what) {
         const std::string p = d + "/" + name;
         write_file(p, bytes);
         const std::string err = error_of([&] { state_read_header(p); });
@@ -237,9 +240,8 @@ static void test_damage() {
     expect_error("nhuge.bin", bad, {"bad header"}, "n = 2^64-1 is refused without overflow");
 
     std::string err = error_of([&] { state_read_header(d + "/missing.bin"); });
-    CHECK(one_line(err) && contains(err, "missing.bin") &&
-              contains(err, strerror(ENOENT)),
-          "a missing file: %s", err.c_str());
+    CHECK(one_line(err) && contains(err, "missing.bin") && contains(err, strerror(ENOENT)), "a missing file: %s",
+          err.c_str());
 
     State inv = random_state(6, 4, 0);
     inv.h.rank = 4;  // of 4 processes
@@ -280,16 +282,17 @@ static void test_atomic() {
     CHECK(err != NO_ERROR && read_file(sp) == before && !exists(sp + ".tmp"),
           "a refused state_write leaves the existing state file as it was: %s", err.c_str());
 
-    err = error_of([] { write_file_atomic(g_tmp + "/no_such_dir/file.bin", [](FILE* f) { return fputs("x", f) >= 0; }); });
-    CHECK(one_line(err) && contains(err, "no_such_dir") && contains(err, strerror(ENOENT)),
-          "a missing folder: %s", err.c_str());
+    err = error_of(
+        [] { write_file_atomic(g_tmp + "/no_such_dir/file.bin", [](FILE* f) { return fputs("x", f) >= 0; }); });
+    CHECK(one_line(err) && contains(err, "no_such_dir") && contains(err, strerror(ENOENT)), "a missing folder: %s",
+          err.c_str());
 
     bool ok = error_of([&] { write_file_atomic(p, [](FILE* f) { return fputs("new", f) >= 0; }); }) == NO_ERROR;
     CHECK(ok && read_file(p) == "new" && !exists(p + ".tmp"), "a successful write replaces the file");
 
     ok = error_of([] {
-        write_file_atomic("checkpoint_test_relative.tmpfile", [](FILE* f) { return fputs("r", f) >= 0; });
-    }) == NO_ERROR;
+             write_file_atomic("checkpoint_test_relative.tmpfile", [](FILE* f) { return fputs("r", f) >= 0; });
+         }) == NO_ERROR;
     CHECK(ok && read_file("checkpoint_test_relative.tmpfile") == "r", "a bare file name (folder \".\") works");
     unlink("checkpoint_test_relative.tmpfile");
 }
@@ -300,19 +303,21 @@ static void test_find_latest() {
     const std::string d = mkdir_in_tmp("latest");
     CHECK(checkpoint_find_latest(d) == -1 && checkpoint_find_latest(g_tmp + "/nope") == -1,
           "find_latest: -1 for an empty and for a missing folder");
-    for (const char* junk : {"DONE_0000030", "DONE_000000300", "DONE_00000999.tmp", "DONE_0000a999", "xDONE_00000500",
-                             "DONE_00000400x", "DONE_-0000001", "DONE_", "done_00000800", "model_00000900.bin",
-                             "state_00000900_00000.bin"})
+    for (const char* junk :
+         {"DONE_0000030", "DONE_000000300", "DONE_00000999.tmp", "DONE_0000a999", "xDONE_00000500", "DONE_00000400x",
+          "DONE_-0000001", "DONE_", "done_00000800", "model_00000900.bin", "state_00000900_00000.bin"})
         touch(d + "/" + junk);
     mkdir((d + "/DONE_99999999.d").c_str(), 0755);
     CHECK(checkpoint_find_latest(d) == -1, "junk names and checkpoints without DONE are not complete");
     const std::string err = error_of([&] {
         for (int step : {10, 200, 50}) checkpoint_write_done(d, step, OWN);
     });
-    CHECK(err == NO_ERROR && read_file(checkpoint_done_path(d, 200)) == "gpt-trainer checkpoint 1\nrun 00000000000000aa\n" &&
+    CHECK(err == NO_ERROR &&
+              read_file(checkpoint_done_path(d, 200)) == "gpt-trainer checkpoint 1\nrun 00000000000000aa\n" &&
               !exists(checkpoint_done_path(d, 200) + ".tmp"),
           "checkpoint_write_done writes the title and the run id, no .tmp left");
-    CHECK(checkpoint_find_latest(d) == 200, "find_latest picks the largest DONE step (got %d)", checkpoint_find_latest(d));
+    CHECK(checkpoint_find_latest(d) == 200, "find_latest picks the largest DONE step (got %d)",
+          checkpoint_find_latest(d));
     touch(d + "/DONE_00000000");
     CHECK(checkpoint_find_latest(d) == 200, "step 0 counts but is not the latest");
     const std::string missing = error_of([] { checkpoint_write_done(g_tmp + "/nope", 5, OWN); });
@@ -355,8 +360,10 @@ static void test_prune() {
     for (int s : {10, 20, 30, 40, 50}) foreign_kept = foreign_kept && present(s);
     CHECK(foreign_kept, "prune for another run id deletes none of these checkpoints");
     checkpoint_prune(d, 2, OWN.run_id, ALL);
-    CHECK(absent(10) && absent(20) && absent(30), "prune keep 2: steps 10, 20, 30 gone (DONE, model, every rank's state)");
-    CHECK(!exists(checkpoint_state_path(d, 10, 5)), "prune also removes a pruned step's state of a rank beyond the process count");
+    CHECK(absent(10) && absent(20) && absent(30),
+          "prune keep 2: steps 10, 20, 30 gone (DONE, model, every rank's state)");
+    CHECK(!exists(checkpoint_state_path(d, 10, 5)),
+          "prune also removes a pruned step's state of a rank beyond the process count");
     CHECK(present(40) && present(50) && exists(checkpoint_done_path(d, 40)) && exists(checkpoint_done_path(d, 50)),
           "prune keep 2: steps 40 and 50 kept whole");
     CHECK(present(60) && !exists(checkpoint_done_path(d, 60)), "the newer incomplete step 60 is untouched");
@@ -406,12 +413,14 @@ static void test_prune_proven() {
     // fewer trusted than keep_last (5 is older than the first proven, so trusted): none deleted
     make_ckpt(5);
     checkpoint_prune(d, 3, OWN.run_id, {11});
-    CHECK(exists(checkpoint_done_path(d, 5)) && exists(checkpoint_done_path(d, 11)) && exists(checkpoint_done_path(d, 20)),
+    CHECK(exists(checkpoint_done_path(d, 5)) && exists(checkpoint_done_path(d, 11)) &&
+              exists(checkpoint_done_path(d, 20)),
           "fewer trusted checkpoints than -nk: nothing pruned");
     // the checkpoint resumed from is never deleted before keep_last newer proven ones exist
     make_ckpt(12);
     checkpoint_prune(d, 2, OWN.run_id, {11, 12});
-    CHECK(!exists(checkpoint_done_path(d, 5)) && exists(checkpoint_done_path(d, 11)) && exists(checkpoint_done_path(d, 12)),
+    CHECK(!exists(checkpoint_done_path(d, 5)) && exists(checkpoint_done_path(d, 11)) &&
+              exists(checkpoint_done_path(d, 12)),
           "-nk 2 with 11 and 12 proven: 5 (older) pruned, 11 and 12 kept");
     // a resume from 21 with the run's 15 and 18 before it, then 24 written: -nk 3 keeps 18, 21, 24
     const std::string e = mkdir_in_tmp("prune_resumed");
@@ -476,8 +485,8 @@ static void test_done_covers_folder() {
               checkpoint_model_names(7, {}) == std::vector<std::string>({"model_00000007.bin"}) &&
               checkpoint_model_path("out", 7, true) == "out/model_00000007",
           "a model folder's names: model_%%08d/<file>; the one file: model_%%08d.bin");
-    CHECK(checkpoint_done_covers(rec({c, w, s0}), 7, 1, files, &why), "both files of the folder and the state: covered %s",
-          why.c_str());
+    CHECK(checkpoint_done_covers(rec({c, w, s0}), 7, 1, files, &why),
+          "both files of the folder and the state: covered %s", why.c_str());
     const struct {
         std::vector<std::string> names;
         const char* says;
@@ -560,7 +569,8 @@ static void test_model_folder() {
     checkpoint_write_done(d, 4, rec);
     const std::string orphan = checkpoint_model_path(d, 3, true);
     if (symlink(elsewhere.c_str(), orphan.c_str()) != 0) perror("symlink");
-    CHECK(checkpoint_steps_with_files(d) == std::vector<int>({3, 4}), "a model folder and a link named so count as files of their step");
+    CHECK(checkpoint_steps_with_files(d) == std::vector<int>({3, 4}),
+          "a model folder and a link named so count as files of their step");
     const std::string newer = checkpoint_model_path(d, 9, true);
     err = error_of([&] { write_folder_atomic(newer, write_two); });
     checkpoint_write_done(d, 9, DoneRecord{rec.run_id, {}});
@@ -585,7 +595,8 @@ static void test_done_and_verify() {
     const DoneRecord rec{"0123456789abcdef", {written}};
     DoneRecord back;
     err.clear();
-    const bool ok = error_of([&] { checkpoint_write_done(d, 7, rec); }) == NO_ERROR && checkpoint_read_done(d, 7, &back, &err);
+    const bool ok = error_of([&] { checkpoint_write_done(d, 7, rec); }) == NO_ERROR &&
+                    checkpoint_read_done(d, 7, &back, &err);
     CHECK(ok && back.run_id == rec.run_id && back.files.size() == 1 && back.files[0].name == written.name &&
               back.files[0].bytes == written.bytes && back.files[0].xxh64 == written.xxh64,
           "DONE round trip: run id and the file line %s", err.c_str());
@@ -598,7 +609,8 @@ static void test_done_and_verify() {
           "one flipped bit: %s", err.c_str());
     write_file(p, raw.substr(0, raw.size() - 1));
     err.clear();
-    CHECK(!checkpoint_verify_files(d, back, &err) && contains(err, "its DONE says"), "a truncated file: %s", err.c_str());
+    CHECK(!checkpoint_verify_files(d, back, &err) && contains(err, "its DONE says"), "a truncated file: %s",
+          err.c_str());
     unlink(p.c_str());
     mkfifo(p.c_str(), 0644);
     err.clear();
@@ -691,10 +703,11 @@ static void test_llmc_state() {
 
 static void test_stale_temps() {
     const std::string d = mkdir_in_tmp("temps");
-    const std::vector<std::string> temps = {"model_00000010.bin.tmp", "state_00000010_00001.bin.tmp", "DONE_00000010.tmp",
-                                            "main.jsonl.tmp", "main.log.tmp"};
-    const std::vector<std::string> keep = {"main.log", "keep.tmpx", "tmp", ".tmp", "model_00000010.bin",
-                                           "corpus.bin.tmp.1234", "x.tmp", "notes.tmp", "model_0000010.bin.tmp"};
+    const std::vector<std::string> temps = {"model_00000010.bin.tmp", "state_00000010_00001.bin.tmp",
+                                            "DONE_00000010.tmp", "main.jsonl.tmp", "main.log.tmp"};
+    const std::vector<std::string> keep = {"main.log", "keep.tmpx",          "tmp",
+                                           ".tmp",     "model_00000010.bin", "corpus.bin.tmp.1234",
+                                           "x.tmp",    "notes.tmp",          "model_0000010.bin.tmp"};
     for (const auto& t : temps) write_file(d + "/" + t, "partial");
     for (const auto& k : keep) write_file(d + "/" + k, "keep");
     mkdir((d + "/folder.tmp").c_str(), 0755);

@@ -56,13 +56,18 @@ static void write_shard(const std::string& path, const std::vector<uint32_t>& to
     std::vector<unsigned char> bytes(sizeof(h));
     memcpy(bytes.data(), h, sizeof(h));
     for (uint32_t t : toks) {
-        if (token_size == 2) { uint16_t v = (uint16_t)t; bytes.insert(bytes.end(), (unsigned char*)&v, (unsigned char*)&v + 2); }
-        else bytes.insert(bytes.end(), (unsigned char*)&t, (unsigned char*)&t + 4);
+        if (token_size == 2) {
+            uint16_t v = (uint16_t)t;
+            bytes.insert(bytes.end(), (unsigned char*)&v, (unsigned char*)&v + 2);
+        } else bytes.insert(bytes.end(), (unsigned char*)&t, (unsigned char*)&t + 4);
     }
     if (spec.extra_bytes > 0) bytes.insert(bytes.end(), (size_t)spec.extra_bytes, (unsigned char)0xAB);
     if (spec.extra_bytes < 0) bytes.resize(bytes.size() - (size_t)(-spec.extra_bytes));
     FILE* f = fopen(path.c_str(), "wb");
-    if (!f) { perror(path.c_str()); exit(2); }
+    if (!f) {
+        perror(path.c_str());
+        exit(2);
+    }
     fwrite(bytes.data(), 1, bytes.size(), f);
     fclose(f);
 }
@@ -110,7 +115,8 @@ static std::vector<std::vector<int>> rows(const std::vector<int>& batch, int B, 
     std::vector<std::vector<int>> r(B);
     for (int b = 0; b < B; b++) {
         r[b].assign(batch.begin() + (size_t)b * T, batch.begin() + (size_t)b * T + T);
-        r[b].insert(r[b].end(), batch.begin() + (size_t)B * T + (size_t)b * T, batch.begin() + (size_t)B * T + (size_t)b * T + T);
+        r[b].insert(r[b].end(), batch.begin() + (size_t)B * T + (size_t)b * T,
+                    batch.begin() + (size_t)B * T + (size_t)b * T + T);
     }
     return r;
 }
@@ -136,7 +142,10 @@ struct ChildResult {
 
 static ChildResult run_child(const std::vector<std::string>& args) {
     int pfd[2];
-    if (pipe(pfd) != 0) { perror("pipe"); exit(2); }
+    if (pipe(pfd) != 0) {
+        perror("pipe");
+        exit(2);
+    }
     fflush(stdout);
     pid_t pid = fork();
     if (pid == 0) {
@@ -218,7 +227,8 @@ static int child_main(int argc, char** argv) {
     return 3;
 }
 
-static void expect_error(const char* what, const std::vector<std::string>& args, const std::vector<std::string>& needles) {
+static void expect_error(const char* what, const std::vector<std::string>& args,
+                         const std::vector<std::string>& needles) {
     ChildResult r = run_child(args);
     bool ok = r.status == EXIT_FAILURE && r.lines == 1 && r.err.rfind("error: ", 0) == 0;
     for (const std::string& n : needles) ok = ok && r.err.find(n) != std::string::npos;
@@ -296,13 +306,14 @@ static void test_union_over_ranks(bool shuffle) {
     }
     for (int r = 0; r < N; r++) dataloader_free(&ranks[r]);
     dataloader_free(&single);
-    CHECK(ok, "(ii) shuffle %s: ranks 0..2 of B=2 together read, in order, what one process with B=6 reads (20 batches)",
+    CHECK(ok,
+          "(ii) shuffle %s: ranks 0..2 of B=2 together read, in order, what one process with B=6 reads (20 batches)",
           shuffle ? "on" : "off");
 }
 
 // The sequences of optimizer step s for a (B, N, A) split, in rank-major order of reading.
-static std::vector<std::vector<std::vector<int>>> steps_of(const std::string& pat, int T, int B, int N, int A, bool shuffle,
-                                                           int nsteps) {
+static std::vector<std::vector<std::vector<int>>> steps_of(const std::string& pat, int T, int B, int N, int A,
+                                                           bool shuffle, int nsteps) {
     std::vector<std::vector<std::vector<int>>> out(nsteps);
     for (int r = 0; r < N; r++) {
         DataLoader L;
@@ -332,7 +343,9 @@ static void test_splits(bool shuffle) {
             std::sort(b.begin(), b.end());
             same_set = same_set && a == b && a.size() == 12;
         }
-        CHECK(same_set, "(iii) shuffle %s: each of 7 optimizer steps of B=%d N=%d A=%d consumes the same 12 sequences as B=12 N=1 A=1",
+        CHECK(same_set,
+              "(iii) shuffle %s: each of 7 optimizer steps of B=%d N=%d A=%d consumes the same 12 sequences as B=12 "
+              "N=1 A=1",
               shuffle ? "on" : "off", sp[0], sp[1], sp[2]);
     }
     // B=8 N=1 A=1 against B=4 N=1 A=2: the same sequences in the same order
@@ -386,7 +399,8 @@ static void test_shuffle() {
         cover = cover && sorted == reference_stream(sizes, T);
         for (int i = 0; i < 16; i++) shard_order = shard_order && ep[e][i].first == (i < 10 ? 0 : 1);
     }
-    CHECK(cover, "shuffle, 4 ranks: every epoch (3) reads each sequence exactly once over all ranks (disjoint, complete)");
+    CHECK(cover,
+          "shuffle, 4 ranks: every epoch (3) reads each sequence exactly once over all ranks (disjoint, complete)");
     CHECK(shard_order, "shuffle permutes within a shard: shard 0's sequences come before shard 1's in every epoch");
     CHECK(ep[0] != reference_stream(sizes, T), "shuffle changes the order (epoch 0 is not the sorted order)");
     CHECK(ep[0] != ep[1] && ep[1] != ep[2] && ep[0] != ep[2], "each epoch has its own order");
@@ -423,8 +437,10 @@ static void test_position(bool shuffle) {
         for (int i = 0; i < 10; i++) same = same && take(b) == want[i];
         dataloader_restore(&a, p);  // rewind the original loader too
         for (int i = 0; i < 10; i++) same = same && take(a) == want[i];
-        CHECK(same, "position after %d batches (shuffle %s, rank 1 of 2) saved to a file and restored into a new loader "
-                    "and the old one: the next 10 batches are identical", k, shuffle ? "on" : "off");
+        CHECK(same,
+              "position after %d batches (shuffle %s, rank 1 of 2) saved to a file and restored into a new loader "
+              "and the old one: the next 10 batches are identical",
+              k, shuffle ? "on" : "off");
         dataloader_free(&a);
         dataloader_free(&b);
     }
@@ -432,7 +448,10 @@ static void test_position(bool shuffle) {
     DataLoader two[2], one;
     for (int rr = 0; rr < 2; rr++) dataloader_init(&two[rr], pat.c_str(), 2, T, rr, 2, kVocab, shuffle, 5);
     dataloader_init(&one, pat.c_str(), 4, T, 0, 1, kVocab, shuffle, 5);
-    for (int i = 0; i < 5; i++) { dataloader_next_batch(&two[0]); dataloader_next_batch(&two[1]); }
+    for (int i = 0; i < 5; i++) {
+        dataloader_next_batch(&two[0]);
+        dataloader_next_batch(&two[1]);
+    }
     dataloader_restore(&one, dataloader_position(&two[0]));
     bool ok = true;
     for (int i = 0; i < 8; i++) {
@@ -440,8 +459,10 @@ static void test_position(bool shuffle) {
         auto g0 = rows(take(two[0]), 2, T), g1 = rows(take(two[1]), 2, T);
         ok = ok && w[0] == g0[0] && w[1] == g0[1] && w[2] == g1[0] && w[3] == g1[1];
     }
-    CHECK(ok, "a position saved by B=2 on 2 ranks, restored into B=4 on one process, continues the same stream (shuffle %s)",
-          shuffle ? "on" : "off");
+    CHECK(
+        ok,
+        "a position saved by B=2 on 2 ranks, restored into B=4 on one process, continues the same stream (shuffle %s)",
+        shuffle ? "on" : "off");
     for (auto& l : two) dataloader_free(&l);
     dataloader_free(&one);
 }
@@ -457,11 +478,11 @@ static void test_slots() {
     write_shard(d + "/b.bin", {31, 32, (uint32_t)E, 41}, 4);  // a shard that does not start with a document start
     const std::string pat = d + "/*.bin";
     const std::vector<std::vector<int>> want = {
-        {E, 1, 2, 3, 1, 2, 3, E},        // exactly T + 1 tokens through the next start
-        {E, 11, 12, P, 11, 12, E, -1},   // shorter: padded
-        {E, 21, 22, 23, 21, 22, 23, 24}, // longer: cut at T + 1 tokens
-        {31, 32, P, P, 32, E, -1, -1},   // the second shard's first document has no start token
-        {E, P, P, P, 41, -1, -1, -1},    // the last document of the data: no next start
+        {E, 1, 2, 3, 1, 2, 3, E},  // exactly T + 1 tokens through the next start
+        {E, 11, 12, P, 11, 12, E, -1},  // shorter: padded
+        {E, 21, 22, 23, 21, 22, 23, 24},  // longer: cut at T + 1 tokens
+        {31, 32, P, P, 32, E, -1, -1},  // the second shard's first document has no start token
+        {E, P, P, P, 41, -1, -1, -1},  // the last document of the data: no next start
     };
     DataLoader L;
     dataloader_init(&L, pat.c_str(), 1, T, 0, 1, kVocab, false, 1, DataPacking::Slots, E);
@@ -505,8 +526,8 @@ static void test_slots_doc_token() {
     const int s = (int)S, x = (int)X;
     const std::vector<std::vector<int>> want = {
         {s, 70001, x, 70003, 70001, x, 70003, s},  // X inside a document: no start
-        {s, 9, 128001, s, 9, 128001, s, -1},       // <|end_of_text|> ends it; padded with S
-        {s, s, s, s, 5, -1, -1, -1},                 // the last document: S 5, padded
+        {s, 9, 128001, s, 9, 128001, s, -1},  // <|end_of_text|> ends it; padded with S
+        {s, s, s, s, 5, -1, -1, -1},  // the last document: S 5, padded
     };
     DataLoader L;
     dataloader_init(&L, (d + "/a.bin").c_str(), B, T, 0, 1, V, false, 0, DataPacking::Slots, (int)S);
@@ -518,8 +539,8 @@ static void test_slots_doc_token() {
           "slots with V-1 as the document start instead: 2 documents (the shard's first token and the one V-1)");
     expect_error("slots without a document-start token", {"slots", d + "/a.bin", std::to_string(V), "-1"},
                  {"one document per slot needs the token that starts a document", "got -1"});
-    expect_error("slots with a document-start token >= V", {"slots", d + "/a.bin", std::to_string(V), std::to_string(V)},
-                 {"[0, vocab_size 128256): got 128256"});
+    expect_error("slots with a document-start token >= V",
+                 {"slots", d + "/a.bin", std::to_string(V), std::to_string(V)}, {"[0, vocab_size 128256): got 128256"});
 }
 
 // dataloader_write_shard: uint16 while the vocabulary's ids fit (V <= 65536:
@@ -527,7 +548,11 @@ static void test_slots_doc_token() {
 static void test_write_shard() {
     const std::string d = g_dir + "/write";
     mkdir(d.c_str(), 0755);
-    struct Case { int V; int token_size; std::vector<uint32_t> toks; };
+    struct Case {
+        int V;
+        int token_size;
+        std::vector<uint32_t> toks;
+    };
     const std::vector<Case> cases = {{50257, 2, {50256, 1, 2, 50255, 7}},
                                      {65536, 2, {65535, 0, 1, 65534, 3}},
                                      {65537, 4, {65536, 0, 1, 65535, 3}},
@@ -582,7 +607,8 @@ static void test_uint32() {
             const std::vector<uint32_t>& src = want[k * 2 + b][0] == 0 ? t0 : t1;
             int j = want[k * 2 + b][1];
             for (int t = 0; t < T; t++)
-                ok = ok && L.inputs[b * T + t] == (int)src[j * T + t] && L.targets[b * T + t] == (int)src[j * T + t + 1];
+                ok = ok && L.inputs[b * T + t] == (int)src[j * T + t] &&
+                     L.targets[b * T + t] == (int)src[j * T + t + 1];
         }
     }
     dataloader_free(&L);
@@ -630,7 +656,8 @@ static void test_large_offsets() {
     for (int i = 0; i < B * T; i++) ok = ok && L.inputs[i] == 0;
     dataloader_free(&L);
     unlink(path.c_str());
-    CHECK(ok, "a sparse 4.8 GB uint32 shard: the last sequences (byte offsets beyond 4 GiB) read correctly, then the stream wraps");
+    CHECK(ok, "a sparse 4.8 GB uint32 shard: the last sequences (byte offsets beyond 4 GiB) read correctly, then the "
+              "stream wraps");
 }
 
 static void test_prefetch_and_large_batches() {
@@ -699,7 +726,8 @@ static void test_errors() {
         int32_t h[25] = {DATALOADER_MAGIC_U16, 1, 5};
         fwrite(h, sizeof(h), 1, f);
         fclose(f);
-        expect_error("truncated header (100 bytes)", {"load", p, "2", "8", "60000", "1"}, {p + ": ", "truncated", "100 bytes"});
+        expect_error("truncated header (100 bytes)", {"load", p, "2", "8", "60000", "1"},
+                     {p + ": ", "truncated", "100 bytes"});
         p = d + "/empty.bin";
         fclose(fopen(p.c_str(), "wb"));
         expect_error("empty file", {"load", p, "2", "8", "60000", "1"}, {p + ": ", "truncated", "0 bytes"});
@@ -712,7 +740,8 @@ static void test_errors() {
     s.set_ntok = true;
     s.ntok = 90;
     p = shard("count.bin", s, tok);
-    expect_error("size mismatch (header count below the data)", {"load", p, "2", "8", "60000", "1"}, {p + ": ", "size mismatch"});
+    expect_error("size mismatch (header count below the data)", {"load", p, "2", "8", "60000", "1"},
+                 {p + ": ", "size mismatch"});
     s = ShardSpec();
     s.set_ntok = true;
     s.ntok = -5;
@@ -723,7 +752,9 @@ static void test_errors() {
         FILE* f = fopen(p.c_str(), "wb");
         uint64_t x = 88172645463325252ull;
         for (int i = 0; i < 5000; i++) {
-            x ^= x << 13; x ^= x >> 7; x ^= x << 17;
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
             fputc((int)(x & 0xFF), f);
         }
         fclose(f);
@@ -748,7 +779,8 @@ static void test_errors() {
     {
         const std::string dd = later_bad_shards(d);
         expect_error("token id >= vocab_size in the second shard (found when the stream reaches it)",
-                     {"load", dd + "/*.bin", "2", "8", "60000", "10"}, {dd + "/b.bin: ", "token id 70000 at token offset 64"});
+                     {"load", dd + "/*.bin", "2", "8", "60000", "10"},
+                     {dd + "/b.bin: ", "token id 70000 at token offset 64"});
     }
     expect_error("no file matches the glob", {"load", d + "/nothing_*.bin", "2", "8", "60000", "1"},
                  {d + "/nothing_*.bin: no file matches"});
@@ -762,7 +794,8 @@ static void test_errors() {
     std::string good = make_dataset("restore_bad", {200});
     expect_error("restoring a position saved with another T", {"restore", good, "8", "4"},
                  {good + ": cannot restore the data position", "T=8", "T=4"});
-    expect_error("markov corpus with vocab_size 8", {"markov", g_dir + "/mk_bad", "8"}, {"vocab_size 8 is not in [32, 65536]"});
+    expect_error("markov corpus with vocab_size 8", {"markov", g_dir + "/mk_bad", "8"},
+                 {"vocab_size 8 is not in [32, 65536]"});
     // and a good one through the same path
     ChildResult r = run_child({"load", good, "2", "8", "60000", "5"});
     CHECK(r.status == 0 && r.err.empty(), "the child helper itself succeeds on a good shard (exit %d)", r.status);
@@ -801,7 +834,8 @@ static void test_errors_throw() {
               e.c_str());
     }
     e = error_of([&] { dataloader_find_shards((d + "/nothing_*.bin").c_str()); });
-    CHECK(e == d + "/nothing_*.bin: no file matches", "dataloader_find_shards throws when nothing matches: %s", e.c_str());
+    CHECK(e == d + "/nothing_*.bin: no file matches", "dataloader_find_shards throws when nothing matches: %s",
+          e.c_str());
     e = error_of([&] { markov_corpus_write((g_dir + "/mk_throw").c_str(), 1, 1000, 1000, 8); });
     CHECK(e.rfind(g_dir + "/mk_throw: ", 0) == 0 && contains_all(e, {"vocab_size 8 is not in [32, 65536]"}),
           "markov_corpus_write with vocab_size 8 throws llmc::Error naming the folder: %s", e.c_str());
@@ -857,7 +891,8 @@ static void test_markov() {
         CHECK(ok && h[0] == 20240520 && h[1] == 1 && h[2] == (int32_t)nval && h[3] == V && h[4] == MARKOV_MARKER &&
                   h[9] == V - 1 && h[10] == MARKOV_GENERATOR_VERSION && h[11] == (int32_t)seed && h[12] == 0 &&
                   h[13] == MARKOV_SUCCESSORS && h[14] == 0,
-              "val header: magic, version, count, [3]=vocab, [4]=marker, [9]=EOT, [10]=version, [11..12]=seed, [13]=K, [14]=split");
+              "val header: magic, version, count, [3]=vocab, [4]=marker, [9]=EOT, [10]=version, [11..12]=seed, [13]=K, "
+              "[14]=split");
     }
     MarkovShardInfo vi, ti;
     bool ok = markov_corpus_info(aval.c_str(), &vi) && markov_corpus_info(atrain.c_str(), &ti);
@@ -949,25 +984,26 @@ static void test_markov() {
         }
         checked++;
     }
-    CHECK(freq_ok && checked > 50, "transition frequencies of %d well-visited states match the chain (worst %.2f sigma)",
-          checked, worst);
+    CHECK(freq_ok && checked > 50,
+          "transition frequencies of %d well-visited states match the chain (worst %.2f sigma)", checked, worst);
     double plug = (double)(plugin / (tt.size() - 1)), remp = (double)(rate_emp / (tt.size() - 1));
-    CHECK(std::fabs(plug - ti.floor) < 0.01, "conditional entropy estimated from transition counts %.4f ~ train floor %.4f",
-          plug, ti.floor);
+    CHECK(std::fabs(plug - ti.floor) < 0.01,
+          "conditional entropy estimated from transition counts %.4f ~ train floor %.4f", plug, ti.floor);
     CHECK(std::fabs(remp - vi.entropy_rate) < 0.01 && std::fabs(vi.floor - vi.entropy_rate) < 0.05,
-          "entropy rate %.4f ~ its estimate from visit frequencies %.4f and ~ the val floor %.4f", vi.entropy_rate, remp,
-          vi.floor);
+          "entropy rate %.4f ~ its estimate from visit frequencies %.4f and ~ the val floor %.4f", vi.entropy_rate,
+          remp, vi.floor);
     double nll = 0;
     for (size_t i = 1; i < vt.size(); i++) nll -= std::log(P[{vt[i - 1], vt[i]}]);
     nll /= (double)(vt.size() - 1);
-    CHECK(std::fabs(nll - vi.true_nll) < 1e-9, "recorded true-chain loss on val %.6f = recomputed %.6f", vi.true_nll, nll);
+    CHECK(std::fabs(nll - vi.true_nll) < 1e-9, "recorded true-chain loss on val %.6f = recomputed %.6f", vi.true_nll,
+          nll);
     CHECK(vi.floor > 0.5 && vi.floor < std::log((double)V) - 3,
           "the floor %.3f nats is far below the uniform loss %.3f", vi.floor, std::log((double)V));
     long docs = 0;
     for (auto t : tt) docs += (t == V - 1);
     double mean_len = (double)ntrain / docs;
-    CHECK(mean_len > 50 && mean_len < 80, "documents: %ld EOTs in the train shard, mean length %.1f tokens (expected ~64)", docs,
-          mean_len);
+    CHECK(mean_len > 50 && mean_len < 80,
+          "documents: %ld EOTs in the train shard, mean length %.1f tokens (expected ~64)", docs, mean_len);
 
     // reuse and regeneration
     struct stat s1, s2, s3;
@@ -983,7 +1019,8 @@ static void test_markov() {
               floor_file_value(read_file(markov_corpus_floor_path(A.c_str())), "val_tokens") == nval + 100,
           "other parameters regenerate the files");
     auto vt2 = read_tokens(aval);
-    CHECK(std::equal(vt.begin(), vt.end(), vt2.begin()), "the val split of a seed is a prefix-stable stream (longer split, same start)");
+    CHECK(std::equal(vt.begin(), vt.end(), vt2.begin()),
+          "the val split of a seed is a prefix-stable stream (longer split, same start)");
     if (truncate(atrain.c_str(), 5000) == 0) {
         markov_corpus_write(A.c_str(), seed, ntrain, nval + 100, V);
         CHECK(read_tokens(atrain) == tt, "a damaged shard is regenerated");
@@ -997,7 +1034,8 @@ static void test_markov() {
     // not a corpus shard
     std::string plain = g_dir + "/plain.bin";
     write_shard(plain, shard_tokens(0, 50), 2);
-    CHECK(!markov_corpus_floor(plain.c_str(), &fl, &fv) && !markov_corpus_floor((g_dir + "/nope.bin").c_str(), &fl, &fv),
+    CHECK(!markov_corpus_floor(plain.c_str(), &fl, &fv) &&
+              !markov_corpus_floor((g_dir + "/nope.bin").c_str(), &fl, &fv),
           "markov_corpus_floor is false on a plain shard and on a missing file");
     // default parameters (smaller counts): a sensible floor
     std::string D = g_dir + "/mk/default";
@@ -1011,7 +1049,10 @@ static void test_markov() {
 int main(int argc, char** argv) {
     if (argc > 1 && strcmp(argv[1], "--child") == 0) return llmc::run_main(child_main, argc, argv);
     char tmpl[] = "/tmp/test_dataloader.XXXXXX";
-    if (!mkdtemp(tmpl)) { perror("mkdtemp"); return 2; }
+    if (!mkdtemp(tmpl)) {
+        perror("mkdtemp");
+        return 2;
+    }
     g_dir = tmpl;
 
     test_single_shard_consecutive();

@@ -120,8 +120,7 @@ static void test_sampler_greedy() {
         for (float& v : x) v = (float)(rng_next(&gen) % 6) - 2.0f;
         int g = sample_token(x.data(), 37, 0.0f, 0, &r4);
         tie_rows += std::count(x.begin(), x.end(), x[g]) > 1;
-        for (float t : {0.5f, 1.0f, 3.0f})
-            same = same && sample_token(x.data(), 37, t, 1, &r4) == g;
+        for (float t : {0.5f, 1.0f, 3.0f}) same = same && sample_token(x.data(), 37, t, 1, &r4) == g;
     }
     CHECK(same && tie_rows > 100, "top_k=1 == greedy at T 0.5/1/3 on 300 random rows (%d with tied maxima)", tie_rows);
 
@@ -135,8 +134,8 @@ static void test_sampler_greedy() {
         only_live = only_live && (t == 1 || t == 4);
         c1 += t == 1;
     }
-    CHECK(only_live && std::fabs(c1 / 4000.0 - 0.5) < 0.03, "-inf and NaN logits never sampled (id 1: %.3f, expect 0.5)",
-          c1 / 4000.0);
+    CHECK(only_live && std::fabs(c1 / 4000.0 - 0.5) < 0.03,
+          "-inf and NaN logits never sampled (id 1: %.3f, expect 0.5)", c1 / 4000.0);
     const float dead[] = {NAN, -INFINITY, -INFINITY};
     const float all_nan[] = {NAN, NAN};
     const float pos_inf[] = {0.0f, INFINITY, 1e30f, INFINITY};
@@ -147,8 +146,8 @@ static void test_sampler_greedy() {
         int t = sample_token(pos_inf, 4, 1.0f, 0, &r6);
         inf_ok = inf_ok && (t == 1 || t == 3);
     }
-    CHECK(d == 1 && an == 0 && inf_ok, "degenerate rows: all -inf/NaN -> %d (1), all NaN -> %d (0), +inf shares the mass",
-          d, an);
+    CHECK(d == 1 && an == 0 && inf_ok,
+          "degenerate rows: all -inf/NaN -> %d (1), all NaN -> %d (0), +inf shares the mass", d, an);
     const float wide[] = {0.0f, -1.0f};
     SamplerRng r7 = sampler_rng(2);
     int c0 = 0;
@@ -247,7 +246,11 @@ static std::vector<uint16_t> example_u16(int index, int label, const std::vector
 struct EvalFile {
     int32_t h[256];
     std::vector<std::vector<uint16_t>> examples;
-    EvalFile() { memset(h, 0, sizeof h); h[0] = 20240522; h[1] = 1; }
+    EvalFile() {
+        memset(h, 0, sizeof h);
+        h[0] = 20240522;
+        h[1] = 1;
+    }
     void add(const std::vector<uint16_t>& ex) {
         examples.push_back(ex);
         h[2] = (int32_t)examples.size();
@@ -345,12 +348,11 @@ static void test_hellaswag_errors() {
                  {"example 1", "delimiter 65534"});
     expect_error("label 4", with(0, [](std::vector<uint16_t>& u) { u[3] = 4; }), {"example 0", "label 4"});
     expect_error("3 endings", with(2, [](std::vector<uint16_t>& u) { u[4] = 3; }), {"example 2", "3 endings"});
-    expect_error("empty context", with(0, [](std::vector<uint16_t>& u) {
-                     u = example_u16(0, 1, {}, kEnds0);
-                 }), {"empty context"});
-    expect_error("empty ending", with(0, [](std::vector<uint16_t>& u) {
-                     u = example_u16(0, 1, kCtx0, {{1}, {}, {2}, {3}});
-                 }), {"ending 1 is empty"});
+    expect_error("empty context", with(0, [](std::vector<uint16_t>& u) { u = example_u16(0, 1, {}, kEnds0); }),
+                 {"empty context"});
+    expect_error("empty ending",
+                 with(0, [](std::vector<uint16_t>& u) { u = example_u16(0, 1, kCtx0, {{1}, {}, {2}, {3}}); }),
+                 {"ending 1 is empty"});
     expect_error("length field too long", with(0, [](std::vector<uint16_t>& u) { u[1] += 2; }),
                  {"example 0", "length field says"});
     expect_error("length field too short", with(1, [](std::vector<uint16_t>& u) { u[1] -= 2; }),
@@ -397,7 +399,8 @@ static void test_hellaswag_fill_predict() {
           "T = 6 fits exactly: the longest row is context + ending with no padding");
     std::vector<int> in5(R * 5, 777), tg5(R * 5, 777);
     bool fits = hellaswag_fill(ex, 5, in5.data(), tg5.data(), EOT);
-    bool untouched = std::count(in5.begin(), in5.end(), 777) == R * 5 && std::count(tg5.begin(), tg5.end(), 777) == R * 5;
+    bool untouched = std::count(in5.begin(), in5.end(), 777) == R * 5 &&
+                     std::count(tg5.begin(), tg5.end(), 777) == R * 5;
     CHECK(!fits && untouched, "T = 5 is too short for context + ending 2: false, nothing written");
     HellaSwagExample bad = ex;
     bad.endings.pop_back();
@@ -414,7 +417,8 @@ static void test_hellaswag_fill_predict() {
     set(1, {1.0f, 2.5f});       // mean 1.75, sum 3.5
     set(2, {0.5f, 0.5f, 2.0f});  // mean 1.0, sum 3.0
     set(3, {2.5f});             // mean 2.5
-    CHECK(hellaswag_predict(loss.data(), tg.data(), T) == 2, "predict: the lowest mean (row 2: 1.0), not the lowest sum (row 0)");
+    CHECK(hellaswag_predict(loss.data(), tg.data(), T) == 2,
+          "predict: the lowest mean (row 2: 1.0), not the lowest sum (row 0)");
     set(1, {1.0f, 1.0f});  // mean 1.0: tie with row 2
     CHECK(hellaswag_predict(loss.data(), tg.data(), T) == 1, "predict: a tie goes to the lower index");
     // garbage at masked positions is ignored (only targets != -1 count)
@@ -451,11 +455,13 @@ static void test_hellaswag_real() {
     }
     std::string out = g_tmp + "/hellaswag_val.bin";
     Run r = run_cmd(tool + " --input " + txt + " --gpt2-dir " + gpt2 + " --out " + out);
-    CHECK(r.code == 0, "build/host/hellaswag converts %s (%s)", txt.c_str(), first_line(r.code ? r.err : r.out).c_str());
+    CHECK(r.code == 0, "build/host/hellaswag converts %s (%s)", txt.c_str(),
+          first_line(r.code ? r.err : r.out).c_str());
     std::vector<HellaSwagExample> exs;
     const std::string err = error_of([&] { exs = hellaswag_load(out); });
     const bool ok = err == "NO ERROR";
-    CHECK(ok && exs.size() == 10042, "the real validation file loads: %zu examples (10042) %s", exs.size(), err.c_str());
+    CHECK(ok && exs.size() == 10042, "the real validation file loads: %zu examples (10042) %s", exs.size(),
+          err.c_str());
     if (!ok || exs.empty()) return;
     bool idx = true;
     int counts[4] = {0, 0, 0, 0};
@@ -520,13 +526,13 @@ static void test_mfu() {
             all = false;
         }
     }
-    CHECK(all && gpu_peak_bf16_flops(nullptr) == -1.0,
-          "peak table: H200/H100 SXM 989, H100 PCIe 756, A100 312, L40S 362, RTX 4090 165 TFLOP/s; unknown/empty/null -1");
+    CHECK(all && gpu_peak_bf16_flops(nullptr) == -1.0, "peak table: H200/H100 SXM 989, H100 PCIe 756, A100 312, L40S "
+                                                       "362, RTX 4090 165 TFLOP/s; unknown/empty/null -1");
 
     // GPT-2 124M as llm.c counts it (padded vocab 50304): 6N + 6LCT
     const double fpt = flops_per_token(124475904, 12, 768, 1024);
-    CHECK(fpt == 6.0 * 124475904 + 6.0 * 12 * 768 * 1024 && fpt == 803478528.0, "flops_per_token(GPT-2 124M, T=1024) = %.0f",
-          fpt);
+    CHECK(fpt == 6.0 * 124475904 + 6.0 * 12 * 768 * 1024 && fpt == 803478528.0,
+          "flops_per_token(GPT-2 124M, T=1024) = %.0f", fpt);
     double mfu = -7;
     bool ok = mfu_percent(1.0e6, fpt, gpu_peak_bf16_flops("NVIDIA H100 80GB HBM3"), &mfu);
     CHECK(ok && std::fabs(mfu - 100.0 * 1e6 * 803478528.0 / 989e12) < 1e-9 && std::fabs(mfu - 81.24) < 0.01,
@@ -541,7 +547,8 @@ static void test_mfu() {
     refused = refused && !mfu_percent(1e6, fpt, NAN, &out);
     refused = refused && !mfu_percent(INFINITY, fpt, 989e12, &out);
     refused = refused && !mfu_percent(1e6, -1.0, 989e12, &out);
-    CHECK(refused && out == 123.0, "mfu_percent: false for an unknown GPU, zero/negative/NaN/inf inputs; *out untouched");
+    CHECK(refused && out == 123.0,
+          "mfu_percent: false for an unknown GPU, zero/negative/NaN/inf inputs; *out untouched");
     bool never_negative = true;
     for (double tps : {1.0, 1e3, 1e9})
         for (const char* n : {"NVIDIA H200", "NVIDIA GeForce RTX 4090", "mystery"}) {

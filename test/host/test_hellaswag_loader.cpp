@@ -39,7 +39,8 @@ static bool names_file(const std::string& error, const std::string& path) {
 
 // One example's uint16s in the file format.
 static std::vector<uint16_t> example_u16(const HellaSwagExample& ex) {
-    std::vector<uint16_t> u = {HELLASWAG_DELIMITER, 0, (uint16_t)ex.index, (uint16_t)ex.label,
+    std::vector<uint16_t> u = {HELLASWAG_DELIMITER,         0,
+                               (uint16_t)ex.index,          (uint16_t)ex.label,
                                (uint16_t)ex.endings.size(), (uint16_t)ex.context.size()};
     for (int t : ex.context) u.push_back((uint16_t)t);
     for (const auto& e : ex.endings) {
@@ -64,7 +65,8 @@ struct EvalFile {
         header[2] = (int32_t)exs.size();
     }
     std::string bytes() const {
-        return std::string((const char*)header, sizeof header) + std::string((const char*)payload.data(), payload.size() * 2);
+        return std::string((const char*)header, sizeof header) +
+               std::string((const char*)payload.data(), payload.size() * 2);
     }
 };
 
@@ -142,7 +144,8 @@ static void test_every_count() {
     std::vector<HellaSwagExample> got;
     write_file(path, good.bytes());
     CHECK(wrong_refused == 6 && load_error(path, &got).empty() && got.size() == 3,
-          "of header counts 0..6 for 3 examples only 3 loads (3 examples); the 6 others are refused (%d)", wrong_refused);
+          "of header counts 0..6 for 3 examples only 3 loads (3 examples); the 6 others are refused (%d)",
+          wrong_refused);
 }
 
 // Every field that lays out an example (its delimiter, byte length, ending
@@ -181,8 +184,8 @@ static void test_garbled_fields() {
         tried++;
         refused += refused_after(at, HELLASWAG_ENDINGS);
     }
-    CHECK(refused == tried, "%d garblings of the %zu layout fields and labels of 4 examples are each refused (%d)", tried,
-          fields.size() + labels.size(), refused);
+    CHECK(refused == tried, "%d garblings of the %zu layout fields and labels of 4 examples are each refused (%d)",
+          tried, fields.size() + labels.size(), refused);
     std::mt19937 rng(5);
     int noise_refused = 0;
     for (int k = 0; k < 50; k++) {
@@ -212,7 +215,8 @@ static void test_vocab() {
     exs[4].context[0] = 60000;
     err = vocab_error(exs, 50257);
     CHECK(err.find("example 3") != std::string::npos && err.find("token 50257") != std::string::npos,
-          "a context token equal to GPT-2's vocabulary size is refused; the first bad example is named: %s", err.c_str());
+          "a context token equal to GPT-2's vocabulary size is refused; the first bad example is named: %s",
+          err.c_str());
     // tokens a file can hold (uint16 up to 65534) load as they are; the check is the vocabulary's
     exs[4].endings[0][0] = 65534;
     const std::string path = g_tmp + "/vocab.bin";

@@ -122,13 +122,15 @@ int main(int argc, char** argv) {
                 if (!same) break;
                 const Example& ex = exs[i];
                 auto c = tok.encode(lines[6 * i]);
-                same = same && std::vector<uint16_t>(c.begin(), c.end()) == ex.ctx && ex.label == std::stoi(lines[6 * i + 1]);
+                same = same && std::vector<uint16_t>(c.begin(), c.end()) == ex.ctx &&
+                       ex.label == std::stoi(lines[6 * i + 1]);
                 for (int k = 0; k < 4; k++) {
                     auto e = tok.encode(" " + lines[6 * i + 2 + k]);
                     same = same && std::vector<uint16_t>(e.begin(), e.end()) == ex.endings[k];
                 }
             }
-            CHECK(same, "items 0, 1 and the last: context tokens = encode(ctx), ending tokens = encode(\" \" + ending)");
+            CHECK(same,
+                  "items 0, 1 and the last: context tokens = encode(ctx), ending tokens = encode(\" \" + ending)");
             CHECK(exs.size() > 0 && exs[0].label == 3 && exs[0].ctx.size() == 15,
                   "item 0 (\"Roof shingle removal: ...\"): label 3, 15 context tokens");
 
@@ -147,7 +149,8 @@ int main(int argc, char** argv) {
             Run b = run_cmd(base + "--input " + txt + " --limit 50 --out " + g_tmp + "/b.bin --threads 2");
             std::string fa = read_file(g_tmp + "/a.bin"), fb = read_file(g_tmp + "/b.bin");
             CHECK(a.code == 0 && b.code == 0 && !fa.empty() && fa == fb,
-                  "jsonl input (50 items, 1 thread) == text form --limit 50 (2 threads), byte for byte (%zu B)", fa.size());
+                  "jsonl input (50 items, 1 thread) == text form --limit 50 (2 threads), byte for byte (%zu B)",
+                  fa.size());
         }
 
         // bad input
@@ -157,7 +160,8 @@ int main(int argc, char** argv) {
         auto no_out = [&] { return !exists(t + "/out.bin"); };
         write_file(t + "/label.txt", "ctx\n7\na\nb\nc\nd\n");
         Run r = run_cmd(base + "--input " + t + "/label.txt" + o);
-        CHECK(is_clean_error(r, {"label.txt:2", "not 0..3"}) && no_out(), "text form, label 7: %s", first_line(r.err).c_str());
+        CHECK(is_clean_error(r, {"label.txt:2", "not 0..3"}) && no_out(), "text form, label 7: %s",
+              first_line(r.err).c_str());
         write_file(t + "/short.txt", "ctx\n1\na\nb\nc\nd\nctx2\n2\n");
         r = run_cmd(base + "--input " + t + "/short.txt" + o);
         CHECK(is_clean_error(r, {"short.txt", "multiple of 6"}) && no_out(), "text form, truncated item: %s",
@@ -167,15 +171,20 @@ int main(int argc, char** argv) {
         CHECK(is_clean_error(r, {"empty.txt", "no items"}) && no_out(), "empty input: %s", first_line(r.err).c_str());
         write_file(t + "/noend.jsonl", "{\"ctx\": \"a\", \"label\": 1, \"endings\": [\"x\", \"y\", \"z\"]}\n");
         r = run_cmd(base + "--input " + t + "/noend.jsonl" + o);
-        CHECK(is_clean_error(r, {"noend.jsonl:1", "endings"}) && no_out(), "jsonl with 3 endings: %s", first_line(r.err).c_str());
-        write_file(t + "/broken.jsonl", "{\"ctx\": \"a\", \"label\": 1, \"endings\": [\"w\", \"x\", \"y\", \"z\"]}\n{\"ctx\": \n");
+        CHECK(is_clean_error(r, {"noend.jsonl:1", "endings"}) && no_out(), "jsonl with 3 endings: %s",
+              first_line(r.err).c_str());
+        write_file(t + "/broken.jsonl",
+                   "{\"ctx\": \"a\", \"label\": 1, \"endings\": [\"w\", \"x\", \"y\", \"z\"]}\n{\"ctx\": \n");
         r = run_cmd(base + "--input " + t + "/broken.jsonl" + o);
-        CHECK(is_clean_error(r, {"broken.jsonl:2", "invalid JSON"}) && no_out(), "broken jsonl line: %s", first_line(r.err).c_str());
+        CHECK(is_clean_error(r, {"broken.jsonl:2", "invalid JSON"}) && no_out(), "broken jsonl line: %s",
+              first_line(r.err).c_str());
         write_file(t + "/noctx.jsonl", "{\"label\": 1, \"endings\": [\"w\", \"x\", \"y\", \"z\"]}\n");
         r = run_cmd(base + "--input " + t + "/noctx.jsonl" + o);
-        CHECK(is_clean_error(r, {"noctx.jsonl:1", "ctx"}) && no_out(), "jsonl without ctx: %s", first_line(r.err).c_str());
+        CHECK(is_clean_error(r, {"noctx.jsonl:1", "ctx"}) && no_out(), "jsonl without ctx: %s",
+              first_line(r.err).c_str());
         r = run_cmd(base + "--input " + t + "/missing.jsonl" + o);
-        CHECK(is_clean_error(r, {"missing.jsonl", "cannot open"}) && no_out(), "missing input: %s", first_line(r.err).c_str());
+        CHECK(is_clean_error(r, {"missing.jsonl", "cannot open"}) && no_out(), "missing input: %s",
+              first_line(r.err).c_str());
         write_file(t + "/ok.txt", "ctx\n1\na\nb\nc\nd\n");
         r = run_cmd(base + "--input " + t + "/ok.txt --out /nonexistent_dir_xyz/out.bin");
         CHECK(is_clean_error(r, {"/nonexistent_dir_xyz/out.bin", "cannot create"}), "unwritable output: %s",

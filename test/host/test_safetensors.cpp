@@ -89,12 +89,15 @@ static void check_fixture_model(const std::string& sub, const nlohmann::json& ex
             for (size_t i = 0; i < b.size(); i++)
                 if (b[i] != f32_to_bf16(v[i])) bf16_bad++;
         }
-        CHECK(shape_bad == 0 && dtype_bad == 0, "%s: every shape is torch's and the table's, every dtype torch's (%d, %d wrong)",
-              sub.c_str(), shape_bad, dtype_bad);
+        CHECK(shape_bad == 0 && dtype_bad == 0,
+              "%s: every shape is torch's and the table's, every dtype torch's (%d, %d wrong)", sub.c_str(), shape_bad,
+              dtype_bad);
         CHECK(sum_bad == 0 && first_bad == 0,
-              "%s: every tensor read as fp32 has torch's sum and first values (worst sum rel diff %.1e; %d sums, %d values wrong)",
+              "%s: every tensor read as fp32 has torch's sum and first values (worst sum rel diff %.1e; %d sums, %d "
+              "values wrong)",
               sub.c_str(), worst_sum, sum_bad, first_bad);
-        CHECK(bf16_bad == 0, "%s: read as bf16, every element is the fp32 value rounded to bf16 (%d wrong)", sub.c_str(), bf16_bad);
+        CHECK(bf16_bad == 0, "%s: read as bf16, every element is the fp32 value rounded to bf16 (%d wrong)",
+              sub.c_str(), bf16_bad);
     });
     CHECK(err == NO_ERROR, "%s: reads without an error (%s)", sub.c_str(), err.c_str());
 }
@@ -112,7 +115,8 @@ static void test_fixture() {
               c.rope_low_freq_factor == 1.0 && c.rope_high_freq_factor == 4.0 && c.rope_original_max_seq_len == 16,
           "fixture: untied/config.json (transformers 5's rope_parameters) read as written");
     c = llama3_read_hf_config(g_root + "/" + FIXTURE + "/tied/config.json");
-    CHECK(c.L == 1 && c.tied && !c.rope_scaling && c.rope_theta == 500000.0, "fixture: tied/config.json: tied, plain RoPE");
+    CHECK(c.L == 1 && c.tied && !c.rope_scaling && c.rope_theta == 500000.0,
+          "fixture: tied/config.json: tied, plain RoPE");
     SafetensorsModel sharded(g_root + "/" + FIXTURE + "/sharded");
     CHECK(sharded.num_files() == 3, "fixture: the sharded model is read from its 3 shards (%zu)", sharded.num_files());
 }
@@ -127,7 +131,7 @@ struct OutTensor {
 };
 static std::vector<OutTensor> random_tensors(uint32_t seed) {
     std::mt19937 rng(seed);
-    std::vector<OutTensor> ts = {{"a.f32", "F32", {3, 5}, ""},  {"b.bf16", "BF16", {7}, ""},
+    std::vector<OutTensor> ts = {{"a.f32", "F32", {3, 5}, ""},    {"b.bf16", "BF16", {7}, ""},
                                  {"c.f16", "F16", {2, 2, 2}, ""}, {"d.i64", "I64", {4}, ""},
                                  {"e.empty", "F32", {0, 9}, ""},  {"f.scalar", "F32", {}, ""},
                                  {"g.big", "BF16", {64, 33}, ""}};
@@ -146,7 +150,8 @@ static std::vector<SafetensorsOut> outs(const std::vector<OutTensor>& ts) {
 }
 // every tensor of ts has its dtype, shape and exact bytes in m
 template <class M>
-static int count_mismatches(const M& m, const std::vector<OutTensor>& ts, const std::function<void(const SafetensorsTensor&, std::string*)>& raw) {
+static int count_mismatches(const M& m, const std::vector<OutTensor>& ts,
+                            const std::function<void(const SafetensorsTensor&, std::string*)>& raw) {
     int bad = 0;
     for (const auto& t : ts) {
         const SafetensorsTensor* s = m.find(t.name);
@@ -170,8 +175,10 @@ static void test_round_trip() {
     const int bad = count_mismatches(f, ts, [&](const SafetensorsTensor& s, std::string* out) {
         if (!out->empty()) f.read_bytes(s.begin, &(*out)[0], out->size());
     });
-    CHECK(bad == 0 && f.tensors().size() == ts.size(), "round trip: every tensor's dtype, shape and bytes back bitwise (%d wrong)", bad);
-    CHECK(f.metadata() == (std::map<std::string, std::string>{{"format", "pt"}, {"step", "7"}}), "round trip: __metadata__ back");
+    CHECK(bad == 0 && f.tensors().size() == ts.size(),
+          "round trip: every tensor's dtype, shape and bytes back bitwise (%d wrong)", bad);
+    CHECK(f.metadata() == (std::map<std::string, std::string>{{"format", "pt"}, {"step", "7"}}),
+          "round trip: __metadata__ back");
     const std::string text = read_file(p);
     CHECK(text.size() >= 8 && (8 + (uint8_t)text[0] + 256 * (uint8_t)text[1]) % 8 == 0,
           "round trip: the data section starts 8-byte aligned");
@@ -180,8 +187,8 @@ static void test_round_trip() {
     const std::string dir = g_tmp + "/shards";
     mkdir(dir.c_str(), 0755);
     err = error_of([&] { safetensors_write_model(dir, outs(ts), 4200); });
-    CHECK(err == NO_ERROR && exists(dir + "/model.safetensors.index.json") && exists(dir + "/model-00001-of-00002.safetensors") &&
-              !exists(dir + "/model.safetensors"),
+    CHECK(err == NO_ERROR && exists(dir + "/model.safetensors.index.json") &&
+              exists(dir + "/model-00001-of-00002.safetensors") && !exists(dir + "/model.safetensors"),
           "round trip: over max_shard_bytes, shards and an index are written (%s)", err.c_str());
     err = error_of([&] {
         SafetensorsModel m(dir);
@@ -191,12 +198,12 @@ static void test_round_trip() {
             if (s.dtype != t.dtype || s.shape != t.shape) bad++;
             if (t.dtype == "F32" || t.dtype == "BF16") {
                 std::string got(t.bytes.size(), '\0');
-                m.read(t.name, t.dtype == "F32" ? SafetensorsTarget::F32 : SafetensorsTarget::BF16, &got[0],
-                       s.numel());
+                m.read(t.name, t.dtype == "F32" ? SafetensorsTarget::F32 : SafetensorsTarget::BF16, &got[0], s.numel());
                 if (got != t.bytes) bad++;
             }
         }
-        CHECK(bad == 0 && m.num_files() == 2, "round trip: the sharded model reads back bitwise from 2 files (%d wrong)", bad);
+        CHECK(bad == 0 && m.num_files() == 2,
+              "round trip: the sharded model reads back bitwise from 2 files (%d wrong)", bad);
     });
     CHECK(err == NO_ERROR, "round trip: the sharded model opens (%s)", err.c_str());
     const std::string one = g_tmp + "/one";
@@ -209,12 +216,15 @@ static void test_round_trip() {
     err = error_of([&] { safetensors_write(g_tmp + "/bad.safetensors", bad_dtype); });
     CHECK(st_error(err, g_tmp + "/bad.safetensors", "unknown dtype \"F33\"") && !exists(g_tmp + "/bad.safetensors"),
           "write: an unknown dtype is refused, nothing written (%s)", err.c_str());
-    const auto dup = std::vector<SafetensorsOut>{{"x", "F32", {1}, ts[0].bytes.data()}, {"x", "F32", {1}, ts[0].bytes.data()}};
+    const auto dup =
+        std::vector<SafetensorsOut>{{"x", "F32", {1}, ts[0].bytes.data()}, {"x", "F32", {1}, ts[0].bytes.data()}};
     err = error_of([&] { safetensors_write(g_tmp + "/dup.safetensors", dup); });
-    CHECK(st_error(err, g_tmp + "/dup.safetensors", "reserved or repeated"), "write: a repeated name is refused (%s)", err.c_str());
+    CHECK(st_error(err, g_tmp + "/dup.safetensors", "reserved or repeated"), "write: a repeated name is refused (%s)",
+          err.c_str());
     const auto bad_utf8 = std::vector<SafetensorsOut>{{"x\xff", "F32", {1}, ts[0].bytes.data()}};
     err = error_of([&] { safetensors_write(g_tmp + "/utf8.safetensors", bad_utf8); });
-    CHECK(st_error(err, g_tmp + "/utf8.safetensors", "not valid UTF-8"), "write: a name that is not UTF-8 is refused (%s)", err.c_str());
+    CHECK(st_error(err, g_tmp + "/utf8.safetensors", "not valid UTF-8"),
+          "write: a name that is not UTF-8 is refused (%s)", err.c_str());
 }
 
 static void test_no_overwrite() {
@@ -223,8 +233,8 @@ static void test_no_overwrite() {
     safetensors_write(p, outs(ts));
     const std::string before = read_file(p);
     std::string err = error_of([&] { safetensors_write(p, outs(random_tensors(3))); });
-    CHECK(st_error(err, p, "already exists") && read_file(p) == before, "no overwrite: an existing file is refused and unchanged (%s)",
-          err.c_str());
+    CHECK(st_error(err, p, "already exists") && read_file(p) == before,
+          "no overwrite: an existing file is refused and unchanged (%s)", err.c_str());
     const std::string target = g_tmp + "/target", link = g_tmp + "/link.safetensors";
     write_file(target, "precious");
     if (symlink(target.c_str(), link.c_str()) != 0) perror("symlink");
@@ -236,13 +246,14 @@ static void test_no_overwrite() {
     write_file(dir + "/model-00002-of-00002.safetensors", "old");
     err = error_of([&] { safetensors_write_model(dir, outs(ts), 4200); });
     CHECK(st_error(err, dir + "/model-00002-of-00002.safetensors", "already exists") &&
-              !exists(dir + "/model-00001-of-00002.safetensors") && read_file(dir + "/model-00002-of-00002.safetensors") == "old",
+              !exists(dir + "/model-00001-of-00002.safetensors") &&
+              read_file(dir + "/model-00002-of-00002.safetensors") == "old",
           "no overwrite: a taken shard name refuses the whole model before any shard is written (%s)", err.c_str());
     const std::string cfg = g_tmp + "/config.json";
     write_file(cfg, "{}");
     err = error_of([&] { llama3_write_hf_config(cfg, llama3_parse_descriptor("llama3.2-1b"), "bfloat16"); });
-    CHECK(contains_all(err, {cfg, "already exists"}) && read_file(cfg) == "{}", "no overwrite: config.json is not overwritten (%s)",
-          err.c_str());
+    CHECK(contains_all(err, {cfg, "already exists"}) && read_file(cfg) == "{}",
+          "no overwrite: config.json is not overwritten (%s)", err.c_str());
 }
 
 static void test_conversions() {
@@ -251,9 +262,11 @@ static void test_conversions() {
     int bad = 0;
     for (int i = 0; i < 7; i++)
         if (f16_to_f32(halves[i]) != want[i] || std::signbit(f16_to_f32(halves[i])) != std::signbit(want[i])) bad++;
-    CHECK(bad == 0 && std::isnan(f16_to_f32(0x7e00)), "conversions: f16 -> f32 (normal, subnormal, max, inf, -0, NaN; %d wrong)", bad);
-    CHECK(f32_to_bf16(1.0f + std::ldexp(1.0f, -8)) == 0x3f80 && f32_to_bf16(1.0f + 3 * std::ldexp(1.0f, -8)) == 0x3f82 &&
-              f32_to_bf16(-1.0f) == 0xbf80 && std::isnan(bf16_to_f32(f32_to_bf16(NAN))) && bf16_to_f32(0x3f80) == 1.0f,
+    CHECK(bad == 0 && std::isnan(f16_to_f32(0x7e00)),
+          "conversions: f16 -> f32 (normal, subnormal, max, inf, -0, NaN; %d wrong)", bad);
+    CHECK(f32_to_bf16(1.0f + std::ldexp(1.0f, -8)) == 0x3f80 &&
+              f32_to_bf16(1.0f + 3 * std::ldexp(1.0f, -8)) == 0x3f82 && f32_to_bf16(-1.0f) == 0xbf80 &&
+              std::isnan(bf16_to_f32(f32_to_bf16(NAN))) && bf16_to_f32(0x3f80) == 1.0f,
           "conversions: f32 -> bf16 rounds half to even, keeps NaN a NaN");
     // an F16 tensor read as fp32 and as bf16
     const std::string p = g_tmp + "/f16.safetensors";
@@ -268,13 +281,15 @@ static void test_conversions() {
         if (got[i] != want[i] || got16[i] != f32_to_bf16(want[i])) bad++;
     CHECK(bad == 0, "conversions: an F16 tensor read as fp32 and as bf16 (%d wrong)", bad);
     std::string err = error_of([&] { safetensors_read(f, f.get("h"), SafetensorsTarget::F32, got, 6); });
-    CHECK(st_error(err, p, "7 elements, the buffer 6"), "read: a buffer of the wrong size is refused (%s)", err.c_str());
+    CHECK(st_error(err, p, "7 elements, the buffer 6"), "read: a buffer of the wrong size is refused (%s)",
+          err.c_str());
     const int64_t ints[2] = {1, 2};
     const std::string q = g_tmp + "/i64.safetensors";
     safetensors_write(q, {{"i", "I64", {2}, ints}});
     SafetensorsFile fi(q);
     err = error_of([&] { safetensors_read(fi, fi.get("i"), SafetensorsTarget::F32, got, 2); });
-    CHECK(st_error(err, q, "is I64, which is not converted to F32"), "read: an integer tensor is not converted (%s)", err.c_str());
+    CHECK(st_error(err, q, "is I64, which is not converted to F32"), "read: an integer tensor is not converted (%s)",
+          err.c_str());
     err = error_of([&] { fi.get("nope"); });
     CHECK(st_error(err, q, "no tensor \"nope\""), "read: a missing name is an error (%s)", err.c_str());
 }
@@ -282,7 +297,8 @@ static void test_conversions() {
 // ---------------------------------------------------------------------------
 // hostile files
 
-static std::string entry(const std::string& name, const std::string& dtype, const std::string& shape, const std::string& offsets) {
+static std::string entry(const std::string& name, const std::string& dtype, const std::string& shape,
+                         const std::string& offsets) {
     return "\"" + name + "\":{\"dtype\":\"" + dtype + "\",\"shape\":" + shape + ",\"data_offsets\":" + offsets + "}";
 }
 
@@ -302,19 +318,25 @@ static void test_hostile() {
         {"a JSON array", "[1,2,3]", "", -1, "not a JSON object"},
         {"a JSON string", "\"abc\"", "", -1, "not a JSON object"},
         {"broken JSON", "{\"a\":", "", -1, "not valid JSON"},
-        {"a deep nest", "{\"a\":" + std::string(100000, '[') + std::string(100000, ']') + "}", "", -1, "nests JSON deeper"},
+        {"a deep nest", "{\"a\":" + std::string(100000, '[') + std::string(100000, ']') + "}", "", -1,
+         "nests JSON deeper"},
         {"an unknown dtype", "{" + entry("w", "F33", "[2]", "[0,8]") + "}", d8, -1, "unknown dtype \"F33\""},
         {"a negative dimension", "{" + entry("w", "F32", "[-2]", "[0,8]") + "}", d8, -1, "not an integer >= 0"},
         {"a fractional dimension", "{" + entry("w", "F32", "[2.5]", "[0,8]") + "}", d8, -1, "not an integer >= 0"},
-        {"a huge shape product", "{" + entry("w", "F32", "[4294967296,4294967296,2]", "[0,8]") + "}", d8, -1, "overflows 64 bits"},
-        {"a shape/size mismatch", "{" + entry("w", "F32", "[3]", "[0,8]") + "}", d8, -1, "8 bytes of data, its dtype and shape need 12"},
+        {"a huge shape product", "{" + entry("w", "F32", "[4294967296,4294967296,2]", "[0,8]") + "}", d8, -1,
+         "overflows 64 bits"},
+        {"a shape/size mismatch", "{" + entry("w", "F32", "[3]", "[0,8]") + "}", d8, -1,
+         "8 bytes of data, its dtype and shape need 12"},
         {"offsets past the end", "{" + entry("w", "F32", "[4]", "[0,16]") + "}", d8, -1, "past the data section's 8"},
-        {"offsets past 2^64", "{" + entry("w", "F32", "[4]", "[18446744073709551615,18446744073709551631]") + "}", d8, -1, "no data_offsets [begin, end] of integers"},
-        {"offsets near 2^64", "{" + entry("w", "F32", "[2]", "[18446744073709551600,18446744073709551608]") + "}", d8, -1,
-         "ends at byte 18446744073709551608, past the data section's 8"},
-        {"offsets ending before they begin", "{" + entry("w", "F32", "[0]", "[8,0]") + "}", d8, -1, "end before they begin"},
-        {"overlapping tensors", "{" + entry("a", "F32", "[2]", "[0,8]") + "," + entry("b", "F32", "[2]", "[4,12]") + "}",
-         d16, -1, "\"a\" and \"b\" overlap"},
+        {"offsets past 2^64", "{" + entry("w", "F32", "[4]", "[18446744073709551615,18446744073709551631]") + "}", d8,
+         -1, "no data_offsets [begin, end] of integers"},
+        {"offsets near 2^64", "{" + entry("w", "F32", "[2]", "[18446744073709551600,18446744073709551608]") + "}", d8,
+         -1, "ends at byte 18446744073709551608, past the data section's 8"},
+        {"offsets ending before they begin", "{" + entry("w", "F32", "[0]", "[8,0]") + "}", d8, -1,
+         "end before they begin"},
+        {"overlapping tensors",
+         "{" + entry("a", "F32", "[2]", "[0,8]") + "," + entry("b", "F32", "[2]", "[4,12]") + "}", d16, -1,
+         "\"a\" and \"b\" overlap"},
         {"a gap", "{" + entry("a", "F32", "[1]", "[0,4]") + "," + entry("b", "F32", "[2]", "[8,16]") + "}", d16, -1,
          "bytes 4..8 of the data section belong to no tensor"},
         {"trailing data", "{" + entry("a", "F32", "[2]", "[0,8]") + "}", d16, -1, "8 bytes past the last tensor"},
@@ -326,7 +348,8 @@ static void test_hostile() {
          "unknown key \"x\""},
         {"17 dimensions", "{" + entry("w", "F32", "[1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1]", "[0,4]") + "}", "abcd", -1,
          "more than 16 dimensions"},
-        {"a metadata value that is no string", "{\"__metadata__\":{\"k\":1}}", "", -1, "value of \"k\" is not a string"},
+        {"a metadata value that is no string", "{\"__metadata__\":{\"k\":1}}", "", -1,
+         "value of \"k\" is not a string"},
         {"a name with a newline and quotes", "{" + entry("a\\n\\\"b", "F33", "[1]", "[0,4]") + "}", "abcd", -1,
          "tensor \"a\\x0a\\x22b\" has an unknown dtype"},
         {"metadata that is no object", "{\"__metadata__\":[]}", "", -1, "__metadata__ is not a JSON object"},
@@ -344,8 +367,10 @@ static void test_hostile() {
     write_file(big, le64(SAFETENSORS_MAX_HEADER_BYTES + 1) + "{");
     if (truncate(big.c_str(), (off_t)(SAFETENSORS_MAX_HEADER_BYTES + 16)) != 0) perror("truncate");
     std::string err = open_error(big);
-    CHECK(st_error(err, big, "over the limit of 100 MiB"), "hostile: a header over 100 MiB is refused unread (%s)", err.c_str());
-    CHECK(st_error(open_error(g_tmp + "/absent"), g_tmp + "/absent", "cannot open"), "hostile: a missing file is one error line");
+    CHECK(st_error(err, big, "over the limit of 100 MiB"), "hostile: a header over 100 MiB is refused unread (%s)",
+          err.c_str());
+    CHECK(st_error(open_error(g_tmp + "/absent"), g_tmp + "/absent", "cannot open"),
+          "hostile: a missing file is one error line");
     const std::string padded = st_file("padded.safetensors", "{" + entry("w", "F32", "[2]", "[0,8]") + "}    ", d8);
     CHECK(open_error(padded) == NO_ERROR, "valid: a header padded with spaces and __metadata__-free opens");
 }
@@ -365,7 +390,8 @@ static void test_damaged_fixture() {
         if (st_error(err, p, "")) refused++;
         else other++;
     }
-    CHECK(refused == tried && other == 0, "damage: every one of %d truncations is refused with one line (%d)", tried, refused);
+    CHECK(refused == tried && other == 0, "damage: every one of %d truncations is refused with one line (%d)", tried,
+          refused);
     int opened = 0;
     refused = other = 0;
     std::mt19937 rng(5);
@@ -378,8 +404,8 @@ static void test_damaged_fixture() {
         else if (st_error(err, p, "")) refused++;
         else other++;
     }
-    CHECK(other == 0 && refused > 0, "damage: 400 header bytes changed: %d refused with one line, %d still valid, 0 other", refused,
-          opened);
+    CHECK(other == 0 && refused > 0,
+          "damage: 400 header bytes changed: %d refused with one line, %d still valid, 0 other", refused, opened);
 }
 
 static void test_hostile_index() {
@@ -394,12 +420,14 @@ static void test_hostile_index() {
         std::string from, to, needle;
     };
     const std::vector<Case> cases = {
-        {"a path in a shard name", "\"a.f32\": \"model-00001-of-00002.safetensors\"", "\"a.f32\": \"../model-00001-of-00002.safetensors\"",
-         "not a plain file name"},
+        {"a path in a shard name", "\"a.f32\": \"model-00001-of-00002.safetensors\"",
+         "\"a.f32\": \"../model-00001-of-00002.safetensors\"", "not a plain file name"},
         {"a tensor put in the wrong shard", "\"g.big\": \"model-00002-of-00002.safetensors\"",
          "\"g.big\": \"model-00001-of-00002.safetensors\"", "has no tensor \"g.big\""},
-        {"a tensor the index leaves out", "\"a.f32\": \"model-00001-of-00002.safetensors\",", "", "which the index does not put there"},
-        {"a missing shard", "\"a.f32\": \"model-00001-of-00002.safetensors\"", "\"a.f32\": \"model-9.safetensors\"", "cannot open"},
+        {"a tensor the index leaves out", "\"a.f32\": \"model-00001-of-00002.safetensors\",", "",
+         "which the index does not put there"},
+        {"a missing shard", "\"a.f32\": \"model-00001-of-00002.safetensors\"", "\"a.f32\": \"model-9.safetensors\"",
+         "cannot open"},
         {"no weight_map", "weight_map", "weight_mop", "no weight_map object"},
     };
     for (const auto& c : cases) {
@@ -419,12 +447,13 @@ static void test_hostile_index() {
 
 static void test_descriptor() {
     Llama3Config c = llama3_parse_descriptor("llama3:L=2,C=64,H=4,KV=2,F=192,V=256");
-    CHECK(c.L == 2 && c.C == 64 && c.H == 4 && c.KV == 2 && c.F == 192 && c.V == 256 && c.max_seq_len == 1024 && !c.tied &&
-              !c.rope_scaling && c.rope_theta == 500000.0 && c.head_dim() == 16,
+    CHECK(c.L == 2 && c.C == 64 && c.H == 4 && c.KV == 2 && c.F == 192 && c.V == 256 && c.max_seq_len == 1024 &&
+              !c.tied && !c.rope_scaling && c.rope_theta == 500000.0 && c.head_dim() == 16,
           "descriptor: the sizes, and defaults T=1024, theta 500000, untied, plain RoPE");
     c = llama3_parse_descriptor("llama3:L=1,C=32,H=4,KV=4,F=64,V=96,T=64,theta=10000,tied=1,eps=1e-6,factor=8,orig=16");
     CHECK(c.max_seq_len == 64 && c.rope_theta == 10000 && c.tied && c.rms_norm_eps == 1e-6 && c.rope_scaling &&
-              c.rope_factor == 8 && c.rope_low_freq_factor == 1 && c.rope_high_freq_factor == 4 && c.rope_original_max_seq_len == 16,
+              c.rope_factor == 8 && c.rope_low_freq_factor == 1 && c.rope_high_freq_factor == 4 &&
+              c.rope_original_max_seq_len == 16,
           "descriptor: T, theta, tied, eps, and RoPE scaling with low 1, high 4 by default");
     const std::pair<const char*, const char*> bad[] = {
         {"llama3:C=64,H=4,KV=2,F=192,V=256", "L= is missing"},
@@ -462,19 +491,21 @@ static void test_named_sizes() {
               (unsigned long long)s.second);
     }
     const Llama3Config b1 = llama3_parse_descriptor("llama3.2-1b");
-    CHECK(b1.tied && b1.head_dim() == 64 && b1.rope_factor == 32 && b1.rope_original_max_seq_len == 8192 && b1.KV == 8 &&
-              b1.rope_theta == 500000 && b1.max_seq_len == 131072,
+    CHECK(b1.tied && b1.head_dim() == 64 && b1.rope_factor == 32 && b1.rope_original_max_seq_len == 8192 &&
+              b1.KV == 8 && b1.rope_theta == 500000 && b1.max_seq_len == 131072,
           "named: llama3.2-1b is tied, head 64, factor 32 over 8192 positions, 8 kv heads");
     const Llama3Config b8 = llama3_parse_descriptor("llama3.1-8b");
     const auto table = llama3_param_table(b8);
     CHECK(!b8.tied && table.back().name == "lm_head.weight" && table.size() == 1 + 32 * 9 + 2 &&
-              table[3].name == "model.layers.0.self_attn.k_proj.weight" && table[3].shape == (std::vector<uint64_t>{1024, 4096}),
+              table[3].name == "model.layers.0.self_attn.k_proj.weight" &&
+              table[3].shape == (std::vector<uint64_t>{1024, 4096}),
           "named: llama3.1-8b's table: lm_head last, k_proj [1024, 4096], %zu tensors", table.size());
 }
 
 static void test_config_json() {
     int i = 0;
-    for (const char* d : {"llama3.2-1b", "llama3.2-3b", "llama3.1-8b", "llama3:L=2,C=64,H=4,KV=2,F=192,V=256,theta=10000"}) {
+    for (const char* d :
+         {"llama3.2-1b", "llama3.2-3b", "llama3.1-8b", "llama3:L=2,C=64,H=4,KV=2,F=192,V=256,theta=10000"}) {
         const Llama3Config c = llama3_parse_descriptor(d);
         const std::string p = g_tmp + "/config" + std::to_string(i++) + ".json";
         Llama3Config back;
@@ -497,11 +528,19 @@ static void test_config_json() {
     const std::vector<Bad> bads = {
         {"attention_bias", "attention_bias", true, "attention_bias is not supported"},
         {"mlp_bias", "mlp_bias", true, "mlp_bias is not supported"},
-        {"rope type yarn", "rope_scaling", {{"rope_type", "yarn"}, {"factor", 4.0}}, "rope_type \"yarn\" is not supported"},
+        {"rope type yarn",
+         "rope_scaling",
+         {{"rope_type", "yarn"}, {"factor", 4.0}},
+         "rope_type \"yarn\" is not supported"},
         {"rope type linear (old key)", "rope_scaling", {{"type", "linear"}, {"factor", 4.0}}, "rope_type \"linear\""},
-        {"a rope type of two lines (quoted: the error stays one line)", "rope_scaling",
-         {{"rope_type", "two\nlines\x1b"}, {"factor", 4.0}}, "rope_type \"two\\x0alines\\x1b\" is not supported"},
-        {"llama3 rope without factor", "rope_scaling", {{"rope_type", "llama3"}, {"original_max_position_embeddings", 8192}}, "needs factor"},
+        {"a rope type of two lines (quoted: the error stays one line)",
+         "rope_scaling",
+         {{"rope_type", "two\nlines\x1b"}, {"factor", 4.0}},
+         "rope_type \"two\\x0alines\\x1b\" is not supported"},
+        {"llama3 rope without factor",
+         "rope_scaling",
+         {{"rope_type", "llama3"}, {"original_max_position_embeddings", 8192}},
+         "needs factor"},
         {"a head_dim other than C/H", "head_dim", 128, "head_dim 128 is not hidden_size / num_attention_heads = 64"},
         {"another architecture", "architectures", {"MistralForCausalLM"}, "architectures is not"},
         {"another activation", "hidden_act", "gelu", "hidden_act is not \"silu\""},
@@ -518,7 +557,8 @@ static void test_config_json() {
         CHECK(contains_all(err, {"cfg.json: ", b.needle}), "config.json refuses %s (%s)", b.what, err.c_str());
     }
     nlohmann::json minimal = base;
-    for (const char* k : {"num_key_value_heads", "rope_theta", "rms_norm_eps", "tie_word_embeddings", "rope_scaling", "head_dim"})
+    for (const char* k :
+         {"num_key_value_heads", "rope_theta", "rms_norm_eps", "tie_word_embeddings", "rope_scaling", "head_dim"})
         minimal.erase(k);
     const Llama3Config m = llama3_from_hf_json(minimal, "cfg.json");
     CHECK(m.KV == m.H && m.rope_theta == 10000 && m.rms_norm_eps == 1e-6 && !m.tied && !m.rope_scaling,

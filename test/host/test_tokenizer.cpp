@@ -97,8 +97,8 @@ static void test_shakespeare(const Tokenizer& tok, const std::string& text) {
         enc.encode_documents(docs, true, false, &ids);
     }
     CHECK(ids.size() == 338028, "tinyshakespeare (llm.c recipe): %zu tokens (expected 338,028)", ids.size());
-    std::vector<int> first = {50256, 5962, 22307, 25, 198, 8421, 356, 5120, 597, 2252,
-                              11,    3285, 502,   2740, 13, 628, 50256, 3237, 25, 198};
+    std::vector<int> first = {50256, 5962, 22307, 25,   198, 8421, 356,   5120, 597, 2252,
+                              11,    3285, 502,   2740, 13,  628,  50256, 3237, 25,  198};
     CHECK(ids.size() >= 20 && std::vector<int>(ids.begin(), ids.begin() + 20) == first,
           "tinyshakespeare first 20 tokens: %s", ids_str(ids, 20).c_str());
     if (ids.size() == 338028) {
@@ -120,11 +120,14 @@ static void test_shakespeare(const Tokenizer& tok, const std::string& text) {
           "encode_batch on 2 threads (tinyshakespeare as one document, split into %zu-byte chunks) = encode",
           llmc::ParallelEncoder::kChunkBytes);
     CHECK(tok.decode(whole) == text, "tinyshakespeare round trip: decode(encode(x)) == x (%zu tokens)", whole.size());
-    CHECK(tok.decode(ids) == [&] {
-        std::string s;
-        for (auto d : docs) s += "<|endoftext|>" + std::string(d);
-        return s;
-    }(), "tinyshakespeare recipe stream decodes to the sections, each after <|endoftext|>");
+    CHECK(
+        tok.decode(ids) ==
+            [&] {
+                std::string s;
+                for (auto d : docs) s += "<|endoftext|>" + std::string(d);
+                return s;
+            }(),
+        "tinyshakespeare recipe stream decodes to the sections, each after <|endoftext|>");
 }
 
 static void test_prepro_shakespeare(const std::string& path) {
@@ -139,8 +142,8 @@ static void test_prepro_shakespeare(const std::string& path) {
                         std::to_string(threads) + " --gpt2-dir " + g_shared + "/gpt2 " + path);
         CHECK(r.code == 0, "prepro tinyshakespeare --threads %d exits 0 (%s)", threads, first_line(r.err).c_str());
         std::string val = read_file(prefix + "_val_000000.bin"), train = read_file(prefix + "_train_000001.bin");
-        CHECK(val.size() == 66560 && sha256_hex(val) == kValFileSha,
-              "prepro --threads %d: val shard %zu B, sha256 %s", threads, val.size(), sha256_hex(val).c_str());
+        CHECK(val.size() == 66560 && sha256_hex(val) == kValFileSha, "prepro --threads %d: val shard %zu B, sha256 %s",
+              threads, val.size(), sha256_hex(val).c_str());
         CHECK(train.size() == 611544 && sha256_hex(train) == kTrainFileSha,
               "prepro --threads %d: train shard %zu B, sha256 %s", threads, train.size(), sha256_hex(train).c_str());
         CHECK(!exists(prefix + "_train_000002.bin"), "prepro --threads %d: exactly two shards", threads);
@@ -148,16 +151,15 @@ static void test_prepro_shakespeare(const std::string& path) {
 }
 
 // --- (b) committed cases from tiktoken -----------------------------------------------------
-static void test_cases(const Tokenizer& tok, const nlohmann::json& cases, const char* label,
-                       const char* key = "ids") {
+static void test_cases(const Tokenizer& tok, const nlohmann::json& cases, const char* label, const char* key = "ids") {
     int n = 0;
     for (const auto& c : cases["cases"]) {
         std::string name = c["name"], data = from_hex(c["hex"]);
         bool special = c["allow_special"];
         std::vector<int> want = c[key].get<std::vector<int>>(), got = tok.encode(data, special);
         std::string back = tok.decode(got);
-        CHECK(got == want && back == data, "%s: case \"%s\" (%zu bytes): %zu ids%s%s", label, name.c_str(),
-              data.size(), got.size(), got == want ? "" : (" got " + ids_str(got) + " want " + ids_str(want)).c_str(),
+        CHECK(got == want && back == data, "%s: case \"%s\" (%zu bytes): %zu ids%s%s", label, name.c_str(), data.size(),
+              got.size(), got == want ? "" : (" got " + ids_str(got) + " want " + ids_str(want)).c_str(),
               back == data ? ", round trip" : ", ROUND TRIP DIFFERS");
         if (c.contains("pieces") && !special) {  // the pre-tokenisation itself (the reference split)
             std::vector<int> lens;
@@ -177,13 +179,24 @@ static std::string sweep_text(const std::string& context) {
         if (cp >= 0xD800 && cp <= 0xDFFF) continue;
         char u[4];
         size_t n;
-        if (cp < 0x80) { u[0] = (char)cp; n = 1; }
-        else if (cp < 0x800) { u[0] = (char)(0xC0 | cp >> 6); u[1] = (char)(0x80 | (cp & 63)); n = 2; }
-        else if (cp < 0x10000) {
-            u[0] = (char)(0xE0 | cp >> 12); u[1] = (char)(0x80 | ((cp >> 6) & 63)); u[2] = (char)(0x80 | (cp & 63)); n = 3;
+        if (cp < 0x80) {
+            u[0] = (char)cp;
+            n = 1;
+        } else if (cp < 0x800) {
+            u[0] = (char)(0xC0 | cp >> 6);
+            u[1] = (char)(0x80 | (cp & 63));
+            n = 2;
+        } else if (cp < 0x10000) {
+            u[0] = (char)(0xE0 | cp >> 12);
+            u[1] = (char)(0x80 | ((cp >> 6) & 63));
+            u[2] = (char)(0x80 | (cp & 63));
+            n = 3;
         } else {
-            u[0] = (char)(0xF0 | cp >> 18); u[1] = (char)(0x80 | ((cp >> 12) & 63));
-            u[2] = (char)(0x80 | ((cp >> 6) & 63)); u[3] = (char)(0x80 | (cp & 63)); n = 4;
+            u[0] = (char)(0xF0 | cp >> 18);
+            u[1] = (char)(0x80 | ((cp >> 12) & 63));
+            u[2] = (char)(0x80 | ((cp >> 6) & 63));
+            u[3] = (char)(0x80 | (cp & 63));
+            n = 4;
         }
         for (char ch : context) {
             if (ch == 'C') out.append(u, n);
@@ -202,8 +215,8 @@ static void test_sweeps(const Tokenizer& tok, const nlohmann::json& cases, const
         std::string sha = sha_u32(ids);
         CHECK(text.size() == s["bytes"].get<size_t>() && ids.size() == s["count"].get<size_t>() &&
                   sha == s["sha256"].get<std::string>(),
-              "%ssweep %s: %zu bytes -> %zu ids, sha256 %.16s... as tiktoken (%.1f s)", label, name.c_str(), text.size(),
-              ids.size(), sha.c_str(), seconds_since(t0));
+              "%ssweep %s: %zu bytes -> %zu ids, sha256 %.16s... as tiktoken (%.1f s)", label, name.c_str(),
+              text.size(), ids.size(), sha.c_str(), seconds_since(t0));
         auto pieces = tok.pretokenize(text);
         std::vector<int> lens;
         for (auto p : pieces) lens.push_back((int)p.size());
@@ -225,7 +238,8 @@ static void test_classes(const nlohmann::json& cases) {
         return;
     }
     std::vector<uint8_t> want(0x110000, kOther);
-    for (auto [name, cls] : {std::pair<const char*, uint8_t>{"letter", kLetter}, {"number", kNumber}, {"space", kSpace}})
+    for (auto [name, cls] :
+         {std::pair<const char*, uint8_t>{"letter", kLetter}, {"number", kNumber}, {"space", kSpace}})
         for (const auto& r : cases["classes"][name])
             for (uint32_t cp = r[0]; cp <= r[1].get<uint32_t>(); cp++) want[cp] = cls;
     const ClassTable& table = class_table();
@@ -237,8 +251,10 @@ static void test_classes(const nlohmann::json& cases) {
             differ++;
         }
     }
-    CHECK(differ == 0, "letter/number/space class of all 1,112,064 scalar values as tiktoken's engine "
-          "(%ld differ; first U+%04lX)", differ, first < 0 ? 0 : first);
+    CHECK(differ == 0,
+          "letter/number/space class of all 1,112,064 scalar values as tiktoken's engine "
+          "(%ld differ; first U+%04lX)",
+          differ, first < 0 ? 0 : first);
 }
 
 // Unicode 17 made U+088F a letter; tiktoken's Unicode 16 does not, so the apostrophe joins it
@@ -303,7 +319,8 @@ static void test_bin_roundtrip(const Tokenizer& tok, const std::string& shakespe
     if (!same) return;
     if (!shakespeare.empty()) {
         auto a = tok.encode(shakespeare), b = t2.encode(shakespeare);
-        CHECK(a == b, "tokenizer from .bin (tiktoken merge rule) encodes tinyshakespeare identically (%zu ids)", b.size());
+        CHECK(a == b, "tokenizer from .bin (tiktoken merge rule) encodes tinyshakespeare identically (%zu ids)",
+              b.size());
     }
     if (cases) {
         test_cases(t2, *cases, "from .bin");
@@ -343,14 +360,16 @@ static void test_library_errors(const std::string& gpt2) {
             k.erase("<|endoftext|>");
             write_file(t + "/noeot.json", k.dump());
             e = error_of([&] { tok.load_gpt2(t + "/noeot.json", bpe); });
-            CHECK(contains_all(e, {"noeot.json", "<|endoftext|>"}), "encoder.json without <|endoftext|>: %s", e.c_str());
+            CHECK(contains_all(e, {"noeot.json", "<|endoftext|>"}), "encoder.json without <|endoftext|>: %s",
+                  e.c_str());
         }
         {
             auto k = j;
             k.erase("\u0120the");  // "Ġthe": id 262 missing, ids no longer 0..N-1
             write_file(t + "/gap.json", k.dump());
             e = error_of([&] { tok.load_gpt2(t + "/gap.json", bpe); });
-            CHECK(contains_all(e, {"gap.json", "outside"}), "encoder.json with a missing entry (id gap): %s", e.c_str());
+            CHECK(contains_all(e, {"gap.json", "outside"}), "encoder.json with a missing entry (id gap): %s",
+                  e.c_str());
         }
         {
             auto k = j;
@@ -407,7 +426,10 @@ static void test_library_errors(const std::string& gpt2) {
     auto bin = [&](int magic, int version, int V, int eot, const std::string& body) {
         std::string d(1024, '\0');
         int32_t h[256] = {0};
-        h[0] = magic; h[1] = version; h[2] = V; h[3] = eot;
+        h[0] = magic;
+        h[1] = version;
+        h[2] = V;
+        h[3] = eot;
         memcpy(&d[0], h, 1024);
         return d + body;
     };
@@ -419,7 +441,8 @@ static void test_library_errors(const std::string& gpt2) {
     }
     write_file(t + "/ok.bin", bin(20240328, 2, 300, 299, body));
     e = error_of([&] { tok.load_bin(t + "/ok.bin"); });
-    CHECK(e == "NO ERROR" && tok.vocab_size() == 300 && tok.eot_token() == 299 && tok.decode({104, 105, 299}) == "hitok299",
+    CHECK(e == "NO ERROR" && tok.vocab_size() == 300 && tok.eot_token() == 299 &&
+              tok.decode({104, 105, 299}) == "hitok299",
           "a small valid tokenizer .bin loads (%s)", e.c_str());
     std::vector<std::pair<std::string, std::pair<std::string, std::vector<std::string>>>> bcs = {
         {"empty file", {"", {"truncated header"}}},
@@ -453,13 +476,15 @@ static void test_library_errors(const std::string& gpt2) {
     write_file(t + "/words.bin", bin(20240328, 2, 300, 0, body2));
     e = error_of([&] { tok.load_bin(t + "/words.bin"); });
     std::string e2 = error_of([&] { tok.encode("abc"); });
-    CHECK(e == "NO ERROR" && !tok.can_encode() && tok.decode({5, 6}) == "w5w6" && contains_all(e2, {"words.bin", "only decode"}),
+    CHECK(e == "NO ERROR" && !tok.can_encode() && tok.decode({5, 6}) == "w5w6" &&
+              contains_all(e2, {"words.bin", "only decode"}),
           "vocabulary without byte tokens: decodes, encode says: %s", e2.c_str());
     Tokenizer empty;
     e = error_of([&] { empty.encode("abc"); });
     CHECK(contains_all(e, {"nothing loaded"}), "encode before loading: %s", e.c_str());
     std::string out;
-    CHECK(!tok.decode(std::vector<int>{1, 300}.data(), 2, &out) && out == "w1" && !tok.decode(std::vector<int>{-1}.data(), 1, &out),
+    CHECK(!tok.decode(std::vector<int>{1, 300}.data(), 2, &out) && out == "w1" &&
+              !tok.decode(std::vector<int>{-1}.data(), 1, &out),
           "decode of an id outside the vocabulary returns false");
 }
 
@@ -482,8 +507,8 @@ static void test_tool_errors(const Tokenizer& tok) {
     for (const char* format : {"text", "jsonl"}) {  // (a plain open of a FIFO would wait for a writer forever)
         mkfifo((d + "/fifo").c_str(), 0644);
         r = run_cmd(base + "--format " + format + " " + d + "/fifo");
-        CHECK(is_clean_error(r, {"fifo", "not a regular file"}) && no_output(), "prepro, a FIFO as --format %s input: %s",
-              format, first_line(r.err).c_str());
+        CHECK(is_clean_error(r, {"fifo", "not a regular file"}) && no_output(),
+              "prepro, a FIFO as --format %s input: %s", format, first_line(r.err).c_str());
         unlink((d + "/fifo").c_str());
     }
     write_file(d + "/empty.txt", "");
@@ -507,8 +532,8 @@ static void test_tool_errors(const Tokenizer& tok) {
           first_line(r.err).c_str());
     write_file(d + "/arr.jsonl", "[\"text\"]\n");
     r = run_cmd(base + d + "/arr.jsonl");
-    CHECK(is_clean_error(r, {"arr.jsonl:1", "not a JSON object"}) && no_output(), "prepro, JSONL line not an object: %s",
-          first_line(r.err).c_str());
+    CHECK(is_clean_error(r, {"arr.jsonl:1", "not a JSON object"}) && no_output(),
+          "prepro, JSONL line not an object: %s", first_line(r.err).c_str());
     write_file(d + "/bad.bin", std::string(100, 'x'));
     write_file(d + "/ok.txt", "hello");
     r = run_cmd(g_prepro + " --tokenizer " + d + "/bad.bin --out " + d + "/o " + d + "/ok.txt");
@@ -518,7 +543,8 @@ static void test_tool_errors(const Tokenizer& tok) {
     CHECK(is_clean_error(r, {"nowhere/encoder.json", "cannot open"}) && no_output(), "prepro, missing GPT-2 files: %s",
           first_line(r.err).c_str());
     r = run_cmd(base + "--shard-size 0 " + d + "/ok.txt");
-    CHECK(is_clean_error(r, {"--shard-size"}) && no_output(), "prepro, bad option value: %s", first_line(r.err).c_str());
+    CHECK(is_clean_error(r, {"--shard-size"}) && no_output(), "prepro, bad option value: %s",
+          first_line(r.err).c_str());
     r = run_cmd(base + "--bogus " + d + "/ok.txt");
     CHECK(is_clean_error(r, {"unknown option --bogus"}) && no_output(), "prepro, unknown option: %s",
           first_line(r.err).c_str());
@@ -527,7 +553,8 @@ static void test_tool_errors(const Tokenizer& tok) {
           "prepro, unwritable output: %s", first_line(r.err).c_str());
 
     // JSONL that works: empty documents (EOT alone), escapes, unicode, blank lines, CRLF, another field
-    std::vector<std::string> docs = {"first doc", "", "tab\there \"quoted\" \\ caf\xc3\xa9 \xe4\xbd\xa0\xe5\xa5\xbd \xf0\x9f\x8d\x95",
+    std::vector<std::string> docs = {"first doc", "",
+                                     "tab\there \"quoted\" \\ caf\xc3\xa9 \xe4\xbd\xa0\xe5\xa5\xbd \xf0\x9f\x8d\x95",
                                      "line one\nline two\n", "<|endoftext|> as text"};
     std::string jl;
     for (size_t i = 0; i < docs.size(); i++) {
@@ -546,7 +573,8 @@ static void test_tool_errors(const Tokenizer& tok) {
     auto got = read_shard(d + "/o_train_000001.bin");
     CHECK(r.code == 0 && got == want && !exists(d + "/o_val_000000.bin"),
           "prepro JSONL --field content (empty doc, escapes, CRLF, blank line, no final newline): %zu tokens as "
-          "[EOT]+encode(doc) each (%s)", got.size(), first_line(r.err).c_str());
+          "[EOT]+encode(doc) each (%s)",
+          got.size(), first_line(r.err).c_str());
     run_cmd("rm -f " + d + "/o_*");
     // the same with --allow-special: the literal EOT string becomes the token
     r = run_cmd(base + "--field content --val-tokens 0 --allow-special " + d + "/ok.jsonl");
@@ -577,7 +605,8 @@ static void test_tool_errors(const Tokenizer& tok) {
         nshards++;
     }
     CHECK(r.code == 0 && all == want && sizes_ok && nshards == 1 + (int)((want.size() - 5 + 6) / 7),
-          "prepro 3 files (one empty) --shard-size 7 --val-tokens 5: %d shards, %zu tokens in order", nshards, all.size());
+          "prepro 3 files (one empty) --shard-size 7 --val-tokens 5: %d shards, %zu tokens in order", nshards,
+          all.size());
     run_cmd("rm -f " + d + "/o_*");
     CHECK(r.err.find("empty") != std::string::npos, "prepro warns about the empty file: %s", first_line(r.err).c_str());
 
@@ -622,7 +651,8 @@ static void test_edge_encodes(const Tokenizer& tok) {
     size_t p = tok.safe_split(text, text.size() / 2);
     auto left = tok.pretokenize(std::string_view(text).substr(0, p));
     auto right = tok.pretokenize(std::string_view(text).substr(p));
-    CHECK(p < text.size() && left.size() + right.size() == whole.size(), "safe_split at %zu: pieces of the halves = pieces of the whole", p);
+    CHECK(p < text.size() && left.size() + right.size() == whole.size(),
+          "safe_split at %zu: pieces of the halves = pieces of the whole", p);
 }
 
 // --- (e) tiktoken ranks files, Llama 3's pattern and specials --------------------------------
@@ -640,7 +670,9 @@ static std::string base64(const std::string& in) {
     }
     return out;
 }
-static std::string ranks_line(const std::string& token, int rank) { return base64(token) + " " + std::to_string(rank) + "\n"; }
+static std::string ranks_line(const std::string& token, int rank) {
+    return base64(token) + " " + std::to_string(rank) + "\n";
+}
 static std::string byte_ranks() {
     std::string out;
     for (int b = 0; b < 256; b++) out += ranks_line(std::string(1, (char)b), b);
@@ -720,14 +752,16 @@ static void test_gpt2_ranks(const Tokenizer& gpt2, const nlohmann::json& gpt2_ca
                     " --split-on-blank-lines --val-tokens 32768 " + g_shared + "/tinyshakespeare.txt");
     CHECK(r.code == 0 && sha256_hex(read_file(prefix + "_val_000000.bin")) == kValFileSha &&
               sha256_hex(read_file(prefix + "_train_000001.bin")) == kTrainFileSha,
-          "prepro --tiktoken GPT-2's ranks --pattern gpt2: llm.c's tinyshakespeare shards (%s)", first_line(r.err).c_str());
+          "prepro --tiktoken GPT-2's ranks --pattern gpt2: llm.c's tinyshakespeare shards (%s)",
+          first_line(r.err).c_str());
 }
 
 // The safe split points of Llama 3's pattern really split (".\n" is one piece: no split
 // before a line break), on random text of the fragments where the patterns differ.
 static void test_llama3_safe_split(const Tokenizer& tok) {
-    const char* frags[] = {"word", " word", "'s", "'S", ".", "!!", "\n", "\r\n", " ", "  ", "\t", "12345", " 1", "x.\n\n",
-                           "(a)", "\xc3\xa9t\xc3\xa9", " \n ", "\xff"};
+    const char* frags[] = {"word", " word", "'s", "'S",    ".",  "!!",     "\n",  "\r\n",
+                           " ",    "  ",    "\t", "12345", " 1", "x.\n\n", "(a)", "\xc3\xa9t\xc3\xa9",
+                           " \n ", "\xff"};
     std::mt19937 rng(5);
     std::string text;
     for (int i = 0; i < 40000; i++) text += frags[rng() % (sizeof frags / sizeof frags[0])];
@@ -746,8 +780,10 @@ static void test_llama3_safe_split(const Tokenizer& tok) {
         splits++;
         if (parts != whole) bad++;
     }
-    CHECK(bad == 0 && splits > 100, "llama3 pattern: pieces of the halves = pieces of the whole at %d safe_split points "
-          "(%d differ)", splits, bad);
+    CHECK(bad == 0 && splits > 100,
+          "llama3 pattern: pieces of the halves = pieces of the whole at %d safe_split points "
+          "(%d differ)",
+          splits, bad);
 }
 
 static void test_ranks_errors() {
@@ -782,13 +818,17 @@ static void test_ranks_errors() {
         {"bad base64 character", {bytes + "Y?I= 256\n", {":257: ", "bad base64"}}},
         {"base64 length not a multiple of 4", {bytes + "YWI 256\n", {":257: ", "bad base64"}}},
         {"base64 padding inside", {bytes + "YQ==YWI= 256\n", {":257: ", "bad base64"}}},
-        {"duplicate rank", {bytes + ranks_line("ab", 256) + ranks_line("bc", 256), {":258: ", "rank 256 appears twice", "line 257"}}},
+        {"duplicate rank",
+         {bytes + ranks_line("ab", 256) + ranks_line("bc", 256), {":258: ", "rank 256 appears twice", "line 257"}}},
         {"duplicate token", {bytes + ranks_line("ab", 256) + ranks_line("ab", 257), {"token 257", "appears twice"}}},
         {"ranks with a gap", {bytes + ranks_line("ab", 300), {":257: ", "rank 300 outside 0..256"}}},
-        {"a byte missing", {bytes.substr(0, bytes.find("QQ== 65\n")) + ranks_line("ab", 65) +
-                                bytes.substr(bytes.find("QQ== 65\n") + 8), {"no token for the byte 0x41"}}},
-        {"token not made of lower ranks", {bytes + ranks_line("abc", 256), {":257: ", "rank 256", "do not form a BPE"}}},
-        {"merge of a higher rank", {bytes + ranks_line("abc", 256) + ranks_line("ab", 257), {"rank 256", "do not form a BPE"}}},
+        {"a byte missing",
+         {bytes.substr(0, bytes.find("QQ== 65\n")) + ranks_line("ab", 65) + bytes.substr(bytes.find("QQ== 65\n") + 8),
+          {"no token for the byte 0x41"}}},
+        {"token not made of lower ranks",
+         {bytes + ranks_line("abc", 256), {":257: ", "rank 256", "do not form a BPE"}}},
+        {"merge of a higher rank",
+         {bytes + ranks_line("abc", 256) + ranks_line("ab", 257), {"rank 256", "do not form a BPE"}}},
         {"huge line", {bytes + std::string(100000, 'Q') + " 256\n", {":257: ", "line of 100004 bytes"}}},
     };
     for (auto& c : cases) {
@@ -837,9 +877,11 @@ static void test_prepro_tiktoken(const Tokenizer& small) {
     }
     int magic = 0;
     auto got = read_shard(d + "/o_train_000001.bin", &magic);
-    CHECK(r.code == 0 && magic == 20240520 && got == want && r.out.find("starts with token 2256 (<|begin_of_text|>)") != std::string::npos,
+    CHECK(r.code == 0 && magic == 20240520 && got == want &&
+              r.out.find("starts with token 2256 (<|begin_of_text|>)") != std::string::npos,
           "prepro --tiktoken test ranks: uint16 shard, <|begin_of_text|> (2256) + ids before each of 3 documents, "
-          "named in the summary (%s)", first_line(r.err).c_str());
+          "named in the summary (%s)",
+          first_line(r.err).c_str());
     // its tokenizer .bin (for the trainer's samples) decodes the shard, specials included
     Tokenizer bin;
     std::string e = error_of([&] { bin.load_bin(d + "/small.bin"); });
@@ -871,11 +913,11 @@ static void test_prepro_tiktoken(const Tokenizer& small) {
     auto no_output = [&] { return run_cmd("ls " + d + " | grep '^o_' | wc -l").out == "0\n"; };
     write_file(d + "/bad.ranks", byte_ranks() + ranks_line("ab", 256) + ranks_line("cd", 256));
     r = run_cmd(base + "--tiktoken " + d + "/bad.ranks " + d + "/in.txt");
-    CHECK(is_clean_error(r, {"bad.ranks:258", "appears twice"}) && no_output(), "prepro, ranks file with a duplicate rank: %s",
-          first_line(r.err).c_str());
+    CHECK(is_clean_error(r, {"bad.ranks:258", "appears twice"}) && no_output(),
+          "prepro, ranks file with a duplicate rank: %s", first_line(r.err).c_str());
     r = run_cmd(base + "--pattern llama3 " + d + "/in.txt");
-    CHECK(is_clean_error(r, {"--pattern applies to --tiktoken"}) && no_output(), "prepro --pattern without --tiktoken: %s",
-          first_line(r.err).c_str());
+    CHECK(is_clean_error(r, {"--pattern applies to --tiktoken"}) && no_output(),
+          "prepro --pattern without --tiktoken: %s", first_line(r.err).c_str());
     r = run_cmd(base + "--tiktoken " + g_test_ranks + " --pattern cl100k " + d + "/in.txt");
     CHECK(is_clean_error(r, {"--pattern must be llama3 or gpt2"}) && no_output(), "prepro --pattern cl100k: %s",
           first_line(r.err).c_str());

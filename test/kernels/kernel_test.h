@@ -72,7 +72,11 @@ static inline bool same_bits(const std::vector<T>& a, const std::vector<T>& b) {
 // Device buffers of one test case, freed together.
 struct Dev {
     std::vector<void*> ptrs;
-    template <class T> T* up(const std::vector<T>& h) { T* d = to_device(h); ptrs.push_back(d); return d; }
+    template <class T> T* up(const std::vector<T>& h) {
+        T* d = to_device(h);
+        ptrs.push_back(d);
+        return d;
+    }
     template <class T> T* alloc(size_t n) {
         T* d = nullptr;
         CUDA_OK(cudaMalloc(&d, std::max<size_t>(n, 1) * sizeof(T)));
@@ -82,7 +86,9 @@ struct Dev {
     template <class T> void put(T* d, const std::vector<T>& h) {
         CUDA_OK(cudaMemcpy(d, h.data(), h.size() * sizeof(T), cudaMemcpyHostToDevice));
     }
-    ~Dev() { for (void* p : ptrs) cudaFree(p); }
+    ~Dev() {
+        for (void* p : ptrs) cudaFree(p);
+    }
 };
 
 // Creates the stream and says which precision and bounds apply.

@@ -56,15 +56,20 @@ static void test_adamw(size_t n, float weight_decay, float clip_mode) {
             rdelta[i] = p - master[i];
             delta[i] = (double)nm[i] - master[i];
         }
-        const double e_p = max_rel_diff(nm.data(), rp.data(), n, lr), e_d = norm_err(delta, rdelta);  // floor: one update's size
+        const double e_p = max_rel_diff(nm.data(), rp.data(), n, lr),
+                     e_d = norm_err(delta, rdelta);  // floor: one update's size
         const double e_m = norm_err(dbl(nmm), rm), e_v = norm_err(dbl(nv), rv);
         int not_neighbour = 0;
         for (size_t i = 0; i < n; i++) not_neighbour += !is_neighbour(nm[i], np[i]);
         CHECK(e_p <= TOL_F32 && e_d <= TOL_F32 && e_m <= TOL_F32 && e_v <= TOL_F32 && not_neighbour == 0,
-              "adamw_update n=%zu t=%d wd=%.1f clip %s: master (rel %.1e, floor lr; update norm %.1e), m (%.1e), v (%.1e) <= %.0e; "
+              "adamw_update n=%zu t=%d wd=%.1f clip %s: master (rel %.1e, floor lr; update norm %.1e), m (%.1e), v "
+              "(%.1e) <= %.0e; "
               "params a neighbour of master (%d not)",
-              n, t, weight_decay, clip_mode == 0 ? "disabled" : clip < 1 ? "active" : "inactive", e_p, e_d, e_m, e_v,
-              TOL_F32, not_neighbour);
+              n, t, weight_decay,
+              clip_mode == 0 ? "disabled"
+              : clip < 1     ? "active"
+                             : "inactive",
+              e_p, e_d, e_m, e_v, TOL_F32, not_neighbour);
         master = nm;
         m = nmm;
         v = nv;
@@ -79,12 +84,14 @@ static void test_stochastic_rounding() {
     const float values[] = {1.0f + 0.3f / 128, -0.7f - 0.001f, 3.14159265f};
     Dev d;
     floatX* d_params = d.alloc<floatX>(n);
-    float *d_master = d.alloc<float>(n), *d_m = d.up(std::vector<float>(n, 0.0f)), *d_v = d.up(std::vector<float>(n, 0.0f));
+    float *d_master = d.alloc<float>(n), *d_m = d.up(std::vector<float>(n, 0.0f)),
+          *d_v = d.up(std::vector<float>(n, 0.0f));
     float* d_g = d.up(std::vector<float>(n, 0.0f));
     for (float x : values) {
         for (uint32_t seed : {1u, 77u}) {
             d.put(d_master, std::vector<float>(n, x));
-            adamw_update(d_params, d_master, d_g, d_m, d_v, n, 0.0f, 0.9f, 0.95f, 1e-8f, 0.0f, 1, 0.0f, nullptr, seed, 0, g_stream);
+            adamw_update(d_params, d_master, d_g, d_m, d_v, n, 0.0f, 0.9f, 0.95f, 1e-8f, 0.0f, 1, 0.0f, nullptr, seed,
+                         0, g_stream);
             const auto p = to_host(d_params, n);
             double mean = 0;
             int bad = 0;
@@ -99,8 +106,10 @@ static void test_stochastic_rounding() {
             const double ulp = std::ldexp(1.0, std::ilogb(x) - 7);  // bf16 spacing at x
 #endif
             const double e = std::fabs(mean - x);
-            CHECK(bad == 0 && e <= 0.01 * ulp, "stochastic rounding of %.7g (seed %u) over %zu elements: mean off by %.3g ulp (<= 0.01), "
-                  "%d results not a neighbour", x, seed, n, ulp > 0 ? e / ulp : e, bad);
+            CHECK(bad == 0 && e <= 0.01 * ulp,
+                  "stochastic rounding of %.7g (seed %u) over %zu elements: mean off by %.3g ulp (<= 0.01), "
+                  "%d results not a neighbour",
+                  x, seed, n, ulp > 0 ? e / ulp : e, bad);
         }
     }
 }
@@ -117,7 +126,8 @@ static void test_adamw_in_pieces() {
     float *d_g = d.up(g), *d_mw = d.up(master), *d_mp = d.up(master);
     float *d_m1 = d.up(std::vector<float>(n, 0.0f)), *d_v1 = d.up(std::vector<float>(n, 0.0f));
     float *d_m2 = d.up(std::vector<float>(n, 0.0f)), *d_v2 = d.up(std::vector<float>(n, 0.0f));
-    adamw_update(d_whole, d_mw, d_g, d_m1, d_v1, n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 3, 0.0f, nullptr, 99u, 0, g_stream);
+    adamw_update(d_whole, d_mw, d_g, d_m1, d_v1, n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 3, 0.0f, nullptr, 99u, 0,
+                 g_stream);
     for (int k = 0; k + 1 < 6; k++) {
         const size_t a = cuts[k], len = cuts[k + 1] - a;
         adamw_update(d_pieces + a, d_mp + a, d_g + a, d_m2 + a, d_v2 + a, len, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 3, 0.0f,
@@ -131,7 +141,8 @@ static void test_adamw_in_pieces() {
     const auto m_before = to_host(d_m1, n);
     for (float bad : {NAN, INFINITY}) {
         float* d_norm = d.up(std::vector<float>{bad});
-        adamw_update(d_whole, d_mw, d_g, d_m1, d_v1, n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 4, 1.0f, d_norm, 7u, 0, g_stream);
+        adamw_update(d_whole, d_mw, d_g, d_m1, d_v1, n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 4, 1.0f, d_norm, 7u, 0,
+                     g_stream);
         CHECK(memcmp(to_host(d_whole, n).data(), w.data(), n * sizeof(floatX)) == 0 &&
                   memcmp(to_host(d_mw, n).data(), mw.data(), n * 4) == 0 &&
                   memcmp(to_host(d_m1, n).data(), m_before.data(), n * 4) == 0,

@@ -246,7 +246,8 @@ static void test_shape(int B, int T, int NH, int NKV, int HS, double qk_amp, uin
     if (mean_doc > 0) {
         std::vector<int> tokens((size_t)B * T, 1);
         for (int b = 0; b < B; b++)
-            for (int t = 0; t < T; t += 1 + (int)((rng.uniform() + 1) / 2 * (2 * mean_doc - 1))) tokens[(size_t)b * T + t] = 0;
+            for (int t = 0; t < T; t += 1 + (int)((rng.uniform() + 1) / 2 * (2 * mean_doc - 1)))
+                tokens[(size_t)b * T + t] = 0;
         spans.resize((size_t)B * T);
         document_spans(spans.data(), tokens.data(), B, T, 0);
         for (size_t e = 0; e < start.size(); e++) start[e] = spans[e].x;
@@ -257,8 +258,8 @@ static void test_shape(int B, int T, int NH, int NKV, int HS, double qk_amp, uin
     const Outputs got = run_device(qkv, dout, spans, B, T, NH, NKV, HS);
 
     char shape[128];
-    snprintf(shape, sizeof shape, "(B,T,NH,NKV,HS)=(%d,%d,%d,%d,%d)%s%s", B, T, NH, NKV, HS,
-             qk_amp > 1 ? " sharp" : "", mean_doc > 0 ? " documents" : "");
+    snprintf(shape, sizeof shape, "(B,T,NH,NKV,HS)=(%d,%d,%d,%d,%d)%s%s", B, T, NH, NKV, HS, qk_amp > 1 ? " sharp" : "",
+             mean_doc > 0 ? " documents" : "");
     auto same = [](size_t k) { return k; };
     // element k of a (B, T, width) tensor -> its place in a (B, T, W) qkv row at column col
     auto part = [W](size_t width, size_t col) { return [=](size_t k) { return (k / width) * W + col + k % width; }; };
@@ -275,8 +276,7 @@ static void test_shape(int B, int T, int NH, int NKV, int HS, double qk_amp, uin
           "%s backward dq/dk/dv: rel err %.2e / %.2e / %.2e (bound %.0e)", shape, e_dq, e_dk, e_dv, TOL_ACT);
 
     const Outputs again = run_device(qkv, dout, spans, B, T, NH, NKV, HS);
-    CHECK(bitwise_equal(got.out, again.out) && bitwise_equal(got.lse, again.lse) &&
-              bitwise_equal(got.dqkv, again.dqkv),
+    CHECK(bitwise_equal(got.out, again.out) && bitwise_equal(got.lse, again.lse) && bitwise_equal(got.dqkv, again.dqkv),
           "%s deterministic: a second run is bitwise equal", shape);
     if (NKV < NH) {
         const Outputs mha = run_device(repeat_kv(qkv, B, T, NH, NKV, HS), dout, spans, B, T, NH, NH, HS);
@@ -299,9 +299,10 @@ static void test_shape(int B, int T, int NH, int NKV, int HS, double qk_amp, uin
         const Outputs alone = run_device(qkv1, dout1, {}, 1, len, NH, NKV, HS);
         double worst = 0;
         for (size_t e = 0; e < alone.out.size(); e++)
-            worst = std::fmax(worst, std::fabs(to_float(alone.out[e]) - to_float(got.out[((size_t)b * T + doc0) * C + e])));
-        CHECK(worst <= 4 * TOL_ACT, "%s the last document (%d tokens) alone gives its outputs: max diff %.2e", shape, len,
-              worst);
+            worst =
+                std::fmax(worst, std::fabs(to_float(alone.out[e]) - to_float(got.out[((size_t)b * T + doc0) * C + e])));
+        CHECK(worst <= 4 * TOL_ACT, "%s the last document (%d tokens) alone gives its outputs: max diff %.2e", shape,
+              len, worst);
 
         const Outputs plain = run_device(qkv, dout, {}, B, T, NH, NKV, HS);
         bool first_equal = true;  // rows [0, end of the first document) of each sequence

@@ -8,9 +8,11 @@ static void test_classifier(int N, int V, int Vp, std::vector<int> masked_rows) 
     g_rng.seed(400 + V);
     std::vector<floatX> logits = randx((size_t)N * Vp, -4, 4);
     for (int r = 0; r < N; r++)
-        for (int c = V; c < Vp; c++) logits[(size_t)r * Vp + c] = from_float<floatX>(1000.0f);  // padding must be ignored
+        for (int c = V; c < Vp; c++)
+            logits[(size_t)r * Vp + c] = from_float<floatX>(1000.0f);  // padding must be ignored
     if (N > 2)  // a row far above exp's fp32 range: needs the max subtracted
-        for (int c = 0; c < V; c++) logits[(size_t)2 * Vp + c] = from_float<floatX>(to_float(logits[(size_t)2 * Vp + c]) + 100.0f);
+        for (int c = 0; c < V; c++)
+            logits[(size_t)2 * Vp + c] = from_float<floatX>(to_float(logits[(size_t)2 * Vp + c]) + 100.0f);
     std::vector<int> targets(N);
     std::uniform_int_distribution<int> tok(0, V - 1);
     for (int r = 0; r < N; r++) targets[r] = tok(g_rng);
@@ -31,7 +33,8 @@ static void test_classifier(int N, int V, int Vp, std::vector<int> masked_rows) 
             gref[(size_t)r * Vp + c] = dloss * (std::exp(to_float(x[c]) - m) / s - (c == targets[r] ? 1.0 : 0.0));
     }
 
-    const bool cached = (size_t)Vp * sizeof(floatX) + 256 <= (size_t)device_attribute(cudaDevAttrMaxSharedMemoryPerBlockOptin);
+    const bool cached = (size_t)Vp * sizeof(floatX) + 256 <=
+                        (size_t)device_attribute(cudaDevAttrMaxSharedMemoryPerBlockOptin);
     printf("fused_classifier N=%d V=%d Vp=%d: the row %s\n", N, V, Vp,
            cached ? "cached in shared memory" : "read twice from global memory (larger than shared memory)");
     Dev d;
@@ -41,18 +44,22 @@ static void test_classifier(int N, int V, int Vp, std::vector<int> masked_rows) 
     // losses only: logits stay as they are
     fused_classifier(d_logits, d_loss, d_t, dloss, N, V, Vp, false, g_stream);
     const auto loss_only = to_host(d_loss, N);
-    CHECK(same_bits(to_host(d_logits, logits.size()), logits), "fused_classifier N=%d V=%d Vp=%d without dlogits leaves logits unchanged", N, V, Vp);
+    CHECK(same_bits(to_host(d_logits, logits.size()), logits),
+          "fused_classifier N=%d V=%d Vp=%d without dlogits leaves logits unchanged", N, V, Vp);
     // losses and dlogits in place
     fused_classifier(d_logits, d_loss, d_t, dloss, N, V, Vp, true, g_stream);
     const auto loss = to_host(d_loss, N);
     const auto dl = to_host(d_logits, logits.size());
     const double el = max_rel_diff(loss.data(), lref.data(), N, 1e-3);
-    CHECK(el <= TOL_F32 && same_bits(loss, loss_only), "fused_classifier N=%d V=%d Vp=%d losses (rel err %.2e <= %.0e, floor 1e-3; same with and without dlogits)",
+    CHECK(el <= TOL_F32 && same_bits(loss, loss_only),
+          "fused_classifier N=%d V=%d Vp=%d losses (rel err %.2e <= %.0e, floor 1e-3; same with and without dlogits)",
           N, V, Vp, el, TOL_F32);
     const auto dld = dbl(dl);
     const double eg = max_rel_diff(dld.data(), gref.data(), dld.size(), 1e-6 * dloss);
-    CHECK(eg <= TOL_X, "fused_classifier N=%d V=%d Vp=%d dlogits = dloss (softmax - onehot) (rel err %.2e <= %.1e, floor 1e-6 dloss)",
-          N, V, Vp, eg, TOL_X);
+    CHECK(
+        eg <= TOL_X,
+        "fused_classifier N=%d V=%d Vp=%d dlogits = dloss (softmax - onehot) (rel err %.2e <= %.1e, floor 1e-6 dloss)",
+        N, V, Vp, eg, TOL_X);
     bool pad_zero = true, masked_zero = true;
     for (int r = 0; r < N; r++)
         for (int c = 0; c < Vp; c++) {
@@ -62,7 +69,8 @@ static void test_classifier(int N, int V, int Vp, std::vector<int> masked_rows) 
         }
     for (int r : masked_rows) masked_zero &= loss[r] == 0.0f;
     CHECK(pad_zero, "fused_classifier V=%d Vp=%d: padded columns of dlogits are 0", V, Vp);
-    CHECK(masked_zero, "fused_classifier V=%d: %zu masked rows have loss 0 and all-zero dlogits", V, masked_rows.size());
+    CHECK(masked_zero, "fused_classifier V=%d: %zu masked rows have loss 0 and all-zero dlogits", V,
+          masked_rows.size());
     d.put(d_logits, logits);
     fused_classifier(d_logits, d_loss, d_t, dloss, N, V, Vp, true, g_stream);
     CHECK(same_bits(to_host(d_logits, logits.size()), dl) && same_bits(to_host(d_loss, N), loss),

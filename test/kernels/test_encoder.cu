@@ -45,7 +45,8 @@ static void test_encoder(int B, int T, int C, int V) {
     std::vector<double> ref((size_t)BT * C);
     for (int p = 0; p < BT; p++)
         for (int c = 0; c < C; c++)
-            ref[(size_t)p * C + c] = (double)to_float(wte[(size_t)inp[p] * C + c]) + to_float(wpe[(size_t)(p % T) * C + c]);
+            ref[(size_t)p * C + c] = (double)to_float(wte[(size_t)inp[p] * C + c]) +
+                                     to_float(wpe[(size_t)(p % T) * C + c]);
     const double e_fwd = norm_err(out, ref);
     CHECK(e_fwd <= TOL_X, "encoder_forward B=%d T=%d C=%d (norm err %.2e <= %.1e)", B, T, C, e_fwd, TOL_X);
 
@@ -66,8 +67,10 @@ static void test_encoder(int B, int T, int C, int V) {
         }
     }
     for (int p = 0; p < BT; p++) layout_ok &= seen[p] == 1;
-    CHECK(layout_ok, "encoder plan B=%d T=%d: %d distinct tokens (want %d), groups sorted, each position once", B, T, D, D_want);
-    CHECK(plan_equals_sorted(plan, inp, B, T, D), "encoder plan B=%d T=%d: entry for entry the plan of a stable sort", B, T);
+    CHECK(layout_ok, "encoder plan B=%d T=%d: %d distinct tokens (want %d), groups sorted, each position once", B, T, D,
+          D_want);
+    CHECK(plan_equals_sorted(plan, inp, B, T, D), "encoder plan B=%d T=%d: entry for entry the plan of a stable sort",
+          B, T);
     std::vector<int> bad_inp = inp;
     bad_inp[BT / 2] = -1;
     CHECK(encoder_backward_plan(plan.data(), bad_inp.data(), B, T) == -1, "encoder plan rejects a negative token id");
@@ -110,9 +113,11 @@ static void test_encoder(int B, int T, int C, int V) {
     encoder_forward(d_out, d_inp, d_pos, d_wte, d_wpe, B, T, C, g_stream);
     for (int p = 0; p < BT; p++)
         for (int c = 0; c < C; c++)
-            ref[(size_t)p * C + c] = (double)to_float(wte[(size_t)inp[p] * C + c]) + to_float(wpe[(size_t)pos[p] * C + c]);
+            ref[(size_t)p * C + c] = (double)to_float(wte[(size_t)inp[p] * C + c]) +
+                                     to_float(wpe[(size_t)pos[p] * C + c]);
     const double e_pos = norm_err(dbl(to_host(d_out, (size_t)BT * C)), ref);
-    CHECK(e_pos <= TOL_X, "encoder_forward with position ids B=%d T=%d C=%d (norm err %.2e <= %.1e)", B, T, C, e_pos, TOL_X);
+    CHECK(e_pos <= TOL_X, "encoder_forward with position ids B=%d T=%d C=%d (norm err %.2e <= %.1e)", B, T, C, e_pos,
+          TOL_X);
     std::vector<int> pos_plan(encoder_backward_plan_ints(B, T));
     const int P = encoder_backward_plan(pos_plan.data(), pos.data(), B, T);
     int* d_pos_plan = d.up(pos_plan);

@@ -21,8 +21,8 @@ static void ln_row_ref(const double* x, const double* w, const double* b, int C,
 // Reference backward of one row (derivation in llmc/layernorm.cuh, re-derived here):
 // y = xhat w + b, xhat = (x - mu) rs. With g = dy w, d xhat_j / d x_i = rs (delta_ij - 1/C - xhat_i xhat_j / C), so
 // dx_i = sum_j g_j d xhat_j / d x_i = rs (g_i - mean(g) - xhat_i mean(g xhat)).
-static void ln_row_bwd_ref(const double* x, const double* w, const double* dy, double mu, double rs, int C,
-                           double* dx, double* dw, double* db) {
+static void ln_row_bwd_ref(const double* x, const double* w, const double* dy, double mu, double rs, int C, double* dx,
+                           double* dw, double* db) {
     double mg = 0, mgx = 0;
     for (int c = 0; c < C; c++) {
         const double xh = (x[c] - mu) * rs;
@@ -70,7 +70,8 @@ static void test_layernorm_reference_gradient() {
 }
 
 // A mean's error in units of its row's standard deviation: max_r |mean_r - ref_r| * rstd_r.
-static double mean_err(const std::vector<float>& mean, const std::vector<double>& ref, const std::vector<double>& rstd) {
+static double mean_err(const std::vector<float>& mean, const std::vector<double>& ref,
+                       const std::vector<double>& rstd) {
     double worst = 0;
     for (size_t r = 0; r < ref.size(); r++) {
         const double d = std::fabs(mean[r] - ref[r]) * rstd[r];
@@ -98,26 +99,32 @@ static void test_layernorm(int N, int C) {
     const auto mean = to_host(d_mean, N), rstd = to_host(d_rstd, N);
     const auto x = dbl(inp), wd = dbl(w), bd = dbl(b);
     std::vector<double> yref(NC), mref(N), rref(N);
-    for (int r = 0; r < N; r++) ln_row_ref(&x[(size_t)r * C], wd.data(), bd.data(), C, &yref[(size_t)r * C], &mref[r], &rref[r]);
-    const double e_out = norm_err(out, yref), e_m = mean_err(mean, mref, rref), e_r = max_rel_diff(rstd.data(), rref.data(), N);
+    for (int r = 0; r < N; r++)
+        ln_row_ref(&x[(size_t)r * C], wd.data(), bd.data(), C, &yref[(size_t)r * C], &mref[r], &rref[r]);
+    const double e_out = norm_err(out, yref), e_m = mean_err(mean, mref, rref),
+                 e_r = max_rel_diff(rstd.data(), rref.data(), N);
     CHECK(e_out <= TOL_X, "layernorm_forward N=%d C=%d out (norm err %.2e <= %.1e)", N, C, e_out, TOL_X);
-    CHECK(e_m <= TOL_F32 && e_r <= TOL_F32, "layernorm_forward N=%d C=%d mean (err in row stds %.2e), rstd (rel err %.2e) <= %.0e",
-          N, C, e_m, e_r, TOL_F32);
+    CHECK(e_m <= TOL_F32 && e_r <= TOL_F32,
+          "layernorm_forward N=%d C=%d mean (err in row stds %.2e), rstd (rel err %.2e) <= %.0e", N, C, e_m, e_r,
+          TOL_F32);
 
     // fused residual: the residual is exactly the rounded sum; the norm is of that rounded residual
     fused_residual_layernorm_forward(d_res, d_out, d_mean, d_rstd, d_inp, d_inp2, d_w, d_b, N, C, g_stream);
     const auto res = to_host(d_res, NC);
     std::vector<floatX> res_want(NC);
     for (size_t i = 0; i < NC; i++) res_want[i] = from_float<floatX>(to_float(inp[i]) + to_float(inp2[i]));
-    CHECK(same_bits(res, res_want), "fused_residual_layernorm_forward N=%d C=%d residual = round(inp1 + inp2), bitwise", N, C);
+    CHECK(same_bits(res, res_want), "fused_residual_layernorm_forward N=%d C=%d residual = round(inp1 + inp2), bitwise",
+          N, C);
     const auto fout = dbl(to_host(d_out, NC));
     const auto fmean = to_host(d_mean, N), frstd = to_host(d_rstd, N);
     const auto xr = dbl(res_want);
-    for (int r = 0; r < N; r++) ln_row_ref(&xr[(size_t)r * C], wd.data(), bd.data(), C, &yref[(size_t)r * C], &mref[r], &rref[r]);
+    for (int r = 0; r < N; r++)
+        ln_row_ref(&xr[(size_t)r * C], wd.data(), bd.data(), C, &yref[(size_t)r * C], &mref[r], &rref[r]);
     const double f_out = norm_err(fout, yref), f_m = mean_err(fmean, mref, rref),
                  f_r = max_rel_diff(frstd.data(), rref.data(), N);
     CHECK(f_out <= TOL_X && f_m <= TOL_F32 && f_r <= TOL_F32,
-          "fused_residual_layernorm_forward N=%d C=%d out, mean, rstd of the rounded residual (%.2e, %.2e, %.2e)", N, C, f_out, f_m, f_r);
+          "fused_residual_layernorm_forward N=%d C=%d out, mean, rstd of the rounded residual (%.2e, %.2e, %.2e)", N, C,
+          f_out, f_m, f_r);
 
     // backward, from the plain forward's saved mean/rstd, into pre-filled gradients
     layernorm_forward(d_out, d_mean, d_rstd, d_inp, d_w, d_b, N, C, g_stream);
@@ -134,8 +141,8 @@ static void test_layernorm(int N, int C) {
                        rdw.data(), rdb.data());
     const double e_dx = norm_err(dbl(dinp), rdx), e_dw = norm_err(dbl(dw), rdw), e_db = norm_err(dbl(db), rdb);
     CHECK(e_dx <= TOL_X, "layernorm_backward N=%d C=%d dinp += (norm err %.2e <= %.1e)", N, C, e_dx, TOL_X);
-    CHECK(e_dw <= TOL_F32 && e_db <= TOL_F32, "layernorm_backward N=%d C=%d dweight +=, dbias += (norm err %.2e, %.2e <= %.0e)",
-          N, C, e_dw, e_db, TOL_F32);
+    CHECK(e_dw <= TOL_F32 && e_db <= TOL_F32,
+          "layernorm_backward N=%d C=%d dweight +=, dbias += (norm err %.2e, %.2e <= %.0e)", N, C, e_dw, e_db, TOL_F32);
     d.put(d_dinp, dinp0);
     d.put(d_dw, dw0);
     d.put(d_db, db0);

@@ -181,11 +181,13 @@ static void check_gelu_shape(int N, int IC, int OC, bool fuse, std::mt19937& rng
         }
     const char* how = fuse ? "cuBLASLt epilogues" : "kernels";
     const double e_pre = scaled_err(pre_dev, pre), e_out = scaled_err(out_dev, out);
-    const double e_dpre = scaled_err(to_host(d_dpre, dpre.size()), dpre), e_dw2 = scaled_err(to_host(d_dw2, dw2.size()), dw2);
+    const double e_dpre = scaled_err(to_host(d_dpre, dpre.size()), dpre),
+                 e_dw2 = scaled_err(to_host(d_dw2, dw2.size()), dw2);
     CHECK(e_pre <= TOL, "Linear + GELU (%s) N=%d IC=%d OC=%d: pre-GELU err %.2e", how, N, IC, OC, e_pre);
     CHECK(e_out <= TOL, "Linear + GELU (%s) N=%d IC=%d OC=%d: gelu(pre) err %.2e", how, N, IC, OC, e_out);
     CHECK(e_dpre <= TOL, "backward through GELU (%s) N=%d OC=%d: (dout @ w) * gelu'(pre) err %.2e", how, N, OC, e_dpre);
-    CHECK(e_dw2 <= 1e-5, "backward through GELU (%s) N=%d OC=%d: weight gradient from gelu(pre) err %.2e", how, N, OC, e_dw2);
+    CHECK(e_dw2 <= 1e-5, "backward through GELU (%s) N=%d OC=%d: weight gradient from gelu(pre) err %.2e", how, N, OC,
+          e_dw2);
     for (void* p : {(void*)d_inp, (void*)d_w, (void*)d_b, (void*)d_w2, (void*)d_dout2, (void*)d_pre, (void*)d_out,
                     (void*)d_dpre, (void*)d_dw2, (void*)d_db2, (void*)scratch})
         CUDA_OK(cudaFree(p));
@@ -216,8 +218,8 @@ static void check_epilogues_taken() {
 #ifdef CPUCUDA
     CHECK(gelu_aux_bias && dgelu && bgradb, "the CPU runtime's cuBLASLt takes GELU_AUX_BIAS, DGELU and BGRADB");
 #else
-    printf("INFO cuBLASLt epilogues taken: GELU_AUX_BIAS %s, DGELU %s, BGRADB (fp32 D) %s\n", gelu_aux_bias ? "yes" : "no",
-           dgelu ? "yes" : "no", bgradb ? "yes" : "no");
+    printf("INFO cuBLASLt epilogues taken: GELU_AUX_BIAS %s, DGELU %s, BGRADB (fp32 D) %s\n",
+           gelu_aux_bias ? "yes" : "no", dgelu ? "yes" : "no", bgradb ? "yes" : "no");
 #endif
     for (void* p : {(void*)a, (void*)b, (void*)aux, (void*)out, (void*)d, (void*)bias_grad}) CUDA_OK(cudaFree(p));
 }

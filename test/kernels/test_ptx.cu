@@ -143,7 +143,8 @@ static void test_mma_layout() {
             for (int k = 0; k < 16; k++) s += (double)__bfloat162float(A[m * 16 + k]) * __bfloat162float(B[k * 8 + n]);
             wrong += D[m * 8 + n] != (float)s;
         }
-    CHECK(wrong == 0, "mma.m16n8k16 bf16: D = A B + C exactly, fragments by the PTX ISA layout (%d of 128 wrong)", wrong);
+    CHECK(wrong == 0, "mma.m16n8k16 bf16: D = A B + C exactly, fragments by the PTX ISA layout (%d of 128 wrong)",
+          wrong);
 
     // One nonzero A element at a time: D's column block must light up exactly where the layout says.
     int misplaced = 0;
@@ -165,7 +166,10 @@ static void test_mma_layout() {
 
     // Random bf16 values: the fp32 sum within rounding of the exact one.
     uint64_t s = 12345;
-    auto rnd = [&] { s = s * 6364136223846793005ull + 1442695040888963407ull; return (float)((s >> 40) / 8388608.0 - 1.0); };
+    auto rnd = [&] {
+        s = s * 6364136223846793005ull + 1442695040888963407ull;
+        return (float)((s >> 40) / 8388608.0 - 1.0);
+    };
     for (auto& x : A) x = bf(rnd());
     for (auto& x : B) x = bf(rnd());
     for (auto& x : C) x = rnd();
@@ -186,7 +190,10 @@ static void test_mma_layout() {
             worst = std::fmax(worst, std::fabs(D[m * 8 + n] - ref) / mag);
         }
     CHECK(worst < 1e-6, "mma with random bf16 inputs: fp32 accumulation error %.2e of sum |terms| (< 1e-6)", worst);
-    cudaFree(dA); cudaFree(dB); cudaFree(dC); cudaFree(dD);
+    cudaFree(dA);
+    cudaFree(dB);
+    cudaFree(dC);
+    cudaFree(dD);
 }
 
 template <int N, bool TRANS>
@@ -240,7 +247,9 @@ static void test_ldmatrix() {
         }
     CHECK(wrong == 0, "ldmatrix.x4 (A, row-major) + ldmatrix.x2.trans (B, k x n row-major) feed mma exactly (%d wrong)",
           wrong);
-    cudaFree(dA); cudaFree(dB); cudaFree(dD);
+    cudaFree(dA);
+    cudaFree(dB);
+    cudaFree(dD);
 }
 
 static bool is_poison(float x) {
@@ -284,7 +293,10 @@ static void test_cp_async() {
           stale);
     cudaFree(d_out);
 #endif
-    cudaFree(d_src); cudaFree(d1); cudaFree(d2); cudaFree(de);
+    cudaFree(d_src);
+    cudaFree(d1);
+    cudaFree(d2);
+    cudaFree(de);
 }
 
 // ex2.approx.ftz.f32 of each input.
@@ -298,8 +310,8 @@ __global__ void ex2_kernel(float* out, const float* in, int n) {
 // reads as 0 (2^0 = 1).
 static void test_ex2_ftz() {
     const float inf = INFINITY;
-    const std::vector<float> in = {0.0f, 1.0f, -1.0f, 10.0f, -126.0f, 0.5f, -127.0f, -149.5f, -inf, 1e-40f, -1e-40f,
-                                   128.0f, inf};
+    const std::vector<float> in = {0.0f,    1.0f, -1.0f,  10.0f,   -126.0f, 0.5f, -127.0f,
+                                   -149.5f, -inf, 1e-40f, -1e-40f, 128.0f,  inf};
     const std::vector<double> want = {1, 2, 0.5, 1024, std::ldexp(1.0, -126), std::sqrt(2.0), 0, 0, 0, 1, 1, inf, inf};
     float* d_in = to_device(in);
     float* d_out;
@@ -315,9 +327,11 @@ static void test_ex2_ftz() {
         if (!ok) fprintf(stderr, "  ex2.approx.ftz(%g) = %g, want %g\n", in[i], out[i], want[i]);
         wrong += !ok;
     }
-    CHECK(wrong == 0, "ex2.approx.ftz.f32: 2^x within 2 ulp, subnormal inputs and results flushed to +0 (%d of %zu wrong)",
-          wrong, in.size());
-    cudaFree(d_in); cudaFree(d_out);
+    CHECK(wrong == 0,
+          "ex2.approx.ftz.f32: 2^x within 2 ulp, subnormal inputs and results flushed to +0 (%d of %zu wrong)", wrong,
+          in.size());
+    cudaFree(d_in);
+    cudaFree(d_out);
 }
 
 #ifdef CPUCUDA

@@ -115,7 +115,8 @@ static void test_rmsnorm(int N, int C) {
     const auto res = to_host(d_res, NC);
     std::vector<floatX> res_want(NC);
     for (size_t i = 0; i < NC; i++) res_want[i] = from_float<floatX>(to_float(inp[i]) + to_float(inp2[i]));
-    CHECK(same_bits(res, res_want), "fused_residual_rmsnorm_forward N=%d C=%d residual = round(inp1 + inp2), bitwise", N, C);
+    CHECK(same_bits(res, res_want), "fused_residual_rmsnorm_forward N=%d C=%d residual = round(inp1 + inp2), bitwise",
+          N, C);
     const auto fout = dbl(to_host(d_out, NC));
     const auto frstd = to_host(d_rstd, N);
     const auto xr = dbl(res_want);
@@ -144,8 +145,8 @@ static void test_rmsnorm(int N, int C) {
     CHECK(e_dw <= TOL_F32, "rmsnorm_backward N=%d C=%d dweight += (norm err %.2e <= %.0e)", N, C, e_dw, TOL_F32);
     const double e_dx_planted = norm_err(dbl(dinp), wdx);
     CHECK(e_dx_planted > TOL_X,
-          "rmsnorm_backward N=%d C=%d: the bound rejects dinp with rstd taken as a constant (norm err %.2e > %.1e)", N, C,
-          e_dx_planted, TOL_X);
+          "rmsnorm_backward N=%d C=%d: the bound rejects dinp with rstd taken as a constant (norm err %.2e > %.1e)", N,
+          C, e_dx_planted, TOL_X);
     d.put(d_dinp, dinp0);
     d.put(d_dw, dw0);
     rmsnorm_backward(d_dinp, d_dw, d_scratch, d_dout, d_inp, d_w, d_rstd, N, C, g_stream);

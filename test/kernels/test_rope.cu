@@ -48,7 +48,8 @@ static void test_rope_frequencies() {
         divided += std::fabs(f[i] - fi / 8) <= 1e-15 * fi;
         smoothed += f[i] < fi && f[i] > fi / 8;
     }
-    CHECK(worst < 1e-14, "rope_frequencies HS=128 theta=5e5: Llama 3.1's rule, and factor 1 unscaled (rel err %.1e)", worst);
+    CHECK(worst < 1e-14, "rope_frequencies HS=128 theta=5e5: Llama 3.1's rule, and factor 1 unscaled (rel err %.1e)",
+          worst);
     // wavelengths 2 pi theta^(2i/128) pass 2048 at i = 64 ln(2048 / 2 pi) / ln(theta) = 28.2 and
     // 8192 at i = 35.0 (34.98)
     CHECK(kept == 29 && smoothed == 6 && divided == 29,
@@ -56,7 +57,11 @@ static void test_rope_frequencies() {
     bool threw = false;
     RopeScaling bad = s;
     bad.high_freq_factor = bad.low_freq_factor;
-    try { rope_frequencies(HS, theta, bad); } catch (const llmc::Error&) { threw = true; }
+    try {
+        rope_frequencies(HS, theta, bad);
+    } catch (const llmc::Error&) {
+        threw = true;
+    }
     CHECK(threw, "rope_frequencies: high_freq_factor == low_freq_factor (a division by zero) is refused");
 }
 
@@ -71,14 +76,15 @@ static void test_rope_table() {
             worst = std::max(worst, std::fabs(t[(size_t)p * HS + i] - std::cos(p * f[i])));
             worst = std::max(worst, std::fabs(t[(size_t)p * HS + HS / 2 + i] - std::sin(p * f[i])));
         }
-    CHECK(worst <= 6e-8, "rope_table maxT=9000 HS=64: cos and sin within fp32's rounding (max abs err %.1e <= 6e-8)", worst);
+    CHECK(worst <= 6e-8, "rope_table maxT=9000 HS=64: cos and sin within fp32's rounding (max abs err %.1e <= 6e-8)",
+          worst);
 }
 
 // Rotation of the first H heads of each token in double. pairing: the partner of
 // element i < HS/2 is i + HS/2 (Llama, transformers), or with interleaved = true
 // element 2i with 2i + 1 (the planted wrong one). sign = -1: the transpose.
-static std::vector<double> rope_ref(const std::vector<double>& x, const std::vector<int>& pos, int H, int HS, int stride,
-                                    const std::vector<double>& f, double sign, bool interleaved = false) {
+static std::vector<double> rope_ref(const std::vector<double>& x, const std::vector<int>& pos, int H, int HS,
+                                    int stride, const std::vector<double>& f, double sign, bool interleaved = false) {
     std::vector<double> y = x;
     for (size_t tok = 0; tok < pos.size(); tok++)
         for (int h = 0; h < H; h++)
@@ -126,7 +132,8 @@ static void test_rope(int B, int T, int NH, int NKV, int HS, bool docs, int pos_
     const auto y = to_host(d_x, n), dy = to_host(d_dx, n);
 
     const std::vector<double> f = rope_frequencies(HS, theta, s);
-    const auto yref = rope_ref(dbl(qkv), pos, H, HS, stride, f, 1), dref = rope_ref(dbl(dqkv), pos, H, HS, stride, f, -1);
+    const auto yref = rope_ref(dbl(qkv), pos, H, HS, stride, f, 1),
+               dref = rope_ref(dbl(dqkv), pos, H, HS, stride, f, -1);
     const double e_y = norm_err(dbl(y), yref), e_d = norm_err(dbl(dy), dref);
     CHECK(e_y <= TOL_X, "rope_forward B=%d T=%d NH=%d NKV=%d HS=%d%s (norm err %.2e <= %.1e)", B, T, NH, NKV, HS,
           docs ? " document positions" : "", e_y, TOL_X);
@@ -142,18 +149,21 @@ static void test_rope(int B, int T, int NH, int NKV, int HS, bool docs, int pos_
 
     // the bound can fail: the other pairing, and positions that ignore the document starts
     const double e_pair = norm_err(dbl(y), rope_ref(dbl(qkv), pos, H, HS, stride, f, 1, true));
-    CHECK(e_pair > TOL_X, "rope_forward HS=%d: the bound rejects the interleaved (2i, 2i+1) pairing (norm err %.2e > %.1e)",
-          HS, e_pair, TOL_X);
+    CHECK(e_pair > TOL_X,
+          "rope_forward HS=%d: the bound rejects the interleaved (2i, 2i+1) pairing (norm err %.2e > %.1e)", HS, e_pair,
+          TOL_X);
     if (pos_offset) {
         const std::vector<double> unscaled = rope_frequencies(HS, theta, RopeScaling());
         const double e_scale = norm_err(dbl(y), rope_ref(dbl(qkv), pos, H, HS, stride, unscaled, 1));
-        CHECK(e_scale > TOL_X, "rope_forward: the bound rejects unscaled frequencies at positions near %d (norm err %.2e > %.1e)",
+        CHECK(e_scale > TOL_X,
+              "rope_forward: the bound rejects unscaled frequencies at positions near %d (norm err %.2e > %.1e)",
               pos_offset, e_scale, TOL_X);
     }
     if (docs) {
         const double e_pos = norm_err(dbl(y), rope_ref(dbl(qkv), plain, H, HS, stride, f, 1));
-        CHECK(e_pos > TOL_X, "rope_forward: the bound rejects positions t instead of the document's (norm err %.2e > %.1e)",
-              e_pos, TOL_X);
+        CHECK(e_pos > TOL_X,
+              "rope_forward: the bound rejects positions t instead of the document's (norm err %.2e > %.1e)", e_pos,
+              TOL_X);
     }
 }
 
@@ -171,8 +181,8 @@ static void test_rope_reference_adjoint() {
         lhs += dy[k] * rx[k];
         rhs += rdy[k] * x[k];
     }
-    CHECK(std::fabs(lhs - rhs) < 1e-12, "rope reference backward is the forward's transpose (|<dy,Rx> - <R'dy,x>| = %.1e)",
-          std::fabs(lhs - rhs));
+    CHECK(std::fabs(lhs - rhs) < 1e-12,
+          "rope reference backward is the forward's transpose (|<dy,Rx> - <R'dy,x>| = %.1e)", std::fabs(lhs - rhs));
 }
 
 // A position outside the table gives NaN outputs, not a read out of bounds.

@@ -47,7 +47,8 @@ static void test_swiglu(size_t rows, int F) {
     const size_t n = rows * F;
     auto inp = randx(2 * n, -6, 6);
     const float special[] = {0.0f, -0.0f, 1.0f, -1.0f, 30.0f, -30.0f, 1e-3f, -90.0f};
-    for (size_t k = 0; k < sizeof special / sizeof special[0] && k < (size_t)F; k++) inp[k] = from_float<floatX>(special[k]);
+    for (size_t k = 0; k < sizeof special / sizeof special[0] && k < (size_t)F; k++)
+        inp[k] = from_float<floatX>(special[k]);
     const auto dout = randx(n, -1, 1);
     Dev d;
     floatX *d_inp = d.up(inp), *d_dout = d.up(dout), *d_out = d.alloc<floatX>(n), *d_dinp = d.alloc<floatX>(2 * n);
@@ -71,13 +72,14 @@ static void test_swiglu(size_t rows, int F) {
     CHECK(eg <= TOL_X && eu <= TOL_X, "swiglu_backward rows=%zu F=%d dgate, dup (norm err %.2e, %.2e <= %.1e)", rows, F,
           eg, eu, TOL_X);
     const double wf = norm_err(dbl(out), wout), wb = norm_err(dbl(dinp), wdx);
-    CHECK(wf > TOL_X && wb > TOL_X, "swiglu rows=%zu F=%d: the bound rejects gate and up swapped (norm err %.2e, %.2e > %.1e)",
-          rows, F, wf, wb, TOL_X);
+    CHECK(wf > TOL_X && wb > TOL_X,
+          "swiglu rows=%zu F=%d: the bound rejects gate and up swapped (norm err %.2e, %.2e > %.1e)", rows, F, wf, wb,
+          TOL_X);
 
     // in place: the gradient overwrites the activation it is computed from
     swiglu_backward(d_inp, d_dout, d_inp, rows, F, g_stream);
-    CHECK(same_bits(to_host(d_inp, 2 * n), dinp), "swiglu_backward rows=%zu F=%d in place (dinp = inp): bitwise as out of place",
-          rows, F);
+    CHECK(same_bits(to_host(d_inp, 2 * n), dinp),
+          "swiglu_backward rows=%zu F=%d in place (dinp = inp): bitwise as out of place", rows, F);
 }
 
 int main() {

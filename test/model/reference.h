@@ -17,17 +17,28 @@ static std::string ref_path(const char* name) {
 struct Reader {
     FILE* f;
     explicit Reader(const std::string& path) : f(fopen(path.c_str(), "rb")) {
-        if (!f) { printf("FAIL cannot open %s\n", path.c_str()); exit(1); }
+        if (!f) {
+            printf("FAIL cannot open %s\n", path.c_str());
+            exit(1);
+        }
     }
     ~Reader() { fclose(f); }
     template <class T> std::vector<T> read(size_t n) {
         std::vector<T> v(n);
-        if (fread(v.data(), sizeof(T), n, f) != n) { printf("FAIL short reference file\n"); exit(1); }
+        if (fread(v.data(), sizeof(T), n, f) != n) {
+            printf("FAIL short reference file\n");
+            exit(1);
+        }
         return v;
     }
 };
 
-struct DebugRef { int B, T; std::vector<int> x, y; std::vector<float> logits, grads; float loss; };
+struct DebugRef {
+    int B, T;
+    std::vector<int> x, y;
+    std::vector<float> logits, grads;
+    float loss;
+};
 static DebugRef read_debug(const std::string& path, int V, size_t num_parameters) {
     Reader r(path);
     auto header = r.read<int>(256);
@@ -53,10 +64,19 @@ static TrainRef read_train(const char* name, size_t num_params) {
     Reader r(ref_path(name));
     auto h = r.read<int>(256);
     TrainRef t;
-    t.B = h[2]; t.T = h[3]; t.A = h[4]; t.K = h[5]; t.warmup = h[6];
+    t.B = h[2];
+    t.T = h[3];
+    t.A = h[4];
+    t.K = h[5];
+    t.warmup = h[6];
     float* hf = (float*)h.data();
-    t.lr = hf[16]; t.beta1 = hf[17]; t.beta2 = hf[18]; t.eps = hf[19];
-    t.weight_decay = hf[20]; t.grad_clip = hf[21]; t.final_fraction = hf[22];
+    t.lr = hf[16];
+    t.beta1 = hf[17];
+    t.beta2 = hf[18];
+    t.eps = hf[19];
+    t.weight_decay = hf[20];
+    t.grad_clip = hf[21];
+    t.final_fraction = hf[22];
     const size_t n = (size_t)t.K * t.A * t.B * t.T;
     t.x = r.read<int>(n);
     t.y = r.read<int>(n);

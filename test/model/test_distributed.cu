@@ -23,9 +23,16 @@
 #ifdef CPUCUDA
 #include "cpucuda_nccl.h"
 #else  // a GPU build runs N = 1 only (one GPU lent): no collectives to count
-struct CpuCudaNcclCounters { uint64_t calls[5], bytes[5]; };
-enum { CPUCUDA_NCCL_ALLREDUCE, CPUCUDA_NCCL_REDUCESCATTER, CPUCUDA_NCCL_ALLGATHER, CPUCUDA_NCCL_BROADCAST,
-       CPUCUDA_NCCL_REDUCE };
+struct CpuCudaNcclCounters {
+    uint64_t calls[5], bytes[5];
+};
+enum {
+    CPUCUDA_NCCL_ALLREDUCE,
+    CPUCUDA_NCCL_REDUCESCATTER,
+    CPUCUDA_NCCL_ALLGATHER,
+    CPUCUDA_NCCL_BROADCAST,
+    CPUCUDA_NCCL_REDUCE
+};
 static void cpucuda_nccl_reset_counters(ncclComm_t) {}
 static void cpucuda_nccl_get_counters(ncclComm_t, CpuCudaNcclCounters* c) { memset(c, 0, sizeof *c); }
 #endif
@@ -177,7 +184,8 @@ static Result train(const Split& split, const Distributed* dist) {
             CHECK(ar == 4 * n + loss_bytes && rs == 0 && ag == 0 && c.calls[CPUCUDA_NCCL_BROADCAST] == 0 &&
                       c.calls[CPUCUDA_NCCL_REDUCE] == 0 && same_every_step,
                   "%s: per step one all-reduce of the fp32 gradients (%zu bytes) and the loss; gradient bytes "
-                  "reduced / gradient bytes = %.2f; the same every step", split.name().c_str(), 4 * n, ratio);
+                  "reduced / gradient bytes = %.2f; the same every step",
+                  split.name().c_str(), 4 * n, ratio);
         else
             CHECK(rs == 4 * scattered && ar == 4 * tails + loss_bytes + norm_bytes &&
                       ag == sizeof(floatX) * scattered && same_every_step && fabs(ratio - 1.0) < 1e-12,
@@ -237,8 +245,9 @@ static void run_splits(const std::string& dir, const Distributed* dist) {
         const CpuCudaNcclCounters& c = r.counters[0].c;
         CHECK(r.counters[0] == it->second.second,
               "%s: the same collectives as %s (%llu all-reduce, %llu reduce-scatter, %llu all-gather calls per step): "
-              "independent of A, so none on micro-batches 0..A-2", split.name().c_str(), it->second.first.c_str(),
-              (unsigned long long)c.calls[CPUCUDA_NCCL_ALLREDUCE], (unsigned long long)c.calls[CPUCUDA_NCCL_REDUCESCATTER],
+              "independent of A, so none on micro-batches 0..A-2",
+              split.name().c_str(), it->second.first.c_str(), (unsigned long long)c.calls[CPUCUDA_NCCL_ALLREDUCE],
+              (unsigned long long)c.calls[CPUCUDA_NCCL_REDUCESCATTER],
               (unsigned long long)c.calls[CPUCUDA_NCCL_ALLGATHER]);
     }
 }
@@ -311,14 +320,15 @@ static void compare(const std::string& dir) {
         const Split big{split.global_sequences, split.global_sequences, 1, 1, 0};
         if (split.B == big.B && split.N == 1) continue;
         Result got, ref, zero0;
-        if (!read_result(dir + "/" + big.name() + ".bin", &ref) || !read_result(dir + "/" + split.name() + ".bin", &got)) {
+        if (!read_result(dir + "/" + big.name() + ".bin", &ref) ||
+            !read_result(dir + "/" + split.name() + ".bin", &got)) {
             CHECK(false, "%s: results of it and of %s in %s (run `mpirun -np %d test_distributed %s` first)",
                   split.name().c_str(), big.name().c_str(), dir.c_str(), split.N, dir.c_str());
             continue;
         }
         char what[160];
-        snprintf(what, sizeof what, "%s (B x N x A = %d x %d x %d, ZeRO-%d) vs one process, B = %d", split.name().c_str(),
-                 split.B, split.N, split.A, split.zero, big.B);
+        snprintf(what, sizeof what, "%s (B x N x A = %d x %d x %d, ZeRO-%d) vs one process, B = %d",
+                 split.name().c_str(), split.B, split.N, split.A, split.zero, big.B);
         compare_results(what, got, ref);
         if (split.zero == 1) {
             const Split same{split.global_sequences, split.B, split.N, split.A, 0};

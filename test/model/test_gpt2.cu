@@ -53,7 +53,8 @@ static const double TOL_KEY_BIAS_GRAD = 3e-4;  // absolute: 9.8e-5
 // neighbour), and every gradient downstream moves by up to a bf16 ulp.
 static const double TOL_SPLIT_GRAD = 5e-3;   // 2.0e-3 (B=2 and B=1 vs B=8), 1.9e-5 (B=4)
 static const double TOL_SPLIT_LOSS = 1e-4;   // 2.1e-5: stochastic rounding of slightly different weights
-static const double TOL_SPLIT_PARAMS = 5e-2; // 2.8e-2 (attprojw); zero-start vectors: their TOL_PARAMS (ln2b 2.4e-1 in the docs split)
+static const double TOL_SPLIT_PARAMS =
+    5e-2; // 2.8e-2 (attprojw); zero-start vectors: their TOL_PARAMS (ln2b 2.4e-1 in the docs split)
 // Final parameters after 5 steps vs PyTorch's fp32 run. Adam's first steps
 // are nearly lr * sign(g), so an entry whose gradient is within bf16 rounding
 // of 0 can step the other way; the vectors that start at 0 (biases), whose
@@ -61,8 +62,8 @@ static const double TOL_SPLIT_PARAMS = 5e-2; // 2.8e-2 (attprojw); zero-start ve
 // (measured: 1.5e-2 1.4e-2 1e-4 4.9e-2 2.1e-2 3e-1 3.8e-2 1.6e-2 1.4e-3 4e-2
 // 2.5e-2 3e-1 4.3e-2 1.4e-2 1.1e-4 7.5e-3; with -ge 2, whose GELU rounds
 // differently, ln2b is 2.9e-1 and qkvb 3.1e-2: which bias flips is chance):
-static const std::vector<double> TOL_PARAMS = {
-    3e-2, 3e-2, 1e-3, 1e-1, 5e-2, 6e-1, 8e-2, 4e-2, 3e-3, 6e-1, 5e-2, 6e-1, 8e-2, 3e-2, 1e-3, 2e-2};
+static const std::vector<double> TOL_PARAMS = {3e-2, 3e-2, 1e-3, 1e-1, 5e-2, 6e-1, 8e-2, 4e-2,
+                                               3e-3, 6e-1, 5e-2, 6e-1, 8e-2, 3e-2, 1e-3, 2e-2};
 static const double TOL_KEY_BIAS_PARAMS = 1e-2;  // rounding noise times Adam: up to lr per step
 #endif
 
@@ -71,7 +72,11 @@ static const double TOL_KEY_BIAS_PARAMS = 1e-2;  // rounding noise times Adam: u
 // shift of the scores), so only rounding noise is there, which Adam scales up
 // to steps of up to lr * noise / eps: it is left out of qkvb's error and
 // bounded on its own, in absolute terms (key_bias_abs).
-struct TensorErrors { double err[NUM_PARAMETER_TENSORS]; double key_bias_abs; double worst; };
+struct TensorErrors {
+    double err[NUM_PARAMETER_TENSORS];
+    double key_bias_abs;
+    double worst;
+};
 static TensorErrors tensor_errors(const GPT2& model, const std::vector<float>& got, const std::vector<float>& ref) {
     TensorErrors e{{0}, 0, 0};
     const int C = model.config.channels;
@@ -127,7 +132,8 @@ static void test_init_and_checkpoints() {
     auto c = read_device(from_bf16.master_weights, n);
     size_t mismatches = 0;
     for (size_t i = 0; i < n; i++) mismatches += c[i] != __bfloat162float(__float2bfloat16(a[i]));
-    CHECK(mismatches == 0, "version 5 (bf16) checkpoint loads the bf16 rounding of version 3 (%zu mismatches)", mismatches);
+    CHECK(mismatches == 0, "version 5 (bf16) checkpoint loads the bf16 rounding of version 3 (%zu mismatches)",
+          mismatches);
     // write, reload: identical master weights
     const std::string tmp_path = scratch_path("test_gpt2_checkpoint");
     const char* tmp = tmp_path.c_str();
@@ -138,7 +144,8 @@ static void test_init_and_checkpoints() {
     } catch (const llmc::Error& e) {
         error = e.what();
     }
-    CHECK(error.empty() && written.size() == 1 && written[0].name == tmp_path.substr(strlen("build/")) && written[0].bytes > 0,
+    CHECK(error.empty() && written.size() == 1 && written[0].name == tmp_path.substr(strlen("build/")) &&
+              written[0].bytes > 0,
           "model file written, one file %s", error.c_str());
     GPT2 reloaded;
     init_from_model_file(&reloaded, tmp);
@@ -185,7 +192,8 @@ static void test_debug_case(const char* label, GPT2& model, const std::string& p
     float loss;
     CUDA_OK(cudaMemcpy(&loss, &model.stats->loss_sum, sizeof(float), cudaMemcpyDeviceToHost));
     double e_loss = std::fabs(loss - ref.loss) / std::fabs(ref.loss);
-    CHECK(e_loss <= TOL_LOSS, "%s loss %.6f vs %.6f over %ld targets: rel err %.2e", label, loss, ref.loss, count, e_loss);
+    CHECK(e_loss <= TOL_LOSS, "%s loss %.6f vs %.6f over %ld targets: rel err %.2e", label, loss, ref.loss, count,
+          e_loss);
     auto grads = read_device(model.grads_memory, model.num_parameters);
     check_tensors((std::string(label) + " gradient").c_str(), model, grads, ref.grads,
                   std::vector<double>(NUM_PARAMETER_TENSORS, TOL_GRAD), TOL_KEY_BIAS_GRAD);
@@ -201,14 +209,18 @@ static void test_training(const char* label, const char* file, int gelu_fusion =
     GPT2 model = small_model(ref.B, ref.T, ref.A, docs);
     model.gelu_fusion = gelu_fusion;
     OptimizerSettings opt;
-    opt.beta1 = ref.beta1; opt.beta2 = ref.beta2; opt.eps = ref.eps;
-    opt.weight_decay = ref.weight_decay; opt.grad_clip = ref.grad_clip;
+    opt.beta1 = ref.beta1;
+    opt.beta2 = ref.beta2;
+    opt.eps = ref.eps;
+    opt.weight_decay = ref.weight_decay;
+    opt.grad_clip = ref.grad_clip;
     LRScheduler scheduler{LRSchedule::Cosine, ref.lr, ref.warmup, ref.K, ref.final_fraction};
     const size_t step_tokens = (size_t)ref.A * ref.B * ref.T;
     double worst_loss = 0, worst_norm = 0, worst_lr = 0;
     for (int k = 0; k < ref.K; k++) {
         const float lr = (float)scheduler.at(k);
-        StepResult r = train_step(&model, whole_batch(&model, &ref.x[k * step_tokens], &ref.y[k * step_tokens], ref.A), lr, opt);
+        StepResult r =
+            train_step(&model, whole_batch(&model, &ref.x[k * step_tokens], &ref.y[k * step_tokens], ref.A), lr, opt);
         worst_lr = std::fmax(worst_lr, std::fabs(lr - ref.lrs[k]) / ref.lrs[k]);
         worst_loss = std::fmax(worst_loss, std::fabs(r.loss - ref.losses[k]) / ref.losses[k]);
         worst_norm = std::fmax(worst_norm, std::fabs(r.grad_norm - ref.norms[k]) / ref.norms[k]);
@@ -238,7 +250,8 @@ static void test_split_invariance(const char* label, const char* file, bool docs
     const int sequences = ref.B * ref.A, T = ref.T, steps = ref.K;
     const size_t step_tokens = (size_t)sequences * T;
     OptimizerSettings opt;
-    opt.weight_decay = ref.weight_decay; opt.grad_clip = ref.grad_clip;
+    opt.weight_decay = ref.weight_decay;
+    opt.grad_clip = ref.grad_clip;
     LRScheduler scheduler{LRSchedule::Cosine, ref.lr, ref.warmup, steps, ref.final_fraction};
     std::vector<float> base_grads, base_params, base_losses;
     for (int B : {8, 4, 2, 1}) {
@@ -249,11 +262,15 @@ static void test_split_invariance(const char* label, const char* file, bool docs
         cudaCheck(cudaMemset(model.grads_memory, 0, model.num_parameters * sizeof(float)));
         std::vector<float> losses;
         for (int k = 0; k < steps; k++)
-            losses.push_back(train_step(&model, whole_batch(&model, &ref.x[k * step_tokens], &ref.y[k * step_tokens], A),
-                                        (float)scheduler.at(k), opt).loss);
+            losses.push_back(train_step(&model,
+                                        whole_batch(&model, &ref.x[k * step_tokens], &ref.y[k * step_tokens], A),
+                                        (float)scheduler.at(k), opt)
+                                 .loss);
         auto params = read_device(model.master_weights, model.num_parameters);
         if (B == 8) {
-            base_grads = grads; base_params = params; base_losses = losses;
+            base_grads = grads;
+            base_params = params;
+            base_losses = losses;
         } else {
             double e_grad = tensor_errors(model, grads, base_grads).worst;
             double e_loss = max_rel_diff(losses.data(), base_losses.data(), losses.size());
@@ -266,8 +283,10 @@ static void test_split_invariance(const char* label, const char* file, bool docs
                 const double ratio = e_p.err[k] / std::fmax(TOL_SPLIT_PARAMS, TOL_PARAMS[k]);
                 if (ratio > worst_ratio) worst_ratio = ratio, worst = k;
             }
-            CHECK(e_grad <= TOL_SPLIT_GRAD, "%s: (B=%d, A=%d) gradients equal (B=8, A=1): max rel diff %.2e", label, B, A, e_grad);
-            CHECK(e_loss <= TOL_SPLIT_LOSS, "%s: (B=%d, A=%d) %d-step losses equal: max rel diff %.2e", label, B, A, steps, e_loss);
+            CHECK(e_grad <= TOL_SPLIT_GRAD, "%s: (B=%d, A=%d) gradients equal (B=8, A=1): max rel diff %.2e", label, B,
+                  A, e_grad);
+            CHECK(e_loss <= TOL_SPLIT_LOSS, "%s: (B=%d, A=%d) %d-step losses equal: max rel diff %.2e", label, B, A,
+                  steps, e_loss);
             CHECK(worst_ratio <= 1, "%s: (B=%d, A=%d) parameters after %d steps equal: worst %s, err %.2e (bound %.0e)",
                   label, B, A, steps, PARAMETERS[worst].name, e_p.err[worst],
                   std::fmax(TOL_SPLIT_PARAMS, TOL_PARAMS[worst]));
@@ -331,7 +350,8 @@ int main(int argc, char** argv) {
         return test_summary("test_gpt2");
     }
     if (argc != 1) {
-        fprintf(stderr, "error: usage: %s [--debug-case MODEL DEBUG.bin LABEL | --same-weights MODEL MODEL]\n", argv[0]);
+        fprintf(stderr, "error: usage: %s [--debug-case MODEL DEBUG.bin LABEL | --same-weights MODEL MODEL]\n",
+                argv[0]);
         return 1;
     }
     test_init_and_checkpoints();
@@ -354,7 +374,7 @@ int main(int argc, char** argv) {
         test_debug_case("docs", model, ref_path("docs_debug.bin"), 0, true);
         free_model(&model);
     }
-    {   // a transformers folder read as it is (-e FOLDER), against transformers' own numbers
+    {  // a transformers folder read as it is (-e FOLDER), against transformers' own numbers
         GPT2 model;
         init_from_model_file(&model, ref_path("hf_tiny").c_str());
         test_debug_case("hf_tiny folder", model, ref_path("hf_tiny/debug.bin"));

@@ -97,8 +97,11 @@ static void test_training(const char* label, const std::string& descriptor, cons
     const TrainRef ref = read_train(file, model.num_parameters);
     allocate_activations(&model, ref.B, ref.T, ref.A);
     OptimizerSettings opt;
-    opt.beta1 = ref.beta1; opt.beta2 = ref.beta2; opt.eps = ref.eps;
-    opt.weight_decay = ref.weight_decay; opt.grad_clip = ref.grad_clip;
+    opt.beta1 = ref.beta1;
+    opt.beta2 = ref.beta2;
+    opt.eps = ref.eps;
+    opt.weight_decay = ref.weight_decay;
+    opt.grad_clip = ref.grad_clip;
     LRScheduler scheduler{LRSchedule::Cosine, ref.lr, ref.warmup, ref.K, ref.final_fraction};
     const size_t step_tokens = (size_t)ref.A * ref.B * ref.T;
     double worst_loss = 0, worst_norm = 0;
@@ -137,15 +140,18 @@ static void test_split_invariance(const char* label, const std::string& descript
         const size_t step_tokens = (size_t)ref.B * ref.A * ref.T;
         allocate_activations(&model, B, ref.T, A);
         OptimizerSettings opt;
-        opt.weight_decay = ref.weight_decay; opt.grad_clip = ref.grad_clip;
+        opt.weight_decay = ref.weight_decay;
+        opt.grad_clip = ref.grad_clip;
         LRScheduler scheduler{LRSchedule::Cosine, ref.lr, ref.warmup, ref.K, ref.final_fraction};
         accumulate_gradients(&model, whole_batch(&model, ref.x.data(), ref.y.data(), A));
         const std::vector<float> grads = read_device(model.grads_memory, model.num_parameters);
         cudaCheck(cudaMemset(model.grads_memory, 0, model.num_parameters * sizeof(float)));
         std::vector<float> losses;
         for (int k = 0; k < ref.K; k++)
-            losses.push_back(train_step(&model, whole_batch(&model, &ref.x[k * step_tokens], &ref.y[k * step_tokens], A),
-                                        (float)scheduler.at(k), opt).loss);
+            losses.push_back(train_step(&model,
+                                        whole_batch(&model, &ref.x[k * step_tokens], &ref.y[k * step_tokens], A),
+                                        (float)scheduler.at(k), opt)
+                                 .loss);
         const std::vector<float> params = read_device(model.master_weights, model.num_parameters);
         if (B == 8) {
             base_grads = grads, base_params = params, base_losses = losses;
@@ -199,7 +205,8 @@ static void test_model_folder_roundtrip(bool tied) {
               entries(path) == std::vector<std::string>({"config.json", "model.safetensors"}) &&
               access((path + ".tmp").c_str(), F_OK) != 0,
           "%s: exactly config.json and model.safetensors, named <folder>/<file> with their sizes as the DONE record "
-          "lists them, no .tmp left", path.c_str());
+          "lists them, no .tmp left",
+          path.c_str());
     init_from_model_file(&back, path.c_str());
     CHECK(back.config == model.config, "%s: the config read back from config.json is the model's", path.c_str());
     CHECK(device_weights(back) == device_weights(model), "%s: the weights read back are bitwise the model's",
@@ -217,7 +224,8 @@ static void test_model_folder_roundtrip(bool tied) {
               entries(victim) == std::vector<std::string>({"config.json"}) && again.size() == 2 &&
               again[1].xxh64 == written[1].xxh64 && access((path + ".tmp").c_str(), F_OK) != 0,
           "%s written again over a link: the link replaced by a folder of the same bytes, its target untouched, no "
-          ".tmp left", path.c_str());
+          ".tmp left",
+          path.c_str());
     const floatX inf = from_float<floatX>(INFINITY);
     CUDA_OK(cudaMemcpy(back.params_memory, &inf, sizeof(floatX), cudaMemcpyHostToDevice));
     const std::string bad = path + "_inf";
@@ -244,7 +252,8 @@ static void test_hf_folder(const char* sub) {
     Llama3 model;
     init_from_model_file(&model, dir.c_str());
     std::string text, why;
-    CHECK(read_regular_file(ref_path("llama3_hf_tiny/expected.json").c_str(), &text, 1 << 20, &why), "read expected.json");
+    CHECK(read_regular_file(ref_path("llama3_hf_tiny/expected.json").c_str(), &text, 1 << 20, &why),
+          "read expected.json");
     const nlohmann::json expected = nlohmann::json::parse(text)[sub];
     const std::vector<float> w = read_device(model.master_weights, model.num_parameters);
     int matched = 0, tensors = 0;
@@ -274,7 +283,8 @@ static void test_hf_folder(const char* sub) {
     const std::vector<int> targets(T, -1);
     evaluate_batch(&model, tokens.data(), targets.data());
     const std::vector<float> logits = unpadded_logits(model.acts.logits, T, V, Vp);
-    const double e = hf_logits.size() == logits.size() ? scaled_error(logits.data(), hf_logits.data(), logits.size()) : 1;
+    const double e = hf_logits.size() == logits.size() ? scaled_error(logits.data(), hf_logits.data(), logits.size())
+                                                       : 1;
     CHECK(e <= TOL_HF_LOGITS, "%s: logits (%d x %d) vs transformers' LlamaForCausalLM: err %.2e", sub, T, V, e);
 #endif
     free_model(&model);

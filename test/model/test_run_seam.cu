@@ -122,7 +122,8 @@ static void init_from_model_file(Bigram* m, const char* path) {
 }
 static std::vector<CheckpointFile> write_model_file(const Bigram* m, const std::string& path) {
     const BigramConfig& c = m->config;
-    return {write_model_weights(m, path, ModelFileHeader{0, c.max_seq_len, c.vocab_size, 0, 0, 0, c.padded_vocab_size})};
+    return {
+        write_model_weights(m, path, ModelFileHeader{0, c.max_seq_len, c.vocab_size, 0, 0, 0, c.padded_vocab_size})};
 }
 static std::vector<DeviceBuffer> activation_buffers(Bigram* m, int B, int T, int) {
     const size_t BT = (size_t)B * T;
@@ -228,7 +229,8 @@ int main() {
         same = same && !a.empty() && a == b;
     }
     CHECK(rc_first == 0 && rc_copy == 0 && rc_resumed == 0 && same,
-          "train<Bigram>: 10 steps, then -y 1 to 20, writes the model and state files of 20 straight steps byte for byte");
+          "train<Bigram>: 10 steps, then -y 1 to 20, writes the model and state files of 20 straight steps byte for "
+          "byte");
     if (g_tally.failed == 0 && system(("rm -rf " + root).c_str()) != 0) return 1;  // kept where a check failed
     return test_summary("test_run_seam");
 }

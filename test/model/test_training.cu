@@ -87,7 +87,8 @@ static void test_recompute() {
     // the same to bf16 rounding of the GELU output.
     const Run f0 = train_with_recompute(0, 2), f1 = train_with_recompute(1, 2);
     double worst_loss = 0;
-    for (int s = 0; s < 3; s++) worst_loss = std::fmax(worst_loss, std::fabs(f1.losses[s] - f0.losses[s]) / f0.losses[s]);
+    for (int s = 0; s < 3; s++)
+        worst_loss = std::fmax(worst_loss, std::fabs(f1.losses[s] - f0.losses[s]) / f0.losses[s]);
     CHECK(worst_loss <= 1e-4, "-ge 2: -r 1 gives the losses of -r 0 to %.1e (max rel diff %.2e)", 1e-4, worst_loss);
 }
 
@@ -109,8 +110,10 @@ static void test_memory_plan() {
         const size_t actual = cpucuda::memory_stats().peak - before;
         const size_t planned = memory_plan(&model, 8, 64, recompute).total;
         const double off = std::fabs((double)planned - (double)actual) / actual;
-        CHECK(off <= 0.02, "memory plan (-r %d) %.2f MiB vs the runtime's peak allocation over a step %.2f MiB: %.2f%% "
-              "apart (<= 2%%)", recompute, planned / 1048576.0, actual / 1048576.0, 100 * off);
+        CHECK(off <= 0.02,
+              "memory plan (-r %d) %.2f MiB vs the runtime's peak allocation over a step %.2f MiB: %.2f%% "
+              "apart (<= 2%%)",
+              recompute, planned / 1048576.0, actual / 1048576.0, 100 * off);
         free_model(&model);
         matmul_teardown();
     }
@@ -120,7 +123,12 @@ static void test_memory_plan() {
 // ---- schedules ---------------------------------------------------------------------
 static void test_schedules() {
     const double peak = 1e-3;
-    struct Case { LRSchedule s; int step; double expected; const char* what; };
+    struct Case {
+        LRSchedule s;
+        int step;
+        double expected;
+        const char* what;
+    };
     // warmup 10 steps, 110 steps, final fraction 0.1: decay over steps 10..110
     const Case cases[] = {
         {LRSchedule::Cosine, 0, 1e-4, "cosine: warmup step 0 = peak/10"},
@@ -146,8 +154,10 @@ static void test_schedules() {
         if (s > 0) monotone &= ramp.grad_accum_steps(s) >= ramp.grad_accum_steps(s - 1);
         whole &= ramp.tokens(s) == ramp.grad_accum_steps(s) * 2048L;
     }
-    CHECK(ramp.grad_accum_steps(0) == 2 && ramp.grad_accum_steps(5) == 9 && ramp.grad_accum_steps(10) == 16 && monotone && whole,
-          "batch ramp 4096 -> 32768 tokens over 10 steps: A = %s(2 at the start, 9 halfway, 16 from step 10)", as.c_str());
+    CHECK(ramp.grad_accum_steps(0) == 2 && ramp.grad_accum_steps(5) == 9 && ramp.grad_accum_steps(10) == 16 &&
+              monotone && whole,
+          "batch ramp 4096 -> 32768 tokens over 10 steps: A = %s(2 at the start, 9 halfway, 16 from step 10)",
+          as.c_str());
     CHECK(std::fabs(ramp.lr_factor(0) - std::sqrt(4096.0 / 32768)) < 1e-12 && ramp.lr_factor(12) == 1.0,
           "ramp lr scaling sqrt: %.4f at step 0, 1 at the end", ramp.lr_factor(0));
     const BatchRamp linear{4096, 10, 32768, 2048, RampLRScaling::Linear}, off{0, 0, 32768, 2048, RampLRScaling::None};
@@ -188,7 +198,8 @@ static void test_hellaswag_and_sampling() {
     }
     CHECK(scored[0] == 22 && accuracy[0] == accuracy[1] && scored[0] == scored[1],
           "HellaSwag on a tiny model: accuracy %.4f over %ld examples (1 too long for T): the same with 1 and with 3 "
-          "examples per batch", accuracy[0], scored[0]);
+          "examples per batch",
+          accuracy[0], scored[0]);
     CHECK(samples[0] == samples[1] && samples[0].size() == 20,
           "sampling: the same 20 tokens for the same seed, whatever the batch size");
     // greedy: each token is the argmax of the logits after the tokens before it
@@ -257,7 +268,8 @@ static void test_documents() {
     const double plain = diff(token_losses(&model, inputs, targets));
     CHECK(masked <= bound && plain > 10 * bound,
           "--doc-mask 1 --doc-positions 1: a %d-token document after another one has the losses it has at the start "
-          "of a sequence (max rel diff %.2e <= %.0e; %.2e without the mask)", len, masked, bound, plain);
+          "of a sequence (max rel diff %.2e <= %.0e; %.2e without the mask)",
+          len, masked, bound, plain);
     // one document per sequence (an EOT only at position 0): the mask changes nothing, bitwise
     std::vector<int> single(inputs);
     for (int b = 0; b < B; b++)
