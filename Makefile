@@ -58,6 +58,11 @@ FP32_TESTS := $(filter-out test_ptx,$(KERNEL_TESTS)) test_gpt2 test_llama3 test_
 # Programs that run as several ranks (NCCL across MPI processes) link Open MPI
 # and are compiled with MULTI_GPU; the rest run single-process.
 MPI_PROGRAMS := test_nccl test_distributed train_gpt train_llama3 lesson
+# The model tests run one head size (their models have HS 16): every build of them compiles
+# the attention kernels for it alone (llmc/attention.cuh's ATTENTION_HEAD_SIZES); the other
+# programs compile all 8.
+HEAD_SIZE_16_PROGRAMS := test_gpt2 test_llama3 test_training test_distributed
+head_sizes = $(if $(filter $(1),$(HEAD_SIZE_16_PROGRAMS)),-DATTENTION_HEAD_SIZES=16)
 CPU_TESTS  := $(addprefix build/cpu/,$(TEST_NAMES))
 ASAN_TESTS := $(addprefix build/cpu-asan/,$(TEST_NAMES))
 # Host C++ programs (data tools and their tests; rules below), defined here
@@ -106,7 +111,7 @@ define cpu_variant
 # (default $(CPU_INC))
 $(1)/%.ii: %.cu $(RT_HDRS) $(RT_DIR)/cudapp.py | check-cuda-headers
 	@mkdir -p $$(@D)
-	$(CXX) -std=c++17 -E -x c++ $(or $(5),$(CPU_INC)) -I$(MPI_INC) -DCPUCUDA $(3) $$(if $$(filter $$*,$(MPI_PROGRAMS)),-DMULTI_GPU) \
+	$(CXX) -std=c++17 -E -x c++ $(or $(5),$(CPU_INC)) -I$(MPI_INC) -DCPUCUDA $(3) $$(if $$(filter $$*,$(MPI_PROGRAMS)),-DMULTI_GPU) $$(call head_sizes,$$*) \
 	  -MMD -MP -MF $$@.d -MT $$@ $$< -o $$@.pp
 	$(PYTHON) $(RT_DIR)/cudapp.py $$@.pp $$@.tmp && mv $$@.tmp $$@ && rm -f $$@.pp
 $(1)/%.o: $(1)/%.ii
@@ -185,7 +190,7 @@ GPU_NAMES  := $(basename $(notdir $(GPU_SRCS)))
 # build/gpu/sm_90/X: X built for GPU_ARCH, to run on a GPU (test/gpu_check.sh).
 build/gpu/sm_$(GPU_ARCH)/%: %.cu
 	@mkdir -p $(@D)
-	$(NVCC) $(NVCC_FLAGS) -arch=sm_$(GPU_ARCH) $< -o $@ $(NVCC_LIBS)
+	$(NVCC) $(call head_sizes,$*) $(NVCC_FLAGS) -arch=sm_$(GPU_ARCH) $< -o $@ $(NVCC_LIBS)
 # build/gpu/check/X: X built for sm_90 and sm_80 (compile check, run by make test:
 # the trainers, so that every kernel they run is compiled for both).
 # These builds are compiled, never run: their host code is left unoptimised (nvcc's -O3
@@ -194,7 +199,7 @@ build/gpu/sm_$(GPU_ARCH)/%: %.cu
 NVCC_CHECK_FLAGS := $(filter-out -O3,$(NVCC_FLAGS))
 build/gpu/check/%: %.cu
 	@mkdir -p $(@D)
-	$(NVCC) $(NVCC_CHECK_FLAGS) -gencode arch=compute_90,code=sm_90 -gencode arch=compute_80,code=sm_80 -Xptxas -v \
+	$(NVCC) $(call head_sizes,$*) $(NVCC_CHECK_FLAGS) -gencode arch=compute_90,code=sm_90 -gencode arch=compute_80,code=sm_80 -Xptxas -v \
 	  $< -o $@ $(NVCC_LIBS) >$@.ptxas 2>&1; rc=$$?; grep -v -e '^ptxas info' -e '^    [0-9]* bytes stack' $@.ptxas; \
 	  [ $$rc = 0 ] || { rm -f $@; exit 1; }
 # build/gpu/check90/X: X built for sm_90 (the kernel tests: each kernel at the shapes
@@ -202,7 +207,7 @@ build/gpu/check/%: %.cu
 # trainers' above, at half the compile time of a second device pass for every test).
 build/gpu/check90/%: %.cu
 	@mkdir -p $(@D)
-	$(NVCC) $(NVCC_CHECK_FLAGS) -gencode arch=compute_90,code=sm_90 $< -o $@ $(NVCC_LIBS)
+	$(NVCC) $(call head_sizes,$*) $(NVCC_CHECK_FLAGS) -gencode arch=compute_90,code=sm_90 $< -o $@ $(NVCC_LIBS)
 # NVCC_FRONT_END: a compile check of a program's own code, at a third of the cost:
 # nvcc's host compile and its device front end down to PTX (compute_90), with the
 # device optimiser and ptxas not run (-G -O0). For the programs whose kernels the
@@ -212,19 +217,23 @@ NVCC_FRONT_END := -O0 -G -gencode arch=compute_90,code=compute_90
 # benchmarks), front end only.
 build/gpu/front/%: %.cu
 	@mkdir -p $(@D)
-	$(NVCC) $(NVCC_CHECK_FLAGS) $(NVCC_FRONT_END) $< -o $@ $(NVCC_LIBS)
+	$(NVCC) $(call head_sizes,$*) $(NVCC_CHECK_FLAGS) $(NVCC_FRONT_END) $< -o $@ $(NVCC_LIBS)
 
 # build/gpu/single/train_gpt: the single-GPU trainer (no MPI, no NCCL), front end only.
 build/gpu/single/%: %.cu
 	@mkdir -p $(@D)
 	$(NVCC) -std=c++17 -I. $(NVCC_FRONT_END) $< -o $@ -lcublasLt
 
+# ATTENTION_HEAD_SIZES=64 (or 64,128): the GPU trainer's attention only for those head
+# sizes, in an eighth of the compile time per size left out (GPT-2's are all 64); with -B,
+# since make does not see a changed variable.
+ATTENTION_HS_FLAG := $(if $(ATTENTION_HEAD_SIZES),-DATTENTION_HEAD_SIZES=$(ATTENTION_HEAD_SIZES))
 train_gpt: train_gpt.cu $(LLMC_HDRS)
-	$(NVCC) $(NVCC_FLAGS) $(PRECISION_FLAGS) -arch=sm_$(GPU_ARCH) $< -o $@ $(NVCC_LIBS)
+	$(NVCC) $(NVCC_FLAGS) $(PRECISION_FLAGS) $(ATTENTION_HS_FLAG) -arch=sm_$(GPU_ARCH) $< -o $@ $(NVCC_LIBS)
 train_gpt_cpu: $(CPU_TRAINER)
 	cp $< $@
 train_llama3: train_llama3.cu $(LLMC_HDRS)
-	$(NVCC) $(NVCC_FLAGS) $(PRECISION_FLAGS) -arch=sm_$(GPU_ARCH) $< -o $@ $(NVCC_LIBS)
+	$(NVCC) $(NVCC_FLAGS) $(PRECISION_FLAGS) $(ATTENTION_HS_FLAG) -arch=sm_$(GPU_ARCH) $< -o $@ $(NVCC_LIBS)
 train_llama3_cpu: $(CPU_LLAMA3)
 	cp $< $@
 

@@ -69,7 +69,9 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <string>
 #include <type_traits>
+#include <utility>
 
 #include "llmc/attention_fp32.cuh"
 #include "llmc/cuda_common.h"
@@ -703,21 +705,28 @@ inline void backward_launch(bf16* dqkv, float* scratch, const bf16* dout, const 
     cudaCheck(cudaGetLastError());
 }
 
-// HS -> the instantiation for it (multiples of 16 up to 128).
+// The head sizes a build compiles attention for: each is 3 kernels x 2 masks, most of a
+// trainer's compile time. All by default; a build for known models may list only theirs
+// (-DATTENTION_HEAD_SIZES=64, as the Makefile does for the model tests, which run HS 16).
+#ifndef ATTENTION_HEAD_SIZES
+#define ATTENTION_HEAD_SIZES 16, 32, 48, 64, 80, 96, 112, 128
+#endif
+#define ATTENTION_TEXT_(...) #__VA_ARGS__
+#define ATTENTION_TEXT(...) ATTENTION_TEXT_(__VA_ARGS__)
+
+// HS -> the instantiation for it, among the compiled sizes; false where HS is not one.
+template <class F, int... Sizes>
+inline bool with_head_size_among(int HS, F& f, std::integer_sequence<int, Sizes...>) {
+    return ((HS == Sizes && (f(std::integral_constant<int, Sizes>()), true)) || ...);
+}
 template <class F>
 inline void with_head_size(int HS, F f) {
-    switch (HS) {
-        case 16: f(std::integral_constant<int, 16>()); break;
-        case 32: f(std::integral_constant<int, 32>()); break;
-        case 48: f(std::integral_constant<int, 48>()); break;
-        case 64: f(std::integral_constant<int, 64>()); break;
-        case 80: f(std::integral_constant<int, 80>()); break;
-        case 96: f(std::integral_constant<int, 96>()); break;
-        case 112: f(std::integral_constant<int, 112>()); break;
-        case 128: f(std::integral_constant<int, 128>()); break;
-        default:
-            llmc::fail("attention: head size " + std::to_string(HS) + " not supported (a multiple of 16, at most 128)");
-    }
+    if (with_head_size_among(HS, f, std::integer_sequence<int, ATTENTION_HEAD_SIZES>())) return;
+    const std::string hs = std::to_string(HS);
+    if (HS % 16 != 0 || HS < 16 || HS > 128)
+        llmc::fail("attention: head size " + hs + " not supported (a multiple of 16, at most 128)");
+    llmc::fail("attention: head size " + hs +
+               " is not compiled into this build (ATTENTION_HEAD_SIZES=" + ATTENTION_TEXT(ATTENTION_HEAD_SIZES) + ")");
 }
 
 // floatX = bf16: tensor cores; floatX = float: attention_fp32.cuh. Templates, so

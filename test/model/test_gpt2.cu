@@ -320,6 +320,26 @@ static void test_naive_averaging_differs(const char* file) {
     free_model(&model);
 }
 
+// This program's build compiles attention for HS 16 alone (the Makefile's HEAD_SIZE_16_PROGRAMS):
+// 16 dispatches, 32 (a valid size, not compiled) and 24 (no valid size) fail with one error each.
+static void test_head_sizes() {
+    int ran = 0;
+    attention_detail::with_head_size(16, [&](auto hs) { ran = decltype(hs)::value; });
+    auto error_of = [](int HS) -> std::string {
+        try {
+            attention_detail::with_head_size(HS, [](auto) {});
+        } catch (const llmc::Error& e) {
+            return e.what();
+        }
+        return "no error";
+    };
+    const std::string e32 = error_of(32), e24 = error_of(24);
+    CHECK(ran == 16 &&
+              e32.find("head size 32 is not compiled into this build (ATTENTION_HEAD_SIZES=16)") != std::string::npos &&
+              e24.find("head size 24 not supported") != std::string::npos,
+          "attention head sizes of this build: 16 runs (%d); 32: %s; 24: %s", ran, e32.c_str(), e24.c_str());
+}
+
 int main(int argc, char** argv) {
     printf("precision: %s\n", PRECISION_NAME);
     // --debug-case MODEL DEBUG LABEL: logits, loss and gradients of one model file or folder
@@ -354,6 +374,7 @@ int main(int argc, char** argv) {
                 argv[0]);
         return 1;
     }
+    test_head_sizes();
     test_init_and_checkpoints();
     for (int gelu_fusion : {0, 1, 2}) {
         GPT2 model;
