@@ -57,8 +57,8 @@
 #             plain build with CPUCUDA_INITCHECK=1
 #   nvcc      the trainers compiled for sm_90 and sm_80, the kernel tests (every
 #             kernel of llmc/) for sm_90, every other CUDA program through nvcc's front end
-#             (host code, device code to PTX; not run); the SASS facts of the attention
-#             kernels (dev/sass_report.py --check)
+#             (host and device code checked, device code to PTX; not compiled by g++ nor
+#             linked); the SASS facts of the trainers' kernels (dev/sass_report.py --check)
 #   gpu       the GPU builds run, where a GPU is present
 #
 # The sections run in two lanes side by side (TEST_LANES, below the sections).
