@@ -14,7 +14,7 @@
 # test_hellaswag_loader); the others run all and say so.
 #
 # Sections (TEST_SECTIONS, default all but check): cpu host schedules streams mpi
-#   asan racecheck initcheck nvcc gpu; and check
+#   ranks asan racecheck initcheck nvcc gpu; and check
 #   check     the quick tier (`make check`, while editing): each kernel test once
 #             (bf16), test_gpt2 and test_llama3 in fp32, test_nccl under mpirun -np 2, one kill
 #             and bitwise resume of each trainer (TEST_RESUME_QUICK), the command line's error
@@ -42,8 +42,10 @@
 #   streams   the tests again with CPUCUDA_STREAMS=deferred: stream work runs
 #             only when needed, so missing stream dependencies show
 #   mpi       test_nccl under mpirun -np 1, 2, 4; data parallelism: test_distributed
-#             (fp32 and bf16) under mpirun -np 1..4, then compared across N;
-#             the trainer under mpirun (test_multi_rank_cli.sh)
+#             (fp32 and bf16) under mpirun -np 1..4, then compared across N; train_llama3
+#             with ZeRO-1 on 2 ranks against one process (test_llama3_ranks.sh)
+#   ranks     the trainer under mpirun (test_multi_rank_cli.sh): data parallel runs, a
+#             rank stopped or killed (the --stall-timeout watchdogs), signals to mpirun
 #   asan      the AddressSanitizer/UBSan build of the tests, and a kernel that
 #             writes out of bounds, which the sanitizer must catch; the trainers'
 #             loaders on a few mutated inputs each (dev/fuzz_loaders.py: one error
@@ -69,7 +71,7 @@
 # passes or fails by how long something took, only by what it did.
 set -u
 cd "$(dirname "$0")/.."
-SECTIONS=${TEST_SECTIONS:-"cpu host schedules streams mpi asan racecheck initcheck nvcc gpu"}
+SECTIONS=${TEST_SECTIONS:-"cpu host schedules streams mpi ranks asan racecheck initcheck nvcc gpu"}
 [[ " $SECTIONS " == *" check "* ]] && SECTIONS+=" check2"  # check's second half (section_check2)
 export TEST_TIMEOUT_SCALE=${TEST_TIMEOUT_SCALE:-1}
 TIMEOUT=$((${TEST_TIMEOUT:-600} * TEST_TIMEOUT_SCALE))
@@ -283,8 +285,13 @@ section_mpi() {
         done
         run "test_distributed $build [compare the splits]" "build/$build/test_distributed" --compare "$dir"
     done
-    run "test_multi_rank_cli" bash test/trainer/test_multi_rank_cli.sh build/cpu/train_gpt
     run "test_llama3_ranks (mpirun -np 2 ZeRO-1 A=2 = one process A=4)" bash test/trainer/test_llama3_ranks.sh build/cpu/train_llama3
+}
+
+# after both lanes, alone: its jobs stop ranks and wait for their --stall-timeout watchdogs
+section_ranks() {
+    echo "== the trainer under mpirun"
+    run "test_multi_rank_cli" bash test/trainer/test_multi_rank_cli.sh build/cpu/train_gpt
 }
 
 section_asan() {
@@ -411,7 +418,7 @@ run_sections() {
 # lane N: a subshell that takes the sections of QUEUE one at a time, each the
 # next that no lane has taken (a claim is a mkdir, which only one process wins),
 # and writes its tally, failures and times to $LOG_DIR/lane<N>.* for merge_lane
-QUEUE=(check check2 asan cpu nvcc racecheck streams schedules host initcheck)  # the most CPU time first
+QUEUE=(check check2 asan cpu nvcc racecheck streams schedules mpi host initcheck)  # the most CPU time first
 lane() {
     local n=$1
     (
@@ -453,12 +460,12 @@ if [[ ${TEST_LANES:-2} == 2 ]]; then
     merge_lane 1
     merge_lane 2
 else
-    run_sections check check2 cpu host schedules streams mpi asan racecheck initcheck nvcc
+    run_sections check check2 cpu host schedules streams mpi ranks asan racecheck initcheck nvcc
 fi
-# after both lanes, alone: mpi's jobs of several ranks stop ranks and wait for
-# their --stall-timeout watchdogs, which are kept apart from the lanes' load;
-# gpu builds for the GPU, and its programs use the device alone
-[[ ${TEST_LANES:-2} == 2 ]] && run_sections mpi
+# after both lanes, alone: ranks' jobs stop ranks and wait for their --stall-timeout
+# watchdogs, which are kept apart from the lanes' load; gpu builds for the GPU, and
+# its programs use the device alone
+[[ ${TEST_LANES:-2} == 2 ]] && run_sections ranks
 run_sections gpu
 
 echo
