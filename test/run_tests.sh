@@ -418,12 +418,13 @@ run_sections() {
 # lane N: a subshell that takes the sections of QUEUE one at a time, each the
 # next that no lane has taken (a claim is a mkdir, which only one process wins),
 # and writes its tally, failures and times to $LOG_DIR/lane<N>.* for merge_lane
-QUEUE=(check check2 asan cpu nvcc racecheck streams schedules mpi host initcheck)  # the most CPU time first
-lane() {
-    local n=$1
+QUEUE=(check check2 asan cpu nvcc racecheck streams schedules mpi initcheck)  # the most CPU time first
+lane() {  # lane N [SECTION...]: those sections instead of QUEUE's
+    local n=$1 queue=("${@:2}")
+    [[ ${#queue[@]} -eq 0 ]] && queue=("${QUEUE[@]}")
     (
         TIME_TMP=$LOG_DIR/time.lane$n.tmp passed=0 failed=0 failures=() times=()
-        for s in "${QUEUE[@]}"; do
+        for s in "${queue[@]}"; do
             [[ " $SECTIONS " == *" $s "* ]] && mkdir "$LOG_DIR/claims/$s" 2>/dev/null && run_sections "$s"
         done
         echo "$passed $failed" >"$LOG_DIR/lane$n.tally"
@@ -450,7 +451,7 @@ merge_lane() {
 # the scripts). The second lane's output follows the first's.
 # TEST_LANES=1: every section in one process, in the order of SECTIONS' default.
 if [[ ${TEST_LANES:-2} == 2 ]]; then
-    rm -rf "$LOG_DIR"/lane[12].* "$LOG_DIR/claims" && mkdir -p "$LOG_DIR/claims"
+    rm -rf "$LOG_DIR"/lane[123].* "$LOG_DIR/claims" && mkdir -p "$LOG_DIR/claims"
     lane 2 >"$LOG_DIR/lane2.out" 2>&1 &
     lane2=$!
     lane 1
@@ -462,10 +463,17 @@ if [[ ${TEST_LANES:-2} == 2 ]]; then
 else
     run_sections check check2 cpu host schedules streams mpi ranks asan racecheck initcheck nvcc
 fi
-# after both lanes, alone: ranks' jobs stop ranks and wait for their --stall-timeout
-# watchdogs, which are kept apart from the lanes' load; gpu builds for the GPU, and
-# its programs use the device alone
-[[ ${TEST_LANES:-2} == 2 ]] && run_sections ranks
+# after both lanes: ranks' jobs stop ranks and wait for their --stall-timeout watchdogs,
+# which are kept apart from the lanes' load, beside only host's single-process data tools
+# (a third lane); gpu builds for the GPU, and its programs use the device alone
+if [[ ${TEST_LANES:-2} == 2 ]]; then
+    lane 3 host >"$LOG_DIR/lane3.out" 2>&1 &
+    lane3=$!
+    run_sections ranks
+    wait $lane3
+    cat "$LOG_DIR/lane3.out"
+    merge_lane 3
+fi
 run_sections gpu
 
 echo
