@@ -45,14 +45,14 @@ import sys
 import tempfile
 
 CUDA_HOME = os.environ.get("CUDA_HOME", "/usr/local/cuda")
-FLAGS = ["-O3", "-std=c++17", "-I.", "-arch=sm_90", "-Xptxas", "-v"]  # the sm_90 build, without MPI
+ARCH = "sm_90"
+FLAGS = ["-O3", "-std=c++17", "-I.", f"-arch={ARCH}", "-Xptxas", "-v"]  # the sm_90 build, without MPI
 # sm_90 limits for the occupancy column
 REGS_PER_SM, REG_UNIT, THREADS_PER_SM, BLOCKS_PER_SM = 65536, 256, 2048, 32
 NAME_W = 40
 COLS = [("regs", 4), ("spill", 6), ("stack", 5), ("smem", 6), ("thr", 5), ("blk/SM", 6), ("MMA", 5),
         ("LDSM", 5), ("LDGSTS", 6), ("LDG128", 6), ("STG128", 6), ("STG16", 5), ("instrs", 7), ("I/MMA", 5)]
 DEFAULT_SOURCES = ["train_gpt.cu", "train_llama3.cu"]
-ARCH = "sm_90"
 # instructions per HMMA in every HS 64/128 attention loop: the issue budget that keeps the tensor
 # cores fed (issue 24's target); the worst loop, the document-masked forward's at HS 64, runs 6.4
 MAX_PER_MMA = 7
