@@ -34,6 +34,19 @@ struct Distributed {
 #endif
 };
 
+// The rank the launcher gives this process (Open MPI, MPICH/Hydra, PMIx, Slurm's
+// srun), as the text of its variable; nullptr without a launcher.
+inline const char* launcher_rank_variable() {
+    for (const char* name : {"OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK", "SLURM_PROCID"})
+        if (const char* v = getenv(name)) return v;
+    return nullptr;
+}
+// That rank, for messages before MPI is up; 0 without a launcher.
+inline int launcher_rank() {
+    const char* v = launcher_rank_variable();
+    return v ? atoi(v) : 0;
+}
+
 #ifdef MULTI_GPU
 // Errors throw llmc::Error, like cudaCheck.
 inline void nccl_check(ncclResult_t r, const char* file, int line, const char* call) {
@@ -96,8 +109,15 @@ inline void refuse_small_file_size_limit() {
 
 // Starts this rank: MPI, the GPU of its local rank, the NCCL communicator
 // (rank 0 makes the id, MPI broadcasts it) and the communication stream.
+// A process that no launcher started is the one rank and never starts MPI:
+// Open MPI's start-up of a lone process (a singleton, with its own daemon)
+// costs a third of a second and writes shared-memory files, for nothing.
 inline void distributed_init(Distributed* d, int* argc, char*** argv) {
 #ifdef MULTI_GPU
+    if (!launcher_rank_variable()) {
+        cudaCheck(cudaSetDevice(0));
+        return;
+    }
     refuse_small_file_size_limit();
     MPI_Init(argc, argv);
     atexit(distributed_abort_at_exit);
@@ -133,7 +153,7 @@ inline void distributed_free(Distributed* d) {
         cudaCheck(cudaEventDestroy(d->compute_ready));
         cudaCheck(cudaEventDestroy(d->comm_done));
     }
-    MPI_Finalize();
+    if (mpi_running()) MPI_Finalize();
 #else
     (void)d;
 #endif

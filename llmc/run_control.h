@@ -54,14 +54,6 @@ inline std::atomic<unsigned> g_continued{0};
 
 inline void on_continue_signal(int) { g_continued.fetch_add(1, std::memory_order_relaxed); }
 
-// The rank the launcher gives this process (Open MPI, MPICH/Hydra, PMIx,
-// Slurm's srun), for messages before MPI is up; 0 without a launcher.
-inline int launcher_rank() {
-    for (const char* name : {"OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK", "SLURM_PROCID"})
-        if (const char* v = getenv(name)) return atoi(v);
-    return 0;
-}
-
 // --stall-timeout's value read straight from argv (the last one given), for
 // the watchdog over start-up, before the flags are parsed; 0 (automatic) when
 // absent or not a positive number (the parser reports a bad value later).

@@ -161,8 +161,7 @@ static Result train(const Split& split, const Distributed* dist) {
     uint64_t hash = 1469598103934665603ull;
     const unsigned char* bytes = (const unsigned char*)weights.data();
     for (size_t i = 0; i < weights.size() * sizeof(floatX); i++) hash = (hash ^ bytes[i]) * 1099511628211ull;
-    std::vector<uint64_t> hashes(split.N);
-    MPI_Allgather(&hash, 1, MPI_UINT64_T, hashes.data(), 1, MPI_UINT64_T, MPI_COMM_WORLD);
+    const std::vector<uint64_t> hashes = host_all_gather(&hash, 1, dist);
     if (dist->rank == 0)
         CHECK(std::all_of(hashes.begin(), hashes.end(), [&](uint64_t h) { return h == hashes[0]; }),
               "%s: all %d ranks hold bitwise the same weights after %d steps", split.name().c_str(), split.N, STEPS);

@@ -220,12 +220,13 @@ ok=$?
 check "both ranks stopped after step $at for 10 s, twice --stall-timeout 5, then continued: train on to step ${n:-?}, exit $rc$(grep -m1 '^error' "$WORK/susperr" | sed 's/^/; /')" $ok
 
 # issue 23 item 10: a file-size limit too small for MPI's start-up (its shared-memory files) is
-# refused before it with one error line, alone and under mpirun
+# refused before it with one error line under mpirun; a process no launcher started never
+# starts MPI, so the limit does not concern it
 (ulimit -f 4000 && timeout $GUARD "$BIN" -x 1 -v 0 >/dev/null 2>"$WORK/err")
 rc=$?
-[[ $rc -ne 0 && $rc -ne 124 && $(wc -l <"$WORK/err") -eq 1 ]] && grep -q "^error: the file-size limit (ulimit -f) is 4000 KiB: .* at least 16 MiB" "$WORK/err"
+[[ $rc -eq 0 && ! -s "$WORK/err" ]]
 ok=$?
-check "ulimit -f 4000: one error line, exit $rc: $(head -c 300 "$WORK/err")" $ok
+check "ulimit -f 4000 alone: the run needs no MPI, exit $rc$(head -c 300 "$WORK/err" | sed 's/^/: /')" $ok
 (ulimit -f 4000 && timeout $GUARD $MPIRUN -np 2 "$BIN" -x 1 -v 0 -b 4 >/dev/null 2>"$WORK/err")
 rc=$?
 [[ $rc -ne 0 && $rc -ne 124 && $(grep -c "^error: the file-size limit" "$WORK/err") -eq 2 ]]
