@@ -2,7 +2,7 @@
 #   CPU (always): g++ through the CUDA-on-CPU runtime in cpu_cuda/ -> build/cpu/
 #   GPU (nvcc):   the real toolkit for GPU_ARCH (default 90)       -> build/gpu/
 # `make test` runs every CPU test, compiles every CUDA program with nvcc (the
-# trainers for sm_90 and sm_80; skipped, saying so, where nvcc is absent) and
+# trainers for sm_90, their kernels for sm_80 too; skipped, saying so, where nvcc is absent) and
 # runs the GPU tests where a GPU is present.
 
 CUDA_HOME ?= /usr/local/cuda
@@ -63,6 +63,14 @@ MPI_PROGRAMS := test_nccl test_distributed train_gpt train_llama3 lesson
 # programs compile all 8.
 HEAD_SIZE_16_PROGRAMS := test_gpt2 test_llama3 test_training test_distributed
 head_sizes = $(if $(filter $(1),$(HEAD_SIZE_16_PROGRAMS)),-DATTENTION_HEAD_SIZES=16)
+# The sanitizer build's trainers run only the models of the tests that use them (test_train_cli,
+# test_fuzz_loaders): GPT-2's at head sizes 16 (the tiny models) and 64 (d12), Llama 3's at 16.
+# Attention at every size runs under the sanitizer in test_attention.
+comma := ,
+# nvcc splits a -D value at commas unless each is escaped: -D'ATTENTION_HEAD_SIZES=64\,128'
+nvcc_head_sizes = $(if $(1),'-DATTENTION_HEAD_SIZES=$(subst $(comma),\$(comma),$(1))')
+asan_head_sizes = $(or $(call head_sizes,$(1)),$(if $(filter train_gpt,$(1)),-DATTENTION_HEAD_SIZES=16$(comma)64),$(if \
+                    $(filter train_llama3,$(1)),-DATTENTION_HEAD_SIZES=16))
 CPU_TESTS  := $(addprefix build/cpu/,$(TEST_NAMES))
 ASAN_TESTS := $(addprefix build/cpu-asan/,$(TEST_NAMES))
 # Host C++ programs (data tools and their tests; rules below), defined here
@@ -108,10 +116,10 @@ cpu: check-cuda-headers $(CPU_TESTS) $(DEV_BINS) $(HOST_BINS) build/cpu/train_gp
 define cpu_variant
 # $(1) = build dir, $(2) = compiler flags, $(3) = preprocessor flags,
 # $(4) = flags for the CUDA units only (not the runtime), $(5) = include flags
-# (default $(CPU_INC))
+# (default $(CPU_INC)), $(6) = the function giving a program's head sizes (default head_sizes)
 $(1)/%.ii: %.cu $(RT_HDRS) $(RT_DIR)/cudapp.py | check-cuda-headers
 	@mkdir -p $$(@D)
-	$(CXX) -std=c++17 -E -x c++ $(or $(5),$(CPU_INC)) -I$(MPI_INC) -DCPUCUDA $(3) $$(if $$(filter $$*,$(MPI_PROGRAMS)),-DMULTI_GPU) $$(call head_sizes,$$*) \
+	$(CXX) -std=c++17 -E -x c++ $(or $(5),$(CPU_INC)) -I$(MPI_INC) -DCPUCUDA $(3) $$(if $$(filter $$*,$(MPI_PROGRAMS)),-DMULTI_GPU) $$(call $(or $(6),head_sizes),$$*) \
 	  -MMD -MP -MF $$@.d -MT $$@ $$< -o $$@.pp
 	$(PYTHON) $(RT_DIR)/cudapp.py $$@.pp $$@.tmp && mv $$@.tmp $$@ && rm -f $$@.pp
 $(1)/%.o: $(1)/%.ii
@@ -135,7 +143,7 @@ endef
 -include $(wildcard build/cpu/*.ii.d build/cpu-asan/*.ii.d build/cpu-fp32/*.ii.d build/cpu-racecheck/*.ii.d build/cpu-pypi/*.ii.d)
 
 $(eval $(call cpu_variant,build/cpu,$(CPU_CXXFLAGS)))
-$(eval $(call cpu_variant,build/cpu-asan,$(CPU_CXXFLAGS) $(ASAN_FLAGS)))
+$(eval $(call cpu_variant,build/cpu-asan,$(CPU_CXXFLAGS) $(ASAN_FLAGS),,,,asan_head_sizes))
 # build/cpu-fp32: every activation and weight in fp32 (PRECISION=FP32), for tight comparisons.
 $(eval $(call cpu_variant,build/cpu-fp32,$(CPU_CXXFLAGS),-DENABLE_FP32))
 # build/cpu-racecheck: shared and global memory races reported (and, with
@@ -191,28 +199,36 @@ GPU_NAMES  := $(basename $(notdir $(GPU_SRCS)))
 build/gpu/sm_$(GPU_ARCH)/%: %.cu
 	@mkdir -p $(@D)
 	$(NVCC) $(call head_sizes,$*) $(NVCC_FLAGS) -arch=sm_$(GPU_ARCH) $< -o $@ $(NVCC_LIBS)
-# build/gpu/check/X: X built for sm_90 and sm_80 (compile check, run by make test:
-# the trainers, so that every kernel they run is compiled for both).
+# build/gpu/check/X: X built for sm_90 (compile check, run by make test: the trainers, so
+# that every kernel they run is compiled and assembled, at every head size).
 # These builds are compiled, never run: their host code is left unoptimised (nvcc's -O3
 # is the host compiler's; cicc and ptxas optimise device code either way, to the same SASS).
 # ptxas -v's report is kept as X.ptxas for dev/sass_report.py --built.
 NVCC_CHECK_FLAGS := $(filter-out -O3,$(NVCC_FLAGS))
 build/gpu/check/%: %.cu
 	@mkdir -p $(@D)
-	$(NVCC) $(call head_sizes,$*) $(NVCC_CHECK_FLAGS) -gencode arch=compute_90,code=sm_90 -gencode arch=compute_80,code=sm_80 -Xptxas -v \
+	$(NVCC) $(call head_sizes,$*) $(NVCC_CHECK_FLAGS) -gencode arch=compute_90,code=sm_90 -Xptxas -v \
 	  $< -o $@ $(NVCC_LIBS) >$@.ptxas 2>&1; rc=$$?; grep -v -e '^ptxas info' -e '^    [0-9]* bytes stack' $@.ptxas; \
 	  [ $$rc = 0 ] || { rm -f $@; exit 1; }
+# build/gpu/check80/X: X's device code assembled for sm_80 (the A100) as well, at the head
+# sizes of the published models (GPT-2's 64; Llama 3's 64 and 128): every head size runs the
+# same instructions, which build/gpu/check assembles at every size; no host compile (-cuda).
+build/gpu/check80/%: %.cu
+	@mkdir -p $(@D)
+	$(NVCC) $(call nvcc_head_sizes,64$(comma)128) $(NVCC_CHECK_FLAGS) -gencode arch=compute_80,code=sm_80 -cuda $< -o $@
 # build/gpu/check90/X: X built for sm_90 (the kernel tests: each kernel at the shapes
-# its test covers, on the architecture the project targets; their sm_80 code is the
-# trainers' above, at half the compile time of a second device pass for every test).
+# its test covers, on the architecture the project targets; sm_80 is checked by the
+# trainers' code above, at half the compile time of a second device pass for every test).
 build/gpu/check90/%: %.cu
 	@mkdir -p $(@D)
 	$(NVCC) $(call head_sizes,$*) $(NVCC_CHECK_FLAGS) -gencode arch=compute_90,code=sm_90 $< -o $@ $(NVCC_LIBS)
 # NVCC_FRONT_END: a compile check of a program's own code, at a third of the cost:
 # nvcc's host compile and its device front end down to PTX (compute_90), with the
 # device optimiser and ptxas not run (-G -O0). For the programs whose kernels the
-# full builds above already optimise and assemble for both architectures.
+# full builds above already optimise and assemble for both architectures, at every head
+# size: the front end compiles attention for one (the model tests' 16, else 64).
 NVCC_FRONT_END := -O0 -G -gencode arch=compute_90,code=compute_90
+front_head_sizes = $(or $(call head_sizes,$(1)),-DATTENTION_HEAD_SIZES=64)
 # build/gpu/front/X: the other programs (tests of the runtime and the models,
 # benchmarks), front end only, and stopped before the host compiler and the link (-cuda:
 # X is the host code nvcc would hand g++): nvcc's C++ front end has checked host and
@@ -220,17 +236,17 @@ NVCC_FRONT_END := -O0 -G -gencode arch=compute_90,code=compute_90
 # of the full builds above.
 build/gpu/front/%: %.cu
 	@mkdir -p $(@D)
-	$(NVCC) $(call head_sizes,$*) $(NVCC_CHECK_FLAGS) $(NVCC_FRONT_END) -cuda $< -o $@
+	$(NVCC) $(call front_head_sizes,$*) $(NVCC_CHECK_FLAGS) $(NVCC_FRONT_END) -cuda $< -o $@
 
 # build/gpu/single/train_gpt: the single-GPU trainer (no MPI, no NCCL), front end only.
 build/gpu/single/%: %.cu
 	@mkdir -p $(@D)
-	$(NVCC) -std=c++17 -I. $(NVCC_FRONT_END) $< -o $@ -lcublasLt
+	$(NVCC) -std=c++17 -I. $(call front_head_sizes,$*) $(NVCC_FRONT_END) $< -o $@ -lcublasLt
 
 # ATTENTION_HEAD_SIZES=64 (or 64,128): the GPU trainer's attention only for those head
 # sizes, in an eighth of the compile time per size left out (GPT-2's are all 64); with -B,
 # since make does not see a changed variable.
-ATTENTION_HS_FLAG := $(if $(ATTENTION_HEAD_SIZES),-DATTENTION_HEAD_SIZES=$(ATTENTION_HEAD_SIZES))
+ATTENTION_HS_FLAG := $(call nvcc_head_sizes,$(ATTENTION_HEAD_SIZES))
 train_gpt: train_gpt.cu $(LLMC_HDRS)
 	$(NVCC) $(NVCC_FLAGS) $(PRECISION_FLAGS) $(ATTENTION_HS_FLAG) -arch=sm_$(GPU_ARCH) $< -o $@ $(NVCC_LIBS)
 train_gpt_cpu: $(CPU_TRAINER)

@@ -13,14 +13,16 @@
 # test/kernels/, test_kernel_language, test_checks, test_cublaslt,
 # test_hellaswag_loader); the others run all and say so.
 #
-# Sections (TEST_SECTIONS, default all but check): cpu host schedules streams mpi
+# Sections (TEST_SECTIONS, default all but check): cpu host schedules mpi
 #   ranks asan racecheck initcheck nvcc gpu; and check
 #   check     the quick tier (`make check`, while editing): each kernel test once
 #             (bf16), test_gpt2 and test_llama3 in fp32, test_nccl under mpirun -np 2, one kill
 #             and bitwise resume of each trainer (TEST_RESUME_QUICK), the command line's error
 #             paths (TRAIN_CLI_QUICK), the README's links to definitions (an edit
 #             that moves a linked line fails here); each runs in the others too
-#   cpu       every CPU test program once (bf16), the model's tests also in fp32;
+#   cpu       every CPU test program once (bf16), the model's tests also in fp32, whose runs
+#             order each block's threads at random (CPUCUDA_SCHEDULE=random:7: a result that
+#             depends on the order of threads between barriers differs from the reference);
 #             the transformers import/export and -e FOLDER against its fixture (test_hf.py);
 #             the fine-tuning flow end to end (test_finetune.sh; its logits comparison with
 #             transformers skipped, saying so, without torch);
@@ -36,28 +38,31 @@
 #             saying so, without them); every C++/CUDA source as clang-format 19.1.7
 #             lays it out (make format-check; skipped, saying so, without 19.1.7)
 #             and that checker on a copy whose layout is broken (test_format_check.py)
-#   schedules the kernel tests and test_gpt2 again with the threads of each
-#             block in reverse and seeded random order (one worker: racecheck);
-#             a warp reduction that assumes lockstep lanes must come out wrong
-#   streams   the tests again with CPUCUDA_STREAMS=deferred: stream work runs
-#             only when needed, so missing stream dependencies show
+#   schedules the tests of the runtime and test_ptx (which have no fp32 build) in seeded random
+#             order; a warp reduction that assumes lockstep lanes must come out wrong in
+#             every order; test_checks on a smaller virtual device. (The other programs run
+#             in other orders in the fp32 and racecheck runs.)
 #   mpi       test_nccl under mpirun -np 1, 2, 4; data parallelism: test_distributed
 #             (fp32 and bf16) under mpirun -np 1..4, then compared across N; train_llama3
 #             with ZeRO-1 on 2 ranks against one process (test_llama3_ranks.sh)
 #   ranks     the trainer under mpirun (test_multi_rank_cli.sh): data parallel runs, a
 #             rank stopped or killed (the --stall-timeout watchdogs), signals to mpirun
-#   asan      the AddressSanitizer/UBSan build of the tests, and a kernel that
+#   asan      the AddressSanitizer/UBSan build of the tests, with CPUCUDA_STREAMS=deferred
+#             (stream work runs only when needed, so a missing stream dependency gives a
+#             wrong result or a use of unfinished memory), and a kernel that
 #             writes out of bounds, which the sanitizer must catch; the trainers'
 #             loaders on a few mutated inputs each (dev/fuzz_loaders.py: one error
 #             line or success, never a crash), and its planted loader reported
 #   racecheck the kernel tests, test_gpt2 and test_training in build/cpu-racecheck
-#             (one worker), which reports shared/global memory races, with
+#             (one worker), which reports shared/global memory races, with each block's
+#             threads in reverse order (CPUCUDA_SCHEDULE=reverse), with
 #             CPUCUDA_INITCHECK=1 (fresh device and shared memory poisoned, and
 #             reads of it reported); the broken kernels of cpu_cuda/test/sanitizer
 #             must be reported by name and line
 #   initcheck a kernel that reads an unwritten buffer must produce NaN in the
 #             plain build with CPUCUDA_INITCHECK=1
-#   nvcc      the trainers compiled for sm_90 and sm_80, the kernel tests (every
+#   nvcc      the trainers compiled for sm_90 (and their device code for sm_80 at the
+#             published models' head sizes, 64 and 128), the kernel tests (every
 #             kernel of llmc/) for sm_90, every other CUDA program through nvcc's front end
 #             (host and device code checked, device code to PTX; not compiled by g++ nor
 #             linked); the SASS facts of the trainers' kernels (dev/sass_report.py --check)
@@ -71,7 +76,7 @@
 # passes or fails by how long something took, only by what it did.
 set -u
 cd "$(dirname "$0")/.."
-SECTIONS=${TEST_SECTIONS:-"cpu host schedules streams mpi ranks asan racecheck initcheck nvcc gpu"}
+SECTIONS=${TEST_SECTIONS:-"cpu host schedules mpi ranks asan racecheck initcheck nvcc gpu"}
 [[ " $SECTIONS " == *" check "* ]] && SECTIONS+=" check2"  # check's second half (section_check2)
 export TEST_TIMEOUT_SCALE=${TEST_TIMEOUT_SCALE:-1}
 TIMEOUT=$((${TEST_TIMEOUT:-600} * TEST_TIMEOUT_SCALE))
@@ -200,7 +205,7 @@ section_check2() {
 section_cpu() {
     echo "== CPU runtime tests"
     for t in "${SINGLE_TESTS[@]}"; do run "$t" "build/cpu/$t"; done
-    for t in "${FP32_TESTS[@]}"; do run "$t [fp32]" "build/cpu-fp32/$t"; done
+    for t in "${FP32_TESTS[@]}"; do run "$t [fp32, random:7]" env CPUCUDA_SCHEDULE=random:7 "build/cpu-fp32/$t"; done
     run "test_train_cli" bash test/trainer/test_train_cli.sh build/cpu/train_gpt
     run "test_resume" python3 test/trainer/test_resume.py build/cpu/train_gpt
     run "test_resume train_llama3" python3 test/trainer/test_resume.py build/cpu/train_llama3
@@ -246,12 +251,13 @@ section_host() {
     run "test_format_check (a source with its layout broken is reported)" python3 test/test_format_check.py
 }
 
+# the programs without an fp32 build in another order (the others: fp32's runs, random:7, and
+# racecheck's, reverse)
+SCHEDULE_ONLY_TESTS=(test_kernel_language test_cublaslt test_ptx)
 section_schedules() {
-    echo "== the same kernels under other thread orders"
-    for sched in reverse random:7; do
-        for t in "${KERNEL_TESTS[@]}" test_gpt2; do
-            run "$t [CPUCUDA_SCHEDULE=$sched]" env CPUCUDA_SCHEDULE=$sched "build/cpu/$t"
-        done
+    echo "== thread orders"
+    for t in "${SCHEDULE_ONLY_TESTS[@]}"; do
+        run "$t [CPUCUDA_SCHEDULE=random:7]" env CPUCUDA_SCHEDULE=random:7 "build/cpu/$t"
     done
     run "test_checks [a smaller virtual device]" env CPUCUDA_SM_COUNT=8 CPUCUDA_DEVICE_MEMORY_MB=200 \
         CPUCUDA_SMEM_OPTIN_KB=100 build/cpu/test_checks
@@ -259,18 +265,6 @@ section_schedules() {
     for sched in forward reverse random:7; do
         expect "lockstep: a warp reduction without __syncwarp is wrong [CPUCUDA_SCHEDULE=$sched]" \
             "expected 528" -- env CPUCUDA_SCHEDULE=$sched build/cpu/warp_sync_kernel
-    done
-}
-
-section_streams() {
-    echo "== deferred streams"
-    for t in "${SINGLE_TESTS[@]}"; do run "$t [CPUCUDA_STREAMS=deferred]" env CPUCUDA_STREAMS=deferred "build/cpu/$t"; done
-    run "test_nccl [CPUCUDA_STREAMS=deferred, mpirun -np 2]" env CPUCUDA_STREAMS=deferred $MPIRUN -np 2 build/cpu/test_nccl
-    dir=build/test-distributed/deferred
-    rm -rf "$dir" && mkdir -p "$dir"
-    for np in 1 2; do
-        run "test_distributed fp32 [CPUCUDA_STREAMS=deferred, mpirun -np $np]" $MPIRUN -np $np -x CPUCUDA_WORKERS=1 \
-            -x CPUCUDA_STREAMS=deferred build/cpu-fp32/test_distributed "$dir"
     done
 }
 
@@ -295,9 +289,9 @@ section_ranks() {
 }
 
 section_asan() {
-    echo "== AddressSanitizer + UBSan build"
+    echo "== AddressSanitizer + UBSan build, deferred streams"
     export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=0} UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
-    for t in "${SINGLE_TESTS[@]}"; do run "$t [asan]" "build/cpu-asan/$t"; done
+    for t in "${SINGLE_TESTS[@]}"; do run "$t [asan, deferred streams]" env CPUCUDA_STREAMS=deferred "build/cpu-asan/$t"; done
     # the trainer links Open MPI, whose runtime keeps allocations until exit: no leak check there
     # its long runs with a smaller model and fewer steps (TRAIN_CLI_SMALL), under a hang guard with room for a busy machine
     TIMEOUT=$((TIMEOUT * 3)) run "test_train_cli [asan]" env ASAN_OPTIONS=detect_leaks=0 TRAIN_CLI_SMALL=1 \
@@ -305,10 +299,11 @@ section_asan() {
     for t in build/host-asan/test_*; do [[ -x $t ]] && run "$(basename "$t") [asan]" "$t"; done
     # the trainers' loaders on mutated input: a few cases of each, bounded by count (dev/fuzz_loaders.py)
     run "test_fuzz_loaders [asan]" python3 test/trainer/test_fuzz_loaders.py build/cpu-asan/train_gpt
-    run "test_nccl [asan, mpirun -np 2]" env ASAN_OPTIONS=detect_leaks=0 $MPIRUN -np 2 build/cpu-asan/test_nccl
+    run "test_nccl [asan, deferred streams, mpirun -np 2]" env ASAN_OPTIONS=detect_leaks=0 CPUCUDA_STREAMS=deferred \
+        $MPIRUN -np 2 build/cpu-asan/test_nccl
     mkdir -p build/test-distributed/asan
-    run "test_distributed [asan, mpirun -np 3]" $MPIRUN -np 3 -x ASAN_OPTIONS=detect_leaks=0 -x CPUCUDA_WORKERS=1 \
-        build/cpu-asan/test_distributed build/test-distributed/asan
+    run "test_distributed [asan, deferred streams, mpirun -np 3]" $MPIRUN -np 3 -x ASAN_OPTIONS=detect_leaks=0 \
+        -x CPUCUDA_WORKERS=1 -x CPUCUDA_STREAMS=deferred build/cpu-asan/test_distributed build/test-distributed/asan
     log="$LOG_DIR/oob_kernel.log"
     timed "oob_kernel [asan]" timeout "$TIMEOUT" build/cpu-asan/oob_kernel >"$log" 2>&1
     rc=$?
@@ -326,8 +321,8 @@ section_racecheck() {
     # test_ptx's cp_async_no_barrier_kernel reads another thread's cp.async destination
     # without a barrier on purpose (to see the poison): checked on its own below
     for t in "${KERNEL_TESTS[@]}" test_gpt2 test_training; do
-        run "$t [racecheck]" env CPUCUDA_INITCHECK=1 CPUCUDA_RACECHECK_SKIP=cp_async_no_barrier_kernel \
-            "build/cpu-racecheck/$t"
+        run "$t [racecheck, reverse order]" env CPUCUDA_INITCHECK=1 CPUCUDA_SCHEDULE=reverse \
+            CPUCUDA_RACECHECK_SKIP=cp_async_no_barrier_kernel "build/cpu-racecheck/$t"
     done
     # the lines each report must name are marked in the source (marked), so edits above them do not break this
     local w r
@@ -367,19 +362,20 @@ section_nvcc() {
         export NVCC=$nvcc
         # one make -j2 of every target (nvcc is the slow part of the suite), then
         # each is up to date (built from its current source) or it failed
-        # the trainers for sm_90 and sm_80, which compiles and assembles every kernel they run
-        # for both (no source has arch-specific branches), the kernel tests (every kernel of
-        # llmc/ at the shapes of its test) for sm_90; the other programs, whose kernels are
-        # those, through the front end only (NVCC_FRONT_END)
+        # the trainers for sm_90, which compiles and assembles every kernel they run at every
+        # head size, and their device code for sm_80 at the published models' head sizes (no
+        # source has arch-specific branches), the kernel tests (every kernel of llmc/ at the
+        # shapes of its test) for sm_90; the other programs, whose kernels are those, through
+        # the front end only (NVCC_FRONT_END)
         targets=()
-        for src in train_gpt.cu train_llama3.cu; do targets+=("build/gpu/check/$(basename "$src" .cu)"); done
+        for t in train_gpt train_llama3; do targets+=("build/gpu/check/$t" "build/gpu/check80/$t"); done
         for src in test/kernels/test_*.cu; do targets+=("build/gpu/check90/$(basename "$src" .cu)"); done
         for src in cpu_cuda/test/test_*.cu test/model/test_*.cu dev/*.cu cpu_cuda/*.cu; do targets+=("build/gpu/front/$(basename "$src" .cu)"); done
         targets+=(build/gpu/single/train_gpt build/gpu/single/train_llama3)
         timed "nvcc: make -j2 of the ${#targets[@]} targets" make -s -k -j2 "${targets[@]}" >"$LOG_DIR/nvcc.log" 2>&1
         for t in "${targets[@]}"; do
-            what="nvcc sm_90+sm_80: $(basename "$t").cu"
-            [[ $t == build/gpu/check90/* ]] && what="nvcc sm_90: $(basename "$t").cu"
+            what="nvcc sm_90: $(basename "$t").cu"
+            [[ $t == build/gpu/check80/* ]] && what="nvcc sm_80 (head sizes 64, 128): $(basename "$t").cu"
             [[ $t == build/gpu/front/* ]] && what="nvcc front end (compute_90 PTX): $(basename "$t").cu"
             [[ $t == build/gpu/single/* ]] && what="nvcc front end: $(basename "$t").cu as a single-GPU build (no MPI, no NCCL)"
             if make -q "$t" 2>/dev/null; then pass "$what"; else fail "$what (see $LOG_DIR/nvcc.log)"; fi
@@ -418,7 +414,7 @@ run_sections() {
 # lane N: a subshell that takes the sections of QUEUE one at a time, each the
 # next that no lane has taken (a claim is a mkdir, which only one process wins),
 # and writes its tally, failures and times to $LOG_DIR/lane<N>.* for merge_lane
-QUEUE=(check check2 asan cpu nvcc racecheck streams schedules mpi initcheck)  # the most CPU time first
+QUEUE=(check check2 asan cpu nvcc racecheck schedules mpi initcheck)  # the most CPU time first
 lane() {  # lane N [SECTION...]: those sections instead of QUEUE's
     local n=$1 queue=("${@:2}")
     [[ ${#queue[@]} -eq 0 ]] && queue=("${QUEUE[@]}")
@@ -461,7 +457,7 @@ if [[ ${TEST_LANES:-2} == 2 ]]; then
     merge_lane 1
     merge_lane 2
 else
-    run_sections check check2 cpu host schedules streams mpi ranks asan racecheck initcheck nvcc
+    run_sections check check2 cpu host schedules mpi ranks asan racecheck initcheck nvcc
 fi
 # after both lanes: ranks' jobs stop ranks and wait for their --stall-timeout watchdogs,
 # which are kept apart from the lanes' load, beside only host's single-process data tools
