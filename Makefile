@@ -151,8 +151,10 @@ $(eval $(call cpu_variant,build/cpu-fp32,$(CPU_CXXFLAGS),-DENABLE_FP32))
 $(eval $(call cpu_variant,build/cpu-racecheck,$(CPU_CXXFLAGS) $(RACE_FLAGS),$(RACE_FLAGS),$(RACE_INSTRUMENT)))
 # build/cpu-pypi: the bf16 build against only the headers gathered from PyPI
 # (CUDA_HEADERS_DIR), never the toolkit's; test/test_pypi_headers.sh builds it
-# with the toolkit hidden. -O0: it proves the headers suffice, not speed.
-$(eval $(call cpu_variant,build/cpu-pypi,$(filter-out -O2,$(CPU_CXXFLAGS)) -O0,,,-I$(RT_DIR)/include -I$(CUDA_HEADERS_DIR) -I.))
+# with the toolkit hidden. -O0 and attention for one head size: it proves the headers
+# suffice, not speed nor the kernels.
+pypi_head_sizes = -DATTENTION_HEAD_SIZES=64
+$(eval $(call cpu_variant,build/cpu-pypi,$(filter-out -O2,$(CPU_CXXFLAGS)) -O0,,,-I$(RT_DIR)/include -I$(CUDA_HEADERS_DIR) -I.,pypi_head_sizes))
 
 # --- host C++ programs (tokenizer, shard writer, data tools and their tests) ------
 # Plain C++ (no CUDA): data/*.cpp, dev/*.cpp and test/host/*.cpp -> build/host/
@@ -216,12 +218,13 @@ build/gpu/check/%: %.cu
 build/gpu/check80/%: %.cu
 	@mkdir -p $(@D)
 	$(NVCC) $(call nvcc_head_sizes,64$(comma)128) $(NVCC_CHECK_FLAGS) -gencode arch=compute_80,code=sm_80 -cuda $< -o $@
-# build/gpu/check90/X: X built for sm_90 (the kernel tests: each kernel at the shapes
-# its test covers, on the architecture the project targets; sm_80 is checked by the
-# trainers' code above, at half the compile time of a second device pass for every test).
+# build/gpu/check90/X: X's device code optimised and assembled for sm_90 (the kernel tests:
+# each kernel at the shapes its test covers, on the architecture the project targets; sm_80
+# is checked by the trainers' code above), with no host compile or link (-cuda: those of
+# the full builds above, which link the same libraries).
 build/gpu/check90/%: %.cu
 	@mkdir -p $(@D)
-	$(NVCC) $(call head_sizes,$*) $(NVCC_CHECK_FLAGS) -gencode arch=compute_90,code=sm_90 $< -o $@ $(NVCC_LIBS)
+	$(NVCC) $(call head_sizes,$*) $(NVCC_CHECK_FLAGS) -gencode arch=compute_90,code=sm_90 -cuda $< -o $@
 # NVCC_FRONT_END: a compile check of a program's own code, at a third of the cost:
 # nvcc's host compile and its device front end down to PTX (compute_90), with the
 # device optimiser and ptxas not run (-G -O0). For the programs whose kernels the

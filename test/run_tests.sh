@@ -177,6 +177,8 @@ marked() {
 }
 
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
+# a rank that waits in MPI (for a stopped rank, a slower one) yields its core to the other lane
+export OMPI_MCA_mpi_yield_when_idle=1
 MPIRUN="mpirun --oversubscribe --bind-to none"
 names() { for f in "$@"; do basename "$f" .cu; done; }
 KERNELS=($(names test/kernels/test_*.cu))  # one program per kernel header of llmc/
@@ -206,7 +208,8 @@ section_cpu() {
     echo "== CPU runtime tests"
     for t in "${SINGLE_TESTS[@]}"; do run "$t" "build/cpu/$t"; done
     for t in "${FP32_TESTS[@]}"; do run "$t [fp32, random:7]" env CPUCUDA_SCHEDULE=random:7 "build/cpu-fp32/$t"; done
-    run "test_train_cli" bash test/trainer/test_train_cli.sh build/cpu/train_gpt
+    # (every other case of it runs in the sanitizer build: asan section)
+    run "test_train_cli [the built-in corpus, 100 steps]" env TRAIN_CLI_BUILTIN=1 bash test/trainer/test_train_cli.sh build/cpu/train_gpt
     run "test_resume" python3 test/trainer/test_resume.py build/cpu/train_gpt
     run "test_resume train_llama3" python3 test/trainer/test_resume.py build/cpu/train_llama3
     run "test_llama3_cli" bash test/trainer/test_llama3_cli.sh build/cpu/train_llama3
@@ -282,7 +285,6 @@ section_mpi() {
     run "test_llama3_ranks (mpirun -np 2 ZeRO-1 A=2 = one process A=4)" bash test/trainer/test_llama3_ranks.sh build/cpu/train_llama3
 }
 
-# after both lanes, alone: its jobs stop ranks and wait for their --stall-timeout watchdogs
 section_ranks() {
     echo "== the trainer under mpirun"
     run "test_multi_rank_cli" bash test/trainer/test_multi_rank_cli.sh build/cpu/train_gpt
@@ -293,10 +295,13 @@ section_asan() {
     export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=0} UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
     for t in "${SINGLE_TESTS[@]}"; do run "$t [asan, deferred streams]" env CPUCUDA_STREAMS=deferred "build/cpu-asan/$t"; done
     # the trainer links Open MPI, whose runtime keeps allocations until exit: no leak check there
-    # its long runs with a smaller model and fewer steps (TRAIN_CLI_SMALL), under a hang guard with room for a busy machine
+    # every case of it (the cpu section runs its 100-step run in the plain build), the built-in corpus
+    # run with fewer steps (TRAIN_CLI_SMALL), under a hang guard with room for a busy machine
     TIMEOUT=$((TIMEOUT * 3)) run "test_train_cli [asan]" env ASAN_OPTIONS=detect_leaks=0 TRAIN_CLI_SMALL=1 \
         bash test/trainer/test_train_cli.sh build/cpu-asan/train_gpt
-    for t in build/host-asan/test_*; do [[ -x $t ]] && run "$(basename "$t") [asan]" "$t"; done
+    # test_tokenizer: the first of its sweeps over every code point per vocabulary (each code
+    # point once through the class tables, the pre-tokeniser and BPE); the host section runs all 4
+    for t in build/host-asan/test_*; do [[ -x $t ]] && run "$(basename "$t") [asan]" env TOKENIZER_SWEEPS=1 "$t"; done
     # the trainers' loaders on mutated input: a few cases of each, bounded by count (dev/fuzz_loaders.py)
     run "test_fuzz_loaders [asan]" python3 test/trainer/test_fuzz_loaders.py build/cpu-asan/train_gpt
     run "test_nccl [asan, deferred streams, mpirun -np 2]" env ASAN_OPTIONS=detect_leaks=0 CPUCUDA_STREAMS=deferred \
@@ -414,13 +419,14 @@ run_sections() {
 # lane N: a subshell that takes the sections of QUEUE one at a time, each the
 # next that no lane has taken (a claim is a mkdir, which only one process wins),
 # and writes its tally, failures and times to $LOG_DIR/lane<N>.* for merge_lane
-QUEUE=(check check2 asan cpu nvcc racecheck schedules mpi initcheck)  # the most CPU time first
-lane() {  # lane N [SECTION...]: those sections instead of QUEUE's
-    local n=$1 queue=("${@:2}")
-    [[ ${#queue[@]} -eq 0 ]] && queue=("${QUEUE[@]}")
+# the longest first; ranks early, since it waits (for its --stall-timeout watchdogs, a
+# suspended job) more than it computes, which leaves the other lane both cores
+QUEUE=(check check2 asan cpu nvcc ranks racecheck host mpi schedules initcheck)
+lane() {
+    local n=$1
     (
         TIME_TMP=$LOG_DIR/time.lane$n.tmp passed=0 failed=0 failures=() times=()
-        for s in "${queue[@]}"; do
+        for s in "${QUEUE[@]}"; do
             [[ " $SECTIONS " == *" $s "* ]] && mkdir "$LOG_DIR/claims/$s" 2>/dev/null && run_sections "$s"
         done
         echo "$passed $failed" >"$LOG_DIR/lane$n.tally"
@@ -447,7 +453,7 @@ merge_lane() {
 # the scripts). The second lane's output follows the first's.
 # TEST_LANES=1: every section in one process, in the order of SECTIONS' default.
 if [[ ${TEST_LANES:-2} == 2 ]]; then
-    rm -rf "$LOG_DIR"/lane[123].* "$LOG_DIR/claims" && mkdir -p "$LOG_DIR/claims"
+    rm -rf "$LOG_DIR"/lane[12].* "$LOG_DIR/claims" && mkdir -p "$LOG_DIR/claims"
     lane 2 >"$LOG_DIR/lane2.out" 2>&1 &
     lane2=$!
     lane 1
@@ -459,17 +465,7 @@ if [[ ${TEST_LANES:-2} == 2 ]]; then
 else
     run_sections check check2 cpu host schedules mpi ranks asan racecheck initcheck nvcc
 fi
-# after both lanes: ranks' jobs stop ranks and wait for their --stall-timeout watchdogs,
-# which are kept apart from the lanes' load, beside only host's single-process data tools
-# (a third lane); gpu builds for the GPU, and its programs use the device alone
-if [[ ${TEST_LANES:-2} == 2 ]]; then
-    lane 3 host >"$LOG_DIR/lane3.out" 2>&1 &
-    lane3=$!
-    run_sections ranks
-    wait $lane3
-    cat "$LOG_DIR/lane3.out"
-    merge_lane 3
-fi
+# gpu after both lanes: its programs use the device alone
 run_sections gpu
 
 echo

@@ -148,17 +148,24 @@ check "resumed after the signal, the step-8 model and both state files equal the
 
 # the watchdog: a rank stopped with SIGSTOP makes the other wait in a collective; after
 # --stall-timeout it says what it waited for and the job ends, no process left (the hang
-# guard is the timeout plus 10 s)
+# guard counts from the stop: the timeout plus 10 s; start-up and the first steps take what
+# they take on a busy machine)
 STALL=20
 : >"$WORK/stallout" >"$WORK/stallerr"  # emptied first: the poll below must not see an earlier run's lines
-timeout -k 10 $(((STALL + 10) * ${TEST_TIMEOUT_SCALE:-1})) $MPIRUN -np 2 "$BIN" -x 99999 -v 0 -b 4 --stall-timeout $STALL \
-    >"$WORK/stallout" 2>"$WORK/stallerr" &
+timeout -k 10 $GUARD $MPIRUN -np 2 "$BIN" -x 99999 -v 0 -b 4 --stall-timeout $STALL >"$WORK/stallout" 2>"$WORK/stallerr" &
 job=$!
 wait_for "$WORK/stallout" "^step +2/" $job
 ranks=$(ranks_of $job)
 kill -STOP $(echo "$ranks" | tail -n 1)
+bash -c 'sleep "$1"; touch "$2"; kill -KILL $3' guard $(((STALL + 10) * ${TEST_TIMEOUT_SCALE:-1})) "$WORK/stall_hung" \
+    "$(pgrep -P $job) $ranks" 2>/dev/null &
+guard=$!
 wait $job
 rc=$?
+pkill -P $guard sleep
+kill $guard 2>/dev/null
+wait $guard 2>/dev/null
+[[ -e "$WORK/stall_hung" ]] && rc=124  # (the guard's kill)
 left=0
 # (a zombie has exited: where PID 1 does not reap, as in a container, it stays listed)
 for p in $ranks; do [[ -n $(ps -o stat= -p "$p" | grep -v '^Z') ]] && left=$((left + 1)); done
@@ -173,7 +180,7 @@ check "a rank stopped by SIGSTOP: the job ends (exit $rc, $left processes left):
 MODEL=$WORK/m0/model_00000001.bin
 STOP_RANK1='if [[ $OMPI_COMM_WORLD_RANK == 1 ]]; then exec strace -qq -o /dev/null -P "$0" -e trace=openat \
     -e inject=openat:signal=SIGSTOP "$@"; fi; exec "$@"'
-timeout -k 10 $(((STALL + 10) * ${TEST_TIMEOUT_SCALE:-1})) $MPIRUN -np 2 bash -c "$STOP_RANK1" "$MODEL" "$BIN" -e "$MODEL" \
+timeout -k 10 $GUARD $MPIRUN -np 2 bash -c "$STOP_RANK1" "$MODEL" "$BIN" -e "$MODEL" \
     -x 4 -v 0 -b auto --stall-timeout $STALL >"$WORK/stallout" 2>"$WORK/stallerr"
 rc=$?
 pkill -9 -f -- "-e $MODEL" 2>/dev/null  # (the stopped rank, left behind by strace)
