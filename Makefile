@@ -63,12 +63,12 @@ MPI_PROGRAMS := test_nccl test_distributed train_gpt train_llama3 lesson
 # programs compile all 8.
 HEAD_SIZE_16_PROGRAMS := test_gpt2 test_llama3 test_training test_distributed
 head_sizes = $(if $(filter $(1),$(HEAD_SIZE_16_PROGRAMS)),-DATTENTION_HEAD_SIZES=16)
-# The sanitizer build's trainers run only the models of the tests that use them (test_train_cli,
-# test_fuzz_loaders): GPT-2's at head sizes 16 (the tiny models) and 64 (d12), Llama 3's at 16.
-# Attention at every size runs under the sanitizer in test_attention.
 comma := ,
 # nvcc splits a -D value at commas unless each is escaped: -D'ATTENTION_HEAD_SIZES=64\,128'
 nvcc_head_sizes = $(if $(1),'-DATTENTION_HEAD_SIZES=$(subst $(comma),\$(comma),$(1))')
+# The sanitizer build's trainers run only the models of the tests that use them (test_train_cli,
+# test_fuzz_loaders): GPT-2's at head sizes 16 (the tiny models) and 64 (d12), Llama 3's at 16.
+# Attention at every size runs under the sanitizer in test_attention.
 asan_head_sizes = $(or $(call head_sizes,$(1)),$(if $(filter train_gpt,$(1)),-DATTENTION_HEAD_SIZES=16$(comma)64),$(if \
                     $(filter train_llama3,$(1)),-DATTENTION_HEAD_SIZES=16))
 CPU_TESTS  := $(addprefix build/cpu/,$(TEST_NAMES))
