@@ -85,6 +85,9 @@ mkdir -p "$LOG_DIR"
 passed=0
 failed=0
 failures=()
+# every FAIL line of the run, both lanes, repeated at the end where a log's tail shows it
+FAIL_LINES=$LOG_DIR/fail_lines
+: >"$FAIL_LINES"
 
 section=none
 times=()
@@ -124,7 +127,7 @@ print_times() {
     } >>"$f"
 }
 pass() { passed=$((passed + 1)); echo "PASS $1"; }
-fail() { failed=$((failed + 1)); failures+=("$1"); echo "FAIL $1"; }
+fail() { failed=$((failed + 1)); failures+=("$1"); echo "FAIL $1" | tee -a "$FAIL_LINES"; }
 
 # run LABEL CMD...: runs a test program, adds its tally.
 run() {
@@ -135,7 +138,7 @@ run() {
     tally=$(grep -E '^[A-Za-z0-9_]+: [0-9]+ passed, [0-9]+ failed$' "$log" | tail -n 1)
     if [[ -z "$tally" ]]; then
         fail "$label (exit $rc, no tally line; see $log)"
-        tail -n 15 "$log" | sed 's/^/    /'
+        tail -n 15 "$log" | sed 's/^/    /' | tee -a "$FAIL_LINES"
         return
     fi
     local p f
@@ -144,9 +147,10 @@ run() {
     passed=$((passed + p))
     failed=$((failed + f))
     grep -E '^(FAIL|SKIP)' "$log" | sed "s|^|    [$label] |"
+    grep -E '^FAIL' "$log" | sed "s|^|[$label] |" >>"$FAIL_LINES"
     if [[ $f -gt 0 || $rc -ne 0 ]]; then
         failures+=("$label")
-        [[ $f -eq 0 ]] && { failed=$((failed + 1)); echo "    [$label] exit code $rc"; }
+        [[ $f -eq 0 ]] && { failed=$((failed + 1)); echo "    [$label] exit code $rc" | tee -a "$FAIL_LINES"; }
     fi
     echo "$label: $p passed, $f failed"
 }
@@ -473,6 +477,7 @@ echo
 [[ ${#times[@]} -gt 0 ]] && print_times
 if [[ ${#failures[@]} -gt 0 ]]; then
     echo "failing: ${failures[*]}"
+    cut -c1-600 "$FAIL_LINES"
 fi
 echo "$passed passed, $failed failed"
 [[ $failed -eq 0 ]]

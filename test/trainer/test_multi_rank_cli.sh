@@ -102,7 +102,7 @@ check "--help under mpirun -np 2: exit 0, printed once, says how the build runs 
 
 # Rank 1 cannot open its data (MPMD launch: rank 0 has good data and reaches
 # its first collective). Every rank must stop with rank 1's line, not hang.
-timeout -k 10 $((60 * ${TEST_TIMEOUT_SCALE:-1})) mpirun --oversubscribe --bind-to none -np 1 "$BIN" -x 4 : -np 1 "$BIN" -x 4 -i "$WORK/missing_*.bin" \
+timeout -k 10 $GUARD mpirun --oversubscribe --bind-to none -np 1 "$BIN" -x 4 : -np 1 "$BIN" -x 4 -i "$WORK/missing_*.bin" \
     >"$WORK/out" 2>"$WORK/err"
 rc=$?
 [[ $rc -ne 0 && $rc -ne 124 ]] && grep -q "^error: .*missing_" "$WORK/err"
@@ -127,28 +127,32 @@ wait_for() { until grep -qE "$2" "$1" 2>/dev/null || ! kill -0 "$3" 2>/dev/null;
 
 # SIGTERM to one rank (as a preemption would send it): every rank stops after the same
 # step, the checkpoint there is complete, exit 0; resuming it ends bitwise where an
-# uninterrupted run ends
-SIG=(-x 8 -v 0 -b 4 -z 1)
-timeout $GUARD $MPIRUN -np 2 "$BIN" "${SIG[@]}" -o "$WORK/sigref" >/dev/null 2>&1
+# uninterrupted run ends. The signalled jobs are long (-x 99999), so that the signal, sent
+# after step 2, finds them running however slowly it comes; with a constant lr after the
+# warmup (-k constant) a step's numbers do not depend on -x, so the uninterrupted run to
+# compare with is as long as the resumed one.
+SIG=(-v 0 -b 4 -z 1 -k constant)
 : >"$WORK/sigout"  # emptied first: the poll below must not see an earlier run's lines
-timeout $GUARD $MPIRUN -np 2 "$BIN" "${SIG[@]}" -o "$WORK/sig" >"$WORK/sigout" 2>&1 &
+timeout $GUARD $MPIRUN -np 2 "$BIN" "${SIG[@]}" -x 99999 -o "$WORK/sig" >"$WORK/sigout" 2>&1 &
 job=$!
-wait_for "$WORK/sigout" "^step +2/8 " $job
+wait_for "$WORK/sigout" "^step +2/" $job
 kill -TERM $(ranks_of $job | tail -n 1)
 wait $job
 rc=$?
 stopped=$(grep -o "stopped by a signal after step [0-9]*" "$WORK/sigout" | grep -o "[0-9]*$")
-[[ $rc -eq 0 && -n $stopped && $stopped -lt 8 && -e "$WORK/sig/DONE_$(printf %08d "$stopped")" ]]
+[[ $rc -eq 0 && -n $stopped && -e "$WORK/sig/DONE_$(printf %08d "$stopped")" ]]
 check "SIGTERM to rank 1 of 2: both stop after step ${stopped:-?} with a complete checkpoint, exit $rc" $?
-timeout $GUARD $MPIRUN -np 2 "$BIN" "${SIG[@]}" -o "$WORK/sig" -y 1 >/dev/null 2>&1 &&
-    cmp -s "$WORK/sigref/model_00000008.bin" "$WORK/sig/model_00000008.bin" &&
-    cmp -s "$WORK/sigref/state_00000008_00000.bin" "$WORK/sig/state_00000008_00000.bin" &&
-    cmp -s "$WORK/sigref/state_00000008_00001.bin" "$WORK/sig/state_00000008_00001.bin"
-check "resumed after the signal, the step-8 model and both state files equal the uninterrupted run's" $?
+end=$((${stopped:-0} + 3))
+timeout $GUARD $MPIRUN -np 2 "$BIN" "${SIG[@]}" -x $end -o "$WORK/sigref" >/dev/null 2>&1 &&
+    timeout $GUARD $MPIRUN -np 2 "$BIN" "${SIG[@]}" -x $end -o "$WORK/sig" -y 1 >/dev/null 2>&1 &&
+    cmp -s "$WORK/sigref/model_$(printf %08d $end).bin" "$WORK/sig/model_$(printf %08d $end).bin" &&
+    cmp -s "$WORK/sigref/state_$(printf %08d $end)_00000.bin" "$WORK/sig/state_$(printf %08d $end)_00000.bin" &&
+    cmp -s "$WORK/sigref/state_$(printf %08d $end)_00001.bin" "$WORK/sig/state_$(printf %08d $end)_00001.bin"
+check "resumed after the signal, the step-$end model and both state files equal an uninterrupted run's" $?
 
 # the watchdog: a rank stopped with SIGSTOP makes the other wait in a collective; after
 # --stall-timeout it says what it waited for and the job ends, no process left (the hang
-# guard counts from the stop: the timeout plus 10 s; start-up and the first steps take what
+# guard counts from the stop: the timeout plus 120 s, a hang's bound, not a speed; start-up and the first steps take what
 # they take on a busy machine)
 STALL=20
 : >"$WORK/stallout" >"$WORK/stallerr"  # emptied first: the poll below must not see an earlier run's lines
@@ -157,7 +161,7 @@ job=$!
 wait_for "$WORK/stallout" "^step +2/" $job
 ranks=$(ranks_of $job)
 kill -STOP $(echo "$ranks" | tail -n 1)
-bash -c 'sleep "$1"; touch "$2"; kill -KILL $3' guard $(((STALL + 10) * ${TEST_TIMEOUT_SCALE:-1})) "$WORK/stall_hung" \
+bash -c 'sleep "$1"; touch "$2"; kill -KILL $3' guard $(((STALL + 120) * ${TEST_TIMEOUT_SCALE:-1})) "$WORK/stall_hung" \
     "$(pgrep -P $job) $ranks" 2>/dev/null &
 guard=$!
 wait $job
@@ -193,7 +197,7 @@ check "a rank stopped while it builds the model: the job ends (exit $rc): $(grep
 # hang (the hang guard fails the check)
 STOP_RANK1_IN_INIT='if [[ $OMPI_COMM_WORLD_RANK == 1 ]]; then exec strace -qq -o /dev/null -e trace=connect \
     -e inject=connect:signal=SIGSTOP:when=1 bash -c "echo \$\$ >$0; exec \"\$@\"" rank1 "$@"; fi; exec "$@"'
-timeout -k 10 $((60 * ${TEST_TIMEOUT_SCALE:-1})) $MPIRUN -np 2 bash -c "$STOP_RANK1_IN_INIT" "$WORK/rank1.pid" "$BIN" -x 4 -v 0 -b 4 \
+timeout -k 10 $GUARD $MPIRUN -np 2 bash -c "$STOP_RANK1_IN_INIT" "$WORK/rank1.pid" "$BIN" -x 4 -v 0 -b 4 \
     --stall-timeout 5 >"$WORK/initout" 2>"$WORK/initerr"
 rc=$?
 [[ -s "$WORK/rank1.pid" ]] && kill -9 "$(cat "$WORK/rank1.pid")" 2>/dev/null  # (if strace left it stopped)
@@ -229,36 +233,43 @@ check "both ranks stopped after step $at for 10 s, twice --stall-timeout 5, then
 # issue 23 item 10: a file-size limit too small for MPI's start-up (its shared-memory files) is
 # refused before it with one error line under mpirun; a process no launcher started never
 # starts MPI, so the limit does not concern it
-(ulimit -f 4000 && timeout $GUARD "$BIN" -x 1 -v 0 >/dev/null 2>"$WORK/err")
+# (env -u: no launcher's rank variable from the environment the tests run in; llmc/distributed.h)
+(ulimit -f 4000 && timeout $GUARD env -u OMPI_COMM_WORLD_RANK -u PMI_RANK -u PMIX_RANK -u SLURM_PROCID \
+    "$BIN" -x 1 -v 0 >/dev/null 2>"$WORK/err")
 rc=$?
 [[ $rc -eq 0 && ! -s "$WORK/err" ]]
 ok=$?
 check "ulimit -f 4000 alone: the run needs no MPI, exit $rc$(head -c 300 "$WORK/err" | sed 's/^/: /')" $ok
 (ulimit -f 4000 && timeout $GUARD $MPIRUN -np 2 "$BIN" -x 1 -v 0 -b 4 >/dev/null 2>"$WORK/err")
 rc=$?
-[[ $rc -ne 0 && $rc -ne 124 && $(grep -c "^error: the file-size limit" "$WORK/err") -eq 2 ]]
-check "ulimit -f 4000 under mpirun -np 2: each rank says why (exit $rc)" $?
+# (each rank checks the limit first thing; mpirun ends the job when the first rank exits, which
+# may be before a rank slower to start has printed its line: at least one line, and no other error)
+said=$(grep -c "^error: the file-size limit" "$WORK/err")
+[[ $rc -ne 0 && $rc -ne 124 && $said -ge 1 && $(grep -c "^error:" "$WORK/err") -eq $said ]]
+check "ulimit -f 4000 under mpirun -np 2: the ranks say why ($said of 2 lines before mpirun ended the job; exit $rc)" $?
 
 # issue 23 item 10: Open MPI's mpirun turns SIGTERM into an abort (it forwards SIGTERM, SIGKILLs
 # the ranks a second later and exits 1: see README, Reliability); SIGUSR1 to mpirun is forwarded to
 # every rank, a stop request like SIGTERM: a complete checkpoint, exit 0, and it resumes
-# signal_mpirun SIGNAL NAME: a job into $WORK/NAME, its output in $WORK/NAME.out; mpirun gets
-# SIGNAL after step 2; returns mpirun's exit status
+# signal_mpirun SIGNAL NAME: a long job into $WORK/NAME, its output in $WORK/NAME.out; mpirun
+# gets SIGNAL after step 2; returns mpirun's exit status
 signal_mpirun() {
-    timeout $GUARD $MPIRUN -np 2 "$BIN" "${SIG[@]}" -o "$WORK/$2" >"$WORK/$2.out" 2>&1 &
+    : >"$WORK/$2.out"
+    timeout $GUARD $MPIRUN -np 2 "$BIN" "${SIG[@]}" -x 99999 -o "$WORK/$2" >"$WORK/$2.out" 2>&1 &
     local job=$!
-    wait_for "$WORK/$2.out" "^step +2/8 " $job
+    wait_for "$WORK/$2.out" "^step +2/" $job
     kill -"$1" $(pgrep -P $job)
     wait $job
 }
 signal_mpirun USR1 usr1
 rc=$?
 stopped=$(grep -o "stopped by a signal after step [0-9]*" "$WORK/usr1.out" | grep -o "[0-9]*$")
-[[ $rc -eq 0 && -n $stopped && $stopped -lt 8 && -e "$WORK/usr1/DONE_$(printf %08d "$stopped")" ]]
+[[ $rc -eq 0 && -n $stopped && -e "$WORK/usr1/DONE_$(printf %08d "$stopped")" ]]
 check "SIGUSR1 to mpirun: every rank stops after step ${stopped:-?} with a complete checkpoint, mpirun exits $rc" $?
-timeout $GUARD $MPIRUN -np 2 "$BIN" "${SIG[@]}" -o "$WORK/usr1" -y 1 >"$WORK/out" 2>&1 &&
-    grep -q "resuming from step ${stopped:-?}" "$WORK/out" && grep -qE "^step +8/8 " "$WORK/out"
-check "... and resumes from there to step 8" $?
+end=$((${stopped:-0} + 2))
+timeout $GUARD $MPIRUN -np 2 "$BIN" "${SIG[@]}" -x $end -o "$WORK/usr1" -y 1 >"$WORK/out" 2>&1 &&
+    grep -q "resuming from step ${stopped:-?}" "$WORK/out" && grep -qE "^step +$end/$end " "$WORK/out"
+check "... and resumes from there to step $end" $?
 signal_mpirun TERM term
 rc=$?
 [[ $rc -ne 0 && $rc -ne 124 ]]
