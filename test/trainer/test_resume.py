@@ -36,9 +36,10 @@ LLAMA = "llama3" in os.path.basename(BIN)  # its model: a folder of these files
 MODEL_FOLDER_FILES = ["config.json", "model.safetensors"] if LLAMA else []
 QUICK = os.environ.get("TEST_RESUME_QUICK") == "1"
 # the built-in corpus and model; a checkpoint every EVERY steps, the newest 3 kept; the
-# val loss every VAL steps, a sample every SAMPLE (all three divide STEPS)
+# val loss every VAL steps, a sample every SAMPLE (all three divide STEPS). Small batches
+# (B=2, 2 val batches): what is checked is where a kill leaves the files, not the numbers.
 STEPS, EVERY, VAL, SAMPLE = (6, 2, 2, 6) if QUICK else (24, 3, 8, 12)
-ARGS = ["-x", str(STEPS), "-n", str(EVERY), "-nk", "3", "-v", str(VAL), "-s", str(SAMPLE), "-g", "8"]
+ARGS = ["-x", str(STEPS), "-n", str(EVERY), "-nk", "3", "-v", str(VAL), "-s", str(SAMPLE), "-g", "8", "-b", "2", "-m", "2"]
 check = Checks()
 
 

@@ -491,7 +491,7 @@ ok=$?
 check "a file-size limit: one error line, exit $rc (not SIGXFSZ), no .tmp, the last complete checkpoint (${last:-?}) resumes: $(cat "$WORK/err")" $ok
 
 # sampling: the same seed gives the same text, another seed another
-sample() { "$BIN" -x 2 -v 0 -s 2 -g 12 --seed "$1" --top-k "$2" 2>/dev/null | grep "sample:"; }
+sample() { "$BIN" -e "$TINY" -i "$WORK/good.bin" -b 2 -t 16 -x 1 -v 0 -s 1 -g 12 --seed "$1" --top-k "$2" 2>/dev/null | grep "sample:"; }
 s1=$(sample 5 0) s2=$(sample 5 0) s3=$(sample 6 0) s4=$(sample 5 1)
 [[ -n $s1 && "$s1" == "$s2" && "$s1" != "$s3" && -n $s4 ]]
 check "sampling is deterministic for a seed and changes with it: $s1" $?
@@ -507,12 +507,13 @@ PY
 expect_error "--tokenizer with fewer tokens than the model" "tok300.bin: 300 tokens, fewer than the model's vocabulary of 512" \
     -e "L=1,C=32,H=2,V=512,maxT=64" -x 2 -v 0 -s 1 --tokenizer "$WORK/tok300.bin"
 
-# batch ramp: A grows from the start tokens to -d, lr scaled by sqrt
-"$BIN" -x 6 -v 0 -b 2 -d 1024 --ramp-tokens 256 --ramp-steps 4 --ramp-lr sqrt -l 1e-3 -u 0 -k constant >"$WORK/out" 2>&1
+# batch ramp: A grows from the start tokens to -d, lr scaled by sqrt (B x T = 32 tokens)
+"$BIN" -e "$TINY" -i "$WORK/good.bin" -t 16 -x 6 -v 0 -b 2 -d 256 --ramp-tokens 64 --ramp-steps 4 --ramp-lr sqrt -l 1e-3 -u 0 \
+    -k constant >"$WORK/out" 2>&1
 tokens=$(grep -E '^step +[0-9]+/6' "$WORK/out" | sed -E 's/.* ([0-9]+) tok\/step.*/\1/' | tr '\n' ' ')
 lrs=$(grep -E '^step +[0-9]+/6' "$WORK/out" | sed -E 's/.*lr ([0-9.e+-]+) .*/\1/' | tr '\n' ' ')
-[[ "$tokens" == "256 512 640 896 1024 1024 " && "$lrs" == "5.00e-04 7.07e-04 7.91e-04 9.35e-04 1.00e-03 1.00e-03 " ]]
-check "batch ramp 256 -> 1024 tokens over 4 steps (got: $tokens), lr x sqrt(tokens/target) (got: $lrs)" $?
+[[ "$tokens" == "64 128 160 224 256 256 " && "$lrs" == "5.00e-04 7.07e-04 7.91e-04 9.35e-04 1.00e-03 1.00e-03 " ]]
+check "batch ramp 64 -> 256 tokens over 4 steps (got: $tokens), lr x sqrt(tokens/target) (got: $lrs)" $?
 expect_error "unknown ramp lr rule" "none, linear or sqrt" --ramp-lr cubic
 
 # HellaSwag (-h 1) from a small eval file in llm.c's format: the accuracy at
@@ -535,7 +536,10 @@ with open(sys.argv[1], "wb") as f:
     for r in examples:
         f.write(struct.pack("<%dH" % len(r), *r))
 PY
-hs() { "$BIN" -x 2 -v 2 -m 1 -h 1 --hellaswag-file "$WORK/hs.bin" 2>&1 | grep "HellaSwag accuracy"; }
+hs() {
+    "$BIN" -e "L=1,C=32,H=2,V=256,maxT=64" -i "$WORK/good.bin" -j "$WORK/good.bin" -b 4 -t 64 -x 2 -v 2 -m 1 -h 1 \
+        --hellaswag-file "$WORK/hs.bin" 2>&1 | grep "HellaSwag accuracy"
+}
 h1=$(hs) h2=$(hs)
 [[ $(echo "$h1" | wc -l) -eq 2 && "$h1" == "$h2" ]] && echo "$h1" | grep -q "(10 of 10 examples fit T=64)"
 ok=$?
@@ -577,11 +581,11 @@ rc=$?
     grep -q "^batch: B=6 x T=16 x N=1 x A=1 = 96 tokens per step" "$WORK/auto141" &&
     grep -qE "^step +1/1 " "$WORK/auto141" && grep -q "^step 1: val loss" "$WORK/auto141"
 check "-b auto on 141 GB trains with the B its val data holds (exit $rc): $(grep -E '^(batch|error)' "$WORK/auto141")" $?
-# and on the built-in corpus (no -i) with -v 0: no val data read, B at most the 64 sequences of -d
-(cd "$WORK" && CPUCUDA_DEVICE_MEMORY_MB=134400 "$OLDPWD/$BIN" -e "L=1,C=32,H=2,V=256,maxT=64" -b auto -d 4096 -v 0 -x 1 \
+# and on the built-in corpus (no -i) with -v 0: no val data read, B at most the 16 sequences of -d
+(cd "$WORK" && CPUCUDA_DEVICE_MEMORY_MB=134400 "$OLDPWD/$BIN" -e "L=1,C=32,H=2,V=256,maxT=64" -b auto -d 1024 -v 0 -x 1 \
     >"$WORK/auto141b" 2>&1)
 rc=$?
-[[ $rc -eq 0 ]] && grep -q "^batch: B=64 x T=64 x N=1 x A=1 = 4096 tokens per step" "$WORK/auto141b" &&
+[[ $rc -eq 0 ]] && grep -q "^batch: B=16 x T=64 x N=1 x A=1 = 1024 tokens per step" "$WORK/auto141b" &&
     grep -qE "^step +1/1 " "$WORK/auto141b"
 check "-b auto on 141 GB trains the built-in corpus with -v 0, B from -d (exit $rc): $(grep -E '^(batch|error)' "$WORK/auto141b")" $?
 "$BIN" -e "$TINY" -i "$WORK/good.bin" -j "$WORK/small.bin" -b 8 -t 16 -x 1 -v 0 >/dev/null 2>&1
