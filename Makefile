@@ -77,7 +77,9 @@ ASAN_TESTS := $(addprefix build/cpu-asan/,$(TEST_NAMES))
 # because the `cpu` and `asan` targets list them.
 HOST_SRCS  := $(wildcard data/*.cpp dev/*.cpp test/host/*.cpp)
 HOST_BINS  := $(patsubst %.cpp,build/host/%,$(notdir $(HOST_SRCS)))
-HOST_ASAN  := $(patsubst %.cpp,build/host-asan/%,$(notdir $(HOST_SRCS)))
+# the sanitizer build of the host tests and of the tools they run (test_fuzz_loaders: prepro;
+# test_hellaswag_tool: hellaswag)
+HOST_ASAN  := $(addprefix build/host-asan/,$(basename $(notdir $(wildcard test/host/test_*.cpp))) prepro hellaswag)
 DEV_CU     := $(wildcard dev/*.cu cpu_cuda/*.cu)
 # (the lesson runs in fp32 only: `make lesson`, build/cpu-fp32/lesson)
 DEV_BINS   := $(addprefix build/cpu/,$(filter-out lesson,$(basename $(notdir $(DEV_CU)))))
@@ -109,6 +111,15 @@ LLMC_HDRS := $(wildcard llmc/*.h llmc/*.cuh)
 
 cpu: check-cuda-headers $(CPU_TESTS) $(DEV_BINS) $(HOST_BINS) build/cpu/train_gpt build/cpu/train_llama3 \
      $(addprefix build/cpu-fp32/,$(FP32_TESTS) train_gpt train_llama3 lesson llama3_logits)
+# What make test builds of it: all but the programs no test runs, whose units it compiles
+# without code generation (build/cpu/X.syntax: g++ -fsyntax-only, a quarter of the time).
+NOT_RUN_BY_TESTS := llama3_logits bench_attention bench_cpu_cuda
+CPU_FOR_TESTS := $(filter-out $(addprefix build/cpu/,$(NOT_RUN_BY_TESTS)),$(CPU_TESTS) $(DEV_BINS) $(HOST_BINS)) \
+                 build/cpu/train_gpt build/cpu/train_llama3 \
+                 $(addprefix build/cpu-fp32/,$(FP32_TESTS) train_gpt train_llama3 lesson llama3_logits) \
+                 $(addprefix build/cpu/,$(addsuffix .syntax,$(NOT_RUN_BY_TESTS)))
+build/cpu/%.syntax: build/cpu/%.ii
+	$(CXX) $(CPU_CXXFLAGS) -fsyntax-only -x c++-cpp-output $< && touch $@
 
 # .cu -> preprocessed C++ with <<<>>> launches and extern __shared__ rewritten.
 # Variant directories: build/cpu (optimised), build/cpu-asan (sanitizers),
@@ -116,7 +127,8 @@ cpu: check-cuda-headers $(CPU_TESTS) $(DEV_BINS) $(HOST_BINS) build/cpu/train_gp
 define cpu_variant
 # $(1) = build dir, $(2) = compiler flags, $(3) = preprocessor flags,
 # $(4) = flags for the CUDA units only (not the runtime), $(5) = include flags
-# (default $(CPU_INC)), $(6) = the function giving a program's head sizes (default head_sizes)
+# (default $(CPU_INC)), $(6) = the function giving a program's head sizes (default head_sizes),
+# $(7) = compiler flags for the runtime's runtime.cpp (default $(2))
 $(1)/%.ii: %.cu $(RT_HDRS) $(RT_DIR)/cudapp.py | check-cuda-headers
 	@mkdir -p $$(@D)
 	$(CXX) -std=c++17 -E -x c++ $(or $(5),$(CPU_INC)) -I$(MPI_INC) -DCPUCUDA $(3) $$(if $$(filter $$*,$(MPI_PROGRAMS)),-DMULTI_GPU) $$(call $(or $(6),head_sizes),$$*) \
@@ -126,10 +138,10 @@ $(1)/%.o: $(1)/%.ii
 	$(CXX) $(2) $(4) -x c++-cpp-output -c $$< -o $$@
 $(1)/rt/%.o: $(RT_DIR)/%.cpp $(RT_HDRS)
 	@mkdir -p $$(@D)
-	$(CXX) $(2) $(or $(5),$(CPU_INC)) -c $$< -o $$@
+	$(CXX) $$(if $$(filter runtime,$$*),$(or $(7),$(2)),$(2)) $(or $(5),$(CPU_INC)) -c $$< -o $$@
 $(1)/rt-mpi/%.o: $(RT_DIR)/%.cpp $(RT_HDRS)
 	@mkdir -p $$(@D)
-	$(MPICXX) $(2) $(or $(5),$(CPU_INC)) -DCPUCUDA_WITH_MPI -c $$< -o $$@
+	$(MPICXX) $$(if $$(filter runtime,$$*),$(or $(7),$(2)),$(2)) $(or $(5),$(CPU_INC)) -DCPUCUDA_WITH_MPI -c $$< -o $$@
 $(1)/libcpucuda.a: $(patsubst $(RT_DIR)/%.cpp,$(1)/rt/%.o,$(RT_SRCS))
 	ar rcs $$@ $$^
 $(1)/libcpucuda_mpi.a: $(patsubst $(RT_DIR)/%.cpp,$(1)/rt-mpi/%.o,$(RT_SRCS))
@@ -143,7 +155,13 @@ endef
 -include $(wildcard build/cpu/*.ii.d build/cpu-asan/*.ii.d build/cpu-fp32/*.ii.d build/cpu-racecheck/*.ii.d build/cpu-pypi/*.ii.d)
 
 $(eval $(call cpu_variant,build/cpu,$(CPU_CXXFLAGS)))
-$(eval $(call cpu_variant,build/cpu-asan,$(CPU_CXXFLAGS) $(ASAN_FLAGS),,,,asan_head_sizes))
+# Its runtime.cpp (the fibers, their switches and the launches: 40% of an ASan model test's
+# time when instrumented) is compiled optimised and uninstrumented, told to annotate the
+# fiber switches and poison the unused shared memory for the instrumented kernels
+# (CPUCUDA_ASAN_PROGRAM); the runtime's other files (cuBLASLt, NCCL, PTX, streams) and every
+# kernel stay instrumented. cpu_cuda/test/sanitizer/oob_kernel.cu checks both reports.
+ASAN_RUNTIME_FLAGS := $(CPU_CXXFLAGS) -DCPUCUDA_ASAN_PROGRAM -DBOOST_USE_ASAN
+$(eval $(call cpu_variant,build/cpu-asan,$(CPU_CXXFLAGS) $(ASAN_FLAGS),,,,asan_head_sizes,$(ASAN_RUNTIME_FLAGS)))
 # build/cpu-fp32: every activation and weight in fp32 (PRECISION=FP32), for tight comparisons.
 $(eval $(call cpu_variant,build/cpu-fp32,$(CPU_CXXFLAGS),-DENABLE_FP32))
 # build/cpu-racecheck: shared and global memory races reported (and, with
@@ -276,7 +294,7 @@ SANITIZER_KERNELS := missing_sync_kernel unwritten_read_kernel warp_sync_kernel
 racecheck: $(addprefix build/cpu-racecheck/,test_kernel_language test_cublaslt $(KERNEL_TESTS) \
              test_gpt2 test_training $(SANITIZER_KERNELS)) $(addprefix build/cpu/,$(SANITIZER_KERNELS))
 
-test: cpu asan racecheck
+test: check-cuda-headers $(CPU_FOR_TESTS) asan racecheck
 	bash test/run_tests.sh
 
 # The quick tier, for while editing (`make -j2 check`): builds only what it runs

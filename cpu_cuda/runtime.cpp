@@ -42,10 +42,14 @@
 
 #include "internal.h"
 
-#if defined(__SANITIZE_ADDRESS__)
+#if defined(__SANITIZE_ADDRESS__) || defined(CPUCUDA_ASAN_PROGRAM)
 #include <sanitizer/asan_interface.h>
 #include <sanitizer/common_interface_defs.h>
 #define CPUCUDA_ASAN 1
+#undef ASAN_POISON_MEMORY_REGION
+#undef ASAN_UNPOISON_MEMORY_REGION
+#define ASAN_POISON_MEMORY_REGION(a, n) __asan_poison_memory_region((a), (n))
+#define ASAN_UNPOISON_MEMORY_REGION(a, n) __asan_unpoison_memory_region((a), (n))
 #endif
 
 // Context switching. On x86-64 the runtime has its own switch: it saves only

@@ -314,15 +314,21 @@ section_asan() {
     mkdir -p build/test-distributed/asan
     run "test_distributed [asan, deferred streams, mpirun -np 3]" $MPIRUN -np 3 -x ASAN_OPTIONS=detect_leaks=0 \
         -x CPUCUDA_WORKERS=1 -x CPUCUDA_STREAMS=deferred build/cpu-asan/test_distributed build/test-distributed/asan
-    log="$LOG_DIR/oob_kernel.log"
-    timed "oob_kernel [asan]" timeout "$TIMEOUT" build/cpu-asan/oob_kernel >"$log" 2>&1
-    rc=$?
-    line=$(marked cpu_cuda/test/sanitizer/oob_kernel.cu 'asan-expect: write')
-    if [[ $rc -ne 0 ]] && grep -q "heap-buffer-overflow" "$log" && grep -q "oob_kernel.cu:${line:?}" "$log"; then
-        pass "sanitizer catches the out-of-bounds kernel write (heap-buffer-overflow at oob_kernel.cu:$line)"
-    else
-        fail "sanitizer did not report the out-of-bounds kernel write (exit $rc; see $log)"
-    fi
+    # the planted out-of-bounds kernels: a global buffer's end, the block's shared memory's end
+    local mode report marker
+    for mode in global smem; do
+        report=heap-buffer-overflow marker="asan-expect: write"
+        [[ $mode == smem ]] && report=use-after-poison marker="asan-expect: smem"
+        log="$LOG_DIR/oob_kernel_$mode.log"
+        timed "oob_kernel $mode [asan]" timeout "$TIMEOUT" build/cpu-asan/oob_kernel "${mode/global/}" >"$log" 2>&1
+        rc=$?
+        line=$(marked cpu_cuda/test/sanitizer/oob_kernel.cu "$marker")
+        if [[ $rc -ne 0 ]] && grep -q "$report" "$log" && grep -q "oob_kernel.cu:${line:?}" "$log"; then
+            pass "sanitizer catches the out-of-bounds kernel access past the $mode memory ($report at oob_kernel.cu:$line)"
+        else
+            fail "sanitizer did not report the out-of-bounds kernel access past the $mode memory (exit $rc; see $log)"
+        fi
+    done
     unset ASAN_OPTIONS UBSAN_OPTIONS
 }
 

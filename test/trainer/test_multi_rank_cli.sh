@@ -123,7 +123,7 @@ check "ZeRO-0 replicas that differ are refused on resume: $(grep -m1 '^error:' "
 # ranks_of PID: the train_gpt ranks that the mpirun started by `timeout ... mpirun` (PID) runs
 ranks_of() { pgrep -P "$(pgrep -P "$1" | head -n 1)"; }
 # wait_for FILE PATTERN PID: until FILE has a line matching PATTERN, or PID is gone (progress, not time)
-wait_for() { until grep -qE "$2" "$1" 2>/dev/null || ! kill -0 "$3" 2>/dev/null; do :; done; }
+wait_for() { until grep -qE "$2" "$1" 2>/dev/null || ! kill -0 "$3" 2>/dev/null; do sleep 0.05; done; }
 
 # SIGTERM to one rank (as a preemption would send it): every rank stops after the same
 # step, the checkpoint there is complete, exit 0; resuming it ends bitwise where an
@@ -216,7 +216,7 @@ wait_for "$WORK/suspout" "^step +2/" $job
 ranks=$(ranks_of $job)
 kill -STOP $ranks
 for p in $ranks; do
-    until [[ $(sed 's/.*) //' /proc/$p/stat 2>/dev/null | cut -c1) == T ]] || ! kill -0 $p 2>/dev/null; do :; done
+    until [[ $(sed 's/.*) //' /proc/$p/stat 2>/dev/null | cut -c1) == T ]] || ! kill -0 $p 2>/dev/null; do sleep 0.05; done
 done
 at=$(grep -cE "^step +[0-9]+/" "$WORK/suspout")
 sleep 10  # the suspension itself (a longer one would test the same)

@@ -293,7 +293,7 @@ check "DONE names the run and each file's size and xxh64" $?
 : >"$WORK/first"  # emptied first: the poll below must not see an earlier run's lines
 "$BIN" "${R[@]}" -x 99999 -n 1 -o "$WORK/busy" >"$WORK/first" 2>&1 &
 first=$!
-until grep -q "^checkpoint: step 1 " "$WORK/first" || ! kill -0 $first 2>/dev/null; do :; done
+until grep -q "^checkpoint: step 1 " "$WORK/first" || ! kill -0 $first 2>/dev/null; do sleep 0.05; done
 expect_error "a second trainer on a folder in use (-y 1)" "another trainer is writing into this folder (pid $first" \
     "${R[@]}" -x 99999 -o "$WORK/busy" -y 1
 expect_error "a second trainer on a folder in use (-y 0)" "pid $first" "${R[@]}" -x 3 -o "$WORK/busy"
@@ -393,12 +393,12 @@ check "-y 1 removes only its own stale temporaries: the user's notes.tmp stays" 
 : >"$WORK/first"  # emptied first: the poll below must not see an earlier run's lines
 "$BIN" "${R[@]}" -x 99999 -n 1 -o "$WORK/busy2" >"$WORK/first" 2>&1 &
 first=$!
-until grep -q "^checkpoint: step 1 " "$WORK/first" || ! kill -0 $first 2>/dev/null; do :; done
+until grep -q "^checkpoint: step 1 " "$WORK/first" || ! kill -0 $first 2>/dev/null; do sleep 0.05; done
 rm -f "$WORK/busy2/train.lock"
 expect_error "a second trainer after train.lock was removed" "another trainer is writing into this folder" \
     "${R[@]}" -x 99999 -o "$WORK/busy2" -y 1
 n=$(grep -c "^checkpoint: step" "$WORK/first")
-until [[ $(grep -c "^checkpoint: step" "$WORK/first") -gt $((n + 1)) ]] || ! kill -0 $first 2>/dev/null; do :; done
+until [[ $(grep -c "^checkpoint: step" "$WORK/first") -gt $((n + 1)) ]] || ! kill -0 $first 2>/dev/null; do sleep 0.05; done
 [[ $(cat "$WORK/busy2/train.lock" 2>/dev/null) == "$first" ]]
 check "the holder writes train.lock again at its next checkpoint (pid $first)" $?
 kill -9 $first
@@ -438,7 +438,7 @@ fi
 : >"$WORK/sig1"  # emptied first: the poll below must not see an earlier run's lines
 "$BIN" "${R[@]}" -x 99999 -o "$WORK/sigterm" >"$WORK/sig1" 2>&1 &
 pid=$!
-until grep -qE "^step +2/" "$WORK/sig1" 2>/dev/null || ! kill -0 $pid 2>/dev/null; do :; done
+until grep -qE "^step +2/" "$WORK/sig1" 2>/dev/null || ! kill -0 $pid 2>/dev/null; do sleep 0.05; done
 kill -TERM $pid
 wait $pid
 rc=$?
@@ -448,7 +448,7 @@ check "SIGTERM: stops after step ${n:-?} with its checkpoint, exit $rc" $?
 : >"$WORK/sig2"  # emptied first: the poll below must not see an earlier run's lines
 "$BIN" "${R[@]}" -x 99999 -o "$WORK/sigtwice" >"$WORK/sig2" 2>&1 &
 pid=$!
-until grep -qE "^step +2/" "$WORK/sig2" 2>/dev/null || ! kill -0 $pid 2>/dev/null; do :; done
+until grep -qE "^step +2/" "$WORK/sig2" 2>/dev/null || ! kill -0 $pid 2>/dev/null; do sleep 0.05; done
 kill -STOP $pid && kill -TERM $pid && kill -INT $pid && kill -CONT $pid  # both pending, then delivered together
 wait $pid
 rc=$?
@@ -461,13 +461,13 @@ check "a second signal ends the run at once (exit $rc, by the signal)" $?
 : >"$WORK/susp" >"$WORK/susperr"  # emptied first: the poll below must not see an earlier run's lines
 "$BIN" "${R[@]}" -x 99999 --stall-timeout 5 >"$WORK/susp" 2>"$WORK/susperr" &
 pid=$!
-until grep -qE "^step +2/" "$WORK/susp" 2>/dev/null || ! kill -0 $pid 2>/dev/null; do :; done
+until grep -qE "^step +2/" "$WORK/susp" 2>/dev/null || ! kill -0 $pid 2>/dev/null; do sleep 0.05; done
 kill -STOP $pid
-until [[ $(sed 's/.*) //' /proc/$pid/stat 2>/dev/null | cut -c1) == T ]] || ! kill -0 $pid 2>/dev/null; do :; done
+until [[ $(sed 's/.*) //' /proc/$pid/stat 2>/dev/null | cut -c1) == T ]] || ! kill -0 $pid 2>/dev/null; do sleep 0.05; done
 at=$(grep -cE "^step +[0-9]+/" "$WORK/susp")
 sleep 10  # the suspension itself (a longer one would test the same)
 kill -CONT $pid
-until grep -qE "^step +$((at + 2))/" "$WORK/susp" 2>/dev/null || ! kill -0 $pid 2>/dev/null; do :; done
+until grep -qE "^step +$((at + 2))/" "$WORK/susp" 2>/dev/null || ! kill -0 $pid 2>/dev/null; do sleep 0.05; done
 kill -TERM $pid 2>/dev/null
 wait $pid
 rc=$?
@@ -480,7 +480,7 @@ check "stopped after step $at for 10 s, twice --stall-timeout 5, then continued:
 : >"$WORK/out" >"$WORK/err"  # emptied first: the poll below must not see an earlier run's lines
 "$BIN" "${R[@]}" -x 99999 -n 1 -o "$WORK/fsz" >"$WORK/out" 2>"$WORK/err" &
 pid=$!
-until grep -qE "^step +3/" "$WORK/out" 2>/dev/null || ! kill -0 $pid 2>/dev/null; do :; done
+until grep -qE "^step +3/" "$WORK/out" 2>/dev/null || ! kill -0 $pid 2>/dev/null; do sleep 0.05; done
 prlimit --pid $pid --fsize=100000
 wait $pid
 rc=$?
