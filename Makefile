@@ -220,22 +220,26 @@ build/gpu/sm_$(GPU_ARCH)/%: %.cu
 	@mkdir -p $(@D)
 	$(NVCC) $(call head_sizes,$*) $(NVCC_FLAGS) -arch=sm_$(GPU_ARCH) $< -o $@ $(NVCC_LIBS)
 # build/gpu/check/X: X built for sm_90 (compile check, run by make test: the trainers, so
-# that every kernel they run is compiled and assembled, at every head size).
+# that every kernel they run is compiled and assembled, attention at every head size in
+# train_gpt's; train_llama3's at its published models' 64 and 128, since its attention is
+# the same template (llmc/attention.cuh), whose other sizes train_gpt's build assembles).
 # These builds are compiled, never run: their host code is left unoptimised (nvcc's -O3
 # is the host compiler's; cicc and ptxas optimise device code either way, to the same SASS).
 # ptxas -v's report is kept as X.ptxas for dev/sass_report.py --built.
 NVCC_CHECK_FLAGS := $(filter-out -O3,$(NVCC_FLAGS))
+check_head_sizes = $(if $(filter train_llama3,$(1)),$(call nvcc_head_sizes,64$(comma)128),$(call head_sizes,$(1)))
 build/gpu/check/%: %.cu
 	@mkdir -p $(@D)
-	$(NVCC) $(call head_sizes,$*) $(NVCC_CHECK_FLAGS) -gencode arch=compute_90,code=sm_90 -Xptxas -v \
+	$(NVCC) $(call check_head_sizes,$*) $(NVCC_CHECK_FLAGS) -gencode arch=compute_90,code=sm_90 -Xptxas -v \
 	  $< -o $@ $(NVCC_LIBS) >$@.ptxas 2>&1; rc=$$?; grep -v -e '^ptxas info' -e '^    [0-9]* bytes stack' $@.ptxas; \
 	  [ $$rc = 0 ] || { rm -f $@; exit 1; }
 # build/gpu/check80/X: X's device code assembled for sm_80 (the A100) as well, at the head
 # sizes of the published models (GPT-2's 64; Llama 3's 64 and 128): every head size runs the
 # same instructions, which build/gpu/check assembles at every size; no host compile (-cuda).
+check80_head_sizes = $(call nvcc_head_sizes,$(if $(filter train_llama3,$(1)),64$(comma)128,64))
 build/gpu/check80/%: %.cu
 	@mkdir -p $(@D)
-	$(NVCC) $(call nvcc_head_sizes,64$(comma)128) $(NVCC_CHECK_FLAGS) -gencode arch=compute_80,code=sm_80 -cuda $< -o $@
+	$(NVCC) $(call check80_head_sizes,$*) $(NVCC_CHECK_FLAGS) -gencode arch=compute_80,code=sm_80 -cuda $< -o $@
 # build/gpu/check90/X: X's device code optimised and assembled for sm_90 (the kernel tests:
 # each kernel at the shapes its test covers, on the architecture the project targets; sm_80
 # is checked by the trainers' code above), with no host compile or link (-cuda: those of

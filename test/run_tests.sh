@@ -61,8 +61,9 @@
 #             must be reported by name and line
 #   initcheck a kernel that reads an unwritten buffer must produce NaN in the
 #             plain build with CPUCUDA_INITCHECK=1
-#   nvcc      the trainers compiled for sm_90 (and their device code for sm_80 at the
-#             published models' head sizes, 64 and 128), the kernel tests (every
+#   nvcc      the trainers compiled for sm_90 (attention at every head size in train_gpt,
+#             at Llama's 64 and 128 in train_llama3; their device code for sm_80 at the
+#             published models' head sizes), the kernel tests (every
 #             kernel of llmc/) for sm_90, every other CUDA program through nvcc's front end
 #             (host and device code checked, device code to PTX; not compiled by g++ nor
 #             linked); the SASS facts of the trainers' kernels (dev/sass_report.py --check)
@@ -378,8 +379,9 @@ section_nvcc() {
         export NVCC=$nvcc
         # one make -j2 of every target (nvcc is the slow part of the suite), then
         # each is up to date (built from its current source) or it failed
-        # the trainers for sm_90, which compiles and assembles every kernel they run at every
-        # head size, and their device code for sm_80 at the published models' head sizes (no
+        # the trainers for sm_90, which compiles and assembles every kernel they run (attention
+        # at every head size in train_gpt's: the same template as train_llama3's, built at 64 and
+        # 128), and their device code for sm_80 at the published models' head sizes (no
         # source has arch-specific branches), the kernel tests (every kernel of llmc/ at the
         # shapes of its test) for sm_90; the other programs, whose kernels are those, through
         # the front end only (NVCC_FRONT_END)
@@ -391,7 +393,7 @@ section_nvcc() {
         timed "nvcc: make -j2 of the ${#targets[@]} targets" make -s -k -j2 "${targets[@]}" >"$LOG_DIR/nvcc.log" 2>&1
         for t in "${targets[@]}"; do
             what="nvcc sm_90: $(basename "$t").cu"
-            [[ $t == build/gpu/check80/* ]] && what="nvcc sm_80 (head sizes 64, 128): $(basename "$t").cu"
+            [[ $t == build/gpu/check80/* ]] && what="nvcc sm_80 (the published models' head sizes): $(basename "$t").cu"
             [[ $t == build/gpu/front/* ]] && what="nvcc front end (compute_90 PTX): $(basename "$t").cu"
             [[ $t == build/gpu/single/* ]] && what="nvcc front end: $(basename "$t").cu as a single-GPU build (no MPI, no NCCL)"
             if make -q "$t" 2>/dev/null; then pass "$what"; else fail "$what (see $LOG_DIR/nvcc.log)"; fi

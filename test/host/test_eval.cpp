@@ -196,9 +196,9 @@ static void test_sampler_distribution() {
         big[50000] = (float)std::log(50256.0 / 99.0);  // p = 1/100
         SamplerRng r = sampler_rng(31);
         int hits = 0;
-        const int n = 20000;
+        const int n = 5000;  // the frequency's standard deviation: 0.0014
         for (int i = 0; i < n; i++) hits += sample_token(big.data(), 50257, 1.0f, 0, &r) == 50000;
-        CHECK(std::fabs(hits / (double)n - 0.01) < 0.003, "V=50257: a 1%% token drawn at %.4f", hits / (double)n);
+        CHECK(std::fabs(hits / (double)n - 0.01) < 0.004, "V=50257: a 1%% token drawn at %.4f", hits / (double)n);
     }
 }
 

@@ -229,7 +229,7 @@ def non_regular_files(model, exported):
 
 def train_losses(init, out_dir):
     """The train losses of 4 steps of train_gpt -e init (-a 1: one batch overfitted), and the run."""
-    r = subprocess.run([BINS[2], "-e", init, "-t", "32", "-b", "4", "-x", "4", "-a", "1", "-l", "1e-3", "-u", "0",
+    r = subprocess.run([BINS[2], "-e", init, "-t", "32", "-b", "4", "-x", "4", "-v", "0", "-a", "1", "-l", "1e-3", "-u", "0",
                         "-o", out_dir], capture_output=True, text=True)
     return [float(line.split("| loss ")[1].split()[0]) for line in r.stdout.splitlines() if "| loss " in line], r
 
@@ -322,7 +322,7 @@ def direct_folders(m3):
     ]
     os.unlink(os.path.join(tmp, "d_no_config", "config.json"))
     for label, folder, words in bad:
-        r = subprocess.run([BINS[2], "-e", folder, "-t", "32", "-b", "4", "-x", "1"], capture_output=True, text=True)
+        r = subprocess.run([BINS[2], "-e", folder, "-t", "32", "-b", "4", "-x", "1", "-v", "0"], capture_output=True, text=True)
         refused(f"-e FOLDER with {label}", r, *words)
 
 
@@ -388,7 +388,7 @@ try:
 
     # fine-tuning the import: -a 1 overfits one batch, so the loss falls every step
     run_dir = os.path.join(tmp, "run")
-    r = subprocess.run([BINS[2], "-e", m3, "-t", "32", "-b", "4", "-x", "4", "-a", "1", "-l", "1e-3", "-u", "0",
+    r = subprocess.run([BINS[2], "-e", m3, "-t", "32", "-b", "4", "-x", "4", "-v", "0", "-a", "1", "-l", "1e-3", "-u", "0",
                         "-o", run_dir], capture_output=True, text=True)
     losses = [float(line.split("| loss ")[1].split()[0]) for line in r.stdout.splitlines() if "| loss " in line]
     check(f"{BINS[2]} -e <import> fine-tunes: train losses {losses} fall (exit {r.returncode})",
