@@ -244,9 +244,12 @@ build/gpu/check80/%: %.cu
 # each kernel at the shapes its test covers, on the architecture the project targets; sm_80
 # is checked by the trainers' code above), with no host compile or link (-cuda: those of
 # the full builds above, which link the same libraries).
+# test_attention's kernels are those of llmc/attention.cuh, which build/gpu/check/train_gpt
+# assembles at every head size: here at one.
+check90_head_sizes = $(if $(filter test_attention,$(1)),-DATTENTION_HEAD_SIZES=64,$(call head_sizes,$(1)))
 build/gpu/check90/%: %.cu
 	@mkdir -p $(@D)
-	$(NVCC) $(call head_sizes,$*) $(NVCC_CHECK_FLAGS) -gencode arch=compute_90,code=sm_90 -cuda $< -o $@
+	$(NVCC) $(call check90_head_sizes,$*) $(NVCC_CHECK_FLAGS) -gencode arch=compute_90,code=sm_90 -cuda $< -o $@
 # NVCC_FRONT_END: a compile check of a program's own code, at a third of the cost:
 # nvcc's host compile and its device front end down to PTX (compute_90), with the
 # device optimiser and ptxas not run (-G -O0). For the programs whose kernels the
