@@ -128,7 +128,8 @@ define cpu_variant
 # $(1) = build dir, $(2) = compiler flags, $(3) = preprocessor flags,
 # $(4) = flags for the CUDA units only (not the runtime), $(5) = include flags
 # (default $(CPU_INC)), $(6) = the function giving a program's head sizes (default head_sizes),
-# $(7) = compiler flags for the runtime's runtime.cpp (default $(2))
+# $(7) = compiler flags for the runtime's runtime.cpp (default $(2)), $(8) = the build dir whose
+# runtime libraries its programs link (default $(1))
 $(1)/%.ii: %.cu $(RT_HDRS) $(RT_DIR)/cudapp.py | check-cuda-headers
 	@mkdir -p $$(@D)
 	$(CXX) -std=c++17 -E -x c++ $(or $(5),$(CPU_INC)) -I$(MPI_INC) -DCPUCUDA $(3) $$(if $$(filter $$*,$(MPI_PROGRAMS)),-DMULTI_GPU) $$(call $(or $(6),head_sizes),$$*) \
@@ -139,16 +140,17 @@ $(1)/%.o: $(1)/%.ii
 $(1)/rt/%.o: $(RT_DIR)/%.cpp $(RT_HDRS)
 	@mkdir -p $$(@D)
 	$(CXX) $$(if $$(filter runtime,$$*),$(or $(7),$(2)),$(2)) $(or $(5),$(CPU_INC)) -c $$< -o $$@
-$(1)/rt-mpi/%.o: $(RT_DIR)/%.cpp $(RT_HDRS)
+# (only nccl.cpp compiles differently with MPI: libcpucuda_mpi.a shares the other objects)
+$(1)/rt-mpi/nccl.o: $(RT_DIR)/nccl.cpp $(RT_HDRS)
 	@mkdir -p $$(@D)
-	$(MPICXX) $$(if $$(filter runtime,$$*),$(or $(7),$(2)),$(2)) $(or $(5),$(CPU_INC)) -DCPUCUDA_WITH_MPI -c $$< -o $$@
+	$(MPICXX) $(2) $(or $(5),$(CPU_INC)) -DCPUCUDA_WITH_MPI -c $$< -o $$@
 $(1)/libcpucuda.a: $(patsubst $(RT_DIR)/%.cpp,$(1)/rt/%.o,$(RT_SRCS))
 	ar rcs $$@ $$^
-$(1)/libcpucuda_mpi.a: $(patsubst $(RT_DIR)/%.cpp,$(1)/rt-mpi/%.o,$(RT_SRCS))
+$(1)/libcpucuda_mpi.a: $(patsubst $(RT_DIR)/%.cpp,$(1)/rt/%.o,$(filter-out $(RT_DIR)/nccl.cpp,$(RT_SRCS))) $(1)/rt-mpi/nccl.o
 	ar rcs $$@ $$^
-$(1)/%: $(1)/%.o $(1)/libcpucuda.a $(1)/libcpucuda_mpi.a
+$(1)/%: $(1)/%.o $(or $(8),$(1))/libcpucuda.a $(or $(8),$(1))/libcpucuda_mpi.a
 	$$(if $$(filter $$*,$(MPI_PROGRAMS)),$(MPICXX),$(CXX)) $(2) $$< -o $$@ \
-	  $$(if $$(filter $$*,$(MPI_PROGRAMS)),$(1)/libcpucuda_mpi.a,$(1)/libcpucuda.a) $(CPU_LIBS)
+	  $$(if $$(filter $$*,$(MPI_PROGRAMS)),$(or $(8),$(1))/libcpucuda_mpi.a,$(or $(8),$(1))/libcpucuda.a) $(CPU_LIBS)
 endef
 
 # header dependencies of each preprocessed unit (written by -MMD)
@@ -163,7 +165,8 @@ $(eval $(call cpu_variant,build/cpu,$(CPU_CXXFLAGS)))
 ASAN_RUNTIME_FLAGS := $(CPU_CXXFLAGS) -DCPUCUDA_ASAN_PROGRAM -DBOOST_USE_ASAN
 $(eval $(call cpu_variant,build/cpu-asan,$(CPU_CXXFLAGS) $(ASAN_FLAGS),,,,asan_head_sizes,$(ASAN_RUNTIME_FLAGS)))
 # build/cpu-fp32: every activation and weight in fp32 (PRECISION=FP32), for tight comparisons.
-$(eval $(call cpu_variant,build/cpu-fp32,$(CPU_CXXFLAGS),-DENABLE_FP32))
+# (its runtime is the bf16 build's: ENABLE_FP32 concerns only the CUDA units)
+$(eval $(call cpu_variant,build/cpu-fp32,$(CPU_CXXFLAGS),-DENABLE_FP32,,,,,build/cpu))
 # build/cpu-racecheck: shared and global memory races reported (and, with
 # CPUCUDA_INITCHECK=1, reads of never-written memory); see the runtime README.
 $(eval $(call cpu_variant,build/cpu-racecheck,$(CPU_CXXFLAGS) $(RACE_FLAGS),$(RACE_FLAGS),$(RACE_INSTRUMENT)))
