@@ -109,15 +109,13 @@ else
 endif
 LLMC_HDRS := $(wildcard llmc/*.h llmc/*.cuh)
 
-cpu: check-cuda-headers $(CPU_TESTS) $(DEV_BINS) $(HOST_BINS) build/cpu/train_gpt build/cpu/train_llama3 \
-     $(addprefix build/cpu-fp32/,$(FP32_TESTS) train_gpt train_llama3 lesson llama3_logits)
+CPU_BINS := $(CPU_TESTS) $(DEV_BINS) $(HOST_BINS) build/cpu/train_gpt build/cpu/train_llama3 \
+            $(addprefix build/cpu-fp32/,$(FP32_TESTS) train_gpt train_llama3 lesson llama3_logits)
+cpu: check-cuda-headers $(CPU_BINS)
 # What make test builds of it: all but the programs no test runs, whose units it compiles
 # without code generation (build/cpu/X.syntax: g++ -fsyntax-only, a quarter of the time).
-NOT_RUN_BY_TESTS := llama3_logits bench_attention bench_cpu_cuda
-CPU_FOR_TESTS := $(filter-out $(addprefix build/cpu/,$(NOT_RUN_BY_TESTS)),$(CPU_TESTS) $(DEV_BINS) $(HOST_BINS)) \
-                 build/cpu/train_gpt build/cpu/train_llama3 \
-                 $(addprefix build/cpu-fp32/,$(FP32_TESTS) train_gpt train_llama3 lesson llama3_logits) \
-                 $(addprefix build/cpu/,$(addsuffix .syntax,$(NOT_RUN_BY_TESTS)))
+NOT_RUN_BY_TESTS := $(addprefix build/cpu/,llama3_logits bench_attention bench_cpu_cuda)
+CPU_FOR_TESTS := $(filter-out $(NOT_RUN_BY_TESTS),$(CPU_BINS)) $(addsuffix .syntax,$(NOT_RUN_BY_TESTS))
 build/cpu/%.syntax: build/cpu/%.ii
 	$(CXX) $(CPU_CXXFLAGS) -fsyntax-only -x c++-cpp-output $< && touch $@
 

@@ -49,8 +49,9 @@
 #             rank stopped or killed (the --stall-timeout watchdogs), signals to mpirun
 #   asan      the AddressSanitizer/UBSan build of the tests, with CPUCUDA_STREAMS=deferred
 #             (stream work runs only when needed, so a missing stream dependency gives a
-#             wrong result or a use of unfinished memory), and a kernel that
-#             writes out of bounds, which the sanitizer must catch; the trainers'
+#             wrong result or a use of unfinished memory), and kernels that access memory
+#             past a global buffer and past their shared memory, which the sanitizer must
+#             catch; the trainers'
 #             loaders on a few mutated inputs each (dev/fuzz_loaders.py: one error
 #             line or success, never a crash), and its planted loader reported
 #   racecheck the kernel tests, test_gpt2 and test_training in build/cpu-racecheck
@@ -316,18 +317,18 @@ section_asan() {
     run "test_distributed [asan, deferred streams, mpirun -np 3]" $MPIRUN -np 3 -x ASAN_OPTIONS=detect_leaks=0 \
         -x CPUCUDA_WORKERS=1 -x CPUCUDA_STREAMS=deferred build/cpu-asan/test_distributed build/test-distributed/asan
     # the planted out-of-bounds kernels: a global buffer's end, the block's shared memory's end
-    local mode report marker
+    local mode report past
     for mode in global smem; do
-        report=heap-buffer-overflow marker="asan-expect: write"
-        [[ $mode == smem ]] && report=use-after-poison marker="asan-expect: smem"
+        report=heap-buffer-overflow past="a global buffer"
+        [[ $mode == smem ]] && report=use-after-poison past="its dynamic shared memory"
         log="$LOG_DIR/oob_kernel_$mode.log"
-        timed "oob_kernel $mode [asan]" timeout "$TIMEOUT" build/cpu-asan/oob_kernel "${mode/global/}" >"$log" 2>&1
+        timed "oob_kernel $mode [asan]" timeout "$TIMEOUT" build/cpu-asan/oob_kernel "$mode" >"$log" 2>&1
         rc=$?
-        line=$(marked cpu_cuda/test/sanitizer/oob_kernel.cu "$marker")
+        line=$(marked cpu_cuda/test/sanitizer/oob_kernel.cu "asan-expect: $mode")
         if [[ $rc -ne 0 ]] && grep -q "$report" "$log" && grep -q "oob_kernel.cu:${line:?}" "$log"; then
-            pass "sanitizer catches the out-of-bounds kernel access past the $mode memory ($report at oob_kernel.cu:$line)"
+            pass "sanitizer catches a kernel's access past $past ($report at oob_kernel.cu:$line)"
         else
-            fail "sanitizer did not report the out-of-bounds kernel access past the $mode memory (exit $rc; see $log)"
+            fail "sanitizer did not report a kernel's access past $past (exit $rc; see $log)"
         fi
     done
     unset ASAN_OPTIONS UBSAN_OPTIONS

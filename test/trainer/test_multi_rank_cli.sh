@@ -132,22 +132,30 @@ wait_for() { until grep -qE "$2" "$1" 2>/dev/null || ! kill -0 "$3" 2>/dev/null;
 # warmup (-k constant) a step's numbers do not depend on -x, so the uninterrupted run to
 # compare with is as long as the resumed one.
 SIG=(-v 0 -b 4 -z 1 -k constant)
-: >"$WORK/sigout"  # emptied first: the poll below must not see an earlier run's lines
-timeout $GUARD $MPIRUN -np 2 "$BIN" "${SIG[@]}" -x 99999 -o "$WORK/sig" >"$WORK/sigout" 2>&1 &
-job=$!
-wait_for "$WORK/sigout" "^step +2/" $job
-kill -TERM $(ranks_of $job | tail -n 1)
-wait $job
+# signal_job WHOM SIGNAL NAME: a long job into $WORK/NAME, its output in $WORK/NAME.out; after
+# step 2, SIGNAL to WHOM (rank1: the last rank; mpirun); returns mpirun's exit status
+signal_job() {
+    : >"$WORK/$3.out"  # emptied first: the poll below must not see an earlier run's lines
+    timeout $GUARD $MPIRUN -np 2 "$BIN" "${SIG[@]}" -x 99999 -o "$WORK/$3" >"$WORK/$3.out" 2>&1 &
+    local job=$!
+    wait_for "$WORK/$3.out" "^step +2/" $job
+    if [[ $1 == rank1 ]]; then kill -"$2" $(ranks_of $job | tail -n 1); else kill -"$2" $(pgrep -P $job); fi
+    wait $job
+}
+# stopped_after FILE: the step after which the run of FILE stopped for a signal (empty if it did not)
+stopped_after() { grep -o "stopped by a signal after step [0-9]*" "$1" | grep -o "[0-9]*$"; }
+signal_job rank1 TERM sig
 rc=$?
-stopped=$(grep -o "stopped by a signal after step [0-9]*" "$WORK/sigout" | grep -o "[0-9]*$")
+stopped=$(stopped_after "$WORK/sig.out")
 [[ $rc -eq 0 && -n $stopped && -e "$WORK/sig/DONE_$(printf %08d "$stopped")" ]]
 check "SIGTERM to rank 1 of 2: both stop after step ${stopped:-?} with a complete checkpoint, exit $rc" $?
 end=$((${stopped:-0} + 3))
+e=$(printf %08d $end)
 timeout $GUARD $MPIRUN -np 2 "$BIN" "${SIG[@]}" -x $end -o "$WORK/sigref" >/dev/null 2>&1 &&
     timeout $GUARD $MPIRUN -np 2 "$BIN" "${SIG[@]}" -x $end -o "$WORK/sig" -y 1 >/dev/null 2>&1 &&
-    cmp -s "$WORK/sigref/model_$(printf %08d $end).bin" "$WORK/sig/model_$(printf %08d $end).bin" &&
-    cmp -s "$WORK/sigref/state_$(printf %08d $end)_00000.bin" "$WORK/sig/state_$(printf %08d $end)_00000.bin" &&
-    cmp -s "$WORK/sigref/state_$(printf %08d $end)_00001.bin" "$WORK/sig/state_$(printf %08d $end)_00001.bin"
+    cmp -s "$WORK/sigref/model_$e.bin" "$WORK/sig/model_$e.bin" &&
+    cmp -s "$WORK/sigref/state_${e}_00000.bin" "$WORK/sig/state_${e}_00000.bin" &&
+    cmp -s "$WORK/sigref/state_${e}_00001.bin" "$WORK/sig/state_${e}_00001.bin"
 check "resumed after the signal, the step-$end model and both state files equal an uninterrupted run's" $?
 
 # the watchdog: a rank stopped with SIGSTOP makes the other wait in a collective; after
@@ -225,7 +233,7 @@ wait_for "$WORK/suspout" "^step +$((at + 2))/" $job
 kill -USR1 $(pgrep -P $job) 2>/dev/null
 wait $job
 rc=$?
-n=$(grep -o "stopped by a signal after step [0-9]*" "$WORK/suspout" | grep -o "[0-9]*$")
+n=$(stopped_after "$WORK/suspout")
 [[ $rc -eq 0 && -n $n && $n -ge $((at + 2)) ]] && ! grep -q "^error" "$WORK/susperr"
 ok=$?
 check "both ranks stopped after step $at for 10 s, twice --stall-timeout 5, then continued: train on to step ${n:-?}, exit $rc$(grep -m1 '^error' "$WORK/susperr" | sed 's/^/; /')" $ok
@@ -251,26 +259,16 @@ check "ulimit -f 4000 under mpirun -np 2: the ranks say why ($said of 2 lines be
 # issue 23 item 10: Open MPI's mpirun turns SIGTERM into an abort (it forwards SIGTERM, SIGKILLs
 # the ranks a second later and exits 1: see README, Reliability); SIGUSR1 to mpirun is forwarded to
 # every rank, a stop request like SIGTERM: a complete checkpoint, exit 0, and it resumes
-# signal_mpirun SIGNAL NAME: a long job into $WORK/NAME, its output in $WORK/NAME.out; mpirun
-# gets SIGNAL after step 2; returns mpirun's exit status
-signal_mpirun() {
-    : >"$WORK/$2.out"
-    timeout $GUARD $MPIRUN -np 2 "$BIN" "${SIG[@]}" -x 99999 -o "$WORK/$2" >"$WORK/$2.out" 2>&1 &
-    local job=$!
-    wait_for "$WORK/$2.out" "^step +2/" $job
-    kill -"$1" $(pgrep -P $job)
-    wait $job
-}
-signal_mpirun USR1 usr1
+signal_job mpirun USR1 usr1
 rc=$?
-stopped=$(grep -o "stopped by a signal after step [0-9]*" "$WORK/usr1.out" | grep -o "[0-9]*$")
+stopped=$(stopped_after "$WORK/usr1.out")
 [[ $rc -eq 0 && -n $stopped && -e "$WORK/usr1/DONE_$(printf %08d "$stopped")" ]]
 check "SIGUSR1 to mpirun: every rank stops after step ${stopped:-?} with a complete checkpoint, mpirun exits $rc" $?
 end=$((${stopped:-0} + 2))
 timeout $GUARD $MPIRUN -np 2 "$BIN" "${SIG[@]}" -x $end -o "$WORK/usr1" -y 1 >"$WORK/out" 2>&1 &&
     grep -q "resuming from step ${stopped:-?}" "$WORK/out" && grep -qE "^step +$end/$end " "$WORK/out"
 check "... and resumes from there to step $end" $?
-signal_mpirun TERM term
+signal_job mpirun TERM term
 rc=$?
 [[ $rc -ne 0 && $rc -ne 124 ]]
 check "SIGTERM to mpirun: mpirun exits $rc, as README says (not the hang guard's 124)" $?

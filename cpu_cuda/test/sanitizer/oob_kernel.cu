@@ -2,18 +2,18 @@
 // given. test/run_tests.sh runs the sanitizer build of this program once per
 // case and expects AddressSanitizer to stop it with a report that points at the
 // marked line:
-//   (no argument)  the last thread writes one element past the end of its global
-//                  buffer: heap-buffer-overflow
-//   smem           a thread reads one element past the block's dynamic shared
-//                  memory (the runtime poisons the rest of the block's shared
-//                  memory arena): use-after-poison
+//   global (the default)  the last thread writes one element past the end of its
+//                         global buffer: heap-buffer-overflow
+//   smem                  a thread reads one element past the block's dynamic shared
+//                         memory (the runtime poisons the rest of the block's
+//                         shared memory arena): use-after-poison
 #include <cuda_runtime.h>
 #include <cstdio>
 #include <cstring>
 
 __global__ void write_past_end_kernel(float* out, int n) {
     int i = blockIdx.x * blockDim.x + threadIdx.x;
-    if (i <= n) out[i] = 1.0f;  // BUG on purpose: should be i < n; asan-expect: write
+    if (i <= n) out[i] = 1.0f;  // BUG on purpose: should be i < n; asan-expect: global
 }
 
 __global__ void read_past_shared_kernel(float* out, int n) {
