@@ -169,15 +169,18 @@ job=$!
 wait_for "$WORK/stallout" "^step +2/" $job
 ranks=$(ranks_of $job)
 kill -STOP $(echo "$ranks" | tail -n 1)
-bash -c 'sleep "$1"; touch "$2"; kill -KILL $3' guard $(((STALL + 120) * ${TEST_TIMEOUT_SCALE:-1})) "$WORK/stall_hung" \
-    "$(pgrep -P $job) $ranks" 2>/dev/null &
+# The hang guard only kills (SIGKILL); the verdict is the job's own exit status, 137 when the
+# guard's SIGKILL ended mpirun (timeout exits 128 + the signal), never a marker file. Cancelling
+# it: SIGKILL to the guard's shell (it cannot run its kill afterwards), then to its sleep.
+bash -c 'sleep "$1"; kill -KILL $2' guard $(((STALL + 120) * ${TEST_TIMEOUT_SCALE:-1})) "$(pgrep -P $job) $ranks" \
+    </dev/null >/dev/null 2>&1 &
 guard=$!
 wait $job
 rc=$?
-pkill -P $guard sleep
-kill $guard 2>/dev/null
+sleeper=$(pgrep -P $guard)
+kill -KILL $guard $sleeper 2>/dev/null
 wait $guard 2>/dev/null
-[[ -e "$WORK/stall_hung" ]] && rc=124  # (the guard's kill)
+[[ $rc -eq 137 ]] && rc=124  # (the guard's kill)
 left=0
 # (a zombie has exited: where PID 1 does not reap, as in a container, it stays listed)
 for p in $ranks; do [[ -n $(ps -o stat= -p "$p" | grep -v '^Z') ]] && left=$((left + 1)); done
