@@ -14,7 +14,14 @@
 // [0]=20240520, [1]=1, [2]=token count, then uint16 tokens; for vocabularies above 65536 (or with --uint32)
 // tokens (an id >= 65536 can occur) [0]=20240801, [1]=7 and uint32 tokens (llmc/dataloader.h). Shards are written under temporary names and
 // renamed only when the whole run succeeded; a failed run leaves no new or partial shard.
+// Every shard carries the run id (a hash of the run's tokens and sharding), the run's number
+// of train shards and its own number (header[248..252], llmc/dataloader.h), so that the
+// trainers refuse a pattern that mixes two runs' shards or misses one. A run into a prefix
+// that has shards (<prefix>_val_*.bin, <prefix>_train_*.bin: the trainers' patterns) is
+// refused, unless --replace: then every one of them must be a shard of an earlier prepro
+// run (a run id), and the new set replaces the whole old set (none of it is left).
 // The output is the same for every --threads value.
+#include <dirent.h>
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -66,6 +73,9 @@ void usage(FILE* f) {
             "                          are those tokens (default: plain text)\n"
             "  --uint32                uint32 shards for any vocabulary (default: uint32 only above 65536\n"
             "                          tokens, as Llama 3's 128,256 need; the trainers read both)\n"
+            "  --replace               replace the shards of an earlier prepro run at PREFIX (all of them,\n"
+            "                          once this run succeeded; default: refuse when PREFIX has shards). Each\n"
+            "                          shard carries its run's id; the trainers refuse a pattern mixing runs\n"
             "  -q, --quiet             no summary\n");
 }
 
@@ -93,12 +103,72 @@ std::string with_commas(unsigned long long x) {
     return out;
 }
 
+// The files at prefix that the trainers' patterns PREFIX_val_*.bin and PREFIX_train_*.bin
+// match (whatever wrote them), sorted.
+std::vector<std::string> shards_at(const std::string& prefix) {
+    const size_t slash = prefix.rfind('/');
+    const std::string dir = slash == std::string::npos ? "." : prefix.substr(0, slash + 1);
+    const std::string base = slash == std::string::npos ? prefix : prefix.substr(slash + 1);
+    std::vector<std::string> found;
+    DIR* d = opendir(dir.c_str());
+    if (!d) return found;  // no folder: no shards (creating the first shard reports it)
+    for (struct dirent* e; (e = readdir(d));) {
+        const std::string n = e->d_name;
+        for (const char* set : {"_val_", "_train_"}) {
+            const std::string head = base + set;
+            if (n.size() >= head.size() + 4 && n.compare(0, head.size(), head) == 0 &&
+                n.compare(n.size() - 4, 4, ".bin") == 0) {
+                found.push_back(slash == std::string::npos ? n : dir + n);
+                break;
+            }
+        }
+    }
+    closedir(d);
+    std::sort(found.begin(), found.end());
+    return found;
+}
+
+// "" when path is a shard an earlier prepro run wrote (a regular file, not a link, whose
+// header carries a run id), else why it is not.
+std::string not_a_prepro_shard(const std::string& path) {
+    struct stat st;
+    if (lstat(path.c_str(), &st) != 0) return std::string("cannot stat: ") + strerror(errno);
+    if (S_ISLNK(st.st_mode)) return "a symbolic link";
+    if (!S_ISREG(st.st_mode)) return "not a regular file";
+    int32_t h[DATALOADER_HEADER_INTS];
+    const int fd = open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+    const bool read = fd >= 0 && pread(fd, h, sizeof h, 0) == (ssize_t)sizeof h;
+    if (fd >= 0) close(fd);
+    if (!read) return "not a token shard (no header)";
+    const bool magic = h[0] == DATALOADER_MAGIC_U16 || h[0] == DATALOADER_MAGIC_U32;
+    if (!magic || h[DATALOADER_RUN_SLOT] != DATALOADER_RUN_MARKER) return "not a shard of a prepro run (no run id)";
+    return "";
+}
+
+// Refuses a run into a prefix that has shards, unless replace and every one is an earlier
+// prepro run's (never another writer's file). Returns them.
+std::vector<std::string> check_earlier_shards(const std::string& prefix, bool replace) {
+    std::vector<std::string> old = shards_at(prefix);
+    for (const std::string& p : old) {
+        if (!replace)
+            fail(p + ": exists; a run would leave a set of shards no single run wrote: pass --replace to replace "
+                     "the earlier run's shards, or remove them");
+        const std::string why = not_a_prepro_shard(p);
+        if (!why.empty())
+            fail(p + ": " + why + "; --replace replaces only an earlier prepro run's shards: move or remove it");
+    }
+    return old;
+}
+
 // Shards written under temporary names; commit() renames them all, abort() removes them.
+// Their run id hashes the sharding and every token, so two runs share an id only when
+// they wrote the same shards.
 class ShardWriter {
   public:
     ShardWriter(std::string prefix, long long shard_size, long long val_tokens, bool wide)
         : prefix_(std::move(prefix)), shard_size_(shard_size), val_tokens_(val_tokens), wide_(wide) {
         index_ = val_tokens_ > 0 ? 0 : 1;
+        hash_ = splitmix64(splitmix64(splitmix64((uint64_t)shard_size_) ^ (uint64_t)val_tokens_) ^ (wide_ ? 4 : 2));
     }
     ~ShardWriter() { abort(); }
 
@@ -108,6 +178,7 @@ class ShardWriter {
             if (!f_) open_next();
             long long room = cap_ - count_;
             size_t n = (size_t)std::min<long long>(room, (long long)(ids.size() - i));
+            for (size_t k = i; k < i + n; k++) hash_ = splitmix64(hash_ ^ (uint32_t)ids[k]);
             if (wide_) {
                 buf32_.assign(ids.begin() + i, ids.begin() + i + n);
                 put(buf32_.data(), n * 4);
@@ -123,15 +194,25 @@ class ShardWriter {
         }
     }
 
-    // Finishes the last shard and renames every shard to its final name.
-    void commit() {
+    // Finishes the last shard, marks every shard with the run, and renames each to its
+    // final name; then removes the earlier run's shards that no new one replaced (with
+    // replace; check_earlier_shards refuses any other file at the prefix).
+    void commit(bool replace) {
         if (f_) close_current();
+        mark_run();
+        const std::vector<std::string> old = check_earlier_shards(prefix_, replace);
         for (auto& s : shards_) {
             if (rename(s.tmp.c_str(), s.path.c_str()) != 0)
                 fail(s.path + ": cannot rename from " + s.tmp + ": " + strerror(errno));
             s.tmp.clear();
         }
         committed_ = true;
+        for (const std::string& p : old) {
+            bool replaced = false;
+            for (const auto& s : shards_) replaced = replaced || s.path == p;
+            if (!replaced && unlink(p.c_str()) != 0 && errno != ENOENT)
+                fail(p + ": cannot remove this earlier run's shard: " + strerror(errno));
+        }
     }
     void abort() {
         if (f_) {
@@ -153,6 +234,23 @@ class ShardWriter {
     long long val_written() const { return std::min(total_, val_tokens_); }
 
   private:
+    // Writes the run's slots into every shard's header (the count of train shards is
+    // known only now).
+    void mark_run() {
+        const uint64_t id = hash_ ? hash_ : 1;  // 0 means "no run id"
+        const int32_t train = (int32_t)(index_ - 1);
+        for (size_t i = 0; i < shards_.size(); i++) {
+            const Shard& s = shards_[i];
+            int32_t h[DATALOADER_HEADER_INTS];
+            dataloader_shard_header(h, wide_ ? 4 : 2, (uint64_t)s.tokens);
+            dataloader_set_run(h, id, train, (int32_t)(val_tokens_ > 0 ? i : i + 1));
+            const int fd = open(s.tmp.c_str(), O_WRONLY | O_CLOEXEC);
+            const bool ok = fd >= 0 && pwrite(fd, h, sizeof h, 0) == (ssize_t)sizeof h;
+            const int err = errno;
+            if ((fd >= 0 && close(fd) != 0) || !ok)
+                fail(s.path + ": cannot write the header of " + s.tmp + ": " + strerror(ok ? errno : err));
+        }
+    }
     std::string name(int index) const {
         char buf[32];
         snprintf(buf, sizeof buf, "_%s_%06d.bin", index == 0 ? "val" : "train", index);
@@ -195,6 +293,7 @@ class ShardWriter {
     std::vector<Shard> shards_;
     std::vector<uint16_t> buf16_;
     std::vector<uint32_t> buf32_;
+    uint64_t hash_;
     bool committed_ = false;
 };
 
@@ -224,7 +323,7 @@ void parallel_for(size_t n, int threads, F&& fn) {
 
 struct Options {
     std::string out, format, field = "text", gpt2_dir, tokenizer_bin, tiktoken, pattern, write_tokenizer, split_on;
-    bool split_blank = false, allow_special = false, quiet = false, uint32 = false;
+    bool split_blank = false, allow_special = false, quiet = false, uint32 = false, replace = false;
     long long shard_size = 100000000, val_tokens = -1;
     int threads = 0;
     std::vector<std::string> inputs;
@@ -445,6 +544,7 @@ int run(int argc, char** argv) {
         else if (a == "--allow-special") opt.allow_special = true;
         else if (a == "-q" || a == "--quiet") opt.quiet = true;
         else if (a == "--uint32") opt.uint32 = true;
+        else if (a == "--replace") opt.replace = true;
         else if (a.size() > 1 && a[0] == '-') fail("unknown option " + a + " (see --help)");
         else opt.inputs.push_back(a);
     }
@@ -464,6 +564,7 @@ int run(int argc, char** argv) {
     if (opt.val_tokens < 0) opt.val_tokens = opt.shard_size;
     for (const auto& in : opt.inputs)
         if (!file_exists(in)) fail(in + ": no such file");
+    check_earlier_shards(opt.out, opt.replace);  // early, before the work; again at the commit
 
     auto t0 = std::chrono::steady_clock::now();
     llmc::Tokenizer tok;
@@ -494,7 +595,7 @@ int run(int argc, char** argv) {
     if (sw.total() == 0)
         fail("no documents in the input (" +
              (opt.inputs.size() == 1 ? opt.inputs[0] + " is empty" : "every input file is empty") + ")");
-    sw.commit();
+    sw.commit(opt.replace);
     for (const auto& e : st.empty_files)
         fprintf(stderr, "prepro: warning: %s is empty; it adds no document\n", e.c_str());
     auto t2 = std::chrono::steady_clock::now();

@@ -6,6 +6,19 @@
 //   header[2] = number of tokens n; the file is exactly 1024 + n * token_size bytes.
 // Writers (dataloader_write_shard, prepro) use uint16 while every id of the
 // vocabulary fits (V <= 65536), else uint32; the loader reads both, mixed.
+// Slots [248, 253) tie the shards of one prepro run together (llm.c's files
+// leave them zero and llm.c's readers ignore them; other slots are left to
+// other writers, e.g. llmc/markov_corpus.h):
+//   header[248] = DATALOADER_RUN_MARKER; without it the shard has no run id
+//   header[249..250] = the run id, low word first, non-zero (prepro: a hash of
+//                      the run's tokens and sharding, so equal ids mean equal shards)
+//   header[251] = N, the number of train shards of the run (0: it wrote a val shard only)
+//   header[252] = this shard's number: 0 the val shard, 1..N the train shards
+// The shards one pattern matches must agree (dataloader_check_runs_): every one
+// without a run id, or all of one run, each number once; and a glob that matches
+// a train shard of a run must match all N of them (a pattern that names one
+// file is that file alone). Else the pattern mixes runs (stale shards of an
+// earlier run) or misses a shard, and init throws naming the files.
 //
 // The stream of sequences. A shard of n tokens holds floor((n-1)/T) sequences;
 // sequence j is tokens [j*T, j*T+T+1): its first T tokens are the inputs, its
@@ -68,6 +81,8 @@
 #define DATALOADER_VERSION_U32 7
 #define DATALOADER_HEADER_INTS 256
 #define DATALOADER_HEADER_BYTES (DATALOADER_HEADER_INTS * 4)
+#define DATALOADER_RUN_SLOT 248           // header[248..252]: the prepro run (see above)
+#define DATALOADER_RUN_MARKER 0x314E5552  // "RUN1" in little-endian bytes
 #define DATALOADER_POSITION_MAGIC 0x44504F53u  // "SOPD"
 #define DATALOADER_POSITION_VERSION 1u
 
@@ -130,6 +145,8 @@ struct DataLoaderShard {
     std::vector<uint64_t> doc_starts;  // Slots: token offset of each document's first token
     uint64_t first_seq;   // index of its first sequence within an epoch
     bool validated;       // token ids checked (worker thread only)
+    uint64_t run_id = 0;  // the prepro run that wrote it; 0: none (header[248..252])
+    int32_t run_shards = 0, run_number = 0;  // N train shards of that run; this one's number, 0..N
 };
 
 struct DataLoaderImpl {
@@ -262,6 +279,16 @@ inline DataLoaderShard dataloader_open_shard_(const std::string& path, int T) {
         dataloader_fail_(
             path, dataloader_fmt_("size mismatch: the header says %llu tokens (%llu bytes) but the file has %llu bytes",
                                   (unsigned long long)s.ntok, (unsigned long long)expected, (unsigned long long)size));
+    if (header[DATALOADER_RUN_SLOT] == DATALOADER_RUN_MARKER) {
+        s.run_id = (uint64_t)(uint32_t)header[DATALOADER_RUN_SLOT + 1] |
+                   ((uint64_t)(uint32_t)header[DATALOADER_RUN_SLOT + 2] << 32);
+        s.run_shards = header[DATALOADER_RUN_SLOT + 3];
+        s.run_number = header[DATALOADER_RUN_SLOT + 4];
+        if (s.run_id == 0 || s.run_shards < 0 || s.run_number < 0 || s.run_number > s.run_shards)
+            dataloader_fail_(path, dataloader_fmt_("bad prepro run slots in the header: run id %016llx, shard %d of "
+                                                   "%d train shards (header[248..252])",
+                                                   (unsigned long long)s.run_id, s.run_number, s.run_shards));
+    }
     s.nseq = s.ntok >= 1 ? (s.ntok - 1) / (uint64_t)T : 0;
     s.first_seq = 0;
     s.validated = false;
@@ -461,21 +488,77 @@ inline void dataloader_wait_ready_(DataLoaderImpl* im) {
     if (!im->error.empty()) llmc::fail(im->error);
 }
 
+// The shards pattern matched (opened) come from one prepro run, or none has a
+// run id: a run's shards mixed with another writer's are stale shards of an
+// earlier run (or foreign ones), which the checks of token ids cannot tell when
+// the ids are below the vocabulary size. A glob must also match every train
+// shard of the run, each once (a pattern that names one file takes it alone).
+inline void dataloader_check_runs_(const std::string& pattern, const std::vector<DataLoaderShard>& shards) {
+    const DataLoaderShard* run = nullptr;    // the first shard with a run id
+    const DataLoaderShard* plain = nullptr;  // the first shard without
+    for (const DataLoaderShard& s : shards) {
+        if (s.run_id && !run) run = &s;
+        if (!s.run_id && !plain) plain = &s;
+    }
+    if (!run) return;
+    const std::string hint = "; the shards of one pattern must come from one prepro run (re-run prepro with --replace, "
+                             "or remove the stale shards)";
+    if (plain)
+        dataloader_fail_(plain->path, dataloader_fmt_("has no prepro run id, but %s was written by prepro run %016llx",
+                                                      run->path.c_str(), (unsigned long long)run->run_id) +
+                                          hint);
+    std::vector<std::pair<int32_t, const DataLoaderShard*>> numbers;  // (shard number, shard)
+    for (const DataLoaderShard& s : shards) {
+        if (s.run_id != run->run_id)
+            dataloader_fail_(s.path, dataloader_fmt_("written by prepro run %016llx, another run than %s (%016llx)",
+                                                     (unsigned long long)s.run_id, run->path.c_str(),
+                                                     (unsigned long long)run->run_id) +
+                                         hint);
+        if (s.run_shards != run->run_shards)
+            dataloader_fail_(s.path, dataloader_fmt_("says prepro run %016llx wrote %d train shards, %s says %d",
+                                                     (unsigned long long)s.run_id, s.run_shards, run->path.c_str(),
+                                                     run->run_shards));
+        numbers.push_back({s.run_number, &s});
+    }
+    std::sort(numbers.begin(), numbers.end());
+    for (size_t i = 1; i < numbers.size(); i++)
+        if (numbers[i].first == numbers[i - 1].first)
+            dataloader_fail_(numbers[i].second->path,
+                             dataloader_fmt_("is shard %d of prepro run %016llx, and so is %s (a copy?)",
+                                             numbers[i].first, (unsigned long long)run->run_id,
+                                             numbers[i - 1].second->path.c_str()));
+    const bool literal = shards.size() == 1 && shards[0].path == pattern;
+    const DataLoaderShard* train = numbers.back().first >= 1 ? numbers.back().second : nullptr;
+    if (literal || !train) return;
+    int32_t want = 1;  // the train numbers, sorted and distinct, must be 1..N
+    for (const auto& n : numbers) {
+        if (n.first == 0) continue;
+        if (n.first != want) break;
+        want++;
+    }
+    if (want <= run->run_shards)
+        dataloader_fail_(pattern, dataloader_fmt_("misses train shard %d of the %d of prepro run %016llx (%s is one "
+                                                  "of them): a pattern must match every train shard of the run",
+                                                  want, run->run_shards, (unsigned long long)run->run_id,
+                                                  train->path.c_str()));
+}
+
 // The shards of paths with their sequences (packed: floor((n-1)/T) of a shard of n
 // tokens; slots: one per document) and where each shard's first sequence is.
-inline std::vector<DataLoaderShard> dataloader_open_shards_(const std::vector<std::string>& paths, int T,
+inline std::vector<DataLoaderShard> dataloader_open_shards_(const std::string& pattern,
+                                                            const std::vector<std::string>& paths, int T,
                                                             DataPacking packing, int doc_token) {
     std::vector<DataLoaderShard> shards;
+    for (const std::string& p : paths) shards.push_back(dataloader_open_shard_(p, T));
+    dataloader_check_runs_(pattern, shards);
     uint64_t total_seq = 0;
-    for (const std::string& p : paths) {
-        DataLoaderShard s = dataloader_open_shard_(p, T);
+    for (DataLoaderShard& s : shards) {
         if (packing == DataPacking::Slots) {
             s.doc_starts = dataloader_document_starts_(s, (uint32_t)doc_token);
             s.nseq = s.doc_starts.size();
         }
         s.first_seq = total_seq;
         total_seq += s.nseq;
-        shards.push_back(s);
     }
     return shards;
 }
@@ -485,7 +568,7 @@ inline std::vector<DataLoaderShard> dataloader_open_shards_(const std::vector<st
 inline uint64_t dataloader_count_sequences(const char* pattern, int T, DataPacking packing = DataPacking::Packed,
                                            int doc_token = -1) {
     uint64_t total = 0;
-    for (const DataLoaderShard& s : dataloader_open_shards_(dataloader_find_shards(pattern), T, packing, doc_token))
+    for (const DataLoaderShard& s : dataloader_open_shards_(pattern, dataloader_find_shards(pattern), T, packing, doc_token))
         total += s.nseq;
     return total;
 }
@@ -508,7 +591,7 @@ inline void dataloader_init(DataLoader* loader, const char* pattern, int B, int 
                                                 vocab_size, doc_token));
 
     const std::vector<std::string> paths = dataloader_find_shards(pattern);
-    std::vector<DataLoaderShard> shards = dataloader_open_shards_(paths, T, packing, doc_token);
+    std::vector<DataLoaderShard> shards = dataloader_open_shards_(where, paths, T, packing, doc_token);
     uint64_t total_tok = 0, total_seq = 0;
     for (const DataLoaderShard& s : shards) {
         total_tok += s.ntok;
@@ -680,6 +763,17 @@ inline void dataloader_pack_tokens(const uint32_t* tokens, size_t n, int token_s
             memcpy(out->data() + i * 4, &tokens[i], 4);
         }
     }
+}
+
+// Marks a shard's header as shard `number` (0: val, 1..train_shards: train) of
+// the prepro run run_id (non-zero) that wrote train_shards train shards.
+inline void dataloader_set_run(int32_t header[DATALOADER_HEADER_INTS], uint64_t run_id, int32_t train_shards,
+                               int32_t number) {
+    header[DATALOADER_RUN_SLOT] = DATALOADER_RUN_MARKER;
+    header[DATALOADER_RUN_SLOT + 1] = (int32_t)(uint32_t)(run_id & 0xFFFFFFFFu);
+    header[DATALOADER_RUN_SLOT + 2] = (int32_t)(uint32_t)(run_id >> 32);
+    header[DATALOADER_RUN_SLOT + 3] = train_shards;
+    header[DATALOADER_RUN_SLOT + 4] = number;
 }
 
 // Writes a whole shard (header and tokens) of ids < vocab_size to path, in

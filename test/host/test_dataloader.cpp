@@ -40,6 +40,8 @@ struct ShardSpec {
     bool set_ntok = false;       // header[2] = ntok instead of the real count
     int32_t ntok = 0;
     long extra_bytes = 0;        // > 0: garbage appended; < 0: bytes cut off the end
+    uint64_t run_id = 0;         // != 0: marked as shard run_number of a prepro run of run_shards train shards
+    int32_t run_shards = 0, run_number = 0;
 };
 
 static void write_shard(const std::string& path, const std::vector<uint32_t>& toks, int token_size,
@@ -53,6 +55,7 @@ static void write_shard(const std::string& path, const std::vector<uint32_t>& to
     h[0] = spec.magic;
     h[1] = spec.version;
     h[2] = spec.set_ntok ? spec.ntok : (int32_t)toks.size();
+    if (spec.run_id) dataloader_set_run(h, spec.run_id, spec.run_shards, spec.run_number);
     std::vector<unsigned char> bytes(sizeof(h));
     memcpy(bytes.data(), h, sizeof(h));
     for (uint32_t t : toks) {
@@ -841,6 +844,77 @@ static void test_errors_throw() {
           "markov_corpus_write with vocab_size 8 throws llmc::Error naming the folder: %s", e.c_str());
 }
 
+// The shards of one pattern come from one prepro run (header[248..252]): runs
+// mixed, a run mixed with plain shards, a missing or doubled shard are refused
+// naming the files; a whole run, a run's val shard alone, a shard named alone and
+// plain llm.c shards load.
+static void test_runs() {
+    const std::string d = g_dir + "/runs";
+    mkdir(d.c_str(), 0755);
+    // prefix `name`: the val shard and train shards `numbers` of run `id` with `n` train shards
+    auto run = [&](const std::string& name, uint64_t id, int n, const std::vector<int>& numbers) {
+        for (int k : numbers) {
+            ShardSpec s;
+            s.run_id = id;
+            s.run_shards = n;
+            s.run_number = k;
+            char f[64];
+            snprintf(f, sizeof f, "_%s_%06d.bin", k == 0 ? "val" : "train", k);
+            write_shard(d + "/" + name + f, shard_tokens(k, 100), 2, s);
+        }
+        return d + "/" + name;
+    };
+    auto init_error = [&](const std::string& pattern) {
+        return error_of([&] {
+            DataLoader L;
+            dataloader_init(&L, pattern.c_str(), 2, 8, 0, 1, kVocab, false, 0);
+            dataloader_free(&L);
+        });
+    };
+    const uint64_t A = 0x1111222233334444ull, B = 0x5555666677778888ull;
+    std::string x = run("whole", A, 3, {0, 1, 2, 3});
+    std::string e = init_error(x + "_train_*.bin") + " | " + init_error(x + "_val_*.bin") + " | " +
+                    init_error(x + "_*.bin") + " | " + init_error(x + "_train_000002.bin");
+    CHECK(e == "NO ERROR | NO ERROR | NO ERROR | NO ERROR",
+          "one prepro run's shards load: its train glob, its val shard, both, one shard named alone (%s)", e.c_str());
+    x = run("mixed", A, 3, {1, 2, 3});
+    run("mixed", B, 1, {1});  // a later run wrote fewer shards: 2 and 3 are stale
+    e = init_error(x + "_train_*.bin");
+    CHECK(e.rfind(x + "_train_000002.bin: written by prepro run 1111222233334444, another run than " + x +
+                      "_train_000001.bin (5555666677778888)",
+                  0) == 0 &&
+              contains_all(e, {"--replace"}),
+          "a glob mixing two prepro runs' shards is refused naming both files: %s", e.c_str());
+    x = run("plain", A, 2, {1, 2});
+    write_shard(x + "_train_000003.bin", shard_tokens(3, 100), 2);  // another writer's (no run id)
+    e = init_error(x + "_train_*.bin");
+    CHECK(e.rfind(x + "_train_000003.bin: has no prepro run id, but " + x +
+                      "_train_000001.bin was written by prepro run 1111222233334444",
+                  0) == 0,
+          "a glob mixing a prepro run's shards with a shard without run id is refused naming both: %s", e.c_str());
+    x = run("gap", A, 3, {1, 3});
+    e = init_error(x + "_train_*.bin");
+    CHECK(e.rfind(x + "_train_*.bin: misses train shard 2 of the 3 of prepro run 1111222233334444", 0) == 0,
+          "a glob missing a middle shard of the run is refused: %s", e.c_str());
+    x = run("last", A, 3, {1, 2});
+    e = init_error(x + "_train_*.bin");
+    CHECK(e.rfind(x + "_train_*.bin: misses train shard 3 of the 3", 0) == 0,
+          "a glob missing the run's last shard is refused: %s", e.c_str());
+    x = run("copy", A, 2, {1, 2});
+    write_file(x + "_train_000001 copy.bin", read_file(x + "_train_000001.bin"));
+    e = init_error(x + "_train_*.bin");
+    CHECK(e.rfind(x + "_train_000001.bin: is shard 1 of prepro run 1111222233334444, and so is " + x +
+                      "_train_000001 copy.bin",
+                  0) == 0,
+          "a glob matching a shard and its copy is refused: %s", e.c_str());
+    x = run("badslots", A, -1, {1});
+    e = init_error(x + "_train_*.bin");
+    CHECK(e.rfind(x + "_train_000001.bin: bad prepro run slots in the header", 0) == 0,
+          "a shard with the run marker and a negative shard count is refused: %s", e.c_str());
+    e = init_error(make_dataset("runs_plain", {100, 100, 100}));
+    CHECK(e == "NO ERROR", "llm.c shards (header[3..255] zero) load, without run ids (%s)", e.c_str());
+}
+
 // ---------------------------------------------------------------------------
 // Markov corpus tests
 
@@ -1073,6 +1147,7 @@ int main(int argc, char** argv) {
     test_prefetch_and_large_batches();
     test_errors();
     test_errors_throw();
+    test_runs();
     test_markov();
 
     std::string cmd = "rm -rf '" + g_dir + "'";
