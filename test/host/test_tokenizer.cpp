@@ -16,6 +16,7 @@
 #include <random>
 #include <sstream>
 
+#include "llmc/dataloader.h"
 #include "llmc/tokenizer.h"
 #include "test/host/sha256.h"
 #include "test/host/host_util.h"
@@ -62,6 +63,18 @@ static std::vector<int> read_shard(const std::string& path, int* magic = nullptr
         ids.push_back((int)v);
     }
     return ids;
+}
+
+// A prepro shard as llm.c writes it: its run slots (header[248..252], which must be set)
+// zeroed; "" when they are not set.
+static std::string llmc_bytes(std::string shard) {
+    int32_t h[DATALOADER_HEADER_INTS];
+    if (shard.size() < sizeof h) return "";
+    memcpy(h, shard.data(), sizeof h);
+    if (h[DATALOADER_RUN_SLOT] != DATALOADER_RUN_MARKER || (h[DATALOADER_RUN_SLOT + 1] | h[DATALOADER_RUN_SLOT + 2]) == 0)
+        return "";
+    memset(&shard[DATALOADER_RUN_SLOT * 4], 0, 5 * 4);
+    return shard;
 }
 
 // --- (a) spot checks and the llm.c tinyshakespeare recipe ----------------------------------
@@ -144,10 +157,14 @@ static void test_prepro_shakespeare(const std::string& path) {
                         std::to_string(threads) + " --gpt2-dir " + g_shared + "/gpt2 " + path);
         CHECK(r.code == 0, "prepro tinyshakespeare --threads %d exits 0 (%s)", threads, first_line(r.err).c_str());
         std::string val = read_file(prefix + "_val_000000.bin"), train = read_file(prefix + "_train_000001.bin");
-        CHECK(val.size() == 66560 && sha256_hex(val) == kValFileSha, "prepro --threads %d: val shard %zu B, sha256 %s",
-              threads, val.size(), sha256_hex(val).c_str());
+        val = llmc_bytes(val);
+        train = llmc_bytes(train);
+        CHECK(val.size() == 66560 && sha256_hex(val) == kValFileSha,
+              "prepro --threads %d: val shard %zu B, sha256 %s with its run slots zeroed (llm.c's)", threads,
+              val.size(), sha256_hex(val).c_str());
         CHECK(train.size() == 611544 && sha256_hex(train) == kTrainFileSha,
-              "prepro --threads %d: train shard %zu B, sha256 %s", threads, train.size(), sha256_hex(train).c_str());
+              "prepro --threads %d: train shard %zu B, sha256 %s with its run slots zeroed (llm.c's)", threads,
+              train.size(), sha256_hex(train).c_str());
         CHECK(!exists(prefix + "_train_000002.bin"), "prepro --threads %d: exactly two shards", threads);
     }
 }
@@ -636,6 +653,85 @@ static void test_tool_errors(const Tokenizer& tok) {
     run_cmd("rm -f " + d + "/o_* " + d + "/big.txt");
 }
 
+// The files of a folder (name -> bytes).
+static std::map<std::string, std::string> folder_files(const std::string& d) {
+    std::map<std::string, std::string> files;
+    Run r = run_cmd("ls -A " + d);
+    std::istringstream names(r.out);
+    for (std::string n; std::getline(names, n);) files[n] = read_file(d + "/" + n);
+    return files;
+}
+
+// prepro into a prefix that has shards: refused (nothing changed) without --replace; with
+// it the set is exactly the new run's (byte for byte what a run into an empty folder
+// writes), and only an earlier prepro run's shards are replaced (never another file, nor
+// through a link). The loader refuses two runs' shards mixed by hand.
+static void test_prepro_rerun() {
+    if (g_prepro.empty()) {
+        printf("SKIP prepro re-runs: no prepro binary\n");
+        return;
+    }
+    const std::string d = g_tmp + "/rerun", fresh = g_tmp + "/rerun_fresh", in = g_tmp + "/rerun_in";
+    for (const std::string& f : {d, fresh, in}) mkdir(f.c_str(), 0755);
+    write_file(in + "/long.txt", "the first run wrote this text: one two three four five six seven eight nine ten eleven "
+                                "twelve thirteen fourteen fifteen sixteen seventeen eighteen nineteen twenty and more");
+    write_file(in + "/short.txt", "the second text is shorter: two train shards of seven or fewer");
+    write_file(in + "/bad.jsonl", "{\"text\": \"fine\"}\n{\"text\": 5}\n");
+    const std::string base = g_prepro + " -q --gpt2-dir " + g_shared + "/gpt2 --shard-size 7 --val-tokens 3 ";
+    Run r = run_cmd(base + "--out " + d + "/o " + in + "/long.txt");
+    const auto first = folder_files(d);
+    CHECK(r.code == 0 && first.size() >= 5 && first.count("o_train_000004.bin"),
+          "prepro, first run: %zu shards (%s)", first.size(), first_line(r.err).c_str());
+    r = run_cmd(base + "--out " + d + "/o " + in + "/short.txt");
+    CHECK(is_clean_error(r, {(d + "/o_train_000001.bin: exists").c_str(), "--replace"}) && folder_files(d) == first,
+          "prepro into a prefix with shards, without --replace: refused naming the first, every file unchanged: %s",
+          first_line(r.err).c_str());
+    r = run_cmd(base + "--replace --out " + d + "/o " + in + "/bad.jsonl");
+    CHECK(is_clean_error(r, {"bad.jsonl:2"}) && folder_files(d) == first,
+          "prepro --replace that fails on its input leaves the earlier set unchanged: %s", first_line(r.err).c_str());
+    r = run_cmd(base + "--replace --out " + d + "/o " + in + "/short.txt");
+    Run f = run_cmd(base + "--out " + fresh + "/o " + in + "/short.txt");
+    const auto replaced = folder_files(d);
+    CHECK(r.code == 0 && f.code == 0 && replaced == folder_files(fresh) && replaced.size() < first.size(),
+          "prepro --replace with fewer shards: the folder is exactly what a run into an empty one writes (%zu "
+          "shards, none of the earlier %zu left) (%s)",
+          replaced.size(), first.size(), first_line(r.err).c_str());
+    std::string e = error_of([&] {
+        DataLoader L;
+        dataloader_init(&L, (d + "/o_train_*.bin").c_str(), 1, 4, 0, 1, 50257, false, 0);
+        dataloader_free(&L);
+    });
+    CHECK(e == "NO ERROR", "the loader reads the replaced set (%s)", e.c_str());
+    // the earlier run's higher shards copied back beside the new ones: the loader refuses the mix
+    for (const auto& kv : first)
+        if (!replaced.count(kv.first)) write_file(d + "/" + kv.first, kv.second);
+    e = error_of([&] {
+        DataLoader L;
+        dataloader_init(&L, (d + "/o_train_*.bin").c_str(), 1, 4, 0, 1, 50257, false, 0);
+        dataloader_free(&L);
+    });
+    CHECK(contains_all(e, {d + "/o_train_000003.bin: written by prepro run", "another run than " + d +
+                                                                                  "/o_train_000001.bin"}),
+          "the loader refuses a glob of two prepro runs' shards, naming both: %s", e.c_str());
+    // with --replace, a file at the prefix that no prepro run wrote stops the run: an llm.c
+    // shard (no run id), a link (its target untouched)
+    run_cmd("rm -f " + d + "/o_*");
+    write_file(d + "/o_train_000001.bin", read_file(fresh + "/o_train_000001.bin").substr(0, 992) +
+                                              std::string(32, '\0') + read_file(fresh + "/o_train_000001.bin").substr(1024));
+    r = run_cmd(base + "--replace --out " + d + "/o " + in + "/short.txt");
+    CHECK(is_clean_error(r, {(d + "/o_train_000001.bin: not a shard of a prepro run").c_str()}) &&
+              folder_files(d).size() == 1,
+          "prepro --replace over a shard without run id: refused, nothing written: %s", first_line(r.err).c_str());
+    run_cmd("rm -f " + d + "/o_*");
+    write_file(in + "/target.bin", read_file(fresh + "/o_train_000001.bin"));
+    symlink((in + "/target.bin").c_str(), (d + "/o_train_000009.bin").c_str());
+    r = run_cmd(base + "--replace --out " + d + "/o " + in + "/short.txt");
+    CHECK(is_clean_error(r, {(d + "/o_train_000009.bin: a symbolic link").c_str()}) && folder_files(d).size() == 1 &&
+              read_file(in + "/target.bin") == read_file(fresh + "/o_train_000001.bin"),
+          "prepro --replace with a link at the prefix: refused, the link and its target kept: %s",
+          first_line(r.err).c_str());
+}
+
 static void test_edge_encodes(const Tokenizer& tok) {
     CHECK(tok.encode("").empty(), "empty text -> no ids");
     llmc::ParallelEncoder enc(tok, 2);
@@ -760,9 +856,9 @@ static void test_gpt2_ranks(const Tokenizer& gpt2, const nlohmann::json& gpt2_ca
     std::string prefix = g_tmp + "/tsr";
     Run r = run_cmd(g_prepro + " --tiktoken " + path + " --pattern gpt2 --out " + prefix +
                     " --split-on-blank-lines --val-tokens 32768 " + g_shared + "/tinyshakespeare.txt");
-    CHECK(r.code == 0 && sha256_hex(read_file(prefix + "_val_000000.bin")) == kValFileSha &&
-              sha256_hex(read_file(prefix + "_train_000001.bin")) == kTrainFileSha,
-          "prepro --tiktoken GPT-2's ranks --pattern gpt2: llm.c's tinyshakespeare shards (%s)",
+    CHECK(r.code == 0 && sha256_hex(llmc_bytes(read_file(prefix + "_val_000000.bin"))) == kValFileSha &&
+              sha256_hex(llmc_bytes(read_file(prefix + "_train_000001.bin"))) == kTrainFileSha,
+          "prepro --tiktoken GPT-2's ranks --pattern gpt2: llm.c's tinyshakespeare shards, but the run slots (%s)",
           first_line(r.err).c_str());
 }
 
@@ -1012,6 +1108,7 @@ int main(int argc, char** argv) {
         test_bin_roundtrip(tok, shakespeare, have_cases ? &cases : nullptr);
         test_gpt2_ranks(tok, cases, llama3_cases, shakespeare);
         test_tool_errors(tok);
+        test_prepro_rerun();
     }
     run_cmd("rm -rf " + g_tmp);
     return test_summary("test_tokenizer");
