@@ -54,6 +54,5 @@ PY
 done
 GPT2=$(gpt2_dir)
 PREPRO=$(tool prepro)
-rm -f "$OUT"/fineweb_edu_val_*.bin "$OUT"/fineweb_edu_train_*.bin
-"$PREPRO" --out "$OUT/fineweb_edu" --format jsonl --field text --shard-size "$shard_size" \
+"$PREPRO" --replace --out "$OUT/fineweb_edu" --format jsonl --field text --shard-size "$shard_size" \
     --threads "$THREADS" --gpt2-dir "$GPT2" "${jsonl[@]}"

@@ -17,9 +17,10 @@
 // Every shard carries the run id (a hash of the run's tokens and sharding), the run's number
 // of train shards and its own number (header[248..252], llmc/dataloader.h), so that the
 // trainers refuse a pattern that mixes two runs' shards or misses one. A run into a prefix
-// that has shards (<prefix>_val_*.bin, <prefix>_train_*.bin: the trainers' patterns) is
-// refused, unless --replace: then every one of them must be a shard of an earlier prepro
-// run (a run id), and the new set replaces the whole old set (none of it is left).
+// that has shards of a set the run writes (<prefix>_train_*.bin; <prefix>_val_*.bin unless
+// --val-tokens 0: the trainers' patterns) is refused, unless --replace: then every one of
+// them must be a shard of an earlier prepro run (a run id), and the new set replaces the
+// whole old set (none of it is left).
 // The output is the same for every --threads value.
 #include <dirent.h>
 #include <fcntl.h>
@@ -73,9 +74,10 @@ void usage(FILE* f) {
             "                          are those tokens (default: plain text)\n"
             "  --uint32                uint32 shards for any vocabulary (default: uint32 only above 65536\n"
             "                          tokens, as Llama 3's 128,256 need; the trainers read both)\n"
-            "  --replace               replace the shards of an earlier prepro run at PREFIX (all of them,\n"
-            "                          once this run succeeded; default: refuse when PREFIX has shards). Each\n"
-            "                          shard carries its run's id; the trainers refuse a pattern mixing runs\n"
+            "  --replace               replace an earlier prepro run's shards at PREFIX: all of its train\n"
+            "                          shards (and val shards, unless --val-tokens 0) go once this run\n"
+            "                          succeeded (default: refuse when PREFIX has such shards). Each shard\n"
+            "                          carries its run's id; the trainers refuse a pattern mixing runs\n"
             "  -q, --quiet             no summary\n");
 }
 
@@ -103,9 +105,9 @@ std::string with_commas(unsigned long long x) {
     return out;
 }
 
-// The files at prefix that the trainers' patterns PREFIX_val_*.bin and PREFIX_train_*.bin
-// match (whatever wrote them), sorted.
-std::vector<std::string> shards_at(const std::string& prefix) {
+// The files at prefix that the trainers' patterns PREFIX_train_*.bin and (with_val)
+// PREFIX_val_*.bin match (whatever wrote them), sorted.
+std::vector<std::string> shards_at(const std::string& prefix, bool with_val) {
     const size_t slash = prefix.rfind('/');
     const std::string dir = slash == std::string::npos ? "." : prefix.substr(0, slash + 1);
     const std::string base = slash == std::string::npos ? prefix : prefix.substr(slash + 1);
@@ -116,6 +118,7 @@ std::vector<std::string> shards_at(const std::string& prefix) {
         const std::string n = e->d_name;
         for (const char* set : {"_val_", "_train_"}) {
             const std::string head = base + set;
+            if (!with_val && head == base + "_val_") continue;
             if (n.size() >= head.size() + 4 && n.compare(0, head.size(), head) == 0 &&
                 n.compare(n.size() - 4, 4, ".bin") == 0) {
                 found.push_back(slash == std::string::npos ? n : dir + n);
@@ -145,10 +148,11 @@ std::string not_a_prepro_shard(const std::string& path) {
     return "";
 }
 
-// Refuses a run into a prefix that has shards, unless replace and every one is an earlier
-// prepro run's (never another writer's file). Returns them.
-std::vector<std::string> check_earlier_shards(const std::string& prefix, bool replace) {
-    std::vector<std::string> old = shards_at(prefix);
+// Refuses a run into a prefix that has shards of the sets it writes (train; val unless
+// --val-tokens 0), unless replace and every one is an earlier prepro run's (never another
+// writer's file). Returns them.
+std::vector<std::string> check_earlier_shards(const std::string& prefix, bool with_val, bool replace) {
+    std::vector<std::string> old = shards_at(prefix, with_val);
     for (const std::string& p : old) {
         if (!replace)
             fail(p + ": exists; a run would leave a set of shards no single run wrote: pass --replace to replace "
@@ -200,7 +204,7 @@ class ShardWriter {
     void commit(bool replace) {
         if (f_) close_current();
         mark_run();
-        const std::vector<std::string> old = check_earlier_shards(prefix_, replace);
+        const std::vector<std::string> old = check_earlier_shards(prefix_, val_tokens_ > 0, replace);
         for (auto& s : shards_) {
             if (rename(s.tmp.c_str(), s.path.c_str()) != 0)
                 fail(s.path + ": cannot rename from " + s.tmp + ": " + strerror(errno));
@@ -564,7 +568,7 @@ int run(int argc, char** argv) {
     if (opt.val_tokens < 0) opt.val_tokens = opt.shard_size;
     for (const auto& in : opt.inputs)
         if (!file_exists(in)) fail(in + ": no such file");
-    check_earlier_shards(opt.out, opt.replace);  // early, before the work; again at the commit
+    check_earlier_shards(opt.out, opt.val_tokens > 0, opt.replace);  // early, before the work; again at the commit
 
     auto t0 = std::chrono::steady_clock::now();
     llmc::Tokenizer tok;

@@ -24,5 +24,5 @@ fi
 GPT2=$(gpt2_dir)
 PREPRO=$(tool prepro)
 mkdir -p "$ROOT/data/gpt2"
-"$PREPRO" --out "$OUT/tinyshakespeare" --split-on-blank-lines --val-tokens 32768 --threads "$THREADS" \
+"$PREPRO" --replace --out "$OUT/tinyshakespeare" --split-on-blank-lines --val-tokens 32768 --threads "$THREADS" \
     --gpt2-dir "$GPT2" --write-tokenizer "$ROOT/data/gpt2/gpt2_tokenizer.bin" "$input"

@@ -30,8 +30,8 @@ if [[ -z $input ]]; then
 fi
 GPT2=$(gpt2_dir)
 PREPRO=$(tool prepro)
-common=(--split-on "<|endoftext|>" --threads "$THREADS" --gpt2-dir "$GPT2" --shard-size "$shard_size")
-rm -f "$OUT"/tinystories_val_*.bin "$OUT"/tinystories_train_*.bin
+# --replace: an earlier run's shards go, and only once this run succeeded
+common=(--replace --split-on "<|endoftext|>" --threads "$THREADS" --gpt2-dir "$GPT2" --shard-size "$shard_size")
 if [[ -n $val_input ]]; then
     "$PREPRO" --out "$OUT/tinystories" "${common[@]}" --val-tokens 2147483647 "$val_input"
     "$PREPRO" --out "$OUT/tinystories" "${common[@]}" --val-tokens 0 "$input"

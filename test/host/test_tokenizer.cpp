@@ -730,6 +730,19 @@ static void test_prepro_rerun() {
               read_file(in + "/target.bin") == read_file(fresh + "/o_train_000001.bin"),
           "prepro --replace with a link at the prefix: refused, the link and its target kept: %s",
           first_line(r.err).c_str());
+    // --val-tokens 0 writes and replaces the train set only: another run's val shard stays
+    // (a val-only run, then a train-only run: data/tinystories.sh)
+    run_cmd("rm -f " + d + "/o_*");
+    r = run_cmd(base + "--out " + d + "/o --val-tokens 1000 " + in + "/short.txt");
+    const std::string val = read_file(d + "/o_val_000000.bin");
+    Run t = run_cmd(base + "--out " + d + "/o --val-tokens 0 " + in + "/long.txt");
+    Run t2 = run_cmd(base + "--replace --out " + d + "/o --val-tokens 0 " + in + "/short.txt");
+    const auto files = folder_files(d);
+    CHECK(r.code == 0 && t.code == 0 && t2.code == 0 && files.size() == 3 && files.count("o_val_000000.bin") &&
+              files.at("o_val_000000.bin") == val && files.count("o_train_000002.bin"),
+          "prepro --val-tokens 0 beside another run's val shard: accepted; with --replace the train set alone is "
+          "replaced (%zu files) (%s %s %s)",
+          files.size(), first_line(r.err).c_str(), first_line(t.err).c_str(), first_line(t2.err).c_str());
 }
 
 static void test_edge_encodes(const Tokenizer& tok) {
