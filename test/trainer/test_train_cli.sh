@@ -180,6 +180,28 @@ expect_error "token id >= vocab size" "token id" -e "$TINY" -i "$WORK/badtok.bin
 expect_error "no shard matches" "$WORK/none" -e "$TINY" -i "$WORK/none*.bin" -b 2 -t 16
 shard wrongmagic.bin 5000 256 1234 1
 expect_error "shard with a wrong magic" "wrongmagic.bin" -e "$TINY" -i "$WORK/wrongmagic.bin" -b 2 -t 16
+# prepro runs' shards (header[248..252]: marker, run id, train shards, number; llmc/dataloader.h):
+# run_shards PREFIX RUNID N NUMBER...
+run_shards() {
+    python3 - "$WORK/$1" "$2" "$3" "${@:4}" <<'PY'
+import sys, struct
+prefix, run, n = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+for k in map(int, sys.argv[4:]):
+    header = [20240520, 1, 500] + [0] * 245 + [0x314E5552, run & 0xFFFFFFFF, run >> 32, n, k] + [0] * 3
+    with open(f"{prefix}_{'val' if k == 0 else 'train'}_{k:06d}.bin", "wb") as f:
+        f.write(struct.pack("<256I", *[h & 0xFFFFFFFF for h in header]) + struct.pack("<500H", *[i % 256 for i in range(500)]))
+PY
+}
+run_shards stale 17 3 1 2 3 && run_shards stale 18 1 1  # a later run wrote one shard over three
+expect_error "-i mixing two prepro runs' shards" "stale_train_000002.bin: written by prepro run 0000000000000011, another run than .*stale_train_000001.bin" \
+    -e "$TINY" -i "$WORK/stale_train_*.bin" -b 2 -t 16
+expect_error "-j mixing two prepro runs' shards" "stale_train_000002.bin: written by prepro run" \
+    -e "$TINY" -i "$WORK/good.bin" -j "$WORK/stale_train_*.bin" -b 2 -t 16
+run_shards gap 17 3 0 1 3
+expect_error "-i missing a prepro run's shard" "gap_train_\*.bin: misses train shard 2 of the 3" \
+    -e "$TINY" -i "$WORK/gap_train_*.bin" -b 2 -t 16
+"$BIN" -e "$TINY" -i "$WORK/gap_train_000003.bin" -j "$WORK/gap_val_*.bin" -b 2 -t 16 -x 1 -v 1 -m 1 >"$WORK/out" 2>&1
+check "a prepro run's shard named alone (-i) and its val shard (-j) are used" $?
 
 if [[ ${TRAIN_CLI_QUICK:-0} == 1 ]]; then
     echo "TRAIN_CLI_QUICK=1: the runs below skipped"
