@@ -537,10 +537,10 @@ inline void dataloader_check_runs_(const std::string& pattern, const std::vector
         want++;
     }
     if (want <= run->run_shards)
-        dataloader_fail_(pattern, dataloader_fmt_("misses train shard %d of the %d of prepro run %016llx (%s is one "
-                                                  "of them): a pattern must match every train shard of the run",
-                                                  want, run->run_shards, (unsigned long long)run->run_id,
-                                                  train->path.c_str()));
+        dataloader_fail_(pattern,
+                         dataloader_fmt_("misses train shard %d of the %d of prepro run %016llx (%s is one "
+                                         "of them): a pattern must match every train shard of the run",
+                                         want, run->run_shards, (unsigned long long)run->run_id, train->path.c_str()));
 }
 
 // The shards of paths with their sequences (packed: floor((n-1)/T) of a shard of n
@@ -568,7 +568,8 @@ inline std::vector<DataLoaderShard> dataloader_open_shards_(const std::string& p
 inline uint64_t dataloader_count_sequences(const char* pattern, int T, DataPacking packing = DataPacking::Packed,
                                            int doc_token = -1) {
     uint64_t total = 0;
-    for (const DataLoaderShard& s : dataloader_open_shards_(pattern, dataloader_find_shards(pattern), T, packing, doc_token))
+    for (const DataLoaderShard& s :
+         dataloader_open_shards_(pattern, dataloader_find_shards(pattern), T, packing, doc_token))
         total += s.nseq;
     return total;
 }

@@ -71,7 +71,8 @@ static std::string llmc_bytes(std::string shard) {
     int32_t h[DATALOADER_HEADER_INTS];
     if (shard.size() < sizeof h) return "";
     memcpy(h, shard.data(), sizeof h);
-    if (h[DATALOADER_RUN_SLOT] != DATALOADER_RUN_MARKER || (h[DATALOADER_RUN_SLOT + 1] | h[DATALOADER_RUN_SLOT + 2]) == 0)
+    if (h[DATALOADER_RUN_SLOT] != DATALOADER_RUN_MARKER ||
+        (h[DATALOADER_RUN_SLOT + 1] | h[DATALOADER_RUN_SLOT + 2]) == 0)
         return "";
     memset(&shard[DATALOADER_RUN_SLOT * 4], 0, 5 * 4);
     return shard;
@@ -673,15 +674,16 @@ static void test_prepro_rerun() {
     }
     const std::string d = g_tmp + "/rerun", fresh = g_tmp + "/rerun_fresh", in = g_tmp + "/rerun_in";
     for (const std::string& f : {d, fresh, in}) mkdir(f.c_str(), 0755);
-    write_file(in + "/long.txt", "the first run wrote this text: one two three four five six seven eight nine ten eleven "
-                                "twelve thirteen fourteen fifteen sixteen seventeen eighteen nineteen twenty and more");
+    write_file(in + "/long.txt",
+               "the first run wrote this text: one two three four five six seven eight nine ten eleven "
+               "twelve thirteen fourteen fifteen sixteen seventeen eighteen nineteen twenty and more");
     write_file(in + "/short.txt", "the second text is shorter: two train shards of seven or fewer");
     write_file(in + "/bad.jsonl", "{\"text\": \"fine\"}\n{\"text\": 5}\n");
     const std::string base = g_prepro + " -q --gpt2-dir " + g_shared + "/gpt2 --shard-size 7 --val-tokens 3 ";
     Run r = run_cmd(base + "--out " + d + "/o " + in + "/long.txt");
     const auto first = folder_files(d);
-    CHECK(r.code == 0 && first.size() >= 5 && first.count("o_train_000004.bin"),
-          "prepro, first run: %zu shards (%s)", first.size(), first_line(r.err).c_str());
+    CHECK(r.code == 0 && first.size() >= 5 && first.count("o_train_000004.bin"), "prepro, first run: %zu shards (%s)",
+          first.size(), first_line(r.err).c_str());
     r = run_cmd(base + "--out " + d + "/o " + in + "/short.txt");
     CHECK(is_clean_error(r, {(d + "/o_train_000001.bin: exists").c_str(), "--replace"}) && folder_files(d) == first,
           "prepro into a prefix with shards, without --replace: refused naming the first, every file unchanged: %s",
@@ -710,14 +712,15 @@ static void test_prepro_rerun() {
         dataloader_init(&L, (d + "/o_train_*.bin").c_str(), 1, 4, 0, 1, 50257, false, 0);
         dataloader_free(&L);
     });
-    CHECK(contains_all(e, {d + "/o_train_000003.bin: written by prepro run", "another run than " + d +
-                                                                                  "/o_train_000001.bin"}),
+    CHECK(contains_all(
+              e, {d + "/o_train_000003.bin: written by prepro run", "another run than " + d + "/o_train_000001.bin"}),
           "the loader refuses a glob of two prepro runs' shards, naming both: %s", e.c_str());
     // with --replace, a file at the prefix that no prepro run wrote stops the run: an llm.c
     // shard (no run id), a link (its target untouched)
     run_cmd("rm -f " + d + "/o_*");
     write_file(d + "/o_train_000001.bin", read_file(fresh + "/o_train_000001.bin").substr(0, 992) +
-                                              std::string(32, '\0') + read_file(fresh + "/o_train_000001.bin").substr(1024));
+                                              std::string(32, '\0') +
+                                              read_file(fresh + "/o_train_000001.bin").substr(1024));
     r = run_cmd(base + "--replace --out " + d + "/o " + in + "/short.txt");
     CHECK(is_clean_error(r, {(d + "/o_train_000001.bin: not a shard of a prepro run").c_str()}) &&
               folder_files(d).size() == 1,
