@@ -84,7 +84,7 @@ def main():
                     tt_tokens = sum(len(x) + 1 for x in out)  # + the document token, as prepro writes
                 best, inner, ntok = float("inf"), 0.0, 0
                 for _ in range(args.trials):
-                    cmd = [args.prepro, "--out", os.path.join(tmp, "out"), "--split-on-blank-lines",
+                    cmd = [args.prepro, "--replace", "--out", os.path.join(tmp, "out"), "--split-on-blank-lines",
                            "--threads", str(threads)] + flags + [path]
                     t0 = time.perf_counter()
                     r = subprocess.run(cmd, capture_output=True, text=True)
