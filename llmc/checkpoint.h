@@ -213,8 +213,9 @@ inline CheckpointFile write_file_hashed(const std::string& path,
 }
 
 // Removes what is at path without following a symbolic link: a link or file is unlinked; a
-// folder (one this code wrote: files only) loses its entries, each unlinked (never followed;
-// a subfolder makes the rmdir fail), then is removed. True when nothing is left at path.
+// folder (one this run wrote, or whose entries checkpoint_owned_ checked: files only) loses its
+// entries, each unlinked (never followed; a subfolder makes the rmdir fail), then is removed.
+// True when nothing is left at path.
 inline bool remove_written_folder_(const std::string& path) {
     struct stat st;
     if (lstat(path.c_str(), &st) != 0) return errno == ENOENT;
@@ -1169,6 +1170,7 @@ struct CheckpointFolder {
     std::string run_id;       // the owner of the checkpoints this run writes
     int keep_last = 0;        // -nk: prune to the newest this many (0: keep all)
     std::vector<int> proven;  // the checkpoints this run wrote, and the one it resumed from
-    std::vector<std::string> folder_files;  // the files of the model's folder (none: the model is one file)
+    // the files of the model's folder (none: the model is one file)
+    std::vector<std::string> folder_files;
     FolderLock lock;          // held by rank 0
 };
