@@ -1167,10 +1167,10 @@ inline void checkpoint_check_lock(FolderLock* lock) {
 // A training run's checkpoint folder (-o), as the rank that writes DONE markers keeps it.
 struct CheckpointFolder {
     std::string dir;
-    std::string run_id;       // the owner of the checkpoints this run writes
-    int keep_last = 0;        // -nk: prune to the newest this many (0: keep all)
+    std::string run_id;  // the owner of the checkpoints this run writes
+    int keep_last = 0;  // -nk: prune to the newest this many (0: keep all)
     std::vector<int> proven;  // the checkpoints this run wrote, and the one it resumed from
     // the files of the model's folder (none: the model is one file)
     std::vector<std::string> folder_files;
-    FolderLock lock;          // held by rank 0
+    FolderLock lock;  // held by rank 0
 };
