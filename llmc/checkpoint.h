@@ -7,6 +7,8 @@
 //   dir/state_%08d_%05d.bin     the training state of each rank (this file)
 //   dir/DONE_%08d               written only after every rank's files are durable, so a
 //                               checkpoint is complete exactly when its DONE exists
+//   dir/WRITING_%08d            written before any other file of the step and removed after
+//                               its DONE: the step's files and temporaries are the run's
 //   dir/train.lock              the pid of the one trainer that writes into dir, which holds
 //                               an flock on dir (FolderLock below)
 //
@@ -18,7 +20,12 @@
 // so a resume can check each file before trusting it, and a run prunes only its own
 // checkpoints. A resume trusts a DONE only when it lists the model and every rank's state
 // file of its step (checkpoint_done_covers); an empty DONE (llm.c's) vouches for nothing a
-// resume could check, and has no owner, so it is never pruned either.
+// resume could check, and has no owner, so it is never pruned either. WRITING_%08d is a
+// DONE's first two lines: the run that is writing the step.
+//
+// What a run deletes in dir (see "what a run may delete" below): only what a DONE or a
+// WRITING of its run id vouches for; anything else in its way is an error naming it, and
+// then nothing is deleted.
 //
 // Training-state file (one per rank), little-endian. A header of 256 int32:
 //   [0] = 20240527 (magic)     [1] = 1 (version)      [2] = num_processes   [3] = rank
@@ -34,7 +41,7 @@
 // Every file is written through path.tmp: write, fflush, fsync, close, rename onto path,
 // fsync the folder. A reader therefore sees the old file or the whole new one, never a
 // partial one, and after a crash at most a stale *.tmp is left (see
-// checkpoint_remove_stale_temps). A model folder is written whole the same way: its files
+// checkpoint_remove_unfinished). A model folder is written whole the same way: its files
 // into a fresh folder path.tmp, which is then renamed onto path (write_folder_atomic).
 //
 // Errors follow llmc/error.h: a write or read that fails throws llmc::Error, one line
@@ -206,8 +213,9 @@ inline CheckpointFile write_file_hashed(const std::string& path,
 }
 
 // Removes what is at path without following a symbolic link: a link or file is unlinked; a
-// folder (one this code wrote: files only) loses its entries, each unlinked (never followed;
-// a subfolder makes the rmdir fail), then is removed. True when nothing is left at path.
+// folder (one this run wrote, or whose entries checkpoint_owned_ checked: files only) loses its
+// entries, each unlinked (never followed; a subfolder makes the rmdir fail), then is removed.
+// True when nothing is left at path.
 inline bool remove_written_folder_(const std::string& path) {
     struct stat st;
     if (lstat(path.c_str(), &st) != 0) return errno == ENOENT;
@@ -221,15 +229,19 @@ inline bool remove_written_folder_(const std::string& path) {
 }
 
 // Writes the folder path whole: write_files writes every file into the fresh folder path.tmp
-// (each through write_file_atomic, so each is durable) and returns them; then what path held
-// goes (remove_written_folder_: a link is removed, never followed) and path.tmp is renamed
-// onto it. A crash leaves path.tmp (not a name a reader takes), or no folder at path, or the
-// whole new one. On failure path.tmp is removed. Returns the files, named <folder>/<file>.
+// (each through write_file_atomic, so each is durable) and returns them; then path.tmp is
+// renamed onto path. Neither path nor path.tmp may exist: what is there is not removed (the
+// caller removes what it can prove its own, checkpoint_clear_step), it is an error. A crash
+// leaves path.tmp (not a name a reader takes), or the whole new folder. On failure path.tmp
+// (this call's) is removed. Returns the files, named <folder>/<file>.
 inline std::vector<CheckpointFile> write_folder_atomic(
     const std::string& path, const std::function<std::vector<CheckpointFile>(const std::string& tmp)>& write_files) {
     const std::string tmp = path + ".tmp";
-    if (!remove_written_folder_(tmp) || mkdir(tmp.c_str(), 0755) != 0)
-        llmc::fail(tmp + ": cannot create the folder (" + strerror(errno) + ")");
+    struct stat st;
+    if (lstat(path.c_str(), &st) == 0) llmc::fail(path + ": already exists; not replaced");
+    if (mkdir(tmp.c_str(), 0755) != 0)
+        llmc::fail(tmp + ": cannot create the folder (" +
+                   (errno == EEXIST ? std::string("something is already there; not replaced") : strerror(errno)) + ")");
     std::vector<CheckpointFile> files;
     try {
         files = write_files(tmp);
@@ -237,8 +249,9 @@ inline std::vector<CheckpointFile> write_folder_atomic(
         remove_written_folder_(tmp);
         throw;
     }
-    if (!remove_written_folder_(path) || rename(tmp.c_str(), path.c_str()) != 0) {
-        const int e = errno;
+    const bool taken = lstat(path.c_str(), &st) == 0;  // (a rename would replace an empty folder)
+    if (taken || rename(tmp.c_str(), path.c_str()) != 0) {
+        const int e = taken ? EEXIST : errno;
         remove_written_folder_(tmp);
         llmc::fail(path + ": cannot rename " + tmp + " into place (" + strerror(e) + ")");
     }
@@ -277,6 +290,11 @@ inline std::string checkpoint_state_path(const std::string& dir, int step, int r
 inline std::string checkpoint_done_path(const std::string& dir, int step) {
     char name[64];
     snprintf(name, sizeof(name), "/DONE_%08d", step);
+    return dir + name;
+}
+inline std::string checkpoint_writing_path(const std::string& dir, int step) {
+    char name[64];
+    snprintf(name, sizeof(name), "/WRITING_%08d", step);
     return dir + name;
 }
 
@@ -570,9 +588,11 @@ inline std::vector<int> checkpoint_complete_steps(const std::string& dir) {
     return steps;
 }
 
-// The step of a checkpoint file name (DONE_, model_ file or folder, state_ of any rank), else -1.
+// The step of a checkpoint file name (DONE_, WRITING_, model_ file or folder, state_ of any
+// rank), else -1.
 inline int checkpoint_file_step_(const std::string& name) {
     int s = checkpoint_parse_step_(name.c_str(), "DONE_", "");
+    if (s < 0) s = checkpoint_parse_step_(name.c_str(), "WRITING_", "");
     if (s < 0) s = checkpoint_parse_step_(name.c_str(), "model_", ".bin");
     if (s < 0) s = checkpoint_parse_step_(name.c_str(), "model_", "");
     if (s < 0 && name.size() == 24 && name[14] == '_' && name.compare(20, 4, ".bin") == 0 &&
@@ -603,15 +623,20 @@ struct DoneRecord {
     std::vector<CheckpointFile> files;  // what it vouches for
 };
 
-// Marks step's checkpoint complete. Call only once every rank's files are durable.
-inline void checkpoint_write_done(const std::string& dir, int step, const DoneRecord& record) {
-    return write_file_atomic(checkpoint_done_path(dir, step), [&](FILE* f) {
+// Writes a DONE (or, without files, a WRITING) marker at path.
+inline void checkpoint_write_marker_(const std::string& path, const DoneRecord& record) {
+    return write_file_atomic(path, [&](FILE* f) {
         bool ok = fprintf(f, "%s\nrun %s\n", CHECKPOINT_DONE_TITLE, record.run_id.c_str()) > 0;
         for (const CheckpointFile& c : record.files)
             ok = ok && fprintf(f, "file %s %llu %016llx\n", c.name.c_str(), (unsigned long long)c.bytes,
                                (unsigned long long)c.xxh64) > 0;
         return ok;
     });
+}
+
+// Marks step's checkpoint complete. Call only once every rank's files are durable.
+inline void checkpoint_write_done(const std::string& dir, int step, const DoneRecord& record) {
+    checkpoint_write_marker_(checkpoint_done_path(dir, step), record);
 }
 
 // A name a DONE may list: a file of the checkpoint's folder, or a file of a model folder in
@@ -625,10 +650,9 @@ inline bool checkpoint_listed_name_ok_(const std::string& name) {
     return true;
 }
 
-// Reads step's DONE into *record; false with the reason in *why when it cannot be read or
-// is damaged (returned, not thrown: see the top of this file).
-inline bool checkpoint_read_done(const std::string& dir, int step, DoneRecord* record, std::string* why) {
-    const std::string path = checkpoint_done_path(dir, step);
+// Reads the DONE (or WRITING) marker at path into *record; false with the reason in *why when
+// it cannot be read or is damaged (returned, not thrown: see the top of this file).
+inline bool checkpoint_read_marker_(const std::string& path, DoneRecord* record, std::string* why) {
     std::string text, reason;
     if (!read_regular_file(path.c_str(), &text, 1 << 20, &reason)) {
         *why = path + ": cannot read (" + reason + ")";
@@ -663,6 +687,9 @@ inline bool checkpoint_read_done(const std::string& dir, int step, DoneRecord* r
         record->files.push_back(CheckpointFile{name, bytes, hash});
     }
     return true;
+}
+inline bool checkpoint_read_done(const std::string& dir, int step, DoneRecord* record, std::string* why) {
+    return checkpoint_read_marker_(checkpoint_done_path(dir, step), record, why);
 }
 
 // Whether a DONE of step `step` vouches for a whole checkpoint of num_processes ranks: it lists
@@ -781,21 +808,224 @@ inline std::string checkpoint_new_run_id() {
     return id;
 }
 
-// Deletes a checkpoint's files (DONE first, durably, so a crash in between never leaves a
-// DONE whose files are gone), every rank's state file and a model folder whole included (a
-// link in its place is removed, never followed).
-inline void checkpoint_delete_steps_(const std::string& dir, const std::vector<int>& steps) {
-    if (steps.empty()) return;
-    for (int s : steps) unlink(checkpoint_done_path(dir, s).c_str());
-    fsync_directory(dir);
+// ---------------------------------------------------------------------------
+// what a run may delete
+//
+// A run deletes only what its run id vouches for: the DONE of a step and the files it lists
+// (a model folder with them, when it holds nothing else), and every name a checkpoint of a
+// step writes (model, each rank's state, DONE, WRITING, and their .tmp) while that step has
+// a WRITING of the run (a write the run began and did not finish). Anything else where the
+// run must write, or inside a folder it would remove, is an error naming it, raised before
+// anything is deleted; a link is removed as a name, never followed.
+
+// Who vouches for the names of a step: a DONE and a WRITING of run_id. A WRITING is whole in
+// its temporary before the rename that puts it in place, so a whole WRITING_%08d.tmp of the
+// run vouches too (a crash at that rename); an empty one (a crash before its one write) holds
+// nothing, so it may go, but vouches for nothing.
+struct StepOwner {
+    bool writing = false, done = false;
+    bool empty_writing_tmp = false;
+    DoneRecord record;  // the DONE's (done)
+};
+
+// Whether the marker at path is whole and of run_id (one that cannot be read vouches for nothing).
+inline bool checkpoint_marker_of_(const std::string& path, const std::string& run_id) {
+    DoneRecord r;
+    std::string why;
+    return !run_id.empty() && checkpoint_read_marker_(path, &r, &why) && r.run_id == run_id;
+}
+
+inline StepOwner checkpoint_step_owner_(const std::string& dir, int step, const std::string& run_id) {
+    StepOwner o;
+    const std::string writing = checkpoint_writing_path(dir, step), tmp = writing + ".tmp";
+    struct stat st;
+    o.writing = checkpoint_marker_of_(writing, run_id) ||
+                (lstat(writing.c_str(), &st) != 0 && checkpoint_marker_of_(tmp, run_id));
+    o.empty_writing_tmp = lstat(tmp.c_str(), &st) == 0 && S_ISREG(st.st_mode) && st.st_size == 0;
+    std::string why;
+    o.done = !run_id.empty() && checkpoint_read_done(dir, step, &o.record, &why) && o.record.run_id == run_id;
+    return o;
+}
+
+inline bool checkpoint_is_tmp_(const std::string& name) {
+    return name.size() > 4 && name.compare(name.size() - 4, 4, ".tmp") == 0;
+}
+
+// The names in dir that a checkpoint of step writes, with their temporaries: the model (the
+// file model_%08d.bin, or with folder_files the folder model_%08d), every rank's state, DONE,
+// WRITING. Sorted, so that DONE_ comes first.
+inline std::vector<std::string> checkpoint_step_names_(const std::string& dir, int step,
+                                                       const std::vector<std::string>& folder_files) {
+    std::vector<std::string> names;
     for (const std::string& name : checkpoint_list_dir_(dir)) {
-        int s = checkpoint_file_step_(name);
-        if (s < 0 || !std::binary_search(steps.begin(), steps.end(), s)) continue;
+        const std::string base = checkpoint_is_tmp_(name) ? name.substr(0, name.size() - 4) : name;
+        if (checkpoint_file_step_(base) != step) continue;
+        const bool model_file = checkpoint_parse_step_(base.c_str(), "model_", ".bin") >= 0;
+        const bool model_folder = checkpoint_parse_step_(base.c_str(), "model_", "") >= 0;
+        if ((model_file && !folder_files.empty()) || (model_folder && folder_files.empty())) continue;  // not ours
+        names.push_back(name);
+    }
+    std::sort(names.begin(), names.end());
+    return names;
+}
+
+// Whether a file of the model folder `folder` (a name in dir) is the run's: listed by the
+// DONE, or, under a WRITING, one of folder_files or its temporary.
+inline bool checkpoint_folder_entry_owned_(const std::string& folder, const std::string& entry, const StepOwner& o,
+                                           const std::vector<std::string>& folder_files) {
+    const std::string tmpless = checkpoint_is_tmp_(entry) ? entry.substr(0, entry.size() - 4) : entry;
+    if (o.writing && std::find(folder_files.begin(), folder_files.end(), tmpless) != folder_files.end()) return true;
+    if (!o.done || checkpoint_is_tmp_(folder)) return false;
+    for (const CheckpointFile& f : o.record.files)
+        if (f.name == folder + "/" + entry) return true;
+    return false;
+}
+
+// Whether name (in dir, of a step whose owner is o) may be deleted; if not, *why names what
+// is not the run's. A name that is not there is the run's (nothing to delete).
+inline bool checkpoint_owned_(const std::string& dir, const std::string& name, const StepOwner& o,
+                              const std::vector<std::string>& folder_files, std::string* why) {
+    const std::string path = dir + "/" + name;
+    struct stat st;
+    if (lstat(path.c_str(), &st) != 0) return errno == ENOENT;
+    *why = path + " is not a file this run wrote";
+    const std::string base = checkpoint_is_tmp_(name) ? name.substr(0, name.size() - 4) : name;
+    const bool folder = checkpoint_parse_step_(base.c_str(), "model_", "") >= 0;
+    if (S_ISDIR(st.st_mode) != folder) return false;  // (a file where the run writes a folder, or the reverse)
+    if (checkpoint_parse_step_(name.c_str(), "DONE_", "") >= 0) return o.done;
+    if (checkpoint_parse_step_(name.c_str(), "WRITING_", "") >= 0) return o.writing;
+    if (checkpoint_parse_step_(name.c_str(), "WRITING_", ".tmp") >= 0 && o.empty_writing_tmp) return true;
+    if (!folder) {
+        if (o.writing) return true;
+        if (!o.done || checkpoint_is_tmp_(name)) return false;
+        for (const CheckpointFile& f : o.record.files)
+            if (f.name == name) return true;
+        return false;
+    }
+    if (!o.writing && !(o.done && !checkpoint_is_tmp_(name))) return false;
+    for (const std::string& entry : checkpoint_list_dir_(path)) {
+        struct stat es;
+        const std::string at = path + "/" + entry;
+        if (lstat(at.c_str(), &es) != 0 || S_ISDIR(es.st_mode) ||
+            !checkpoint_folder_entry_owned_(name, entry, o, folder_files)) {
+            *why = at + " is not a file this run wrote";
+            return false;
+        }
+    }
+    return true;
+}
+
+// Fails naming the first of names (in dir) that is not the run's.
+inline void checkpoint_check_owned_(const std::string& dir, const std::vector<std::string>& names, const StepOwner& o,
+                                    const std::vector<std::string>& folder_files) {
+    for (const std::string& name : names) {
+        std::string why;
+        if (!checkpoint_owned_(dir, name, o, folder_files, &why))
+            llmc::fail(why + "; remove or move it (nothing was deleted)");
+    }
+}
+
+// Deletes names (in dir, each checked with checkpoint_owned_): a DONE first, durably, so that
+// a crash in between never leaves a DONE whose files are gone; a folder's files, then the folder.
+inline void checkpoint_remove_owned_(const std::string& dir, const std::vector<std::string>& names) {
+    const auto done = [](const std::string& name) { return checkpoint_parse_step_(name.c_str(), "DONE_", "") >= 0; };
+    for (const std::string& name : names)
+        if (done(name)) unlink((dir + "/" + name).c_str());
+    fsync_directory(dir);
+    for (const std::string& name : names) {
+        if (done(name)) continue;
         const std::string path = dir + "/" + name;
-        if (checkpoint_parse_step_(name.c_str(), "model_", "") >= 0) remove_written_folder_(path);
+        struct stat st;
+        if (lstat(path.c_str(), &st) != 0) continue;
+        if (S_ISDIR(st.st_mode)) remove_written_folder_(path);  // (its entries were checked: files only)
         else unlink(path.c_str());
     }
     fsync_directory(dir);
+}
+
+// Before rank 0 writes step's checkpoint: fails naming what is in the way and not the run's
+// (nothing deleted); else marks the step WRITING (durably, before any file of it changes)
+// and deletes what the step held (a stale DONE first: it must never vouch for files being
+// rewritten). What a crash leaves from here on is the run's by the WRITING.
+inline void checkpoint_clear_step(const std::string& dir, int step, const std::string& run_id,
+                                  const std::vector<std::string>& folder_files) {
+    const StepOwner o = checkpoint_step_owner_(dir, step, run_id);
+    std::vector<std::string> names = checkpoint_step_names_(dir, step, folder_files);
+    checkpoint_check_owned_(dir, names, o, folder_files);
+    const std::string writing = checkpoint_writing_path("", step).substr(1);
+    names.erase(std::remove(names.begin(), names.end(), writing), names.end());
+    struct stat st;  // (a WRITING_%08d.tmp of the run, or an empty one, is replaced)
+    if (lstat(checkpoint_writing_path(dir, step).c_str(), &st) != 0)
+        checkpoint_write_marker_(checkpoint_writing_path(dir, step), DoneRecord{run_id, {}});
+    checkpoint_remove_owned_(dir, names);
+}
+
+// After step's DONE: the step is no longer being written.
+inline void checkpoint_finish_step(const std::string& dir, int step) {
+    if (unlink(checkpoint_writing_path(dir, step).c_str()) == 0) fsync_directory(dir);
+}
+
+// Deletes what the writes of run_id that a crash interrupted left (the steps with a WRITING
+// of the run): a step with a DONE loses only its temporaries, one without its files too;
+// then the WRITING goes. Fails naming what is not the run's, before deleting anything.
+inline void checkpoint_remove_unfinished(const std::string& dir, const std::string& run_id,
+                                         const std::vector<std::string>& folder_files) {
+    std::vector<std::pair<int, std::vector<std::string>>> doomed;
+    for (int step : checkpoint_steps_with_files(dir)) {
+        const StepOwner o = checkpoint_step_owner_(dir, step, run_id);
+        if (!o.writing) continue;
+        struct stat st;
+        const bool done = lstat(checkpoint_done_path(dir, step).c_str(), &st) == 0;
+        const std::string markers[] = {checkpoint_done_path("", step).substr(1),
+                                       checkpoint_writing_path("", step).substr(1)};
+        std::vector<std::string> names;
+        for (const std::string& name : checkpoint_step_names_(dir, step, folder_files))
+            if (name != markers[0] && name != markers[1] && (!done || checkpoint_is_tmp_(name))) names.push_back(name);
+        checkpoint_check_owned_(dir, names, o, folder_files);
+        doomed.push_back({step, names});
+    }
+    for (const auto& d : doomed) {
+        checkpoint_remove_owned_(dir, d.second);
+        checkpoint_finish_step(dir, d.first);
+    }
+}
+
+// The run whose interrupted writes dir holds (every whole WRITING, or its temporary, names
+// it), else "": a resume that finds no complete checkpoint continues that run, so that it may
+// delete what the run left.
+inline std::string checkpoint_unfinished_run_id(const std::string& dir) {
+    std::string id;
+    for (const std::string& name : checkpoint_list_dir_(dir)) {
+        DoneRecord r;
+        std::string why;
+        if (checkpoint_parse_step_(name.c_str(), "WRITING_", "") < 0 &&
+            checkpoint_parse_step_(name.c_str(), "WRITING_", ".tmp") < 0)
+            continue;
+        if (!checkpoint_read_marker_(dir + "/" + name, &r, &why) || r.run_id.empty()) continue;  // vouches for nothing
+        if (!id.empty() && r.run_id != id) return "";
+        id = r.run_id;
+    }
+    return id;
+}
+
+// Deletes the checkpoints of steps, each of run run_id by its DONE: the DONE and the files it
+// lists (a model folder with them), nothing else. Fails naming what is not the run's (a
+// user's file in a listed model folder, a folder where the DONE lists a file) before
+// deleting anything.
+inline void checkpoint_delete_steps_(const std::string& dir, const std::vector<int>& steps, const std::string& run_id) {
+    std::vector<std::string> names;
+    for (int s : steps) {
+        const StepOwner o = checkpoint_step_owner_(dir, s, run_id);
+        std::vector<std::string> mine = {checkpoint_done_path("", s).substr(1)};
+        for (const CheckpointFile& f : o.record.files) mine.push_back(f.name.substr(0, f.name.find('/')));
+        std::sort(mine.begin(), mine.end());
+        mine.erase(std::unique(mine.begin(), mine.end()), mine.end());
+        StepOwner by_done = o;  // (what a WRITING vouches for is not pruned)
+        by_done.writing = by_done.empty_writing_tmp = false;
+        checkpoint_check_owned_(dir, mine, by_done, {});
+        names.insert(names.end(), mine.begin(), mine.end());
+    }
+    checkpoint_remove_owned_(dir, names);
 }
 
 // Keeps the newest keep_last trusted checkpoints of run run_id and deletes its checkpoints
@@ -806,9 +1036,10 @@ inline void checkpoint_delete_steps_(const std::string& dir, const std::vector<i
 // checkpoint resumed from that this process did not write: one the resume skipped as damaged.
 // Counted among the newest kept, it would make pruning delete the good ones in its favour.
 // What is not provably the run's (another run's DONE, llm.c's empty one, an unreadable one)
-// and what is newer than the oldest kept is never deleted. Model and state files without a
-// DONE at a step older than the newest DONE are remnants of an interrupted write and are
-// deleted too; newer ones (one being written) and all other files are left alone.
+// and what is newer than the oldest kept is never deleted; of a pruned step only its DONE and
+// the files it lists go (checkpoint_delete_steps_: anything else in a listed model folder is
+// an error, nothing deleted). Files without a DONE are not pruned (a write of the run that a
+// crash interrupted is checkpoint_remove_unfinished's).
 inline void checkpoint_prune(const std::string& dir, int keep_last, const std::string& run_id,
                              std::vector<int> proven) {
     const std::vector<int> done = checkpoint_done_steps_(dir);
@@ -828,11 +1059,7 @@ inline void checkpoint_prune(const std::string& dir, int keep_last, const std::s
         for (int s : own)
             if (s < oldest_kept) doomed.push_back(s);
     }
-    if (!done.empty())
-        for (int s : checkpoint_steps_with_files(dir))
-            if (s < done.back() && !std::binary_search(done.begin(), done.end(), s)) doomed.push_back(s);
-    std::sort(doomed.begin(), doomed.end());
-    checkpoint_delete_steps_(dir, doomed);
+    checkpoint_delete_steps_(dir, doomed, run_id);
 }
 
 // ---------------------------------------------------------------------------
@@ -937,34 +1164,13 @@ inline void checkpoint_check_lock(FolderLock* lock) {
     if (gone) checkpoint_lock_file_(lock);
 }
 
-// The names of files that this code writes through a temporary (checkpoint files, the logs).
-inline bool checkpoint_own_file_name_(const std::string& name) {
-    return checkpoint_file_step_(name) >= 0 || name == "main.log" || name == "main.jsonl";
-}
-
 // A training run's checkpoint folder (-o), as the rank that writes DONE markers keeps it.
 struct CheckpointFolder {
     std::string dir;
-    std::string run_id;       // the owner of the checkpoints this run writes
-    int keep_last = 0;        // -nk: prune to the newest this many (0: keep all)
+    std::string run_id;  // the owner of the checkpoints this run writes
+    int keep_last = 0;  // -nk: prune to the newest this many (0: keep all)
     std::vector<int> proven;  // the checkpoints this run wrote, and the one it resumed from
-    FolderLock lock;          // held by rank 0
+    // the files of the model's folder (none: the model is one file)
+    std::vector<std::string> folder_files;
+    FolderLock lock;  // held by rank 0
 };
-
-// Deletes the temporaries a killed run left in dir: regular files named <name>.tmp for a
-// name of this trainer's own (a checkpoint file, a log), and folders model_%08d.tmp (a model
-// folder being written, removed whole); any other *.tmp is the user's, a link too.
-inline void checkpoint_remove_stale_temps(const std::string& dir) {
-    for (const std::string& name : checkpoint_list_dir_(dir)) {
-        if (name.size() <= 4 || name.compare(name.size() - 4, 4, ".tmp") != 0) continue;
-        const std::string own = name.substr(0, name.size() - 4);
-        if (!checkpoint_own_file_name_(own)) continue;
-        const std::string p = dir + "/" + name;
-        struct stat st;
-        if (lstat(p.c_str(), &st) != 0) continue;
-        if (S_ISREG(st.st_mode)) unlink(p.c_str());
-        else if (S_ISDIR(st.st_mode) && checkpoint_parse_step_(own.c_str(), "model_", "") >= 0)
-            remove_written_folder_(p);
-    }
-    fsync_directory(dir);
-}

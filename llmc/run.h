@@ -589,18 +589,23 @@ void build_model(Run<Model>* run) {
     if (opt.output_dir) {
         folder.dir = opt.output_dir;
         folder.keep_last = opt.checkpoint_keep;
+        folder.folder_files = model_folder_files<Model>();
         folder.lock = claim_output_dir(opt.output_dir, run->dist);
     }
     if (opt.output_dir && !opt.resume) refuse_foreign_checkpoints(opt.output_dir, run->dist);
     run->resume_step = opt.resume ? choose_resume_step<Model>(opt.output_dir, run->dist, &folder.run_id) : -1;
-    if (folder.run_id.empty()) folder.run_id = checkpoint_new_run_id();  // (only rank 0 writes DONE markers)
+    // (only rank 0 writes DONE markers and deletes)
+    if (opt.resume && folder.run_id.empty() && run->dist->rank == 0)
+        folder.run_id = checkpoint_unfinished_run_id(opt.output_dir);  // no complete checkpoint: the run's first
+    if (folder.run_id.empty()) folder.run_id = checkpoint_new_run_id();
+    if (opt.resume && run->dist->rank == 0)
+        checkpoint_remove_unfinished(opt.output_dir, folder.run_id, folder.folder_files);
     struct stat st;
     const std::string weights = run->resume_step >= 0 ? model_path<Model>(opt.output_dir, run->resume_step) : opt.init;
     const bool from_file = !init_is_descriptor<Model>(weights.c_str()) && stat(weights.c_str(), &st) == 0;
     decide_document_token(run, weights.c_str(), from_file);
     if (run->resume_step >= 0) {
         folder.proven.push_back(run->resume_step);  // every rank checked its files against the DONE
-        if (run->dist->rank == 0) checkpoint_remove_stale_temps(opt.output_dir);
         run->resumed = load_checkpoint(model, opt.output_dir, run->resume_step);
         print0("resuming from step %d of %s\n", run->resume_step, opt.output_dir);
     } else {

@@ -101,11 +101,12 @@ inline std::vector<float> device_to_host(const float* d, size_t n) {
 
 // Every rank calls it. Refuses (one error line, nothing written) when any
 // weight or moment is not finite, or when the folder's lock may no longer keep
-// another trainer out, so earlier checkpoints stay the newest. A DONE of this
-// step from before (a resume that fell back past it) goes first: it must never
-// vouch for files being rewritten. The new DONE lists every file's size and
-// hash, and the run id, the owner; only the owner's checkpoints older than its
-// newest -nk proven ones are pruned.
+// another trainer out, or when something at the step's names is not the run's
+// (checkpoint_clear_step: nothing deleted), so earlier checkpoints stay the
+// newest. A DONE of this step from before (a resume that fell back past it)
+// goes first: it must never vouch for files being rewritten. The new DONE lists
+// every file's size and hash, and the run id, the owner; only the owner's
+// checkpoints older than its newest -nk proven ones are pruned.
 template <class Model>
 void save_checkpoint(Model* model, CheckpointFolder* folder, int step, const ResumeInfo& info) {
     const Distributed* d = model->dist;
@@ -119,8 +120,8 @@ void save_checkpoint(Model* model, CheckpointFolder* folder, int step, const Res
     std::vector<CheckpointFile> model_files;
     if (d->rank == 0) {
         checkpoint_check_lock(&folder->lock);
-        if (unlink(checkpoint_done_path(dir, step).c_str()) == 0) fsync_directory(dir);
         try {
+            checkpoint_clear_step(dir, step, folder->run_id, folder->folder_files);
             model_files = write_model_file(model, model_path<Model>(dir, step));
         } catch (const llmc::Error& e) {
             llmc::failf("step %d: %s (the earlier checkpoints are kept)", step, e.what());
@@ -140,6 +141,7 @@ void save_checkpoint(Model* model, CheckpointFolder* folder, int step, const Res
             done.files.push_back(CheckpointFile{path.substr(dir.size() + 1), states[2 * r], states[2 * r + 1]});
         }
         checkpoint_write_done(dir, step, done);
+        checkpoint_finish_step(dir, step);
         folder->proven.push_back(step);
         checkpoint_prune(dir, folder->keep_last, folder->run_id, folder->proven);
     }

@@ -324,13 +324,21 @@ static void test_find_latest() {
     CHECK(missing != NO_ERROR && one_line(missing), "write_done into a missing folder: %s", missing.c_str());
 }
 
+// OWN's DONE of step listing its model file and P ranks' state files (sizes and hashes unchecked here).
+static DoneRecord own_listing(int step, int P) {
+    DoneRecord r = OWN;
+    r.files.push_back(CheckpointFile{checkpoint_model_path("", step).substr(1), 0, 0});
+    for (int k = 0; k < P; k++) r.files.push_back(CheckpointFile{checkpoint_state_path("", step, k).substr(1), 0, 0});
+    return r;
+}
+
 static void test_prune() {
     const std::string d = mkdir_in_tmp("prune");
     const int P = 2;
     const auto make_ckpt = [&](int step, bool done) {
         touch(checkpoint_model_path(d, step));
         for (int r = 0; r < P; r++) touch(checkpoint_state_path(d, step, r));
-        if (done) checkpoint_write_done(d, step, OWN);
+        if (done) checkpoint_write_done(d, step, own_listing(step, P));
     };
     for (int s : {10, 20, 30, 40, 50}) make_ckpt(s, true);
     make_ckpt(60, false);  // being written: no DONE
@@ -362,8 +370,8 @@ static void test_prune() {
     checkpoint_prune(d, 2, OWN.run_id, ALL);
     CHECK(absent(10) && absent(20) && absent(30),
           "prune keep 2: steps 10, 20, 30 gone (DONE, model, every rank's state)");
-    CHECK(!exists(checkpoint_state_path(d, 10, 5)),
-          "prune also removes a pruned step's state of a rank beyond the process count");
+    CHECK(exists(checkpoint_state_path(d, 10, 5)),
+          "prune keeps a pruned step's state of a rank beyond the process count (its DONE does not list it)");
     CHECK(present(40) && present(50) && exists(checkpoint_done_path(d, 40)) && exists(checkpoint_done_path(d, 50)),
           "prune keep 2: steps 40 and 50 kept whole");
     CHECK(present(60) && !exists(checkpoint_done_path(d, 60)), "the newer incomplete step 60 is untouched");
@@ -376,14 +384,16 @@ static void test_prune() {
     checkpoint_prune(d, 1, OWN.run_id, ALL);
     CHECK(absent(40) && present(50) && present(60), "prune keep 1: only step 50 (and the incomplete 60) left");
 
-    // orphans older than the newest DONE go, also with keep_last 0; another run's DONE stays
+    // files without a DONE are not the run's by any DONE: kept, also older than the newest DONE;
+    // another run's DONE stays
     make_ckpt(45, false);
     checkpoint_write_done(d, 5, DoneRecord{"00000000000000bb", {}});
     touch(checkpoint_model_path(d, 5));
     touch(d + "/DONE_00000003");  // llm.c's empty DONE: no owner
     touch(checkpoint_model_path(d, 3));
     checkpoint_prune(d, 0, OWN.run_id, ALL);
-    CHECK(absent(45) && present(60), "keep_last 0: the orphaned step 45 (older than DONE 50) is deleted, 60 is not");
+    checkpoint_prune(d, 1, OWN.run_id, ALL);
+    CHECK(present(45) && present(60), "the model and states of steps 45 and 60 without DONE are kept");
     checkpoint_prune(d, 1, OWN.run_id, ALL);
     CHECK(exists(checkpoint_done_path(d, 5)) && exists(checkpoint_model_path(d, 5)) &&
               exists(checkpoint_done_path(d, 3)) && exists(checkpoint_model_path(d, 3)) && present(50),
@@ -505,7 +515,7 @@ static void test_done_covers_folder() {
 
 // A model folder written whole through model_%08d.tmp; its files verified against a DONE
 // without following a link (the folder's or a file's); pruned whole; a link in its place
-// removed, never followed; a stale temporary folder removed by -y 1's cleanup.
+// refused (kept, never followed); a folder already at its temporary's name refused.
 static void test_model_folder() {
     const std::string d = mkdir_in_tmp("folder");
     const std::string m = checkpoint_model_path(d, 4, true);
@@ -515,24 +525,33 @@ static void test_model_folder() {
             files.push_back(write_file_hashed(tmp + "/" + name, [&](HashingWriter& w) { return w.put(name, 1, 5); }));
         return files;
     };
-    mkdir((m + ".tmp").c_str(), 0755);  // a killed write's temporary
+    mkdir((m + ".tmp").c_str(), 0755);  // a killed write's temporary (or a user's folder): not replaced
     write_file(m + ".tmp/model.safetensors.tmp", "partial");
+    std::string err = error_of([&] { write_folder_atomic(m, write_two); });
+    CHECK(contains(err, "model_00000004.tmp: cannot create the folder (something is already there; not replaced)") &&
+              read_file(m + ".tmp/model.safetensors.tmp") == "partial" && !exists(m),
+          "write_folder_atomic refuses a folder already at path.tmp, kept: %s", err.c_str());
+    remove_written_folder_(m + ".tmp");
     std::vector<CheckpointFile> files;
-    std::string err = error_of([&] { files = write_folder_atomic(m, write_two); });
+    err = error_of([&] { files = write_folder_atomic(m, write_two); });
     CHECK(err == NO_ERROR && files.size() == 2 && files[0].name == "model_00000004/config.json" &&
               files[1].name == "model_00000004/model.safetensors" && files[1].bytes == 5 &&
               read_file(m + "/model.safetensors") == "model" && !exists(m + ".tmp"),
-          "write_folder_atomic: both files in model_00000004/, named with the folder, a stale .tmp folder replaced %s",
-          err.c_str());
+          "write_folder_atomic: both files in model_00000004/, named with the folder %s", err.c_str());
     const std::string before = read_file(m + "/config.json");
+    err = error_of([&] { write_folder_atomic(m, write_two); });
+    CHECK(contains(err, "model_00000004: already exists; not replaced") && read_file(m + "/config.json") == before &&
+              !exists(m + ".tmp"),
+          "a folder already at path is refused, kept as it was: %s", err.c_str());
+    const std::string five = checkpoint_model_path(d, 5, true);
     err = error_of([&] {
-        write_folder_atomic(m, [](const std::string& tmp) -> std::vector<CheckpointFile> {
+        write_folder_atomic(five, [](const std::string& tmp) -> std::vector<CheckpointFile> {
             write_file(tmp + "/config.json", "half");
             llmc::fail(tmp + ": disk full");
         });
     });
-    CHECK(contains(err, "disk full") && read_file(m + "/config.json") == before && !exists(m + ".tmp"),
-          "a write that fails leaves the folder as it was and no .tmp: %s", err.c_str());
+    CHECK(contains(err, "disk full") && !exists(five) && !exists(five + ".tmp"),
+          "a write that fails leaves no folder and no .tmp: %s", err.c_str());
 
     const DoneRecord rec{"0123456789abcdef", files};
     err.clear();
@@ -556,29 +575,46 @@ static void test_model_folder() {
     CHECK(!checkpoint_verify_files(d, rec, &err) && contains(err, "model.safetensors: a symbolic link, not followed"),
           "a file of the folder as a link to an intact copy: not followed %s", err.c_str());
 
-    // written over a link to another folder: the link goes, its target stays
+    // a link at the folder's name: refused, the link and its target kept
     remove_written_folder_(m);
     if (symlink(elsewhere.c_str(), m.c_str()) != 0) perror("symlink");
     err = error_of([&] { write_folder_atomic(m, write_two); });
     struct stat st;
-    CHECK(err == NO_ERROR && lstat(m.c_str(), &st) == 0 && S_ISDIR(st.st_mode) &&
-              read_file(elsewhere + "/config.json") == "confi" && checkpoint_verify_files(d, rec, &err),
-          "a link at the folder's name is replaced by the folder, its target untouched %s", err.c_str());
+    CHECK(contains(err, "model_00000004: already exists; not replaced") && lstat(m.c_str(), &st) == 0 &&
+              S_ISLNK(st.st_mode) && read_file(elsewhere + "/config.json") == "confi" && !exists(m + ".tmp"),
+          "a link at the folder's name is refused, the link and its target untouched: %s", err.c_str());
+    unlink(m.c_str());
+    err = error_of([&] { write_folder_atomic(m, write_two); });
 
-    // pruned whole (the link of an orphaned step removed, its target kept); listed as a step's files
+    // pruned whole (a link named as an older step's folder without DONE kept, its target too)
     checkpoint_write_done(d, 4, rec);
     const std::string orphan = checkpoint_model_path(d, 3, true);
     if (symlink(elsewhere.c_str(), orphan.c_str()) != 0) perror("symlink");
     CHECK(checkpoint_steps_with_files(d) == std::vector<int>({3, 4}),
           "a model folder and a link named so count as files of their step");
     const std::string newer = checkpoint_model_path(d, 9, true);
-    err = error_of([&] { write_folder_atomic(newer, write_two); });
-    checkpoint_write_done(d, 9, DoneRecord{rec.run_id, {}});
+    std::vector<CheckpointFile> nine;
+    err = error_of([&] { nine = write_folder_atomic(newer, write_two); });
+    checkpoint_write_done(d, 9, DoneRecord{rec.run_id, nine});
     checkpoint_prune(d, 1, rec.run_id, {4, 9});
-    CHECK(err == NO_ERROR && !exists(m) && !exists(checkpoint_done_path(d, 4)) && lstat(orphan.c_str(), &st) != 0 &&
+    CHECK(err == NO_ERROR && !exists(m) && !exists(checkpoint_done_path(d, 4)) && lstat(orphan.c_str(), &st) == 0 &&
               read_file(elsewhere + "/config.json") == "confi" && exists(newer + "/model.safetensors"),
-          "-nk 1: the older folder removed whole, the orphan's link removed and its target kept, the newest kept %s",
+          "-nk 1: the older folder removed whole, the link at step 3 (no DONE) and its target kept, the newest kept %s",
           err.c_str());
+
+    // a user's file in a folder its DONE lists: pruning it is one error naming the file, nothing deleted
+    const std::string twelve = checkpoint_model_path(d, 12, true);
+    err = error_of([&] {
+        std::vector<CheckpointFile> f = write_folder_atomic(twelve, write_two);
+        checkpoint_write_done(d, 12, DoneRecord{rec.run_id, f});
+    });
+    write_file(newer + "/notes.txt", "mine");
+    err = error_of([&] { checkpoint_prune(d, 1, rec.run_id, {4, 9, 12}); });
+    CHECK(contains(err,
+                   "model_00000009/notes.txt is not a file this run wrote; remove or move it (nothing was deleted)") &&
+              exists(checkpoint_done_path(d, 9)) && exists(newer + "/model.safetensors") &&
+              read_file(newer + "/notes.txt") == "mine",
+          "prune meets a user's file in a listed folder: %s", err.c_str());
 }
 
 static void test_done_and_verify() {
@@ -701,33 +737,78 @@ static void test_llmc_state() {
           "llm.c's state file is told from this trainer's");
 }
 
-static void test_stale_temps() {
-    const std::string d = mkdir_in_tmp("temps");
-    const std::vector<std::string> temps = {"model_00000010.bin.tmp", "state_00000010_00001.bin.tmp",
-                                            "DONE_00000010.tmp", "main.jsonl.tmp", "main.log.tmp"};
-    const std::vector<std::string> keep = {"main.log", "keep.tmpx",          "tmp",
-                                           ".tmp",     "model_00000010.bin", "corpus.bin.tmp.1234",
-                                           "x.tmp",    "notes.tmp",          "model_0000010.bin.tmp"};
-    for (const auto& t : temps) write_file(d + "/" + t, "partial");
-    for (const auto& k : keep) write_file(d + "/" + k, "keep");
-    mkdir((d + "/folder.tmp").c_str(), 0755);
-    mkdir((d + "/model_00000010.tmp").c_str(), 0755);  // a model folder being written
+// What a crash leaves of the run's writes (a step with its WRITING) goes at a resume, and only
+// that; checkpoint_clear_step refuses what is in the way and not the run's, deleting nothing.
+static void test_unfinished() {
+    const std::string d = mkdir_in_tmp("unfinished");
+    const std::vector<std::string> folder = {"config.json", "model.safetensors"};
+    const std::string own = OWN.run_id, other = "00000000000000bb";
+    const auto writing = [&](int step, const std::string& id) {
+        checkpoint_write_marker_(checkpoint_writing_path(d, step), DoneRecord{id, {}});
+    };
+    // step 10: killed inside the model folder's write; 11: at the WRITING's rename (its whole .tmp);
+    // 12: before the WRITING's one write (an empty .tmp); 13: another run's
+    writing(10, own);
+    mkdir((d + "/model_00000010.tmp").c_str(), 0755);
     write_file(d + "/model_00000010.tmp/config.json", "partial");
     write_file(d + "/model_00000010.tmp/model.safetensors.tmp", "partial");
-    mkdir((g_tmp + "/temps_victim").c_str(), 0755);
-    write_file(g_tmp + "/temps_victim/config.json", "keep");
-    if (symlink((g_tmp + "/temps_victim").c_str(), (d + "/model_00000011.tmp").c_str()) != 0) perror("symlink");
-    checkpoint_remove_stale_temps(d);
-    bool gone = !exists(d + "/model_00000010.tmp"), kept = true;
-    for (const auto& t : temps) gone = gone && !exists(d + "/" + t);
+    write_file(d + "/state_00000010_00000.bin.tmp", "partial");
+    writing(11, own);
+    rename(checkpoint_writing_path(d, 11).c_str(), (checkpoint_writing_path(d, 11) + ".tmp").c_str());
+    write_file(d + "/state_00000011_00000.bin", "partial");
+    write_file(checkpoint_writing_path(d, 12) + ".tmp", "");
+    writing(13, other);
+    write_file(d + "/state_00000013_00000.bin.tmp", "theirs");
+    const std::vector<std::string> keep = {"main.log.tmp", "notes.tmp", "model_00000010.bin", "model_00000014.tmp"};
+    for (const auto& k : keep) write_file(d + "/" + k, "keep");
+    CHECK(checkpoint_unfinished_run_id(d).empty(), "WRITING markers of two runs: no run to continue");
+    std::string err = error_of([&] { checkpoint_remove_unfinished(d, own, folder); });
+    bool kept = true;
     for (const auto& k : keep) kept = kept && read_file(d + "/" + k) == "keep";
-    struct stat st;
-    CHECK(gone, "remove_stale_temps deletes the temporaries of the trainer's own files, a model folder's whole");
-    CHECK(kept && exists(d + "/folder.tmp") && lstat((d + "/model_00000011.tmp").c_str(), &st) == 0 &&
-              read_file(g_tmp + "/temps_victim/config.json") == "keep",
-          "and nothing else (a user's *.tmp, other names, a folder named *.tmp, a link named as a model folder's "
-          "temporary and its target)");
-    checkpoint_remove_stale_temps(g_tmp + "/nope");  // no crash on a missing folder
+    CHECK(err == NO_ERROR && !exists(d + "/model_00000010.tmp") && !exists(d + "/state_00000010_00000.bin.tmp") &&
+              !exists(checkpoint_writing_path(d, 10)) && !exists(d + "/state_00000011_00000.bin") &&
+              !exists(checkpoint_writing_path(d, 11) + ".tmp") && exists(checkpoint_writing_path(d, 12) + ".tmp") &&
+              read_file(d + "/state_00000013_00000.bin.tmp") == "theirs" && exists(checkpoint_writing_path(d, 13)) &&
+              kept,
+          "remove_unfinished: the run's interrupted steps 10 and 11 go; step 12's empty marker, another run's step 13, "
+          "a model file of a folder family, other *.tmp stay %s",
+          err.c_str());
+    CHECK(checkpoint_unfinished_run_id(d) == other, "the one run whose WRITING is left: %s",
+          checkpoint_unfinished_run_id(d).c_str());
+    // a user's file in a folder the run's WRITING covers: an error naming it, nothing deleted
+    writing(15, own);
+    mkdir((d + "/model_00000015").c_str(), 0755);
+    write_file(d + "/model_00000015/config.json", "partial");
+    write_file(d + "/model_00000015/notes.txt", "mine");
+    write_file(d + "/state_00000015_00000.bin", "partial");
+    err = error_of([&] { checkpoint_remove_unfinished(d, own, folder); });
+    CHECK(contains(err, "model_00000015/notes.txt is not a file this run wrote") && one_line(err) &&
+              exists(d + "/state_00000015_00000.bin") && exists(checkpoint_writing_path(d, 15)),
+          "remove_unfinished meets a user's file in the folder: %s", err.c_str());
+    // clear_step: the empty marker of 12 goes, the step is marked; a user's file or folder where
+    // the run writes is an error naming it
+    err = error_of([&] { checkpoint_clear_step(d, 12, own, folder); });
+    CHECK(err == NO_ERROR && !exists(checkpoint_writing_path(d, 12) + ".tmp") &&
+              read_file(checkpoint_writing_path(d, 12)) == "gpt-trainer checkpoint 1\nrun " + own + "\n",
+          "clear_step: an empty WRITING temporary replaced by the run's WRITING %s", err.c_str());
+    struct Case {
+        int step;
+        std::string name;
+        bool dir;
+    };
+    for (const Case& c : std::vector<Case>{{14, "model_00000014.tmp", false},
+                                           {16, "model_00000016", true},
+                                           {17, "model_00000017", false},
+                                           {13, "WRITING_00000013", false}}) {
+        const std::string p = d + "/" + c.name;
+        if (c.dir) mkdir(p.c_str(), 0755);
+        write_file(c.dir ? p + "/notes.txt" : (c.step == 13 ? d + "/x" : p), "mine");
+        err = error_of([&] { checkpoint_clear_step(d, c.step, own, folder); });
+        CHECK(contains(err, p + " is not a file this run wrote") && one_line(err) && exists(p) &&
+                  !exists(checkpoint_writing_path(d, c.step)) == (c.step != 13),
+              "clear_step at step %d meets %s: %s", c.step, c.name.c_str(), err.c_str());
+    }
+    checkpoint_remove_unfinished(g_tmp + "/nope", own, folder);  // no crash on a missing folder
 }
 
 int main() {
@@ -758,7 +839,7 @@ int main() {
     test_lock();
     test_no_symlink_followed();
     test_llmc_state();
-    test_stale_temps();
+    test_unfinished();
 
     std::string cmd = "rm -rf '" + g_tmp + "'";
     if (system(cmd.c_str()) != 0) printf("note: could not remove %s\n", g_tmp.c_str());

@@ -140,9 +140,35 @@ run -x 6 -n 2 -o "$lk" -y 1
 check "-y 1: model_00000004 as a symbolic link to an intact folder is not followed, the run resumes from step 2" \
     bash -c "grep -q 'checkpoint 4 not used: .*model_00000004: a symbolic link, not followed' '$work/run' &&
              grep -q 'resuming from step 2 ' '$work/run' && [[ -f '$work/intact/model.safetensors' ]]"
+check "... and stops at step 4, where the link is in its way (not the run's: kept)" \
+    bash -c "grep -q '^error: step 4: .*model_00000004 is not a file this run wrote' '$work/run' && [[ -L '$lk/model_00000004' ]]"
 # -nk 1: the older folders go whole, the newest stays
 nk=$work/nk
 run -x 3 -n 1 -nk 1 -o "$nk"
 check "-nk 1: only model_00000003 is left of 3 checkpoints' folders" \
     bash -c "[[ \$(ls '$nk' | grep '^model_' | tr '\n' ' ') == 'model_00000003 ' && -f '$nk/model_00000003/model.safetensors' ]]"
+# the user's files at checkpoint names: kept, or, where the run must write or prune, one error naming them
+mkdir "$nk/model_00000000" && echo mine >"$nk/model_00000000/notes.txt"
+run -x 4 -n 1 -nk 1 -o "$nk" -y 1
+check "-nk 1 prunes step 3 and keeps a user's model_00000000/ (no DONE)" \
+    bash -c "[[ ! -e '$nk/model_00000003' && -d '$nk/model_00000004' && \$(cat '$nk/model_00000000/notes.txt') == mine ]]"
+echo mine >"$nk/model_00000004/notes.txt"
+check "a user's file in model_00000004/, which -nk 1 prunes after step 5: one error naming it" \
+    one_error "model_00000004/notes.txt is not a file this run wrote; remove or move it (nothing was deleted)" \
+    -v 0 -s 0 -x 5 -n 1 -nk 1 -o "$nk" -y 1
+check "... nothing of step 4 deleted" bash -c "[[ -e '$nk/DONE_00000004' && -f '$nk/model_00000004/model.safetensors' &&
+    \$(cat '$nk/model_00000004/notes.txt') == mine ]]"
+mv "$nk/model_00000004/notes.txt" "$nk/notes.txt"
+mkdir "$nk/model_00000007" && echo mine >"$nk/model_00000007/notes.txt"
+check "a user's folder model_00000007/ newer than the newest DONE, where the run writes step 7: one error naming it" \
+    one_error "step 7: .*/model_00000007 is not a file this run wrote" -v 0 -s 0 -x 7 -n 1 -nk 1 -o "$nk" -y 1
+check "... the folder kept, the run's steps 4 and 5 pruned, 6 kept" bash -c "[[ \$(cat '$nk/model_00000007/notes.txt') == mine &&
+    \$(ls '$nk' | grep '^DONE_' | tr '\n' ' ') == 'DONE_00000006 ' ]]"
+rm -r "$nk/model_00000007" && echo mine >"$nk/model_00000007"
+check "a user's file model_00000007 where the run writes the folder: one error naming it" \
+    one_error "step 7: .*/model_00000007 is not a file this run wrote" -v 0 -s 0 -x 7 -n 1 -nk 1 -o "$nk" -y 1
+rm "$nk/model_00000007" && echo mine >"$nk/model_00000007.tmp"
+check "a user's regular file model_00000007.tmp (the run's temporary is a folder): one error naming it" \
+    one_error "step 7: .*/model_00000007.tmp is not a file this run wrote" -v 0 -s 0 -x 7 -n 1 -nk 1 -o "$nk" -y 1
+check "... the user's files kept" bash -c "[[ \$(cat '$nk/model_00000007.tmp' '$nk/notes.txt') == mine$'\n'mine ]]"
 tally test_llama3_cli

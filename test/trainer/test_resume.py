@@ -135,14 +135,16 @@ def main():
         return
     ref_samples = [l for l in r.stdout.splitlines() if "sample:" in l]
     first = renames_before(trace, ref_dir)
-    # a checkpoint's renames: its model's (one file; or each file of the folder, then the
-    # folder), its state file's, its DONE's
+    # a checkpoint's renames: its WRITING marker's, its model's (one file; or each file of the
+    # folder, then the folder), its state file's, its DONE's
     model_renames = len(MODEL_FOLDER_FILES) + 1 if LLAMA else 1
-    per_checkpoint = model_renames + 2
+    per_checkpoint = 1 + model_renames + 2
+    first += 1  # (the WRITING marker's rename: a kill there leaves its whole .tmp)
 
     # (kind, argument) of each start; the last runs to the end
     rng = random.Random(20261129)
     plan = [("step", 2)]                   # before the first checkpoint: the next start begins afresh
+    plan += [("rename", first)]            # the first checkpoint's WRITING marker: only its .tmp left
     # inside the first checkpoint's model folder: the folder .tmp left with config.json only
     # (or both files, renamed inside it, before the folder's own rename)
     plan += [("rename", first + k) for k in range(2, model_renames + 1)]

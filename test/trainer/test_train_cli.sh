@@ -332,12 +332,33 @@ wait $p2; r2=$?
 [[ $((r1 == 0)) -ne $((r2 == 0)) && -e "$WORK/race/DONE_00000003" ]] &&
     cat "$WORK/race1" "$WORK/race2" | grep -qE "^error: .*(another trainer is writing into this folder|holds checkpoint files)"
 check "two trainers started together on one folder: one finishes (exits $r1, $r2), the other is refused" $?
-# orphans (model and state without DONE) older than the newest DONE are pruned, with -nk or without
+# a run deletes only what a DONE or WRITING of its run vouches for: model and state files without
+# them (a user's copies) are kept, with -nk or without
 cp "$WORK/own/model_00000010.bin" "$WORK/own/model_00000003.bin"
 cp "$WORK/own/state_00000010_00000.bin" "$WORK/own/state_00000003_00000.bin"
 "$BIN" "${R[@]}" -x 12 -n 2 -o "$WORK/own" -y 1 >/dev/null 2>&1
-[[ ! -e "$WORK/own/model_00000003.bin" && ! -e "$WORK/own/state_00000003_00000.bin" && -e "$WORK/own/DONE_00000012" ]]
-check "an orphaned model/state pair older than the newest DONE is pruned" $?
+[[ -e "$WORK/own/model_00000003.bin" && -e "$WORK/own/state_00000003_00000.bin" && -e "$WORK/own/DONE_00000012" ]]
+check "a model/state pair without DONE older than the newest DONE is kept (no DONE of the run lists it)" $?
+rm "$WORK/own/model_00000003.bin" "$WORK/own/state_00000003_00000.bin"
+# the user's files at checkpoint names: kept, or, where the run must write, one error naming them
+"$BIN" "${R[@]}" -x 2 -n 1 -nk 1 -o "$WORK/usr" >/dev/null 2>&1
+mkdir "$WORK/usr/model_00000000" "$WORK/usr/model_00000002" && echo mine >"$WORK/usr/model_00000000/notes.txt" &&
+    echo mine >"$WORK/usr/model_00000002/notes.txt" && echo mine >"$WORK/usr/model_00000003.tmp"
+"$BIN" "${R[@]}" -x 3 -n 1 -nk 1 -o "$WORK/usr" -y 1 >/dev/null 2>&1 && [[ ! -e "$WORK/usr/DONE_00000002" &&
+    $(cat "$WORK/usr/model_00000000/notes.txt" "$WORK/usr/model_00000002/notes.txt" "$WORK/usr/model_00000003.tmp") == \
+    "mine"$'\n'"mine"$'\n'"mine" ]]
+check "-nk 1 prunes step 2 and keeps the user's model_00000000/notes.txt, model_00000002/notes.txt, model_00000003.tmp" $?
+echo mine >"$WORK/usr/model_00000004.bin"
+expect_error "a user's model_00000004.bin newer than the newest DONE, where the run writes step 4" \
+    "step 4: .*/model_00000004.bin is not a file this run wrote; remove or move it (nothing was deleted)" \
+    "${R[@]}" -x 4 -n 1 -nk 1 -o "$WORK/usr" -y 1
+[[ $(cat "$WORK/usr/model_00000004.bin") == mine && -e "$WORK/usr/DONE_00000003" ]]
+check "the user's model_00000004.bin is unchanged, checkpoint 3 kept" $?
+mv "$WORK/usr/model_00000004.bin" "$WORK/usr/state_00000004_00000.bin.tmp"
+expect_error "a user's file named as the temporary of step 4's state" \
+    "state_00000004_00000.bin.tmp is not a file this run wrote" "${R[@]}" -x 4 -n 1 -nk 1 -o "$WORK/usr" -y 1
+[[ $(cat "$WORK/usr/state_00000004_00000.bin.tmp") == mine ]]
+check "the user's state_00000004_00000.bin.tmp is unchanged" $?
 
 # checksums: a damaged newest checkpoint is skipped with a warning, the run resumes from the one before
 python3 -c "
@@ -399,9 +420,14 @@ expect_error "a symbolic link as train.lock" "train.lock: cannot create the lock
     "${R[@]}" -x 1 -o "$WORK/sl1"
 mkdir "$WORK/sl2"
 for f in model_00000001.bin.tmp state_00000001_00000.bin.tmp DONE_00000001.tmp; do ln -s "$WORK/victim" "$WORK/sl2/$f"; done
-"$BIN" "${R[@]}" -x 1 -o "$WORK/sl2" >/dev/null 2>&1 && "$BIN" "${R[@]}" -x 2 -o "$WORK/sl2" -y 1 2>&1 |
+expect_error "symbolic links planted as the checkpoint's .tmp files: not the run's" \
+    "DONE_00000001.tmp is not a file this run wrote" "${R[@]}" -x 1 -o "$WORK/sl2"
+[[ $(find "$WORK/sl2" -type l | wc -l) -eq 3 ]]
+check "the links are kept, not written through" $?
+rm "$WORK"/sl2/*.tmp
+"$BIN" "${R[@]}" -x 1 -o "$WORK/sl2" -y 1 >/dev/null 2>&1 && "$BIN" "${R[@]}" -x 2 -o "$WORK/sl2" -y 1 2>&1 |
     grep -q "resuming from step 1 " && [[ -f "$WORK/sl2/DONE_00000001" && ! -L "$WORK/sl2/DONE_00000001" ]]
-check "symbolic links planted as the checkpoint's .tmp files are replaced, not written through; the checkpoint resumes" $?
+check "without them the checkpoint is written and resumes" $?
 mkdir "$WORK/sl3" && ln -s "$WORK/victim" "$WORK/sl3/main.jsonl"
 expect_error "a symbolic link as a fresh run's main.jsonl" "main.jsonl: cannot write (a symbolic link, not followed)" \
     "${R[@]}" -x 1 -o "$WORK/sl3"
