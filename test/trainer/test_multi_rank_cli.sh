@@ -109,6 +109,51 @@ rc=$?
 ok=$?
 check "one rank failing stops all ranks (exit $rc, not the hang guard's 124) with: $(grep -m1 '^error:' "$WORK/err")" $ok
 
+# Ranks started with different flags (MPMD), or reading different files under one path (each rank in
+# its own folder), are refused before their first collective: one line from rank 0 naming the first
+# difference, a non-zero exit, not the hang guard's 124 (a flag that hung in a collective, -x; one that
+# trained on to different weights, --seed; the data; the model). The same --stall-timeout on every rank
+# bounds a hang of an unfixed trainer: a failing check, not a slow one.
+AGREE=(-v 0 -b 4 --stall-timeout $((60 * ${TEST_TIMEOUT_SCALE:-1})))
+# refused NAME PATTERN COMMAND...: the job is refused with one error line "ranks disagree on PATTERN"
+refused() {
+    local name=$1 pattern=$2
+    shift 2
+    timeout -k 10 $GUARD "$@" >"$WORK/out" 2>"$WORK/err"
+    local rc=$?
+    [[ $rc -ne 0 && $rc -ne 124 && $(grep -c '^error:' "$WORK/err") -eq 1 ]] &&
+        grep -q "^error: ranks disagree on $pattern (every rank of a job must be started with the same flags, model and data)$" "$WORK/err"
+    local ok=$?
+    check "$name: refused (exit $rc, not the hang guard's 124): $(grep -m1 '^error:' "$WORK/err")" $ok
+}
+MPMD="mpirun --oversubscribe --bind-to none -np 1 $BIN"
+refused "ranks with -x 4 and -x 5" "-x: rank 0 has 4, rank 1 has 5" $MPMD -x 4 "${AGREE[@]}" : -np 1 "$BIN" -x 5 "${AGREE[@]}"
+refused "ranks with --seed 1 and --seed 2" "--seed: rank 0 has 1, rank 1 has 2" \
+    $MPMD -x 2 --seed 1 "${AGREE[@]}" : -np 1 "$BIN" -x 2 --seed 2 "${AGREE[@]}"
+timeout -k 10 $GUARD $MPMD -x 2 "${AGREE[@]}" : -np 1 "$BIN" -x 02 "${AGREE[@]}" >"$WORK/out" 2>&1
+rc=$?
+[[ $rc -eq 0 ]] && grep -qE "^step +2/2 " "$WORK/out"
+check "ranks with -x 2 and -x 02 agree (values as parsed): 2 steps, exit $rc" $?
+# each rank in its own folder $WORK/rankR: one -i and one -e text, different files
+for r in 0 1; do mkdir -p "$WORK/rank$r" && cp build/markov/markov_train_000001.bin "$WORK/rank$r/train.bin"; done
+python3 - "$WORK/rank1/train.bin" <<'PY'
+import struct, sys  # rank 1's shard: the first half of the tokens (its header says so)
+d = bytearray(open(sys.argv[1], "rb").read())
+n = struct.unpack_from("<i", d, 8)[0] // 2
+struct.pack_into("<i", d, 8, n)
+open(sys.argv[1], "wb").write(d[:1024 + 2 * n])
+PY
+IN_RANK_DIR='cd "$0$OMPI_COMM_WORLD_RANK" && exec "$@"'
+ABS_BIN=$(realpath "$BIN")
+refused "ranks whose -i train.bin are different shards" "the -i data: rank 0 has 1 shard of [0-9]* bytes .*, rank 1 has 1 shard of [0-9]* bytes .*" \
+    $MPIRUN -np 2 bash -c "$IN_RANK_DIR" "$WORK/rank" "$ABS_BIN" -i train.bin -x 2 "${AGREE[@]}"
+"$BIN" -x 1 -v 0 -b 4 -o "$WORK/agree_model" >/dev/null 2>&1
+for r in 0 1; do cp "$WORK/agree_model/model_00000001.bin" "$WORK/rank$r/model.bin"; done
+python3 -c "
+p = '$WORK/rank1/model.bin'; d = bytearray(open(p, 'rb').read()); d[-1] ^= 1; open(p, 'wb').write(d)"  # a weight x4 or /4
+refused "ranks whose -e model.bin are different files" "the model's weights: rank 0 has xxh64 [0-9a-f]*, rank 1 has xxh64 [0-9a-f]*" \
+    $MPIRUN -np 2 bash -c "$IN_RANK_DIR" "$WORK/rank" "$ABS_BIN" -e model.bin -i "$WORK/rank0/train.bin" -x 2 "${AGREE[@]}"
+
 # ZeRO-0 replicas must be equal: a rank whose state differs (here behind a DONE rewritten to
 # vouch for it) is refused on resume, naming the rank
 timeout $GUARD $MPIRUN -np 2 "$BIN" -x 2 -v 0 -b 4 -z 0 -o "$WORK/rep" >/dev/null 2>&1
