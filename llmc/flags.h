@@ -154,7 +154,7 @@ bool flags_parse(const Flag<O> (&flags)[N], int argc, char** argv, O* o, std::se
 }
 
 // A flag's value as parsed, in one canonical text: a choice's name, an int or
-// long in decimal, a float to 9 significant digits (it round-trips), a text
+// long in decimal, a float in the fewest digits that read back as it, a text
 // quoted (llmc::quote_for_error) or "(not given)". So "-x 4" and "-x 04" read
 // alike; the ranks of a job compare these (llmc/run_agreement.h).
 template <class O>
@@ -165,8 +165,11 @@ std::string flag_value_text(const Flag<O>& f, const O& o) {
             if constexpr (std::is_same_v<T, const char*>) {
                 return o.*field ? llmc::quote_for_error(o.*field) : "(not given)";
             } else if constexpr (std::is_same_v<T, float>) {
-                char text[32];
-                snprintf(text, sizeof text, "%.9g", (double)(o.*field));
+                char text[32];  // the fewest digits that read back as the same float (9 always do)
+                for (int digits = 1; digits <= 9; digits++) {
+                    snprintf(text, sizeof text, "%.*g", digits, (double)(o.*field));
+                    if (strtof(text, nullptr) == o.*field) break;
+                }
                 return text;
             } else {
                 if constexpr (std::is_same_v<T, int>)

@@ -541,10 +541,10 @@ void agree_on_model(Run<Model>* run) {
     const Model& model = run->model;
     if (run->dist->num_processes == 1) return;
     run->watchdog->mark("comparing the ranks' models");
-    require_ranks_agree({{"the model's shape", model_summary(&model) + ", " + std::to_string(model.num_parameters) +
-                                                   " parameters"},
-                         {"the model's weights", weights_identity(&model)}},
-                        run->dist);
+    require_ranks_agree(
+        {{"the model's shape", model_summary(&model) + ", " + std::to_string(model.num_parameters) + " parameters"},
+         {"the model's weights", weights_identity(&model)}},
+        run->dist);
 }
 
 // The largest B the data holds (for -b auto): the train loader reads N x B

@@ -114,7 +114,7 @@ check "one rank failing stops all ranks (exit $rc, not the hang guard's 124) wit
 # difference, a non-zero exit, not the hang guard's 124 (a flag that hung in a collective, -x; one that
 # trained on to different weights, --seed; the data; the model). The same --stall-timeout on every rank
 # bounds a hang of an unfixed trainer: a failing check, not a slow one.
-AGREE=(-v 0 -b 4 --stall-timeout $((60 * ${TEST_TIMEOUT_SCALE:-1})))
+AGREE=(-v 0 -b 4 -t 64 --stall-timeout $((60 * ${TEST_TIMEOUT_SCALE:-1})))
 # refused NAME PATTERN COMMAND...: the job is refused with one error line "ranks disagree on PATTERN"
 refused() {
     local name=$1 pattern=$2
@@ -134,25 +134,34 @@ timeout -k 10 $GUARD $MPMD -x 2 "${AGREE[@]}" : -np 1 "$BIN" -x 02 "${AGREE[@]}"
 rc=$?
 [[ $rc -eq 0 ]] && grep -qE "^step +2/2 " "$WORK/out"
 check "ranks with -x 2 and -x 02 agree (values as parsed): 2 steps, exit $rc" $?
-# each rank in its own folder $WORK/rankR: one -i and one -e text, different files
-for r in 0 1; do mkdir -p "$WORK/rank$r" && cp build/markov/markov_train_000001.bin "$WORK/rank$r/train.bin"; done
-python3 - "$WORK/rank1/train.bin" <<'PY'
-import struct, sys  # rank 1's shard: the first half of the tokens (its header says so)
-d = bytearray(open(sys.argv[1], "rb").read())
+# each rank in its own folder $WORK/rankR: one -i and one -e text, different files (rank 1's shard:
+# the first half of the tokens, its header says so; rank 1's model: one weight x4 or /4)
+"$BIN" -x 1 -v 0 -b 4 -o "$WORK/agree_model" >/dev/null 2>&1
+for r in 0 1; do
+    mkdir -p "$WORK/rank$r" && cp build/markov/markov_train_000001.bin "$WORK/rank$r/train.bin" &&
+        cp "$WORK/agree_model/model_00000001.bin" "$WORK/rank$r/model.bin"
+done
+python3 - "$WORK/rank1" <<'PY'
+import struct, sys
+p = sys.argv[1] + "/train.bin"; d = bytearray(open(p, "rb").read())
 n = struct.unpack_from("<i", d, 8)[0] // 2
 struct.pack_into("<i", d, 8, n)
-open(sys.argv[1], "wb").write(d[:1024 + 2 * n])
+open(p, "wb").write(d[:1024 + 2 * n])
+p = sys.argv[1] + "/model.bin"; d = bytearray(open(p, "rb").read()); d[-1] ^= 1; open(p, "wb").write(d)
 PY
 IN_RANK_DIR='cd "$0$OMPI_COMM_WORLD_RANK" && exec "$@"'
 ABS_BIN=$(realpath "$BIN")
 refused "ranks whose -i train.bin are different shards" "the -i data: rank 0 has 1 shard of [0-9]* bytes .*, rank 1 has 1 shard of [0-9]* bytes .*" \
-    $MPIRUN -np 2 bash -c "$IN_RANK_DIR" "$WORK/rank" "$ABS_BIN" -i train.bin -x 2 "${AGREE[@]}"
-"$BIN" -x 1 -v 0 -b 4 -o "$WORK/agree_model" >/dev/null 2>&1
-for r in 0 1; do cp "$WORK/agree_model/model_00000001.bin" "$WORK/rank$r/model.bin"; done
-python3 -c "
-p = '$WORK/rank1/model.bin'; d = bytearray(open(p, 'rb').read()); d[-1] ^= 1; open(p, 'wb').write(d)"  # a weight x4 or /4
+    $MPIRUN -np 2 bash -c "$IN_RANK_DIR" "$WORK/rank" "$ABS_BIN" -i train.bin -e "$WORK/rank0/model.bin" -x 2 "${AGREE[@]}"
 refused "ranks whose -e model.bin are different files" "the model's weights: rank 0 has xxh64 [0-9a-f]*, rank 1 has xxh64 [0-9a-f]*" \
     $MPIRUN -np 2 bash -c "$IN_RANK_DIR" "$WORK/rank" "$ABS_BIN" -e model.bin -i "$WORK/rank0/train.bin" -x 2 "${AGREE[@]}"
+# (the same job with rank 1's files made rank 0's runs: the refusals above are for the difference)
+cp "$WORK/rank0/"* "$WORK/rank1/"
+timeout -k 10 $GUARD $MPIRUN -np 2 bash -c "$IN_RANK_DIR" "$WORK/rank" "$ABS_BIN" -e model.bin -i train.bin -x 2 \
+    "${AGREE[@]}" >"$WORK/out" 2>&1
+rc=$?
+[[ $rc -eq 0 ]] && grep -qE "^step +2/2 " "$WORK/out"
+check "ranks whose -i train.bin and -e model.bin are equal files: 2 steps, exit $rc" $?
 
 # ZeRO-0 replicas must be equal: a rank whose state differs (here behind a DONE rewritten to
 # vouch for it) is refused on resume, naming the rank
