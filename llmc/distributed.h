@@ -236,6 +236,27 @@ inline std::vector<uint64_t> host_all_gather(const uint64_t* mine, int count, co
     return all;
 }
 
+// Every rank's text, rank by rank, on every rank (the values of a setting the
+// ranks disagree on, for the error that names them).
+inline std::vector<std::string> host_all_gather_text(const std::string& mine, const Distributed* d) {
+    const uint64_t length = mine.size();
+    const std::vector<uint64_t> lengths = host_all_gather(&length, 1, d);
+    std::vector<std::string> all(lengths.size());
+#ifdef MULTI_GPU
+    if (d->num_processes > 1) {
+        std::vector<int> counts(lengths.begin(), lengths.end()), offsets(lengths.size(), 0);
+        for (size_t r = 1; r < counts.size(); r++) offsets[r] = offsets[r - 1] + counts[r - 1];
+        std::string joined((size_t)offsets.back() + counts.back(), '\0');
+        MPI_Allgatherv(mine.data(), (int)mine.size(), MPI_CHAR, &joined[0], counts.data(), offsets.data(), MPI_CHAR,
+                       MPI_COMM_WORLD);
+        for (size_t r = 0; r < all.size(); r++) all[r] = joined.substr(offsets[r], counts[r]);
+        return all;
+    }
+#endif
+    all[0] = mine;
+    return all;
+}
+
 // Every rank has reached this point (checkpoints: all files durable before DONE).
 inline void host_barrier(const Distributed* d) {
 #ifdef MULTI_GPU

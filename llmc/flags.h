@@ -153,6 +153,33 @@ bool flags_parse(const Flag<O> (&flags)[N], int argc, char** argv, O* o, std::se
     return true;
 }
 
+// A flag's value as parsed, in one canonical text: a choice's name, an int or
+// long in decimal, a float in the fewest digits that read back as it, a text
+// quoted (llmc::quote_for_error) or "(not given)". So "-x 4" and "-x 04" read
+// alike; the ranks of a job compare these (llmc/run_agreement.h).
+template <class O>
+std::string flag_value_text(const Flag<O>& f, const O& o) {
+    return std::visit(
+        [&](auto field) -> std::string {
+            using T = std::remove_cv_t<std::remove_reference_t<decltype(o.*field)>>;
+            if constexpr (std::is_same_v<T, const char*>) {
+                return o.*field ? llmc::quote_for_error(o.*field) : "(not given)";
+            } else if constexpr (std::is_same_v<T, float>) {
+                char text[32];  // the fewest digits that read back as the same float (9 always do)
+                for (int digits = 1; digits <= 9; digits++) {
+                    snprintf(text, sizeof text, "%.*g", digits, (double)(o.*field));
+                    if (strtof(text, nullptr) == o.*field) break;
+                }
+                return text;
+            } else {
+                if constexpr (std::is_same_v<T, int>)
+                    if (f.choices) return f.choices[o.*field];
+                return std::to_string(o.*field);
+            }
+        },
+        f.field);
+}
+
 // One line per flag (and the section headings): "  -x <int>   help (default d)";
 // a help text's continuation lines line up under its first line.
 template <class O, size_t N>

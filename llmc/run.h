@@ -68,6 +68,7 @@
 #include "llmc/mfu.h"
 #include "llmc/params.h"
 #include "llmc/run_checkpoint.h"
+#include "llmc/run_agreement.h"
 #include "llmc/run_control.h"
 #include "llmc/run_log.h"
 #include "llmc/run_model.h"
@@ -515,6 +516,37 @@ void print_plan_only(Run<Model>* run) {
 // Whether the run reads the val data (-j, and -v > 0).
 inline bool reads_val(const TrainOptions& opt) { return opt.val_pattern && opt.val_every > 0; }
 
+// Every rank of a job runs with the same flags (each flag's value as parsed,
+// in the table's order) and the same data, compared before the first
+// collective that depends on them (-b auto's, the model's, the data's).
+template <class Model>
+void agree_on_flags_and_data(Run<Model>* run) {
+    const TrainOptions& opt = run->opt;
+    if (run->dist->num_processes == 1) return;
+    run->watchdog->mark("comparing the ranks' flags and data");
+    std::vector<AgreedValue> values;
+    for (const Flag<TrainOptions>& f : FLAGS<Model>) values.push_back({f.name, flag_value_text(f, opt)});
+    // (every rank lists both, read or not, so that the lists have one length)
+    const bool reads_train = !opt.memory_plan_only, reads_validation = reads_train && reads_val(opt);
+    values.push_back({"the -i data", reads_train ? shards_identity(opt.train_pattern) : "(not read)"});
+    values.push_back({"the -j data", reads_validation ? shards_identity(opt.val_pattern) : "(not read)"});
+    require_ranks_agree(values, run->dist);
+}
+
+// ... and starts from the same model (-e, or the checkpoint resumed): its
+// shape and weights, before -b auto's trial step, whose collectives would not
+// match between models of different shapes.
+template <class Model>
+void agree_on_model(Run<Model>* run) {
+    const Model& model = run->model;
+    if (run->dist->num_processes == 1) return;
+    run->watchdog->mark("comparing the ranks' models");
+    require_ranks_agree(
+        {{"the model's shape", model_summary(&model) + ", " + std::to_string(model.num_parameters) + " parameters"},
+         {"the model's weights", weights_identity(&model)}},
+        run->dist);
+}
+
 // The largest B the data holds (for -b auto): the train loader reads N x B
 // sequences per micro-batch, the val loader B per rank, where it is read. A B
 // larger than the device alone would allow is capped with a note.
@@ -613,6 +645,7 @@ void build_model(Run<Model>* run) {
         if (from_file) init_from_model_file(model, opt.init);
         else init_from_descriptor(model, opt.init, opt.seed);
     }
+    agree_on_model(run);
     run->start_step = std::max(run->resume_step, 0);
     run->initial_gap = run->resumed.initial_val_gap;
     run->watchdog->mark(opt.B == 0 ? "-b auto: choosing the micro-batch (a trial step)" : "allocating the activations");
@@ -832,6 +865,7 @@ int train(int argc, char** argv) {
     run.watchdog->mark("reading the flags");
     configure_run(&run, argc, argv);
     run.watchdog->configure(dist.rank, run.opt.stall_timeout);
+    agree_on_flags_and_data(&run);
     // building the model and -b auto's trial step too (a stopped rank stalls a collective in them)
     run.watchdog->mark("building the model");
     if (run.opt.memory_plan_only) {

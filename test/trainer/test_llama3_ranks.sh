@@ -5,7 +5,8 @@
 # and its 1/G normalisation are the same, so the printed step losses and
 # gradient norms (6 digits) must be equal. The two-rank run's checkpoint:
 # DONE lists the model folder's two files and both ranks' state files, and
-# mpirun -np 2 -y 1 resumes from it.
+# mpirun -np 2 -y 1 resumes from it. Ranks started with different flags are
+# refused, naming the flag.
 #   bash test/trainer/test_llama3_ranks.sh [TRAINER]
 cd "$(dirname "$0")/../.." || exit 1
 source test/check.sh
@@ -27,4 +28,14 @@ check "the two-rank checkpoint's DONE lists model_00000004/config.json, model_00
 check "mpirun -np 2 -z 1 -y 1 resumes from it to step 6" bash -c "mpirun --oversubscribe --bind-to none -np 2 '$BIN' \
     ${longer[*]} -z 1 -o '$work/ck' -y 1 > '$work/resume.txt' 2>&1 && grep -q 'resuming from step 4 ' '$work/resume.txt' &&
     grep -qE '^step +6/6' '$work/resume.txt'"
+# ranks started with different flags (MPMD): refused by rank 0 in one line naming the flag, not a
+# run to the end with different weights per rank (the hang guard bounds an unfixed trainer's hang)
+guard=$((300 * ${TEST_TIMEOUT_SCALE:-1}))
+timeout -k 10 $guard mpirun --oversubscribe --bind-to none -np 1 "$BIN" ${args[*]} -l 1e-3 : -np 1 "$BIN" ${args[*]} \
+    -l 2e-3 > "$work/disagree.txt" 2> "$work/disagree.err"
+rc=$?
+check "ranks with -l 1e-3 and -l 2e-3: refused with one line naming -l (exit $rc, not the hang guard's 124)" \
+    bash -c "[[ $rc -ne 0 && $rc -ne 124 && \$(grep -c '^error:' '$work/disagree.err') -eq 1 ]] &&
+    grep -q '^error: ranks disagree on -l: rank 0 has 0.001, rank 1 has 0.002 ' '$work/disagree.err'"
+grep -m1 '^error:' "$work/disagree.err" | sed 's/^/  /'
 tally test_llama3_ranks

@@ -109,6 +109,60 @@ rc=$?
 ok=$?
 check "one rank failing stops all ranks (exit $rc, not the hang guard's 124) with: $(grep -m1 '^error:' "$WORK/err")" $ok
 
+# Ranks started with different flags (MPMD), or reading different files under one path (each rank in
+# its own folder), are refused before their first collective: one line from rank 0 naming the first
+# difference, a non-zero exit, not the hang guard's 124 (a flag that hung in a collective, -x; one that
+# trained on to different weights, --seed; the data; the model). The same --stall-timeout on every rank
+# bounds a hang of an unfixed trainer: a failing check, not a slow one.
+AGREE=(-v 0 -b 4 -t 64 --stall-timeout $((60 * ${TEST_TIMEOUT_SCALE:-1})))
+# refused NAME PATTERN COMMAND...: the job is refused with one error line "ranks disagree on PATTERN"
+refused() {
+    local name=$1 pattern=$2
+    shift 2
+    timeout -k 10 $GUARD "$@" >"$WORK/out" 2>"$WORK/err"
+    local rc=$?
+    [[ $rc -ne 0 && $rc -ne 124 && $(grep -c '^error:' "$WORK/err") -eq 1 ]] &&
+        grep -q "^error: ranks disagree on $pattern (every rank of a job must be started with the same flags, model and data)$" "$WORK/err"
+    local ok=$?
+    check "$name: refused (exit $rc, not the hang guard's 124): $(grep -m1 '^error:' "$WORK/err")" $ok
+}
+MPMD="mpirun --oversubscribe --bind-to none -np 1 $BIN"
+refused "ranks with -x 4 and -x 5" "-x: rank 0 has 4, rank 1 has 5" $MPMD -x 4 "${AGREE[@]}" : -np 1 "$BIN" -x 5 "${AGREE[@]}"
+refused "ranks with --seed 1 and --seed 2" "--seed: rank 0 has 1, rank 1 has 2" \
+    $MPMD -x 2 --seed 1 "${AGREE[@]}" : -np 1 "$BIN" -x 2 --seed 2 "${AGREE[@]}"
+timeout -k 10 $GUARD $MPMD -x 2 "${AGREE[@]}" : -np 1 "$BIN" -x 02 "${AGREE[@]}" >"$WORK/out" 2>&1
+rc=$?
+[[ $rc -eq 0 ]] && grep -qE "^step +2/2 " "$WORK/out"
+check "ranks with -x 2 and -x 02 agree (values as parsed): 2 steps, exit $rc" $?
+# each rank in its own folder $WORK/rankR: one -i and one -e text, different files (rank 1's shard:
+# the first half of the tokens, its header says so; rank 1's model: one weight x4 or /4)
+"$BIN" -x 1 -v 0 -b 4 -o "$WORK/agree_model" >/dev/null 2>&1
+for r in 0 1; do
+    mkdir -p "$WORK/rank$r" && cp build/markov/markov_train_000001.bin "$WORK/rank$r/train.bin" &&
+        cp "$WORK/agree_model/model_00000001.bin" "$WORK/rank$r/model.bin"
+done
+python3 - "$WORK/rank1" <<'PY'
+import struct, sys
+p = sys.argv[1] + "/train.bin"; d = bytearray(open(p, "rb").read())
+n = struct.unpack_from("<i", d, 8)[0] // 2
+struct.pack_into("<i", d, 8, n)
+open(p, "wb").write(d[:1024 + 2 * n])
+p = sys.argv[1] + "/model.bin"; d = bytearray(open(p, "rb").read()); d[-1] ^= 1; open(p, "wb").write(d)
+PY
+IN_RANK_DIR='cd "$0$OMPI_COMM_WORLD_RANK" && exec "$@"'
+ABS_BIN=$(realpath "$BIN")
+refused "ranks whose -i train.bin are different shards" "the -i data: rank 0 has 1 shard of [0-9]* bytes .*, rank 1 has 1 shard of [0-9]* bytes .*" \
+    $MPIRUN -np 2 bash -c "$IN_RANK_DIR" "$WORK/rank" "$ABS_BIN" -i train.bin -e "$WORK/rank0/model.bin" -x 2 "${AGREE[@]}"
+refused "ranks whose -e model.bin are different files" "the model's weights: rank 0 has xxh64 [0-9a-f]*, rank 1 has xxh64 [0-9a-f]*" \
+    $MPIRUN -np 2 bash -c "$IN_RANK_DIR" "$WORK/rank" "$ABS_BIN" -e model.bin -i "$WORK/rank0/train.bin" -x 2 "${AGREE[@]}"
+# (the same job with rank 1's files made rank 0's runs: the refusals above are for the difference)
+cp "$WORK/rank0/"* "$WORK/rank1/"
+timeout -k 10 $GUARD $MPIRUN -np 2 bash -c "$IN_RANK_DIR" "$WORK/rank" "$ABS_BIN" -e model.bin -i train.bin -x 2 \
+    "${AGREE[@]}" >"$WORK/out" 2>&1
+rc=$?
+[[ $rc -eq 0 ]] && grep -qE "^step +2/2 " "$WORK/out"
+check "ranks whose -i train.bin and -e model.bin are equal files: 2 steps, exit $rc" $?
+
 # ZeRO-0 replicas must be equal: a rank whose state differs (here behind a DONE rewritten to
 # vouch for it) is refused on resume, naming the rank
 timeout $GUARD $MPIRUN -np 2 "$BIN" -x 2 -v 0 -b 4 -z 0 -o "$WORK/rep" >/dev/null 2>&1
@@ -190,7 +244,7 @@ ok=$?
 check "a rank stopped by SIGSTOP: the job ends (exit $rc, $left processes left): $(grep -m1 '^error: rank' "$WORK/stallerr")" $ok
 
 # ... and before the first step: rank 1 is stopped as it opens the -e model file (strace stops it
-# there, a point of progress, not of time); rank 0 waits for it in -b auto's agreement on B
+# there, a point of progress, not of time); rank 0 waits for it in the ranks' agreement on the model
 "$BIN" -x 1 -v 0 -b 4 -o "$WORK/m0" >/dev/null 2>&1
 MODEL=$WORK/m0/model_00000001.bin
 STOP_RANK1='if [[ $OMPI_COMM_WORLD_RANK == 1 ]]; then exec strace -qq -o /dev/null -P "$0" -e trace=openat \
@@ -199,8 +253,10 @@ timeout -k 10 $GUARD $MPIRUN -np 2 bash -c "$STOP_RANK1" "$MODEL" "$BIN" -e "$MO
     -x 4 -v 0 -b auto --stall-timeout $STALL >"$WORK/stallout" 2>"$WORK/stallerr"
 rc=$?
 pkill -9 -f -- "-e $MODEL" 2>/dev/null  # (the stopped rank, left behind by strace)
-[[ $rc -ne 0 && $rc -ne 124 ]] && grep -q "^error: rank 0: no progress for [0-9]* s (--stall-timeout $STALL) during -b auto" "$WORK/stallerr"
-check "a rank stopped while it builds the model: the job ends (exit $rc): $(grep -m1 '^error: rank' "$WORK/stallerr")" $?
+[[ $rc -ne 0 && $rc -ne 124 ]] &&
+    grep -q "^error: rank 0: no progress for [0-9]* s (--stall-timeout $STALL) during comparing the ranks' models" "$WORK/stallerr"
+ok=$?  # (before the message's $(...) resets $?)
+check "a rank stopped while it builds the model: the job ends (exit $rc): $(grep -m1 '^error: rank' "$WORK/stallerr")" $ok
 
 # issue 23 item 6: a rank stopped during MPI's start-up (strace stops rank 1 at its first connect,
 # MPI_Init's to the launcher; the wrapper notes rank 1's pid in its $0) holds up rank 0 in MPI_Init;
