@@ -83,9 +83,9 @@ check "--doc-token -2 is refused" one_error "--doc-token -2" -e "$V70" -i "$work
 # the document token is decided from the shape alone, before the weights are drawn or read: under
 # an address-space limit of 4 GB, Llama 3.1 8B's 32 GB of weights would end the run as out of memory
 small_memory() { (ulimit -v 4000000 && one_error "$@"); }
-check "-e llama3.1-8b --doc-token 200000: refused before 8B weights are drawn" \
+check "-e llama3.1-8b --doc-mask 1 --doc-token 200000: refused before 8B weights are drawn" \
     small_memory "--doc-token 200000: not a token of the model's vocabulary (V=128256)" -e llama3.1-8b \
-    -i "$work/u32.bin" -x 1 --doc-token 200000
+    -i "$work/u32.bin" -x 1 --doc-mask 1 --doc-token 200000
 check "an 8B shape with V=70000, --doc-mask 1 and no --doc-token: refused before its weights are drawn" \
     small_memory "--doc-mask: .*V=70000; give it with --doc-token" -e "llama3:L=32,C=4096,H=32,KV=8,F=14336,V=70000" \
     -i "$work/u32.bin" -x 1 --doc-mask 1
