@@ -106,13 +106,14 @@ expect_error "-o \"\" (would write into /)" '-o "": expected a non-empty value' 
 expect_error "an empty -i" '-i "": expected a non-empty value' -i ""
 # -o that reads as a flag (a forgotten value) or is blank: refused, no such folder created (run in a folder of its own)
 OARGS=(-e "$TINY" -i "$WORK/good.bin" -b 2 -t 16 -x 1 -v 0)
-mkdir "$WORK/odash" && cd "$WORK/odash" && bin=$BIN && BIN=$OLDPWD/$BIN
+bin=$BIN && BIN=$(realpath "$BIN") && mkdir "$WORK/odash" && cd "$WORK/odash"
 expect_error "-o -" "-o -: expected a folder's name, not one starting with '-'" "${OARGS[@]}" -o -
 expect_error "-o --help" "-o --help: expected a folder's name, not one starting with '-'" "${OARGS[@]}" -o --help
 expect_error '-o " "' '-o " ": expected a folder'"'"'s name, not blank' "${OARGS[@]}" -o " "
 BIN=$bin && cd "$OLDPWD"
 [[ -z $(ls -A "$WORK/odash") ]]
-check "... no folder created: $(ls -A "$WORK/odash" | tr '\n' ' ')" $?
+ok=$?  # (before the message's $(...) resets $?)
+check "... no folder created: $(ls -A "$WORK/odash" | tr '\n' ' ')" $ok
 # flags that nothing would use or that contradict -d, refused
 expect_error "--doc-token without a flag that uses it" "--doc-token 5: no flag uses it" \
     -e "$TINY" -i "$WORK/good.bin" -b 2 -t 16 -x 1 -v 0 --doc-token 5
@@ -284,7 +285,8 @@ check "--help states --skip-nonfinite's limit of 10 in a row" $?
 expect_error "--skip-nonfinite 1: 10 non-finite steps in a row stop the run" "not finite, 10 steps in a row; stopping" \
     -e "$TINY" -i "$WORK/good.bin" -b 2 -t 16 -x 30 -l 1e30 --grad-clip 0 -v 0 --skip-nonfinite 1 -o "$WORK/skip10"
 ! ls "$WORK/skip10" | grep -qE '^(DONE_|model_|state_)'
-check "... and writes no checkpoint of the skipped steps: $(ls "$WORK/skip10" | tr '\n' ' ')" $?
+ok=$?  # (before the message's $(...) resets $?)
+check "... and writes no checkpoint of the skipped steps: $(ls "$WORK/skip10" | tr '\n' ' ')" $ok
 expect_error "-y without -o" "needs the run's -o" -y 1
 expect_error "-r out of range" "from 0 to 2" -r 3
 
@@ -405,7 +407,8 @@ rm -rf "$WORK/dv" && cp -r "$WORK/dn" "$WORK/dv" && rm "$WORK/dv/train.lock"
 printf 'gpt\033[2J\rtrainer\nrun 0123456789abcdef\n' >"$WORK/dv/DONE_00000004"
 "$BIN" "${R[@]}" -x 5 -o "$WORK/dv" -y 1 >"$WORK/out" 2>"$WORK/err"
 [[ $? -eq 0 && $(wc -l <"$WORK/err") -eq 1 ]] && grep -qF 'not a DONE marker of this trainer ("gpt\x1b[2J\x0dtrainer")' "$WORK/err"
-check "a DONE whose first line holds control bytes: the one warning line quotes them ($(head -c 150 "$WORK/err" | cat -v))" $?
+ok=$?  # (before the message's $(...) resets $?)
+check "a DONE whose first line holds control bytes: the one warning line quotes them ($(head -c 150 "$WORK/err" | cat -v))" $ok
 echo precious >"$WORK/victim"
 mkdir "$WORK/sl1" && ln -s "$WORK/victim" "$WORK/sl1/train.lock"
 expect_error "a symbolic link as train.lock" "train.lock: cannot create the lock file (a symbolic link, not followed)" \
@@ -625,14 +628,16 @@ rc=$?
 [[ $rc -eq 0 ]] && grep -q "^-b auto: B at most 6: the val data .* holds 6 sequences of T=16" "$WORK/auto141" &&
     grep -q "^batch: B=6 x T=16 x N=1 x A=1 = 96 tokens per step" "$WORK/auto141" &&
     grep -qE "^step +1/1 " "$WORK/auto141" && grep -q "^step 1: val loss" "$WORK/auto141"
-check "-b auto on 141 GB trains with the B its val data holds (exit $rc): $(grep -E '^(batch|error)' "$WORK/auto141")" $?
+ok=$?  # (before the message's $(...) resets $?)
+check "-b auto on 141 GB trains with the B its val data holds (exit $rc): $(grep -E '^(batch|error)' "$WORK/auto141")" $ok
 # and on the built-in corpus (no -i) with -v 0: no val data read, B at most the 16 sequences of -d
 (cd "$WORK" && CPUCUDA_DEVICE_MEMORY_MB=134400 "$OLDPWD/$BIN" -e "L=1,C=32,H=2,V=256,maxT=64" -b auto -d 1024 -v 0 -x 1 \
     >"$WORK/auto141b" 2>&1)
 rc=$?
 [[ $rc -eq 0 ]] && grep -q "^batch: B=16 x T=64 x N=1 x A=1 = 1024 tokens per step" "$WORK/auto141b" &&
     grep -qE "^step +1/1 " "$WORK/auto141b"
-check "-b auto on 141 GB trains the built-in corpus with -v 0, B from -d (exit $rc): $(grep -E '^(batch|error)' "$WORK/auto141b")" $?
+ok=$?  # (before the message's $(...) resets $?)
+check "-b auto on 141 GB trains the built-in corpus with -v 0, B from -d (exit $rc): $(grep -E '^(batch|error)' "$WORK/auto141b")" $ok
 "$BIN" -e "$TINY" -i "$WORK/good.bin" -j "$WORK/small.bin" -b 8 -t 16 -x 1 -v 0 >/dev/null 2>&1
 check "-v 0 opens no val loader: a val set of 6 sequences does not stop B=8" $?
 expect_error "a val set too small for B names both numbers" "small.bin: too few tokens: 100 in 1 shard(s), need at least B\*T+1 = 129 (B=8" \
