@@ -515,8 +515,7 @@ static std::vector<DeviceBuffer> activation_buffers(GPT2* model, int B, int T, i
 // Activations for micro-batches of (B, T), and pinned staging for A of them.
 // Returns false (nothing allocated) when the device is out of memory.
 static bool try_allocate_activations(GPT2* model, int B, int T, int max_grad_accum_steps, int recompute) {
-    const GPT2Config& c = model->config;
-    if (T > c.max_seq_len) FAIL("-t %d exceeds the model's maximum sequence length %d", T, c.max_seq_len);
+    check_sequence_length(model, T);
     return allocate_activation_table(model, B, T, max_grad_accum_steps, recompute);
 }
 

@@ -333,7 +333,7 @@ static std::vector<DeviceBuffer> activation_buffers(Llama3* model, int B, int T,
 // position id, document-relative ones included, is below T).
 static bool try_allocate_activations(Llama3* model, int B, int T, int max_grad_accum_steps, int recompute) {
     const Llama3Config& c = model->config;
-    if (T > c.max_seq_len) FAIL("-t %d exceeds the model's maximum sequence length %d", T, c.max_seq_len);
+    check_sequence_length(model, T);
     if (!allocate_activation_table(model, B, T, max_grad_accum_steps, recompute)) return false;
     RopeScaling scaling;
     if (c.rope_scaling)

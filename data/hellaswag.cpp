@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "llmc/regular_file.h"
 #include "llmc/tokenizer.h"
 
 namespace {
@@ -203,8 +204,9 @@ int run(int argc, char** argv) {
     h[3] = (int32_t)longest;
 
     std::string tmp = out + ".tmp." + std::to_string(getpid());
-    FILE* f = fopen(tmp.c_str(), "wb");
-    if (!f) fail(out + ": cannot create " + tmp + ": " + strerror(errno));
+    std::string why;
+    FILE* f = fopen_regular_file_for_writing(tmp.c_str(), O_WRONLY | O_TRUNC, &why);
+    if (!f) fail(out + ": cannot create " + tmp + ": " + why);
     bool ok = fwrite(h, 1, sizeof h, f) == sizeof h;
     ok = ok && fwrite(data.data(), 2, data.size(), f) == data.size();
     ok = (fclose(f) == 0) && ok;

@@ -35,6 +35,7 @@
 #include <vector>
 
 #include "llmc/dataloader.h"
+#include "llmc/regular_file.h"
 #include "llmc/tokenizer.h"
 
 namespace {
@@ -265,8 +266,9 @@ class ShardWriter {
         s.path = name(index_);
         s.tmp = s.path + ".tmp." + std::to_string(getpid());
         s.tokens = 0;
-        f_ = fopen(s.tmp.c_str(), "wb");
-        if (!f_) fail(s.path + ": cannot create " + s.tmp + ": " + strerror(errno));
+        std::string why;
+        f_ = fopen_regular_file_for_writing(s.tmp.c_str(), O_WRONLY | O_TRUNC, &why);
+        if (!f_) fail(s.path + ": cannot create " + s.tmp + ": " + why);
         shards_.push_back(s);
         cap_ = index_ == 0 ? val_tokens_ : shard_size_;
         count_ = 0;

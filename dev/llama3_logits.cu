@@ -35,8 +35,9 @@ static int logits_main(int argc, char** argv) {
     evaluate_batch(&model, tokens.data(), targets.data());
     std::vector<float> logits((size_t)T * V);
     for (int t = 0; t < T; t++) read_logits_row(model.acts.logits, t, V, Vp, &logits[(size_t)t * V]);
-    FILE* f = fopen(argv[2], "wb");
-    if (!f) llmc::failf("%s: cannot create: %s", argv[2], strerror(errno));
+    std::string why;
+    FILE* f = fopen_regular_file_for_writing(argv[2], O_WRONLY | O_TRUNC, &why);
+    if (!f) llmc::failf("%s: cannot create: %s", argv[2], why.c_str());
     const bool ok = fwrite(logits.data(), sizeof(float), logits.size(), f) == logits.size();
     if ((fclose(f) != 0) || !ok) llmc::failf("%s: write failed", argv[2]);
     printf("%d x %d logits of %s written to %s\n", T, V, argv[1], argv[2]);

@@ -122,17 +122,12 @@ inline std::string checkpoint_parent_dir_(const std::string& path) {
 // killed run (a name of this file's own) is replaced. The rename replaces a link at path
 // itself, never its target.
 inline FILE* create_temp_file_(const std::string& tmp) {
-    const int flags = O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC;
-    int fd = open(tmp.c_str(), flags, 0644);
-    if (fd < 0 && errno == EEXIST && unlink(tmp.c_str()) == 0) fd = open(tmp.c_str(), flags, 0644);
-    if (fd < 0) llmc::fail(tmp + ": cannot create (" + strerror(errno) + ")");
-    FILE* f = fdopen(fd, "wb");
-    if (!f) {
-        const int e = errno;
-        close(fd);
-        unlink(tmp.c_str());
-        llmc::fail(tmp + ": cannot create (" + strerror(e) + ")");
-    }
+    std::string why;
+    FILE* f = fopen_regular_file_for_writing(tmp.c_str(), O_WRONLY | O_EXCL, &why);
+    if (!f && errno == EEXIST && unlink(tmp.c_str()) == 0)
+        f = fopen_regular_file_for_writing(tmp.c_str(), O_WRONLY | O_EXCL, &why);
+    // (a temporary left empty by a failure after its creation is a stale one: the next run removes it)
+    if (!f) llmc::fail(tmp + ": cannot create (" + why + ")");
     return f;
 }
 
@@ -1097,14 +1092,14 @@ struct FolderLock {
 // Creates (never through a link) and flocks dir/train.lock, writes this pid into it.
 inline void checkpoint_lock_file_(FolderLock* lock) {
     const std::string path = lock->dir + "/" + CHECKPOINT_LOCK_NAME;
-    const int fd = open(path.c_str(), O_RDWR | O_CREAT | O_NONBLOCK | O_NOFOLLOW | O_CLOEXEC, 0644);
-    if (fd < 0)
-        llmc::fail(path + ": cannot create the lock file (" +
-                   (errno == ELOOP ? std::string("a symbolic link, not followed") : strerror(errno)) + ")");
+    std::string why;
+    const int fd = open_regular_file_for_writing(path.c_str(), O_RDWR, &why);
+    if (fd < 0) llmc::fail(path + ": cannot create the lock file (" + why + ")");
     struct stat st;
-    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    if (fstat(fd, &st) != 0) {
+        const int e = errno;
         close(fd);
-        llmc::fail(path + ": the lock file is not a regular file");
+        llmc::fail(path + ": cannot create the lock file (" + strerror(e) + ")");
     }
     if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
         const int e = errno;

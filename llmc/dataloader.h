@@ -785,8 +785,9 @@ inline void dataloader_write_shard(const std::string& path, const uint32_t* toke
     dataloader_shard_header(header, token_size, n);
     std::vector<unsigned char> data;
     dataloader_pack_tokens(tokens, n, token_size, &data);
-    FILE* f = fopen(path.c_str(), "wb");
-    if (!f) dataloader_fail_(path, dataloader_fmt_("cannot create: %s", strerror(errno)));
+    std::string why;
+    FILE* f = fopen_regular_file_for_writing(path.c_str(), O_WRONLY | O_TRUNC, &why);
+    if (!f) dataloader_fail_(path, "cannot create: " + why);
     bool ok = fwrite(header, 1, sizeof(header), f) == sizeof(header);
     ok = ok && fwrite(data.data(), 1, data.size(), f) == data.size();
     ok = (fclose(f) == 0) && ok;

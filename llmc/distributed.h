@@ -107,12 +107,27 @@ inline void refuse_small_file_size_limit() {
 }
 #endif
 
+// Where no GPU can be used (none, no driver, or a driver older than this build's CUDA
+// runtime), the first CUDA call of the program says so and why, and names the program's
+// CPU build, which runs without one (the CPU runtime always has its one device).
+inline void require_usable_gpu(const char* program) {
+    int devices = 0;
+    const cudaError_t err = cudaGetDeviceCount(&devices);
+    if (err == cudaSuccess && devices > 0) return;
+    const std::string why = err == cudaSuccess ? "no CUDA device" : cudaGetErrorString(err);
+    std::string name = program ? program : "";
+    name = name.substr(name.find_last_of('/') + 1);
+    if (name != "train_gpt" && name != "train_llama3") name = "train_gpt";
+    llmc::fail("no usable GPU found (" + why + "); " + name + "_cpu runs without one (make " + name + "_cpu)");
+}
+
 // Starts this rank: MPI, the GPU of its local rank, the NCCL communicator
 // (rank 0 makes the id, MPI broadcasts it) and the communication stream.
 // A process that no launcher started is the one rank and never starts MPI:
 // Open MPI's start-up of a lone process (a singleton, with its own daemon)
 // costs a third of a second and writes shared-memory files, for nothing.
 inline void distributed_init(Distributed* d, int* argc, char*** argv) {
+    require_usable_gpu((*argv)[0]);
 #ifdef MULTI_GPU
     if (!launcher_rank_variable()) {
         cudaCheck(cudaSetDevice(0));

@@ -61,7 +61,8 @@ inline void llama3_check(const Llama3Config& c, const std::string& where) {
     if (c.H % c.KV != 0) fail(where + ": KV=" + std::to_string(c.KV) + " does not divide H=" + std::to_string(c.H));
     if (c.head_dim() % 2 != 0)
         fail(where + ": the head size C/H=" + std::to_string(c.head_dim()) + " must be even for RoPE");
-    if (!(c.rope_theta > 0) || !std::isfinite(c.rope_theta)) fail(where + ": theta must be a finite number > 0");
+    // (RoPE's frequencies theta^(-2i/HS) fall with i only for theta > 1: rope_frequencies' rule)
+    if (!(c.rope_theta > 1) || !std::isfinite(c.rope_theta)) fail(where + ": theta must be a finite number > 1");
     if (!(c.rms_norm_eps > 0) || !std::isfinite(c.rms_norm_eps)) fail(where + ": eps must be a finite number > 0");
     if (c.rope_scaling) {
         if (!(c.rope_factor >= 1) || !std::isfinite(c.rope_factor))

@@ -271,8 +271,9 @@ inline bool markov_corpus_floor(const char* shard_path, double* floor, int* voca
 // Writes `bytes` to `path` through a temporary file in the same folder and a rename.
 inline void markov_write_atomic_(const std::string& path, const void* data, size_t bytes) {
     std::string tmp = path + ".tmp." + std::to_string((long)getpid());
-    FILE* f = fopen(tmp.c_str(), "wb");
-    if (!f) markov_fail_(tmp, std::string("cannot create: ") + strerror(errno));
+    std::string why;
+    FILE* f = fopen_regular_file_for_writing(tmp.c_str(), O_WRONLY | O_TRUNC, &why);
+    if (!f) markov_fail_(tmp, "cannot create: " + why);
     bool ok = fwrite(data, 1, bytes, f) == bytes;
     ok = (fclose(f) == 0) && ok;
     if (!ok) {

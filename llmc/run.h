@@ -45,6 +45,7 @@
 //                                                 settings chosen by the device (-ge); the line saying so
 #pragma once
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <climits>
 #include <cmath>
@@ -127,6 +128,12 @@ struct TrainOptions {
     float stall_timeout;        // 0: automatic
 };
 
+// --skip-nonfinite 1 stops the run at this many non-finite steps in a row: the weights
+// have not moved since, and a run that only skips would end in a checkpoint of nothing learnt.
+#define SKIP_NONFINITE_MAX 10
+#define SKIP_NONFINITE_STR_(x) #x
+#define SKIP_NONFINITE_STR(x) SKIP_NONFINITE_STR_(x)
+
 // The one table of the flags (llmc/flags.h): parsing, the defaults and --help
 // come from it (test_train_cli.sh checks README.md's flag table against --help).
 constexpr double INT_TOP = FLAG_INT_TOP, LONG_TOP = FLAG_LONG_TOP, FLOAT_TOP = FLAG_FLOAT_TOP;
@@ -171,7 +178,9 @@ const Flag<TrainOptions> FLAGS[] = {
     {"--grad-clip", &TrainOptions::grad_clip, "<float>", 0, FLOAT_TOP, "1.0", "clip the global gradient norm (0 = off)",
      nullptr},
     {"--skip-nonfinite", &TrainOptions::skip_nonfinite, nullptr, 0, 1, "0",
-     "skip a step whose loss or gradient is Inf/NaN instead of stopping", nullptr},
+     "skip a step whose loss or gradient is Inf/NaN instead of stopping;\n" SKIP_NONFINITE_STR(
+         SKIP_NONFINITE_MAX) " such steps in a row stop the run",
+     nullptr},
     {"--seed", &TrainOptions::seed, "<int>", 0, LONG_TOP, "1337", "weight init, stochastic rounding and sampling seed",
      nullptr},
     {"-v", &TrainOptions::val_every, "<int>", 0, INT_TOP, "20",
@@ -220,11 +229,35 @@ void print_usage(const char* program) {
     printf("%s.\n", distributed_build_note());
 }
 
+// The first flag that needs the token starting a document (--doc-token), or null.
+inline const char* document_token_user(const TrainOptions& o) {
+    return (DataPacking)o.packing == DataPacking::Slots ? "--packing slots"
+           : o.doc_mask                                 ? "--doc-mask"
+           : o.doc_positions                            ? "--doc-positions"
+           : o.sample_every > 0                         ? "-s"
+           : o.hellaswag                                ? "-h"
+                                                        : nullptr;
+}
+
+// -o is a folder's name: not empty or blank, and not one that reads as a flag (a
+// forgotten value: "-o --help", or "-o -" for stdout, would create such a folder).
+inline void check_output_dir(const char* dir) {
+    if (!dir) return;
+    bool blank = true;
+    for (const char* c = dir; *c; c++) blank = blank && isspace((unsigned char)*c);
+    if (blank) llmc::failf("-o \"%s\": expected a folder's name, not blank", dir);
+    if (dir[0] == '-') llmc::failf("-o %s: expected a folder's name, not one starting with '-' (give ./%s)", dir, dir);
+}
+
 // A flag whose value would be ignored, or would mean what --help does not
 // say, is refused: the run would not be the one asked for.
 inline void refuse_ignored_flags(const TrainOptions& o, const std::set<std::string>& given) {
     if (o.max_steps == 0)
         llmc::failf("-x 0: give the number of optimizer steps (-x -1 is one epoch of the train data)");
+    check_output_dir(o.output_dir);
+    if (given.count("--doc-token") && !document_token_user(o))
+        llmc::failf("--doc-token %d: no flag uses it (--packing slots, --doc-mask, --doc-positions, -s or -h do)",
+                    o.doc_token);
     if (!o.output_dir) {
         if (o.resume) llmc::failf("-y 1: resuming needs the run's -o folder");
         for (const char* flag : {"-n", "-nk"})
@@ -479,6 +512,7 @@ struct Run {
     cudaEvent_t step_start = nullptr, step_end = nullptr;  // the step's device time (timed_train_step)
     double peak_flops = 0, flops_token = 0, recent_ms = 0;  // recent_ms: mean step time, for the ETA
     int timed_steps = 0;
+    int nonfinite_in_a_row = 0;  // steps skipped by --skip-nonfinite since the last one taken
 };
 
 // The flags, the built-in corpus where no -i is given, and the named choices.
@@ -504,13 +538,39 @@ void configure_run(Run<Model>* run, int argc, char** argv) {
     run->model.doc_positions = opt.doc_positions;
 }
 
-// --memory-plan 1: the plan of -e at -b, -t, -r; nothing allocated.
+// The flags checked against the model's shape and against each other, for micro-batch B,
+// where neither the data nor the device's memory is needed: a run makes these checks
+// before it allocates its activations and --memory-plan 1 before its plan (a plan of a run
+// that would be refused tells nothing). Returns A, the micro-batches per step.
+template <class Model>
+int check_run_settings(const Run<Model>* run, int B) {
+    const TrainOptions& opt = run->opt;
+    const int N = run->dist->num_processes;
+    check_sequence_length(&run->model, opt.T);
+    check_doc_token(opt, vocab_size(&run->model));
+    const int A = grad_accum_steps_for(opt.total_batch_tokens, B, opt.T, N);
+    const long tokens_per_step = (long)B * opt.T * N * A;
+    if (opt.ramp_tokens > tokens_per_step)
+        llmc::failf("--ramp-tokens %ld: more than the %ld tokens per step the ramp grows to (-d)", opt.ramp_tokens,
+                    tokens_per_step);
+    if (opt.hellaswag && B < hellaswag_rows_needed())
+        llmc::failf("-h 1: HellaSwag needs -b >= %d (4 endings per example)", hellaswag_rows_needed());
+    return A;
+}
+
+// --memory-plan 1: the plan of -e at -b, -t, -r, after the checks a run makes of the
+// flags that need no data; nothing allocated.
 template <class Model>
 void print_plan_only(Run<Model>* run) {
-    run->model.config = read_config<Model>(run->opt.init);
-    configure_model(&run->model);
+    Model* model = &run->model;
+    model->config = read_config<Model>(run->opt.init);
+    configure_model(model);
     if (run->opt.B == 0) llmc::failf("--memory-plan: give -b (auto needs the device)");
-    print_memory_plan(&run->model, run->opt.B, run->opt.T, run->opt.recompute);
+    check_run_settings(run, run->opt.B);
+    cudaDeviceProp props;
+    cudaCheck(cudaGetDeviceProperties(&props, run->dist->local_rank));
+    adapt_to_device(model, run->opt.gelu_fusion, props.major);  // (refuses a -ge the family has not)
+    print_memory_plan(model, run->opt.B, run->opt.T, run->opt.recompute);
 }
 
 // Whether the run reads the val data (-j, and -v > 0).
@@ -568,6 +628,11 @@ int data_batch_cap(Run<Model>* run) {
     return (int)cap;
 }
 
+inline void check_doc_token(const TrainOptions& opt, int V) {
+    if (opt.doc_token >= V)
+        llmc::failf("--doc-token %d: not a token of the model's vocabulary (V=%d)", opt.doc_token, V);
+}
+
 // The token that starts a document, for --packing slots, --doc-mask,
 // --doc-positions, samples (-s) and HellaSwag's padding (-h): --doc-token; else
 // the EOT that a built-in-corpus shard records (the first train shard); else
@@ -578,19 +643,13 @@ template <class Model>
 int document_token_for_run(const Run<Model>* run) {
     const TrainOptions& opt = run->opt;
     const int V = vocab_size(&run->model);
-    if (opt.doc_token >= V)
-        llmc::failf("--doc-token %d: not a token of the model's vocabulary (V=%d)", opt.doc_token, V);
+    check_doc_token(opt, V);
     if (opt.doc_token >= 0) return opt.doc_token;
     MarkovShardInfo corpus;
     const std::vector<std::string> shards = dataloader_find_shards(opt.train_pattern);
     const bool recorded = markov_corpus_info(shards[0].c_str(), &corpus) && corpus.eot >= 0 && corpus.eot < V;
     const int token = recorded ? corpus.eot : document_start_token(&run->model);
-    const char* needs = run->packing == DataPacking::Slots ? "--packing slots"
-                        : opt.doc_mask                     ? "--doc-mask"
-                        : opt.doc_positions                ? "--doc-positions"
-                        : opt.sample_every > 0             ? "-s"
-                        : opt.hellaswag                    ? "-h"
-                                                           : nullptr;
+    const char* needs = document_token_user(opt);
     if (token < 0 && needs)
         llmc::failf("%s: the token that starts a document is not known for %s with V=%d; give it with --doc-token <id>",
                     needs, Model::NAME, V);
@@ -660,7 +719,7 @@ void open_data(Run<Model>* run) {
     const TrainOptions& opt = run->opt;
     Model* model = &run->model;
     const int N = run->dist->num_processes, rank = run->dist->rank, V = vocab_size(model);
-    const int grad_accum_steps = grad_accum_steps_for(opt.total_batch_tokens, opt.B, opt.T, N);
+    const int grad_accum_steps = check_run_settings(run, opt.B);
     const long micro_tokens_all = (long)opt.B * opt.T * N, tokens_per_step = micro_tokens_all * grad_accum_steps;
     run->ramp = BatchRamp{opt.ramp_tokens, opt.ramp_steps, tokens_per_step, micro_tokens_all, run->ramp_lr};
     if (model->B == 0)
@@ -688,8 +747,6 @@ void open_data(Run<Model>* run) {
                     (long)resumed * (tokens_per_step / opt.T), resumed);
     run->scheduler.total_steps = run->steps;
     if (opt.hellaswag) {
-        if (opt.B < hellaswag_rows_needed())
-            llmc::failf("-h 1: HellaSwag needs -b >= %d (4 endings per example)", hellaswag_rows_needed());
         try {
             run->hellaswag = hellaswag_load(opt.hellaswag_file);
             hellaswag_check_vocab(run->hellaswag, V, opt.hellaswag_file);
@@ -810,6 +867,11 @@ void skip_nonfinite_step(Run<Model>* run, int step, const StepResult& r) {
         llmc::failf("step %d: loss %f, gradient norm %f: not finite; stopping, the weights of step %d and the "
                     "checkpoints are intact (lower -l, check the data, or --skip-nonfinite 1)",
                     step + 1, r.loss, r.grad_norm, step);
+    if (++run->nonfinite_in_a_row >= SKIP_NONFINITE_MAX)
+        llmc::failf("step %d: loss %f, gradient norm %f: not finite, %d steps in a row; stopping (--skip-nonfinite 1 "
+                    "stops there), the weights of the last finite step and the checkpoints are intact (lower -l or "
+                    "check the data)",
+                    step + 1, r.loss, r.grad_norm, SKIP_NONFINITE_MAX);
     run->model.adam_step--;  // the step never happened for the optimizer
     print0("step %4d/%d | loss %f | norm %f | skipped: not finite\n", step + 1, run->steps, r.loss, r.grad_norm);
 }
@@ -827,8 +889,12 @@ void take_step(Run<Model>* run, int step, const StepBatch& batch, float lr) {
     }
     float ms = 0;
     const StepResult r = timed_train_step(run, batch, lr, &ms);
-    if (std::isfinite(r.loss) && std::isfinite(r.grad_norm)) log_step(run, step, r, lr, ms);
-    else skip_nonfinite_step(run, step, r);
+    if (std::isfinite(r.loss) && std::isfinite(r.grad_norm)) {
+        run->nonfinite_in_a_row = 0;
+        log_step(run, step, r, lr, ms);
+    } else {
+        skip_nonfinite_step(run, step, r);
+    }
 }
 
 // A checkpoint after `step` steps: every -n steps, at the end, or (always)

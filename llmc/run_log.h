@@ -26,22 +26,18 @@
 // EIO, a file-size limit) is kept and written, in order, before the next one
 // when the disk has room again; the first failure is one warning line, and
 // records still unwritten when the run ends are its error. The file is opened
-// without following a symbolic link and only if it is a regular file.
+// as every file a run writes (open_regular_file_for_writing): not through a
+// symbolic link, only if it is a regular file, never waiting on a FIFO.
 class LogFile {
   public:
     void open(const std::string& path, bool append) {
         path_ = path;
-        fd_ =
-            ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_NOFOLLOW | O_CLOEXEC | (append ? 0 : O_TRUNC), 0644);
-        if (fd_ < 0)
-            llmc::fail(path + ": cannot write (" +
-                       (errno == ELOOP ? std::string("a symbolic link, not followed") : strerror(errno)) + ")");
-        struct stat st;
-        if (fstat(fd_, &st) != 0 || !S_ISREG(st.st_mode)) {
-            ::close(fd_);
-            fd_ = -1;
-            llmc::fail(path + ": cannot write (" + NOT_A_REGULAR_FILE + ")");
-        }
+        std::string why;
+        fd_ = open_regular_file_for_writing(path.c_str(), O_WRONLY | O_APPEND | (append ? 0 : O_TRUNC), &why);
+        if (fd_ < 0) refuse(path, why);
+    }
+    [[noreturn]] static void refuse(const std::string& path, const std::string& why) {
+        llmc::fail(path + ": " + why + " (cannot write the run's log there)");
     }
     void write(std::string record) {
         if (fd_ < 0) return;
@@ -145,8 +141,8 @@ struct RunLog {
         std::string text, kept, why;
         struct stat st;
         if (lstat(path.c_str(), &st) != 0) return;  // no log yet
-        if (S_ISLNK(st.st_mode)) llmc::fail(path + ": cannot write (a symbolic link, not followed)");
-        if (!read_regular_file(path.c_str(), &text, SIZE_MAX, &why)) llmc::fail(path + ": cannot read (" + why + ")");
+        if (S_ISLNK(st.st_mode)) LogFile::refuse(path, SYMBOLIC_LINK_NOT_FOLLOWED);
+        if (!read_regular_file(path.c_str(), &text, SIZE_MAX, &why)) LogFile::refuse(path, why);
         for (size_t pos = 0, nl; (nl = text.find('\n', pos)) != std::string::npos; pos = nl + 1) {
             const std::string line = text.substr(pos, nl + 1 - pos);
             if (before(line, S)) kept += line;

@@ -77,6 +77,14 @@ void free_model(Model* model) {
 }
 
 // ---- activations ---------------------------------------------------------------
+// -t within the model's positions: before its activations are allocated (the family's
+// try_allocate_activations) and before a run's memory plan (check_run_settings).
+template <class Model>
+void check_sequence_length(const Model* model, int T) {
+    if (T > model->config.max_seq_len)
+        llmc::failf("-t %d exceeds the model's maximum sequence length %d", T, model->config.max_seq_len);
+}
+
 // Activations for micro-batches of (B, T), and pinned staging for A of them.
 template <class Model>
 void allocate_activations(Model* model, int B, int T, int max_grad_accum_steps, int recompute = 0) {

@@ -823,8 +823,9 @@ class Tokenizer {
             out += vocab_[i];
         }
         std::string tmp = path + ".tmp." + std::to_string(getpid());
-        FILE* f = fopen(tmp.c_str(), "wb");
-        if (!f) throw Error(path + ": cannot create " + tmp + ": " + strerror(errno));
+        std::string why;
+        FILE* f = fopen_regular_file_for_writing(tmp.c_str(), O_WRONLY | O_TRUNC, &why);
+        if (!f) throw Error(path + ": cannot create " + tmp + ": " + why);
         bool ok = fwrite(out.data(), 1, out.size(), f) == out.size();
         ok = (fclose(f) == 0) && ok;
         if (!ok || rename(tmp.c_str(), path.c_str()) != 0) {

@@ -400,6 +400,20 @@ section_nvcc() {
             if make -q "$t" 2>/dev/null; then pass "$what"; else fail "$what (see $LOG_DIR/nvcc.log)"; fi
         done
         grep -m 15 -E 'error' "$LOG_DIR/nvcc.log" | sed 's/^/    /'
+        # without a usable GPU (no device or no driver, as here), the nvcc-built trainers say so in one
+        # line, why, and name their CPU build (their first CUDA call, llmc/distributed.h)
+        if ! { command -v nvidia-smi >/dev/null && nvidia-smi -L >/dev/null 2>&1; }; then
+            for t in train_gpt train_llama3; do
+                out=$(timeout "$TIMEOUT" "build/gpu/check/$t" -x 1 2>&1)
+                rc=$?
+                if [[ $rc -eq 1 && $(wc -l <<<"$out") -eq 1 &&
+                    $out == "error: no usable GPU found ("*"); ${t}_cpu runs without one (make ${t}_cpu)" ]]; then
+                    pass "nvcc-built $t without a usable GPU: $out"
+                else
+                    fail "nvcc-built $t without a usable GPU: one error line naming ${t}_cpu (exit $rc: $(head -c 300 <<<"$out"))"
+                fi
+            done
+        fi
         # the SASS of the trainers just built (their ptxas -v reports beside them): no second compile
         run "sass_report (sm_90 SASS facts)" python3 dev/sass_report.py --check \
             --built build/gpu/check/train_gpt --built build/gpu/check/train_llama3

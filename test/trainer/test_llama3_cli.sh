@@ -27,6 +27,11 @@ one_error() {
 check "-ge 1 is refused (GPT-2's GELU fusion)" one_error "Llama 3 has no GELU" -ge 1 -x 1
 check "a descriptor with H not dividing C is refused" one_error "H=5 does not divide C=64" -e "llama3:L=2,C=64,H=5,KV=1,F=192,V=256" -x 1
 check "KV not dividing H is refused" one_error "KV=3 does not divide H=4" -e "llama3:L=2,C=64,H=4,KV=3,F=192,V=256" -x 1
+for plan in "" "--memory-plan 1"; do  # the plan refuses what the run would
+    check "theta 1 (RoPE's frequencies need > 1) is refused ${plan:-by a run}" \
+        one_error "theta must be a finite number > 1" -e "llama3:L=2,C=64,H=4,KV=2,F=192,V=256,theta=1" -b 1 -t 64 -x 1 $plan
+done
+check "-ge 1 is refused by --memory-plan 1" one_error "Llama 3 has no GELU" -ge 1 -b 1 -t 64 --memory-plan 1
 check "an unknown descriptor key is refused" one_error "unknown key Q=" -e "llama3:L=2,C=64,H=4,KV=2,F=192,V=256,Q=1" -x 1
 mkdir -p "$work/empty"
 check "a folder without config.json is refused" one_error "config.json: cannot read" -e "$work/empty" -x 1
@@ -78,9 +83,9 @@ check "--doc-token -2 is refused" one_error "--doc-token -2" -e "$V70" -i "$work
 # the document token is decided from the shape alone, before the weights are drawn or read: under
 # an address-space limit of 4 GB, Llama 3.1 8B's 32 GB of weights would end the run as out of memory
 small_memory() { (ulimit -v 4000000 && one_error "$@"); }
-check "-e llama3.1-8b --doc-token 200000: refused before 8B weights are drawn" \
+check "-e llama3.1-8b --doc-mask 1 --doc-token 200000: refused before 8B weights are drawn" \
     small_memory "--doc-token 200000: not a token of the model's vocabulary (V=128256)" -e llama3.1-8b \
-    -i "$work/u32.bin" -x 1 --doc-token 200000
+    -i "$work/u32.bin" -x 1 --doc-mask 1 --doc-token 200000
 check "an 8B shape with V=70000, --doc-mask 1 and no --doc-token: refused before its weights are drawn" \
     small_memory "--doc-mask: .*V=70000; give it with --doc-token" -e "llama3:L=32,C=4096,H=32,KV=8,F=14336,V=70000" \
     -i "$work/u32.bin" -x 1 --doc-mask 1

@@ -21,7 +21,8 @@ check() {  # check NAME CONDITION-EXIT-STATUS
 expect_error() {
     local name=$1 pattern=$2
     shift 2
-    timeout $((300 * ${TEST_TIMEOUT_SCALE:-1})) "$BIN" "$@" >"$WORK/out" 2>"$WORK/err"  # a hang guard
+    # a hang guard; SIGKILL 10 s after its SIGTERM, which a trainer blocked in a system call may never act on
+    timeout -k 10 $((300 * ${TEST_TIMEOUT_SCALE:-1})) "$BIN" "$@" >"$WORK/out" 2>"$WORK/err"
     local rc=$? lines
     lines=$(wc -l <"$WORK/err")
     if [[ $rc -ne 0 && $rc -lt 128 && $lines -eq 1 ]] && grep -q "^error: .*$pattern" "$WORK/err"; then
@@ -103,6 +104,34 @@ expect_error "a leading blank" "-t  64: expected an integer" -t " 64"
 expect_error "a fraction above 1" "-q 1.5: expected a float from 0 to 1" -q 1.5
 expect_error "-o \"\" (would write into /)" '-o "": expected a non-empty value' -o ""
 expect_error "an empty -i" '-i "": expected a non-empty value' -i ""
+# -o that reads as a flag (a forgotten value) or is blank: refused, no such folder created (run in a folder of its own)
+OARGS=(-e "$TINY" -i "$WORK/good.bin" -b 2 -t 16 -x 1 -v 0)
+bin=$BIN && BIN=$(realpath "$BIN") && mkdir "$WORK/odash" && cd "$WORK/odash"
+expect_error "-o -" "-o -: expected a folder's name, not one starting with '-'" "${OARGS[@]}" -o -
+expect_error "-o --help" "-o --help: expected a folder's name, not one starting with '-'" "${OARGS[@]}" -o --help
+expect_error '-o " "' '-o " ": expected a folder'"'"'s name, not blank' "${OARGS[@]}" -o " "
+BIN=$bin && cd "$OLDPWD"
+[[ -z $(ls -A "$WORK/odash") ]]
+ok=$?  # (before the message's $(...) resets $?)
+check "... no folder created: $(ls -A "$WORK/odash" | tr '\n' ' ')" $ok
+# flags that nothing would use or that contradict -d, refused
+expect_error "--doc-token without a flag that uses it" "--doc-token 5: no flag uses it" \
+    -e "$TINY" -i "$WORK/good.bin" -b 2 -t 16 -x 1 -v 0 --doc-token 5
+expect_error "--ramp-tokens above -d" "--ramp-tokens 512: more than the 256 tokens per step the ramp grows to" \
+    -e "$TINY" -i "$WORK/good.bin" -b 2 -t 16 -d 256 --ramp-tokens 512 --ramp-steps 2 -x 1 -v 0
+# --memory-plan 1 makes the checks of the flags that a run makes before its activations
+plan_error() {  # plan_error NAME PATTERN ARGS...: refused by a run (-x 1) and by the plan alike
+    local name=$1 pattern=$2
+    shift 2
+    expect_error "$name" "$pattern" -e "$TINY" -i "$WORK/good.bin" -v 0 -x 1 "$@"
+    expect_error "$name, --memory-plan 1" "$pattern" -e "$TINY" --memory-plan 1 "$@"
+}
+plan_error "-t above maxT" "-t 64 exceeds the model's maximum sequence length 32" -b 2 -t 64
+plan_error "-d not a multiple of B x T" "-d 1000 is not a multiple of B x T x N" -b 4 -t 16 -d 1000
+plan_error "--doc-token beyond V" "--doc-token 999: not a token of the model's vocabulary" -b 2 -t 16 --doc-mask 1 \
+    --doc-token 999
+plan_error "-h 1 with -b 2" "-h 1: HellaSwag needs -b >= 4" -b 2 -t 16 -h 1
+plan_error "--ramp-tokens above -d" "--ramp-tokens 512: more than the 256" -b 2 -t 16 -d 256 --ramp-tokens 512 --ramp-steps 2
 expect_error "flag without a value" "needs a value" -i "$WORK/good.bin" -b
 expect_error "non-numeric value" "expected an integer" -b four
 expect_error "bad descriptor" "not a checkpoint file or a model descriptor" -e "L=two"
@@ -272,6 +301,14 @@ ok=$?
 check "--skip-nonfinite 1 skips the non-finite steps and finishes ($(grep -c 'skipped' "$WORK/out") skipped)" $ok
 [[ -e "$WORK/skip/DONE_00000006" && -e "$WORK/skip/model_00000006.bin" ]]
 check "a skipped last step still writes the final checkpoint" $?
+# only a stated number in a row (10, said in --help): a run that only skips stops, without a checkpoint of it
+grep -q "10 such steps in a row stop the run" "$WORK/help"
+check "--help states --skip-nonfinite's limit of 10 in a row" $?
+expect_error "--skip-nonfinite 1: 10 non-finite steps in a row stop the run" "not finite, 10 steps in a row; stopping" \
+    -e "$TINY" -i "$WORK/good.bin" -b 2 -t 16 -x 30 -l 1e30 --grad-clip 0 -v 0 --skip-nonfinite 1 -o "$WORK/skip10"
+! ls "$WORK/skip10" | grep -qE '^(DONE_|model_|state_)'
+ok=$?  # (before the message's $(...) resets $?)
+check "... and writes no checkpoint of the skipped steps: $(ls "$WORK/skip10" | tr '\n' ' ')" $ok
 expect_error "-y without -o" "needs the run's -o" -y 1
 expect_error "-r out of range" "from 0 to 2" -r 3
 
@@ -413,7 +450,8 @@ rm -rf "$WORK/dv" && cp -r "$WORK/dn" "$WORK/dv" && rm "$WORK/dv/train.lock"
 printf 'gpt\033[2J\rtrainer\nrun 0123456789abcdef\n' >"$WORK/dv/DONE_00000004"
 "$BIN" "${R[@]}" -x 5 -o "$WORK/dv" -y 1 >"$WORK/out" 2>"$WORK/err"
 [[ $? -eq 0 && $(wc -l <"$WORK/err") -eq 1 ]] && grep -qF 'not a DONE marker of this trainer ("gpt\x1b[2J\x0dtrainer")' "$WORK/err"
-check "a DONE whose first line holds control bytes: the one warning line quotes them ($(head -c 150 "$WORK/err" | cat -v))" $?
+ok=$?  # (before the message's $(...) resets $?)
+check "a DONE whose first line holds control bytes: the one warning line quotes them ($(head -c 150 "$WORK/err" | cat -v))" $ok
 echo precious >"$WORK/victim"
 mkdir "$WORK/sl1" && ln -s "$WORK/victim" "$WORK/sl1/train.lock"
 expect_error "a symbolic link as train.lock" "train.lock: cannot create the lock file (a symbolic link, not followed)" \
@@ -428,12 +466,22 @@ rm "$WORK"/sl2/*.tmp
 "$BIN" "${R[@]}" -x 1 -o "$WORK/sl2" -y 1 >/dev/null 2>&1 && "$BIN" "${R[@]}" -x 2 -o "$WORK/sl2" -y 1 2>&1 |
     grep -q "resuming from step 1 " && [[ -f "$WORK/sl2/DONE_00000001" && ! -L "$WORK/sl2/DONE_00000001" ]]
 check "without them the checkpoint is written and resumes" $?
-mkdir "$WORK/sl3" && ln -s "$WORK/victim" "$WORK/sl3/main.jsonl"
-expect_error "a symbolic link as a fresh run's main.jsonl" "main.jsonl: cannot write (a symbolic link, not followed)" \
-    "${R[@]}" -x 1 -o "$WORK/sl3"
-[[ $(cat "$WORK/victim") == precious ]]
-ok=$?
-check "no link target was written: $(head -c 40 "$WORK/victim")" $ok
+for log in main.jsonl main.log; do
+    mkdir "$WORK/sl_$log" && ln -s "$WORK/victim" "$WORK/sl_$log/$log"
+    expect_error "a symbolic link as a fresh run's $log" "sl_$log/$log: a symbolic link, not followed" \
+        "${R[@]}" -x 1 -o "$WORK/sl_$log"
+    [[ $(cat "$WORK/victim") == precious ]]
+    ok=$?
+    check "no link target was written: $(head -c 40 "$WORK/victim")" $ok
+done
+# a FIFO as a log: refused at once, never waited on (nothing here opens its other side, so an open
+# that waited would hang until the guard); the FIFO is left as it was
+for log in main.jsonl main.log; do
+    mkdir "$WORK/fifo_$log" && mkfifo "$WORK/fifo_$log/$log"
+    expect_error "a FIFO as a fresh run's $log" "fifo_$log/$log: not a regular file" "${R[@]}" -x 1 -o "$WORK/fifo_$log"
+    [[ -p "$WORK/fifo_$log/$log" ]]
+    check "... the FIFO $log is left in place" $?
+done
 echo mine >"$WORK/sl2/notes.tmp"
 "$BIN" "${R[@]}" -x 3 -o "$WORK/sl2" -y 1 >/dev/null 2>&1 && [[ $(cat "$WORK/sl2/notes.tmp") == mine ]]
 check "-y 1 removes only its own stale temporaries: the user's notes.tmp stays" $?
@@ -628,14 +676,16 @@ rc=$?
 [[ $rc -eq 0 ]] && grep -q "^-b auto: B at most 6: the val data .* holds 6 sequences of T=16" "$WORK/auto141" &&
     grep -q "^batch: B=6 x T=16 x N=1 x A=1 = 96 tokens per step" "$WORK/auto141" &&
     grep -qE "^step +1/1 " "$WORK/auto141" && grep -q "^step 1: val loss" "$WORK/auto141"
-check "-b auto on 141 GB trains with the B its val data holds (exit $rc): $(grep -E '^(batch|error)' "$WORK/auto141")" $?
+ok=$?  # (before the message's $(...) resets $?)
+check "-b auto on 141 GB trains with the B its val data holds (exit $rc): $(grep -E '^(batch|error)' "$WORK/auto141")" $ok
 # and on the built-in corpus (no -i) with -v 0: no val data read, B at most the 16 sequences of -d
 (cd "$WORK" && CPUCUDA_DEVICE_MEMORY_MB=134400 "$OLDPWD/$BIN" -e "L=1,C=32,H=2,V=256,maxT=64" -b auto -d 1024 -v 0 -x 1 \
     >"$WORK/auto141b" 2>&1)
 rc=$?
 [[ $rc -eq 0 ]] && grep -q "^batch: B=16 x T=64 x N=1 x A=1 = 1024 tokens per step" "$WORK/auto141b" &&
     grep -qE "^step +1/1 " "$WORK/auto141b"
-check "-b auto on 141 GB trains the built-in corpus with -v 0, B from -d (exit $rc): $(grep -E '^(batch|error)' "$WORK/auto141b")" $?
+ok=$?  # (before the message's $(...) resets $?)
+check "-b auto on 141 GB trains the built-in corpus with -v 0, B from -d (exit $rc): $(grep -E '^(batch|error)' "$WORK/auto141b")" $ok
 "$BIN" -e "$TINY" -i "$WORK/good.bin" -j "$WORK/small.bin" -b 8 -t 16 -x 1 -v 0 >/dev/null 2>&1
 check "-v 0 opens no val loader: a val set of 6 sequences does not stop B=8" $?
 expect_error "a val set too small for B names both numbers" "small.bin: too few tokens: 100 in 1 shard(s), need at least B\*T+1 = 129 (B=8" \
