@@ -83,8 +83,7 @@ inline std::string llama3_rope_text(const Llama3Config& c) {
         snprintf(text, sizeof text, "rope theta %g, llama3 scaling (factor %g, low %g, high %g, original %d)",
                  c.rope_theta, c.rope_factor, c.rope_low_freq_factor, c.rope_high_freq_factor,
                  c.rope_original_max_seq_len);
-    else
-        snprintf(text, sizeof text, "rope theta %g, no scaling", c.rope_theta);
+    else snprintf(text, sizeof text, "rope theta %g, no scaling", c.rope_theta);
     return text;
 }
 

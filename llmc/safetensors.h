@@ -2,12 +2,12 @@
 // converted to fp32 or bf16) and writing (one file, or shards with their index), header-only.
 //
 // A file is: 8 bytes N (uint64, little-endian), N bytes of a UTF-8 JSON object (it starts with
-// '{' and may be padded at the end with spaces, 0x20 only), then the data section. The object maps each
-// tensor name to {"dtype": "F32", "shape": [d0, d1, ...], "data_offsets": [begin, end]}, byte
-// offsets into the data section; the optional key "__metadata__" maps strings to strings. The
-// tensors tile the data section exactly (no gaps, no overlaps), as the reference implementation
-// requires. A sharded model is a folder of such files and model.safetensors.index.json, whose
-// "weight_map" names the file of each tensor.
+// '{' and may be padded at the end with spaces, 0x20 only: no NUL, no other blank), then the
+// data section. The object maps each tensor name to {"dtype": "F32", "shape": [d0, d1, ...],
+// "data_offsets": [begin, end]}, byte offsets into the data section; the optional key
+// "__metadata__" maps strings to strings. The tensors tile the data section exactly (no gaps,
+// no overlaps), as the reference implementation requires. A sharded model is a folder of such
+// files and model.safetensors.index.json, whose "weight_map" names the file of each tensor.
 //
 // The reader treats a file as hostile: the whole header is checked (its length against the
 // file and MAX_HEADER_BYTES, its nesting depth, the JSON, every dtype, shape product, byte
