@@ -14,6 +14,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <map>
 #include <set>
 #include <string>
 #include <vector>
@@ -30,6 +31,7 @@
 #include "llmc/params.h"
 #include "llmc/train_step.h"
 #include "llmc/checkpoint.h"
+#include "llmc/flags.h"
 #include "llmc/hf_model.h"
 #include "llmc/mfu.h"
 #include "llmc/rand.h"
@@ -50,6 +52,10 @@ struct GPT2Config {
     int num_layers;         // L
     int num_heads;          // NH
     int channels;           // C
+    bool operator==(const GPT2Config& o) const {
+        return max_seq_len == o.max_seq_len && vocab_size == o.vocab_size && padded_vocab_size == o.padded_vocab_size &&
+               num_layers == o.num_layers && num_heads == o.num_heads && channels == o.channels;
+    }
 };
 
 // The parameters: one row per tensor, in llm.c's order (the order of the one
@@ -269,7 +275,10 @@ static std::vector<float> gpt2_initial_weights(const GPT2Config& c, uint64_t see
 // ---- model descriptors: "d12" .. "d48", or "L=2,C=64,H=4,V=250,maxT=64" -------
 static int round_up_vocab(int V) { return CEIL_DIV(V, 128) * 128; }
 
-static bool parse_descriptor(const char* text, GPT2Config* c) {
+// "" and *c when text is a descriptor, else why not. The KEY=VALUE list is
+// read as Llama's (llmc::parse_key_values: a repeated key or an empty item is
+// refused).
+static std::string descriptor_problem(const char* text, GPT2Config* c) {
     const struct {
         const char* name;
         int L, C;
@@ -277,42 +286,41 @@ static bool parse_descriptor(const char* text, GPT2Config* c) {
     for (auto& s : gpt2_sizes)
         if (strcmp(text, s.name) == 0) {
             *c = GPT2Config{1024, 50257, 50304, s.L, s.C / 64, s.C};
-            return true;
+            return "";
         }
     GPT2Config d{1024, 50257, 0, 0, 0, 0};
-    std::string spec = text;
-    size_t pos = 0;
-    while (pos < spec.size()) {
-        size_t end = spec.find(',', pos);
-        if (end == std::string::npos) end = spec.size();
-        std::string item = spec.substr(pos, end - pos);
-        size_t eq = item.find('=');
-        if (eq == std::string::npos) return false;
-        std::string key = item.substr(0, eq);
+    std::map<std::string, std::string> kv;
+    const std::string problem = llmc::parse_key_values(text, &kv);
+    if (!problem.empty()) return problem;
+    for (const auto& e : kv) {
+        const std::string &key = e.first, &v = e.second;
         char* rest = nullptr;
-        long value = strtol(item.c_str() + eq + 1, &rest, 10);
-        if (*rest != '\0' || value <= 0 || value > (1 << 24)) return false;
+        const long value = strtol(v.c_str(), &rest, 10);
+        if (v.empty() || *rest != '\0' || value <= 0 || value > (1 << 24))
+            return key + "=" + v + " is not an integer from 1 to 2^24";
         if (key == "L") d.num_layers = value;
         else if (key == "C") d.channels = value;
         else if (key == "H") d.num_heads = value;
         else if (key == "V") d.vocab_size = value;
         else if (key == "Vp") d.padded_vocab_size = value;
         else if (key == "maxT") d.max_seq_len = value;
-        else return false;
-        pos = end + 1;
+        else return "unknown key " + key + "=";
     }
-    if (d.num_layers == 0 || d.channels == 0 || d.num_heads == 0) return false;
+    if (d.num_layers == 0 || d.channels == 0 || d.num_heads == 0) return "L=, C= and H= are needed";
     if (d.padded_vocab_size == 0) d.padded_vocab_size = round_up_vocab(d.vocab_size);
-    if (d.padded_vocab_size < d.vocab_size) return false;
+    if (d.padded_vocab_size < d.vocab_size) return "Vp is below V";
     *c = d;
-    return true;
+    return "";
 }
 
+static bool parse_descriptor(const char* text, GPT2Config* c) { return descriptor_problem(text, c).empty(); }
+
 static void init_from_descriptor(GPT2* model, const char* descriptor, uint64_t seed) {
-    if (!parse_descriptor(descriptor, &model->config))
-        FAIL("-e %s: not a checkpoint file or a model descriptor (d12, d24, d36, d48, or e.g. "
+    const std::string problem = descriptor_problem(descriptor, &model->config);
+    if (!problem.empty())
+        FAIL("-e %s: not a checkpoint file or a model descriptor (%s; d12, d24, d36, d48, or e.g. "
              "\"L=2,C=64,H=4,V=250,maxT=64\")",
-             descriptor);
+             descriptor, problem.c_str());
     allocate_model(model);
     set_weights(model, gpt2_initial_weights(model->config, seed));
 }

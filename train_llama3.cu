@@ -474,9 +474,9 @@ static double model_flops_per_token(const Llama3* model, int T) {
 static std::string model_summary(const Llama3* model) {
     const Llama3Config& c = model->config;
     char text[200];
-    snprintf(text, sizeof text, "Llama 3 L=%d C=%d H=%d KV=%d F=%d V=%d maxT=%d theta=%g %s", c.L, c.C, c.H, c.KV, c.F,
-             c.V, c.max_seq_len, c.rope_theta, c.tied ? "tied" : "untied");
-    return text;
+    snprintf(text, sizeof text, "Llama 3 L=%d C=%d H=%d KV=%d F=%d V=%d maxT=%d %s, ", c.L, c.C, c.H, c.KV, c.F, c.V,
+             c.max_seq_len, c.tied ? "tied" : "untied");
+    return text + llmc::llama3_rope_text(c);
 }
 
 // No setting depends on the device. -ge is GPT-2's GELU fusion: given here,

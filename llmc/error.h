@@ -35,22 +35,28 @@ struct Error : std::runtime_error {
     throw Error(message);
 }
 
+// text with every control byte as \xNN (and '"' and '\\' too where quoting):
+// a name from a file printed inside a message cannot break the one-line rule.
+inline std::string escape_for_error(const std::string& text, bool quoting = false) {
+    std::string out;
+    for (const char ch : text) {
+        const unsigned char c = (unsigned char)ch;
+        if (c < 0x20 || c == 0x7f || (quoting && (c == '"' || c == '\\'))) {
+            char hex[8];
+            snprintf(hex, sizeof hex, "\\x%02x", c);
+            out += hex;
+        } else {
+            out += ch;
+        }
+    }
+    return out;
+}
+
 // A string from a file (a name, a value), quoted for an error message: control
 // bytes, '"' and '\\' as \xNN, at most 200 bytes, so that a hostile string
 // cannot break the one-line rule.
 inline std::string quote_for_error(const std::string& text) {
-    std::string q = "\"";
-    for (size_t i = 0; i < text.size() && i < 200; i++) {
-        const unsigned char c = (unsigned char)text[i];
-        if (c < 0x20 || c == 0x7f || c == '"' || c == '\\') {
-            char hex[8];
-            snprintf(hex, sizeof hex, "\\x%02x", c);
-            q += hex;
-        } else {
-            q += (char)c;
-        }
-    }
-    return q + (text.size() > 200 ? "...\"" : "\"");
+    return "\"" + escape_for_error(text.substr(0, 200), true) + (text.size() > 200 ? "...\"" : "\"");
 }
 
 // run(argc, argv), with whatever it throws turned into one line on stderr and
@@ -60,8 +66,8 @@ inline int run_main(int (*run)(int, char**), int argc, char** argv) {
         return run(argc, argv);
     } catch (const std::bad_alloc&) {
         fprintf(stderr, "error: out of host memory\n");
-    } catch (const std::exception& e) {
-        fprintf(stderr, "error: %s\n", e.what());
+    } catch (const std::exception& e) {  // one line, whatever a message took in unescaped
+        fprintf(stderr, "error: %s\n", escape_for_error(e.what()).c_str());
     } catch (...) {
         fprintf(stderr, "error: an unknown exception\n");
     }

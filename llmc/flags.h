@@ -25,6 +25,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <map>
 #include <set>
 #include <string>
 #include <type_traits>
@@ -199,3 +200,24 @@ void flags_print_help(const Flag<O> (&flags)[N]) {
     }
     printf("%-*s %s\n", width, "  --help", "this text");
 }
+
+namespace llmc {
+
+// A model descriptor's "KEY=VALUE,KEY=VALUE" as its pairs, into *kv; "" when it is one, else why
+// not (an item without '=', an empty item: a trailing or doubled comma; a key given twice). Both
+// trainers' -e descriptors read through it, so they take and refuse the same forms.
+inline std::string parse_key_values(const std::string& text, std::map<std::string, std::string>* kv) {
+    kv->clear();
+    for (size_t at = 0; at <= text.size();) {
+        const size_t comma = std::min(text.find(',', at), text.size());
+        const std::string item = text.substr(at, comma - at);
+        const size_t eq = item.find('=');
+        if (eq == std::string::npos) return quote_for_error(item) + " is not KEY=VALUE";
+        const std::string key = item.substr(0, eq);
+        if (!kv->emplace(key, item.substr(eq + 1)).second) return key + " is given twice";
+        at = comma + 1;
+    }
+    return "";
+}
+
+}  // namespace llmc

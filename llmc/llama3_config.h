@@ -13,8 +13,10 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <map>
 #include <string>
@@ -22,6 +24,7 @@
 
 #include "llmc/checkpoint.h"
 #include "llmc/error.h"
+#include "llmc/flags.h"
 #include "llmc/hf_model.h"
 
 namespace llmc {
@@ -72,6 +75,17 @@ inline void llama3_check(const Llama3Config& c, const std::string& where) {
             fail(where + ": RoPE scaling needs 0 < low < high (finite)");
         if (c.rope_original_max_seq_len <= 0) fail(where + ": orig must be > 0");
     }
+}
+
+// The RoPE of c for the run's "model:" line: theta and the scaling, every field of it.
+inline std::string llama3_rope_text(const Llama3Config& c) {
+    char text[200];
+    if (c.rope_scaling)
+        snprintf(text, sizeof text, "rope theta %g, llama3 scaling (factor %g, low %g, high %g, original %d)",
+                 c.rope_theta, c.rope_factor, c.rope_low_freq_factor, c.rope_high_freq_factor,
+                 c.rope_original_max_seq_len);
+    else snprintf(text, sizeof text, "rope theta %g, no scaling", c.rope_theta);
+    return text;
 }
 
 // Llama 3.1's scaling as published: low 1, high 4, original 8192 positions.
@@ -133,18 +147,8 @@ inline Llama3Config llama3_parse_descriptor(const std::string& desc) {
              ": not a Llama 3 model (llama3:L=..,C=..,H=..,KV=..,F=..,V=.. or llama3.2-1b, llama3.2-3b, llama3.1-8b)");
     c.max_seq_len = 1024;
     std::map<std::string, std::string> kv;
-    std::string rest = desc.substr(prefix.size());
-    size_t at = 0;
-    while (at <= rest.size()) {
-        const size_t comma = std::min(rest.find(',', at), rest.size());
-        const std::string item = rest.substr(at, comma - at);
-        const size_t eq = item.find('=');
-        if (eq == std::string::npos) fail(desc + ": \"" + item + "\" is not KEY=VALUE");
-        const std::string key = item.substr(0, eq);
-        if (kv.count(key)) fail(desc + ": " + key + " is given twice");
-        kv[key] = item.substr(eq + 1);
-        at = comma + 1;
-    }
+    const std::string problem = parse_key_values(desc.substr(prefix.size()), &kv);
+    if (!problem.empty()) fail(desc + ": " + problem);
     for (const char* k : {"L", "C", "H", "KV", "F", "V"})
         if (!kv.count(k)) fail(desc + ": " + k + "= is missing");
     const bool scaled = kv.count("factor") > 0;
@@ -247,14 +251,45 @@ inline nlohmann::json llama3_to_hf_json(const Llama3Config& c, const std::string
     return j;
 }
 
+// The RoPE type of a transformers RoPE dict. transformers 5 reads "rope_type" before the older
+// "type", 4's LlamaConfig copies "type" over "rope_type": given both, they must agree. Without
+// either, transformers 4 fails and 5 takes "default" (ignoring a factor): refused unless the dict
+// holds no scaling key at all.
+inline std::string llama3_rope_type_(const nlohmann::json& r, const std::string& where) {
+    std::string type;
+    for (const char* k : {"rope_type", "type"}) {
+        auto it = r.find(k);
+        if (it == r.end()) continue;
+        if (!it->is_string()) fail(where + ": RoPE " + k + " is not a string");
+        const std::string t = it->get<std::string>();
+        if (!type.empty() && t != type)
+            fail(where + ": RoPE rope_type " + quote_for_error(type) + " and type " + quote_for_error(t) +
+                 " disagree (transformers 5 reads rope_type, 4 type)");
+        type = t;
+    }
+    if (type.empty())
+        for (auto it = r.begin(); it != r.end(); ++it)
+            if (it.key() != "rope_theta")
+                fail(where + ": RoPE parameters with " + quote_for_error(it.key()) + " but no rope_type");
+    return type.empty() ? "default" : type;
+}
+
+// The RoPE scaling the trainer computes: "default" (none) and "llama3" (Llama 3.1's); any other
+// type, and any key the type does not use, is refused (it would be dropped without a word).
 inline void llama3_rope_from_json_(const nlohmann::json& r, const std::string& where, Llama3Config* c) {
     if (!r.is_object()) fail(where + ": the RoPE parameters are not an object");
-    std::string type;
-    for (const char* k : {"rope_type", "type"})
-        if (r.contains(k) && r[k].is_string()) type = r[k].get<std::string>();
-    if (type == "default" || type.empty()) return;
-    if (type != "llama3")
+    const std::string type = llama3_rope_type_(r, where);
+    if (type != "default" && type != "llama3")
         fail(where + ": rope_type " + quote_for_error(type) + " is not supported (only llama3 or default)");
+    const std::vector<std::string> llama3_keys = {"factor", "low_freq_factor", "high_freq_factor",
+                                                  "original_max_position_embeddings"};
+    for (auto it = r.begin(); it != r.end(); ++it) {
+        const std::string& k = it.key();
+        const bool used = k == "rope_type" || k == "type" || k == "rope_theta" ||
+                          (type == "llama3" && std::count(llama3_keys.begin(), llama3_keys.end(), k));
+        if (!used) fail(where + ": RoPE " + quote_for_error(k) + " is not used by rope_type " + type);
+    }
+    if (type == "default") return;
     c->rope_scaling = true;
     c->rope_factor = hf_json_number(r, "factor", where, NAN);
     c->rope_low_freq_factor = hf_json_number(r, "low_freq_factor", where, NAN);
@@ -262,6 +297,33 @@ inline void llama3_rope_from_json_(const nlohmann::json& r, const std::string& w
     c->rope_original_max_seq_len = hf_json_required_int(r, "original_max_position_embeddings", where);
     if (std::isnan(c->rope_factor) || std::isnan(c->rope_low_freq_factor) || std::isnan(c->rope_high_freq_factor))
         fail(where + ": llama3 RoPE scaling needs factor, low_freq_factor and high_freq_factor");
+}
+
+// The RoPE parameters of a LlamaConfig: transformers 5's "rope_parameters" (theta inside) or 4's
+// "rope_scaling"; given both, they must be equal (which one a version reads differs), and so must
+// the two thetas.
+inline void llama3_rope_config_(const nlohmann::json& j, const std::string& where, Llama3Config* c) {
+    const auto present = [&](const char* k) { return j.contains(k) && !j[k].is_null(); };
+    if (present("rope_parameters") && present("rope_scaling") && j["rope_parameters"] != j["rope_scaling"])
+        fail(where + ": rope_parameters and rope_scaling are both given and differ");
+    const char* key = present("rope_parameters") ? "rope_parameters" : present("rope_scaling") ? "rope_scaling" : "";
+    if (!*key) return;
+    llama3_rope_from_json_(j[key], where, c);
+    const double theta = hf_json_number(j[key], "rope_theta", where, c->rope_theta);
+    if (j.contains("rope_theta") && !j["rope_theta"].is_null() && theta != c->rope_theta)
+        fail(where + ": rope_theta and " + key + "'s rope_theta differ");
+    c->rope_theta = theta;
+}
+
+// Dropout is not applied by the trainer: a config asking for it (LlamaConfig reads
+// attention_dropout; any other *dropout key too) is refused rather than trained without.
+inline void llama3_refuse_dropout_(const nlohmann::json& j, const std::string& where) {
+    for (auto it = j.begin(); it != j.end(); ++it) {
+        if (it.key().find("dropout") == std::string::npos || it->is_null()) continue;
+        if (!it->is_number() || it->get<double>() != 0.0)
+            fail(where + ": " + quote_for_error(it.key()) + " " + quote_for_error(it->dump()) +
+                 " is not supported (the trainer has no dropout; only 0)");
+    }
 }
 
 // Reads a LlamaConfig; absent optional keys take LlamaConfig's defaults (num_key_value_heads:
@@ -293,13 +355,8 @@ inline Llama3Config llama3_from_hf_json(const nlohmann::json& j, const std::stri
     c.rms_norm_eps = hf_json_number(j, "rms_norm_eps", where, 1e-6);
     c.rope_theta = hf_json_number(j, "rope_theta", where, 10000.0);
     c.tied = hf_json_bool(j, "tie_word_embeddings", where, false);
-    auto rp = j.find("rope_parameters");
-    if (rp != j.end() && !rp->is_null()) {
-        llama3_rope_from_json_(*rp, where, &c);
-        c.rope_theta = hf_json_number(*rp, "rope_theta", where, c.rope_theta);
-    } else if (j.contains("rope_scaling") && !j["rope_scaling"].is_null()) {
-        llama3_rope_from_json_(j["rope_scaling"], where, &c);
-    }
+    llama3_rope_config_(j, where, &c);
+    llama3_refuse_dropout_(j, where);
     llama3_check(c, where);
     const int hd = hf_json_int(j, "head_dim", where, &found);
     if (found && hd != c.head_dim())

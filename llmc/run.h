@@ -7,7 +7,7 @@
 // MicroBatches, defines what llmc/train_step.h lists (forward, cross_entropy,
 // backward, reduce_scratch, document_start_token), and for the run, for its
 // type Model:
-//   Model::Config, a member `Config config`       the model's shape
+//   Model::Config, a member `Config config`       the model's shape; == compares two
 //   static constexpr const char* Model::NAME      the family, for --help ("GPT-2")
 //   ... INIT_DEFAULT, INIT_HELP                   -e's default and help text
 //   ... DOC_TOKEN_HELP                            --doc-token's help: the family's token that starts a document
@@ -500,6 +500,7 @@ struct Run {
     RampLRScaling ramp_lr;
     int start_step = 0, steps = 0;  // steps: the run ends after this one
     int resume_step = -1;           // the checkpoint resumed from, or -1
+    bool init_given = false;        // -e was on the command line (not its default)
     int saved_step = -1;            // the newest checkpoint this run wrote
     CheckpointFolder folder;        // -o (llmc/checkpoint.h): owner, lock, what pruning may delete
     ResumeInfo resumed{RESUME_MAGIC, 0, {}, 0};
@@ -521,6 +522,7 @@ void configure_run(Run<Model>* run, int argc, char** argv) {
     TrainOptions& opt = run->opt;
     std::set<std::string> given;
     opt = parse_options<Model>(argc, argv, &given);
+    run->init_given = given.count("-e") > 0;
     if (!opt.train_pattern) use_builtin_corpus<Model>(&opt, given);
     // the enumerated flags hold their choice's index (llmc/flags.h), in the enum's order
     run->scheduler = LRScheduler{(LRSchedule)opt.schedule, opt.lr, opt.warmup_steps, 0, opt.final_lr_fraction};
@@ -670,6 +672,19 @@ void decide_document_token(Run<Model>* run, const char* weights, bool from_file)
     run->model.doc_token = document_token_for_run(run);
 }
 
+// A resumed run trains the checkpoint's model (run->model.config, read by
+// decide_document_token): a -e of another shape contradicts it and is refused,
+// naming both, rather than dropped without a word.
+template <class Model>
+void check_init_matches_checkpoint(Run<Model>* run) {
+    if (!run->init_given) return;
+    const typename Model::Config init = read_config<Model>(run->opt.init);
+    if (!(init == run->model.config))
+        llmc::failf("-e %s: not the model of the checkpoint of step %d in %s (%s); -y 1 resumes that one (leave -e "
+                    "out, or give another -o)",
+                    run->opt.init, run->resume_step, run->opt.output_dir, model_summary(&run->model).c_str());
+}
+
 // The model: the newest complete checkpoint of -o that passes its checks
 // (with -y 1), else -e (a model file or a descriptor); then its activations.
 template <class Model>
@@ -696,9 +711,11 @@ void build_model(Run<Model>* run) {
     const bool from_file = !init_is_descriptor<Model>(weights.c_str()) && stat(weights.c_str(), &st) == 0;
     decide_document_token(run, weights.c_str(), from_file);
     if (run->resume_step >= 0) {
+        check_init_matches_checkpoint(run);
         folder.proven.push_back(run->resume_step);  // every rank checked its files against the DONE
         run->resumed = load_checkpoint(model, opt.output_dir, run->resume_step);
-        print0("resuming from step %d of %s\n", run->resume_step, opt.output_dir);
+        print0("resuming from step %d of %s%s\n", run->resume_step, opt.output_dir,
+               run->init_given ? "" : ", its model (no -e given)");
     } else {
         if (opt.resume) print0("no complete checkpoint in %s: starting from -e\n", opt.output_dir);
         if (from_file) init_from_model_file(model, opt.init);

@@ -2,12 +2,12 @@
 // converted to fp32 or bf16) and writing (one file, or shards with their index), header-only.
 //
 // A file is: 8 bytes N (uint64, little-endian), N bytes of a UTF-8 JSON object (it starts with
-// '{' and may be padded at the end with spaces), then the data section. The object maps each
-// tensor name to {"dtype": "F32", "shape": [d0, d1, ...], "data_offsets": [begin, end]}, byte
-// offsets into the data section; the optional key "__metadata__" maps strings to strings. The
-// tensors tile the data section exactly (no gaps, no overlaps), as the reference implementation
-// requires. A sharded model is a folder of such files and model.safetensors.index.json, whose
-// "weight_map" names the file of each tensor.
+// '{' and may be padded at the end with spaces, 0x20 only: no NUL, no other blank), then the
+// data section. The object maps each tensor name to {"dtype": "F32", "shape": [d0, d1, ...],
+// "data_offsets": [begin, end]}, byte offsets into the data section; the optional key
+// "__metadata__" maps strings to strings. The tensors tile the data section exactly (no gaps,
+// no overlaps), as the reference implementation requires. A sharded model is a folder of such
+// files and model.safetensors.index.json, whose "weight_map" names the file of each tensor.
 //
 // The reader treats a file as hostile: the whole header is checked (its length against the
 // file and MAX_HEADER_BYTES, its nesting depth, the JSON, every dtype, shape product, byte
@@ -43,8 +43,9 @@ constexpr uint64_t SAFETENSORS_MAX_HEADER_BYTES = 100ull << 20;  // the referenc
 constexpr int SAFETENSORS_MAX_JSON_DEPTH = 8;                     // a valid header has depth 3
 constexpr int SAFETENSORS_MAX_DIMS = 16;
 
+// file escaped: a shard's name comes from the index, a file
 [[noreturn]] inline void safetensors_fail_(const std::string& file, const std::string& what) {
-    fail("safetensors: " + file + ": " + what);
+    fail("safetensors: " + escape_for_error(file) + ": " + what);
 }
 
 // Bytes per element of a safetensors dtype name; 0 when the name is not one.
@@ -265,10 +266,14 @@ class SafetensorsFile {
 
     void parse_header_(const std::string& text) {
         if (text[0] != '{') safetensors_fail_(path_, "header is not a JSON object (it must begin with '{')");
+        // the JSON parser ends its input at a NUL byte, so one would hide whatever follows it
+        if (text.find('\0') != std::string::npos) safetensors_fail_(path_, "header holds a NUL byte");
         if (safetensors_json_depth_(text, SAFETENSORS_MAX_JSON_DEPTH) > SAFETENSORS_MAX_JSON_DEPTH)
             safetensors_fail_(path_, "header nests JSON deeper than a safetensors header can");
         const nlohmann::json h = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
         if (h.is_discarded()) safetensors_fail_(path_, "header is not valid JSON");
+        if (text[text.find_last_not_of(' ')] != '}')  // JSON's other blanks (\n, \t) too
+            safetensors_fail_(path_, "header has bytes other than spaces after its JSON object");
         if (!h.is_object()) safetensors_fail_(path_, "header is not a JSON object");
         for (auto it = h.begin(); it != h.end(); ++it) {
             if (it.key() == "__metadata__") {

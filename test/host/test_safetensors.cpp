@@ -353,6 +353,13 @@ static void test_hostile() {
         {"a name with a newline and quotes", "{" + entry("a\\n\\\"b", "F33", "[1]", "[0,4]") + "}", "abcd", -1,
          "tensor \"a\\x0a\\x22b\" has an unknown dtype"},
         {"metadata that is no object", "{\"__metadata__\":[]}", "", -1, "__metadata__ is not a JSON object"},
+        // padding is spaces only: the JSON parser stops at a NUL, and would take what hides behind it
+        {"a header padded with NUL bytes", "{" + entry("w", "F32", "[2]", "[0,8]") + "}" + std::string(4, '\0'), d8, -1,
+         "header holds a NUL byte"},
+        {"a NUL before a second object", "{" + entry("w", "F32", "[2]", "[0,8]") + "}" + std::string(1, '\0') + "{}",
+         d8, -1, "header holds a NUL byte"},
+        {"a header padded with a newline", "{" + entry("w", "F32", "[2]", "[0,8]") + "}\n", d8, -1,
+         "bytes other than spaces after its JSON object"},
     };
     int i = 0;
     for (const auto& c : cases) {
@@ -429,6 +436,9 @@ static void test_hostile_index() {
         {"a missing shard", "\"a.f32\": \"model-00001-of-00002.safetensors\"", "\"a.f32\": \"model-9.safetensors\"",
          "cannot open"},
         {"no weight_map", "weight_map", "weight_mop", "no weight_map object"},
+        {"a shard name with a newline (escaped: the error stays one line)",
+         "\"a.f32\": \"model-00001-of-00002.safetensors\"", "\"a.f32\": \"m\\nerror: forged.safetensors\"",
+         "/m\\x0aerror: forged.safetensors: cannot open"},
     };
     for (const auto& c : cases) {
         std::string text = good;
@@ -469,6 +479,7 @@ static void test_descriptor() {
         {"llama3:L=2,C=64,H=4,KV=2,F=192,V=256,tied=2", "tied=2 is not 0 or 1"},
         {"llama3:L=2,C=64,H=4,KV=2,F=192,V=256,factor=8,low=4,high=1", "0 < low < high"},
         {"llama3:L=2,,C=64", "\"\" is not KEY=VALUE"},
+        {"llama3:L=2,C=64,H=4,KV=2,F=192,V=256,", "\"\" is not KEY=VALUE"},
         {"llama3:L=99999999999,C=64,H=4,KV=2,F=192,V=256", "L=99999999999 is not an integer"},
         {"gpt2:d12", "not a Llama 3 model"},
         {"llama3.2-2b", "not a Llama 3 model"},
@@ -549,6 +560,36 @@ static void test_config_json() {
         {"no hidden_size", "hidden_size", nullptr, "hidden_size is missing"},
         {"KV not dividing H", "num_key_value_heads", 5, "KV=5 does not divide H=32"},
         {"tie_word_embeddings not a bool", "tie_word_embeddings", 1, "tie_word_embeddings is not true or false"},
+        // RoPE as transformers reads it: what a version would read otherwise, or compute without, is refused
+        {"a factor without a rope type", "rope_scaling", {{"factor", 8.0}}, "with \"factor\" but no rope_type"},
+        {"a rope type that is a number",
+         "rope_scaling",
+         {{"rope_type", 3}, {"factor", 8.0}},
+         "rope_type is not a string"},
+        {"rope_type and type that disagree",
+         "rope_scaling",
+         {{"rope_type", "linear"}, {"type", "llama3"}, {"factor", 8.0}},
+         "rope_type \"linear\" and type \"llama3\" disagree"},
+        {"a factor with the default type",
+         "rope_scaling",
+         {{"rope_type", "default"}, {"factor", 8.0}},
+         "\"factor\" is not used by rope_type default"},
+        {"a llama3 key the trainer does not compute",
+         "rope_scaling",
+         {{"rope_type", "llama3"},
+          {"factor", 8.0},
+          {"low_freq_factor", 1.0},
+          {"high_freq_factor", 4.0},
+          {"original_max_position_embeddings", 8192},
+          {"attention_factor", 2.0}},
+         "\"attention_factor\" is not used by rope_type llama3"},
+        {"rope_parameters unlike rope_scaling",
+         "rope_parameters",
+         {{"rope_type", "default"}, {"rope_theta", 500000.0}},
+         "rope_parameters and rope_scaling are both given and differ"},
+        {"attention dropout", "attention_dropout", 0.1, "\"attention_dropout\" \"0.1\" is not supported"},
+        {"hidden dropout", "hidden_dropout", 0.5, "\"hidden_dropout\" \"0.5\" is not supported"},
+        {"a dropout that is a string", "attention_dropout", "0", "\"attention_dropout\" \"\\x220\\x22\""},
     };
     for (const auto& b : bads) {
         nlohmann::json j = base;
@@ -556,6 +597,27 @@ static void test_config_json() {
         const std::string err = error_of([&] { llama3_from_hf_json(j, "cfg.json"); });
         CHECK(contains_all(err, {"cfg.json: ", b.needle}), "config.json refuses %s (%s)", b.what, err.c_str());
     }
+    nlohmann::json two_thetas = base;
+    two_thetas.erase("rope_scaling");
+    two_thetas["rope_parameters"] = {{"rope_type", "default"}, {"rope_theta", 500000.0}};
+    two_thetas["rope_theta"] = 10000.0;
+    std::string err = error_of([&] { llama3_from_hf_json(two_thetas, "cfg.json"); });
+    CHECK(contains_all(err, {"cfg.json: rope_theta and rope_parameters's rope_theta differ"}),
+          "config.json refuses two different thetas (%s)", err.c_str());
+    nlohmann::json both = base;
+    both["rope_parameters"] = base["rope_scaling"];
+    both["rope_parameters"]["type"] = "llama3";
+    both["rope_scaling"] = both["rope_parameters"];
+    Llama3Config read;
+    err = error_of([&] { read = llama3_from_hf_json(both, "cfg.json"); });
+    CHECK(err == NO_ERROR && read == llama3_parse_descriptor("llama3.2-1b"),
+          "config.json: rope_parameters equal to rope_scaling, and type equal to rope_type, read as given (%s)",
+          err.c_str());
+    CHECK(llama3_rope_text(read) == "rope theta 500000, llama3 scaling (factor 32, low 1, high 4, original 8192)" &&
+              llama3_rope_text(llama3_parse_descriptor("llama3:L=1,C=32,H=4,KV=4,F=64,V=96,theta=10000")) ==
+                  "rope theta 10000, no scaling",
+          "config.json: the model line's RoPE text names theta and every scaling field (%s)",
+          llama3_rope_text(read).c_str());
     nlohmann::json minimal = base;
     for (const char* k :
          {"num_key_value_heads", "rope_theta", "rms_norm_eps", "tie_word_embeddings", "rope_scaling", "head_dim"})

@@ -37,6 +37,21 @@ mkdir -p "$work/empty"
 check "a folder without config.json is refused" one_error "config.json: cannot read" -e "$work/empty" -x 1
 mkdir -p "$work/noweights" && cp test/ref/llama3_hf_tiny/tied/config.json "$work/noweights/"
 check "a folder with config.json and no safetensors is refused" one_error "model.safetensors: cannot open" -e "$work/noweights" -x 1
+# config.json: what the trainer does not compute is refused, not dropped (the cases: test_safetensors)
+mkdir -p "$work/dropout" && python3 -c "
+import json, sys
+c = json.load(open('test/ref/llama3_hf_tiny/untied/config.json'))
+c['attention_dropout'] = 0.1
+json.dump(c, open(sys.argv[1], 'w'))" "$work/dropout/config.json"
+check "a config.json with attention_dropout 0.1 is refused" one_error '"attention_dropout" "0.1" is not supported' -e "$work/dropout" -x 1
+# a shard name from the index is escaped in the error: one line, not a forged second "error:" line
+cp -r test/ref/llama3_hf_tiny/sharded "$work/forged"
+sed -i 's/"lm_head.weight": "model-00003-of-00003.safetensors"/"lm_head.weight": "x\\nerror: forged.safetensors"/' \
+    "$work/forged/model.safetensors.index.json"
+check "an index naming a shard with a newline: one error line, the newline escaped" \
+    one_error 'forged/x\\x0aerror: forged.safetensors: cannot open' -e "$work/forged" -x 1
+check "the model line names RoPE's scaling" bash -c "'$BIN' -e 'llama3:L=1,C=32,H=2,KV=1,F=64,V=256,T=64,factor=8,orig=16' \
+    -x 1 -v 0 -s 0 2>&1 | grep -qF 'T=64 untied, rope theta 500000, llama3 scaling (factor 8, low 1, high 4, original 16),'"
 "$BIN" --help >"$work/help" 2>&1
 check "--help: -r recomputes SwiGLU and the RMSNorms" grep -q "1 = SwiGLU, 2 = SwiGLU and the RMSNorms" "$work/help"
 check "--help: -e names the published sizes" grep -q "llama3.2-1b" "$work/help"
@@ -115,6 +130,7 @@ check "V=128256: one step on its 3 documents (util 33.3%, a finite loss)" \
     grep -qE '^step +1/1 \| loss [0-9]+\.[0-9]+ .*util 33\.3%' "$work/run_l3"
 check "--help: --doc-token says Llama 3's default" grep -q "128000 (<|begin_of_text|>)" "$work/help"
 check "the built-in default trains 3 steps" bash -c "'$BIN' -x 3 -v 0 -s 0 >'$work/run' 2>&1 && grep -qE '^step +3/' '$work/run'"
+check "... its model line: plain RoPE" grep -q '^model: Llama 3 .* rope theta 500000, no scaling, ' "$work/run"
 
 # ---- checkpoints: the model is a Hugging Face folder
 run() { timeout $((300 * ${TEST_TIMEOUT_SCALE:-1})) "$BIN" -v 0 -s 0 "$@" >"$work/run" 2>&1; }
@@ -138,6 +154,11 @@ run -x 6 -n 2 -o "$ck" -y 1
 check "-y 1: a truncated model_00000004/model.safetensors is refused, the run resumes from step 2" \
     bash -c "grep -q 'checkpoint 4 not used: .*model_00000004/model.safetensors: [0-9]* bytes, its DONE says' '$work/run' &&
              grep -q 'resuming from step 2 ' '$work/run' && grep -qE '^step +6/6' '$work/run'"
+check "-y 1 without -e: the resume line says the model is the checkpoint's" \
+    grep -q "^resuming from step 2 of $ck, its model (no -e given)$" "$work/run"
+check "-y 1 with a -e of another shape: refused, naming both" \
+    one_error "-e llama3:L=1,C=32,H=2,KV=1,F=64,V=256,T=64: not the model of the checkpoint of step 6 in $ck (Llama 3 L=2 " \
+    -e "llama3:L=1,C=32,H=2,KV=1,F=64,V=256,T=64" -x 8 -n 2 -v 0 -s 0 -o "$ck" -y 1
 # the newest folder replaced by a link to an intact copy: not followed
 lk=$work/lk
 cp -r "$work/ck_good" "$lk" && mv "$lk/model_00000004" "$work/intact" && ln -s "$work/intact" "$lk/model_00000004"

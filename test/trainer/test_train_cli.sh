@@ -135,6 +135,10 @@ plan_error "--ramp-tokens above -d" "--ramp-tokens 512: more than the 256" -b 2 
 expect_error "flag without a value" "needs a value" -i "$WORK/good.bin" -b
 expect_error "non-numeric value" "expected an integer" -b four
 expect_error "bad descriptor" "not a checkpoint file or a model descriptor" -e "L=two"
+# the descriptor's KEY=VALUE list is read as train_llama3's (llmc::parse_key_values)
+expect_error "a descriptor with a trailing comma" 'not a checkpoint file or a model descriptor (\"\" is not KEY=VALUE' \
+    -e "$TINY,"
+expect_error "a descriptor with a repeated key" "(L is given twice" -e "L=1,L=2,C=32,H=2,V=256,maxT=32"
 expect_error "unknown schedule" "unknown schedule" -k stairs -i "$WORK/good.bin" -e "$TINY"
 
 # checkpoints: wrong magic, wrong version, truncated
@@ -344,6 +348,9 @@ expect_error "a fresh run (-y 0, another seed) in a folder with another run's ch
 check "the refused run deleted none of them (5 DONE kept)" $?
 expect_error "-x below the step it would resume from" "-x 6: the run resumed from step 10 is already past it" \
     "${R[@]}" -x 6 -o "$WORK/own" -y 1
+expect_error "-y 1 with a -e of another shape than the checkpoint's: refused, naming both" \
+    "-e L=2,C=32,H=2,V=256,maxT=32: not the model of the checkpoint of step 10 in $WORK/own (L=1 C=32 NH=2 " \
+    -e "L=2,C=32,H=2,V=256,maxT=32" -i "$WORK/good.bin" -b 2 -t 16 -v 0 -x 12 -o "$WORK/own" -y 1
 grep -q "^run [0-9a-f]\{16\}$" "$WORK/own/DONE_00000010" &&
     grep -qE "^file model_00000010.bin [0-9]+ [0-9a-f]{16}$" "$WORK/own/DONE_00000010" &&
     grep -qE "^file state_00000010_00000.bin [0-9]+ [0-9a-f]{16}$" "$WORK/own/DONE_00000010"
