@@ -3,8 +3,9 @@
 
 A link [`name`](path#L123) in a Markdown file claims that `name` is defined at
 line 123 of path, which is relative to the Markdown file's folder (from
-docs/x.md: `../llmc/x.h#L12`), as a Markdown viewer resolves it. Only definitions at file scope count (inside a namespace or
-extern "C" block is file scope; inside a function, struct or table is not):
+docs/x.md: `../llmc/x.h#L12`), as a Markdown viewer resolves it. Only
+definitions at file scope count (inside a namespace or extern "C" block is
+file scope; inside a function, struct or table is not):
 a function with a body, a struct/class/enum with a body, a table or variable
 initialised at file scope (`name[] = {`, `name = `), a `#define`, or a
 top-level Python `def`/`class`. A local such as a `static const std::string
