@@ -327,7 +327,7 @@ lesson: build/cpu-fp32/train_gpt build/cpu-fp32/lesson build/cpu/train_gpt
 # test/trainer/ against build/$(BUILD)/train_gpt (test_llama3_*: train_llama3;
 # test_hf: the builds it compares; test_finetune: build/cpu-fp32's); test_gpu_check, the dry run of test/gpu_check.sh. ARGS go to the
 # program. TEST_FILTER=substring runs only the cases whose name contains it
-# (TEST_CASE in test/test_util.h; README's "Running one test" lists who has them).
+# (TEST_CASE in test/test_util.h; docs/tests.md's "Running one test" lists who has them).
 BUILD ?= cpu
 HOST_TESTS    := $(basename $(notdir $(wildcard test/host/test_*.cpp)))
 TRAINER_TESTS := $(basename $(notdir $(wildcard test/trainer/test_*)))

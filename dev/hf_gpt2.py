@@ -1,7 +1,7 @@
 """GPT-2 between llm.c's model files and Hugging Face transformers' folders (numpy only).
 
 Shared by dev/export_hf.py and dev/import_hf.py. Layouts:
-- model file (llm.c, README "File formats"): 256 x int32 header [20240326, 3 (fp32) or 5
+- model file (llm.c, docs/formats.md): 256 x int32 header [20240326, 3 (fp32) or 5
   (bf16), maxT, V, L, NH, C, Vp], then the 16 tensors in llm.c's order, layers stacked,
   matrices as (out, in) like torch.nn.Linear, wte padded to Vp rows.
 - transformers' GPT2LMHeadModel: one tensor per layer, named transformer.h.N.*; its

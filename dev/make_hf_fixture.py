@@ -2,7 +2,7 @@
 """Writes test/ref/hf_tiny/: a tiny GPT-2 made by transformers with every tensor random
 (layernorm gains and biases included), saved with save_pretrained (config.json,
 generation_config.json, model.safetensors), and debug.bin: one batch's logits, mean loss and
-gradients computed by transformers (llm.c's debug-state format, README "File formats";
+gradients computed by transformers (llm.c's debug-state format, docs/formats.md;
 gradients in llm.c's order and layout, wte's padded rows 0); SHA256SUMS of the files.
 test/trainer/test_hf.py checks the import, the trainer's forward and the export against them.
 
@@ -11,7 +11,7 @@ independent PyTorch model: the imported tensors in it give transformers' logits 
 gradients. Needs torch, transformers (and numpy); CI needs only the committed files.
 
 --bf16-sweep BIN measures the bf16 build's errors on models other than the tests' (the
-bounds of test_gpt2.cu and the README): 48 random GPT-2s from transformers (16 seeds of
+bounds of test_gpt2.cu and docs/tests.md): 48 random GPT-2s from transformers (16 seeds of
 three shapes: the fixture's; V=50257 with GPT-2's init; V=50257, L=4, C=128, all random),
 each imported and run through BIN --debug-case (e.g. build/cpu/test_gpt2); prints each
 model's errors and the worst.

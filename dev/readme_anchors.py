@@ -1,9 +1,11 @@
 #!/usr/bin/env python3
-"""Keeps README.md's line anchors into the code true.
+"""Keeps the line anchors into the code of README.md and docs/*.md true.
 
-A link [`name`](path#L123) in README.md claims that `name` is defined at line
-123 of path. Only definitions at file scope count (inside a namespace or
-extern "C" block is file scope; inside a function, struct or table is not):
+A link [`name`](path#L123) in a Markdown file claims that `name` is defined at
+line 123 of path, which is relative to the Markdown file's folder (from
+docs/x.md: `../llmc/x.h#L12`), as a Markdown viewer resolves it. Only
+definitions at file scope count (inside a namespace or extern "C" block is
+file scope; inside a function, struct or table is not):
 a function with a body, a struct/class/enum with a body, a table or variable
 initialised at file scope (`name[] = {`, `name = `), a `#define`, or a
 top-level Python `def`/`class`. A local such as a `static const std::string
@@ -21,9 +23,10 @@ signatures (from the line holding the name to the `{` that opens the body).
 --check (the default) prints one PASS/FAIL line per link and a tally, and
 fails where the name is not uniquely defined at that line; --fix rewrites each
 number to the line where the name is defined now (an ambiguous or missing
-name still fails).
+name still fails). With no file named it checks the project's README.md and
+every docs/*.md.
 
-    python3 dev/readme_anchors.py [--check | --fix] [README.md]
+    python3 dev/readme_anchors.py [--check | --fix] [FILE.md ...]
 """
 import os
 import re
@@ -144,45 +147,65 @@ def resolve(path, lines, name, pick):
     return found[0], None
 
 
-def main(argv):
-    fix = "--fix" in argv
-    args = [a for a in argv if not a.startswith("--")]
-    readme = args[0] if args else "README.md"
-    root = os.path.dirname(os.path.abspath(readme))
+def project_markdown():
+    """[(path, name shown)] of the project's README.md and docs/*.md (sorted), named from the project's root."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    docs = os.path.join(root, "docs")
+    names = ["README.md"]
+    if os.path.isdir(docs):
+        names += sorted("docs/" + n for n in os.listdir(docs) if n.endswith(".md"))
+    return [(os.path.join(root, n), n) for n in names]
+
+
+def check_file(markdown, shown, fix, cache):
+    """(passed, failed) for the links of one Markdown file (named shown in the output); None if it cannot be
+    read."""
+    folder = os.path.dirname(os.path.abspath(markdown))
     try:
-        text = open(readme, encoding="utf-8").read()
+        text = open(markdown, encoding="utf-8").read()
     except OSError as e:
-        print("error: %s: %s" % (readme, e.strerror), file=sys.stderr)
-        return 1
-    cache, passed, failed = {}, 0, 0
+        print("error: %s: %s" % (shown, e.strerror), file=sys.stderr)
+        return None
+    counts = [0, 0]
 
     def lines_of(path):
-        if path not in cache:
-            full = os.path.join(root, path)
-            cache[path] = open(full, encoding="utf-8").read().split("\n") if os.path.isfile(full) else None
-        return cache[path]
+        full = os.path.normpath(os.path.join(folder, path))
+        if full not in cache:
+            cache[full] = open(full, encoding="utf-8").read().split("\n") if os.path.isfile(full) else None
+        return cache[full]
 
     def check(m):
-        nonlocal passed, failed
         name, path, number, title, pick = m.group(1), m.group(2), int(m.group(3)), m.group(4) or "", m.group(5)
         lines = lines_of(path)
         where, why = resolve(path, lines, name, pick) if lines is not None else (0, "no such file")
         if fix and where:
             number = where
         if where and where == number:
-            passed += 1
-            print("PASS %s is defined at %s:%d" % (name, path, number))
+            counts[0] += 1
+            print("PASS %s: %s is defined at %s:%d" % (shown, name, path, number))
         else:
-            failed += 1
+            counts[1] += 1
             hint = " (it is at line %d: run dev/readme_anchors.py --fix)" % where if where else " (%s)" % why
-            print("FAIL %s is not defined at %s:%d%s" % (name, path, number, hint))
+            print("FAIL %s: %s is not defined at %s:%d%s" % (shown, name, path, number, hint))
         return "[`%s`](%s#L%d%s)" % (name, path, number, title)
 
     new_text = LINK.sub(check, text)
     if fix and new_text != text:
-        with open(readme, "w", encoding="utf-8") as f:
+        with open(markdown, "w", encoding="utf-8") as f:
             f.write(new_text)
-    print("readme_anchors: %d passed, %d failed" % (passed, failed))
+    return counts
+
+
+def main(argv):
+    fix = "--fix" in argv
+    files = [(a, a) for a in argv if not a.startswith("--")] or project_markdown()
+    cache, passed, failed = {}, 0, 0
+    for markdown, shown in files:
+        counts = check_file(markdown, shown, fix, cache)
+        if counts is None:
+            return 1
+        passed, failed = passed + counts[0], failed + counts[1]
+    print("readme_anchors: %d passed, %d failed (%d files)" % (passed, failed, len(files)))
     return 1 if failed else 0
 
 

@@ -9,7 +9,7 @@
 // what it accepts. A metavar of "<int|auto>" also takes "auto", stored as 0.
 //
 // An enumerated flag declares its choices in its row, and the metavar that
-// --help prints (which README's flag table and dev/fuzz_cli.py read) is made
+// --help prints (which docs/usage.md's flag table and dev/fuzz_cli.py read) is made
 // from them: a row with `choices` (names, null-terminated, in the order of the
 // enum its int field holds) takes one of the names and stores its index, as
 // "<cosine|linear|...>"; an int row with a null metavar takes min..max, as

@@ -135,7 +135,7 @@ struct TrainOptions {
 #define SKIP_NONFINITE_STR(x) SKIP_NONFINITE_STR_(x)
 
 // The one table of the flags (llmc/flags.h): parsing, the defaults and --help
-// come from it (test_train_cli.sh checks README.md's flag table against --help).
+// come from it (test_train_cli.sh checks docs/usage.md's flag table against --help).
 constexpr double INT_TOP = FLAG_INT_TOP, LONG_TOP = FLAG_LONG_TOP, FLOAT_TOP = FLAG_FLOAT_TOP;
 constexpr double STEP_TOP = 99999999;  // checkpoint names hold 8 digits of the step
 template <class Model>

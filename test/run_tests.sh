@@ -18,7 +18,7 @@
 #   check     the quick tier (`make check`, while editing): each kernel test once
 #             (bf16), test_gpt2 and test_llama3 in fp32, test_nccl under mpirun -np 2, one kill
 #             and bitwise resume of each trainer (TEST_RESUME_QUICK), the command line's error
-#             paths (TRAIN_CLI_QUICK), the README's links to definitions (an edit
+#             paths (TRAIN_CLI_QUICK), README's and docs/'s links to definitions (an edit
 #             that moves a linked line fails here); each runs in the others too
 #   cpu       every CPU test program once (bf16), the model's tests also in fp32, whose runs
 #             order each block's threads at random (CPUCUDA_SCHEDULE=random:7: a result that
@@ -200,7 +200,7 @@ section_check() {
     for t in "${KERNELS[@]}"; do run "$t" "build/cpu/$t"; done
     run "test_gpt2 [fp32]" build/cpu-fp32/test_gpt2
     run "test_llama3 [fp32]" build/cpu-fp32/test_llama3
-    run "readme_anchors (README's links to definitions)" python3 dev/readme_anchors.py
+    run "readme_anchors (README's and docs/'s links to definitions)" python3 dev/readme_anchors.py
 }
 # the quick tier's other half, which the other lane takes
 section_check2() {
@@ -225,7 +225,7 @@ section_cpu() {
     run "test_lesson" python3 test/trainer/test_lesson.py build/cpu-fp32/train_gpt build/cpu/train_gpt build/cpu-fp32/lesson
     run "test_gpu_check (gpu_check.sh, dry run)" bash test/test_gpu_check.sh
     run "test_pypi_headers (the CPU build without the CUDA toolkit)" bash test/test_pypi_headers.sh
-    run "readme_anchors (README's links to definitions)" python3 dev/readme_anchors.py
+    run "readme_anchors (README's and docs/'s links to definitions)" python3 dev/readme_anchors.py
     # the PyTorch Llama 3 reference: needs torch (and transformers for the comparison), which CI lacks
     if python3 -c "import torch" 2>/dev/null; then
         run "train_llama3 --check (PyTorch Llama 3 reference)" python3 dev/train_llama3.py --check

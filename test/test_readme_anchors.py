@@ -3,12 +3,16 @@
 file-scope definition of its name (or the one its title picks). Planted wrong
 anchors (a local variable of the same name, a stale line number, a name
 defined twice, a prototype) each fail; --fix moves a stale number and keeps a
-title; and the project's README passes with `train` on the function.
+title; a link in docs/ is read relative to docs/ (`../demo.cu#L18`), and with
+no file named the checker covers README.md and every docs/*.md, so a wrong
+anchor planted in a docs/ file fails; and the project's README and docs pass,
+with `train` on the function.
 
 Usage: test/test_readme_anchors.py
 """
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -66,6 +70,41 @@ def expect(tmp, what, link, ok, pattern=""):
         print(out, end="")
 
 
+def check_docs(tmp):
+    """Links from docs/x.md are relative to docs/; the default set (no file named) includes docs/*.md."""
+    tree = os.path.join(tmp, "tree")
+    os.makedirs(os.path.join(tree, "docs"))
+    os.makedirs(os.path.join(tree, "dev"))
+    shutil.copy(SCRIPT, os.path.join(tree, "dev"))
+    shutil.copy(os.path.join(tmp, "demo.cu"), tree)
+    good = "[`train`](demo.cu#L%d)" % LINE["train"]
+    with open(os.path.join(tree, "README.md"), "w") as f:
+        f.write(good + "\n")
+    doc = os.path.join(tree, "docs", "x.md")
+
+    def run_docs(links, *args):
+        with open(doc, "w") as f:
+            f.write("\n".join(links) + "\n")
+        r = subprocess.run([sys.executable, os.path.join(tree, "dev", "readme_anchors.py"), *args],
+                           capture_output=True, text=True, cwd=tmp)
+        return r.returncode, r.stdout + r.stderr
+
+    rc, out = run_docs(["[`train`](../demo.cu#L%d)" % LINE["train"]])
+    check("docs/: a link relative to docs/ passes, README.md and docs/x.md both checked",
+          rc == 0 and "2 passed, 0 failed (2 files)" in out and "PASS docs/x.md: train" in out)
+    rc, out = run_docs(["[`train`](../demo.cu#L%d)" % LINE["local train"]])
+    check("docs/: a planted wrong anchor fails, naming docs/x.md",
+          rc != 0 and "FAIL docs/x.md: train is not defined at ../demo.cu:%d (it is at line %d" % (
+              LINE["local train"], LINE["train"]) in out)
+    rc, out = run_docs(["[`train`](demo.cu#L%d)" % LINE["train"]])
+    check("docs/: a link read from the project's root instead of docs/ fails", rc != 0 and "no such file" in out)
+    rc, out = run_docs(["[`train`](../demo.cu#L1)"], "--fix")
+    check("docs/: --fix moves the number in docs/x.md",
+          open(doc).read() == "[`train`](../demo.cu#L%d)\n" % LINE["train"] and rc == 0)
+    if rc != 0:
+        print(out, end="")
+
+
 def main():
     with tempfile.TemporaryDirectory() as tmp:
         with open(os.path.join(tmp, "demo.cu"), "w") as f:
@@ -96,13 +135,20 @@ def main():
         check("--fix moves numbers to the definitions, keeps titles, leaves the ambiguous link failing",
               text == "\n".join(fixed) + "\n" and rc != 0 and "1 failed" in out)
 
-    rc, out, _ = subprocess.run([sys.executable, SCRIPT, os.path.join(ROOT, "README.md")], capture_output=True,
-                                text=True, cwd=ROOT).returncode, None, None
+        check_docs(tmp)
+
+    # no file named: the project's README.md and docs/*.md, from any working folder
+    r = subprocess.run([sys.executable, SCRIPT], capture_output=True, text=True, cwd=tempfile.gettempdir())
+    rc, out = r.returncode, r.stdout + r.stderr
+    docs = sorted(n for n in os.listdir(os.path.join(ROOT, "docs")) if n.endswith(".md"))
+    check("the project's README and docs pass (%d files)" % (1 + len(docs)),
+          rc == 0 and "(%d files)" % (1 + len(docs)) in out and re.search(r"^PASS docs/", out, re.M) is not None)
+    if rc != 0:
+        print(out, end="")
     readme = open(os.path.join(ROOT, "README.md")).read()
     # the run of every family: llmc/run.h's template function train (its line may hold the template head)
     m = re.search(r"\[`train`\]\(llmc/run\.h#L(\d+)\)", readme)
     source = open(os.path.join(ROOT, "llmc", "run.h")).read().split("\n")
-    check("the project's README passes", rc == 0)
     check("README's `train` points to the function train of llmc/run.h",
           m is not None and re.search(r"\bint train\(", source[int(m.group(1)) - 1]) is not None)
     check.tally("test_readme_anchors")

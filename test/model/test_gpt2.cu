@@ -37,7 +37,7 @@ static const double TOL_SPLIT_PARAMS = 2e-4, TOL_KEY_BIAS_PARAMS = 1e-5;
 // gradients within an absolute threshold plus 0.079 relative). The bounds are
 // those measured over more than these models: 48 random GPT-2s made by
 // transformers (V 1000 and 50257, L 2 and 4, C 64 and 128, GPT-2's init and
-// all-random weights; README "Tests"), whose worst is the second value in the
+// all-random weights; docs/tests.md), whose worst is the second value in the
 // comments; the first is this file's models.
 static const double TOL_LOGITS = 3e-2;       // 5.3e-3; 1.7e-2
 static const double TOL_LOSS = 1e-3;         // 3.2e-5 (single batch), 2.1e-5 (5 steps); 3.5e-4

@@ -316,7 +316,7 @@ said=$(grep -c "^error: the file-size limit" "$WORK/err")
 check "ulimit -f 4000 under mpirun -np 2: the ranks say why ($said of 2 lines before mpirun ended the job; exit $rc)" $?
 
 # issue 23 item 10: Open MPI's mpirun turns SIGTERM into an abort (it forwards SIGTERM, SIGKILLs
-# the ranks a second later and exits 1: see README, Reliability); SIGUSR1 to mpirun is forwarded to
+# the ranks a second later and exits 1: see docs/reliability.md); SIGUSR1 to mpirun is forwarded to
 # every rank, a stop request like SIGTERM: a complete checkpoint, exit 0, and it resumes
 signal_job mpirun USR1 usr1
 rc=$?
@@ -330,7 +330,7 @@ check "... and resumes from there to step $end" $?
 signal_job mpirun TERM term
 rc=$?
 [[ $rc -ne 0 && $rc -ne 124 ]]
-check "SIGTERM to mpirun: mpirun exits $rc, as README says (not the hang guard's 124)" $?
+check "SIGTERM to mpirun: mpirun exits $rc, as docs/reliability.md says (not the hang guard's 124)" $?
 
 echo "test_multi_rank_cli: $passed passed, $failed failed"
 [[ $failed -eq 0 ]]

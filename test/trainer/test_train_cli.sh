@@ -72,8 +72,8 @@ check "--help exits 0" $?
 grep -q -- "-d <int>" "$WORK/help" && grep -q "B x T x N x A" "$WORK/help"
 check "--help names the flags and the batch equation" $?
 
-# README.md's flag table lists exactly the flags of --help, each with the same value form
-python3 - README.md "$WORK/help" <<'PY'
+# docs/usage.md's flag table lists exactly the flags of --help, each with the same value form
+python3 - docs/usage.md "$WORK/help" <<'PY'
 import re, sys
 readme, help_text = open(sys.argv[1]).read(), open(sys.argv[2]).read()
 table = readme.split("\n| flag | meaning | default |")[1].split("\n\n")[0]
@@ -81,11 +81,11 @@ rows = [line.split(" | ")[0] for line in table.splitlines()[2:]]
 documented = {m.replace("\\|", "|") for row in rows for m in re.findall(r"`(-[^`]+)`", row)}
 offered = {m.group(1).strip() for m in re.finditer(r"^  (-\S+(?: <\S+>)?)", help_text, re.M)}
 if documented != offered:
-    print("README only:", sorted(documented - offered), "--help only:", sorted(offered - documented))
+    print("docs/usage.md only:", sorted(documented - offered), "--help only:", sorted(offered - documented))
     sys.exit(1)
 PY
 ok=$?  # (before the message's $(...) resets $?)
-check "README.md's flag table has exactly the flags and value forms of --help ($(grep -c '^  -' "$WORK/help") flags)" $ok
+check "docs/usage.md's flag table has exactly the flags and value forms of --help ($(grep -c '^  -' "$WORK/help") flags)" $ok
 
 expect_error "unknown flag" "unknown flag -Z" -Z 1
 # every number whole, in range, in its type: no wrap-around, no empty value, no trailing text, no underflow
