@@ -21,6 +21,9 @@ struct BigramConfig {
     int vocab_size;         // V
     int padded_vocab_size;  // Vp: the table's columns (the logits)
     int max_seq_len;
+    bool operator==(const BigramConfig& o) const {  // (a resume's -e must be the checkpoint's model)
+        return vocab_size == o.vocab_size && padded_vocab_size == o.padded_vocab_size && max_seq_len == o.max_seq_len;
+    }
 };
 
 struct Bigram : Parameters, MicroBatches {
