@@ -1003,11 +1003,12 @@ inline std::string checkpoint_unfinished_run_id(const std::string& dir) {
     return id;
 }
 
-// Deletes the checkpoints of steps, each of run run_id by its DONE: the DONE and the files it
-// lists (a model folder with them), nothing else. Fails naming what is not the run's (a
-// user's file in a listed model folder, a folder where the DONE lists a file) before
-// deleting anything.
-inline void checkpoint_delete_steps_(const std::string& dir, const std::vector<int>& steps, const std::string& run_id) {
+// The names that deleting the checkpoints of steps, each of run run_id by its DONE, removes:
+// the DONE and the files it lists (a model folder with them), nothing else. Fails naming what
+// is not the run's (a user's file in a listed model folder, a folder where the DONE lists a
+// file) before anything is deleted.
+inline std::vector<std::string> checkpoint_check_prunable_(const std::string& dir, const std::vector<int>& steps,
+                                                            const std::string& run_id) {
     std::vector<std::string> names;
     for (int s : steps) {
         const StepOwner o = checkpoint_step_owner_(dir, s, run_id);
@@ -1020,7 +1021,11 @@ inline void checkpoint_delete_steps_(const std::string& dir, const std::vector<i
         checkpoint_check_owned_(dir, mine, by_done, {});
         names.insert(names.end(), mine.begin(), mine.end());
     }
-    checkpoint_remove_owned_(dir, names);
+    return names;
+}
+// Deletes them (pruning).
+inline void checkpoint_delete_steps_(const std::string& dir, const std::vector<int>& steps, const std::string& run_id) {
+    checkpoint_remove_owned_(dir, checkpoint_check_prunable_(dir, steps, run_id));
 }
 
 // Keeps the newest keep_last trusted checkpoints of run run_id and deletes its checkpoints
@@ -1055,6 +1060,29 @@ inline void checkpoint_prune(const std::string& dir, int keep_last, const std::s
             if (s < oldest_kept) doomed.push_back(s);
     }
     checkpoint_delete_steps_(dir, doomed, run_id);
+}
+
+// At a resume's start, once the run knows its steps: fails naming the first entry the run
+// will meet and may not delete, so that the error comes before any training, not at the
+// checkpoint that meets it: a name that the checkpoint of a step it writes after `resumed`
+// (every `every` steps and the last) writes, that is not the run's; and, when the run prunes
+// (keep_last > 0), an entry not the run's in what pruning one of the run's checkpoints up to
+// `resumed` would delete. (A stop for a signal writes a checkpoint at any step: what is in
+// the way there is found then, one error naming it.)
+inline void checkpoint_check_ahead(const std::string& dir, int resumed, int last, int every, int keep_last,
+                                   const std::string& run_id, const std::vector<std::string>& folder_files) {
+    for (int step : checkpoint_steps_with_files(dir))
+        if (step > resumed && step <= last && (step == last || (every > 0 && step % every == 0)))
+            checkpoint_check_owned_(dir, checkpoint_step_names_(dir, step, folder_files),
+                                    checkpoint_step_owner_(dir, step, run_id), folder_files);
+    if (keep_last <= 0) return;
+    std::vector<int> own;
+    for (int s : checkpoint_done_steps_(dir)) {
+        DoneRecord r;
+        std::string why;
+        if (s <= resumed && checkpoint_read_done(dir, s, &r, &why) && r.run_id == run_id) own.push_back(s);
+    }
+    checkpoint_check_prunable_(dir, own, run_id);
 }
 
 // ---------------------------------------------------------------------------

@@ -961,6 +961,9 @@ int train(int argc, char** argv) {
             if (pattern) dataloader_find_shards(pattern);
         build_model(&run);
         open_data(&run);
+        if (run.opt.resume && dist.rank == 0)  // what is in the way of a checkpoint is found before any step
+            checkpoint_check_ahead(run.folder.dir, run.start_step, run.steps, run.opt.checkpoint_every,
+                                   run.opt.checkpoint_keep, run.folder.run_id, run.folder.folder_files);
         print_run(&run);
         if (run.opt.output_dir && dist.rank == 0) run.log.open(run.opt.output_dir, run.resume_step);
         for (int step = run.start_step; step <= run.steps; step++) {

@@ -166,8 +166,9 @@ run -x 6 -n 2 -o "$lk" -y 1
 check "-y 1: model_00000004 as a symbolic link to an intact folder is not followed, the run resumes from step 2" \
     bash -c "grep -q 'checkpoint 4 not used: .*model_00000004: a symbolic link, not followed' '$work/run' &&
              grep -q 'resuming from step 2 ' '$work/run' && [[ -f '$work/intact/model.safetensors' ]]"
-check "... and stops at step 4, where the link is in its way (not the run's: kept)" \
-    bash -c "grep -q '^error: step 4: .*model_00000004 is not a file this run wrote' '$work/run' && [[ -L '$lk/model_00000004' ]]"
+check "... and stops before any step: the link is in the way of step 4 (not the run's: kept)" \
+    bash -c "grep -q '^error: .*model_00000004 is not a file this run wrote' '$work/run' && ! grep -q '^step ' '$work/run' &&
+             [[ -L '$lk/model_00000004' ]]"
 # -nk 1: the older folders go whole, the newest stays
 nk=$work/nk
 run -x 3 -n 1 -nk 1 -o "$nk"
@@ -179,22 +180,25 @@ run -x 4 -n 1 -nk 1 -o "$nk" -y 1
 check "-nk 1 prunes step 3 and keeps a user's model_00000000/ (no DONE)" \
     bash -c "[[ ! -e '$nk/model_00000003' && -d '$nk/model_00000004' && \$(cat '$nk/model_00000000/notes.txt') == mine ]]"
 echo mine >"$nk/model_00000004/notes.txt"
-check "a user's file in model_00000004/, which -nk 1 prunes after step 5: one error naming it" \
+check "a user's file in model_00000004/, which -nk 1 would prune after step 5: one error naming it, at start-up" \
     one_error "model_00000004/notes.txt is not a file this run wrote; remove or move it (nothing was deleted)" \
     -v 0 -s 0 -x 5 -n 1 -nk 1 -o "$nk" -y 1
-check "... nothing of step 4 deleted" bash -c "[[ -e '$nk/DONE_00000004' && -f '$nk/model_00000004/model.safetensors' &&
-    \$(cat '$nk/model_00000004/notes.txt') == mine ]]"
+check "... before any step, nothing of step 4 deleted" bash -c "! grep -q '^step ' '$work/out' &&
+    [[ -e '$nk/DONE_00000004' && -f '$nk/model_00000004/model.safetensors' && \$(cat '$nk/model_00000004/notes.txt') == mine ]]"
 mv "$nk/model_00000004/notes.txt" "$nk/notes.txt"
+run -x 6 -n 1 -nk 1 -o "$nk" -y 1
+check "without it, -nk 1 trains on to step 6, pruning steps 4 and 5" \
+    bash -c "[[ \$(ls '$nk' | grep '^DONE_' | tr '\n' ' ') == 'DONE_00000006 ' ]]"
 mkdir "$nk/model_00000007" && echo mine >"$nk/model_00000007/notes.txt"
-check "a user's folder model_00000007/ newer than the newest DONE, where the run writes step 7: one error naming it" \
-    one_error "step 7: .*/model_00000007 is not a file this run wrote" -v 0 -s 0 -x 7 -n 1 -nk 1 -o "$nk" -y 1
-check "... the folder kept, the run's steps 4 and 5 pruned, 6 kept" bash -c "[[ \$(cat '$nk/model_00000007/notes.txt') == mine &&
-    \$(ls '$nk' | grep '^DONE_' | tr '\n' ' ') == 'DONE_00000006 ' ]]"
+check "a user's folder model_00000007/ newer than the newest DONE, where the run would write step 7: one error naming it" \
+    one_error "/model_00000007 is not a file this run wrote" -v 0 -s 0 -x 7 -n 1 -nk 1 -o "$nk" -y 1
+check "... at start-up, before any step; the folder kept, checkpoint 6 kept" bash -c "! grep -q '^step ' '$work/out' &&
+    [[ \$(cat '$nk/model_00000007/notes.txt') == mine && \$(ls '$nk' | grep '^DONE_' | tr '\n' ' ') == 'DONE_00000006 ' ]]"
 rm -r "$nk/model_00000007" && echo mine >"$nk/model_00000007"
 check "a user's file model_00000007 where the run writes the folder: one error naming it" \
-    one_error "step 7: .*/model_00000007 is not a file this run wrote" -v 0 -s 0 -x 7 -n 1 -nk 1 -o "$nk" -y 1
+    one_error "/model_00000007 is not a file this run wrote" -v 0 -s 0 -x 7 -n 1 -nk 1 -o "$nk" -y 1
 rm "$nk/model_00000007" && echo mine >"$nk/model_00000007.tmp"
 check "a user's regular file model_00000007.tmp (the run's temporary is a folder): one error naming it" \
-    one_error "step 7: .*/model_00000007.tmp is not a file this run wrote" -v 0 -s 0 -x 7 -n 1 -nk 1 -o "$nk" -y 1
+    one_error "/model_00000007.tmp is not a file this run wrote" -v 0 -s 0 -x 7 -n 1 -nk 1 -o "$nk" -y 1
 check "... the user's files kept" bash -c "[[ \$(cat '$nk/model_00000007.tmp' '$nk/notes.txt') == mine$'\n'mine ]]"
 tally test_llama3_cli

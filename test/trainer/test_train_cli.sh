@@ -394,15 +394,24 @@ mkdir "$WORK/usr/model_00000000" "$WORK/usr/model_00000002" && echo mine >"$WORK
 check "-nk 1 prunes step 2 and keeps the user's model_00000000/notes.txt, model_00000002/notes.txt, model_00000003.tmp" $?
 echo mine >"$WORK/usr/model_00000004.bin"
 expect_error "a user's model_00000004.bin newer than the newest DONE, where the run writes step 4" \
-    "step 4: .*/model_00000004.bin is not a file this run wrote; remove or move it (nothing was deleted)" \
+    "/model_00000004.bin is not a file this run wrote; remove or move it (nothing was deleted)" \
     "${R[@]}" -x 4 -n 1 -nk 1 -o "$WORK/usr" -y 1
-[[ $(cat "$WORK/usr/model_00000004.bin") == mine && -e "$WORK/usr/DONE_00000003" ]]
-check "the user's model_00000004.bin is unchanged, checkpoint 3 kept" $?
+[[ $(cat "$WORK/usr/model_00000004.bin") == mine && -e "$WORK/usr/DONE_00000003" ]] && ! grep -q "^step " "$WORK/out"
+check "the user's model_00000004.bin is unchanged, checkpoint 3 kept; refused at start-up, before any step" $?
 mv "$WORK/usr/model_00000004.bin" "$WORK/usr/state_00000004_00000.bin.tmp"
 expect_error "a user's file named as the temporary of step 4's state" \
     "state_00000004_00000.bin.tmp is not a file this run wrote" "${R[@]}" -x 4 -n 1 -nk 1 -o "$WORK/usr" -y 1
 [[ $(cat "$WORK/usr/state_00000004_00000.bin.tmp") == mine ]]
 check "the user's state_00000004_00000.bin.tmp is unchanged" $?
+# what is in the way of any checkpoint the run will write is found at start-up, not when the run
+# reaches that step after training for nothing
+rm "$WORK/usr/state_00000004_00000.bin.tmp"
+echo mine >"$WORK/usr/state_00000006_00000.bin"
+expect_error "a user's state_00000006_00000.bin, where the run (-n 2) writes three steps after resuming" \
+    "/state_00000006_00000.bin is not a file this run wrote" "${R[@]}" -x 8 -n 2 -o "$WORK/usr" -y 1
+! grep -q "^step " "$WORK/out" && [[ $(cat "$WORK/usr/state_00000006_00000.bin") == mine ]]
+check "... refused before any step, the file unchanged" $?
+rm "$WORK/usr/state_00000006_00000.bin"
 
 # checksums: a damaged newest checkpoint is skipped with a warning, the run resumes from the one before
 python3 -c "
