@@ -205,7 +205,8 @@ def main(argv):
         if counts is None:
             return 1
         passed, failed = passed + counts[0], failed + counts[1]
-    print("readme_anchors: %d passed, %d failed (%d files)" % (passed, failed, len(files)))
+    print("readme_anchors: %d file(s) checked" % len(files))
+    print("readme_anchors: %d passed, %d failed" % (passed, failed))
     return 1 if failed else 0
 
 

@@ -1008,7 +1008,7 @@ inline std::string checkpoint_unfinished_run_id(const std::string& dir) {
 // is not the run's (a user's file in a listed model folder, a folder where the DONE lists a
 // file) before anything is deleted.
 inline std::vector<std::string> checkpoint_check_prunable_(const std::string& dir, const std::vector<int>& steps,
-                                                            const std::string& run_id) {
+                                                           const std::string& run_id) {
     std::vector<std::string> names;
     for (int s : steps) {
         const StepOwner o = checkpoint_step_owner_(dir, s, run_id);

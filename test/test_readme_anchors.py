@@ -91,7 +91,8 @@ def check_docs(tmp):
 
     rc, out = run_docs(["[`train`](../demo.cu#L%d)" % LINE["train"]])
     check("docs/: a link relative to docs/ passes, README.md and docs/x.md both checked",
-          rc == 0 and "2 passed, 0 failed (2 files)" in out and "PASS docs/x.md: train" in out)
+          rc == 0 and "2 file(s) checked" in out and "readme_anchors: 2 passed, 0 failed\n" in out and
+          "PASS docs/x.md: train" in out)
     rc, out = run_docs(["[`train`](../demo.cu#L%d)" % LINE["local train"]])
     check("docs/: a planted wrong anchor fails, naming docs/x.md",
           rc != 0 and "FAIL docs/x.md: train is not defined at ../demo.cu:%d (it is at line %d" % (
@@ -142,7 +143,9 @@ def main():
     rc, out = r.returncode, r.stdout + r.stderr
     docs = sorted(n for n in os.listdir(os.path.join(ROOT, "docs")) if n.endswith(".md"))
     check("the project's README and docs pass (%d files)" % (1 + len(docs)),
-          rc == 0 and "(%d files)" % (1 + len(docs)) in out and re.search(r"^PASS docs/", out, re.M) is not None)
+          rc == 0 and "%d file(s) checked" % (1 + len(docs)) in out and
+          re.search(r"^readme_anchors: [0-9]+ passed, 0 failed$", out, re.M) is not None and
+          re.search(r"^PASS docs/", out, re.M) is not None)
     if rc != 0:
         print(out, end="")
     readme = open(os.path.join(ROOT, "README.md")).read()
