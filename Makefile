@@ -59,7 +59,7 @@ FP32_TESTS := $(filter-out test_ptx,$(KERNEL_TESTS)) test_gpt2 test_llama3 test_
 # and are compiled with MULTI_GPU; the rest run single-process.
 MPI_PROGRAMS := test_nccl test_distributed train_gpt train_llama3 lesson
 # The model tests run one head size (their models have HS 16): every build of them compiles
-# the attention kernels for it alone (llmc/attention.cuh's ATTENTION_HEAD_SIZES); the other
+# the attention kernels for it alone (llmc/kernels/attention.cuh's ATTENTION_HEAD_SIZES); the other
 # programs compile all 8.
 HEAD_SIZE_16_PROGRAMS := test_gpt2 test_llama3 test_training test_distributed
 head_sizes = $(if $(filter $(1),$(HEAD_SIZE_16_PROGRAMS)),-DATTENTION_HEAD_SIZES=16)
@@ -107,7 +107,7 @@ else ifeq ($(PRECISION),BF16)
 else
   $(error PRECISION=$(PRECISION): use BF16 (default) or FP32)
 endif
-LLMC_HDRS := $(wildcard llmc/*.h llmc/*.cuh)
+LLMC_HDRS := $(wildcard llmc/*.h llmc/*/*.h llmc/*/*.cuh)
 
 CPU_BINS := $(CPU_TESTS) $(DEV_BINS) $(HOST_BINS) build/cpu/train_gpt build/cpu/train_llama3 \
             $(addprefix build/cpu-fp32/,$(FP32_TESTS) train_gpt train_llama3 lesson llama3_logits)
@@ -223,7 +223,7 @@ build/gpu/sm_$(GPU_ARCH)/%: %.cu
 # build/gpu/check/X: X built for sm_90 (compile check, run by make test: the trainers, so
 # that every kernel they run is compiled and assembled, attention at every head size in
 # train_gpt's; train_llama3's at its published models' 64 and 128, since its attention is
-# the same template (llmc/attention.cuh), whose other sizes train_gpt's build assembles).
+# the same template (llmc/kernels/attention.cuh), whose other sizes train_gpt's build assembles).
 # These builds are compiled, never run: their host code is left unoptimised (nvcc's -O3
 # is the host compiler's; cicc and ptxas optimise device code either way, to the same SASS).
 # ptxas -v's report is kept as X.ptxas for dev/sass_report.py --built.
@@ -245,7 +245,7 @@ build/gpu/check80/%: %.cu
 # each kernel at the shapes its test covers, on the architecture the project targets; sm_80
 # is checked by the trainers' code above), with no host compile or link (-cuda: those of
 # the full builds above, which link the same libraries).
-# test_attention's kernels are those of llmc/attention.cuh, which build/gpu/check/train_gpt
+# test_attention's kernels are those of llmc/kernels/attention.cuh, which build/gpu/check/train_gpt
 # assembles at every head size: here at one.
 check90_head_sizes = $(if $(filter test_attention,$(1)),-DATTENTION_HEAD_SIZES=64,$(call head_sizes,$(1)))
 build/gpu/check90/%: %.cu

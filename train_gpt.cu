@@ -1,9 +1,9 @@
 // train_gpt.cu: GPT-2 training. The model (its parameter table, activations,
 // forward, backward, model file) and main. What every model family shares is
-// in llmc/: the parameters and the optimizer (llmc/params.h), the step with
-// gradient accumulation (llmc/train_step.h, the place to start:
+// in llmc/: the parameters and the optimizer (llmc/step/params.h), the step with
+// gradient accumulation (llmc/step/train_step.h, the place to start:
 //   B_global = B_micro x N_ranks x A sequences per optimizer step)
-// and the run around it (llmc/run.h, whose list of a family's hooks this file
+// and the run around it (llmc/run/run.h, whose list of a family's hooks this file
 // defines for GPT-2).
 // Kernels live in llmc/, one family per header. Builds with nvcc for GPUs and,
 // through the CUDA-on-CPU runtime (cpu_cuda), with g++ for CI.
@@ -19,24 +19,24 @@
 #include <string>
 #include <vector>
 
-#include "llmc/cuda_common.h"
-#include "llmc/adamw.cuh"
-#include "llmc/attention.cuh"
-#include "llmc/classifier.cuh"
-#include "llmc/encoder.cuh"
-#include "llmc/gelu.cuh"
-#include "llmc/global_norm.cuh"
-#include "llmc/layernorm.cuh"
-#include "llmc/matmul.cuh"
-#include "llmc/params.h"
-#include "llmc/train_step.h"
-#include "llmc/checkpoint.h"
-#include "llmc/flags.h"
-#include "llmc/hf_model.h"
-#include "llmc/mfu.h"
+#include "llmc/kernels/cuda_common.h"
+#include "llmc/kernels/adamw.cuh"
+#include "llmc/kernels/attention.cuh"
+#include "llmc/kernels/classifier.cuh"
+#include "llmc/kernels/encoder.cuh"
+#include "llmc/kernels/gelu.cuh"
+#include "llmc/kernels/global_norm.cuh"
+#include "llmc/kernels/layernorm.cuh"
+#include "llmc/kernels/matmul.cuh"
+#include "llmc/step/params.h"
+#include "llmc/step/train_step.h"
+#include "llmc/formats/checkpoint.h"
+#include "llmc/run/flags.h"
+#include "llmc/formats/hf_model.h"
+#include "llmc/run/mfu.h"
 #include "llmc/rand.h"
-#include "llmc/run_checkpoint.h"
-#include "llmc/run_model.h"
+#include "llmc/run/run_checkpoint.h"
+#include "llmc/run/run_model.h"
 
 // One line naming the problem, thrown: main prints it as "error: ..." and
 // exits 1 (the one error rule, llmc/error.h).
@@ -130,7 +130,7 @@ inline size_t parameter_count(const GPT2Config& c) {
     for (int k = 0; k < NUM_PARAMETER_TENSORS; k++) n += parameter_size(k, c);
     return n;
 }
-// The table for a config, as the generic buffers (llmc/params.h) lay it out.
+// The table for a config, as the generic buffers (llmc/step/params.h) lay it out.
 inline std::vector<ParameterLayout> parameter_layout(const GPT2Config& c) {
     std::vector<ParameterLayout> rows;
     for (int k = 0; k < NUM_PARAMETER_TENSORS; k++)
@@ -178,8 +178,8 @@ struct BackwardScratch {
 // The model
 
 // The parameters, their gradients and the optimizer's state are the generic
-// buffers of llmc/params.h, laid out by the table above, and the micro-batch
-// (inputs, staging, documents) is llmc/train_step.h's; the rest is GPT-2's.
+// buffers of llmc/step/params.h, laid out by the table above, and the micro-batch
+// (inputs, staging, documents) is llmc/step/train_step.h's; the rest is GPT-2's.
 struct GPT2 : Parameters, MicroBatches {
     using Config = GPT2Config;
     GPT2Config config;
@@ -192,7 +192,7 @@ struct GPT2 : Parameters, MicroBatches {
     BackwardScratch scratch;
     std::vector<size_t> param_strides, grad_strides;  // bytes per layer of each tensor (layer_view)
     std::vector<size_t> act_strides;    // ... and of each activation
-    // what the run's --help says of the family, and its model for the built-in corpus (llmc/run.h)
+    // what the run's --help says of the family, and its model for the built-in corpus (llmc/run/run.h)
     static constexpr const char* NAME = "GPT-2";
     static constexpr const char* INIT_DEFAULT = "d12";
     static constexpr const char* INIT_HELP =
@@ -325,7 +325,7 @@ static void init_from_descriptor(GPT2* model, const char* descriptor, uint64_t s
     set_weights(model, gpt2_initial_weights(model->config, seed));
 }
 
-// ---- model files: llm.c's format (llmc/checkpoint.h), or a transformers folder ---
+// ---- model files: llm.c's format (llmc/formats/checkpoint.h), or a transformers folder ---
 static GPT2Config config_of(const ModelFileHeader& h) {
     return GPT2Config{h.max_seq_len, h.vocab_size, h.padded_vocab_size, h.num_layers, h.num_heads, h.channels};
 }
@@ -342,7 +342,7 @@ static FILE* open_model_file(const char* path, GPT2Config* c, ModelFileHeader* h
     return f;
 }
 
-// ---- Hugging Face folders (transformers' GPT-2, llmc/hf_model.h) -------------
+// ---- Hugging Face folders (transformers' GPT-2, llmc/formats/hf_model.h) -------------
 // config.json (GPT2Config) as the trainer's shape; an option the trainer does
 // not compute is refused, naming its key. Vp is V rounded up to 128, as for a
 // descriptor.
@@ -530,7 +530,7 @@ static bool try_allocate_activations(GPT2* model, int B, int T, int max_grad_acc
 // ----------------------------------------------------------------------------
 // Forward: logits (B, T, Vp) for the tokens in model->inputs.
 
-// Layer l's weights and activations: layer_params, layer_acts (llmc/run_model.h;
+// Layer l's weights and activations: layer_params, layer_acts (llmc/run/run_model.h;
 // under recompute the layernorm and GELU outputs are one copy all layers share).
 static void forward(GPT2* model) {
     const GPT2Config& c = model->config;
@@ -636,14 +636,14 @@ static void backward(GPT2* model, const int* encoder_plan_host, int num_distinct
     if (reduce) reduce_layer(model, L);  // wte, wpe, lnfw, lnfb and the loss
 }
 
-// The rest of what llmc/train_step.h asks of a family.
+// The rest of what llmc/step/train_step.h asks of a family.
 static float* reduce_scratch(GPT2* model) { return model->scratch.reduce; }
 // GPT-2's <|endoftext|> (V - 1) begins every document (the shards put one
 // before each document).
 static int document_start_token(const GPT2* model) { return model->config.vocab_size - 1; }
 
 // ----------------------------------------------------------------------------
-// The rest of what llmc/run.h asks of a family (the model file, the
+// The rest of what llmc/run/run.h asks of a family (the model file, the
 // initialisation and the activations' table are above).
 
 static int vocab_size(const GPT2* model) { return model->config.vocab_size; }
@@ -676,10 +676,10 @@ static std::string adapt_to_device(GPT2* model, int gelu_fusion, int compute_maj
 }
 
 // ----------------------------------------------------------------------------
-// main: the run of llmc/run.h (flags, data, the training loop, evaluation,
+// main: the run of llmc/run/run.h (flags, data, the training loop, evaluation,
 // checkpoints, logs) with this model
 #ifndef TESTING
-#include "llmc/run.h"
+#include "llmc/run/run.h"
 
 // Whatever is thrown (llmc::Error, FAIL's) ends the run with one error line
 // (and, under mpirun, the exit aborts the other ranks), never with an abort.

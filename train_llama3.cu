@@ -1,6 +1,6 @@
 // train_llama3.cu: Llama 3 training. The model (its parameter table,
 // activations, forward, backward, model file) and main; the run around it is
-// llmc/run.h's, the step with gradient accumulation llmc/train_step.h's, the
+// llmc/run/run.h's, the step with gradient accumulation llmc/step/train_step.h's, the
 // same code that trains GPT-2 (train_gpt.cu, the lesson to read first).
 // What Llama changes against GPT-2, block by block:
 //   embedding   tokens only: positions enter through RoPE on q and k
@@ -17,26 +17,26 @@
 #include <string>
 #include <vector>
 
-#include "llmc/cuda_common.h"
-#include "llmc/adamw.cuh"
-#include "llmc/attention.cuh"
-#include "llmc/classifier.cuh"
-#include "llmc/encoder.cuh"
-#include "llmc/global_norm.cuh"
-#include "llmc/matmul.cuh"
-#include "llmc/rmsnorm.cuh"
-#include "llmc/rope.cuh"
-#include "llmc/swiglu.cuh"
-#include "llmc/params.h"
-#include "llmc/train_step.h"
-#include "llmc/checkpoint.h"
-#include "llmc/llama3_config.h"
-#include "llmc/mfu.h"
+#include "llmc/kernels/cuda_common.h"
+#include "llmc/kernels/adamw.cuh"
+#include "llmc/kernels/attention.cuh"
+#include "llmc/kernels/classifier.cuh"
+#include "llmc/kernels/encoder.cuh"
+#include "llmc/kernels/global_norm.cuh"
+#include "llmc/kernels/matmul.cuh"
+#include "llmc/kernels/rmsnorm.cuh"
+#include "llmc/kernels/rope.cuh"
+#include "llmc/kernels/swiglu.cuh"
+#include "llmc/step/params.h"
+#include "llmc/step/train_step.h"
+#include "llmc/formats/checkpoint.h"
+#include "llmc/formats/llama3_config.h"
+#include "llmc/run/mfu.h"
 #include "llmc/rand.h"
-#include "llmc/run_checkpoint.h"
-#include "llmc/run_model.h"
-#include "llmc/hf_model.h"
-#include "llmc/safetensors.h"
+#include "llmc/run/run_checkpoint.h"
+#include "llmc/run/run_model.h"
+#include "llmc/formats/hf_model.h"
+#include "llmc/formats/safetensors.h"
 
 #define FAIL(...) llmc::failf(__VA_ARGS__)
 using llmc::Llama3Config;
@@ -62,7 +62,7 @@ constexpr Llama3Tensor TENSORS[] = {
     {"qkvw",      true,  Shape::QKVxC,  true,  0.02, false},  // rows [q: NH heads | k: NKV heads | v: NKV heads]
     {"attprojw",  true,  Shape::CxC,    true,  0.02, true},
     {"mlpnormw",  true,  Shape::C,      false, 0,    false},
-    {"fcw",       true,  Shape::F2xC,   true,  0.02, false},  // rows [gate: F | up: F] (llmc/swiglu.cuh)
+    {"fcw",       true,  Shape::F2xC,   true,  0.02, false},  // rows [gate: F | up: F] (llmc/kernels/swiglu.cuh)
     {"fcprojw",   true,  Shape::CxF,    true,  0.02, true},
     {"normfw",    false, Shape::C,      false, 0,    false},
     {"lmheadw",   false, Shape::VpC,    true,  0.02, false},  // untied only
@@ -222,7 +222,7 @@ static void init_from_descriptor(Llama3* model, const char* descriptor, uint64_t
 // Every tensor of llama3_param_table at its place in the buffer: q, k and v
 // are consecutive rows of qkvw, gate and up of fcw, so each Hugging Face
 // tensor is one contiguous run (transformers' q/k layout, which RoPE's
-// rotate_half pairing in llmc/rope.cuh expects, is kept as it is).
+// rotate_half pairing in llmc/kernels/rope.cuh expects, is kept as it is).
 static std::vector<llmc::HfPlacement> hf_tensors(const Llama3Config& c) {
     const size_t C = c.C, F = c.F, HS = c.head_dim(), QKV = qkv_rows(c);
     size_t at[MAX_TENSORS], total = 0;
@@ -448,7 +448,7 @@ static void backward(Llama3* model, const int* encoder_plan_host, int num_distin
 static float* reduce_scratch(Llama3* model) { return model->scratch.reduce; }
 // Llama 3's tokenizer begins every document with <|begin_of_text|> (128000;
 // <|end_of_text|>, 128001, ends it): the document start for its vocabulary of
-// 128256. Another vocabulary's is not known here (-1: llmc/run.h asks for
+// 128256. Another vocabulary's is not known here (-1: llmc/run/run.h asks for
 // --doc-token; the built-in corpus's shards record theirs).
 constexpr int LLAMA3_VOCAB = 128256, LLAMA3_BEGIN_OF_TEXT = 128000;
 static int document_start_token(const Llama3* model) {
@@ -456,7 +456,7 @@ static int document_start_token(const Llama3* model) {
 }
 
 // ----------------------------------------------------------------------------
-// The rest of what llmc/run.h asks of a family.
+// The rest of what llmc/run/run.h asks of a family.
 
 static int vocab_size(const Llama3* model) { return model->config.V; }
 static const float* device_losses(const Llama3* model) { return model->acts.losses; }
@@ -465,7 +465,7 @@ static void read_logits(const Llama3* model, int position, float* logits) {
     read_logits_row(model->acts.logits, position, model->config.V, padded_vocab(model->config), logits);
 }
 
-// 6N + 6LCT as for GPT-2 (llmc/mfu.h): every weight a multiply-add per token,
+// 6N + 6LCT as for GPT-2 (llmc/run/mfu.h): every weight a multiply-add per token,
 // attention's two matmuls over C = NH x HS (GQA shares K and V, not the work).
 static double model_flops_per_token(const Llama3* model, int T) {
     return flops_per_token(model->num_parameters, model->config.L, model->config.C, T);
@@ -487,7 +487,7 @@ static std::string adapt_to_device(Llama3*, int gelu_fusion, int) {
 }
 
 #ifndef TESTING
-#include "llmc/run.h"
+#include "llmc/run/run.h"
 
 int main(int argc, char** argv) { return llmc::run_main(train<Llama3>, argc, argv); }
 #endif

@@ -17,8 +17,8 @@
 #include <string>
 #include <vector>
 
-#include "llmc/regular_file.h"
-#include "llmc/tokenizer.h"
+#include "llmc/formats/regular_file.h"
+#include "llmc/data/tokenizer.h"
 
 namespace {
 

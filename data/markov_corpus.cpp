@@ -1,4 +1,4 @@
-// Writes the built-in Markov corpus (llmc/markov_corpus.h) and prints its floor.
+// Writes the built-in Markov corpus (llmc/data/markov_corpus.h) and prints its floor.
 //   markov_corpus [-o dir] [-s seed] [-V vocab] [-n train_tokens] [-v val_tokens]
 //   markov_corpus -f shard.bin      prints the floor recorded in a shard
 #include <cerrno>
@@ -7,7 +7,7 @@
 #include <cstdlib>
 #include <cstring>
 
-#include "llmc/markov_corpus.h"
+#include "llmc/data/markov_corpus.h"
 
 static void usage(const char* prog) {
     fprintf(stderr,

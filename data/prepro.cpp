@@ -12,10 +12,10 @@
 // first --val-tokens tokens; none when 0), then <prefix>_train_000001.bin, ... of
 // --shard-size tokens each (the last one shorter). Shard format: 256 x int32 header
 // [0]=20240520, [1]=1, [2]=token count, then uint16 tokens; for vocabularies above 65536 (or with --uint32)
-// tokens (an id >= 65536 can occur) [0]=20240801, [1]=7 and uint32 tokens (llmc/dataloader.h). Shards are written under temporary names and
+// tokens (an id >= 65536 can occur) [0]=20240801, [1]=7 and uint32 tokens (llmc/data/dataloader.h). Shards are written under temporary names and
 // renamed only when the whole run succeeded; a failed run leaves no new or partial shard.
 // Every shard carries the run id (a hash of the run's tokens and sharding), the run's number
-// of train shards and its own number (header[248..252], llmc/dataloader.h), so that the
+// of train shards and its own number (header[248..252], llmc/data/dataloader.h), so that the
 // trainers refuse a pattern that mixes two runs' shards or misses one. A run into a prefix
 // that has shards of a set the run writes (<prefix>_train_*.bin; <prefix>_val_*.bin unless
 // --val-tokens 0: the trainers' patterns) is refused, unless --replace: then every one of
@@ -34,9 +34,9 @@
 #include <string>
 #include <vector>
 
-#include "llmc/dataloader.h"
-#include "llmc/regular_file.h"
-#include "llmc/tokenizer.h"
+#include "llmc/data/dataloader.h"
+#include "llmc/formats/regular_file.h"
+#include "llmc/data/tokenizer.h"
 
 namespace {
 

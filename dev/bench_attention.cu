@@ -1,4 +1,4 @@
-// Attention kernels alone (llmc/attention.cuh) at GPT-2 d12 shapes: ms per
+// Attention kernels alone (llmc/kernels/attention.cuh) at GPT-2 d12 shapes: ms per
 // call and TFLOP/s for the forward, the backward and the two together.
 //   usage: bench_attention [B[,B...]] [T] [NH] [HS] [iters] [NKV]
 //   (NKV: key/value heads of grouped-query attention, a divisor of NH; default NH)
@@ -25,7 +25,7 @@
 #include <cstdarg>
 #include <string>
 #include <vector>
-#include "llmc/attention.cuh"
+#include "llmc/kernels/attention.cuh"
 #include "dev/bench_timing.h"
 
 static void fail(const char* fmt, ...) {

@@ -1,7 +1,7 @@
 // dev/bench_timing.h: the benchmarks' one timer (CUDA events on a stream; on
 // the CPU runtime, the host time between the two events).
 #pragma once
-#include "llmc/cuda_common.h"
+#include "llmc/kernels/cuda_common.h"
 
 // ms per call of `iters` calls of f, on the stream, by cudaEvents.
 template <class F>

@@ -13,7 +13,7 @@ per case with the largest absolute differences and ends with
 or transformers: one `error:` line, exit 1.
 
 The two models differ by design in one place: transformers computes the RoPE
-frequencies and angles in fp32, train_llama3.py (like llmc/rope.cuh) in
+frequencies and angles in fp32, train_llama3.py (like llmc/kernels/rope.cuh) in
 double, rounded once. At position p the angle then differs by about p * f * 6e-8
 radians, so the positions here stay small enough for the stated bound.
 """

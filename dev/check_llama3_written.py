@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Checks that a Llama 3 folder written by llmc (llmc/llama3_config.h, llmc/safetensors.h) is
+"""Checks that a Llama 3 folder written by llmc (llmc/formats/llama3_config.h, llmc/formats/safetensors.h) is
 what transformers reads with no converter: BIN (build/host/write_llama3_random) writes random
 bf16 models, one untied with GQA and Llama 3.1 RoPE scaling in one file, one tied in shards, and
 LlamaForCausalLM.from_pretrained must load each with no missing or unexpected tensor, every

@@ -66,7 +66,7 @@ work = tempfile.mkdtemp()
 
 def shard(path, n=5000):
     with open(path, "wb") as f:
-        # 20240520, 1: the uint16 shard magic and version (DATALOADER_MAGIC_U16, llmc/dataloader.h)
+        # 20240520, 1: the uint16 shard magic and version (DATALOADER_MAGIC_U16, llmc/data/dataloader.h)
         f.write(struct.pack("<256i", 20240520, 1, n, *[0] * 253))
         f.write(struct.pack("<%dH" % n, *[(i * 7) % 256 for i in range(n)]))
 

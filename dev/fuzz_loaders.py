@@ -66,7 +66,7 @@ MEMORY_LIMIT = 4 << 30
 ASAN_OPTIONS = ("detect_leaks=0:allocator_may_return_null=0:max_allocation_size_mb=2048:"
                 "hard_rss_limit_mb=4096:abort_on_error=0")
 U16, U32 = (20240520, 1, 2, "H"), (20240801, 7, 4, "I")  # magic, version, bytes per token, struct code
-MARKOV_MARKER = 0x31564B4D  # a built-in-corpus shard's header[4] (llmc/markov_corpus.h); its EOT is header[9]
+MARKOV_MARKER = 0x31564B4D  # a built-in-corpus shard's header[4] (llmc/data/markov_corpus.h); its EOT is header[9]
 ODD = hf.ODD + [2 ** 31 - 1, 2 ** 31, 2 ** 24, 2 ** 24 + 1, 2 ** 40, 65536, 128256, 4096, 4097]
 HOSTILE_STRINGS = ["two\nlines", "\x1b[2J\x1b[H", "a\rb", "\x00", "\u00e9\u4e2d", "x" * 10000]  # for one-line errors
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Generates llmc/tokenizer_unicode.h: the Unicode classes the GPT-2 pre-tokenisation
+"""Generates llmc/data/tokenizer_unicode.h: the Unicode classes the GPT-2 pre-tokenisation
 pattern uses (\\p{L} letters, \\p{N} numbers, \\s white space), as sorted code point ranges,
 at the Unicode version of tiktoken's pattern engine: Unicode 16.0.0.
 
@@ -20,7 +20,7 @@ unicodedata2, so listed below. Surrogates (U+D800..DFFF) are not code points UTF
 carry; they classify as "other".
 
 usage: pip install unicodedata2==16.0.0; python3 dev/gen_unicode_tables.py [OUT]
-       (default llmc/tokenizer_unicode.h)
+       (default llmc/data/tokenizer_unicode.h)
 """
 import sys
 
@@ -33,7 +33,7 @@ if unicodedata2.unidata_version != UNICODE_VERSION:
     sys.exit(f"error: unicodedata2 has Unicode {unicodedata2.unidata_version}; tiktoken's engine uses "
              f"{UNICODE_VERSION} (pip install unicodedata2=={UNICODE_VERSION})")
 
-OUT = sys.argv[1] if len(sys.argv) > 1 else "llmc/tokenizer_unicode.h"
+OUT = sys.argv[1] if len(sys.argv) > 1 else "llmc/data/tokenizer_unicode.h"
 # PropList.txt, White_Space
 WHITE_SPACE = [(0x9, 0xD), (0x20, 0x20), (0x85, 0x85), (0xA0, 0xA0), (0x1680, 0x1680), (0x2000, 0x200A),
                (0x2028, 0x2029), (0x202F, 0x202F), (0x205F, 0x205F), (0x3000, 0x3000)]

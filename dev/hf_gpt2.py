@@ -99,7 +99,7 @@ def _json_kind(value):
 
 def read_regular(path, what, max_bytes=None):
     """The bytes of path, a regular file. Opened with O_NONBLOCK and checked with fstat before
-    any read (as llmc/regular_file.h): a FIFO's open would wait for a writer, a device's read
+    any read (as llmc/formats/regular_file.h): a FIFO's open would wait for a writer, a device's read
     might never end."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)

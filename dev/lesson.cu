@@ -12,7 +12,7 @@
 // Each prints one JSON object per line (rank 0 only).
 #define TESTING
 #include "train_gpt.cu"
-#include "llmc/markov_corpus.h"
+#include "llmc/data/markov_corpus.h"
 #ifdef CPUCUDA
 #include "cpucuda_nccl.h"
 #endif

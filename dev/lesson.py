@@ -201,7 +201,7 @@ def claim5(ctx):
         check_split(output, (B, N, A))
         params = int(re.search(r"(\d+) parameters", output).group(1))
         L, C = (int(v) for v in re.search(r"model: L=(\d+) C=(\d+)", output).groups())
-        flops = 512 * (6.0 * params + 6.0 * L * C * 64)  # llmc/mfu.h flops_per_token x tokens per step
+        flops = 512 * (6.0 * params + 6.0 * L * C * 64)  # llmc/run/mfu.h flops_per_token x tokens per step
         calls = {m.group(2): int(m.group(1)) for m in re.finditer(r"^\s+[\d.]+ s\s+[\d.]+%\s+(\d+) calls\s+(\S+)", output, re.M)}
         matmuls = calls.get("cublasLtMatmul", 0) / steps
         kernels = (sum(calls.values()) - calls.get("cublasLtMatmul", 0)) / steps

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Writes test/ref/llama3_hf_tiny/: tiny Llama 3 models made and saved by transformers
-(save_pretrained), which test/host/test_safetensors.cpp reads with llmc/safetensors.h and
-llmc/llama3_config.h:
+(save_pretrained), which test/host/test_safetensors.cpp reads with llmc/formats/safetensors.h and
+llmc/formats/llama3_config.h:
   untied/   bf16, grouped-query attention (H=4, KV=2), Llama 3.1 RoPE scaling, separate lm_head
   tied/     fp32, lm_head tied to the embedding, plain RoPE, one layer
   sharded/  the untied model again, in shards of at most 20 KB with model.safetensors.index.json

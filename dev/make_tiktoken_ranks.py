@@ -8,7 +8,7 @@ file instead: the 256 single bytes (ranks 0..255, in byte order), then --merges 
 learnt from the project's own documentation (README.md, data/README.md, dev/README.md)
 pre-tokenised by Llama 3's pattern. Each merge joins the most frequent adjacent pair
 (ties: the pair of lowest ranks) and its token gets the next rank, so every token is two
-tokens of lower rank joined (what llmc/tokenizer.h checks of a ranks file). A pair whose
+tokens of lower rank joined (what llmc/data/tokenizer.h checks of a ranks file). A pair whose
 join is already a token is never merged again (tiktoken's ranks hold each token once).
 
 The ranks depend on the documentation at the time they were made; the reference ids

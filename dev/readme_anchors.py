@@ -15,7 +15,7 @@ in `;` is not its definition.
 A name defined more than once at file scope in that file (overloads, or one
 body per #if branch) fails unless the link picks one with a Markdown title:
 
-    [`matmul_forward`](llmc/matmul.cuh#L221 "const float* bias")
+    [`matmul_forward`](llmc/kernels/matmul.cuh#L221 "const float* bias")
 
 The title is text that must appear in exactly one of the candidates'
 signatures (from the line holding the name to the `{` that opens the body).

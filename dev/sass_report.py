@@ -25,7 +25,7 @@ no namespaces or parameters. Convention: HS is a kernel's FIRST INTEGER TEMPLATE
 ARGUMENT (attention_forward_kernel<64>, attn_fwd<bf16, 64, true>: HS 64); a
 kernel whose HS can't be found is checked for spills anyway. Every other kernel
 whose first template argument is 4 or 8 (a 16-byte Packed access, see
-llmc/cuda_common.h) must issue LDG.128, must not spill, and must not store 2
+llmc/kernels/cuda_common.h) must issue LDG.128, must not spill, and must not store 2
 bytes at a time (STG.U16: a Packed store split by the compiler).
 
 cuobjdump and the nvdisasm it runs for -sass: $CUOBJDUMP/$NVDISASM, $CUDA_HOME/bin,

@@ -1,6 +1,6 @@
 """
 Reference Llama 3 in PyTorch: the model the C++/CUDA Llama kernels
-(llmc/rmsnorm.cuh, llmc/rope.cuh, llmc/swiglu.cuh) will be compared against.
+(llmc/kernels/rmsnorm.cuh, llmc/kernels/rope.cuh, llmc/kernels/swiglu.cuh) will be compared against.
 
 Written independently of the C++ side, in the style of dev/train_gpt2.py (whose
 deterministic init, token makers and file writers it shares): plain PyTorch
@@ -8,7 +8,7 @@ autograd, every piece written out:
   - RMSNorm (no mean, no bias), eps from the config
   - RoPE with transformers' rotate_half pairing (element i with i + HS/2), the
     cos/sin table computed in double and rounded once to fp32 (as rope_table
-    in llmc/rope.cuh), with Llama 3.1's frequency scaling
+    in llmc/kernels/rope.cuh), with Llama 3.1's frequency scaling
   - grouped-query attention: NKV key/value heads, NH / NKV query heads per kv head
   - SwiGLU MLP on a fused [gate | up] projection
   - no biases anywhere; the LM head tied to the embedding or separate
@@ -99,7 +99,7 @@ def param_shapes(cfg):
         "qkvw": (L, qkv, C),            # rows [q: NH*HS | k: NKV*HS | v: NKV*HS]
         "attprojw": (L, C, C),
         "mlpnormw": (L, C),
-        "fcw": (L, 2 * F_, C),          # rows [gate: F | up: F], as llmc/swiglu.cuh takes them
+        "fcw": (L, 2 * F_, C),          # rows [gate: F | up: F], as llmc/kernels/swiglu.cuh takes them
         "fcprojw": (L, C, F_),
         "normfw": (C,),
         "lmheadw": (Vp, C),
@@ -112,7 +112,7 @@ def num_parameters(cfg):
 
 
 def rope_frequencies(cfg):
-    """f_i = theta^(-2i/HS) with Llama 3.1's scaling, in double (the rule: llmc/rope.cuh)."""
+    """f_i = theta^(-2i/HS) with Llama 3.1's scaling, in double (the rule: llmc/kernels/rope.cuh)."""
     HS, orig = cfg.head_size, cfg.rope_original_max_position
     lo, hi, factor = cfg.rope_low_freq_factor, cfg.rope_high_freq_factor, cfg.rope_factor
     out = []

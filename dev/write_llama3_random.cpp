@@ -1,5 +1,5 @@
-// Writes a random bf16 Llama 3 as a Hugging Face folder with llmc/llama3_config.h and
-// llmc/safetensors.h (config.json, then model.safetensors or shards of at most MAX_SHARD_BYTES
+// Writes a random bf16 Llama 3 as a Hugging Face folder with llmc/formats/llama3_config.h and
+// llmc/formats/safetensors.h (config.json, then model.safetensors or shards of at most MAX_SHARD_BYTES
 // and their index), and prints each tensor's name and the fp64 sum of its values, for
 // dev/check_llama3_written.py to compare with what LlamaForCausalLM.from_pretrained loads.
 //
@@ -10,8 +10,8 @@
 #include <vector>
 
 #include "llmc/error.h"
-#include "llmc/llama3_config.h"
-#include "llmc/safetensors.h"
+#include "llmc/formats/llama3_config.h"
+#include "llmc/formats/safetensors.h"
 
 using namespace llmc;
 

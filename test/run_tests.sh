@@ -401,7 +401,7 @@ section_nvcc() {
         done
         grep -m 15 -E 'error' "$LOG_DIR/nvcc.log" | sed 's/^/    /'
         # without a usable GPU (no device or no driver, as here), the nvcc-built trainers say so in one
-        # line, why, and name their CPU build (their first CUDA call, llmc/distributed.h)
+        # line, why, and name their CPU build (their first CUDA call, llmc/run/distributed.h)
         if ! { command -v nvidia-smi >/dev/null && nvidia-smi -L >/dev/null 2>&1; }; then
             for t in train_gpt train_llama3; do
                 out=$(timeout "$TIMEOUT" "build/gpu/check/$t" -x 1 2>&1)

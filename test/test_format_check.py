@@ -20,7 +20,7 @@ sys.path.insert(0, HERE)  # test/checks.py
 from checks import Checks  # noqa: E402
 
 SCRIPT = os.path.join(ROOT, "dev", "format_check.py")
-SOURCE = os.path.join(ROOT, "llmc", "rmsnorm.cuh")  # any source with indented blocks
+SOURCE = os.path.join(ROOT, "llmc", "kernels", "rmsnorm.cuh")  # any source with indented blocks
 check = Checks()
 
 

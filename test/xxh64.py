@@ -1,5 +1,5 @@
 """XXH64 (seed 0) in plain Python, for tests that write a DONE marker vouching for a file
-they changed on purpose (llmc/checkpoint.h checks each file's XXH64 against its DONE).
+they changed on purpose (llmc/formats/checkpoint.h checks each file's XXH64 against its DONE).
 test/trainer/test_train_cli.sh checks it against the digests in the trainer's own DONE files.
 
     python3 test/xxh64.py DIR STEP    rewrites DIR/DONE_<STEP> with the sizes and digests of

@@ -1,7 +1,7 @@
-// The PTX instructions of llmc/ptx.cuh (tensor-core mma.sync, ldmatrix,
+// The PTX instructions of llmc/kernels/ptx.cuh (tensor-core mma.sync, ldmatrix,
 // cp.async, ex2.approx.ftz) for the CPU runtime: the same functions, with the same
 // signatures, emulated exactly as the PTX ISA defines them (README.md,
-// "Tensor cores and async copies"). llmc/ptx.cuh includes this file in the CPU
+// "Tensor cores and async copies"). llmc/kernels/ptx.cuh includes this file in the CPU
 // build and inline PTX under nvcc; kernels see one set of functions.
 #pragma once
 #include <cuda_runtime.h>

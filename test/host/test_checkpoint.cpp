@@ -1,4 +1,4 @@
-// Tests of llmc/checkpoint.h: the training-state file (bitwise round trip, header layout,
+// Tests of llmc/formats/checkpoint.h: the training-state file (bitwise round trip, header layout,
 // every mismatch and damage error), atomic writes that fail without touching the old file,
 // finding the newest complete checkpoint, the DONE marker (run id, sizes, hashes) and its
 // verification and what it must list, pruning (only the run's own checkpoints, counting only
@@ -16,7 +16,7 @@
 #include <string>
 #include <vector>
 
-#include "llmc/checkpoint.h"
+#include "llmc/formats/checkpoint.h"
 #include "test/test_util.h"
 
 #include "test/host/host_util.h"

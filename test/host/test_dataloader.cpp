@@ -1,4 +1,4 @@
-// Tests of llmc/dataloader.h (the llm.c shard reader) and llmc/markov_corpus.h
+// Tests of llmc/data/dataloader.h (the llm.c shard reader) and llmc/data/markov_corpus.h
 // (the built-in corpus with a known loss floor).
 //
 // Bad inputs throw llmc::Error "<file or pattern>: <problem>". They are run in
@@ -21,8 +21,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "llmc/dataloader.h"
-#include "llmc/markov_corpus.h"
+#include "llmc/data/dataloader.h"
+#include "llmc/data/markov_corpus.h"
 #include "test/host/host_util.h"
 #include "test/test_util.h"
 

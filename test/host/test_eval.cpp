@@ -1,6 +1,6 @@
-// Tests of the evaluation helpers: llmc/sampler.h (next-token sampling),
-// llmc/hellaswag.h (llm.c's HellaSwag eval file, rows, prediction) and
-// llmc/mfu.h (peak FLOP/s table, MFU, ETA formatting).
+// Tests of the evaluation helpers: llmc/run/sampler.h (next-token sampling),
+// llmc/data/hellaswag.h (llm.c's HellaSwag eval file, rows, prediction) and
+// llmc/run/mfu.h (peak FLOP/s table, MFU, ETA formatting).
 //
 // With SHARED_DATA set and build/host/hellaswag built, the real validation set
 // is converted into the temporary folder and loaded (10,042 examples);
@@ -14,9 +14,9 @@
 #include <string>
 #include <vector>
 
-#include "llmc/hellaswag.h"
-#include "llmc/mfu.h"
-#include "llmc/sampler.h"
+#include "llmc/data/hellaswag.h"
+#include "llmc/run/mfu.h"
+#include "llmc/run/sampler.h"
 #include "test/host/host_util.h"
 #include "test/test_util.h"
 

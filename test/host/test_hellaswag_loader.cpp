@@ -1,4 +1,4 @@
-// Tests of llmc/hellaswag.h's loader and vocabulary check on eval files written
+// Tests of llmc/data/hellaswag.h's loader and vocabulary check on eval files written
 // here byte by byte: many generated examples load exactly as written; every
 // truncation of a good file, every wrong example count in its header and every
 // garbled structural field is refused with one line naming the file, never a
@@ -13,12 +13,12 @@
 #include <string>
 #include <vector>
 
-#include "llmc/hellaswag.h"
+#include "llmc/data/hellaswag.h"
 #include "test/host/host_util.h"
 #include "test/test_util.h"
 
 // The loader's and the vocabulary check's verdicts: "" when all is well, else
-// the message of the llmc::Error thrown. Every call of llmc/hellaswag.h goes
+// the message of the llmc::Error thrown. Every call of llmc/data/hellaswag.h goes
 // through these two.
 static std::string load_error(const std::string& path, std::vector<HellaSwagExample>* out = nullptr) {
     const std::string e = error_of([&] {

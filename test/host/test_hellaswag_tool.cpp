@@ -8,7 +8,7 @@
 #include <fstream>
 #include <sstream>
 
-#include "llmc/tokenizer.h"
+#include "llmc/data/tokenizer.h"
 #include "test/host/host_util.h"
 #include "test/test_util.h"
 

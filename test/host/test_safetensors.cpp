@@ -1,4 +1,4 @@
-// Tests of llmc/safetensors.h and llmc/llama3_config.h: transformers' tiny Llama 3 models
+// Tests of llmc/formats/safetensors.h and llmc/formats/llama3_config.h: transformers' tiny Llama 3 models
 // (test/ref/llama3_hf_tiny, dev/make_llama3_fixture.py) read tensor by tensor against the values
 // torch recorded, a bitwise write/read round trip (one file and shards), no saved file
 // overwritten or written through a link, every kind of hostile header refused with one line
@@ -16,8 +16,8 @@
 #include <string>
 #include <vector>
 
-#include "llmc/llama3_config.h"
-#include "llmc/safetensors.h"
+#include "llmc/formats/llama3_config.h"
+#include "llmc/formats/safetensors.h"
 #include "test/test_util.h"
 
 #include "test/host/host_util.h"

@@ -1,4 +1,4 @@
-// Tests of llmc/tokenizer.h and build/host/prepro: GPT-2 ids against tiktoken (committed
+// Tests of llmc/data/tokenizer.h and build/host/prepro: GPT-2 ids against tiktoken (committed
 // cases from dev/make_tokenizer_cases.py), llm.c's tinyshakespeare numbers, round trips,
 // the tokenizer .bin, thread-count independence, and bad input (one `error:` line, no crash);
 // tiktoken ranks files with Llama 3's pattern and specials against tiktoken (the committed
@@ -16,8 +16,8 @@
 #include <random>
 #include <sstream>
 
-#include "llmc/dataloader.h"
-#include "llmc/tokenizer.h"
+#include "llmc/data/dataloader.h"
+#include "llmc/data/tokenizer.h"
 #include "test/host/sha256.h"
 #include "test/host/host_util.h"
 #include "test/test_util.h"

@@ -24,7 +24,7 @@
 #include <random>
 #include <vector>
 
-#include "llmc/cuda_common.h"
+#include "llmc/kernels/cuda_common.h"
 #include "test/test_device.h"
 
 #if defined(ENABLE_FP32)

@@ -1,9 +1,9 @@
-// The AdamW update (llmc/adamw.cuh) against one step in double, with gradient
-// clipping from llmc/global_norm.cuh's norm; stochastic rounding of the master
+// The AdamW update (llmc/kernels/adamw.cuh) against one step in double, with gradient
+// clipping from llmc/kernels/global_norm.cuh's norm; stochastic rounding of the master
 // weights to floatX; updates in pieces with index offsets (a ZeRO-1 shard);
 // a non-finite gradient norm that skips the step.
-#include "llmc/adamw.cuh"
-#include "llmc/global_norm.cuh"
+#include "llmc/kernels/adamw.cuh"
+#include "llmc/kernels/global_norm.cuh"
 #include "test/kernels/kernel_test.h"
 
 // Bits of the bf16 values just below and above |p| (toward zero / away from zero).

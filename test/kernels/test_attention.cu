@@ -1,4 +1,4 @@
-// Flash-style causal attention (llmc/attention.cuh) against a naive double
+// Flash-style causal attention (llmc/kernels/attention.cuh) against a naive double
 // precision reference that builds the full T x T probability matrix:
 //   forward:  P = softmax(mask(Q K^T / sqrt(HS))),  out = P V,  lse = log sum exp
 //   backward: dV = P^T dO,  dP = dO V^T,  dS_ij = P_ij (dP_ij - sum_k P_ik dP_ik),
@@ -40,7 +40,7 @@
 #include <string>
 #include <vector>
 
-#include "llmc/attention.cuh"
+#include "llmc/kernels/attention.cuh"
 #include "test/test_device.h"
 
 #if defined(ENABLE_FP32)

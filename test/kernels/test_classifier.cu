@@ -1,7 +1,7 @@
-// The fused softmax + cross-entropy classifier (llmc/classifier.cuh): losses,
+// The fused softmax + cross-entropy classifier (llmc/kernels/classifier.cuh): losses,
 // dlogits in place, padded vocabulary columns, masked targets; and the loss
 // accumulation kernel.
-#include "llmc/classifier.cuh"
+#include "llmc/kernels/classifier.cuh"
 #include "test/kernels/kernel_test.h"
 
 static void test_classifier(int N, int V, int Vp, std::vector<int> masked_rows) {

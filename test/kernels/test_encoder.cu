@@ -1,9 +1,9 @@
-// The token and position embedding (llmc/encoder.cuh): the forward, the
+// The token and position embedding (llmc/kernels/encoder.cuh): the forward, the
 // backward's plan of positions grouped by token, the backward into pre-filled
 // gradients, and position ids that restart at each document.
 #include <numeric>
 
-#include "llmc/encoder.cuh"
+#include "llmc/kernels/encoder.cuh"
 #include "test/kernels/kernel_test.h"
 
 // The plan as a stable comparison sort of the positions by token id gives it

@@ -1,6 +1,6 @@
-// The tanh-approximated GELU (llmc/gelu.cuh): forward and the in-place backward,
+// The tanh-approximated GELU (llmc/kernels/gelu.cuh): forward and the in-place backward,
 // on special values and on sizes past the bounded grid.
-#include "llmc/gelu.cuh"
+#include "llmc/kernels/gelu.cuh"
 #include "test/kernels/kernel_test.h"
 
 static void test_gelu(size_t n) {

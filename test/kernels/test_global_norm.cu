@@ -1,6 +1,6 @@
-// The squared global gradient norm (llmc/global_norm.cuh) against a sum in
+// The squared global gradient norm (llmc/kernels/global_norm.cuh) against a sum in
 // double; a rerun is bitwise the same.
-#include "llmc/global_norm.cuh"
+#include "llmc/kernels/global_norm.cuh"
 #include "test/kernels/kernel_test.h"
 
 static void test_global_norm(size_t n) {

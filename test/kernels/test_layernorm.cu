@@ -1,8 +1,8 @@
-// Layer normalisation (llmc/layernorm.cuh): the forward with its saved mean and
+// Layer normalisation (llmc/kernels/layernorm.cuh): the forward with its saved mean and
 // rstd, the fused residual + layernorm forward, and the backward into
 // pre-filled gradients; the reference backward itself against central
 // differences of the reference forward.
-#include "llmc/layernorm.cuh"
+#include "llmc/kernels/layernorm.cuh"
 #include "test/kernels/kernel_test.h"
 
 // Reference forward of one row in double; mean/rstd from the row itself.
@@ -18,7 +18,7 @@ static void ln_row_ref(const double* x, const double* w, const double* b, int C,
     *rs = r;
 }
 
-// Reference backward of one row (derivation in llmc/layernorm.cuh, re-derived here):
+// Reference backward of one row (derivation in llmc/kernels/layernorm.cuh, re-derived here):
 // y = xhat w + b, xhat = (x - mu) rs. With g = dy w, d xhat_j / d x_i = rs (delta_ij - 1/C - xhat_i xhat_j / C), so
 // dx_i = sum_j g_j d xhat_j / d x_i = rs (g_i - mean(g) - xhat_i mean(g xhat)).
 static void ln_row_bwd_ref(const double* x, const double* w, const double* dy, double mu, double rs, int C, double* dx,

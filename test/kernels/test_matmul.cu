@@ -1,4 +1,4 @@
-// Linear layers (llmc/matmul.cuh) against plain C++ in double: the forward with
+// Linear layers (llmc/kernels/matmul.cuh) against plain C++ in double: the forward with
 // its bias epilogue, the input gradient, the fp32 weight gradient accumulated
 // with beta = 1, the bias gradient (BGRADB epilogue, and the deterministic
 // column-sum kernel), and the Linear + GELU passes fused into cuBLASLt's
@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "llmc/matmul.cuh"
+#include "llmc/kernels/matmul.cuh"
 #include "test/test_device.h"
 
 #if defined(ENABLE_FP32)

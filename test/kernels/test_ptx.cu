@@ -1,4 +1,4 @@
-// The tensor-core and async-copy primitives of llmc/ptx.cuh, pinned to the PTX
+// The tensor-core and async-copy primitives of llmc/kernels/ptx.cuh, pinned to the PTX
 // ISA's documented register layouts. Each kernel fills and reads fragments by
 // the manual's formulas (g = lane / 4, t = lane % 4):
 //   mma.m16n8k16 A: a[0] = A[g][2t,2t+1], a[1] = A[g+8][2t,..], a[2] = A[g][2t+8,..], a[3] = A[g+8][2t+8,..]
@@ -18,7 +18,7 @@
 #include <cstring>
 #include <vector>
 
-#include "llmc/ptx.cuh"
+#include "llmc/kernels/ptx.cuh"
 #include "test/test_device.h"
 #ifdef CPUCUDA
 #include <cpucuda.h>

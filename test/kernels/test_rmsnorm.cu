@@ -1,4 +1,4 @@
-// RMS normalisation (llmc/rmsnorm.cuh): the forward with its saved rstd, the
+// RMS normalisation (llmc/kernels/rmsnorm.cuh): the forward with its saved rstd, the
 // fused residual + rmsnorm forward, and the backward into pre-filled
 // gradients; the reference backward itself against central differences of the
 // reference forward. Each bound is also shown able to fail: the same metric
@@ -10,7 +10,7 @@
 // rstd and dweight are fp32 sums, TOL_F32. Measured, bf16 build: out 1.9e-3 to
 // 2.8e-3, dinp 2.0e-3 to 3.4e-3 (one rounding: at most bf16's unit roundoff
 // 2^-8 = 3.9e-3), rstd and dweight 4e-8 to 4e-7; fp32 build: out and dinp about 1e-7.
-#include "llmc/rmsnorm.cuh"
+#include "llmc/kernels/rmsnorm.cuh"
 #include "test/kernels/kernel_test.h"
 
 constexpr double RMS_EPS = 1e-5;

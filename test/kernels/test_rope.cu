@@ -1,4 +1,4 @@
-// Rotary position embedding (llmc/rope.cuh): Llama 3.1's frequency rule, the
+// Rotary position embedding (llmc/kernels/rope.cuh): Llama 3.1's frequency rule, the
 // table, and the forward and backward kernels, in place on a grouped-query
 // q|k|v layout, with default and document-relative positions, against a
 // rotation in double. Each bound is also shown able to fail: the same metric
@@ -10,7 +10,7 @@
 // floatX: TOL_X (kernel_test.h). Measured: 2.8e-3 to 2.9e-3 of the tensor's
 // largest value in the bf16 build (one rounding: at most 2^-8 = 3.9e-3), about
 // 9e-8 in the fp32 build.
-#include "llmc/rope.cuh"
+#include "llmc/kernels/rope.cuh"
 #include "test/kernels/kernel_test.h"
 
 // Llama 3.1's published rule, written the other way round from the header's: on

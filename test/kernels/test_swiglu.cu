@@ -1,4 +1,4 @@
-// SwiGLU (llmc/swiglu.cuh): the forward out = silu(gate) * up on the fused
+// SwiGLU (llmc/kernels/swiglu.cuh): the forward out = silu(gate) * up on the fused
 // [gate | up] rows, and the backward into dgate | dup, out of place and in
 // place, on special values and on sizes past the bounded grid; the reference
 // gradient itself against central differences. Each bound is also shown able
@@ -8,7 +8,7 @@
 // from the same floatX inputs as the reference (expf within 2 ulp): TOL_X
 // (kernel_test.h). Measured: 6e-4 to 3.5e-3 of the tensor's largest value in
 // the bf16 build (one rounding: at most 2^-8 = 3.9e-3), 2e-8 to 4e-7 in the fp32 build.
-#include "llmc/swiglu.cuh"
+#include "llmc/kernels/swiglu.cuh"
 #include "test/kernels/kernel_test.h"
 
 static double silu_ref(double g) { return g / (1.0 + std::exp(-g)); }

@@ -15,7 +15,7 @@
 //     (relative rounding 2^-9 = 2e-3 per operation).
 #define TESTING
 #include "train_gpt.cu"
-#include "llmc/schedulers.h"
+#include "llmc/run/schedulers.h"
 #include "test/test_util.h"
 #include "test/model/reference.h"
 

@@ -10,7 +10,7 @@
 // Error metric per tensor: max_i |got_i - ref_i| / max_i |ref_i| (reference.h).
 #define TESTING
 #include "train_llama3.cu"
-#include "llmc/schedulers.h"
+#include "llmc/run/schedulers.h"
 #include "test/test_util.h"
 #include "test/model/reference.h"
 

@@ -1,20 +1,20 @@
-// test_run_seam: a second model family through the shared run (llmc/run.h).
+// test_run_seam: a second model family through the shared run (llmc/run/run.h).
 // A bigram model (the logits of a token are one row of a V x Vp table) is
 // trained, evaluated, sampled, checkpointed and resumed by train<Bigram>, the
 // run train_gpt.cu's main calls for GPT-2: what this file defines is all a
-// family writes (the hook lists at the top of llmc/train_step.h and llmc/run.h).
+// family writes (the hook lists at the top of llmc/step/train_step.h and llmc/run/run.h).
 #include <array>
 #include <cstdio>
 #include <cstring>
 #include <string>
 #include <vector>
 
-#include "llmc/cuda_common.h"
-#include "llmc/classifier.cuh"
-#include "llmc/params.h"
-#include "llmc/train_step.h"
-#include "llmc/run_checkpoint.h"
-#include "llmc/run_model.h"
+#include "llmc/kernels/cuda_common.h"
+#include "llmc/kernels/classifier.cuh"
+#include "llmc/step/params.h"
+#include "llmc/step/train_step.h"
+#include "llmc/run/run_checkpoint.h"
+#include "llmc/run/run_model.h"
 #include "test/test_util.h"
 
 struct BigramConfig {
@@ -56,7 +56,7 @@ __global__ void bigram_backward_kernel(float* dtable, const floatX* dlogits, con
     for (size_t bt = 0; bt < BT; bt++) dtable[(size_t)tokens[bt] * Vp + col] += (float)dlogits[bt * Vp + col];
 }
 
-// ---- llmc/train_step.h's hooks
+// ---- llmc/step/train_step.h's hooks
 static void forward(Bigram* m) {
     const size_t n = (size_t)m->B * m->T * m->config.padded_vocab_size;
     bigram_forward_kernel<<<CEIL_DIV(n, 256), 256, 0, m->stream>>>(m->logits, m->params_memory, m->inputs,
@@ -79,7 +79,7 @@ static void backward(Bigram* m, const int*, int, bool reduce) {
 static float* reduce_scratch(Bigram* m) { return m->reduce; }
 static int document_start_token(const Bigram* m) { return m->config.vocab_size - 1; }
 
-// ---- llmc/run.h's hooks
+// ---- llmc/run/run.h's hooks
 static bool parse_descriptor(const char* text, BigramConfig* c) {
     int V = 0, used = 0;
     if (sscanf(text, "V=%d%n", &V, &used) != 1 || text[used] != '\0' || V < 2 || V > 4096) return false;
@@ -163,7 +163,7 @@ static double model_flops_per_token(const Bigram*, int) { return 0; }  // a look
 static std::string model_summary(const Bigram* m) { return "bigram V=" + std::to_string(m->config.vocab_size); }
 static std::string adapt_to_device(Bigram*, int, int) { return ""; }
 
-#include "llmc/run.h"
+#include "llmc/run/run.h"
 
 // ---- the test: runs of the bigram through train<Bigram>, in this process
 static int run_trainer(std::vector<std::string> args) {

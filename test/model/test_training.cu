@@ -11,7 +11,7 @@
 //     give bitwise the losses of plain causal attention.
 #define TESTING
 #include "train_gpt.cu"
-#include "llmc/schedulers.h"
+#include "llmc/run/schedulers.h"
 #include "test/test_util.h"
 #ifdef CPUCUDA
 #include "cpucuda.h"

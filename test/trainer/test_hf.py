@@ -9,7 +9,7 @@ dev/make_hf_fixture.py):
   (c) the exported tensors are bitwise the fixture's (read with the safetensors package);
   the trainer fine-tunes the import (-e, a few steps on the built-in corpus) and its
   checkpoint exports;
-  (d) -e FOLDER reads a transformers folder directly (train_gpt.cu, llmc/hf_model.h): the
+  (d) -e FOLDER reads a transformers folder directly (train_gpt.cu, llmc/formats/hf_model.h): the
   weights bitwise those of import_hf.py's file of the same folder, for F32, BF16 and F16
   tensors, the hub's layout (no "transformer." prefix, mask buffers, a tied
   lm_head.weight) and 2 shards with their index; fine-tuning it gives the import's losses exactly; a folder with a wrong

@@ -8,7 +8,7 @@
 # model_S/ of exactly config.json and model.safetensors, both listed in DONE_S;
 # -e takes it; -y 1 refuses a truncated model.safetensors in it and a folder
 # that is a symbolic link (falling back to the checkpoint before); -nk removes
-# older folders whole. The flags and the run are llmc/run.h's, tested through
+# older folders whole. The flags and the run are llmc/run/run.h's, tested through
 # train_gpt by test_train_cli.sh.
 #   bash test/trainer/test_llama3_cli.sh [TRAINER]
 cd "$(dirname "$0")/../.." || exit 1

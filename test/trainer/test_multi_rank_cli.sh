@@ -300,7 +300,7 @@ check "both ranks stopped after step $at for 10 s, twice --stall-timeout 5, then
 # issue 23 item 10: a file-size limit too small for MPI's start-up (its shared-memory files) is
 # refused before it with one error line under mpirun; a process no launcher started never
 # starts MPI, so the limit does not concern it
-# (env -u: no launcher's rank variable from the environment the tests run in; llmc/distributed.h)
+# (env -u: no launcher's rank variable from the environment the tests run in; llmc/run/distributed.h)
 (ulimit -f 4000 && timeout $GUARD env -u OMPI_COMM_WORLD_RANK -u PMI_RANK -u PMIX_RANK -u SLURM_PROCID \
     "$BIN" -x 1 -v 0 >/dev/null 2>"$WORK/err")
 rc=$?

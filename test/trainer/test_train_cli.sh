@@ -213,7 +213,7 @@ expect_error "token id >= vocab size" "token id" -e "$TINY" -i "$WORK/badtok.bin
 expect_error "no shard matches" "$WORK/none" -e "$TINY" -i "$WORK/none*.bin" -b 2 -t 16
 shard wrongmagic.bin 5000 256 1234 1
 expect_error "shard with a wrong magic" "wrongmagic.bin" -e "$TINY" -i "$WORK/wrongmagic.bin" -b 2 -t 16
-# prepro runs' shards (header[248..252]: marker, run id, train shards, number; llmc/dataloader.h):
+# prepro runs' shards (header[248..252]: marker, run id, train shards, number; llmc/data/dataloader.h):
 # run_shards PREFIX RUNID N NUMBER...
 run_shards() {
     python3 - "$WORK/$1" "$2" "$3" "${@:4}" <<'PY'

@@ -1,0 +1,78 @@
+// Fused AdamW step for one parameter tensor, with gradient-norm clipping
+// folded in. Follows torch.optim.AdamW's single-tensor arithmetic on fp32
+// master weights, then writes the floatX copy the model computes with.
+#pragma once
+#include <cmath>
+#include "llmc/kernels/cuda_common.h"
+
+// clip  = min(1, grad_clip / (sqrt(*grad_norm_squared) + 1e-6))   (1 when grad_clip <= 0)
+// g     = grads[i] * clip
+// p     = master[i] * (1 - lr * weight_decay)          decoupled weight decay
+// m     = m + (1 - beta1) (g - m)                      torch's lerp
+// v     = beta2 v + (1 - beta2) g^2
+// p     = p - step_size * m / (sqrt(v) / bc2_sqrt + eps)
+//         step_size = lr / (1 - beta1^t), bc2_sqrt = sqrt(1 - beta2^t)
+// master[i] = p;  params[i] = stochastic_round(p; index index_offset + i, seed)
+// The clip factor is read from device memory here, so the optimizer never
+// waits for the norm on the host. The scalars that depend only on the
+// hyperparameters are computed in double on the host, as torch does in Python.
+// N consecutive elements per thread (16-byte accesses to the fp32 arrays where
+// n and the pointers allow, else 1); the arithmetic per element is the same
+// either way, so the result does not depend on N.
+template <int N>
+__global__ void adamw_kernel(floatX* __restrict__ params, float* __restrict__ master, const float* __restrict__ grads,
+                             float* __restrict__ m, float* __restrict__ v, size_t n, float decay, float one_minus_beta1,
+                             float beta2, float one_minus_beta2, float eps, float step_size, float bc2_sqrt,
+                             float grad_clip, const float* grad_norm_squared, uint32_t seed, size_t index_offset) {
+    // a non-finite gradient (an overflow, a bad batch) leaves the weights and
+    // moments as they were: the trainer then stops, or skips the step
+    if (grad_norm_squared && !isfinite(*grad_norm_squared)) return;
+    float clip = 1.0f;
+    if (grad_clip > 0.0f) clip = fminf(1.0f, grad_clip / (sqrtf(*grad_norm_squared) + 1e-6f));
+    const BlockChunk chunk = block_chunk(n / N);
+    for (size_t k = chunk.begin + threadIdx.x; k < chunk.end; k += blockDim.x) {
+        const size_t i = k * N;
+        const Packed<float, N> g = load_packed_streaming<N>(grads + i);
+        Packed<float, N> p = load_packed<N>(master + i), mi = load_packed<N>(m + i), vi = load_packed<N>(v + i);
+        Packed<floatX, N> w;
+#pragma unroll
+        for (int e = 0; e < N; e++) {
+            const float ge = g.v[e] * clip;
+            mi.v[e] = mi.v[e] + one_minus_beta1 * (ge - mi.v[e]);
+            vi.v[e] = beta2 * vi.v[e] + one_minus_beta2 * ge * ge;
+            const float denom = sqrtf(vi.v[e]) / bc2_sqrt + eps;
+            const float decayed = p.v[e] * decay;
+            p.v[e] = decayed - step_size * (mi.v[e] / denom);
+            stochastic_round(p.v[e], &w.v[e], (uint32_t)(index_offset + i + e), seed);  // exact when floatX is float
+        }
+        store_packed(m + i, mi);
+        store_packed(v + i, vi);
+        store_packed(master + i, p);
+        store_packed(params + i, w);
+    }
+}
+
+// t: the step number, from 1. grad_norm_squared: device pointer (may be null
+// when grad_clip <= 0); when it holds Inf or NaN nothing is updated. seed: should differ per step and per tensor, since the
+// rounding noise is a hash of (index within the tensor, seed). index_offset:
+// where element 0 of this call sits in its tensor, so that updating a tensor
+// in pieces (a ZeRO-1 shard) rounds exactly as updating it whole.
+inline void adamw_update(floatX* params, float* master, const float* grads, float* m, float* v, size_t n, float lr,
+                         float beta1, float beta2, float eps, float weight_decay, int t, float grad_clip,
+                         const float* grad_norm_squared, uint32_t seed, size_t index_offset, cudaStream_t stream) {
+    if (n == 0) return;
+    const double bias_correction1 = 1.0 - std::pow((double)beta1, t);
+    const double bias_correction2 = 1.0 - std::pow((double)beta2, t);
+    const float step_size = (float)((double)lr / bias_correction1);
+    const float bc2_sqrt = (float)std::sqrt(bias_correction2);
+    const float decay = (float)(1.0 - (double)lr * (double)weight_decay);
+    const int block = 256;
+    const float one_minus_beta1 = (float)(1.0 - (double)beta1), one_minus_beta2 = (float)(1.0 - (double)beta2);
+    with_pack_width<float>(pack_width<float>(n, master, grads, m, v, params), [&](auto pack) {
+        constexpr int P = decltype(pack)::value;
+        adamw_kernel<P><<<chunked_grid_blocks(adamw_kernel<P>, n / P, block), block, 0, stream>>>(
+            params, master, grads, m, v, n, decay, one_minus_beta1, beta2, one_minus_beta2, eps, step_size, bc2_sqrt,
+            grad_clip, grad_norm_squared, seed, index_offset);
+    });
+    cudaCheck(cudaGetLastError());
+}

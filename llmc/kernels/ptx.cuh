@@ -1,0 +1,102 @@
+// Tensor-core and async-copy instructions as device functions: inline PTX
+// under nvcc; the CPU runtime supplies the same functions (cpucuda_ptx.h), so
+// kernels call one set of functions and contain no #if.
+//
+//   mma_bf16_16816(acc, a, b)  mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32:
+//                              acc (16x8 fp32) += A (16x16 bf16, row) B (16x8 bf16, col)
+//   ldmatrix<N>(r, row)        ldmatrix.sync.aligned.m8n8.xN.shared.b16: N 8x8 tiles of
+//   ldmatrix_trans<N>(r, row)  b16 from shared memory; lane 8j+i gives row i of tile j
+//   cp_async_16(dst, src)      cp.async.cg.shared.global, 16 bytes, global -> shared
+//   cp_async_commit()          cp.async.commit_group
+//   cp_async_wait<N>()         cp.async.wait_group N: all but the N newest groups landed
+//   ex2_ftz(x)                 ex2.approx.ftz.f32: 2^x in one MUFU.EX2 (exp2f adds range
+//                              fix-ups for subnormals); subnormal inputs and results are 0
+//
+// Fragments (g = lane / 4, t = lane % 4; the lower-indexed element of a pair
+// in the low 16 bits of its register):
+//   A: a[0] = A[g][2t,2t+1]  a[1] = A[g+8][2t,2t+1]  a[2] = A[g][2t+8,2t+9]  a[3] = A[g+8][2t+8,2t+9]
+//   B: b[0] = B[2t,2t+1][g]  b[1] = B[2t+8,2t+9][g]
+//   C: acc = C[g][2t], C[g][2t+1], C[g+8][2t], C[g+8][2t+1]
+//   ldmatrix: r[j] = M_j[g][2t,2t+1];  with .trans r[j] = M_j[2t,2t+1][g]
+// So an x4 ldmatrix of a row-major 16x16 bf16 tile (lanes 0-15 give rows
+// 0-15 at column 0, lanes 16-31 rows 0-15 at column 8) is exactly an A
+// fragment, and of a 16x16 tile of B^T rows (n-major), two B fragments.
+#pragma once
+#include <cstdint>
+#include <cstring>
+
+#include "llmc/kernels/cuda_common.h"
+
+#if defined(CPUCUDA_RUNTIME)
+#include <cpucuda_ptx.h>
+#else
+__device__ __forceinline__ void mma_bf16_16816(float (&acc)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+        : "+f"(acc[0]), "+f"(acc[1]), "+f"(acc[2]), "+f"(acc[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+
+__device__ __forceinline__ uint32_t shared_address(const void* p) { return (uint32_t)__cvta_generic_to_shared(p); }
+
+template <int N>
+__device__ __forceinline__ void ldmatrix(uint32_t (&r)[N], const void* row) {
+    static_assert(N == 1 || N == 2 || N == 4, "ldmatrix: .x1, .x2 or .x4");
+    if constexpr (N == 1)
+        asm volatile("ldmatrix.sync.aligned.m8n8.x1.shared.b16 {%0}, [%1];"
+                     : "=r"(r[0])
+                     : "r"(shared_address(row))
+                     : "memory");
+    else if constexpr (N == 2)
+        asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0,%1}, [%2];"
+                     : "=r"(r[0]), "=r"(r[1])
+                     : "r"(shared_address(row))
+                     : "memory");
+    else
+        asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
+                     : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                     : "r"(shared_address(row))
+                     : "memory");
+}
+template <int N>
+__device__ __forceinline__ void ldmatrix_trans(uint32_t (&r)[N], const void* row) {
+    static_assert(N == 1 || N == 2 || N == 4, "ldmatrix: .x1, .x2 or .x4");
+    if constexpr (N == 1)
+        asm volatile("ldmatrix.sync.aligned.m8n8.x1.trans.shared.b16 {%0}, [%1];"
+                     : "=r"(r[0])
+                     : "r"(shared_address(row))
+                     : "memory");
+    else if constexpr (N == 2)
+        asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0,%1}, [%2];"
+                     : "=r"(r[0]), "=r"(r[1])
+                     : "r"(shared_address(row))
+                     : "memory");
+    else
+        asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];"
+                     : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                     : "r"(shared_address(row))
+                     : "memory");
+}
+
+__device__ __forceinline__ void cp_async_16(void* smem_dst, const void* gmem_src) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(shared_address(smem_dst)), "l"(gmem_src) : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+    asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
+}
+
+__device__ __forceinline__ float ex2_ftz(float x) {
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
+}
+#endif
+
+// Two floats as one register of two bf16 (round to nearest even), `lo` in the low half.
+__device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
+    const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);  // one cvt.rn.bf16x2.f32 on a GPU
+    uint32_t r;
+    memcpy(&r, &v, sizeof r);
+    return r;
+}

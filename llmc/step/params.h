@@ -1,0 +1,365 @@
+// llmc/step/params.h: a model's trainable parameters, whatever the model family.
+// One contiguous buffer of floatX weights (what forward and backward read),
+// the fp32 gradient-accumulation buffer, and the optimizer's fp32 state
+// (master weights, AdamW m and v), all in the order of the family's parameter
+// table; their slices for data parallelism (ZeRO-1), the gradient reduction
+// and the AdamW update. A family describes its tensors (ParameterLayout) and
+// reads one layer's tensors through layer_view; nothing here knows a tensor's
+// name or shape.
+#pragma once
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+#include "llmc/kernels/cuda_common.h"
+#include "llmc/kernels/adamw.cuh"
+#include "llmc/run/distributed.h"
+#include "llmc/error.h"
+#include "llmc/kernels/global_norm.cuh"
+#include "llmc/rand.h"
+
+// One row of a family's parameter table, as the optimizer sees it.
+struct ParameterLayout {
+    size_t size;     // elements, all layers together
+    bool per_layer;  // one per layer (L of them), each its own slice of the all-reduce
+    bool decays;     // AdamW's weight decay applies
+};
+
+// One layer's view of a struct of device pointers (the parameters, their
+// gradients, the activations): a copy with each per-layer tensor's pointer
+// moved to layer l's slice. strides[i] is the bytes per layer of the struct's
+// i-th pointer, from the tensor's table row (0: not per layer, or one copy
+// shared by all layers), so no layer offset is written by hand.
+template <class S>
+S layer_view(const S& all, const std::vector<size_t>& strides, int l) {
+    constexpr size_t POINTERS = sizeof(S) / sizeof(void*);
+    static_assert(sizeof(S) == POINTERS * sizeof(void*), "a struct of pointers only");
+    S view = all;
+    char* fields[POINTERS];
+    memcpy(fields, &view, sizeof(S));
+    for (size_t i = 0; i < POINTERS; i++) fields[i] += l * strides[i];
+    memcpy(&view, fields, sizeof(S));
+    return view;
+}
+
+// Points the tensors of a struct of pointers (a family's named tensors, in
+// its table's order) into one contiguous buffer, one per row of the table.
+template <class S, class T>
+void point_parameters(S* p, T* base, const std::vector<ParameterLayout>& rows) {
+    static_assert(sizeof(S) % sizeof(T*) == 0, "a struct of pointers only");
+    if (rows.size() > sizeof(S) / sizeof(T*))
+        llmc::failf("params: %zu tensors for %zu pointers", rows.size(), sizeof(S) / sizeof(T*));
+    T** tensors = reinterpret_cast<T**>(p);
+    for (size_t k = 0; k < rows.size(); k++) {
+        tensors[k] = base;
+        base += rows[k].size;
+    }
+}
+
+// Bytes per layer of each tensor of the table, for elements of element_bytes.
+inline std::vector<size_t> parameter_strides(const std::vector<ParameterLayout>& tensors, int num_layers,
+                                             size_t element_bytes) {
+    std::vector<size_t> strides;
+    for (const ParameterLayout& t : tensors) strides.push_back(t.per_layer ? t.size / num_layers * element_bytes : 0);
+    return strides;
+}
+
+// Device memory is allocated once, from tables of buffers: the allocation and
+// the memory plan (printed at start, and by --memory-plan) both read them, so
+// the plan is what gets allocated.
+struct DeviceBuffer {
+    void** ptr;
+    size_t bytes;
+    const char* group;  // the memory plan's line
+    int layers = 0;     // per-layer tensors: the layers it holds (L, or 1 kept for all under recompute)
+};
+
+// Allocates every buffer of the list, or none: on out-of-memory the ones
+// already allocated are freed and false is returned (-b auto tries a smaller B).
+inline bool allocate_buffers(const std::vector<DeviceBuffer>& buffers) {
+    for (size_t i = 0; i < buffers.size(); i++) {
+        const cudaError_t err = cudaMalloc(buffers[i].ptr, buffers[i].bytes);
+        if (err == cudaSuccess) continue;
+        if (err != cudaErrorMemoryAllocation) cudaCheck(err);
+        (void)cudaGetLastError();
+        for (size_t k = 0; k < i; k++) cudaCheck(cudaFree(*buffers[k].ptr));
+        return false;
+    }
+    return true;
+}
+
+inline size_t total_bytes(const std::vector<DeviceBuffer>& buffers) {
+    size_t sum = 0;
+    for (const DeviceBuffer& b : buffers) sum += b.bytes;
+    return sum;
+}
+
+// Bytes per layer of each pointer of `all`, a struct of pointers into which
+// rows of a buffer table point (layer_view's strides; rows that point
+// elsewhere, and tensors not per layer, give none).
+template <class S>
+std::vector<size_t> buffer_strides(const S& all, const std::vector<DeviceBuffer>& rows) {
+    std::vector<size_t> strides(sizeof(S) / sizeof(void*), 0);
+    for (const DeviceBuffer& b : rows) {
+        const size_t field = (size_t)((const char*)b.ptr - (const char*)&all) / sizeof(void*);
+        if (b.layers > 1 && field < strides.size()) strides[field] = b.bytes / b.layers;
+    }
+    return strides;
+}
+
+// ----------------------------------------------------------------------------
+// Data parallelism: what each rank reduces and, under ZeRO-1, updates.
+//
+// The unit of communication is a slice: one layer's part of a per-layer tensor
+// (its gradient is complete when that layer's backward ends), or a whole
+// tensor outside the layers (complete at the end of the backward).
+// Under ZeRO-1 rank r owns elements [r*part, (r+1)*part) of every slice of
+// size elements, part = floor(size / N); the last size - N*part (< N) elements
+// are reduced with an all-reduce and updated on every rank, so no size needs
+// padding and every element is still reduced exactly once.
+struct GradientSlice {
+    int tensor;         // index into the parameter table
+    int layer;          // its layer, or L for the tensors outside the layers
+    size_t offset;      // first element in the parameter buffer
+    size_t size;
+    size_t in_tensor;   // first element within its tensor (stochastic rounding indexes by it)
+    size_t part;        // ZeRO-1: elements per rank
+    size_t part_offset; // ZeRO-1: where this rank keeps its part in the shard arrays
+    size_t tail;        // ZeRO-1: the last size - N*part elements, which every rank holds ...
+    size_t tail_offset; // ... here in the shard arrays
+    size_t tail_begin() const { return size - tail; }
+};
+
+static const Distributed SINGLE_PROCESS;
+
+// What a step sums on the device and the host reads once, at its end.
+struct StepStats {
+    float loss_sum;           // the per-token losses, each already divided by the global batch's targets
+    float grad_norm_squared;  // of the summed gradient, before clipping
+};
+
+// The parameters and the optimizer's state: a family's model struct derives
+// from it.
+struct Parameters {
+    std::vector<ParameterLayout> tensors;  // the family's table, in buffer order
+    int num_layers = 0;
+    size_t num_parameters = 0;
+    // weights in the activation precision (what forward/backward read) ...
+    floatX* params_memory;
+    // ... and the fp32 state of the optimizer: master weights, gradients, moments
+    float* master_weights;
+    float* grads_memory;  // the persistent gradient-accumulation buffer
+    float* adam_m;
+    float* adam_v;
+    int adam_step;         // number of optimizer steps taken
+    StepStats* stats;      // device: the step's loss sum and squared gradient norm
+    cudaStream_t stream;   // where the model's work runs
+    // data parallelism: set before the weights are allocated
+    const Distributed* dist = &SINGLE_PROCESS;
+    int zero_stage = 0;                 // 1: optimizer state sharded over the ranks (N > 1 only)
+    std::vector<GradientSlice> slices;  // every slice, in buffer order
+    size_t shard_parts = 0;             // ZeRO-1: elements of this rank's parts, then ...
+    size_t optimizer_elements = 0;      // ... with the tails: the length of master, m, v (n without ZeRO)
+    float* grad_shard = nullptr;        // ZeRO-1: the reduced gradients of those elements
+};
+
+// Cuts the parameter buffer into slices and lays out this rank's ZeRO-1 shard.
+inline void plan_slices(Parameters* p) {
+    const int L = p->num_layers, N = p->dist->num_processes;
+    p->slices.clear();
+    size_t offset = 0, parts = 0;
+    for (int k = 0; k < (int)p->tensors.size(); k++) {
+        const bool per_layer = p->tensors[k].per_layer;
+        const int count = per_layer ? L : 1;
+        const size_t size = p->tensors[k].size / count;
+        for (int l = 0; l < count; l++) {
+            const size_t part = p->zero_stage == 1 ? size / N : 0;
+            const size_t tail = p->zero_stage == 1 ? size - part * N : 0;
+            p->slices.push_back(GradientSlice{k, per_layer ? l : L, offset, size, l * size, part, parts, tail, 0});
+            offset += size;
+            parts += part;
+        }
+    }
+    size_t tails = parts;
+    for (GradientSlice& s : p->slices) {
+        s.tail_offset = tails;
+        tails += s.tail;
+    }
+    p->shard_parts = parts;
+    p->optimizer_elements = p->zero_stage == 1 ? tails : p->num_parameters;
+}
+
+// Sizes, slices and the ZeRO-1 layout of a family's table (nothing allocated).
+inline void configure_parameters(Parameters* p, const std::vector<ParameterLayout>& tensors, int num_layers) {
+    p->tensors = tensors;
+    p->num_layers = num_layers;
+    p->num_parameters = 0;
+    for (const ParameterLayout& t : tensors) p->num_parameters += t.size;
+    if (p->dist->num_processes == 1) p->zero_stage = 0;  // one rank: nothing to shard
+    plan_slices(p);
+}
+
+// The fp32 values this rank's optimizer keeps, from the full set: all of them,
+// or under ZeRO-1 its part of every slice, then every slice's tail.
+inline std::vector<float> local_values(const Parameters* p, const float* full) {
+    if (p->zero_stage == 0) return std::vector<float>(full, full + p->num_parameters);
+    std::vector<float> local(p->optimizer_elements);
+    const size_t r = p->dist->rank;
+    for (const GradientSlice& s : p->slices) {
+        memcpy(&local[s.part_offset], full + s.offset + r * s.part, s.part * sizeof(float));
+        memcpy(&local[s.tail_offset], full + s.offset + s.tail_begin(), s.tail * sizeof(float));
+    }
+    return local;
+}
+
+// The weights and the optimizer's buffers (the memory plan reads this too).
+inline std::vector<DeviceBuffer> parameter_buffers(Parameters* p) {
+    const size_t n = p->num_parameters, local = p->optimizer_elements;
+    std::vector<DeviceBuffer> list = {{(void**)&p->params_memory, n * sizeof(floatX), "parameters"},
+                                      {(void**)&p->grads_memory, n * sizeof(float), "fp32 gradients"},
+                                      {(void**)&p->master_weights, local * sizeof(float), "fp32 master weights"},
+                                      {(void**)&p->adam_m, local * sizeof(float), "AdamW m and v"},
+                                      {(void**)&p->adam_v, local * sizeof(float), "AdamW m and v"}};
+    if (p->zero_stage == 1) list.push_back({(void**)&p->grad_shard, local * sizeof(float), "ZeRO-1 gradient shard"});
+    return list;
+}
+
+// Allocates the parameters and the optimizer's state, zeroed (weights unset).
+inline void allocate_parameters(Parameters* p) {
+    const std::vector<DeviceBuffer> buffers = parameter_buffers(p);
+    if (!allocate_buffers(buffers))
+        llmc::failf("out of device memory for the weights and optimizer state (%.1f MiB); try -z 1 on several GPUs "
+                    "or a smaller model",
+                    total_bytes(buffers) / 1048576.0);
+    const size_t n = p->num_parameters, local = p->optimizer_elements;
+    cudaCheck(cudaMemset(p->grads_memory, 0, n * sizeof(float)));
+    cudaCheck(cudaMemset(p->adam_m, 0, local * sizeof(float)));
+    cudaCheck(cudaMemset(p->adam_v, 0, local * sizeof(float)));
+    p->adam_step = 0;
+}
+
+// Sets every weight from fp32 values: master weights exact (this rank's share
+// under ZeRO-1), the floatX copy rounded to nearest.
+inline void set_weights(Parameters* p, const std::vector<float>& weights) {
+    const size_t n = p->num_parameters;
+    std::vector<floatX> rounded(n);
+    for (size_t i = 0; i < n; i++) rounded[i] = from_float<floatX>(weights[i]);
+    const std::vector<float> local = local_values(p, weights.data());
+    cudaCheck(cudaMemcpy(p->master_weights, local.data(), local.size() * sizeof(float), cudaMemcpyHostToDevice));
+    cudaCheck(cudaMemcpy(p->params_memory, rounded.data(), n * sizeof(floatX), cudaMemcpyHostToDevice));
+}
+
+// All fp32 master weights on the host. Under ZeRO-1 every rank must call it:
+// the shards are gathered in the gradient buffer (zero between steps, and
+// zeroed again after).
+inline std::vector<float> gather_master_weights(Parameters* p) {
+    std::vector<float> weights(p->num_parameters);
+    if (p->zero_stage == 0) {
+        cudaCheck(cudaMemcpy(weights.data(), p->master_weights, weights.size() * 4, cudaMemcpyDeviceToHost));
+        return weights;
+    }
+    const Distributed* d = p->dist;
+    const size_t r = d->rank;
+    float* full = p->grads_memory;
+    for (const GradientSlice& s : p->slices) {
+        cudaCheck(cudaMemcpyAsync(full + s.offset + r * s.part, p->master_weights + s.part_offset,
+                                  s.part * sizeof(float), cudaMemcpyDeviceToDevice, p->stream));
+        cudaCheck(cudaMemcpyAsync(full + s.offset + s.tail_begin(), p->master_weights + s.tail_offset,
+                                  s.tail * sizeof(float), cudaMemcpyDeviceToDevice, p->stream));
+    }
+    comm_after_compute(d, p->stream);
+    group_start();
+    for (const GradientSlice& s : p->slices) all_gather_in_place(full + s.offset, s.part, d);
+    group_end();
+    compute_after_comm(d, p->stream);
+    cudaCheck(cudaMemcpyAsync(weights.data(), full, weights.size() * 4, cudaMemcpyDeviceToHost, p->stream));
+    cudaCheck(cudaMemsetAsync(full, 0, weights.size() * 4, p->stream));
+    cudaCheck(cudaStreamSynchronize(p->stream));
+    return weights;
+}
+
+// Sums one layer's gradients over the ranks, on the communication stream, once
+// the compute stream has finished them: the backward of the layers below runs
+// meanwhile. ZeRO-0 all-reduces in place; ZeRO-1 reduce-scatters each slice
+// into this rank's shard. Sums, not averages: every rank's gradients already
+// carry 1/(unmasked targets of the global batch). Layer L (the tensors outside
+// the layers) also sums the step's loss.
+inline void reduce_layer(Parameters* p, int layer) {
+    const Distributed* d = p->dist;
+    comm_after_compute(d, p->stream);
+    group_start();
+    for (const GradientSlice& s : p->slices) {
+        if (s.layer != layer) continue;
+        float* g = p->grads_memory + s.offset;
+        if (p->zero_stage == 0) {
+            all_reduce_sum(g, g, s.size, d);
+            continue;
+        }
+        if (s.part > 0) reduce_scatter_sum(p->grad_shard + s.part_offset, g, s.part, d);
+        if (s.tail > 0) all_reduce_sum(p->grad_shard + s.tail_offset, g + s.tail_begin(), s.tail, d);
+    }
+    if (layer == p->num_layers) all_reduce_sum(&p->stats->loss_sum, &p->stats->loss_sum, 1, d);
+    group_end();
+}
+
+// ----------------------------------------------------------------------------
+// The optimizer step
+
+struct OptimizerSettings {
+    float beta1 = 0.9f, beta2 = 0.95f, eps = 1e-8f;
+    float weight_decay = 0.0f;
+    float grad_clip = 1.0f;  // <= 0: no clipping
+    uint64_t seed = 1337;    // stochastic rounding
+};
+
+// AdamW on `n` optimizer elements starting at `local` (master, m, v, the
+// gradient), whose weights start at params_memory + `weight` and sit at
+// `in_tensor` within tensor k.
+inline void adamw_elements(Parameters* p, const float* grads, size_t local, size_t weight, size_t in_tensor, size_t n,
+                           int k, float lr, const OptimizerSettings& opt) {
+    const uint32_t seed = (uint32_t)splitmix64(opt.seed ^ ((uint64_t)p->adam_step << 8 | k));
+    adamw_update(p->params_memory + weight, p->master_weights + local, grads + local, p->adam_m + local,
+                 p->adam_v + local, n, lr, opt.beta1, opt.beta2, opt.eps,
+                 p->tensors[k].decays ? opt.weight_decay : 0.0f, p->adam_step, opt.grad_clip,
+                 &p->stats->grad_norm_squared, seed, in_tensor, p->stream);
+}
+
+// Global gradient norm, then AdamW (clipping folded in as a scale computed on
+// the device from the norm: no host round trip). `scratch` holds
+// global_norm_scratch_floats() floats.
+//   ZeRO-0: every rank holds the summed gradient and updates every weight.
+//   ZeRO-1: a rank updates its shard, then the ranks all-gather the weights.
+inline void update_parameters(Parameters* p, float* scratch, float lr, const OptimizerSettings& opt) {
+    const Distributed* d = p->dist;
+    cudaStream_t stream = p->stream;
+    if (d->num_processes > 1) compute_after_comm(d, stream);  // the reduced gradients and loss
+    p->adam_step++;
+    if (p->zero_stage == 0) {
+        global_norm_squared(&p->stats->grad_norm_squared, scratch, p->grads_memory, p->num_parameters, stream);
+        size_t offset = 0;
+        for (int k = 0; k < (int)p->tensors.size(); k++) {
+            adamw_elements(p, p->grads_memory, offset, offset, 0, p->tensors[k].size, k, lr, opt);
+            offset += p->tensors[k].size;
+        }
+        return;
+    }
+    // the squared norm of this rank's elements (the tails, held by every rank,
+    // count on rank 0 only), summed over the ranks
+    const size_t r = d->rank;
+    global_norm_squared(&p->stats->grad_norm_squared, scratch, p->grad_shard,
+                        r == 0 ? p->optimizer_elements : p->shard_parts, stream);
+    comm_after_compute(d, stream);
+    all_reduce_sum(&p->stats->grad_norm_squared, &p->stats->grad_norm_squared, 1, d);
+    compute_after_comm(d, stream);
+    for (const GradientSlice& s : p->slices) {
+        adamw_elements(p, p->grad_shard, s.part_offset, s.offset + r * s.part, s.in_tensor + r * s.part, s.part,
+                       s.tensor, lr, opt);
+        adamw_elements(p, p->grad_shard, s.tail_offset, s.offset + s.tail_begin(), s.in_tensor + s.tail_begin(), s.tail,
+                       s.tensor, lr, opt);
+    }
+    comm_after_compute(d, stream);  // the all-gather reads what AdamW wrote ...
+    group_start();
+    for (const GradientSlice& s : p->slices) all_gather_in_place(p->params_memory + s.offset, s.part, d);
+    group_end();
+    compute_after_comm(d, stream);  // ... and the next forward reads what it gathered
+}
