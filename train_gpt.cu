@@ -37,6 +37,7 @@
 #include "llmc/rand.h"
 #include "llmc/run/run_checkpoint.h"
 #include "llmc/run/run_model.h"
+#include "llmc/run/run.h"
 
 // One line naming the problem, thrown: main prints it as "error: ..." and
 // exits 1 (the one error rule, llmc/error.h).
@@ -181,7 +182,6 @@ struct BackwardScratch {
 // buffers of llmc/step/params.h, laid out by the table above, and the micro-batch
 // (inputs, staging, documents) is llmc/step/train_step.h's; the rest is GPT-2's.
 struct GPT2 : Parameters, MicroBatches {
-    using Config = GPT2Config;
     GPT2Config config;
     ParameterTensors<floatX> params;  // the tensors of params_memory, by name
     ParameterTensors<float> grads;    // ... and of grads_memory
@@ -192,23 +192,6 @@ struct GPT2 : Parameters, MicroBatches {
     BackwardScratch scratch;
     std::vector<size_t> param_strides, grad_strides;  // bytes per layer of each tensor (layer_view)
     std::vector<size_t> act_strides;    // ... and of each activation
-    // what the run's --help says of the family, and its model for the built-in corpus (llmc/run/run.h)
-    static constexpr const char* NAME = "GPT-2";
-    static constexpr const char* INIT_DEFAULT = "d12";
-    static constexpr const char* INIT_HELP =
-        "model file .bin (llm.c format, version 3 or 5), a transformers GPT-2 folder\n(config.json + "
-        "model.safetensors or shards), or a model descriptor:\nd12, d24, d36, d48, or e.g. \"L=2,C=64,H=4,V=250,"
-        "maxT=64\" (a file named\nlike a descriptor is given with a '/': ./d12)";
-    static constexpr const char* DOC_TOKEN_HELP =
-        "the token that starts a document (--packing slots, --doc-mask, --doc-positions,\nsamples); -1: the built-in "
-        "corpus's EOT, else V-1 (GPT-2's <|endoftext|>)";
-    static constexpr const char* RECOMPUTE_HELP = "recompute in the backward: 1 = GELU, 2 = GELU and layernorm";
-    static constexpr const char* GELU_FUSION_HELP =
-        "GELU in cuBLASLt's matmul epilogues: 1 = forward, 2 = forward and backward;\n-1: 2 on compute capability 9.0 "
-        "and newer, 0 before";
-    static constexpr const char* BUILTIN_INIT = "L=2,C=64,H=4,V=256,maxT=64";
-    // a checkpoint's model: llm.c's one file model_%08d.bin, no folder
-    static constexpr std::array<const char*, 0> MODEL_FOLDER_FILES{};
 };
 
 // Why a shape cannot be a model here, or "": every field positive, C a
@@ -246,6 +229,28 @@ static void configure_model(GPT2* model) {
     model->param_strides = parameter_strides(model->tensors, c.num_layers, sizeof(floatX));
     model->grad_strides = parameter_strides(model->tensors, c.num_layers, sizeof(float));
 }
+
+// Parameters and optimizer state allocated for model->config, the named
+// tensors pointed into them; weights unset.
+static void allocate_model(GPT2* model) {
+    configure_model(model);
+    allocate_parameters(model);
+    point_parameters(&model->params, model->params_memory, model->tensors);
+    point_parameters(&model->grads, model->grads_memory, model->tensors);
+    model->B = model->T = 0;
+    cudaCheck(cudaStreamCreate(&model->stream));
+    matmul_setup();
+}
+
+// Layer l's weights, gradients and activations (layer_view); a tensor kept
+// once for all layers (recompute) is the same in every layer's view.
+static ParameterTensors<floatX> layer_params(const GPT2* model, int l) {
+    return layer_view(model->params, model->param_strides, l);
+}
+static ParameterTensors<float> layer_grads(const GPT2* model, int l) {
+    return layer_view(model->grads, model->grad_strides, l);
+}
+static ActivationTensors layer_acts(const GPT2* model, int l) { return layer_view(model->acts, model->act_strides, l); }
 
 // ---- initialisation from a seed ---------------------------------------------
 // Each tensor as its row of PARAMETERS says; the padded vocabulary rows of wte
@@ -523,14 +528,31 @@ static std::vector<DeviceBuffer> activation_buffers(GPT2* model, int B, int T, i
 // Activations for micro-batches of (B, T), and pinned staging for A of them.
 // Returns false (nothing allocated) when the device is out of memory.
 static bool try_allocate_activations(GPT2* model, int B, int T, int max_grad_accum_steps, int recompute) {
-    check_sequence_length(model, T);
-    return allocate_activation_table(model, B, T, max_grad_accum_steps, recompute);
+    check_sequence_length(model->config.max_seq_len, T);
+    const std::vector<DeviceBuffer> rows = activation_buffers(model, B, T, recompute);
+    if (!allocate_buffers(rows)) return false;
+    model->act_strides = buffer_strides(model->acts, rows);
+    model->recompute = recompute;
+    allocate_staging(model, B, T, max_grad_accum_steps);
+    return true;
+}
+
+static void free_activations(GPT2* model) {
+    for (const DeviceBuffer& b : activation_buffers(model, model->B, model->T, model->recompute))
+        cudaCheck(cudaFree(*b.ptr));
+    free_staging(model);
+}
+
+static void free_model(GPT2* model) {
+    for (const DeviceBuffer& b : parameter_buffers(model)) cudaCheck(cudaFree(*b.ptr));
+    if (model->B > 0) free_activations(model);
+    cudaCheck(cudaStreamDestroy(model->stream));
 }
 
 // ----------------------------------------------------------------------------
 // Forward: logits (B, T, Vp) for the tokens in model->inputs.
 
-// Layer l's weights and activations: layer_params, layer_acts (llmc/run/run_model.h;
+// Layer l's weights and activations: layer_params, layer_acts (above;
 // under recompute the layernorm and GELU outputs are one copy all layers share).
 static void forward(GPT2* model) {
     const GPT2Config& c = model->config;
@@ -636,30 +658,16 @@ static void backward(GPT2* model, const int* encoder_plan_host, int num_distinct
     if (reduce) reduce_layer(model, L);  // wte, wpe, lnfw, lnfb and the loss
 }
 
-// The rest of what llmc/step/train_step.h asks of a family.
-static float* reduce_scratch(GPT2* model) { return model->scratch.reduce; }
 // GPT-2's <|endoftext|> (V - 1) begins every document (the shards put one
 // before each document).
 static int document_start_token(const GPT2* model) { return model->config.vocab_size - 1; }
-
-// ----------------------------------------------------------------------------
-// The rest of what llmc/run/run.h asks of a family (the model file, the
-// initialisation and the activations' table are above).
-
-static int vocab_size(const GPT2* model) { return model->config.vocab_size; }
-static const float* device_losses(const GPT2* model) { return model->acts.losses; }
 
 // The V real logits of sequence 0 at `position` (the last forward's).
 static void read_logits(const GPT2* model, int position, float* logits) {
     read_logits_row(model->acts.logits, position, model->config.vocab_size, model->config.padded_vocab_size, logits);
 }
 
-static double model_flops_per_token(const GPT2* model, int T) {
-    return flops_per_token(model->num_parameters, model->config.num_layers, model->config.channels, T);
-}
-
-static std::string model_summary(const GPT2* model) {
-    const GPT2Config& c = model->config;
+static std::string describe(const GPT2Config& c) {
     char text[160];
     snprintf(text, sizeof text, "L=%d C=%d NH=%d V=%d (padded %d) maxT=%d", c.num_layers, c.channels, c.num_heads,
              c.vocab_size, c.padded_vocab_size, c.max_seq_len);
@@ -667,8 +675,8 @@ static std::string model_summary(const GPT2* model) {
 }
 
 // -ge: cuBLASLt's fused GELU pays off from Hopper on (llm.c measured a
-// slowdown before), so -1 takes 2 there and 0 before.
-static std::string adapt_to_device(GPT2* model, int gelu_fusion, int compute_major) {
+// slowdown before), so -1 takes 2 there and 0 before. Returns the line saying so.
+static std::string choose_gelu_fusion(GPT2* model, int gelu_fusion, int compute_major) {
     model->gelu_fusion = gelu_fusion >= 0 ? gelu_fusion : (compute_major >= 9 ? 2 : 0);
     const char* fusion_names[] = {"GELU kernels", "GELU in the forward matmul's epilogue",
                                   "GELU in the forward and backward matmuls' epilogues"};
@@ -676,12 +684,138 @@ static std::string adapt_to_device(GPT2* model, int gelu_fusion, int compute_maj
 }
 
 // ----------------------------------------------------------------------------
-// main: the run of llmc/run/run.h (flags, data, the training loop, evaluation,
-// checkpoints, logs) with this model
+// One optimizer step: B_global = B_micro x N x A sequences
+//
+// This rank's A micro-batches run forward and backward with the weights
+// frozen, every backward adding its weight gradients into the one persistent
+// fp32 buffer (grads_memory). Each target token's loss is scaled by 1/G, G the
+// unmasked targets of the whole global batch (all ranks, all micro-batches),
+// so the buffer ends holding the gradient of the big batch's mean loss however
+// the batch is split. Nothing is communicated until the last micro-batch's
+// backward, which sums the buffer over the ranks layer by layer as each layer
+// completes (NCCL all-reduce, or ZeRO-1's reduce-scatter), overlapped with the
+// layers still to go. Then one update: global norm, clip, AdamW.
+static void accumulate_gradients(GPT2* model, const StepBatch& batch) {
+    const int A = batch.grad_accum_steps;
+    const bool multi_rank = model->dist->num_processes > 1;
+    stage_step(model, batch);                // the A micro-batches into pinned memory; loss sum = 0
+    const float dloss = loss_scale(batch);  // 1/G
+    for (int micro_step = 0; micro_step < A; micro_step++) {
+        const EncoderPlan plan = next_micro_batch(model, batch, micro_step);
+        forward(model);
+        cross_entropy(model, dloss, true);  // the logits become dloss/dlogits; the loss adds up too
+        backward(model, plan.groups, plan.distinct_tokens, multi_rank && micro_step == A - 1);  // reduce on the last
+    }
+}
+
+static StepResult train_step(GPT2* model, const StepBatch& batch, float lr, const OptimizerSettings& opt) {
+    accumulate_gradients(model, batch);
+    // the buffer holds d(mean loss)/dW of the global batch: global norm, clip, AdamW (llmc/step/params.h)
+    update_parameters(model, model->scratch.reduce, lr, opt);
+    return end_step(model, batch);  // the buffer zeroed; the loss and the norm read (the one host sync)
+}
+
+// ----------------------------------------------------------------------------
+// GPT-2 for the run's services (llmc/run/family.h): --help's texts and the
+// functions above.
+static ModelFamily<GPT2, GPT2Config> gpt2_family() {
+    ModelFamily<GPT2, GPT2Config> f{};
+    f.name = "GPT-2";
+    f.init_default = "d12";
+    f.init_help = "model file .bin (llm.c format, version 3 or 5), a transformers GPT-2 folder\n(config.json + "
+                  "model.safetensors or shards), or a model descriptor:\nd12, d24, d36, d48, or e.g. "
+                  "\"L=2,C=64,H=4,V=250,maxT=64\" (a file named\nlike a descriptor is given with a '/': ./d12)";
+    f.doc_token_help = "the token that starts a document (--packing slots, --doc-mask, --doc-positions,\nsamples); "
+                       "-1: the built-in corpus's EOT, else V-1 (GPT-2's <|endoftext|>)";
+    f.recompute_help = "recompute in the backward: 1 = GELU, 2 = GELU and layernorm";
+    f.builtin_init = "L=2,C=64,H=4,V=256,maxT=64";
+    f.model_folder_files = {};  // a checkpoint's model: llm.c's one file model_%08d.bin
+    f.forward = forward;
+    f.cross_entropy = cross_entropy;
+    f.accumulate_gradients = accumulate_gradients;
+    f.parse_descriptor = parse_descriptor;
+    f.model_file_config = model_file_config;
+    f.same_config = [](const GPT2Config& a, const GPT2Config& b) { return a == b; };
+    f.config = [](const GPT2* m) { return m->config; };
+    f.set_config = [](GPT2* m, const GPT2Config& c) { m->config = c; };
+    f.describe = describe;
+    f.configure_model = configure_model;
+    f.vocab_size = [](const GPT2* m) { return m->config.vocab_size; };
+    f.max_seq_len = [](const GPT2* m) { return m->config.max_seq_len; };
+    f.document_start_token = document_start_token;
+    f.flops_per_token = [](const GPT2* m, int T) {
+        return flops_per_token(m->num_parameters, m->config.num_layers, m->config.channels, T);
+    };
+    f.init_from_descriptor = init_from_descriptor;
+    f.init_from_model_file = init_from_model_file;
+    f.write_model_file = write_model_file;
+    f.activation_buffers = activation_buffers;
+    f.try_allocate_activations = try_allocate_activations;
+    f.free_activations = free_activations;
+    f.free_model = free_model;
+    f.device_losses = [](const GPT2* m) -> const float* { return m->acts.losses; };
+    f.read_logits = read_logits;
+    return f;
+}
+static const ModelFamily<GPT2, GPT2Config> GPT2_FAMILY = gpt2_family();
+
+// The run's flags (llmc/run/run.h), and GPT-2's -ge after -r.
+struct GPT2Options : TrainOptions {
+    int gelu_fusion;  // -1: by the device's compute capability
+};
+static std::vector<Flag<GPT2Options>> gpt2_flags() {
+    std::vector<Flag<GPT2Options>> flags = run_flags<GPT2Options>(GPT2_FAMILY);
+    auto r = std::find_if(flags.begin(), flags.end(), [](const Flag<GPT2Options>& f) { return !strcmp(f.name, "-r"); });
+    flags.insert(r + 1, {"-ge", &GPT2Options::gelu_fusion, nullptr, -1, 2, "-1",
+                         "GELU in cuBLASLt's matmul epilogues: 1 = forward, 2 = forward and backward;\n-1: 2 on "
+                         "compute capability 9.0 and newer, 0 before",
+                         nullptr});
+    return flags;
+}
+
+// ----------------------------------------------------------------------------
+// main: the flags, the model, the data, then the training loop.
 #ifndef TESTING
-#include "llmc/run/run.h"
+static int train(int argc, char** argv) {
+    Run<GPT2, GPT2Config> run(&GPT2_FAMILY);  // what the run holds (llmc/run/run.h)
+    GPT2& model = run.model;
+    GPT2Options opt;
+    start_run(&run, &argc, &argv, gpt2_flags(), &opt);  // MPI, the watchdog, the flags every rank agrees on
+    if (opt.memory_plan_only) {
+        print_plan_only(&run);
+        return end_run(&run);
+    }
+    build_model(&run);  // the newest complete checkpoint of -o (-y 1), else -e; -b auto chooses B
+    open_data(&run);    // the loaders, B_global = B_micro x N x A; the steps
+    print_run(&run);
+    const std::string gelu = choose_gelu_fusion(&model, opt.gelu_fusion, run.compute_major);  // (every rank)
+    print0("%s\n", gelu.c_str());
+    open_log(&run);
+
+    // B_global = B_micro x N x A sequences per optimizer step (a batch ramp raises A up to it)
+    for (int step = run.start_step; step <= run.steps; step++) {
+        const bool last = step == run.steps;
+        if (stopped_by_signal(&run, step)) break;  // with a checkpoint
+        evaluate_and_log(&run, step, last);      // val loss, HellaSwag, samples
+        if (last) break;
+        // this rank's B_micro sequences of each of the A global micro-batches
+        const StepBatch batch = next_step_batch(&run.train_loader, &model, run.ramp.grad_accum_steps(step),
+                                                opt.overfit_single_batch, &run.inputs, &run.targets);
+        const float lr = learning_rate(&run, step);
+        run.watchdog->mark("step " + std::to_string(step + 1) + " (forward, backward, gradient all-reduce, AdamW)");
+        if (batch.global_targets == 0) {
+            skip_empty_step(&run, step);  // every target masked: nothing to learn, no update
+        } else {
+            step_timer_start(&run);
+            const StepResult result = train_step(&model, batch, lr, run.adamw);
+            report_step(&run, step, result, lr, step_timer_ms(&run));  // the step's line, or its skip if not finite
+        }
+        maybe_checkpoint(&run, step + 1);  // every -n steps and the last
+    }
+    return end_run(&run);
+}
 
 // Whatever is thrown (llmc::Error, FAIL's) ends the run with one error line
 // (and, under mpirun, the exit aborts the other ranks), never with an abort.
-int main(int argc, char** argv) { return llmc::run_main(train<GPT2>, argc, argv); }
+int main(int argc, char** argv) { return llmc::run_main(train, argc, argv); }
 #endif

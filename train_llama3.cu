@@ -1,7 +1,7 @@
 // train_llama3.cu: Llama 3 training. The model (its parameter table,
-// activations, forward, backward, model file) and main; the run around it is
-// llmc/run/run.h's, the step with gradient accumulation llmc/step/train_step.h's, the
-// same code that trains GPT-2 (train_gpt.cu, the lesson to read first).
+// activations, forward, backward, model file), its step and main, shaped as
+// train_gpt.cu's (the lesson to read first), calling the same services of
+// llmc/run/ and llmc/step/.
 // What Llama changes against GPT-2, block by block:
 //   embedding   tokens only: positions enter through RoPE on q and k
 //   norms       RMSNorm (no mean, no bias), fused with the residual add
@@ -35,6 +35,7 @@
 #include "llmc/rand.h"
 #include "llmc/run/run_checkpoint.h"
 #include "llmc/run/run_model.h"
+#include "llmc/run/run.h"
 #include "llmc/formats/hf_model.h"
 #include "llmc/formats/safetensors.h"
 
@@ -132,7 +133,6 @@ struct BackwardScratch {
 };
 
 struct Llama3 : Parameters, MicroBatches {
-    using Config = Llama3Config;
     Llama3Config config;
     ParameterTensors<floatX> params;
     ParameterTensors<float> grads;
@@ -140,20 +140,6 @@ struct Llama3 : Parameters, MicroBatches {
     ActivationTensors acts;
     BackwardScratch scratch;
     std::vector<size_t> param_strides, grad_strides, act_strides;
-    static constexpr const char* NAME = "Llama 3";
-    static constexpr const char* INIT_DEFAULT = "llama3.2-1b";
-    static constexpr const char* INIT_HELP =
-        "a Hugging Face Llama folder (config.json + model.safetensors or shards;\na checkpoint's model is one), or a "
-        "descriptor: llama3.2-1b, llama3.2-3b, llama3.1-8b,\nor e.g. \"llama3:L=2,C=64,H=4,KV=2,F=192,V=256\" (T=, "
-        "theta=, eps=, tied=,\nfactor=, low=, high=, orig=)";
-    static constexpr const char* DOC_TOKEN_HELP =
-        "the token that starts a document (--packing slots, --doc-mask, --doc-positions,\nsamples); -1: the built-in "
-        "corpus's EOT, else 128000 (<|begin_of_text|>) for\nV=128256; any other V: give it";
-    static constexpr const char* RECOMPUTE_HELP = "recompute in the backward: 1 = SwiGLU, 2 = SwiGLU and the RMSNorms";
-    static constexpr const char* GELU_FUSION_HELP = "GPT-2's GELU fusion: Llama 3 has no GELU (only the default -1)";
-    static constexpr const char* BUILTIN_INIT = "llama3:L=2,C=64,H=4,KV=2,F=192,V=256,T=64";
-    // A checkpoint's model is a Hugging Face folder model_%08d of these files (write_model_file).
-    static constexpr std::array<const char*, 2> MODEL_FOLDER_FILES{"config.json", "model.safetensors"};
 };
 
 // ---- sizes and allocation -------------------------------------------------
@@ -174,13 +160,33 @@ static void configure_model(Llama3* model) {
     model->grad_strides.resize(MAX_TENSORS, 0);
 }
 
-// The tied head is wte itself, for the weights and for their gradient.
+// Parameters and optimizer state allocated for model->config, the named
+// tensors pointed into them (the tied head is wte itself, for the weights and
+// for their gradient); weights unset.
 static void llama3_allocate_parameters(Llama3* model) {
-    allocate_model(model);
+    configure_model(model);
+    allocate_parameters(model);
+    point_parameters(&model->params, model->params_memory, model->tensors);
+    point_parameters(&model->grads, model->grads_memory, model->tensors);
+    model->B = model->T = 0;
+    cudaCheck(cudaStreamCreate(&model->stream));
+    matmul_setup();
     if (model->config.tied) {
         model->params.lmheadw = model->params.wte;
         model->grads.lmheadw = model->grads.wte;
     }
+}
+
+// Layer l's weights, gradients and activations (layer_view); a tensor kept
+// once for all layers (recompute) is the same in every layer's view.
+static ParameterTensors<floatX> layer_params(const Llama3* model, int l) {
+    return layer_view(model->params, model->param_strides, l);
+}
+static ParameterTensors<float> layer_grads(const Llama3* model, int l) {
+    return layer_view(model->grads, model->grad_strides, l);
+}
+static ActivationTensors layer_acts(const Llama3* model, int l) {
+    return layer_view(model->acts, model->act_strides, l);
 }
 
 // ---- initialisation from a seed -----------------------------------------
@@ -333,8 +339,12 @@ static std::vector<DeviceBuffer> activation_buffers(Llama3* model, int B, int T,
 // position id, document-relative ones included, is below T).
 static bool try_allocate_activations(Llama3* model, int B, int T, int max_grad_accum_steps, int recompute) {
     const Llama3Config& c = model->config;
-    check_sequence_length(model, T);
-    if (!allocate_activation_table(model, B, T, max_grad_accum_steps, recompute)) return false;
+    check_sequence_length(c.max_seq_len, T);
+    const std::vector<DeviceBuffer> rows = activation_buffers(model, B, T, recompute);
+    if (!allocate_buffers(rows)) return false;
+    model->act_strides = buffer_strides(model->acts, rows);
+    model->recompute = recompute;
+    allocate_staging(model, B, T, max_grad_accum_steps);
     RopeScaling scaling;
     if (c.rope_scaling)
         scaling = RopeScaling{c.rope_factor, c.rope_low_freq_factor, c.rope_high_freq_factor,
@@ -342,6 +352,18 @@ static bool try_allocate_activations(Llama3* model, int B, int T, int max_grad_a
     const std::vector<float> table = rope_table(T, c.head_dim(), c.rope_theta, scaling);
     cudaCheck(cudaMemcpy(model->acts.rope, table.data(), table.size() * sizeof(float), cudaMemcpyHostToDevice));
     return true;
+}
+
+static void free_activations(Llama3* model) {
+    for (const DeviceBuffer& b : activation_buffers(model, model->B, model->T, model->recompute))
+        cudaCheck(cudaFree(*b.ptr));
+    free_staging(model);
+}
+
+static void free_model(Llama3* model) {
+    for (const DeviceBuffer& b : parameter_buffers(model)) cudaCheck(cudaFree(*b.ptr));
+    if (model->B > 0) free_activations(model);
+    cudaCheck(cudaStreamDestroy(model->stream));
 }
 
 // ----------------------------------------------------------------------------
@@ -445,7 +467,6 @@ static void backward(Llama3* model, const int* encoder_plan_host, int num_distin
     if (reduce) reduce_layer(model, L);  // wte, normfw, lmheadw and the loss
 }
 
-static float* reduce_scratch(Llama3* model) { return model->scratch.reduce; }
 // Llama 3's tokenizer begins every document with <|begin_of_text|> (128000;
 // <|end_of_text|>, 128001, ends it): the document start for its vocabulary of
 // 128256. Another vocabulary's is not known here (-1: llmc/run/run.h asks for
@@ -455,39 +476,127 @@ static int document_start_token(const Llama3* model) {
     return model->config.V == LLAMA3_VOCAB ? LLAMA3_BEGIN_OF_TEXT : -1;
 }
 
-// ----------------------------------------------------------------------------
-// The rest of what llmc/run/run.h asks of a family.
-
-static int vocab_size(const Llama3* model) { return model->config.V; }
-static const float* device_losses(const Llama3* model) { return model->acts.losses; }
-
 static void read_logits(const Llama3* model, int position, float* logits) {
     read_logits_row(model->acts.logits, position, model->config.V, padded_vocab(model->config), logits);
 }
 
-// 6N + 6LCT as for GPT-2 (llmc/run/mfu.h): every weight a multiply-add per token,
-// attention's two matmuls over C = NH x HS (GQA shares K and V, not the work).
-static double model_flops_per_token(const Llama3* model, int T) {
-    return flops_per_token(model->num_parameters, model->config.L, model->config.C, T);
-}
-
-static std::string model_summary(const Llama3* model) {
-    const Llama3Config& c = model->config;
+static std::string describe(const Llama3Config& c) {
     char text[200];
     snprintf(text, sizeof text, "Llama 3 L=%d C=%d H=%d KV=%d F=%d V=%d maxT=%d %s, ", c.L, c.C, c.H, c.KV, c.F, c.V,
              c.max_seq_len, c.tied ? "tied" : "untied");
     return text + llmc::llama3_rope_text(c);
 }
 
-// No setting depends on the device. -ge is GPT-2's GELU fusion: given here,
-// it is refused rather than silently ignored.
-static std::string adapt_to_device(Llama3*, int gelu_fusion, int) {
-    if (gelu_fusion >= 0) FAIL("-ge %d: GPT-2's GELU fusion; Llama 3 has no GELU (leave -ge out)", gelu_fusion);
-    return "";
+// ----------------------------------------------------------------------------
+// One optimizer step: B_global = B_micro x N x A sequences, as train_gpt.cu's
+// (read there): the A micro-batches' gradients add up in the fp32 buffer with
+// the weights frozen, each token's loss scaled by 1/G of the global batch; only
+// the last micro-batch's backward reduces over the ranks; then one update.
+static void accumulate_gradients(Llama3* model, const StepBatch& batch) {
+    const int A = batch.grad_accum_steps;
+    const bool multi_rank = model->dist->num_processes > 1;
+    stage_step(model, batch);                // the A micro-batches into pinned memory; loss sum = 0
+    const float dloss = loss_scale(batch);  // 1/G
+    for (int micro_step = 0; micro_step < A; micro_step++) {
+        const EncoderPlan plan = next_micro_batch(model, batch, micro_step);
+        forward(model);
+        cross_entropy(model, dloss, true);  // the logits become dloss/dlogits; the loss adds up too
+        backward(model, plan.groups, plan.distinct_tokens, multi_rank && micro_step == A - 1);  // reduce on the last
+    }
 }
 
-#ifndef TESTING
-#include "llmc/run/run.h"
+static StepResult train_step(Llama3* model, const StepBatch& batch, float lr, const OptimizerSettings& opt) {
+    accumulate_gradients(model, batch);
+    update_parameters(model, model->scratch.reduce, lr, opt);  // global norm, clip, AdamW
+    return end_step(model, batch);  // the buffer zeroed; the loss and the norm read (the one host sync)
+}
 
-int main(int argc, char** argv) { return llmc::run_main(train<Llama3>, argc, argv); }
+// ----------------------------------------------------------------------------
+// Llama 3 for the run's services (llmc/run/family.h).
+static ModelFamily<Llama3, Llama3Config> llama3_family() {
+    ModelFamily<Llama3, Llama3Config> f{};
+    f.name = "Llama 3";
+    f.init_default = "llama3.2-1b";
+    f.init_help = "a Hugging Face Llama folder (config.json + model.safetensors or shards;\na checkpoint's model is "
+                  "one), or a descriptor: llama3.2-1b, llama3.2-3b, llama3.1-8b,\nor e.g. "
+                  "\"llama3:L=2,C=64,H=4,KV=2,F=192,V=256\" (T=, theta=, eps=, tied=,\nfactor=, low=, high=, orig=)";
+    f.doc_token_help = "the token that starts a document (--packing slots, --doc-mask, --doc-positions,\nsamples); "
+                       "-1: the built-in corpus's EOT, else 128000 (<|begin_of_text|>) for\nV=128256; any other V: "
+                       "give it";
+    f.recompute_help = "recompute in the backward: 1 = SwiGLU, 2 = SwiGLU and the RMSNorms";
+    f.builtin_init = "llama3:L=2,C=64,H=4,KV=2,F=192,V=256,T=64";
+    // a checkpoint's model is a Hugging Face folder model_%08d of these files (write_model_file)
+    f.model_folder_files = {"config.json", "model.safetensors"};
+    f.forward = forward;
+    f.cross_entropy = cross_entropy;
+    f.accumulate_gradients = accumulate_gradients;
+    f.parse_descriptor = parse_descriptor;
+    f.model_file_config = model_file_config;
+    f.same_config = [](const Llama3Config& a, const Llama3Config& b) { return a == b; };
+    f.config = [](const Llama3* m) { return m->config; };
+    f.set_config = [](Llama3* m, const Llama3Config& c) { m->config = c; };
+    f.describe = describe;
+    f.configure_model = configure_model;
+    f.vocab_size = [](const Llama3* m) { return m->config.V; };
+    f.max_seq_len = [](const Llama3* m) { return m->config.max_seq_len; };
+    f.document_start_token = document_start_token;
+    // 6N + 6LCT as for GPT-2 (llmc/run/mfu.h): every weight a multiply-add per token,
+    // attention's two matmuls over C = NH x HS (GQA shares K and V, not the work)
+    f.flops_per_token = [](const Llama3* m, int T) {
+        return flops_per_token(m->num_parameters, m->config.L, m->config.C, T);
+    };
+    f.init_from_descriptor = init_from_descriptor;
+    f.init_from_model_file = init_from_model_file;
+    f.write_model_file = write_model_file;
+    f.activation_buffers = activation_buffers;
+    f.try_allocate_activations = try_allocate_activations;
+    f.free_activations = free_activations;
+    f.free_model = free_model;
+    f.device_losses = [](const Llama3* m) -> const float* { return m->acts.losses; };
+    f.read_logits = read_logits;
+    return f;
+}
+static const ModelFamily<Llama3, Llama3Config> LLAMA3_FAMILY = llama3_family();
+
+// ----------------------------------------------------------------------------
+// main: the flags, the model, the data, then the training loop (train_gpt.cu's).
+#ifndef TESTING
+static int train(int argc, char** argv) {
+    Run<Llama3, Llama3Config> run(&LLAMA3_FAMILY);  // what the run holds (llmc/run/run.h)
+    Llama3& model = run.model;
+    TrainOptions opt;
+    start_run(&run, &argc, &argv, run_flags<TrainOptions>(LLAMA3_FAMILY), &opt);
+    if (opt.memory_plan_only) {
+        print_plan_only(&run);
+        return end_run(&run);
+    }
+    build_model(&run);  // the newest complete checkpoint of -o (-y 1), else -e; -b auto chooses B
+    open_data(&run);    // the loaders, B_global = B_micro x N x A; the steps
+    print_run(&run);
+    open_log(&run);
+
+    // B_global = B_micro x N x A sequences per optimizer step (a batch ramp raises A up to it)
+    for (int step = run.start_step; step <= run.steps; step++) {
+        const bool last = step == run.steps;
+        if (stopped_by_signal(&run, step)) break;  // with a checkpoint
+        evaluate_and_log(&run, step, last);      // val loss, HellaSwag, samples
+        if (last) break;
+        // this rank's B_micro sequences of each of the A global micro-batches
+        const StepBatch batch = next_step_batch(&run.train_loader, &model, run.ramp.grad_accum_steps(step),
+                                                opt.overfit_single_batch, &run.inputs, &run.targets);
+        const float lr = learning_rate(&run, step);
+        run.watchdog->mark("step " + std::to_string(step + 1) + " (forward, backward, gradient all-reduce, AdamW)");
+        if (batch.global_targets == 0) {
+            skip_empty_step(&run, step);  // every target masked: nothing to learn, no update
+        } else {
+            step_timer_start(&run);
+            const StepResult result = train_step(&model, batch, lr, run.adamw);
+            report_step(&run, step, result, lr, step_timer_ms(&run));  // the step's line, or its skip if not finite
+        }
+        maybe_checkpoint(&run, step + 1);  // every -n steps and the last
+    }
+    return end_run(&run);
+}
+
+int main(int argc, char** argv) { return llmc::run_main(train, argc, argv); }
 #endif

@@ -135,8 +135,8 @@ void flag_set(O* o, const Flag<O>& f, const char* text) {
 // The table's defaults, then "-flag value" pairs from argv, each flag at most
 // once; *given collects the flags on the command line. Returns false for
 // --help (nothing else is parsed then).
-template <class O, size_t N>
-bool flags_parse(const Flag<O> (&flags)[N], int argc, char** argv, O* o, std::set<std::string>* given) {
+template <class O, class Flags>  // Flags: an array or vector of Flag<O>
+bool flags_parse(const Flags& flags, int argc, char** argv, O* o, std::set<std::string>* given) {
     for (const Flag<O>& f : flags)
         if (f.default_value) flag_set(o, f, f.default_value);
     for (int i = 1; i < argc; i += 2) {
@@ -183,11 +183,11 @@ std::string flag_value_text(const Flag<O>& f, const O& o) {
 
 // One line per flag (and the section headings): "  -x <int>   help (default d)";
 // a help text's continuation lines line up under its first line.
-template <class O, size_t N>
-void flags_print_help(const Flag<O> (&flags)[N]) {
+template <class Flags>
+void flags_print_help(const Flags& flags) {
     int width = 25;  // the column the help texts start at, past the longest "  -x <form>"
-    for (const Flag<O>& f : flags) width = std::max(width, (int)(strlen(f.name) + flag_metavar(f).size() + 3));
-    for (const Flag<O>& f : flags) {
+    for (const auto& f : flags) width = std::max(width, (int)(strlen(f.name) + flag_metavar(f).size() + 3));
+    for (const auto& f : flags) {
         if (f.section) printf("%s\n", f.section);
         std::string head = std::string("  ") + f.name + " " + flag_metavar(f), help = f.help;
         if (f.default_value) help += std::string(" (default ") + f.default_value + ")";

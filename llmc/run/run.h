@@ -1,48 +1,9 @@
-// llmc/run/run.h: a training run, the same for every model family: the flags
-// (compatible with llm.c's), the data, -b auto and the memory plan, the
-// training loop, evaluation, sampling, checkpoints and logs. A trainer file
-// defines its family's model and calls train<Model> from its main.
-//
-// The family's model struct derives from Parameters (llmc/step/params.h) and
-// MicroBatches, defines what llmc/step/train_step.h lists (forward, cross_entropy,
-// backward, reduce_scratch, document_start_token), and for the run, for its
-// type Model:
-//   Model::Config, a member `Config config`       the model's shape; == compares two
-//   static constexpr const char* Model::NAME      the family, for --help ("GPT-2")
-//   ... INIT_DEFAULT, INIT_HELP                   -e's default and help text
-//   ... DOC_TOKEN_HELP                            --doc-token's help: the family's token that starts a document
-//   ... RECOMPUTE_HELP, GELU_FUSION_HELP          -r's and -ge's help: what they do for this family
-//   ... BUILTIN_INIT                              the model trained on the built-in corpus (no -i)
-//   bool parse_descriptor(const char* text, Config*);
-//                                                 a -e model descriptor ("d12"); false: not one
-//   Config model_file_config(const char* path);   the shape a model file (or folder) gives, checked;
-//                                                 its weights are not read
-//   void configure_model(Model*);                 sizes for model->config, nothing allocated
-//   void init_from_descriptor(Model*, const char* descriptor, uint64_t seed);
-//                                                 config, parameters allocated, weights from the seed
-//   void init_from_model_file(Model*, const char* path);   ... weights from the file (read_model_weights)
-//   static constexpr std::array<const char*, n> Model::MODEL_FOLDER_FILES
-//                                                 a checkpoint's model: n = 0, llm.c's one file
-//                                                 model_%08d.bin; else the folder model_%08d of these files
-//   std::vector<CheckpointFile> write_model_file(const Model*, const std::string& path);
-//                                                 the file (its header and write_model_weights,
-//                                                 llmc/run/run_checkpoint.h) or folder (write_folder_atomic,
-//                                                 llmc/formats/checkpoint.h) at path; the files written
-//   std::vector<DeviceBuffer> activation_buffers(Model*, int B, int T, int recompute);
-//                                                 every buffer of a micro-batch (the memory plan's rows)
-//   bool try_allocate_activations(Model*, int B, int T, int max_grad_accum_steps, int recompute);
-//                                                 false (nothing allocated): out of device memory
-//                                                 (allocate_activation_table, llmc/run/run_model.h)
-// and llmc/run/run_model.h's allocate_model, layer views and free_model serve the
-// struct whose members it lists.
-//   int vocab_size(const Model*);                 V, the real tokens
-//   const float* device_losses(const Model*);     (B, T) per-token losses of the last cross_entropy
-//   void read_logits(const Model*, int position, float* logits);
-//                                                 V logits of sequence 0 at position, of the last forward
-//   double model_flops_per_token(const Model*, int T);     for MFU (llmc/run/mfu.h)
-//   std::string model_summary(const Model*);      its shape on the "model:" line
-//   std::string adapt_to_device(Model*, int gelu_fusion, int compute_major);
-//                                                 settings chosen by the device (-ge); the line saying so
+// llmc/run/run.h: the services a trainer's main calls around its training
+// loop, the same for every model family: the flags (compatible with llm.c's),
+// the ranks and the watchdog, the built-in corpus, the model from -e or a
+// checkpoint, -b auto and the memory plan, the data, evaluation, sampling,
+// checkpoints and logs. A trainer passes its family's table
+// (llmc/run/family.h); its own loop (train_gpt.cu's main) calls these.
 #pragma once
 #include <algorithm>
 #include <cctype>
@@ -76,6 +37,7 @@
 #include "llmc/run/schedulers.h"
 #include "llmc/data/tokenizer.h"
 #include "llmc/step/train_step.h"
+#include "llmc/run/family.h"
 
 // printf on rank 0 only: the ranks run in lock step and would print the same.
 inline const Distributed* g_dist = &SINGLE_PROCESS;
@@ -138,19 +100,22 @@ struct TrainOptions {
 // come from it (test_train_cli.sh checks docs/usage.md's flag table against --help).
 constexpr double INT_TOP = FLAG_INT_TOP, LONG_TOP = FLAG_LONG_TOP, FLOAT_TOP = FLAG_FLOAT_TOP;
 constexpr double STEP_TOP = 99999999;  // checkpoint names hold 8 digits of the step
-template <class Model>
-const Flag<TrainOptions> FLAGS[] = {
+// A trainer adds its family's own flags to these (train_gpt.cu: -ge); O is its
+// options struct, derived from TrainOptions.
+template <class O, class Model, class Config>
+std::vector<Flag<O>> run_flags(const ModelFamily<Model, Config>& f) {
+    return {
     {"-i", &TrainOptions::train_pattern, "<glob>", 0, 0, nullptr,
      "train data shards (llm.c format); without -i: the built-in Markov corpus\n(build/markov/, known loss floor) "
      "and a small model, 300 steps",
      "data and model"},
     {"-j", &TrainOptions::val_pattern, "<glob>", 0, 0, nullptr, "val data shards", nullptr},
-    {"-e", &TrainOptions::init, "<init>", 0, 0, Model::INIT_DEFAULT, Model::INIT_HELP, nullptr},
+    {"-e", &TrainOptions::init, "<init>", 0, 0, f.init_default, f.init_help, nullptr},
     {"--doc-mask", &TrainOptions::doc_mask, nullptr, 0, 1, "0",
      "attention within each document only (documents start at --doc-token)", nullptr},
     {"--doc-positions", &TrainOptions::doc_positions, nullptr, 0, 1, "0", "position ids restart at 0 at each document",
      nullptr},
-    {"--doc-token", &TrainOptions::doc_token, "<int>", -1, INT_TOP, "-1", Model::DOC_TOKEN_HELP, nullptr},
+    {"--doc-token", &TrainOptions::doc_token, "<int>", -1, INT_TOP, "-1", f.doc_token_help, nullptr},
     {"--packing", &TrainOptions::packing, nullptr, 0, 0, "packed",
      "packed: sequences cut from the token stream (llm.c); slots: one document per\nsequence, cut at T, the rest "
      "padded with masked targets",
@@ -211,8 +176,7 @@ const Flag<TrainOptions> FLAGS[] = {
     {"-y", &TrainOptions::resume, nullptr, 0, 1, "0", "resume from the newest complete checkpoint in -o", nullptr},
     {"-z", &TrainOptions::zero_stage, nullptr, 0, 1, "0",
      "ZeRO stage: 1 shards master weights and AdamW m, v over the ranks", nullptr},
-    {"-r", &TrainOptions::recompute, nullptr, 0, 2, "0", Model::RECOMPUTE_HELP, nullptr},
-    {"-ge", &TrainOptions::gelu_fusion, nullptr, -1, 2, "-1", Model::GELU_FUSION_HELP, nullptr},
+    {"-r", &TrainOptions::recompute, nullptr, 0, 2, "0", f.recompute_help, nullptr},
     {"--memory-plan", &TrainOptions::memory_plan_only, nullptr, 0, 1, "0", "1: print the device memory plan and exit",
      nullptr},
     {"-a", &TrainOptions::overfit_single_batch, nullptr, 0, 1, "0", "overfit the first batch", nullptr},
@@ -220,12 +184,13 @@ const Flag<TrainOptions> FLAGS[] = {
      "seconds a step, evaluation, checkpoint or collective may take before every rank\nstops the job "
      "(0: 10 x the median step time, at least 600)",
      "reliability"},
-};
+    };
+}
 
-template <class Model>
-void print_usage(const char* program) {
-    printf("Usage: %s [flags]   (%s training; %s build)\n", program, Model::NAME, PRECISION_NAME);
-    flags_print_help(FLAGS<Model>);
+template <class O>
+void print_usage(const char* program, const char* family_name, const std::vector<Flag<O>>& flags) {
+    printf("Usage: %s [flags]   (%s training; %s build)\n", program, family_name, PRECISION_NAME);
+    flags_print_help(flags);
     printf("%s.\n", distributed_build_note());
 }
 
@@ -270,15 +235,15 @@ inline void refuse_ignored_flags(const TrainOptions& o, const std::set<std::stri
                     o.ramp_steps);
 }
 
-template <class Model>
-TrainOptions parse_options(int argc, char** argv, std::set<std::string>* given) {
-    TrainOptions o{};
-    if (!flags_parse(FLAGS<Model>, argc, argv, &o, given)) {  // --help
-        if (g_dist->rank == 0) print_usage<Model>(argv[0]);
+template <class O>
+void parse_options(int argc, char** argv, const char* family_name, const std::vector<Flag<O>>& flags, O* o,
+                   std::set<std::string>* given) {
+    *o = O{};
+    if (!flags_parse(flags, argc, argv, o, given)) {  // --help
+        if (g_dist->rank == 0) print_usage(argv[0], family_name, flags);
         distributed_exit_success();
     }
-    refuse_ignored_flags(o, *given);
-    return o;
+    refuse_ignored_flags(*o, *given);
 }
 
 // With no -i: the built-in corpus, documents from a random sparse Markov chain
@@ -286,8 +251,7 @@ TrainOptions parse_options(int argc, char** argv, std::set<std::string>* given) 
 // exactly, and a small model that gets close to it in about a minute on two
 // CPU cores. Flags given on the command line still win.
 constexpr const char* BUILTIN_CORPUS_DIR = "build/markov";
-template <class Model>
-void use_builtin_corpus(TrainOptions* o, const std::set<std::string>& given) {
+inline void use_builtin_corpus(TrainOptions* o, const std::set<std::string>& given, const char* builtin_init) {
     if (!o->memory_plan_only)  // the plan needs the model's defaults, not the data
         markov_corpus_write(BUILTIN_CORPUS_DIR, MARKOV_DEFAULT_SEED, MARKOV_DEFAULT_TRAIN_TOKENS,
                             MARKOV_DEFAULT_VAL_TOKENS, MARKOV_DEFAULT_VOCAB);
@@ -296,7 +260,7 @@ void use_builtin_corpus(TrainOptions* o, const std::set<std::string>& given) {
     auto unset = [&](const char* flag) { return given.count(flag) == 0; };
     o->train_pattern = train.c_str();
     if (unset("-j")) o->val_pattern = val.c_str();
-    if (unset("-e")) o->init = Model::BUILTIN_INIT;
+    if (unset("-e")) o->init = builtin_init;
     if (unset("-b")) o->B = 8;
     if (unset("-t")) o->T = 64;
     if (unset("-x")) o->max_steps = 300;
@@ -333,28 +297,28 @@ inline int grad_accum_steps_for(long total_batch_tokens, int B, int T, int num_p
 // -e is a descriptor where it reads as one and holds no '/', whatever the
 // folder holds (an earlier -o d12 must not shadow d12); a file named like a
 // descriptor is given with a '/' (./d12). Anything else is a model file.
-template <class Model>
-bool init_is_descriptor(const char* init) {
-    typename Model::Config c;
-    return strchr(init, '/') == nullptr && parse_descriptor(init, &c);
+template <class Model, class Config>
+bool init_is_descriptor(const ModelFamily<Model, Config>& f, const char* init) {
+    Config c;
+    return strchr(init, '/') == nullptr && f.parse_descriptor(init, &c);
 }
 
 // The model's shape from -e without loading anything (the memory plan).
-template <class Model>
-typename Model::Config read_config(const char* init) {
-    typename Model::Config c;
+template <class Model, class Config>
+Config read_config(const ModelFamily<Model, Config>& f, const char* init) {
+    Config c;
     struct stat st;
-    if (init_is_descriptor<Model>(init)) {
-        parse_descriptor(init, &c);
+    if (init_is_descriptor(f, init)) {
+        f.parse_descriptor(init, &c);
         return c;
     }
     if (stat(init, &st) != 0) llmc::failf("-e %s: not a model file or a model descriptor", init);
-    return model_file_config(init);
+    return f.model_file_config(init);
 }
 
-template <class Model>
-void print_memory_plan(Model* model, int B, int T, int recompute) {
-    const MemoryPlan plan = memory_plan(model, B, T, recompute);
+template <class Model, class Config>
+void print_memory_plan(const ModelFamily<Model, Config>& f, Model* model, int B, int T, int recompute) {
+    const MemoryPlan plan = memory_plan(f, model, B, T, recompute);
     size_t free_bytes = 0, device_bytes = 0;
     cudaCheck(cudaMemGetInfo(&free_bytes, &device_bytes));
     const double MiB = 1048576.0;
@@ -368,8 +332,9 @@ void print_memory_plan(Model* model, int B, int T, int recompute) {
 // confirmed by allocating them (on out-of-memory, the next smaller one), the
 // smallest of the ranks' choices, then a trial forward and backward. With -d the tokens per step stay:
 // B must divide the sequences each rank takes per step.
-template <class Model>
-int choose_micro_batch(Model* model, int T, int recompute, long total_batch_tokens, int data_cap) {
+template <class Model, class Config>
+int choose_micro_batch(const ModelFamily<Model, Config>& f, Model* model, int T, int recompute,
+                       long total_batch_tokens, int data_cap) {
     const int N = model->dist->num_processes;
     const long sequences_per_rank = total_batch_tokens > 0 ? total_batch_tokens / ((long)T * N) : 0;
     if (total_batch_tokens > 0 && total_batch_tokens % ((long)T * N) != 0)
@@ -377,13 +342,13 @@ int choose_micro_batch(Model* model, int T, int recompute, long total_batch_toke
     size_t free_bytes = 0, device_bytes = 0;
     cudaCheck(cudaMemGetInfo(&free_bytes, &device_bytes));
     int B = (int)std::min<long>(sequences_per_rank > 0 ? sequences_per_rank : 4096, std::min(data_cap, 4096));
-    while ((B = largest_fitting_batch(model, T, recompute, (size_t)(free_bytes * 0.98), B, sequences_per_rank)) > 0) {
-        if (try_allocate_activations(model, B, T, grad_accum_steps_for(total_batch_tokens, B, T, N), recompute)) break;
+    while ((B = largest_fitting_batch(f, model, T, recompute, (size_t)(free_bytes * 0.98), B, sequences_per_rank)) > 0) {
+        if (f.try_allocate_activations(model, B, T, grad_accum_steps_for(total_batch_tokens, B, T, N), recompute)) break;
         print0("-b auto: B=%d does not fit after all; trying smaller\n", B);
         B -= 1;
     }
     if (B == 0 && sequences_per_rank > 0 && data_cap < sequences_per_rank &&
-        largest_fitting_batch(model, T, recompute, (size_t)(free_bytes * 0.98), data_cap, 0) > 0)
+        largest_fitting_batch(f, model, T, recompute, (size_t)(free_bytes * 0.98), data_cap, 0) > 0)
         llmc::failf(
             "-b auto: no B up to %d (what the data holds) divides the %ld sequences per rank that -d %ld asks for",
             data_cap, sequences_per_rank, total_batch_tokens);
@@ -397,11 +362,11 @@ int choose_micro_batch(Model* model, int T, int recompute, long total_batch_toke
     const std::vector<uint64_t> all = host_all_gather(&mine, 1, model->dist);
     const int agreed = (int)*std::min_element(all.begin(), all.end());
     if (agreed < B) {
-        free_activations(model);
-        allocate_activations(model, agreed, T, grad_accum_steps_for(total_batch_tokens, agreed, T, N), recompute);
+        f.free_activations(model);
+        allocate_activations(f, model, agreed, T, grad_accum_steps_for(total_batch_tokens, agreed, T, N), recompute);
     }
     std::vector<int> tokens((size_t)agreed * T, 0);  // a trial step without the update
-    accumulate_gradients(model, whole_batch(model, tokens.data(), tokens.data(), 1));
+    f.accumulate_gradients(model, whole_batch(model, tokens.data(), tokens.data(), 1));
     cudaCheck(cudaMemsetAsync(model->grads_memory, 0, model->num_parameters * sizeof(float), model->stream));
     cudaCheck(cudaStreamSynchronize(model->stream));
     return agreed;
@@ -486,8 +451,10 @@ void print_optimizer_memory(const Model& model) {
 
 // ---- the run -------------------------------------------------------------------
 // Everything one training run holds from its start to its end.
-template <class Model>
+template <class Model, class Config>
 struct Run {
+    const ModelFamily<Model, Config>* family;
+    explicit Run(const ModelFamily<Model, Config>* f) : family(f) {}
     TrainOptions opt;
     const Distributed* dist;
     Watchdog* watchdog;
@@ -510,20 +477,31 @@ struct Run {
     std::unique_ptr<llmc::Tokenizer> tokenizer;
     RunLog log;
     std::vector<int> inputs, targets;  // this rank's part of the step's A micro-batches (next_step_batch)
-    cudaEvent_t step_start = nullptr, step_end = nullptr;  // the step's device time (timed_train_step)
+    cudaEvent_t step_start = nullptr, step_end = nullptr;  // the step's device time (step_timer_*)
+    Distributed ranks;                 // (dist points here once start_run has started MPI)
+    std::vector<AgreedValue> flag_values;  // every flag's value as parsed, for the ranks to compare
     double peak_flops = 0, flops_token = 0, recent_ms = 0;  // recent_ms: mean step time, for the ETA
     int timed_steps = 0;
+    int compute_major = 0;  // the device's compute capability (a family may adapt to it)
     int nonfinite_in_a_row = 0;  // steps skipped by --skip-nonfinite since the last one taken
 };
 
+// The model's shape, for the "model:" line and errors.
+template <class Model, class Config>
+std::string model_summary(const Run<Model, Config>* run) {
+    return run->family->describe(run->family->config(&run->model));
+}
+
 // The flags, the built-in corpus where no -i is given, and the named choices.
-template <class Model>
-void configure_run(Run<Model>* run, int argc, char** argv) {
-    TrainOptions& opt = run->opt;
+template <class O, class Model, class Config>
+void configure_run(Run<Model, Config>* run, int argc, char** argv, const std::vector<Flag<O>>& flags, O* options) {
     std::set<std::string> given;
-    opt = parse_options<Model>(argc, argv, &given);
+    parse_options(argc, argv, run->family->name, flags, options, &given);
     run->init_given = given.count("-e") > 0;
-    if (!opt.train_pattern) use_builtin_corpus<Model>(&opt, given);
+    if (!options->train_pattern) use_builtin_corpus(options, given, run->family->builtin_init);
+    for (const Flag<O>& f : flags) run->flag_values.push_back({f.name, flag_value_text(f, *options)});
+    TrainOptions& opt = run->opt;
+    opt = *options;
     // the enumerated flags hold their choice's index (llmc/run/flags.h), in the enum's order
     run->scheduler = LRScheduler{(LRSchedule)opt.schedule, opt.lr, opt.warmup_steps, 0, opt.final_lr_fraction};
     run->packing = (DataPacking)opt.packing;
@@ -544,12 +522,12 @@ void configure_run(Run<Model>* run, int argc, char** argv) {
 // where neither the data nor the device's memory is needed: a run makes these checks
 // before it allocates its activations and --memory-plan 1 before its plan (a plan of a run
 // that would be refused tells nothing). Returns A, the micro-batches per step.
-template <class Model>
-int check_run_settings(const Run<Model>* run, int B) {
+template <class Model, class Config>
+int check_run_settings(const Run<Model, Config>* run, int B) {
     const TrainOptions& opt = run->opt;
     const int N = run->dist->num_processes;
-    check_sequence_length(&run->model, opt.T);
-    check_doc_token(opt, vocab_size(&run->model));
+    check_sequence_length(run->family->max_seq_len(&run->model), opt.T);
+    check_doc_token(opt, run->family->vocab_size(&run->model));
     const int A = grad_accum_steps_for(opt.total_batch_tokens, B, opt.T, N);
     const long tokens_per_step = (long)B * opt.T * N * A;
     if (opt.ramp_tokens > tokens_per_step)
@@ -562,17 +540,17 @@ int check_run_settings(const Run<Model>* run, int B) {
 
 // --memory-plan 1: the plan of -e at -b, -t, -r, after the checks a run makes of the
 // flags that need no data; nothing allocated.
-template <class Model>
-void print_plan_only(Run<Model>* run) {
+template <class Model, class Config>
+void print_plan_only(Run<Model, Config>* run) {
     Model* model = &run->model;
-    model->config = read_config<Model>(run->opt.init);
-    configure_model(model);
+    const ModelFamily<Model, Config>& f = *run->family;
+    f.set_config(model, read_config(f, run->opt.init));
+    f.configure_model(model);
     if (run->opt.B == 0) llmc::failf("--memory-plan: give -b (auto needs the device)");
     check_run_settings(run, run->opt.B);
     cudaDeviceProp props;
     cudaCheck(cudaGetDeviceProperties(&props, run->dist->local_rank));
-    adapt_to_device(model, run->opt.gelu_fusion, props.major);  // (refuses a -ge the family has not)
-    print_memory_plan(model, run->opt.B, run->opt.T, run->opt.recompute);
+    print_memory_plan(f, model, run->opt.B, run->opt.T, run->opt.recompute);
 }
 
 // Whether the run reads the val data (-j, and -v > 0).
@@ -581,13 +559,12 @@ inline bool reads_val(const TrainOptions& opt) { return opt.val_pattern && opt.v
 // Every rank of a job runs with the same flags (each flag's value as parsed,
 // in the table's order) and the same data, compared before the first
 // collective that depends on them (-b auto's, the model's, the data's).
-template <class Model>
-void agree_on_flags_and_data(Run<Model>* run) {
+template <class Model, class Config>
+void agree_on_flags_and_data(Run<Model, Config>* run) {
     const TrainOptions& opt = run->opt;
     if (run->dist->num_processes == 1) return;
     run->watchdog->mark("comparing the ranks' flags and data");
-    std::vector<AgreedValue> values;
-    for (const Flag<TrainOptions>& f : FLAGS<Model>) values.push_back({f.name, flag_value_text(f, opt)});
+    std::vector<AgreedValue> values = run->flag_values;
     // (every rank lists both, read or not, so that the lists have one length)
     const bool reads_train = !opt.memory_plan_only, reads_validation = reads_train && reads_val(opt);
     values.push_back({"the -i data", reads_train ? shards_identity(opt.train_pattern) : "(not read)"});
@@ -598,13 +575,13 @@ void agree_on_flags_and_data(Run<Model>* run) {
 // ... and starts from the same model (-e, or the checkpoint resumed): its
 // shape and weights, before -b auto's trial step, whose collectives would not
 // match between models of different shapes.
-template <class Model>
-void agree_on_model(Run<Model>* run) {
+template <class Model, class Config>
+void agree_on_model(Run<Model, Config>* run) {
     const Model& model = run->model;
     if (run->dist->num_processes == 1) return;
     run->watchdog->mark("comparing the ranks' models");
     require_ranks_agree(
-        {{"the model's shape", model_summary(&model) + ", " + std::to_string(model.num_parameters) + " parameters"},
+        {{"the model's shape", model_summary(run) + ", " + std::to_string(model.num_parameters) + " parameters"},
          {"the model's weights", weights_identity(&model)}},
         run->dist);
 }
@@ -612,8 +589,8 @@ void agree_on_model(Run<Model>* run) {
 // The largest B the data holds (for -b auto): the train loader reads N x B
 // sequences per micro-batch, the val loader B per rank, where it is read. A B
 // larger than the device alone would allow is capped with a note.
-template <class Model>
-int data_batch_cap(Run<Model>* run) {
+template <class Model, class Config>
+int data_batch_cap(Run<Model, Config>* run) {
     const TrainOptions& opt = run->opt;
     const int N = run->dist->num_processes;
     const int doc = run->model.doc_token;
@@ -641,20 +618,20 @@ inline void check_doc_token(const TrainOptions& opt, int V) {
 // the family's for its vocabulary (document_start_token). Where none is known
 // (-1) and a flag needs one, the run stops and asks for --doc-token: a wrong
 // token would silently mix or split documents.
-template <class Model>
-int document_token_for_run(const Run<Model>* run) {
+template <class Model, class Config>
+int document_token_for_run(const Run<Model, Config>* run) {
     const TrainOptions& opt = run->opt;
-    const int V = vocab_size(&run->model);
+    const int V = run->family->vocab_size(&run->model);
     check_doc_token(opt, V);
     if (opt.doc_token >= 0) return opt.doc_token;
     MarkovShardInfo corpus;
     const std::vector<std::string> shards = dataloader_find_shards(opt.train_pattern);
     const bool recorded = markov_corpus_info(shards[0].c_str(), &corpus) && corpus.eot >= 0 && corpus.eot < V;
-    const int token = recorded ? corpus.eot : document_start_token(&run->model);
+    const int token = recorded ? corpus.eot : run->family->document_start_token(&run->model);
     const char* needs = document_token_user(opt);
     if (token < 0 && needs)
         llmc::failf("%s: the token that starts a document is not known for %s with V=%d; give it with --doc-token <id>",
-                    needs, Model::NAME, V);
+                    needs, run->family->name, V);
     return token;
 }
 
@@ -665,41 +642,45 @@ int document_token_for_run(const Run<Model>* run) {
 // (A resumed run has read its checkpoint's files once already, for their
 // checksums.) Where -e is neither a model file nor a descriptor, the load
 // says so.
-template <class Model>
-void decide_document_token(Run<Model>* run, const char* weights, bool from_file) {
-    if (!from_file && !init_is_descriptor<Model>(weights)) return;
-    run->model.config = read_config<Model>(weights);
+template <class Model, class Config>
+void decide_document_token(Run<Model, Config>* run, const char* weights, bool from_file) {
+    if (!from_file && !init_is_descriptor(*run->family, weights)) return;
+    run->family->set_config(&run->model, read_config(*run->family, weights));
     run->model.doc_token = document_token_for_run(run);
 }
 
 // A resumed run trains the checkpoint's model (run->model.config, read by
 // decide_document_token): a -e of another shape contradicts it and is refused,
 // naming both, rather than dropped without a word.
-template <class Model>
-void check_init_matches_checkpoint(Run<Model>* run) {
+template <class Model, class Config>
+void check_init_matches_checkpoint(Run<Model, Config>* run) {
     if (!run->init_given) return;
-    const typename Model::Config init = read_config<Model>(run->opt.init);
-    if (!(init == run->model.config))
+    const Config init = read_config(*run->family, run->opt.init);
+    if (!run->family->same_config(init, run->family->config(&run->model)))
         llmc::failf("-e %s: not the model of the checkpoint of step %d in %s (%s); -y 1 resumes that one (leave -e "
                     "out, or give another -o)",
-                    run->opt.init, run->resume_step, run->opt.output_dir, model_summary(&run->model).c_str());
+                    run->opt.init, run->resume_step, run->opt.output_dir, model_summary(run).c_str());
 }
 
 // The model: the newest complete checkpoint of -o that passes its checks
 // (with -y 1), else -e (a model file or a descriptor); then its activations.
-template <class Model>
-void build_model(Run<Model>* run) {
+template <class Model, class Config>
+void build_model(Run<Model, Config>* run) {
     const TrainOptions& opt = run->opt;
     Model* model = &run->model;
     CheckpointFolder& folder = run->folder;
+    // the data is there before the model is built (minutes for a large one)
+    const char* const patterns[] = {opt.train_pattern, opt.val_pattern};  // (nvcc: no braced list in a template's range-for)
+    for (const char* pattern : patterns)
+        if (pattern) dataloader_find_shards(pattern);
     if (opt.output_dir) {
         folder.dir = opt.output_dir;
         folder.keep_last = opt.checkpoint_keep;
-        folder.folder_files = model_folder_files<Model>();
+        folder.folder_files = run->family->model_folder_files;
         folder.lock = claim_output_dir(opt.output_dir, run->dist);
     }
     if (opt.output_dir && !opt.resume) refuse_foreign_checkpoints(opt.output_dir, run->dist);
-    run->resume_step = opt.resume ? choose_resume_step<Model>(opt.output_dir, run->dist, &folder.run_id) : -1;
+    run->resume_step = opt.resume ? choose_resume_step(opt.output_dir, run->dist, folder.folder_files, &folder.run_id) : -1;
     // (only rank 0 writes DONE markers and deletes)
     if (opt.resume && folder.run_id.empty() && run->dist->rank == 0)
         folder.run_id = checkpoint_unfinished_run_id(opt.output_dir);  // no complete checkpoint: the run's first
@@ -707,40 +688,41 @@ void build_model(Run<Model>* run) {
     if (opt.resume && run->dist->rank == 0)
         checkpoint_remove_unfinished(opt.output_dir, folder.run_id, folder.folder_files);
     struct stat st;
-    const std::string weights = run->resume_step >= 0 ? model_path<Model>(opt.output_dir, run->resume_step) : opt.init;
-    const bool from_file = !init_is_descriptor<Model>(weights.c_str()) && stat(weights.c_str(), &st) == 0;
+    const std::string weights = run->resume_step >= 0 ? model_path(opt.output_dir, run->resume_step, folder.folder_files) : opt.init;
+    const bool from_file = !init_is_descriptor(*run->family, weights.c_str()) && stat(weights.c_str(), &st) == 0;
     decide_document_token(run, weights.c_str(), from_file);
     if (run->resume_step >= 0) {
         check_init_matches_checkpoint(run);
         folder.proven.push_back(run->resume_step);  // every rank checked its files against the DONE
-        run->resumed = load_checkpoint(model, opt.output_dir, run->resume_step);
+        run->resumed = load_checkpoint(*run->family, model, opt.output_dir, run->resume_step);
         print0("resuming from step %d of %s%s\n", run->resume_step, opt.output_dir,
                run->init_given ? "" : ", its model (no -e given)");
     } else {
         if (opt.resume) print0("no complete checkpoint in %s: starting from -e\n", opt.output_dir);
-        if (from_file) init_from_model_file(model, opt.init);
-        else init_from_descriptor(model, opt.init, opt.seed);
+        if (from_file) run->family->init_from_model_file(model, opt.init);
+        else run->family->init_from_descriptor(model, opt.init, opt.seed);
     }
     agree_on_model(run);
     run->start_step = std::max(run->resume_step, 0);
     run->initial_gap = run->resumed.initial_val_gap;
     run->watchdog->mark(opt.B == 0 ? "-b auto: choosing the micro-batch (a trial step)" : "allocating the activations");
     if (opt.B == 0)
-        run->opt.B = choose_micro_batch(model, opt.T, opt.recompute, opt.total_batch_tokens, data_batch_cap(run));
+        run->opt.B = choose_micro_batch(*run->family, model, opt.T, opt.recompute, opt.total_batch_tokens, data_batch_cap(run));
 }
 
 // B_global = B_micro x N x A sequences per step (a batch ramp raises A from a
 // smaller start up to it), the data, and what evaluation and sampling need.
-template <class Model>
-void open_data(Run<Model>* run) {
+template <class Model, class Config>
+void open_data(Run<Model, Config>* run) {
     const TrainOptions& opt = run->opt;
     Model* model = &run->model;
-    const int N = run->dist->num_processes, rank = run->dist->rank, V = vocab_size(model);
+    const int N = run->dist->num_processes, rank = run->dist->rank, V = run->family->vocab_size(model);
     const int grad_accum_steps = check_run_settings(run, opt.B);
     const long micro_tokens_all = (long)opt.B * opt.T * N, tokens_per_step = micro_tokens_all * grad_accum_steps;
     run->ramp = BatchRamp{opt.ramp_tokens, opt.ramp_steps, tokens_per_step, micro_tokens_all, run->ramp_lr};
     if (model->B == 0)
-        allocate_activations(model, opt.B, opt.T, grad_accum_steps, opt.recompute);  // (-b auto allocated them)
+        allocate_activations(*run->family, model, opt.B, opt.T, grad_accum_steps,
+                             opt.recompute);  // (-b auto allocated them)
     run->watchdog->mark("opening the data");
     // Every rank reads the whole global micro-batch (N x B sequences) and
     // trains on its B of them (next_step_batch). Val batches are split by rank.
@@ -774,17 +756,20 @@ void open_data(Run<Model>* run) {
     if (opt.sample_every > 0 && rank == 0) run->tokenizer = load_tokenizer(opt, V);
     int floor_vocab = 0;  // a val shard of the built-in corpus carries its loss floor
     run->has_floor = opt.val_pattern && markov_corpus_floor(opt.val_pattern, &run->loss_floor, &floor_vocab);
+    if (opt.resume && rank == 0)  // what is in the way of a checkpoint is found before any step
+        checkpoint_check_ahead(run->folder.dir, run->start_step, run->steps, opt.checkpoint_every,
+                               opt.checkpoint_keep, run->folder.run_id, run->folder.folder_files);
 }
 
 // What the run is, before its first step; what the device decides (the
 // family's adapt_to_device) too.
-template <class Model>
-void print_run(Run<Model>* run) {
+template <class Model, class Config>
+void print_run(Run<Model, Config>* run) {
     const TrainOptions& opt = run->opt;
     Model& model = run->model;
     const int N = run->dist->num_processes;
     const long tokens_per_step = run->ramp.target_tokens;
-    print0("model: %s, %zu parameters, %s\n", model_summary(&model).c_str(), model.num_parameters, PRECISION_NAME);
+    print0("model: %s, %zu parameters, %s\n", model_summary(run).c_str(), model.num_parameters, PRECISION_NAME);
     print0("batch: B=%d x T=%d x N=%d x A=%d = %ld tokens per step\n", opt.B, opt.T, N,
            (int)(tokens_per_step / run->ramp.micro_tokens), tokens_per_step);
     if (model.doc_mask || model.doc_positions)
@@ -797,26 +782,25 @@ void print_run(Run<Model>* run) {
                RAMP_LR_NAMES[opt.ramp_lr]);
     print0("ranks: %d (ZeRO-%d)\n", N, model.zero_stage);
     print_optimizer_memory(model);
-    print_memory_plan(&model, opt.B, opt.T, opt.recompute);
+    print_memory_plan(*run->family, &model, opt.B, opt.T, opt.recompute);
     print0("train: %s (%zu tokens), %d steps\n", opt.train_pattern, run->train_loader.num_tokens, run->steps);
     if (run->has_floor) print0("loss floor of the val data: %.6f nats/token\n", run->loss_floor);
     cudaDeviceProp props;
     cudaCheck(cudaGetDeviceProperties(&props, run->dist->local_rank));
     run->peak_flops = gpu_peak_bf16_flops(props.name);
-    run->flops_token = model_flops_per_token(&model, opt.T);
-    const std::string device_line = adapt_to_device(&model, opt.gelu_fusion, props.major);
-    if (!device_line.empty()) print0("%s\n", device_line.c_str());
+    run->compute_major = props.major;
+    run->flops_token = run->family->flops_per_token(&model, opt.T);
 }
 
 // The val loss (with the gap to the floor where known) and HellaSwag at every
 // -v steps and the last; a sample at every -s steps and the last.
-template <class Model>
-void evaluate_and_log(Run<Model>* run, int step, bool last) {
+template <class Model, class Config>
+void evaluate_and_log(Run<Model, Config>* run, int step, bool last) {
     const TrainOptions& opt = run->opt;
     Model* model = &run->model;
     run->watchdog->mark("the evaluation or sample at step " + std::to_string(step));
     if (reads_val(opt) && (step % opt.val_every == 0 || last)) {
-        const double val_loss = evaluate(model, &run->val_loader, opt.val_batches);
+        const double val_loss = evaluate(*run->family, model, &run->val_loader, opt.val_batches);
         if (run->has_floor) {
             const double gap = val_loss - run->loss_floor;
             if (step == 0) run->initial_gap = gap;
@@ -828,37 +812,41 @@ void evaluate_and_log(Run<Model>* run, int step, bool last) {
         run->log.record(step, "tel", "val_loss", val_loss);
         if (opt.hellaswag) {
             long scored = 0;
-            const double accuracy = evaluate_hellaswag(model, run->hellaswag, &scored);
+            const double accuracy = evaluate_hellaswag(*run->family, model, run->hellaswag, &scored);
             print0("step %d: HellaSwag accuracy %.4f (%ld of %zu examples fit T=%d)\n", step, accuracy, scored,
                    run->hellaswag.size(), opt.T);
             run->log.record(step, "eval", "hellaswag_acc", accuracy);
         }
     }
     if (opt.sample_every > 0 && step > 0 && (step % opt.sample_every == 0 || last) && run->dist->rank == 0) {
-        const std::vector<int> sample = generate(model, opt.sample_tokens, opt.temperature, opt.top_k,
+        const std::vector<int> sample = generate(*run->family, model, opt.sample_tokens, opt.temperature, opt.top_k,
                                                  splitmix64((uint64_t)opt.seed ^ ((uint64_t)step << 32)));
         printf("step %d: sample: %s\n", step, sample_text(sample, run->tokenizer.get()).c_str());
     }
 }
 
-// One optimizer step, timed on the device.
-template <class Model>
-StepResult timed_train_step(Run<Model>* run, const StepBatch& batch, float lr, float* ms) {
+// The device time of one optimizer step: step_timer_start before it,
+// step_timer_ms after it.
+template <class Model, class Config>
+void step_timer_start(Run<Model, Config>* run) {
     if (!run->step_start) {
         cudaCheck(cudaEventCreate(&run->step_start));
         cudaCheck(cudaEventCreate(&run->step_end));
     }
     cudaCheck(cudaEventRecord(run->step_start, run->model.stream));
-    const StepResult r = train_step(&run->model, batch, lr, run->adamw);
+}
+template <class Model, class Config>
+float step_timer_ms(Run<Model, Config>* run) {
+    float ms = 0;
     cudaCheck(cudaEventRecord(run->step_end, run->model.stream));
     cudaCheck(cudaEventSynchronize(run->step_end));
-    cudaCheck(cudaEventElapsedTime(ms, run->step_start, run->step_end));
-    return r;
+    cudaCheck(cudaEventElapsedTime(&ms, run->step_start, run->step_end));
+    return ms;
 }
 
 // The step line on stdout and its log records.
-template <class Model>
-void log_step(Run<Model>* run, int step, const StepResult& r, float lr, float ms) {
+template <class Model, class Config>
+void log_step(Run<Model, Config>* run, int step, const StepResult& r, float lr, float ms) {
     const int N = run->dist->num_processes;
     run->watchdog->step_took(ms);
     const long step_tokens = run->ramp.tokens(step);
@@ -878,8 +866,8 @@ void log_step(Run<Model>* run, int step, const StepResult& r, float lr, float ms
 
 // A step whose loss or gradient norm is not finite changed nothing (see
 // adamw.cuh): it stops the run, or with --skip-nonfinite 1 is skipped.
-template <class Model>
-void skip_nonfinite_step(Run<Model>* run, int step, const StepResult& r) {
+template <class Model, class Config>
+void skip_nonfinite_step(Run<Model, Config>* run, int step, const StepResult& r) {
     if (!run->opt.skip_nonfinite)
         llmc::failf("step %d: loss %f, gradient norm %f: not finite; stopping, the weights of step %d and the "
                     "checkpoints are intact (lower -l, check the data, or --skip-nonfinite 1)",
@@ -893,19 +881,10 @@ void skip_nonfinite_step(Run<Model>* run, int step, const StepResult& r) {
     print0("step %4d/%d | loss %f | norm %f | skipped: not finite\n", step + 1, run->steps, r.loss, r.grad_norm);
 }
 
-// One optimizer step and its line, or its skip. A step with no counted target
-// (every target masked: --packing slots with a document of one token) has no
-// loss and no gradient, yet AdamW would move the weights (momentum, decay):
-// it is not taken, and the AdamW step count stays. A non-finite one is
-// skipped or stops the run.
-template <class Model>
-void take_step(Run<Model>* run, int step, const StepBatch& batch, float lr) {
-    if (batch.global_targets == 0) {
-        print0("step %4d/%d | skipped: no counted target (every target of the step is masked)\n", step + 1, run->steps);
-        return;
-    }
-    float ms = 0;
-    const StepResult r = timed_train_step(run, batch, lr, &ms);
+// The line of a step taken, or, where its loss or gradient norm is not
+// finite, its skip (or the run stops).
+template <class Model, class Config>
+void report_step(Run<Model, Config>* run, int step, const StepResult& r, float lr, float ms) {
     if (std::isfinite(r.loss) && std::isfinite(r.grad_norm)) {
         run->nonfinite_in_a_row = 0;
         log_step(run, step, r, lr, ms);
@@ -914,88 +893,93 @@ void take_step(Run<Model>* run, int step, const StepBatch& batch, float lr) {
     }
 }
 
+// A step with no counted target (every target masked: --packing slots with a
+// document of one token) has no loss and no gradient, yet AdamW would move the
+// weights (momentum, decay): it is not taken, and the AdamW step count stays.
+template <class Model, class Config>
+void skip_empty_step(Run<Model, Config>* run, int step) {
+    print0("step %4d/%d | skipped: no counted target (every target of the step is masked)\n", step + 1, run->steps);
+}
+
 // A checkpoint after `step` steps: every -n steps, at the end, or (always)
 // when a signal asked the run to stop; never twice for one step.
-template <class Model>
-void maybe_checkpoint(Run<Model>* run, int step, bool always = false) {
+template <class Model, class Config>
+void maybe_checkpoint(Run<Model, Config>* run, int step, bool always = false) {
     const TrainOptions& opt = run->opt;
     const bool due = (opt.checkpoint_every > 0 && step % opt.checkpoint_every == 0) || step == run->steps || always;
     if (!opt.output_dir || !due || run->saved_step == step) return;
     run->watchdog->mark("the checkpoint of step " + std::to_string(step));
     const ResumeInfo info{RESUME_MAGIC, run->model.adam_step, dataloader_position(&run->train_loader),
                           run->initial_gap};
-    save_checkpoint(&run->model, &run->folder, step, info);
+    save_checkpoint(*run->family, &run->model, &run->folder, step, info);
     run->saved_step = step;
     print0("checkpoint: step %d in %s\n", step, opt.output_dir);
 }
 
-// The whole run of a trainer's main: llmc::run_main(train<Model>, argc, argv).
-template <class Model>
-int train(int argc, char** argv) {
+// The learning rate of a step: the schedule's, times the batch ramp's factor.
+template <class Model, class Config>
+float learning_rate(const Run<Model, Config>* run, int step) {
+    return (float)(run->scheduler.at(step) * run->ramp.lr_factor(step));
+}
+
+// A stop signal (SIGTERM, SIGINT, SIGUSR1) to any rank, asked by every rank
+// before each step but the first and the last: a checkpoint of the steps so
+// far, and true: the loop ends.
+template <class Model, class Config>
+bool stopped_by_signal(Run<Model, Config>* run, int step) {
+    const bool last = step == run->steps;
+    run->watchdog->mark("the stop-signal check before step " + std::to_string(step + 1));
+    if (step == run->start_step || last || !stop_requested(run->dist)) return false;
+    maybe_checkpoint(run, step, true);
+    print0("stopped by a signal after step %d%s\n", step,
+           run->opt.output_dir ? "; resume with -y 1" : " (no -o: nothing saved)");
+    return true;
+}
+
+// The start of every trainer's main: no rank waits forever, from before MPI's
+// start-up on (a rank stopped there holds up every other: the rank is the
+// launcher's, the timeout read from argv ahead of the flags); the ranks; stop
+// signals; the flags (the family's table, O its options), which every rank
+// must share, as the data they name.
+template <class O, class Model, class Config>
+void start_run(Run<Model, Config>* run, int* argc, char*** argv, const std::vector<Flag<O>>& flags, O* options) {
     setvbuf(stdout, nullptr, _IOLBF, 0);  // whole lines, promptly, also into a pipe or a Slurm log
-    // no rank waits forever, from before MPI's start-up on (a rank stopped
-    // there holds up every other): the rank is the launcher's, the timeout
-    // read from argv ahead of the flags
-    Run<Model> run;
-    run.watchdog =
-        new Watchdog(launcher_rank(), prescan_stall_timeout(argc, argv));  // (kept until exit, with its thread)
-    run.watchdog->mark("MPI/NCCL start-up");
-    Distributed dist;
-    distributed_init(&dist, &argc, &argv);
-    g_dist = &dist;
+    run->watchdog =
+        new Watchdog(launcher_rank(), prescan_stall_timeout(*argc, *argv));  // (kept until exit, with its thread)
+    run->watchdog->mark("MPI/NCCL start-up");
+    distributed_init(&run->ranks, argc, argv);
+    g_dist = run->dist = &run->ranks;
     install_signal_handlers();
-    run.dist = &dist;
-    run.watchdog->mark("reading the flags");
-    configure_run(&run, argc, argv);
-    run.watchdog->configure(dist.rank, run.opt.stall_timeout);
-    agree_on_flags_and_data(&run);
+    run->watchdog->mark("reading the flags");
+    configure_run(run, *argc, *argv, flags, options);
+    run->watchdog->configure(run->dist->rank, run->opt.stall_timeout);
+    agree_on_flags_and_data(run);
     // building the model and -b auto's trial step too (a stopped rank stalls a collective in them)
-    run.watchdog->mark("building the model");
-    if (run.opt.memory_plan_only) {
-        print_plan_only(&run);
-    } else {
-        // the data is there before the model is built (minutes for a large one)
-        const char* const patterns[] = {run.opt.train_pattern,
-                                        run.opt.val_pattern};  // (nvcc: no braced list in a template's range-for)
-        for (const char* pattern : patterns)
-            if (pattern) dataloader_find_shards(pattern);
-        build_model(&run);
-        open_data(&run);
-        if (run.opt.resume && dist.rank == 0)  // what is in the way of a checkpoint is found before any step
-            checkpoint_check_ahead(run.folder.dir, run.start_step, run.steps, run.opt.checkpoint_every,
-                                   run.opt.checkpoint_keep, run.folder.run_id, run.folder.folder_files);
-        print_run(&run);
-        if (run.opt.output_dir && dist.rank == 0) run.log.open(run.opt.output_dir, run.resume_step);
-        for (int step = run.start_step; step <= run.steps; step++) {
-            const bool last = step == run.steps;
-            run.watchdog->mark("the stop-signal check before step " + std::to_string(step + 1));
-            if (step > run.start_step && !last && stop_requested(&dist)) {
-                maybe_checkpoint(&run, step, true);
-                print0("stopped by a signal after step %d%s\n", step,
-                       run.opt.output_dir ? "; resume with -y 1" : " (no -o: nothing saved)");
-                break;
-            }
-            evaluate_and_log(&run, step, last);
-            if (last) break;
-            // B_global = B_micro x N x A sequences: this rank's B_micro of each of the A global micro-batches
-            const StepBatch batch = next_step_batch(&run.train_loader, &run.model, run.ramp.grad_accum_steps(step),
-                                                    run.opt.overfit_single_batch, &run.inputs, &run.targets);
-            const float lr = (float)(run.scheduler.at(step) * run.ramp.lr_factor(step));
-            run.watchdog->mark("step " + std::to_string(step + 1) + " (forward, backward, gradient all-reduce, AdamW)");
-            take_step(&run, step, batch, lr);
-            maybe_checkpoint(&run, step + 1);  // (a skipped last step too)
+    run->watchdog->mark("building the model");
+}
+
+// main.log and main.jsonl in -o (rank 0), appended to on a resume.
+template <class Model, class Config>
+void open_log(Run<Model, Config>* run) {
+    if (run->opt.output_dir && run->dist->rank == 0) run->log.open(run->opt.output_dir, run->resume_step);
+}
+
+// The end of a trainer's main: the log closed, the data, the model and the
+// ranks freed. Returns main's exit status.
+template <class Model, class Config>
+int end_run(Run<Model, Config>* run) {
+    if (!run->opt.memory_plan_only) {
+        run->log.close();
+        if (run->step_start) {
+            cudaCheck(cudaEventDestroy(run->step_start));
+            cudaCheck(cudaEventDestroy(run->step_end));
         }
-        run.log.close();
-        if (run.step_start) {
-            cudaCheck(cudaEventDestroy(run.step_start));
-            cudaCheck(cudaEventDestroy(run.step_end));
-        }
-        dataloader_free(&run.train_loader);
-        if (reads_val(run.opt)) dataloader_free(&run.val_loader);
-        free_model(&run.model);
+        dataloader_free(&run->train_loader);
+        if (reads_val(run->opt)) dataloader_free(&run->val_loader);
+        run->family->free_model(&run->model);
         matmul_teardown();
     }
-    run.watchdog->mark("the end of the run");
-    distributed_free(&dist);
+    run->watchdog->mark("the end of the run");
+    distributed_free(&run->ranks);
     return 0;
 }

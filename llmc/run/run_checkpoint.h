@@ -18,6 +18,7 @@
 #include "llmc/run/distributed.h"
 #include "llmc/error.h"
 #include "llmc/step/params.h"
+#include "llmc/run/family.h"
 
 // ---- model files ------------------------------------------------------------------
 // A weight the build's floatX cannot hold (an fp32 file's weight beyond
@@ -65,7 +66,7 @@ inline CheckpointFile write_model_weights(const Parameters* p, const std::string
 
 // ---- checkpoints --------------------------------------------------------------------
 // The model (rank 0: model_%08d.bin, or the folder model_%08d of the files
-// Model::MODEL_FOLDER_FILES names), state_%08d_%05d.bin (every rank: its master
+// the family's model_folder_files), state_%08d_%05d.bin (every rank: its master
 // weights, m and v, and where the data stream stands), then DONE_%08d once
 // every rank's files are durable (llmc/formats/checkpoint.h). Resuming from one
 // continues bitwise as if the run had never stopped: everything else a step
@@ -82,15 +83,10 @@ struct ResumeInfo {
 constexpr uint32_t RESUME_MAGIC = 0x47505452;  // "RTPG"
 
 
-// The files of a checkpoint's model folder, none when the model is one file;
-// and the model's path (checkpoint_model_path).
-template <class Model>
-std::vector<std::string> model_folder_files() {
-    return std::vector<std::string>(Model::MODEL_FOLDER_FILES.begin(), Model::MODEL_FOLDER_FILES.end());
-}
-template <class Model>
-std::string model_path(const std::string& dir, int step) {
-    return checkpoint_model_path(dir, step, !Model::MODEL_FOLDER_FILES.empty());
+// A checkpoint's model: the file model_%08d.bin, or the folder model_%08d/
+// where the family's model is a folder of files (folder_files).
+inline std::string model_path(const std::string& dir, int step, const std::vector<std::string>& folder_files) {
+    return checkpoint_model_path(dir, step, !folder_files.empty());
 }
 
 inline std::vector<float> device_to_host(const float* d, size_t n) {
@@ -107,8 +103,9 @@ inline std::vector<float> device_to_host(const float* d, size_t n) {
 // goes first: it must never vouch for files being rewritten. The new DONE lists
 // every file's size and hash, and the run id, the owner; only the owner's
 // checkpoints older than its newest -nk proven ones are pruned.
-template <class Model>
-void save_checkpoint(Model* model, CheckpointFolder* folder, int step, const ResumeInfo& info) {
+template <class Model, class Config>
+void save_checkpoint(const ModelFamily<Model, Config>& f, Model* model, CheckpointFolder* folder, int step,
+                     const ResumeInfo& info) {
     const Distributed* d = model->dist;
     const std::string& dir = folder->dir;
     const size_t local = model->optimizer_elements;
@@ -122,7 +119,7 @@ void save_checkpoint(Model* model, CheckpointFolder* folder, int step, const Res
         checkpoint_check_lock(&folder->lock);
         try {
             checkpoint_clear_step(dir, step, folder->run_id, folder->folder_files);
-            model_files = write_model_file(model, model_path<Model>(dir, step));
+            model_files = f.write_model_file(model, model_path(dir, step, f.model_folder_files));
         } catch (const llmc::Error& e) {
             llmc::failf("step %d: %s (the earlier checkpoints are kept)", step, e.what());
         }
@@ -151,23 +148,23 @@ void save_checkpoint(Model* model, CheckpointFolder* folder, int step, const Res
 // must list the model (each file of its folder) and every rank's state file,
 // and the model's files and this rank's state must match the sizes and hashes
 // it lists.
-template <class Model>
-std::string checkpoint_problem(const std::string& dir, int step, const Distributed* d, DoneRecord* done) {
+inline std::string checkpoint_problem(const std::string& dir, int step, const Distributed* d,
+                                      const std::vector<std::string>& folder_files, DoneRecord* done) {
     std::string problem;
     if (!checkpoint_read_done(dir, step, done, &problem)) return problem;
     if (checkpoint_done_ranks(*done) > 0 && checkpoint_done_ranks(*done) != d->num_processes)
         llmc::failf("-y 1: checkpoint %d of %s was saved with %d processes, this run has %d (resume with as many)",
                     step, dir.c_str(), checkpoint_done_ranks(*done), d->num_processes);
-    if (!checkpoint_done_covers(*done, step, d->num_processes, model_folder_files<Model>(), &problem)) {
+    if (!checkpoint_done_covers(*done, step, d->num_processes, folder_files, &problem)) {
         const std::string state = checkpoint_state_path(dir, step, d->rank);
         if (state_file_is_llmc(state))
             problem += "; " + state +
                        " is llm.c's state, which this trainer does not resume (start from its model "
                        "with -e " +
-                       model_path<Model>(dir, step) + ")";
+                       model_path(dir, step, folder_files) + ")";
         return problem;
     }
-    std::vector<std::string> mine = checkpoint_model_names(step, model_folder_files<Model>());
+    std::vector<std::string> mine = checkpoint_model_names(step, folder_files);
     mine.push_back(checkpoint_state_path("", step, d->rank).substr(1));
     DoneRecord check{done->run_id, {}};
     for (const CheckpointFile& f : done->files)
@@ -180,15 +177,15 @@ std::string checkpoint_problem(const std::string& dir, int step, const Distribut
 // one that is not is skipped with a warning line, falling back to the one
 // before. -1: there is no DONE at all. All ranks take the same step (rank 0's
 // list, checks agreed).
-template <class Model>
-int choose_resume_step(const std::string& dir, const Distributed* d, std::string* run_id) {
+inline int choose_resume_step(const std::string& dir, const Distributed* d,
+                              const std::vector<std::string>& folder_files, std::string* run_id) {
     const std::vector<int> steps = d->rank == 0 ? checkpoint_complete_steps(dir) : std::vector<int>();
     const int count = (int)host_sum(steps.size(), d);
     std::vector<std::string> skipped;  // printed once a checkpoint is chosen
     for (int i = 0; i < count; i++) {
         const int step = (int)host_sum(d->rank == 0 ? steps[i] : 0, d);
         DoneRecord done;
-        const std::string problem = checkpoint_problem<Model>(dir, step, d, &done);
+        const std::string problem = checkpoint_problem(dir, step, d, folder_files, &done);
         if (host_sum(problem.empty() ? 0 : 1, d) == 0) {
             for (const std::string& w : skipped) fprintf(stderr, "warning: %s; falling back\n", w.c_str());
             *run_id = done.run_id;
@@ -229,9 +226,10 @@ size_t weights_off_master(Model* model, const std::vector<float>& master) {
 
 // Loads checkpoint `step` of dir: the model (config, weights), then this
 // rank's state. model->dist and zero_stage must be set (they must match).
-template <class Model>
-ResumeInfo load_checkpoint(Model* model, const std::string& dir, int step) {
-    init_from_model_file(model, model_path<Model>(dir, step).c_str());
+template <class Model, class Config>
+ResumeInfo load_checkpoint(const ModelFamily<Model, Config>& f, Model* model, const std::string& dir, int step) {
+    const std::string path = model_path(dir, step, f.model_folder_files);
+    f.init_from_model_file(model, path.c_str());
     const Distributed* d = model->dist;
     const size_t local = model->optimizer_elements;
     const TrainingStateHeader expected{d->num_processes,      d->rank,           0, step, model->zero_stage, local,
@@ -248,7 +246,7 @@ ResumeInfo load_checkpoint(Model* model, const std::string& dir, int step) {
     if (const size_t off = weights_off_master(model, master))
         llmc::failf("%s: %zu of %zu weights are not the master weights of %s rounded: the two files are from different "
                     "checkpoints",
-                    model_path<Model>(dir, step).c_str(), off, local, state_path.c_str());
+                    path.c_str(), off, local, state_path.c_str());
     if (model->zero_stage == 0) {  // every rank holds the same replica: a differing one would train apart
         XXH64_state_t h;
         XXH64_reset(&h, 0);

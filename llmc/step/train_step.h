@@ -9,19 +9,9 @@
 // buffer is exactly the gradient of the big-batch mean loss, however the batch
 // is split. Only the last micro-batch's backward communicates.
 //
-// A family's model struct derives from Parameters (llmc/step/params.h) and
-// MicroBatches (below) and defines, for its type Model:
-//   void forward(Model*);                          logits for model->inputs
-//   void cross_entropy(Model*, float scale, bool write_dlogits);
-//                                                  scale x the losses into stats->loss_sum;
-//                                                  dlogits in place of the logits
-//   void backward(Model*, const int* encoder_plan, int distinct_tokens, bool reduce);
-//                                                  adds into grads_memory; reduce_layer(model, l)
-//                                                  as each layer completes when reduce
-//   float* reduce_scratch(Model*);                 global_norm_scratch_floats() floats
-//   int document_start_token(const Model*);        the token that begins a document in data for the
-//                                                  model's vocabulary; -1: not known (llmc/run/run.h then
-//                                                  asks for --doc-token)
+// The trainer's own step (train_gpt.cu's train_step) is where this shows; this
+// header holds its host-side parts: the micro-batch a model computes on, the
+// document layout, this rank's part of the global batch and the step's stages.
 #pragma once
 #include <cmath>
 #include <cstring>
@@ -189,59 +179,50 @@ void upload_micro_batch(Model* model, int i) {
     }
 }
 
-// ---- the step: B_global = B_micro x N x A sequences ------------------------------
-// Runs this rank's A micro-batches of one optimizer step, forward and backward,
-// adding their gradients into the fp32 buffer (weights untouched). Nothing is
-// communicated until the backward of the last micro-batch, which sums the
-// buffer over the ranks layer by layer as it goes.
+// ---- the step's parts: B_global = B_micro x N x A sequences ----------------------
+// A trainer's step (its accumulate_gradients and train_step) runs, for this
+// rank's A micro-batches, stage_step, then per micro-batch next_micro_batch,
+// its forward, cross_entropy and backward, then the update and end_step.
+
+// The step's A micro-batches into pinned staging (the previous step has
+// finished with it), the loss sum zeroed.
 template <class Model>
-void accumulate_gradients(Model* model, const StepBatch& batch) {
-    const int A = batch.grad_accum_steps;
-    const size_t micro_tokens = (size_t)model->B * model->T, plan_ints = encoder_backward_plan_ints(model->B, model->T);
-    if (A > model->max_grad_accum_steps)
-        llmc::failf("internal: %d micro-steps, staging holds %d", A, model->max_grad_accum_steps);
-    memcpy(model->staged_inputs, batch.inputs, A * micro_tokens * sizeof(int));  // the previous step has
-    memcpy(model->staged_targets, batch.targets, A * micro_tokens * sizeof(int)); // finished with these
-    const float dloss = batch.global_targets > 0 ? 1.0f / batch.global_targets
-                                                 : 0.0f;  // 1/G: a token's share of the mean
-    const bool multi_rank = model->dist->num_processes > 1;
+void stage_step(Model* model, const StepBatch& batch) {
+    const size_t tokens = (size_t)batch.grad_accum_steps * model->B * model->T;
+    if (batch.grad_accum_steps > model->max_grad_accum_steps)
+        llmc::failf("internal: %d micro-steps, staging holds %d", batch.grad_accum_steps, model->max_grad_accum_steps);
+    memcpy(model->staged_inputs, batch.inputs, tokens * sizeof(int));
+    memcpy(model->staged_targets, batch.targets, tokens * sizeof(int));
     cudaCheck(cudaMemsetAsync(&model->stats->loss_sum, 0, sizeof(float), model->stream));
-    for (int micro_step = 0; micro_step < A; micro_step++) {  // weights frozen; gradients add up in fp32
-        int* plan = model->staged_plans + micro_step * plan_ints;
-        const int num_distinct =
-            encoder_backward_plan(plan, batch.inputs + micro_step * micro_tokens, model->B, model->T);
-        upload_micro_batch(model, micro_step);
-        forward(model);
-        cross_entropy(model, dloss, true);  // logits become dloss/dlogits; the loss adds up too
-        backward(model, plan, num_distinct, multi_rank && micro_step == A - 1);  // reduce on the last only
-    }
 }
 
-// One optimizer step over B_global = B_micro x N x A sequences.
+// 1/G: one target token's share of the mean loss of the whole global batch.
+inline float loss_scale(const StepBatch& batch) {
+    return batch.global_targets > 0 ? 1.0f / batch.global_targets : 0.0f;
+}
+
+// Micro-batch i on the device (its documents too), and the plan its
+// encoder backward groups token positions by (computed on the host).
+struct EncoderPlan {
+    const int* groups;
+    int distinct_tokens;
+};
 template <class Model>
-StepResult train_step(Model* model, const StepBatch& batch, float lr, const OptimizerSettings& opt) {
-    accumulate_gradients(model, batch);
-    update_parameters(model, reduce_scratch(model), lr, opt);  // the buffer holds d(mean loss)/dW of the global batch
+EncoderPlan next_micro_batch(Model* model, const StepBatch& batch, int i) {
+    const size_t micro_tokens = (size_t)model->B * model->T;
+    int* plan = model->staged_plans + i * encoder_backward_plan_ints(model->B, model->T);
+    const int distinct = encoder_backward_plan(plan, batch.inputs + i * micro_tokens, model->B, model->T);
+    upload_micro_batch(model, i);
+    return EncoderPlan{plan, distinct};
+}
+
+// After the update: the gradient buffer back to zero for the next step, and
+// the step's loss and gradient norm read (the one host sync of the step).
+template <class Model>
+StepResult end_step(Model* model, const StepBatch& batch) {
     cudaCheck(cudaMemsetAsync(model->grads_memory, 0, model->num_parameters * sizeof(float), model->stream));
     StepStats stats;
     cudaCheck(cudaMemcpyAsync(&stats, model->stats, sizeof(stats), cudaMemcpyDeviceToHost, model->stream));
-    cudaCheck(cudaStreamSynchronize(model->stream));  // the one host sync of the step: read loss and norm
-    return StepResult{stats.loss_sum, sqrtf(stats.grad_norm_squared), batch.global_targets};
-}
-
-// Sum of the per-token losses of one micro-batch (no gradient, no update).
-template <class Model>
-double evaluate_batch(Model* model, const int* inputs, const int* targets) {
-    const size_t n = (size_t)model->B * model->T;
-    memcpy(model->staged_inputs, inputs, n * sizeof(int));
-    memcpy(model->staged_targets, targets, n * sizeof(int));
-    cudaCheck(cudaMemsetAsync(&model->stats->loss_sum, 0, sizeof(float), model->stream));
-    upload_micro_batch(model, 0);
-    forward(model);
-    cross_entropy(model, 1.0f, false);
-    float loss_sum;
-    cudaCheck(
-        cudaMemcpyAsync(&loss_sum, &model->stats->loss_sum, sizeof(float), cudaMemcpyDeviceToHost, model->stream));
     cudaCheck(cudaStreamSynchronize(model->stream));
-    return loss_sum;
+    return StepResult{stats.loss_sum, sqrtf(stats.grad_norm_squared), batch.global_targets};
 }
