@@ -66,7 +66,7 @@ static double time_steps(Llama3* model, const StepBatch& batch, int steps) {
 static int bench(int argc, char** argv) {
     const bool roofline_only = argc > 1 && strcmp(argv[1], "--roofline") == 0;
     if (roofline_only) argc--, argv++;
-    const char* descriptor = argc > 1 ? argv[1] : Llama3::BUILTIN_INIT;
+    const char* descriptor = argc > 1 ? argv[1] : LLAMA3_FAMILY.builtin_init;
     const int B = argc > 2 ? atoi(argv[2]) : 4;
     const int T = argc > 3 ? atoi(argv[3]) : 64;
     const int steps = argc > 4 ? atoi(argv[4]) : 2;
@@ -85,14 +85,14 @@ static int bench(int argc, char** argv) {
 
     Llama3 model;
     init_from_descriptor(&model, descriptor, 1337);
-    allocate_activations(&model, B, T, 1);
+    allocate_activations(LLAMA3_FAMILY, &model, B, T, 1);
     std::mt19937 rng(42);
     std::vector<int> tokens((size_t)B * T + 1);
     for (int& t : tokens) t = rng() % c.V;
     const StepBatch batch = whole_batch(&model, tokens.data(), tokens.data() + 1, 1);
     const double step_ms = time_steps(&model, batch, steps);
     const double tokens_per_s = (double)B * T / (step_ms / 1000.0);
-    const double achieved_tflops = model_flops_per_token(&model, T) * tokens_per_s / 1e12;
+    const double achieved_tflops = LLAMA3_FAMILY.flops_per_token(&model, T) * tokens_per_s / 1e12;
     printf("step B=%d T=%d, %s, %s: %.1f ms/step, %.0f tok/s, %.2f TFLOP/s, MFU %.1f%% of %.0f TFLOP/s\n", B, T,
            PRECISION_NAME,
 #ifdef CPUCUDA

@@ -174,7 +174,7 @@ static int bench(int argc, char** argv) {
 
     GPT2 model;
     init_from_descriptor(&model, descriptor, 1337);
-    allocate_activations(&model, B, T, 1);
+    allocate_activations(GPT2_FAMILY, &model, B, T, 1);
     const GPT2Config& c = model.config;
     std::mt19937 rng(42);
     std::vector<int> tokens((size_t)B * T + 1);
@@ -254,7 +254,7 @@ static int serve(int argc, char** argv) {
     GPT2 model;
     init_from_model_file(&model, argv[2]);
     if (T > model.config.max_seq_len) FAIL("--serve: T=%d over the model's maxT=%d", T, model.config.max_seq_len);
-    allocate_activations(&model, B, T, 1);
+    allocate_activations(GPT2_FAMILY, &model, B, T, 1);
     const std::vector<int> tokens = read_tokens(argv[5], B, T, model.config.vocab_size);
     const StepBatch batch = whole_batch(&model, tokens.data(), tokens.data() + 1, 1);
     OptimizerSettings opt;

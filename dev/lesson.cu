@@ -41,7 +41,7 @@ static GPT2* new_model(int B, int A, const Distributed* d = &SINGLE_PROCESS, int
     m->dist = d;
     m->zero_stage = zero;
     init_from_descriptor(m, MODEL, 1337);
-    allocate_activations(m, B, T, A);
+    allocate_activations(GPT2_FAMILY, m, B, T, A);
     return m;
 }
 

@@ -31,8 +31,8 @@ static int logits_main(int argc, char** argv) {
         llmc::failf("%d tokens: more than the model's %d positions", T, model.config.max_seq_len);
     std::vector<int> tokens(T), targets(T, -1);
     for (int t = 0; t < T; t++) tokens[t] = parse_token(argv[3 + t], V);
-    allocate_activations(&model, 1, T, 1);
-    evaluate_batch(&model, tokens.data(), targets.data());
+    allocate_activations(LLAMA3_FAMILY, &model, 1, T, 1);
+    evaluate_batch(LLAMA3_FAMILY, &model, tokens.data(), targets.data());
     std::vector<float> logits((size_t)T * V);
     for (int t = 0; t < T; t++) read_logits_row(model.acts.logits, t, V, Vp, &logits[(size_t)t * V]);
     std::string why;

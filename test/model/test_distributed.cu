@@ -121,7 +121,7 @@ static Result train(const Split& split, const Distributed* dist) {
     model.dist = dist;
     model.zero_stage = split.zero;
     init_from_descriptor(&model, MODEL, 7);
-    allocate_activations(&model, split.B, T, split.A);
+    allocate_activations(GPT2_FAMILY, &model, split.B, T, split.A);
     OptimizerSettings opt;
     opt.weight_decay = 0.1f;
     opt.grad_clip = 0.5f;  // active on some steps

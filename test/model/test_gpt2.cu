@@ -112,7 +112,7 @@ static void check_tensors(const char* what, const GPT2& model, const std::vector
 static GPT2 small_model(int B, int T, int A, bool docs = false) {
     GPT2 model;
     init_from_model_file(&model, ref_path("small_model_fp32.bin").c_str());
-    allocate_activations(&model, B, T, A);
+    allocate_activations(GPT2_FAMILY, &model, B, T, A);
     model.doc_mask = model.doc_positions = docs;
     model.doc_token = model.config.vocab_size - 1;  // the reference's document start
     return model;
@@ -175,13 +175,13 @@ static void test_init_and_checkpoints() {
 static void test_debug_case(const char* label, GPT2& model, const std::string& path, int gelu_fusion = 0,
                             bool docs = false) {
     DebugRef ref = read_debug(path, model.config.vocab_size, model.num_parameters);
-    allocate_activations(&model, ref.B, ref.T, 1);
+    allocate_activations(GPT2_FAMILY, &model, ref.B, ref.T, 1);
     model.gelu_fusion = gelu_fusion;
     model.doc_mask = model.doc_positions = docs;
     model.doc_token = model.config.vocab_size - 1;  // the reference's document start
     const int V = model.config.vocab_size, Vp = model.config.padded_vocab_size;
     const size_t BT = (size_t)ref.B * ref.T;
-    evaluate_batch(&model, ref.x.data(), ref.y.data());
+    evaluate_batch(GPT2_FAMILY, &model, ref.x.data(), ref.y.data());
     const std::vector<float> logits = unpadded_logits(model.acts.logits, BT, V, Vp);
     double e_logits = scaled_error(logits.data(), ref.logits.data(), logits.size());
     CHECK(e_logits <= TOL_LOGITS, "%s logits (%zu x %d): err %.2e", label, BT, V, e_logits);
@@ -359,11 +359,11 @@ int main(int argc, char** argv) {
         GPT2 a, b;
         init_from_model_file(&a, argv[2]);
         init_from_model_file(&b, argv[3]);
-        const bool same_shape = a.num_parameters == b.num_parameters && model_summary(&a) == model_summary(&b);
+        const bool same_shape = a.num_parameters == b.num_parameters && describe(a.config) == describe(b.config);
         const std::vector<float> wa = read_device(a.master_weights, same_shape ? a.num_parameters : 0);
         const std::vector<float> wb = read_device(b.master_weights, same_shape ? b.num_parameters : 0);
         CHECK(same_shape && memcmp(wa.data(), wb.data(), wa.size() * sizeof(float)) == 0,
-              "%s and %s: %s, %zu weights bitwise the same", argv[2], argv[3], model_summary(&a).c_str(), wa.size());
+              "%s and %s: %s, %zu weights bitwise the same", argv[2], argv[3], describe(a.config).c_str(), wa.size());
         free_model(&a);
         free_model(&b);
         matmul_teardown();

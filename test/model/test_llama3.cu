@@ -69,12 +69,12 @@ static void test_debug_case(const char* label, const std::string& descriptor, co
     Llama3 model;
     init_from_descriptor(&model, descriptor.c_str(), 1337);
     const DebugRef ref = read_debug(ref_path(file), model.config.V, model.num_parameters);
-    allocate_activations(&model, ref.B, ref.T, 1);
+    allocate_activations(LLAMA3_FAMILY, &model, ref.B, ref.T, 1);
     model.doc_mask = model.doc_positions = docs;
     model.doc_token = model.config.V - 1;  // the reference's document start
     const int V = model.config.V, Vp = padded_vocab(model.config);
     const size_t BT = (size_t)ref.B * ref.T;
-    evaluate_batch(&model, ref.x.data(), ref.y.data());
+    evaluate_batch(LLAMA3_FAMILY, &model, ref.x.data(), ref.y.data());
     const std::vector<float> logits = unpadded_logits(model.acts.logits, BT, V, Vp);
     const double e_logits = scaled_error(logits.data(), ref.logits.data(), logits.size());
     CHECK(e_logits <= TOL_LOGITS, "%s logits (%zu x %d): err %.2e", label, BT, V, e_logits);
@@ -95,7 +95,7 @@ static void test_training(const char* label, const std::string& descriptor, cons
     Llama3 model;
     init_from_descriptor(&model, descriptor.c_str(), 1337);
     const TrainRef ref = read_train(file, model.num_parameters);
-    allocate_activations(&model, ref.B, ref.T, ref.A);
+    allocate_activations(LLAMA3_FAMILY, &model, ref.B, ref.T, ref.A);
     OptimizerSettings opt;
     opt.beta1 = ref.beta1;
     opt.beta2 = ref.beta2;
@@ -138,7 +138,7 @@ static void test_split_invariance(const char* label, const std::string& descript
         const TrainRef ref = read_train(file, model.num_parameters);
         const int A = ref.B * ref.A / B;
         const size_t step_tokens = (size_t)ref.B * ref.A * ref.T;
-        allocate_activations(&model, B, ref.T, A);
+        allocate_activations(LLAMA3_FAMILY, &model, B, ref.T, A);
         OptimizerSettings opt;
         opt.weight_decay = ref.weight_decay;
         opt.grad_clip = ref.grad_clip;
@@ -285,9 +285,9 @@ static void test_hf_folder(const char* sub) {
     const std::vector<int> tokens = hf["tokens"].get<std::vector<int>>();
     const std::vector<float> hf_logits = hf["logits"].get<std::vector<float>>();
     const int T = (int)tokens.size(), V = model.config.V, Vp = padded_vocab(model.config);
-    allocate_activations(&model, 1, T, 1);
+    allocate_activations(LLAMA3_FAMILY, &model, 1, T, 1);
     const std::vector<int> targets(T, -1);
-    evaluate_batch(&model, tokens.data(), targets.data());
+    evaluate_batch(LLAMA3_FAMILY, &model, tokens.data(), targets.data());
     const std::vector<float> logits = unpadded_logits(model.acts.logits, T, V, Vp);
     const double e = hf_logits.size() == logits.size() ? scaled_error(logits.data(), hf_logits.data(), logits.size())
                                                        : 1;

@@ -1,8 +1,9 @@
-// test_run_seam: a second model family through the shared run (llmc/run/run.h).
-// A bigram model (the logits of a token are one row of a V x Vp table) is
-// trained, evaluated, sampled, checkpointed and resumed by train<Bigram>, the
-// run train_gpt.cu's main calls for GPT-2: what this file defines is all a
-// family writes (the hook lists at the top of llmc/step/train_step.h and llmc/run/run.h).
+// test_run_seam: the smallest model family, written as a trainer file is
+// (docs/new_family.md walks through it): a bigram model (the logits of a token
+// are one row of a V x Vp table) with its kernels, its step, its family table
+// (llmc/run/family.h) and its own training loop, trained, evaluated, sampled,
+// checkpointed and resumed through the services of llmc/run/ that
+// train_gpt.cu's and train_llama3.cu's main call.
 #include <array>
 #include <cstdio>
 #include <cstring>
@@ -15,6 +16,7 @@
 #include "llmc/step/train_step.h"
 #include "llmc/run/run_checkpoint.h"
 #include "llmc/run/run_model.h"
+#include "llmc/run/run.h"
 #include "test/test_util.h"
 
 struct BigramConfig {
@@ -27,19 +29,10 @@ struct BigramConfig {
 };
 
 struct Bigram : Parameters, MicroBatches {
-    using Config = BigramConfig;
     BigramConfig config;
     floatX* logits;  // (B, T, Vp), dlogits after cross_entropy
     float* losses;   // (B, T)
     float* reduce;   // global_norm_scratch_floats()
-    static constexpr const char* NAME = "bigram";
-    static constexpr const char* INIT_DEFAULT = "V=256";
-    static constexpr const char* INIT_HELP = "model file .bin, or V=<tokens>";
-    static constexpr const char* DOC_TOKEN_HELP = "the token that starts a document (V-1 here)";
-    static constexpr const char* RECOMPUTE_HELP = "no effect (nothing to recompute)";
-    static constexpr const char* GELU_FUSION_HELP = "no effect (no GELU)";
-    static constexpr const char* BUILTIN_INIT = "V=256";
-    static constexpr std::array<const char*, 0> MODEL_FOLDER_FILES{};  // one model file
 };
 
 // ---- kernels: logits = table[token]; dtable[v] = the sum of dlogits of the positions holding v
@@ -56,7 +49,7 @@ __global__ void bigram_backward_kernel(float* dtable, const floatX* dlogits, con
     for (size_t bt = 0; bt < BT; bt++) dtable[(size_t)tokens[bt] * Vp + col] += (float)dlogits[bt * Vp + col];
 }
 
-// ---- llmc/step/train_step.h's hooks
+// ---- the model: forward, loss, backward
 static void forward(Bigram* m) {
     const size_t n = (size_t)m->B * m->T * m->config.padded_vocab_size;
     bigram_forward_kernel<<<CEIL_DIV(n, 256), 256, 0, m->stream>>>(m->logits, m->params_memory, m->inputs,
@@ -76,10 +69,9 @@ static void backward(Bigram* m, const int*, int, bool reduce) {
     cudaCheck(cudaGetLastError());
     if (reduce) reduce_layer(m, 0);  // no layers: the table is "outside" them
 }
-static float* reduce_scratch(Bigram* m) { return m->reduce; }
 static int document_start_token(const Bigram* m) { return m->config.vocab_size - 1; }
 
-// ---- llmc/run/run.h's hooks
+// ---- its shape, weights, files and activations
 static bool parse_descriptor(const char* text, BigramConfig* c) {
     int V = 0, used = 0;
     if (sscanf(text, "V=%d%n", &V, &used) != 1 || text[used] != '\0' || V < 2 || V > 4096) return false;
@@ -151,28 +143,107 @@ static void free_model(Bigram* m) {
     if (m->B > 0) free_activations(m);
     cudaCheck(cudaStreamDestroy(m->stream));
 }
-static int vocab_size(const Bigram* m) { return m->config.vocab_size; }
-static const float* device_losses(const Bigram* m) { return m->losses; }
 static void read_logits(const Bigram* m, int position, float* logits) {
-    const int Vp = m->config.padded_vocab_size;
-    std::vector<floatX> row(Vp);
-    cudaCheck(cudaMemcpy(row.data(), m->logits + (size_t)position * Vp, Vp * sizeof(floatX), cudaMemcpyDeviceToHost));
-    for (int i = 0; i < m->config.vocab_size; i++) logits[i] = to_float(row[i]);
+    read_logits_row(m->logits, position, m->config.vocab_size, m->config.padded_vocab_size, logits);
 }
-static double model_flops_per_token(const Bigram*, int) { return 0; }  // a lookup: MFU "n/a"
-static std::string model_summary(const Bigram* m) { return "bigram V=" + std::to_string(m->config.vocab_size); }
-static std::string adapt_to_device(Bigram*, int, int) { return ""; }
 
-#include "llmc/run/run.h"
+// ---- one optimizer step: B_global = B_micro x N x A sequences (train_gpt.cu's, said again)
+static void accumulate_gradients(Bigram* m, const StepBatch& batch) {
+    const int A = batch.grad_accum_steps;
+    stage_step(m, batch);
+    const float dloss = loss_scale(batch);  // 1/G
+    for (int micro_step = 0; micro_step < A; micro_step++) {
+        const EncoderPlan plan = next_micro_batch(m, batch, micro_step);
+        forward(m);
+        cross_entropy(m, dloss, true);
+        backward(m, plan.groups, plan.distinct_tokens, m->dist->num_processes > 1 && micro_step == A - 1);
+    }
+}
+static StepResult train_step(Bigram* m, const StepBatch& batch, float lr, const OptimizerSettings& opt) {
+    accumulate_gradients(m, batch);
+    update_parameters(m, m->reduce, lr, opt);  // global norm, clip, AdamW
+    return end_step(m, batch);
+}
 
-// ---- the test: runs of the bigram through train<Bigram>, in this process
+// ---- the family's table for the run's services (llmc/run/family.h)
+static ModelFamily<Bigram, BigramConfig> bigram_family() {
+    ModelFamily<Bigram, BigramConfig> f{};
+    f.name = "bigram";
+    f.init_default = "V=256";
+    f.init_help = "model file .bin, or V=<tokens>";
+    f.doc_token_help = "the token that starts a document (V-1 here)";
+    f.recompute_help = "no effect (nothing to recompute)";
+    f.builtin_init = "V=256";
+    f.model_folder_files = {};  // one model file
+    f.forward = forward;
+    f.cross_entropy = cross_entropy;
+    f.accumulate_gradients = accumulate_gradients;
+    f.parse_descriptor = parse_descriptor;
+    f.model_file_config = model_file_config;
+    f.same_config = [](const BigramConfig& a, const BigramConfig& b) { return a == b; };
+    f.config = [](const Bigram* m) { return m->config; };
+    f.set_config = [](Bigram* m, const BigramConfig& c) { m->config = c; };
+    f.describe = [](const BigramConfig& c) { return "bigram V=" + std::to_string(c.vocab_size); };
+    f.configure_model = configure_model;
+    f.vocab_size = [](const Bigram* m) { return m->config.vocab_size; };
+    f.max_seq_len = [](const Bigram* m) { return m->config.max_seq_len; };
+    f.document_start_token = document_start_token;
+    f.flops_per_token = [](const Bigram*, int) { return 0.0; };  // a lookup: MFU "n/a"
+    f.init_from_descriptor = init_from_descriptor;
+    f.init_from_model_file = init_from_model_file;
+    f.write_model_file = write_model_file;
+    f.activation_buffers = activation_buffers;
+    f.try_allocate_activations = try_allocate_activations;
+    f.free_activations = free_activations;
+    f.free_model = free_model;
+    f.device_losses = [](const Bigram* m) -> const float* { return m->losses; };
+    f.read_logits = read_logits;
+    return f;
+}
+static const ModelFamily<Bigram, BigramConfig> BIGRAM_FAMILY = bigram_family();
+
+// ---- main of a bigram trainer: the flags, the model, the data, the loop (train_gpt.cu's)
+static int train_bigram(int argc, char** argv) {
+    Run<Bigram, BigramConfig> run(&BIGRAM_FAMILY);
+    Bigram& model = run.model;
+    TrainOptions opt;
+    start_run(&run, &argc, &argv, run_flags<TrainOptions>(BIGRAM_FAMILY), &opt);
+    if (opt.memory_plan_only) {
+        print_plan_only(&run);
+        return end_run(&run);
+    }
+    build_model(&run);
+    open_data(&run);
+    print_run(&run);
+    open_log(&run);
+    for (int step = run.start_step; step <= run.steps; step++) {
+        const bool last = step == run.steps;
+        if (stopped_by_signal(&run, step)) break;
+        evaluate_and_log(&run, step, last);
+        if (last) break;
+        const StepBatch batch = next_step_batch(&run.train_loader, &model, run.ramp.grad_accum_steps(step),
+                                                opt.overfit_single_batch, &run.inputs, &run.targets);
+        const float lr = learning_rate(&run, step);
+        if (batch.global_targets == 0) {
+            skip_empty_step(&run, step);
+        } else {
+            step_timer_start(&run);
+            const StepResult result = train_step(&model, batch, lr, run.adamw);
+            report_step(&run, step, result, lr, step_timer_ms(&run));
+        }
+        maybe_checkpoint(&run, step + 1);
+    }
+    return end_run(&run);
+}
+
+// ---- the test: runs of the bigram trainer, in this process
 static int run_trainer(std::vector<std::string> args) {
     args.insert(args.begin(), "test_run_seam");
     std::vector<char*> argv;
     for (std::string& a : args) argv.push_back(a.data());
     argv.push_back(nullptr);
     try {
-        return train<Bigram>((int)args.size(), argv.data());
+        return train_bigram((int)args.size(), argv.data());
     } catch (const llmc::Error& e) {
         printf("error: %s\n", e.what());
         return 1;
@@ -219,7 +290,7 @@ int main() {
     const int rc_whole = run_trainer(with({"-x", "20", "-o", whole}));
     const std::vector<double> losses = val_losses(whole);
     CHECK(rc_whole == 0 && losses.size() == 3 && losses[2] < losses[0] - 0.5,
-          "train<Bigram>: 20 steps, val loss %.4f at step 0, %.4f at step 20", losses.empty() ? 0.0 : losses[0],
+          "the bigram trainer: 20 steps, val loss %.4f at step 0, %.4f at step 20", losses.empty() ? 0.0 : losses[0],
           losses.size() < 3 ? 0.0 : losses[2]);
     // the folder's lock stays with this process: the resume goes on in a copy without it
     const int rc_first = run_trainer(with({"-x", "10", "-o", split}));
@@ -232,7 +303,7 @@ int main() {
         same = same && !a.empty() && a == b;
     }
     CHECK(rc_first == 0 && rc_copy == 0 && rc_resumed == 0 && same,
-          "train<Bigram>: 10 steps, then -y 1 to 20, writes the model and state files of 20 straight steps byte for "
+          "the bigram trainer: 10 steps, then -y 1 to 20, writes the model and state files of 20 straight steps byte for "
           "byte");
     if (g_tally.failed == 0 && system(("rm -rf " + root).c_str()) != 0) return 1;  // kept where a check failed
     return test_summary("test_run_seam");

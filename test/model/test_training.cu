@@ -36,20 +36,20 @@ static std::vector<int> tokens(size_t n, uint64_t seed, int V) {
 }
 
 // ---- recompute ------------------------------------------------------------------
-struct Run {
+struct RecomputeRun {
     std::vector<float> losses;
     std::vector<floatX> weights;
     size_t activation_bytes;
 };
 
-static Run train_with_recompute(int recompute, int gelu_fusion = 0) {
+static RecomputeRun train_with_recompute(int recompute, int gelu_fusion = 0) {
     const int B = 4, T = 64, A = 2, steps = 3;
     GPT2 model;
     init_from_descriptor(&model, MODEL, 11);
     const size_t before = bytes_in_use();
-    allocate_activations(&model, B, T, A, recompute);
+    allocate_activations(GPT2_FAMILY, &model, B, T, A, recompute);
     model.gelu_fusion = gelu_fusion;
-    Run run;
+    RecomputeRun run;
     run.activation_bytes = bytes_in_use() - before;
     OptimizerSettings opt;
     for (int s = 0; s < steps; s++) {
@@ -64,10 +64,10 @@ static Run train_with_recompute(int recompute, int gelu_fusion = 0) {
 }
 
 static void test_recompute() {
-    const Run r0 = train_with_recompute(0);
+    const RecomputeRun r0 = train_with_recompute(0);
     const size_t X = sizeof(floatX);
     for (int r : {1, 2}) {
-        const Run rr = train_with_recompute(r);
+        const RecomputeRun rr = train_with_recompute(r);
         const bool same = rr.losses == r0.losses &&
                           memcmp(rr.weights.data(), r0.weights.data(), r0.weights.size() * X) == 0;
         CHECK(same, "-r %d: 3 steps give bitwise the losses and weights of -r 0 (%.6f %.6f %.6f)", r, rr.losses[0],
@@ -85,7 +85,7 @@ static void test_recompute() {
     // With GELU in cuBLASLt's forward epilogue (-ge 1, 2) the recompute (the
     // GELU kernel) is not bitwise what the forward used (cuBLASLt's own GELU):
     // the same to bf16 rounding of the GELU output.
-    const Run f0 = train_with_recompute(0, 2), f1 = train_with_recompute(1, 2);
+    const RecomputeRun f0 = train_with_recompute(0, 2), f1 = train_with_recompute(1, 2);
     double worst_loss = 0;
     for (int s = 0; s < 3; s++)
         worst_loss = std::fmax(worst_loss, std::fabs(f1.losses[s] - f0.losses[s]) / f0.losses[s]);
@@ -103,12 +103,12 @@ static void test_memory_plan() {
         const size_t before = cpucuda::memory_stats().in_use;
         GPT2 model;
         init_from_descriptor(&model, MODEL, 3);
-        allocate_activations(&model, 8, 64, 1, recompute);
+        allocate_activations(GPT2_FAMILY, &model, 8, 64, 1, recompute);
         const std::vector<int> data = tokens(8 * 64 + 1, 9, 256);
         OptimizerSettings opt;
         train_step(&model, whole_batch(&model, data.data(), data.data() + 1, 1), 1e-3f, opt);
         const size_t actual = cpucuda::memory_stats().peak - before;
-        const size_t planned = memory_plan(&model, 8, 64, recompute).total;
+        const size_t planned = memory_plan(GPT2_FAMILY, &model, 8, 64, recompute).total;
         const double off = std::fabs((double)planned - (double)actual) / actual;
         CHECK(off <= 0.02,
               "memory plan (-r %d) %.2f MiB vs the runtime's peak allocation over a step %.2f MiB: %.2f%% "
@@ -190,10 +190,10 @@ static void test_hellaswag_and_sampling() {
     for (int k = 0; k < 3; k++) {
         GPT2 model;
         init_from_descriptor(&model, model_desc, 21);
-        allocate_activations(&model, batch[k], 32, 1);
+        allocate_activations(GPT2_FAMILY, &model, batch[k], 32, 1);
         model.doc_token = 299;  // V-1: samples start at it, HellaSwag pads with it
-        accuracy[k] = evaluate_hellaswag(&model, examples, &scored[k]);
-        samples[k] = generate(&model, 20, k == 2 ? 0.0f : 1.0f, 0, 77);
+        accuracy[k] = evaluate_hellaswag(GPT2_FAMILY, &model, examples, &scored[k]);
+        samples[k] = generate(GPT2_FAMILY, &model, 20, k == 2 ? 0.0f : 1.0f, 0, 77);
         free_model(&model);
     }
     CHECK(scored[0] == 22 && accuracy[0] == accuracy[1] && scored[0] == scored[1],
@@ -205,13 +205,13 @@ static void test_hellaswag_and_sampling() {
     // greedy: each token is the argmax of the logits after the tokens before it
     GPT2 model;
     init_from_descriptor(&model, model_desc, 21);
-    allocate_activations(&model, 4, 32, 1);
+    allocate_activations(GPT2_FAMILY, &model, 4, 32, 1);
     std::vector<int> inputs(4 * 32, 299), targets(4 * 32, -1);
     bool greedy = true;
     std::vector<floatX> row(model.config.padded_vocab_size);
     std::vector<float> logits(300);
     for (size_t t = 0; t < samples[2].size(); t++) {
-        evaluate_batch(&model, inputs.data(), targets.data());
+        evaluate_batch(GPT2_FAMILY, &model, inputs.data(), targets.data());
         cudaCheck(cudaMemcpy(row.data(), model.acts.logits + t * model.config.padded_vocab_size,
                              row.size() * sizeof(floatX), cudaMemcpyDeviceToHost));
         for (int i = 0; i < 300; i++) logits[i] = to_float(row[i]);
@@ -224,7 +224,7 @@ static void test_hellaswag_and_sampling() {
 
 // ---- documents (--doc-mask, --doc-positions) ------------------------------------------
 static std::vector<float> token_losses(GPT2* model, const std::vector<int>& inputs, const std::vector<int>& targets) {
-    evaluate_batch(model, inputs.data(), targets.data());
+    evaluate_batch(GPT2_FAMILY, model, inputs.data(), targets.data());
     std::vector<float> losses(inputs.size());
     cudaCheck(cudaMemcpy(losses.data(), model->acts.losses, losses.size() * sizeof(float), cudaMemcpyDeviceToHost));
     return losses;
@@ -239,7 +239,7 @@ static void test_documents() {
 #endif
     GPT2 model;
     init_from_descriptor(&model, MODEL, 5);
-    allocate_activations(&model, B, T, 1);
+    allocate_activations(GPT2_FAMILY, &model, B, T, 1);
     model.doc_token = EOT;
     // sequence 0: EOT, a first document, EOT, then document D; sequence 1: D from position 0, then another one.
     // Targets: the next token (the last position of each sequence unmasked too, as shards do).
