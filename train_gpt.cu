@@ -1,12 +1,13 @@
-// train_gpt.cu: GPT-2 training. The model (its parameter table, activations,
-// forward, backward, model file) and main. What every model family shares is
-// in llmc/: the parameters and the optimizer (llmc/step/params.h), the step with
-// gradient accumulation (llmc/step/train_step.h, the place to start:
-//   B_global = B_micro x N_ranks x A sequences per optimizer step)
-// and the run around it (llmc/run/run.h, whose list of a family's hooks this file
-// defines for GPT-2).
-// Kernels live in llmc/, one family per header. Builds with nvcc for GPUs and,
-// through the CUDA-on-CPU runtime (cpu_cuda), with g++ for CI.
+// train_gpt.cu: GPT-2 training, a single-file training program in the style
+// of llm.c. From the top: the model (its parameter table, activations,
+// forward, backward, model file), one optimizer step with gradient
+// accumulation (accumulate_gradients, train_step: the lesson,
+//   B_global = B_micro x N_ranks x A sequences per optimizer step),
+// then main: the flags, the model, the data and the training loop. main calls
+// the services of llmc/run/ (flags, ranks, data, evaluation, checkpoints,
+// logs) with GPT-2's table of functions (GPT2_FAMILY); the kernels are in
+// llmc/kernels/, one family per header. Builds with nvcc for GPUs and, through
+// the CUDA-on-CPU runtime (cpu_cuda), with g++ for CI.
 #include <algorithm>
 #include <array>
 #include <cmath>

@@ -224,6 +224,8 @@ section_cpu() {
     run "test_hf" python3 test/trainer/test_hf.py build/cpu-fp32/test_gpt2 build/cpu/test_gpt2 build/cpu/train_gpt
     run "test_lesson" python3 test/trainer/test_lesson.py build/cpu-fp32/train_gpt build/cpu/train_gpt build/cpu-fp32/lesson
     run "test_gpu_check (gpu_check.sh, dry run)" bash test/test_gpu_check.sh
+    run "test_headers_alone (every llmc/ header compiles in a unit of its own; a planted one fails)" \
+        bash test/test_headers_alone.sh
     run "test_pypi_headers (the CPU build without the CUDA toolkit)" bash test/test_pypi_headers.sh
     run "readme_anchors (README's and docs/'s links to definitions)" python3 dev/readme_anchors.py
     # the PyTorch Llama 3 reference: needs torch (and transformers for the comparison), which CI lacks

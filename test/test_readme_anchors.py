@@ -149,10 +149,10 @@ def main():
     if rc != 0:
         print(out, end="")
     readme = open(os.path.join(ROOT, "README.md")).read()
-    # the run of every family: llmc/run/run.h's template function train (its line may hold the template head)
-    m = re.search(r"\[`train`\]\(llmc/run\.h#L(\d+)\)", readme)
-    source = open(os.path.join(ROOT, "llmc", "run.h")).read().split("\n")
-    check("README's `train` points to the function train of llmc/run/run.h",
+    # the program: the function train that train_gpt.cu's main runs
+    m = re.search(r"\[`train`\]\(train_gpt\.cu#L(\d+)\)", readme)
+    source = open(os.path.join(ROOT, "train_gpt.cu")).read().split("\n")
+    check("README's `train` points to the function train of train_gpt.cu",
           m is not None and re.search(r"\bint train\(", source[int(m.group(1)) - 1]) is not None)
     check.tally("test_readme_anchors")
     return 1 if check.failed else 0

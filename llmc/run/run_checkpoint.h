@@ -1,7 +1,7 @@
 // llmc/run/run_checkpoint.h: a training run's checkpoints, the same for every
 // model family (the file formats are llmc/formats/checkpoint.h's). The family writes
 // and reads its model, a file or a folder (write_model_file,
-// init_from_model_file: the hooks at the top of llmc/run/run.h); the state files,
+// init_from_model_file of its table, llmc/run/family.h); the state files,
 // the DONE markers, the choice of the checkpoint to resume and the checks of a
 // resume are here.
 #pragma once
