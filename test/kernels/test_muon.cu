@@ -2,8 +2,8 @@
 // momentum, the Newton-Schulz quintic with the same coefficients on the smaller
 // Gram side, the shape scale and decoupled weight decay; for square, wide and
 // tall matrices, several of one shape in one batched call. Planted mistakes in
-// the reference (a wrong coefficient, the Gram of the wrong side) land outside
-// the bound, so the bound can tell them apart; the output's singular values
+// the reference (wrong coefficients, the Gram of one side applied on the other)
+// land outside the bound, so the bound can tell them apart; the output's singular values
 // lie where NS5 puts them; the scratch holds the iteration (the small-side
 // Grams) without a byte past its end; a non-finite gradient norm changes nothing.
 #include "llmc/muon.cuh"
@@ -12,9 +12,9 @@
 // Bound on ||O_device - O_ref||_F / ||O_ref||_F, O the orthogonalised update.
 // bf16: the iteration rounds u, X, A, B and every new X to bf16 (relative error
 // up to 2^-9 per element each time), and a step of the iteration multiplies an
-// error in X by up to |p'(s)| (p(s) = a s + b s^3 + c s^5: 3.4445 at s = 0, about
-// 1.1 in [0.7, 1.2]), so five steps of rounding leave errors of a few 2^-9 ~ 1e-2
-// in the small singular directions: measured 1.2e-2 to 1.5e-2 on these shapes (and
+// error in X by up to |p'(s)| (p(s) = a s + b s^3 + c s^5: 3.4445 at s = 0, 0.72 at
+// 1, 3.9 at 1.2), so five steps of rounding leave errors of several 2^-9, about
+// 1e-2: measured 1.2e-2 to 1.5e-2 on these shapes (and
 // 1.4e-2 to 1.6e-2 by dev/muon_reference.py's bf16 simulation); 0.03 is twice that.
 // fp32: the same arithmetic at 2^-24: measured 0.9e-6 to 2e-6, bound 1e-5 (as TOL_F32).
 constexpr double TOL_NS_BF16 = 0.03, TOL_NS_FP32 = 1e-5;
