@@ -200,8 +200,8 @@ struct GPT2 : Parameters, MicroBatches {
 // per-layer tables stay small, and the parameters number at most 2^40 (a
 // header or descriptor is checked before anything is allocated for it).
 static std::string model_shape_problem(const GPT2Config& c) {
-    constexpr long MAX_LAYERS = 4096, MAX_DIM = 1 << 24;
-    constexpr unsigned __int128 MAX_PARAMETERS = (unsigned __int128)1 << 40;
+    constexpr long MAX_LAYERS = MAX_MODEL_LAYERS, MAX_DIM = MAX_MODEL_DIM;  // (llmc/step/params.h)
+    constexpr unsigned __int128 MAX_PARAMETERS = MAX_MODEL_PARAMETERS;
     const struct {
         const char* name;
         long value, max;
@@ -279,7 +279,6 @@ static std::vector<float> gpt2_initial_weights(const GPT2Config& c, uint64_t see
 }
 
 // ---- model descriptors: "d12" .. "d48", or "L=2,C=64,H=4,V=250,maxT=64" -------
-static int round_up_vocab(int V) { return CEIL_DIV(V, 128) * 128; }
 
 // "" and *c when text is a descriptor, else why not. The KEY=VALUE list is
 // read as Llama's (llmc::parse_key_values: a repeated key or an empty item is
@@ -291,7 +290,7 @@ static std::string descriptor_problem(const char* text, GPT2Config* c) {
     } gpt2_sizes[] = {{"d12", 12, 768}, {"d24", 24, 1024}, {"d36", 36, 1280}, {"d48", 48, 1600}};
     for (auto& s : gpt2_sizes)
         if (strcmp(text, s.name) == 0) {
-            *c = GPT2Config{1024, 50257, 50304, s.L, s.C / 64, s.C};
+            *c = GPT2Config{1024, 50257, padded_vocab_size(50257), s.L, s.C / 64, s.C};
             return "";
         }
     GPT2Config d{1024, 50257, 0, 0, 0, 0};
@@ -302,7 +301,7 @@ static std::string descriptor_problem(const char* text, GPT2Config* c) {
         const std::string &key = e.first, &v = e.second;
         char* rest = nullptr;
         const long value = strtol(v.c_str(), &rest, 10);
-        if (v.empty() || *rest != '\0' || value <= 0 || value > (1 << 24))
+        if (v.empty() || *rest != '\0' || value <= 0 || value > MAX_MODEL_DIM)
             return key + "=" + v + " is not an integer from 1 to 2^24";
         if (key == "L") d.num_layers = value;
         else if (key == "C") d.channels = value;
@@ -313,7 +312,7 @@ static std::string descriptor_problem(const char* text, GPT2Config* c) {
         else return "unknown key " + key + "=";
     }
     if (d.num_layers == 0 || d.channels == 0 || d.num_heads == 0) return "L=, C= and H= are needed";
-    if (d.padded_vocab_size == 0) d.padded_vocab_size = round_up_vocab(d.vocab_size);
+    if (d.padded_vocab_size == 0) d.padded_vocab_size = padded_vocab_size(d.vocab_size);
     if (d.padded_vocab_size < d.vocab_size) return "Vp is below V";
     *c = d;
     return "";
@@ -373,7 +372,7 @@ static GPT2Config hf_config(const std::string& path) {
     }
     if (c.channels % c.num_heads != 0)
         FAIL("%s: n_embd %d is not a multiple of n_head %d", path.c_str(), c.channels, c.num_heads);
-    c.padded_vocab_size = c.vocab_size <= (1 << 24) ? round_up_vocab(c.vocab_size) : c.vocab_size;
+    c.padded_vocab_size = c.vocab_size <= MAX_MODEL_DIM ? padded_vocab_size(c.vocab_size) : c.vocab_size;
     const std::string problem = model_shape_problem(c);
     if (!problem.empty())
         FAIL("%s: not a shape the trainer takes: %s (L = n_layer, NH = n_head, C = n_embd, V = vocab_size, maxT = "

@@ -78,7 +78,7 @@ struct ParameterTensors {
 static_assert(sizeof(ParameterTensors<float>) == MAX_TENSORS * sizeof(float*), "one pointer per row");
 
 // V rounded up to a multiple of 128: the rows of wte and of the LM head.
-static int padded_vocab(const Llama3Config& c) { return CEIL_DIV(c.V, 128) * 128; }
+static int padded_vocab(const Llama3Config& c) { return padded_vocab_size(c.V); }
 static int qkv_rows(const Llama3Config& c) { return (c.H + 2 * c.KV) * c.head_dim(); }
 static int num_tensors(const Llama3Config& c) { return c.tied ? MAX_TENSORS - 1 : MAX_TENSORS; }
 
@@ -148,9 +148,9 @@ static void configure_model(Llama3* model) {
     const Llama3Config& c = model->config;
     llmc::llama3_check(c, "model");
     for (int d : {c.C, c.F, c.V, c.H, qkv_rows(c)})
-        if (d > (1 << 24)) FAIL("model: a size of %d is over 2^24", d);
-    if (c.L > 4096) FAIL("model: L=%d is over 4096 layers", c.L);
-    if (llmc::llama3_num_parameters(c) > (1ull << 40)) FAIL("model: more than 2^40 parameters");
+        if (d > MAX_MODEL_DIM) FAIL("model: a size of %d is over 2^24", d);  // (llmc/step/params.h's limits)
+    if (c.L > MAX_MODEL_LAYERS) FAIL("model: L=%d is over %ld layers", c.L, MAX_MODEL_LAYERS);
+    if (llmc::llama3_num_parameters(c) > MAX_MODEL_PARAMETERS) FAIL("model: more than 2^40 parameters");
     const std::vector<ParameterLayout> rows = llama3_layout(c);
     configure_parameters(model, rows, c.L);
     // one stride per pointer: lmheadw (not per layer) has none when tied
@@ -231,26 +231,31 @@ static void init_from_descriptor(Llama3* model, const char* descriptor, uint64_t
 // rotate_half pairing in llmc/kernels/rope.cuh expects, is kept as it is).
 static std::vector<llmc::HfPlacement> hf_tensors(const Llama3Config& c) {
     const size_t C = c.C, F = c.F, HS = c.head_dim(), QKV = qkv_rows(c);
-    size_t at[MAX_TENSORS], total = 0;
-    for (int k = 0; k < num_tensors(c); k++) at[k] = total, total += tensor_size(k, c);
+    size_t start[MAX_TENSORS], total = 0;  // where each row of TENSORS starts in the buffer
+    for (int k = 0; k < num_tensors(c); k++) start[k] = total, total += tensor_size(k, c);
+    auto at = [&](const char* tensor) {  // by the row's name in TENSORS, the one table of the tensors
+        for (int k = 0; k < num_tensors(c); k++)
+            if (strcmp(TENSORS[k].name, tensor) == 0) return start[k];
+        FAIL("model: no tensor %s", tensor);
+    };
     std::vector<llmc::HfPlacement> out;
     for (const llmc::Llama3Param& p : llmc::llama3_param_table(c)) {
         const std::string& n = p.name;
         const size_t l = n.rfind("model.layers.", 0) == 0 ? std::stoul(n.substr(13)) : 0;  // its layer
         auto has = [&](const char* part) { return n.find(part) != std::string::npos; };
         size_t offset;
-        if (n == "model.embed_tokens.weight") offset = at[0];
-        else if (n == "model.norm.weight") offset = at[7];
-        else if (n == "lm_head.weight") offset = at[8];
-        else if (has("input_layernorm")) offset = at[1] + l * C;
-        else if (has("q_proj")) offset = at[2] + l * QKV * C;
-        else if (has("k_proj")) offset = at[2] + l * QKV * C + c.H * HS * C;
-        else if (has("v_proj")) offset = at[2] + l * QKV * C + (c.H + c.KV) * HS * C;
-        else if (has("o_proj")) offset = at[3] + l * C * C;
-        else if (has("post_attention_layernorm")) offset = at[4] + l * C;
-        else if (has("gate_proj")) offset = at[5] + l * 2 * F * C;
-        else if (has("up_proj")) offset = at[5] + l * 2 * F * C + F * C;
-        else if (has("down_proj")) offset = at[6] + l * C * F;
+        if (n == "model.embed_tokens.weight") offset = at("wte");
+        else if (n == "model.norm.weight") offset = at("normfw");
+        else if (n == "lm_head.weight") offset = at("lmheadw");
+        else if (has("input_layernorm")) offset = at("attnnormw") + l * C;
+        else if (has("q_proj")) offset = at("qkvw") + l * QKV * C;
+        else if (has("k_proj")) offset = at("qkvw") + l * QKV * C + c.H * HS * C;
+        else if (has("v_proj")) offset = at("qkvw") + l * QKV * C + (c.H + c.KV) * HS * C;
+        else if (has("o_proj")) offset = at("attprojw") + l * C * C;
+        else if (has("post_attention_layernorm")) offset = at("mlpnormw") + l * C;
+        else if (has("gate_proj")) offset = at("fcw") + l * 2 * F * C;
+        else if (has("up_proj")) offset = at("fcw") + l * 2 * F * C + F * C;
+        else if (has("down_proj")) offset = at("fcprojw") + l * C * F;
         else FAIL("model: no place for the tensor %s", n.c_str());
         out.push_back({p.name, p.shape, offset});
     }

@@ -18,7 +18,10 @@ import os
 import sys
 import time
 
-DESCRIPTORS = {"d12": (12, 12, 768), "d24": (24, 16, 1024), "d36": (36, 20, 1280), "d48": (48, 25, 1600)}
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from gpt2_sizes import gpt2_descriptors  # noqa: E402
+
+DESCRIPTORS = gpt2_descriptors()  # {"d12": (L, NH, C), ...}, read from train_gpt.cu
 # Meta's Llama-3.2-1B config.json (llmc/formats/llama3_config.h's llama3_named): L, NH, NKV, C, F, V
 LLAMA_DESCRIPTORS = {"llama3.2-1b": (16, 32, 8, 2048, 8192, 128256)}
 

@@ -14,9 +14,13 @@ trainer on one GPU, from stated assumptions (every one a flag):
     python3 dev/roofline_estimate.py --attn-instr-per-hmma 7 --host-ms 0
 """
 import argparse
+import os
 import sys
 
-DESCRIPTORS = {"d12": (12, 12, 768), "d24": (24, 16, 1024), "d36": (36, 20, 1280), "d48": (48, 25, 1600)}
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from gpt2_sizes import gpt2_descriptors  # noqa: E402
+
+DESCRIPTORS = gpt2_descriptors()  # {"d12": (L, NH, C), ...}, read from train_gpt.cu
 V, VP, MAXT = 50257, 50304, 1024
 
 

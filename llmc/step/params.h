@@ -42,6 +42,18 @@ S layer_view(const S& all, const std::vector<size_t>& strides, int l) {
     return view;
 }
 
+// The shapes a family accepts, checked before anything is allocated for
+// them: every size fits the kernels' int indexing with room (2^24), the
+// per-layer tables stay small, and the parameters number at most 2^40.
+constexpr long MAX_MODEL_DIM = 1L << 24;
+constexpr long MAX_MODEL_LAYERS = 4096;
+constexpr unsigned long long MAX_MODEL_PARAMETERS = 1ULL << 40;
+
+// The embedding's and the head's rows: the vocabulary V padded up to a
+// multiple of 128 (llm.c's Vp: the matmul over the logits stays on whole
+// tiles); the padded rows stay 0 and their logits are never read.
+inline int padded_vocab_size(int V) { return CEIL_DIV(V, 128) * 128; }
+
 // Points the tensors of a struct of pointers (a family's named tensors, in
 // its table's order) into one contiguous buffer, one per row of the table.
 template <class S, class T>

@@ -75,7 +75,7 @@ static int document_start_token(const Bigram* m) { return m->config.vocab_size -
 static bool parse_descriptor(const char* text, BigramConfig* c) {
     int V = 0, used = 0;
     if (sscanf(text, "V=%d%n", &V, &used) != 1 || text[used] != '\0' || V < 2 || V > 4096) return false;
-    *c = BigramConfig{V, CEIL_DIV(V, 128) * 128, 1024};
+    *c = BigramConfig{V, padded_vocab_size(V), 1024};
     return true;
 }
 static void configure_model(Bigram* m) {
