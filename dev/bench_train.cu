@@ -396,7 +396,7 @@ static std::vector<Family> step_families(const Llama3Config& c, int B, int T) {
     return {
         // per layer: qkv (C -> QKV), attproj (C -> C), fc (C -> [gate | up] 2F), fcproj (F -> C)
         matmul_family("matmuls (cuBLASLt)", {{C, QKV}, {C, C}, {C, 2 * F}, {F, C}}, l, bt, C, Vp, X),
-        // the same products as bench_train.cu counts: 2 forward, 7 backward
+        // the same products as gpt2::step_families counts: 2 forward, 7 backward
         {"attention forward", l * 2 * attn_unit, l * (bt * QKV * X + bt * C * X + bt * NH * 4)},
         {"attention backward", l * 7 * attn_unit, l * (bt * QKV * X + 2 * bt * C * X + bt * QKV * X + 2 * bt * NH * 4)},
         // q and k heads rotated in place, forward and backward
