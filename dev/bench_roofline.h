@@ -1,5 +1,5 @@
 // dev/bench_roofline.h: the H200 roofline of one training step, per kernel
-// family, as bench_train (GPT-2) and bench_llama3 print it. A family's bound
+// family, as bench_train prints it for GPT-2 and Llama 3. A family's bound
 // is the time it takes at least: max(FLOPs / 989 TFLOP/s, bytes / 4.8 TB/s),
 // its bytes what its kernels must move at least (every operand read once,
 // every result written once). Each benchmark lists its model's families.

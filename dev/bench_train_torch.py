@@ -4,7 +4,7 @@ dev/train_gpt2.py (its model class; its attention's boolean mask replaced by
 is_causal=True so that SDPA may take its flash or cuDNN kernel), bf16 autocast,
 fused AdamW, torch.compile where it works, and it says which SDPA backend ran. Prints ms per step, tok/s
 and MFU in the line format of bench_train, so that test/gpu_check.sh can print
-the ratio of the two. llama3.2-1b is dev/bench_llama3.cu's step: the Llama of
+the ratio of the two. llama3.2-1b is dev/bench_train.cu's Llama step: the Llama of
 dev/train_llama3.py with its attention as one SDPA call (is_causal, enable_gqa:
 no repeated key/value heads).
 

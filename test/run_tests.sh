@@ -242,7 +242,7 @@ section_cpu() {
     run "test_readme_anchors (planted wrong anchors fail)" python3 test/test_readme_anchors.py
     run "test_sass_loops (sass_report's HMMA loops on hand-written SASS)" python3 test/test_sass_loops.py
     run "test_bench_cpu_vs_torch (arguments, SKIP without torch, --serve refusals)" python3 test/test_bench_cpu_vs_torch.py build/cpu/bench_train
-    run "test_bench_llama3 (Llama 3.2 1B roofline from its shape, a small Llama's step)" python3 test/test_bench_llama3.py build/cpu/bench_llama3
+    run "test_bench_llama3 (bench_train: Llama 3.2 1B roofline from its shape, a small Llama's and GPT-2's step)" python3 test/test_bench_llama3.py build/cpu/bench_train
 }
 
 export SHARED_DATA=${SHARED_DATA:-../shared/data}

@@ -1,12 +1,13 @@
 #!/usr/bin/env python3
-"""dev/bench_llama3.cu's numbers against counts made here from the shape alone:
-the roofline of Llama 3.2 1B at 16 x 2048 (its published parameter count, the
-matmul and attention FLOPs, AdamW's bytes, every bound = max(FLOPs / 989
+"""dev/bench_train.cu's Llama 3 numbers against counts made here from the shape
+alone: the roofline of Llama 3.2 1B at 16 x 2048 (its published parameter count,
+the matmul and attention FLOPs, AdamW's bytes, every bound = max(FLOPs / 989
 TFLOP/s, bytes / 4.8 TB/s) and their sum), one timed step of a small Llama
-(finite, positive, tokens/s = B x T / ms), and bad arguments as one "error:"
-line. Not its speed.
+(finite, positive, tokens/s = B x T / ms); the same program's step of a small
+GPT-2 (the descriptor picks the family); bad arguments as one "error:" line.
+Not its speed.
 
-Usage: test/test_bench_llama3.py [BENCH_LLAMA3]   (default build/cpu/bench_llama3)
+Usage: test/test_bench_llama3.py [BENCH_TRAIN]   (default build/cpu/bench_train)
 """
 import math
 import os
@@ -24,6 +25,7 @@ FAMILIES = ["matmuls (cuBLASLt)", "attention forward", "attention backward", "ro
             "rmsnorm forward (+ residual)", "rmsnorm backward", "swiglu forward + backward", "classifier",
             "encoder forward + backward", "AdamW + global norm + zeroing"]
 SMALL = "llama3:L=2,C=64,H=4,KV=2,F=192,V=256"
+GPT2_SMALL = "L=2,C=64,H=4,V=256,maxT=64"
 
 
 def run(cmd):
@@ -76,7 +78,7 @@ def check_roofline(out, B, T, L, C, H, KV, F, Vp, n, what):
 
 
 def main():
-    bench = sys.argv[1] if len(sys.argv) > 1 else os.path.join(ROOT, "build", "cpu", "bench_llama3")
+    bench = sys.argv[1] if len(sys.argv) > 1 else os.path.join(ROOT, "build", "cpu", "bench_train")
     # Llama 3.2 1B from its shape: 16 layers, C 2048, 32 heads, 8 KV heads, F 8192, V 128256 (= its padded rows), tied
     rc, out, err = run([bench, "--roofline", "llama3.2-1b", "16", "2048"])
     check("--roofline llama3.2-1b 16 2048: exit 0", rc == 0)
@@ -98,9 +100,22 @@ def main():
     n_small = 256 * 64 + 2 * (64 + (64 + 2 * 2 * 16) * 64 + 64 * 64 + 64 + 2 * 192 * 64 + 192 * 64) + 64 + 256 * 64
     check_roofline(out, B, T, 2, 64, 4, 2, 192, 256, n_small, "small Llama 2x32")
 
+    # the same program, a GPT-2 descriptor: GPT-2's step and its families (layernorm, no RoPE)
+    rc, out, err = run([bench, GPT2_SMALL, str(B), str(T), "1"])
+    check("small GPT-2, one step: exit 0", rc == 0)
+    # wte, wpe; per layer 2 layernorms, qkv, attproj, fc, fcproj (weights and biases); the final layernorm
+    n_gpt2 = 256 * 64 + 64 * 64 + 2 * (4 * 64 + 64 * 192 + 192 + 64 * 64 + 64 + 2 * 64 * 256 + 256 + 64) + 2 * 64
+    check(f"small GPT-2: its model line ({n_gpt2} parameters, B=2 T=32) and a step line",
+          re.search(rf"^model {re.escape(GPT2_SMALL)} \({n_gpt2} parameters\), B=2 T=32, .*: \S+ ms/step", out, re.M)
+          is not None)
+    rows, totals = parse_roofline(out)
+    check("small GPT-2: GPT-2's roofline (layernorm rows, no RoPE)",
+          "layernorm forward (+ residual)" in rows and "rope forward + backward" not in rows and totals is not None)
+
     for args, words in [(["llama3:L=2"], ["llama3:L=2"]), ([SMALL, "0"], ["usage"]),
                         (["--roofline", "llama3.2-1b", "16", "2048", "1"], ["usage"]),
-                        ([SMALL + ",T=32", "1", "33"], ["T=33", "32"])]:
+                        ([SMALL + ",T=32", "1", "33"], ["T=33", "32"]), ([GPT2_SMALL, "1", "65"], ["T=65", "64"]),
+                        (["--roofline", "d12"], ["--roofline", "d12", "Llama 3"])]:
         rc, out, err = run([bench, *args])
         lines = err.strip().split("\n")
         check(f"{args}: one error line naming {words}, exit 1",
