@@ -1376,7 +1376,12 @@ static void execute(const LaunchSpec& spec, const KernelClosure& kernel, void* d
     L.spec = spec;
     L.entry = kernel.run_thread;
     L.closure = data;
+#ifdef CPUCUDA_RACECHECK
+    // racecheck leaves out a thread's own stack (the fibers' stacks), which a loop does not run on
+    L.loop = nullptr;
+#else
     L.loop = spec.threads_never_meet && config().thread_loops ? kernel.run_threads : nullptr;
+#endif
     if (L.loop) loop_launch_count++;
     L.nthreads = spec.block.x * spec.block.y * spec.block.z;
     L.nblocks = (uint64_t)spec.grid.x * spec.grid.y * spec.grid.z;

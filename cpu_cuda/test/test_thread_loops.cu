@@ -33,9 +33,7 @@ __device__ float block_sum_later(float x) {
     return total;
 }
 
-__global__ void shuffle_kernel(float* out) {
-    out[threadIdx.x] = __shfl_xor_sync(0xffffffffu, (float)threadIdx.x, 1);
-}
+__global__ void shuffle_kernel(float* out) { out[threadIdx.x] = __shfl_xor_sync(0xffffffffu, (float)threadIdx.x, 1); }
 
 struct WarpSyncOp {
     __device__ float operator()(float x) const {
@@ -157,14 +155,21 @@ static std::vector<std::vector<uint8_t>> run_kernels() {
         const uint8_t* b = reinterpret_cast<const uint8_t*>(h.data());
         return std::vector<uint8_t>(b, b + count * sizeof(h[0]));
     };
-    return {bytes(params, n), bytes(master, n), bytes(m, n),     bytes(v, n),
-            bytes(gout, n),   bytes(dgelu, n),  bytes(enc, (size_t)B * T * C), bytes(scratch, 4),
+    return {bytes(params, n),
+            bytes(master, n),
+            bytes(m, n),
+            bytes(v, n),
+            bytes(gout, n),
+            bytes(dgelu, n),
+            bytes(enc, (size_t)B * T * C),
+            bytes(scratch, 4),
             bytes(norm, 1)};
 }
 
 static void test_loops_bitwise_as_fibers() {
-    const char* names[] = {"adamw params", "adamw master", "adamw m", "adamw v", "gelu_forward",
-                           "gelu_backward_inplace", "encoder_forward", "global norm partials", "global norm"};
+    const char* names[] = {"adamw params",    "adamw master",         "adamw m",
+                           "adamw v",         "gelu_forward",         "gelu_backward_inplace",
+                           "encoder_forward", "global norm partials", "global norm"};
 #ifdef CPUCUDA
     cpucuda::set_thread_loops(false);
     const auto fibers = run_kernels();
