@@ -84,7 +84,7 @@ DEV_CU     := $(wildcard dev/*.cu cpu_cuda/*.cu)
 # (the lesson runs in fp32 only: `make lesson`, build/cpu-fp32/lesson)
 DEV_BINS   := $(addprefix build/cpu/,$(filter-out lesson,$(basename $(notdir $(DEV_CU)))))
 
-.PHONY: all cpu asan racecheck gpu gpu-deps test check test-asan test-one bench clean check-cuda-headers train_gpt_cpu train_llama3_cpu sass-report lesson \
+.PHONY: all cpu asan racecheck gpu gpu-deps test check test-asan test-one bench bench-torch clean check-cuda-headers train_gpt_cpu train_llama3_cpu sass-report lesson \
         format format-check
 .SECONDARY:
 
@@ -381,6 +381,12 @@ format-check:
 bench: build/cpu/bench_cpu_cuda
 	./build/cpu/bench_cpu_cuda
 	CPUCUDA_WORKERS=1 ./build/cpu/bench_cpu_cuda
+
+# The CPU builds' d12 step next to PyTorch's, fp32 and bf16 autocast, at PyTorch's own defaults
+# (docs/benchmarks.md); BENCH_TORCH_ARGS: descriptor, B, T, rounds, threads.
+BENCH_TORCH_ARGS ?= d12 4 64 5 2
+bench-torch: build/cpu/bench_train build/cpu-fp32/bench_train
+	$(PYTHON) dev/bench_cpu_vs_torch.py $(BENCH_TORCH_ARGS)
 
 clean:
 	rm -rf build train_gpt train_gpt_cpu train_llama3 train_llama3_cpu

@@ -165,6 +165,7 @@ struct Config {
     uint64_t seed = 0;
     StreamMode stream_mode = StreamMode::Sync;
     bool initcheck;
+    bool thread_loops;  // kernels whose threads never meet run as loops (set_thread_loops)
 
     Config() {
         int cores = (int)std::max(1u, std::thread::hardware_concurrency());
@@ -173,6 +174,7 @@ struct Config {
         workers = 1;  // racecheck's shadow is not locked (racecheck.cpp)
 #endif
         initcheck = env_long("CPUCUDA_INITCHECK", 0, 0, 1) != 0;
+        thread_loops = env_long("CPUCUDA_THREAD_LOOPS", 1, 0, 1) != 0;
         device_count = (int)env_long("CPUCUDA_DEVICE_COUNT", 8, 1, 64);
         stack_bytes = (size_t)env_long("CPUCUDA_STACK_KB", 64, 16, 65536) * 1024;
         total_memory = (size_t)env_long("CPUCUDA_DEVICE_MEMORY_MB", 16384, 1, 1L << 24) << 20;
@@ -224,6 +226,10 @@ void set_schedule(Schedule s, uint64_t seed) {
     config().seed = seed;
 }
 Schedule get_schedule() { return config().schedule; }
+
+static std::atomic<uint64_t> loop_launch_count{0};
+void set_thread_loops(bool on) { config().thread_loops = on; }
+uint64_t loop_launches() { return loop_launch_count.load(); }
 
 bool initcheck_on() { return config().initcheck; }
 void poison(void* p, size_t bytes) {
@@ -374,6 +380,8 @@ struct LaunchState {
     LaunchSpec spec;
     void (*entry)(void* closure);
     void* closure;
+    // set when the block's threads run as one loop (LaunchSpec::threads_never_meet)
+    void (*loop)(void* closure, ThreadCtx* const* order, unsigned n);
     unsigned nthreads;
     uint64_t nblocks;
     uint64_t launch_id;
@@ -401,6 +409,8 @@ static const char* op_name(WarpOp op) {
 // Per OS thread: fibers and stacks for one block at a time.
 struct Worker {
     std::vector<Fiber> fibers;
+    std::vector<ThreadCtx*> loop_order;  // a looped block's threads in the schedule's order
+    bool looping = false;                // running a block as a loop: nothing may park
     char* stacks = nullptr;  // [guard page | stack] x capacity
     size_t stack_stride = 0;
     unsigned capacity = 0;
@@ -927,9 +937,20 @@ static void fiber_main(bctx::transfer_t t) {
     abort();
 }
 
+// A kernel run as a loop reached an operation where threads meet: cudapp.py's
+// analysis missed it. Never computed on: the program stops, naming the kernel.
+static void refuse_in_loop(const char* what) {
+    if (!tls_worker || !tls_worker->looping) return;
+    char message[160];
+    snprintf(message, sizeof message, "%s reached in a kernel that cudapp.py judged to have threads that never meet",
+             what);
+    device_trap(message);
+}
+
 int block_barrier(int pred) {
     Fiber* self = static_cast<Fiber*>(tls_thread);
     if (!self) device_trap("__syncthreads outside a kernel");
+    refuse_in_loop("__syncthreads");
     self->state = FiberState::AtBarrier;
     self->pred = pred;
     park(self);
@@ -939,6 +960,7 @@ int block_barrier(int pred) {
 uint64_t warp_collective(WarpOp op, unsigned mask, uint64_t value, int param, int width) {
     Fiber* self = static_cast<Fiber*>(tls_thread);
     if (!self) device_trap("warp collective outside a kernel");
+    refuse_in_loop(op_name(op));
     self->state = FiberState::AtWarp;
     self->op = op;
     self->mask = mask;
@@ -952,6 +974,7 @@ uint64_t warp_collective(WarpOp op, unsigned mask, uint64_t value, int param, in
 void warp_wide(const char* name, WarpWideFn fn, void* io) {
     Fiber* self = static_cast<Fiber*>(tls_thread);
     if (!self) device_trap("warp-wide matrix instruction outside a kernel");
+    refuse_in_loop(name);
     self->state = FiberState::AtWarp;
     self->op = WarpOp::Wide;
     self->mask = 0xffffffffu;
@@ -973,6 +996,7 @@ void warp_wide(const char* name, WarpWideFn fn, void* io) {
 void cp_async(void* dst, const void* src, unsigned bytes) {
     Fiber* self = static_cast<Fiber*>(tls_thread);
     if (!self) device_trap("cp.async outside a kernel");
+    refuse_in_loop("cp.async");
     if (((uintptr_t)dst | (uintptr_t)src) % bytes) {
         fail_block(*tls_worker,
                    "thread (%u,%u,%u): cp.async of %u bytes from %p to %p: addresses must be "
@@ -995,6 +1019,7 @@ void cp_async(void* dst, const void* src, unsigned bytes) {
 void cp_async_commit() {
     Fiber* self = static_cast<Fiber*>(tls_thread);
     if (!self) device_trap("cp.async.commit_group outside a kernel");
+    refuse_in_loop("cp.async.commit_group");
     self->async_commits++;
 }
 // Lands every copy of the groups committed before the `pending` most recent
@@ -1018,16 +1043,34 @@ static void land_async_copies(Fiber* f, unsigned pending) {
 void cp_async_wait(int pending) {
     Fiber* self = static_cast<Fiber*>(tls_thread);
     if (!self) device_trap("cp.async.wait_group outside a kernel");
+    refuse_in_loop("cp.async.wait_group");
     land_async_copies(self, (unsigned)pending);
 }
 
 unsigned active_mask() {
+    refuse_in_loop("__activemask");
     Worker& w = *tls_worker;
     const unsigned wi = tls_thread->warp;
     unsigned m = 0;
     for (unsigned l = 0; l < w.lanes_in_warp(wi); l++)
         if (w.fibers[wi * 32 + l].state != FiberState::Done) m |= 1u << l;
     return m;
+}
+
+// A block whose threads never meet: each thread runs to completion, one after
+// another in the order pick_next would take them (warps in warp_order, lanes in
+// lane_order, which nothing reshuffles when no thread parks), on the worker's
+// own stack, the kernel inlined into the loop (KernelClosure::run_threads).
+static void run_loop(Worker& w, LaunchState& L) {
+    w.loop_order.clear();
+    for (unsigned wi : w.warp_order) {
+        const unsigned n = w.lanes_in_warp(wi);
+        for (unsigned l : w.lane_order)
+            if (l < n) w.loop_order.push_back(&w.fibers[wi * 32 + l]);
+    }
+    w.looping = true;
+    L.loop(L.closure, w.loop_order.data(), (unsigned)w.loop_order.size());
+    w.looping = false;
 }
 
 static void run_block(Worker& w, LaunchState& L, uint64_t linear) {
@@ -1047,14 +1090,17 @@ static void run_block(Worker& w, LaunchState& L, uint64_t linear) {
         f.tid = make_uint3(i % b.x, i / b.x % b.y, i / (b.x * b.y));
         f.lane = i % 32;
         f.warp = i / 32;
+        if (L.loop) continue;  // the rest is the fibers' (run_loop)
         f.state = FiberState::Runnable;
         f.ctx = nullptr;
         f.pred = 0;
         f.async_copies.clear();
         f.async_commits = 0;
     }
-    w.free_stacks.clear();
-    for (unsigned i = L.nthreads; i-- > 0;) w.free_stacks.push_back(i);  // stack 0 is taken first
+    if (!L.loop) {
+        w.free_stacks.clear();
+        for (unsigned i = L.nthreads; i-- > 0;) w.free_stacks.push_back(i);  // stack 0 is taken first
+    }
     if (config().schedule == Schedule::Random)
         w.rng.seed(config().seed * 0x9E3779B97F4A7C15ull + L.launch_id * 1000003ull + linear);
     order_warps(w);
@@ -1088,8 +1134,12 @@ static void run_block(Worker& w, LaunchState& L, uint64_t linear) {
         race::block_begin(rb);
     }
 #endif
-    Fiber* first = pick_next(w);
-    if (first) jump_to(w, nullptr, first, false);
+    if (L.loop) {
+        run_loop(w, L);
+    } else {
+        Fiber* first = pick_next(w);
+        if (first) jump_to(w, nullptr, first, false);
+    }
 #ifdef CPUCUDA_RACECHECK
     race::block_end();
 #endif
@@ -1319,13 +1369,20 @@ void reset_profile() {
 }
 
 // Runs every block of a kernel now.
-static void execute(const LaunchSpec& spec, void (*run_thread)(void*), void* data) {
+static void execute(const LaunchSpec& spec, const KernelClosure& kernel, void* data) {
     std::lock_guard<std::mutex> lock(launch_mutex);
     const double start = profiling_on() ? profile_clock() : 0;
     LaunchState L;
     L.spec = spec;
-    L.entry = run_thread;
+    L.entry = kernel.run_thread;
     L.closure = data;
+#ifdef CPUCUDA_RACECHECK
+    // racecheck leaves out a thread's own stack (the fibers' stacks), which a loop does not run on
+    L.loop = nullptr;
+#else
+    L.loop = spec.threads_never_meet && config().thread_loops ? kernel.run_threads : nullptr;
+#endif
+    if (L.loop) loop_launch_count++;
     L.nthreads = spec.block.x * spec.block.y * spec.block.z;
     L.nblocks = (uint64_t)spec.grid.x * spec.grid.y * spec.grid.z;
     L.launch_id = launch_counter++;
@@ -1354,9 +1411,9 @@ void launch(const LaunchSpec& spec, const KernelClosure& kernel) {
         return;
     }
     if (tls_thread) device_trap("kernel launch from inside a kernel (dynamic parallelism) is not supported");
-    if (!streams_deferred()) return execute(spec, kernel.run_thread, kernel.data);
+    if (!streams_deferred()) return execute(spec, kernel, kernel.data);
     std::shared_ptr<void> copy(kernel.copy(kernel.data), kernel.destroy);
-    enqueue(spec.stream, [spec, run = kernel.run_thread, copy] { execute(spec, run, copy.get()); });
+    enqueue(spec.stream, [spec, kernel, copy] { execute(spec, kernel, copy.get()); });
 }
 
 }  // namespace cpucuda

@@ -1,19 +1,26 @@
 """
 The CPU build's training step next to PyTorch's on the same CPU, in one run:
 this project's d12 step in the bf16 build (build/cpu) and the fp32 build
-(build/cpu-fp32), and PyTorch's fp32 step, with the same weights (one
-checkpoint that all three load), the same batch, the same B, T and thread
-count. The three take turns, one step each per round, so that load from other
+(build/cpu-fp32), and PyTorch's step in fp32 and under bf16 autocast, with the
+same weights (one checkpoint that all load), the same batch, the same B, T and
+thread count. They take turns, one step each per round, so that load from other
 programs on the machine falls on all of them alike; it prints the median ms per
-step of each and each build's speed relative to PyTorch's (PyTorch's ms / ours:
-above 1x is faster than PyTorch).
+step of each and, on PyTorch's lines, each build's speed relative to it
+(PyTorch's ms / ours: above 1x, ours is faster).
+
+PyTorch runs at its own defaults, as a user who installs it gets it: none of
+the reference mode's settings (dev/reference_mode.py) are made; the first line
+says torch's version, the CPU code paths it picked, its fp32 matmul precision,
+and any such variable the environment sets.
 
     python3 dev/bench_cpu_vs_torch.py [descriptor] [B] [T] [rounds] [threads]
     python3 dev/bench_cpu_vs_torch.py d12 4 64 5 2
 
 PyTorch's model is GPT-2 as PyTorch code usually writes it: one nn.Linear-style
 weight per layer (views of the checkpoint's tensors), SDPA causal attention,
-tanh GELU, AdamW (fused where this torch has it for the CPU). The project's
+tanh GELU, AdamW (fused where this torch has it for the CPU); on a torch
+before 2.0 the attention written out, and a torch that cannot autocast to bf16
+on the CPU is left out, saying so. The project's
 programs are `bench_train --serve` (make build/cpu/bench_train
 build/cpu-fp32/bench_train); a missing one is left out, saying so. Without
 torch it prints a SKIP line and exits 0.
@@ -108,12 +115,14 @@ class Ours:
 
 
 class Torch:
-    """PyTorch's fp32 step on the same weights and batch."""
+    """PyTorch's step on the same weights and batch, at torch's own defaults: fp32, or with the forward under
+    bf16 autocast (the weights, gradients and optimizer in fp32, as PyTorch's mixed precision runs)."""
 
-    def __init__(self, torch, cfg, tensors, tokens, B, T):
+    def __init__(self, torch, cfg, tensors, tokens, B, T, autocast):
         import torch.nn.functional as F
         self.torch, self.F, self.cfg, self.B, self.T = torch, F, cfg, B, T
-        self.name = "pytorch fp32"
+        self.autocast = autocast
+        self.name = "pytorch bf16" if autocast else "pytorch fp32"
         self.params = {}
         for name, t in tensors.items():
             if t.dim() >= 2 and t.shape[0] == cfg.num_layers and name not in ("wte", "wpe"):
@@ -125,12 +134,27 @@ class Torch:
         try:
             self.opt = torch.optim.AdamW(flat, fused=True, **kwargs)
             self.fused = "fused AdamW"
-        except RuntimeError:
+        except (TypeError, RuntimeError, ValueError):  # no fused argument, or no fused CPU kernel in this torch
             self.opt = torch.optim.AdamW(flat, **kwargs)
             self.fused = "AdamW"
+        self.sdpa = hasattr(F, "scaled_dot_product_attention")
         self.x = tokens[:-1].view(B, T)
         self.y = tokens[1:].view(B, T)
         self.step_ms()  # warm-up
+
+    def attention(self, q, k, v):
+        if self.sdpa:
+            return self.F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        T = q.shape[2]  # torch before 2.0: the product, mask and softmax written out
+        att = (q @ k.transpose(-2, -1)) * (1.0 / q.shape[-1] ** 0.5)
+        mask = self.torch.ones(T, T, dtype=self.torch.bool).tril()
+        return att.masked_fill(~mask, float("-inf")).softmax(dim=-1) @ v
+
+    def gelu(self, x):
+        try:
+            return self.F.gelu(x, approximate="tanh")
+        except TypeError:  # torch before 1.12
+            return 0.5 * x * (1.0 + self.torch.tanh(0.7978845608028654 * (x + 0.044715 * x * x * x)))
 
     def loss(self):
         F, p, cfg, B, T = self.F, self.params, self.cfg, self.B, self.T
@@ -140,24 +164,58 @@ class Torch:
             h = F.layer_norm(x, (C,), p["ln1w"][l], p["ln1b"][l], eps=1e-5)
             q, k, v = F.linear(h, p["qkvw"][l], p["qkvb"][l]).split(C, dim=2)
             q, k, v = (t.view(B, T, NH, C // NH).transpose(1, 2) for t in (q, k, v))
-            y = F.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(1, 2).reshape(B, T, C)
+            y = self.attention(q, k, v).transpose(1, 2).reshape(B, T, C)
             x = x + F.linear(y, p["attprojw"][l], p["attprojb"][l])
             h = F.layer_norm(x, (C,), p["ln2w"][l], p["ln2b"][l], eps=1e-5)
-            h = F.gelu(F.linear(h, p["fcw"][l], p["fcb"][l]), approximate="tanh")
+            h = self.gelu(F.linear(h, p["fcw"][l], p["fcb"][l]))
             x = x + F.linear(h, p["fcprojw"][l], p["fcprojb"][l])
         x = F.layer_norm(x, (C,), p["lnfw"], p["lnfb"], eps=1e-5)
         logits = F.linear(x, p["wte"])[..., :cfg.vocab_size]
-        return F.cross_entropy(logits.reshape(-1, cfg.vocab_size), self.y.reshape(-1))
+        return F.cross_entropy(logits.reshape(-1, cfg.vocab_size).float(), self.y.reshape(-1))
 
     def step_ms(self):
         t0 = time.perf_counter()
-        self.loss().backward()
+        if self.autocast:
+            with self.torch.autocast("cpu", dtype=self.torch.bfloat16):
+                loss = self.loss()
+        else:
+            loss = self.loss()
+        loss.backward()
         self.opt.step()
         self.opt.zero_grad(set_to_none=True)
         return (time.perf_counter() - t0) * 1000
 
+    def describe(self):
+        return ("eager, " + ("bf16 autocast" if self.autocast else "fp32") + ", "
+                + ("SDPA" if self.sdpa else "attention written out (no SDPA)") + ", " + self.fused)
+
     def close(self):
         pass
+
+
+def torch_settings(torch):
+    """What decides torch's speed here: its version, the CPU code paths it picked, its fp32 matmul precision,
+    and any reference-mode variable the caller's environment sets (reference_mode.py), which slows it down."""
+    get_capability = getattr(getattr(torch.backends, "cpu", None), "get_cpu_capability", None)
+    capability = get_capability() if get_capability else "unknown (torch before 2.0)"
+    get_precision = getattr(torch, "get_float32_matmul_precision", None)
+    precision = get_precision() if get_precision else "highest (torch before 1.12)"
+    line = (f"pytorch {torch.__version__}: CPU capability {capability}, fp32 matmul precision {precision}, "
+            f"{torch.get_num_threads()} threads")
+    pinned = [f"{k}={os.environ[k]}" for k in ("MKL_CBWR", "ATEN_CPU_CAPABILITY") if k in os.environ]
+    if pinned:
+        line += " (set in the environment: " + ", ".join(pinned) + ": not torch's defaults)"
+    return line
+
+
+def torch_runners(torch, cfg, tensors, tokens, B, T):
+    """fp32, and bf16 autocast where this torch runs it on the CPU (a failure is reported, not fatal)."""
+    runners = [Torch(torch, cfg, tensors, tokens, B, T, autocast=False)]
+    try:
+        runners.append(Torch(torch, cfg, tensors, tokens, B, T, autocast=True))
+    except (RuntimeError, TypeError, AttributeError) as e:
+        print(f"pytorch bf16: autocast on the CPU failed, left out ({type(e).__name__}: {str(e).splitlines()[0]})")
+    return runners
 
 
 def main():
@@ -168,10 +226,10 @@ def main():
         print(f"SKIP bench_cpu_vs_torch: torch not importable ({e})")
         return
     sys.path.insert(0, os.path.join(ROOT, "dev"))
-    import train_gpt2 as ref  # pins CPU determinism and one thread on import; undone here
+    import train_gpt2 as ref  # the model's shapes and file writer; imported, it leaves torch at its defaults
 
-    torch.use_deterministic_algorithms(False)
     torch.set_num_threads(threads)
+    print(torch_settings(torch), flush=True)
     L, NH, C = DESCRIPTORS[descriptor]
     cfg = ref.GPTConfig(max_seq_len=1024, vocab_size=50257, padded_vocab_size=50304, num_layers=L, num_heads=NH,
                         channels=C)
@@ -184,7 +242,8 @@ def main():
                 runners.append(Ours(name, path, model_path, tokens_path, B, T, threads))
             else:
                 print(f"{name}: {binary} not built, left out (make {binary})")
-        runners.append(Torch(torch, cfg, tensors, tokens, B, T))
+        ours = len(runners)
+        runners += torch_runners(torch, cfg, tensors, tokens, B, T)
         del tensors
         times = {r.name: [] for r in runners}
         try:
@@ -196,18 +255,21 @@ def main():
         finally:
             for r in runners:
                 r.close()
-    report(times, runners[-1], descriptor, B, T, rounds, threads)
+    report(times, runners[:ours], runners[ours:], descriptor, B, T, rounds, threads)
 
 
-def report(times, torch_runner, descriptor, B, T, rounds, threads):
-    print(f"{descriptor} B={B} T={T}, {threads} threads, {rounds} rounds (one step each, taking turns); "
-          f"pytorch: eager fp32, SDPA, {torch_runner.fused}")
-    base = statistics.median(times[torch_runner.name])
+def report(times, ours, torches, descriptor, B, T, rounds, threads):
+    """One line per system; on each of PyTorch's lines, each build's speed relative to it (its ms / ours: above
+    1x, ours is faster)."""
+    print(f"{descriptor} B={B} T={T}, {threads} threads, {rounds} rounds (one step each, taking turns)")
+    for r in torches:
+        print(f"  {r.name}: {r.describe()}")
     for name, ms in times.items():
         median = statistics.median(ms)
         line = f"  {name:14s} {median:10.1f} ms/step (median; min {min(ms):.1f}, max {max(ms):.1f})"
-        if name != torch_runner.name:
-            line += f"  speed vs pytorch {base / median:.2f}x"
+        if ours and name not in [r.name for r in ours]:
+            line += "  ours relative: " + " / ".join(
+                f"{r.name.replace('ours ', '')} {median / statistics.median(times[r.name]):.2f}x" for r in ours)
         print(line)
 
 

@@ -26,13 +26,19 @@ import subprocess
 import sys
 import tempfile
 
-import numpy as np
-import torch
-import transformers
-
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import reference_mode  # noqa: E402
+
+reference_mode.pin_env()  # before torch is imported: the fixture is a reference file
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+import transformers  # noqa: E402
+
 import hf_gpt2 as hf  # noqa: E402
-import train_gpt2 as ref  # noqa: E402  (sets torch to one deterministic thread)
+import train_gpt2 as ref  # noqa: E402
+
+reference_mode.pin_torch(torch)
 
 # V not a multiple of 128, so the import pads (1000 -> 1024); maxT = T of the batch
 V, MAXT, L, NH, C = 1000, 32, 2, 4, 64

@@ -18,22 +18,20 @@ What the C++ side must reproduce exactly (bit for bit) is the initialization
 is compared with tolerances.
 """
 import os
+import sys
 
-# Determinism. Single-threaded CPU torch is run-to-run deterministic on one
-# machine. The two variables below also pin the code paths that would otherwise
-# be picked by the CPU at run time (MKL's SIMD kernels, ATen's AVX2/AVX-512
-# kernels), so that another x86-64 machine regenerates the same bytes. They
-# must be set before torch is imported; an explicit setting in the environment
-# wins.
-os.environ.setdefault("MKL_CBWR", "COMPATIBLE")
-os.environ.setdefault("ATEN_CPU_CAPABILITY", "default")
-os.environ.setdefault("OMP_NUM_THREADS", "1")
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import reference_mode  # noqa: E402
+
+# Determinism (reference_mode.py) when run as the program that writes and checks test/ref/; a
+# program that imports this module for its model keeps torch's defaults, or pins them itself.
+if __name__ == "__main__":
+    reference_mode.pin_env()  # before torch is imported
 
 import argparse
 import hashlib
 import math
 import shutil
-import sys
 import tempfile
 from dataclasses import dataclass
 
@@ -41,9 +39,6 @@ import numpy as np
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-
-torch.set_num_threads(1)
-torch.use_deterministic_algorithms(True)
 
 # -----------------------------------------------------------------------------
 # file format constants (llm.c's, plus our trajectory file)
@@ -820,6 +815,7 @@ def check(out):
 
 
 def main():
+    reference_mode.pin_torch(torch)
     repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     default_out = os.path.join(repo, "test", "ref")
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)

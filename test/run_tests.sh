@@ -189,7 +189,7 @@ MPIRUN="mpirun --oversubscribe --bind-to none"
 names() { for f in "$@"; do basename "$f" .cu; done; }
 KERNELS=($(names test/kernels/test_*.cu))  # one program per kernel header of llmc/
 # every single-process CUDA test program (test_nccl and test_distributed run under mpirun)
-SINGLE_TESTS=(test_kernel_language test_checks test_cublaslt test_streams "${KERNELS[@]}" test_gpt2 test_llama3 test_training test_run_seam)
+SINGLE_TESTS=(test_kernel_language test_checks test_cublaslt test_streams test_thread_loops "${KERNELS[@]}" test_gpt2 test_llama3 test_training test_run_seam)
 # the model's kernels and what they are built on, rerun in every checking mode
 KERNEL_TESTS=(test_kernel_language test_cublaslt "${KERNELS[@]}")
 # the programs also built in fp32 (the Makefile's FP32_TESTS, less test_distributed: mpi section)

@@ -25,6 +25,14 @@ enum class StreamMode { Sync, Deferred };
 void set_stream_mode(StreamMode m);  // waits for the device first
 StreamMode get_stream_mode();
 
+// Kernels whose threads never meet (cudapp.py marks their launches) run a
+// block's threads as a plain loop instead of fibers, in the schedule's order,
+// with bitwise the same results. Off: every kernel runs on fibers (for tests
+// that compare both; CPUCUDA_THREAD_LOOPS=0). loop_launches() counts the
+// launches that ran as loops.
+void set_thread_loops(bool on);
+uint64_t loop_launches();
+
 // Device memory of the virtual device (cudaMalloc'd bytes).
 struct MemoryStats {
     size_t in_use;       // bytes allocated now

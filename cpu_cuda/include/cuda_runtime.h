@@ -101,6 +101,10 @@ struct LaunchSpec {
     dim3 grid, block;
     size_t smem;
     cudaStream_t stream;
+    // cudapp.py found that the kernel's threads never meet (no barrier, warp
+    // operation, warp-wide instruction, cp.async or shared memory is reachable
+    // from its body): a block's threads may run as a plain loop, no fibers.
+    bool threads_never_meet = false;
 };
 // A kernel and its arguments, type-erased. `copy`/`destroy` let a deferred
 // stream (CPUCUDA_STREAMS=deferred) keep the launch until it runs.
@@ -109,6 +113,9 @@ struct KernelClosure {
     void* data;
     void* (*copy)(const void* data);
     void (*destroy)(void* data);
+    // The threads `order[0..n)`, one after another, each to completion: the
+    // kernel inlined into a loop (LaunchSpec::threads_never_meet).
+    void (*run_threads)(void* data, ThreadCtx* const* order, unsigned n);
 };
 void launch(const LaunchSpec& spec, const KernelClosure& kernel);
 
@@ -120,6 +127,13 @@ struct BoundLaunch {
         auto* b = static_cast<BoundLaunch*>(self);
         std::apply(b->fn, b->args);  // by value: each thread gets its own copies
     }
+    static void run_threads(void* self, ThreadCtx* const* order, unsigned n) {
+        auto* b = static_cast<BoundLaunch*>(self);
+        for (unsigned i = 0; i < n; i++) {
+            tls_thread = order[i];
+            std::apply(b->fn, b->args);
+        }
+    }
     static void* copy(const void* self) { return new BoundLaunch(*static_cast<const BoundLaunch*>(self)); }
     static void destroy(void* self) { delete static_cast<BoundLaunch*>(self); }
 };
@@ -128,6 +142,10 @@ struct Launcher {
     LaunchSpec spec;
     Launcher(const char* name, dim3 grid, dim3 block, size_t smem = 0, cudaStream_t stream = 0)
         : spec{name, grid, block, smem, stream} {}
+    Launcher& threads_never_meet() {  // written by cudapp.py (see LaunchSpec)
+        spec.threads_never_meet = true;
+        return *this;
+    }
     template <class Fn>
     struct WithKernel {
         LaunchSpec spec;
@@ -136,7 +154,7 @@ struct Launcher {
         void operator()(A&&... a) {
             using Bound = BoundLaunch<Fn, std::decay_t<A>...>;
             Bound b{fn, {std::forward<A>(a)...}};
-            launch(spec, {&Bound::run_thread, &b, &Bound::copy, &Bound::destroy});
+            launch(spec, {&Bound::run_thread, &b, &Bound::copy, &Bound::destroy, &Bound::run_threads});
         }
     };
     template <class Fn>
