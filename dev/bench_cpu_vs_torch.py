@@ -32,7 +32,10 @@ import sys
 import tempfile
 import time
 
-DESCRIPTORS = {"d12": (12, 12, 768), "d24": (24, 16, 1024), "d36": (36, 20, 1280), "d48": (48, 25, 1600)}
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from gpt2_sizes import gpt2_descriptors  # noqa: E402
+
+DESCRIPTORS = gpt2_descriptors()  # {"d12": (L, NH, C), ...}, read from train_gpt.cu
 BUILDS = [("ours bf16", "build/cpu/bench_train"), ("ours fp32", "build/cpu-fp32/bench_train")]
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

@@ -105,85 +105,87 @@ constexpr double STEP_TOP = 99999999;  // checkpoint names hold 8 digits of the 
 template <class O, class Model, class Config>
 std::vector<Flag<O>> run_flags(const ModelFamily<Model, Config>& f) {
     return {
-    {"-i", &TrainOptions::train_pattern, "<glob>", 0, 0, nullptr,
-     "train data shards (llm.c format); without -i: the built-in Markov corpus\n(build/markov/, known loss floor) "
-     "and a small model, 300 steps",
-     "data and model"},
-    {"-j", &TrainOptions::val_pattern, "<glob>", 0, 0, nullptr, "val data shards", nullptr},
-    {"-e", &TrainOptions::init, "<init>", 0, 0, f.init_default, f.init_help, nullptr},
-    {"--doc-mask", &TrainOptions::doc_mask, nullptr, 0, 1, "0",
-     "attention within each document only (documents start at --doc-token)", nullptr},
-    {"--doc-positions", &TrainOptions::doc_positions, nullptr, 0, 1, "0", "position ids restart at 0 at each document",
-     nullptr},
-    {"--doc-token", &TrainOptions::doc_token, "<int>", -1, INT_TOP, "-1", f.doc_token_help, nullptr},
-    {"--packing", &TrainOptions::packing, nullptr, 0, 0, "packed",
-     "packed: sequences cut from the token stream (llm.c); slots: one document per\nsequence, cut at T, the rest "
-     "padded with masked targets",
-     nullptr, DATA_PACKING_NAMES, "packing"},
-    {"-b", &TrainOptions::B, "<int|auto>", 1, INT_TOP, "4",
-     "micro-batch size B in sequences, or auto: the largest that fits",
-     "batch: tokens per step = B x T x N x A (N ranks, A accumulated micro-batches)"},
-    {"-t", &TrainOptions::T, "<int>", 1, INT_TOP, "1024", "sequence length T", nullptr},
-    {"-d", &TrainOptions::total_batch_tokens, "<int>", -1, LONG_TOP, "-1",
-     "tokens per optimizer step = B x T x N x A; -1: B x T x N, A = 1", nullptr},
-    {"-x", &TrainOptions::max_steps, "<int>", -1, STEP_TOP, "-1", "optimizer steps; -1: one epoch of the train data",
-     nullptr},
-    {"--ramp-tokens", &TrainOptions::ramp_tokens, "<int>", 0, LONG_TOP, "0",
-     "batch ramp: tokens per step at step 0, growing to -d; 0: off", nullptr},
-    {"--ramp-steps", &TrainOptions::ramp_steps, "<int>", 0, STEP_TOP, "0", "batch ramp: steps to reach -d", nullptr},
-    {"--ramp-lr", &TrainOptions::ramp_lr, nullptr, 0, 0, "none",
-     "lr during the ramp: x 1, x tokens/target or x sqrt(tokens/target)", nullptr, RAMP_LR_NAMES, "ramp lr rule"},
-    {"-k", &TrainOptions::schedule, nullptr, 0, 0, "cosine",
-     "lr schedule after the warmup (wsd: flat, then linear over the last 20%)",
-     "optimizer (AdamW, betas 0.9 and 0.95, eps 1e-8)", LR_SCHEDULE_NAMES, "schedule"},
-    {"-l", &TrainOptions::lr, "<float>", 0, FLOAT_TOP, "3e-4", "peak learning rate", nullptr},
-    {"-u", &TrainOptions::warmup_steps, "<int>", 0, INT_TOP, "0", "warmup steps", nullptr},
-    {"-q", &TrainOptions::final_lr_fraction, "<float>", 0, 1, "1.0", "final lr as a fraction of the peak", nullptr},
-    {"-c", &TrainOptions::weight_decay, "<float>", 0, FLOAT_TOP, "0.0", "weight decay of the matrices", nullptr},
-    {"--grad-clip", &TrainOptions::grad_clip, "<float>", 0, FLOAT_TOP, "1.0", "clip the global gradient norm (0 = off)",
-     nullptr},
-    {"--skip-nonfinite", &TrainOptions::skip_nonfinite, nullptr, 0, 1, "0",
-     "skip a step whose loss or gradient is Inf/NaN instead of stopping;\n" SKIP_NONFINITE_STR(
-         SKIP_NONFINITE_MAX) " such steps in a row stop the run",
-     nullptr},
-    {"--seed", &TrainOptions::seed, "<int>", 0, LONG_TOP, "1337", "weight init, stochastic rounding and sampling seed",
-     nullptr},
-    {"-v", &TrainOptions::val_every, "<int>", 0, INT_TOP, "20",
-     "val loss (and HellaSwag) every this many steps (0 = never)", "evaluation and sampling"},
-    {"-m", &TrainOptions::val_batches, "<int>", 1, INT_TOP, "20", "val batches per rank", nullptr},
-    {"-h", &TrainOptions::hellaswag, nullptr, 0, 1, "0", "HellaSwag accuracy at each evaluation (needs -b >= 4)",
-     nullptr},
-    {"--hellaswag-file", &TrainOptions::hellaswag_file, "<path>", 0, 0, "data/hellaswag/hellaswag_val.bin",
-     "llm.c's eval .bin", nullptr},
-    {"-s", &TrainOptions::sample_every, "<int>", 0, INT_TOP, "0", "sample every this many steps (0 = never)", nullptr},
-    {"-g", &TrainOptions::sample_tokens, "<int>", 1, INT_TOP, "64", "tokens per sample", nullptr},
-    {"--temperature", &TrainOptions::temperature, "<float>", 0, FLOAT_TOP, "1.0", "sampling temperature (0 = greedy)",
-     nullptr},
-    {"--top-k", &TrainOptions::top_k, "<int>", 0, INT_TOP, "0", "sample among the k most likely tokens (0 = all)",
-     nullptr},
-    {"--tokenizer", &TrainOptions::tokenizer, "<path>", 0, 0, nullptr,
-     "llm.c tokenizer .bin to print samples as text (default: the GPT-2\nfiles in data/gpt2 or ../shared/data/gpt2 "
-     "when V = 50257)",
-     nullptr},
-    {"-o", &TrainOptions::output_dir, "<dir>", 0, 0, nullptr,
-     "output directory: main.log, main.jsonl, checkpoints (model_%08d.bin\nor the folder model_%08d/, "
-     "state_%08d_%05d.bin, DONE_%08d), a checkpoint\nat the end",
-     "checkpoints and memory"},
-    {"-n", &TrainOptions::checkpoint_every, "<int>", 0, STEP_TOP, "0",
-     "checkpoint every this many steps (0 = only at the end)", nullptr},
-    {"-nk", &TrainOptions::checkpoint_keep, "<int>", 0, INT_TOP, "0",
-     "keep only the newest this many checkpoints (0 = all)", nullptr},
-    {"-y", &TrainOptions::resume, nullptr, 0, 1, "0", "resume from the newest complete checkpoint in -o", nullptr},
-    {"-z", &TrainOptions::zero_stage, nullptr, 0, 1, "0",
-     "ZeRO stage: 1 shards master weights and AdamW m, v over the ranks", nullptr},
-    {"-r", &TrainOptions::recompute, nullptr, 0, 2, "0", f.recompute_help, nullptr},
-    {"--memory-plan", &TrainOptions::memory_plan_only, nullptr, 0, 1, "0", "1: print the device memory plan and exit",
-     nullptr},
-    {"-a", &TrainOptions::overfit_single_batch, nullptr, 0, 1, "0", "overfit the first batch", nullptr},
-    {"--stall-timeout", &TrainOptions::stall_timeout, "<float>", 0, FLOAT_TOP, "0",
-     "seconds a step, evaluation, checkpoint or collective may take before every rank\nstops the job "
-     "(0: 10 x the median step time, at least 600)",
-     "reliability"},
+        {"-i", &TrainOptions::train_pattern, "<glob>", 0, 0, nullptr,
+         "train data shards (llm.c format); without -i: the built-in Markov corpus\n(build/markov/, known loss floor) "
+         "and a small model, 300 steps",
+         "data and model"},
+        {"-j", &TrainOptions::val_pattern, "<glob>", 0, 0, nullptr, "val data shards", nullptr},
+        {"-e", &TrainOptions::init, "<init>", 0, 0, f.init_default, f.init_help, nullptr},
+        {"--doc-mask", &TrainOptions::doc_mask, nullptr, 0, 1, "0",
+         "attention within each document only (documents start at --doc-token)", nullptr},
+        {"--doc-positions", &TrainOptions::doc_positions, nullptr, 0, 1, "0",
+         "position ids restart at 0 at each document", nullptr},
+        {"--doc-token", &TrainOptions::doc_token, "<int>", -1, INT_TOP, "-1", f.doc_token_help, nullptr},
+        {"--packing", &TrainOptions::packing, nullptr, 0, 0, "packed",
+         "packed: sequences cut from the token stream (llm.c); slots: one document per\nsequence, cut at T, the rest "
+         "padded with masked targets",
+         nullptr, DATA_PACKING_NAMES, "packing"},
+        {"-b", &TrainOptions::B, "<int|auto>", 1, INT_TOP, "4",
+         "micro-batch size B in sequences, or auto: the largest that fits",
+         "batch: tokens per step = B x T x N x A (N ranks, A accumulated micro-batches)"},
+        {"-t", &TrainOptions::T, "<int>", 1, INT_TOP, "1024", "sequence length T", nullptr},
+        {"-d", &TrainOptions::total_batch_tokens, "<int>", -1, LONG_TOP, "-1",
+         "tokens per optimizer step = B x T x N x A; -1: B x T x N, A = 1", nullptr},
+        {"-x", &TrainOptions::max_steps, "<int>", -1, STEP_TOP, "-1",
+         "optimizer steps; -1: one epoch of the train data", nullptr},
+        {"--ramp-tokens", &TrainOptions::ramp_tokens, "<int>", 0, LONG_TOP, "0",
+         "batch ramp: tokens per step at step 0, growing to -d; 0: off", nullptr},
+        {"--ramp-steps", &TrainOptions::ramp_steps, "<int>", 0, STEP_TOP, "0", "batch ramp: steps to reach -d",
+         nullptr},
+        {"--ramp-lr", &TrainOptions::ramp_lr, nullptr, 0, 0, "none",
+         "lr during the ramp: x 1, x tokens/target or x sqrt(tokens/target)", nullptr, RAMP_LR_NAMES, "ramp lr rule"},
+        {"-k", &TrainOptions::schedule, nullptr, 0, 0, "cosine",
+         "lr schedule after the warmup (wsd: flat, then linear over the last 20%)",
+         "optimizer (AdamW, betas 0.9 and 0.95, eps 1e-8)", LR_SCHEDULE_NAMES, "schedule"},
+        {"-l", &TrainOptions::lr, "<float>", 0, FLOAT_TOP, "3e-4", "peak learning rate", nullptr},
+        {"-u", &TrainOptions::warmup_steps, "<int>", 0, INT_TOP, "0", "warmup steps", nullptr},
+        {"-q", &TrainOptions::final_lr_fraction, "<float>", 0, 1, "1.0", "final lr as a fraction of the peak", nullptr},
+        {"-c", &TrainOptions::weight_decay, "<float>", 0, FLOAT_TOP, "0.0", "weight decay of the matrices", nullptr},
+        {"--grad-clip", &TrainOptions::grad_clip, "<float>", 0, FLOAT_TOP, "1.0",
+         "clip the global gradient norm (0 = off)", nullptr},
+        {"--skip-nonfinite", &TrainOptions::skip_nonfinite, nullptr, 0, 1, "0",
+         "skip a step whose loss or gradient is Inf/NaN instead of stopping;\n" SKIP_NONFINITE_STR(
+             SKIP_NONFINITE_MAX) " such steps in a row stop the run",
+         nullptr},
+        {"--seed", &TrainOptions::seed, "<int>", 0, LONG_TOP, "1337",
+         "weight init, stochastic rounding and sampling seed", nullptr},
+        {"-v", &TrainOptions::val_every, "<int>", 0, INT_TOP, "20",
+         "val loss (and HellaSwag) every this many steps (0 = never)", "evaluation and sampling"},
+        {"-m", &TrainOptions::val_batches, "<int>", 1, INT_TOP, "20", "val batches per rank", nullptr},
+        {"-h", &TrainOptions::hellaswag, nullptr, 0, 1, "0", "HellaSwag accuracy at each evaluation (needs -b >= 4)",
+         nullptr},
+        {"--hellaswag-file", &TrainOptions::hellaswag_file, "<path>", 0, 0, "data/hellaswag/hellaswag_val.bin",
+         "llm.c's eval .bin", nullptr},
+        {"-s", &TrainOptions::sample_every, "<int>", 0, INT_TOP, "0", "sample every this many steps (0 = never)",
+         nullptr},
+        {"-g", &TrainOptions::sample_tokens, "<int>", 1, INT_TOP, "64", "tokens per sample", nullptr},
+        {"--temperature", &TrainOptions::temperature, "<float>", 0, FLOAT_TOP, "1.0",
+         "sampling temperature (0 = greedy)", nullptr},
+        {"--top-k", &TrainOptions::top_k, "<int>", 0, INT_TOP, "0", "sample among the k most likely tokens (0 = all)",
+         nullptr},
+        {"--tokenizer", &TrainOptions::tokenizer, "<path>", 0, 0, nullptr,
+         "llm.c tokenizer .bin to print samples as text (default: the GPT-2\nfiles in data/gpt2 or ../shared/data/gpt2 "
+         "when V = 50257)",
+         nullptr},
+        {"-o", &TrainOptions::output_dir, "<dir>", 0, 0, nullptr,
+         "output directory: main.log, main.jsonl, checkpoints (model_%08d.bin\nor the folder model_%08d/, "
+         "state_%08d_%05d.bin, DONE_%08d), a checkpoint\nat the end",
+         "checkpoints and memory"},
+        {"-n", &TrainOptions::checkpoint_every, "<int>", 0, STEP_TOP, "0",
+         "checkpoint every this many steps (0 = only at the end)", nullptr},
+        {"-nk", &TrainOptions::checkpoint_keep, "<int>", 0, INT_TOP, "0",
+         "keep only the newest this many checkpoints (0 = all)", nullptr},
+        {"-y", &TrainOptions::resume, nullptr, 0, 1, "0", "resume from the newest complete checkpoint in -o", nullptr},
+        {"-z", &TrainOptions::zero_stage, nullptr, 0, 1, "0",
+         "ZeRO stage: 1 shards master weights and AdamW m, v over the ranks", nullptr},
+        {"-r", &TrainOptions::recompute, nullptr, 0, 2, "0", f.recompute_help, nullptr},
+        {"--memory-plan", &TrainOptions::memory_plan_only, nullptr, 0, 1, "0",
+         "1: print the device memory plan and exit", nullptr},
+        {"-a", &TrainOptions::overfit_single_batch, nullptr, 0, 1, "0", "overfit the first batch", nullptr},
+        {"--stall-timeout", &TrainOptions::stall_timeout, "<float>", 0, FLOAT_TOP, "0",
+         "seconds a step, evaluation, checkpoint or collective may take before every rank\nstops the job "
+         "(0: 10 x the median step time, at least 600)",
+         "reliability"},
     };
 }
 
@@ -333,8 +335,8 @@ void print_memory_plan(const ModelFamily<Model, Config>& f, Model* model, int B,
 // smallest of the ranks' choices, then a trial forward and backward. With -d the tokens per step stay:
 // B must divide the sequences each rank takes per step.
 template <class Model, class Config>
-int choose_micro_batch(const ModelFamily<Model, Config>& f, Model* model, int T, int recompute,
-                       long total_batch_tokens, int data_cap) {
+int choose_micro_batch(const ModelFamily<Model, Config>& f, Model* model, int T, int recompute, long total_batch_tokens,
+                       int data_cap) {
     const int N = model->dist->num_processes;
     const long sequences_per_rank = total_batch_tokens > 0 ? total_batch_tokens / ((long)T * N) : 0;
     if (total_batch_tokens > 0 && total_batch_tokens % ((long)T * N) != 0)
@@ -342,8 +344,10 @@ int choose_micro_batch(const ModelFamily<Model, Config>& f, Model* model, int T,
     size_t free_bytes = 0, device_bytes = 0;
     cudaCheck(cudaMemGetInfo(&free_bytes, &device_bytes));
     int B = (int)std::min<long>(sequences_per_rank > 0 ? sequences_per_rank : 4096, std::min(data_cap, 4096));
-    while ((B = largest_fitting_batch(f, model, T, recompute, (size_t)(free_bytes * 0.98), B, sequences_per_rank)) > 0) {
-        if (f.try_allocate_activations(model, B, T, grad_accum_steps_for(total_batch_tokens, B, T, N), recompute)) break;
+    while ((B = largest_fitting_batch(f, model, T, recompute, (size_t)(free_bytes * 0.98), B, sequences_per_rank)) >
+           0) {
+        if (f.try_allocate_activations(model, B, T, grad_accum_steps_for(total_batch_tokens, B, T, N), recompute))
+            break;
         print0("-b auto: B=%d does not fit after all; trying smaller\n", B);
         B -= 1;
     }
@@ -670,7 +674,8 @@ void build_model(Run<Model, Config>* run) {
     Model* model = &run->model;
     CheckpointFolder& folder = run->folder;
     // the data is there before the model is built (minutes for a large one)
-    const char* const patterns[] = {opt.train_pattern, opt.val_pattern};  // (nvcc: no braced list in a template's range-for)
+    const char* const patterns[] = {opt.train_pattern,
+                                    opt.val_pattern};  // (nvcc: no braced list in a template's range-for)
     for (const char* pattern : patterns)
         if (pattern) dataloader_find_shards(pattern);
     if (opt.output_dir) {
@@ -680,7 +685,8 @@ void build_model(Run<Model, Config>* run) {
         folder.lock = claim_output_dir(opt.output_dir, run->dist);
     }
     if (opt.output_dir && !opt.resume) refuse_foreign_checkpoints(opt.output_dir, run->dist);
-    run->resume_step = opt.resume ? choose_resume_step(opt.output_dir, run->dist, folder.folder_files, &folder.run_id) : -1;
+    run->resume_step = opt.resume ? choose_resume_step(opt.output_dir, run->dist, folder.folder_files, &folder.run_id)
+                                  : -1;
     // (only rank 0 writes DONE markers and deletes)
     if (opt.resume && folder.run_id.empty() && run->dist->rank == 0)
         folder.run_id = checkpoint_unfinished_run_id(opt.output_dir);  // no complete checkpoint: the run's first
@@ -688,7 +694,8 @@ void build_model(Run<Model, Config>* run) {
     if (opt.resume && run->dist->rank == 0)
         checkpoint_remove_unfinished(opt.output_dir, folder.run_id, folder.folder_files);
     struct stat st;
-    const std::string weights = run->resume_step >= 0 ? model_path(opt.output_dir, run->resume_step, folder.folder_files) : opt.init;
+    const std::string weights =
+        run->resume_step >= 0 ? model_path(opt.output_dir, run->resume_step, folder.folder_files) : opt.init;
     const bool from_file = !init_is_descriptor(*run->family, weights.c_str()) && stat(weights.c_str(), &st) == 0;
     decide_document_token(run, weights.c_str(), from_file);
     if (run->resume_step >= 0) {
@@ -707,7 +714,8 @@ void build_model(Run<Model, Config>* run) {
     run->initial_gap = run->resumed.initial_val_gap;
     run->watchdog->mark(opt.B == 0 ? "-b auto: choosing the micro-batch (a trial step)" : "allocating the activations");
     if (opt.B == 0)
-        run->opt.B = choose_micro_batch(*run->family, model, opt.T, opt.recompute, opt.total_batch_tokens, data_batch_cap(run));
+        run->opt.B =
+            choose_micro_batch(*run->family, model, opt.T, opt.recompute, opt.total_batch_tokens, data_batch_cap(run));
 }
 
 // B_global = B_micro x N x A sequences per step (a batch ramp raises A from a
@@ -757,8 +765,8 @@ void open_data(Run<Model, Config>* run) {
     int floor_vocab = 0;  // a val shard of the built-in corpus carries its loss floor
     run->has_floor = opt.val_pattern && markov_corpus_floor(opt.val_pattern, &run->loss_floor, &floor_vocab);
     if (opt.resume && rank == 0)  // what is in the way of a checkpoint is found before any step
-        checkpoint_check_ahead(run->folder.dir, run->start_step, run->steps, opt.checkpoint_every,
-                               opt.checkpoint_keep, run->folder.run_id, run->folder.folder_files);
+        checkpoint_check_ahead(run->folder.dir, run->start_step, run->steps, opt.checkpoint_every, opt.checkpoint_keep,
+                               run->folder.run_id, run->folder.folder_files);
 }
 
 // What the run is, before its first step; what the device decides (the

@@ -68,10 +68,11 @@ double evaluate(const ModelFamily<Model, Config>& f, Model* model, DataLoader* l
 
 // Per-token losses of one micro-batch (B, T) into `losses` (host).
 template <class Model, class Config>
-void token_losses(const ModelFamily<Model, Config>& f, Model* model, const int* inputs, const int* targets, float* losses) {
+void token_losses(const ModelFamily<Model, Config>& f, Model* model, const int* inputs, const int* targets,
+                  float* losses) {
     evaluate_batch(f, model, inputs, targets);
-    cudaCheck(
-        cudaMemcpy(losses, f.device_losses(model), (size_t)model->B * model->T * sizeof(float), cudaMemcpyDeviceToHost));
+    cudaCheck(cudaMemcpy(losses, f.device_losses(model), (size_t)model->B * model->T * sizeof(float),
+                         cudaMemcpyDeviceToHost));
 }
 
 // HellaSwag (llm.c's eval .bin): each example's four endings are four rows
@@ -79,7 +80,8 @@ void token_losses(const ModelFamily<Model, Config>& f, Model* model, const int* 
 // lowest mean loss over its tokens. Examples are split over the ranks.
 // Returns the accuracy; *scored counts the examples that fit in T.
 template <class Model, class Config>
-double evaluate_hellaswag(const ModelFamily<Model, Config>& f, Model* model, const std::vector<HellaSwagExample>& examples, long* scored) {
+double evaluate_hellaswag(const ModelFamily<Model, Config>& f, Model* model,
+                          const std::vector<HellaSwagExample>& examples, long* scored) {
     const int B = model->B, T = model->T, rows = hellaswag_rows_needed(), per_batch = B / rows;
     const int eot = model->doc_token;  // the padding after each row's ending
     std::vector<int> inputs((size_t)B * T), targets((size_t)B * T);
@@ -120,7 +122,8 @@ inline void read_logits_row(const floatX* device_logits, int position, int V, in
 // row 0 of the batch), sampled with the given temperature and top-k from a
 // seeded stream.
 template <class Model, class Config>
-std::vector<int> generate(const ModelFamily<Model, Config>& f, Model* model, int tokens, float temperature, int top_k, uint64_t seed) {
+std::vector<int> generate(const ModelFamily<Model, Config>& f, Model* model, int tokens, float temperature, int top_k,
+                          uint64_t seed) {
     const int B = model->B, T = model->T, V = f.vocab_size(model);
     std::vector<int> inputs((size_t)B * T, model->doc_token), targets((size_t)B * T, -1), out;
     std::vector<float> logits(V);
@@ -163,7 +166,8 @@ MemoryPlan memory_plan(const ModelFamily<Model, Config>& f, Model* model, int B,
 // bytes and that divides `sequences_per_rank` (when > 0: the tokens per step
 // must stay B x T x N x A), or 0.
 template <class Model, class Config>
-int largest_fitting_batch(const ModelFamily<Model, Config>& f, Model* model, int T, int recompute, size_t available, int max_B, long sequences_per_rank) {
+int largest_fitting_batch(const ModelFamily<Model, Config>& f, Model* model, int T, int recompute, size_t available,
+                          int max_B, long sequences_per_rank) {
     for (int B = max_B; B >= 1; B--) {
         if (sequences_per_rank > 0 && sequences_per_rank % B != 0) continue;
         if (total_bytes(f.activation_buffers(model, B, T, recompute)) <= available) return B;

@@ -302,9 +302,10 @@ int main() {
         const std::vector<char> a = file_bytes(whole + "/" + name), b = file_bytes(resumed + "/" + name);
         same = same && !a.empty() && a == b;
     }
-    CHECK(rc_first == 0 && rc_copy == 0 && rc_resumed == 0 && same,
-          "the bigram trainer: 10 steps, then -y 1 to 20, writes the model and state files of 20 straight steps byte for "
-          "byte");
+    CHECK(
+        rc_first == 0 && rc_copy == 0 && rc_resumed == 0 && same,
+        "the bigram trainer: 10 steps, then -y 1 to 20, writes the model and state files of 20 straight steps byte for "
+        "byte");
     if (g_tally.failed == 0 && system(("rm -rf " + root).c_str()) != 0) return 1;  // kept where a check failed
     return test_summary("test_run_seam");
 }
