@@ -653,7 +653,7 @@ void decide_document_token(Run<Model, Config>* run, const char* weights, bool fr
     run->model.doc_token = document_token_for_run(run);
 }
 
-// A resumed run trains the checkpoint's model (run->model.config, read by
+// A resumed run trains the checkpoint's model (its config, read by
 // decide_document_token): a -e of another shape contradicts it and is refused,
 // naming both, rather than dropped without a word.
 template <class Model, class Config>
