@@ -10,10 +10,10 @@
 #include <cooperative_groups.h>
 #include <cooperative_groups/reduce.h>
 
-#include "llmc/adamw.cuh"
-#include "llmc/encoder.cuh"
-#include "llmc/gelu.cuh"
-#include "llmc/global_norm.cuh"
+#include "llmc/kernels/adamw.cuh"
+#include "llmc/kernels/encoder.cuh"
+#include "llmc/kernels/gelu.cuh"
+#include "llmc/kernels/global_norm.cuh"
 #include "test/kernels/kernel_test.h"
 #ifdef CPUCUDA
 #include "cpucuda.h"
