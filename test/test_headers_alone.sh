@@ -43,5 +43,5 @@ if [[ $# -eq 0 ]]; then  # the planted failure: a header missing an include of i
         > "$WORK/planted/leans.h"
     alone "$WORK/planted/leans.h" fail
 fi
-echo "$passed passed, $failed failed"
+echo "test_headers_alone: $passed passed, $failed failed"
 [[ $failed -eq 0 ]]
