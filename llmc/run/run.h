@@ -40,6 +40,8 @@
 #include "llmc/run/family.h"
 
 // printf on rank 0 only: the ranks run in lock step and would print the same.
+// Its arguments are evaluated on rank 0 only: work every rank must do (a
+// setting chosen for the device) goes before it, never inside the call.
 inline const Distributed* g_dist = &SINGLE_PROCESS;
 #define print0(...)                                 \
     do {                                            \
