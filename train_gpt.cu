@@ -77,26 +77,27 @@ struct ParameterSpec {
     bool decays;     // AdamW's weight decay: the matrices, embeddings included
     Init init;
     const char* hf_name;  // in transformers' GPT2LMHeadModel (a layer's under h.N.)
+    int muon;             // --optimizer muon: a layer's tensor is this many matrices of rows/muon x cols; 0: AdamW
 };
 // clang-format off
 constexpr ParameterSpec PARAMETERS[] = {
-    // name    per layer  rows     cols      decays  init            transformers
-    {"wte",      false, Dim::Vp,   Dim::C,   true,  Init::Normal,   "wte.weight"},  // (its padded vocabulary rows are 0)
-    {"wpe",      false, Dim::maxT, Dim::C,   true,  Init::Normal,   "wpe.weight"},
-    {"ln1w",     true,  Dim::C,    Dim::One, false, Init::Ones,     "ln_1.weight"},
-    {"ln1b",     true,  Dim::C,    Dim::One, false, Init::Zeros,    "ln_1.bias"},
-    {"qkvw",     true,  Dim::C3,   Dim::C,   true,  Init::Normal,   "attn.c_attn.weight"},
-    {"qkvb",     true,  Dim::C3,   Dim::One, false, Init::Zeros,    "attn.c_attn.bias"},
-    {"attprojw", true,  Dim::C,    Dim::C,   true,  Init::Residual, "attn.c_proj.weight"},
-    {"attprojb", true,  Dim::C,    Dim::One, false, Init::Zeros,    "attn.c_proj.bias"},
-    {"ln2w",     true,  Dim::C,    Dim::One, false, Init::Ones,     "ln_2.weight"},
-    {"ln2b",     true,  Dim::C,    Dim::One, false, Init::Zeros,    "ln_2.bias"},
-    {"fcw",      true,  Dim::C4,   Dim::C,   true,  Init::Normal,   "mlp.c_fc.weight"},
-    {"fcb",      true,  Dim::C4,   Dim::One, false, Init::Zeros,    "mlp.c_fc.bias"},
-    {"fcprojw",  true,  Dim::C,    Dim::C4,  true,  Init::Residual, "mlp.c_proj.weight"},
-    {"fcprojb",  true,  Dim::C,    Dim::One, false, Init::Zeros,    "mlp.c_proj.bias"},
-    {"lnfw",     false, Dim::C,    Dim::One, false, Init::Ones,     "ln_f.weight"},
-    {"lnfb",     false, Dim::C,    Dim::One, false, Init::Zeros,    "ln_f.bias"},
+    // name    per layer  rows     cols      decays  init            transformers             Muon
+    {"wte",      false, Dim::Vp,   Dim::C,   true,  Init::Normal,   "wte.weight",            0},  // (its padded vocabulary rows are 0)
+    {"wpe",      false, Dim::maxT, Dim::C,   true,  Init::Normal,   "wpe.weight",            0},
+    {"ln1w",     true,  Dim::C,    Dim::One, false, Init::Ones,     "ln_1.weight",           0},
+    {"ln1b",     true,  Dim::C,    Dim::One, false, Init::Zeros,    "ln_1.bias",             0},
+    {"qkvw",     true,  Dim::C3,   Dim::C,   true,  Init::Normal,   "attn.c_attn.weight",    3},
+    {"qkvb",     true,  Dim::C3,   Dim::One, false, Init::Zeros,    "attn.c_attn.bias",      0},
+    {"attprojw", true,  Dim::C,    Dim::C,   true,  Init::Residual, "attn.c_proj.weight",    1},
+    {"attprojb", true,  Dim::C,    Dim::One, false, Init::Zeros,    "attn.c_proj.bias",      0},
+    {"ln2w",     true,  Dim::C,    Dim::One, false, Init::Ones,     "ln_2.weight",           0},
+    {"ln2b",     true,  Dim::C,    Dim::One, false, Init::Zeros,    "ln_2.bias",             0},
+    {"fcw",      true,  Dim::C4,   Dim::C,   true,  Init::Normal,   "mlp.c_fc.weight",       1},
+    {"fcb",      true,  Dim::C4,   Dim::One, false, Init::Zeros,    "mlp.c_fc.bias",         0},
+    {"fcprojw",  true,  Dim::C,    Dim::C4,  true,  Init::Residual, "mlp.c_proj.weight",     1},
+    {"fcprojb",  true,  Dim::C,    Dim::One, false, Init::Zeros,    "mlp.c_proj.bias",       0},
+    {"lnfw",     false, Dim::C,    Dim::One, false, Init::Ones,     "ln_f.weight",           0},
+    {"lnfb",     false, Dim::C,    Dim::One, false, Init::Zeros,    "ln_f.bias",             0},
 };
 // clang-format on
 constexpr int NUM_PARAMETER_TENSORS = sizeof(PARAMETERS) / sizeof(PARAMETERS[0]);
@@ -135,8 +136,12 @@ inline size_t parameter_count(const GPT2Config& c) {
 // The table for a config, as the generic buffers (llmc/step/params.h) lay it out.
 inline std::vector<ParameterLayout> parameter_layout(const GPT2Config& c) {
     std::vector<ParameterLayout> rows;
-    for (int k = 0; k < NUM_PARAMETER_TENSORS; k++)
-        rows.push_back(ParameterLayout{parameter_size(k, c), PARAMETERS[k].per_layer, PARAMETERS[k].decays});
+    for (int k = 0; k < NUM_PARAMETER_TENSORS; k++) {
+        const ParameterSpec& t = PARAMETERS[k];
+        rows.push_back(ParameterLayout{parameter_size(k, c), t.per_layer, t.decays});
+        if (t.muon > 0)  // q, k and v are Muon's three C x C matrices of qkvw
+            rows.back().muon = {{(int)dim_size(t.rows, c) / t.muon, (int)dim_size(t.cols, c), t.muon}};
+    }
     return rows;
 }
 

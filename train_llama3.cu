@@ -96,8 +96,17 @@ static size_t tensor_size(int k, const Llama3Config& c) {
 }
 static std::vector<ParameterLayout> llama3_layout(const Llama3Config& c) {
     std::vector<ParameterLayout> rows;
-    for (int k = 0; k < num_tensors(c); k++)
+    const int C = c.C, F = c.F, KV = c.KV * c.head_dim();
+    for (int k = 0; k < num_tensors(c); k++) {
         rows.push_back({tensor_size(k, c), TENSORS[k].per_layer, TENSORS[k].decays});
+        switch (TENSORS[k].shape) {  // --optimizer muon: a layer's hidden matrices, [out, in]
+            case Shape::QKVxC: rows.back().muon = {{C, C, 1}, {KV, C, 2}}; break;  // q; k and v
+            case Shape::CxC: rows.back().muon = {{C, C, 1}}; break;
+            case Shape::F2xC: rows.back().muon = {{F, C, 2}}; break;  // gate and up
+            case Shape::CxF: rows.back().muon = {{C, F, 1}}; break;
+            default: break;  // embeddings, head, norms: AdamW
+        }
+    }
     return rows;
 }
 

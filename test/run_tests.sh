@@ -219,6 +219,9 @@ section_cpu() {
     run "test_resume" python3 test/trainer/test_resume.py build/cpu/train_gpt
     run "test_resume train_llama3" python3 test/trainer/test_resume.py build/cpu/train_llama3
     run "test_llama3_cli" bash test/trainer/test_llama3_cli.sh build/cpu/train_llama3
+    run "test_muon_cli (--optimizer muon: trains, split and rank invariance, resume bitwise, refusals)" \
+        bash test/trainer/test_muon_cli.sh build/cpu-fp32/train_gpt
+    run "test_muon_cli train_llama3" bash test/trainer/test_muon_cli.sh build/cpu-fp32/train_llama3
     run "test_finetune (HF folder -> prepro --tiktoken -> train_llama3 --doc-mask -> checkpoint = transformers)" \
         bash test/trainer/test_finetune.sh build/cpu-fp32
     run "test_hf" python3 test/trainer/test_hf.py build/cpu-fp32/test_gpt2 build/cpu/test_gpt2 build/cpu/train_gpt

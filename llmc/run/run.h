@@ -62,6 +62,9 @@ struct TrainOptions {
     int warmup_steps;
     float final_lr_fraction;
     float weight_decay;
+    int optimizer;              // Optimizer
+    float muon_lr;
+    float muon_weight_decay;
     int val_every;
     int val_batches;
     int sample_every;
@@ -143,6 +146,14 @@ std::vector<Flag<O>> run_flags(const ModelFamily<Model, Config>& f) {
         {"-u", &TrainOptions::warmup_steps, "<int>", 0, INT_TOP, "0", "warmup steps", nullptr},
         {"-q", &TrainOptions::final_lr_fraction, "<float>", 0, 1, "1.0", "final lr as a fraction of the peak", nullptr},
         {"-c", &TrainOptions::weight_decay, "<float>", 0, FLOAT_TOP, "0.0", "weight decay of the matrices", nullptr},
+        {"--optimizer", &TrainOptions::optimizer, nullptr, 0, 0, "adamw",
+         "muon: Muon for the blocks' hidden matrices (Nesterov 0.95, 5 Newton-Schulz\nsteps), AdamW for the "
+         "embeddings, the head, gains and biases; with -z 0",
+         nullptr, OPTIMIZER_NAMES, "optimizer"},
+        {"--muon-lr", &TrainOptions::muon_lr, "<float>", 0, FLOAT_TOP, "0.02",
+         "Muon's peak lr (nanochat's), on -l's schedule (-k, -u, -q)", nullptr},
+        {"--muon-wd", &TrainOptions::muon_weight_decay, "<float>", 0, FLOAT_TOP, "0.0",
+         "Muon's decoupled weight decay of the matrices", nullptr},
         {"--grad-clip", &TrainOptions::grad_clip, "<float>", 0, FLOAT_TOP, "1.0",
          "clip the global gradient norm (0 = off)", nullptr},
         {"--skip-nonfinite", &TrainOptions::skip_nonfinite, nullptr, 0, 1, "0",
@@ -232,6 +243,12 @@ inline void refuse_ignored_flags(const TrainOptions& o, const std::set<std::stri
         for (const char* flag : {"-n", "-nk"})
             if (given.count(flag)) llmc::failf("%s: checkpoints need -o (the folder they are written to)", flag);
     }
+    if ((Optimizer)o.optimizer != Optimizer::Muon)
+        for (const char* flag : {"--muon-lr", "--muon-wd"})
+            if (given.count(flag)) llmc::failf("%s: Muon's setting needs --optimizer muon", flag);
+    if ((Optimizer)o.optimizer == Optimizer::Muon && o.zero_stage == 1)
+        llmc::failf("--optimizer muon: with -z 0 only (ZeRO-1 shards every matrix over the ranks; Muon "
+                    "orthogonalises whole matrices)");
     if (o.ramp_tokens > 0 && o.ramp_steps == 0)
         llmc::failf("--ramp-tokens %ld: a batch ramp needs --ramp-steps too (the steps to reach -d)", o.ramp_tokens);
     if (o.ramp_steps > 0 && o.ramp_tokens == 0)
@@ -516,6 +533,9 @@ void configure_run(Run<Model, Config>* run, int argc, char** argv, const std::ve
         llmc::failf("--ramp-lr %s: there is no batch ramp to scale the lr of (give --ramp-tokens and --ramp-steps)",
                     RAMP_LR_NAMES[opt.ramp_lr]);
     run->adamw.weight_decay = opt.weight_decay;
+    run->adamw.muon_lr_per_lr = opt.lr > 0 ? opt.muon_lr / opt.lr : 0.0f;
+    run->adamw.muon_weight_decay = opt.muon_weight_decay;
+    run->model.optimizer = opt.optimizer;
     run->adamw.grad_clip = opt.grad_clip;
     run->adamw.seed = opt.seed;
     run->model.dist = run->dist;
@@ -919,8 +939,8 @@ void maybe_checkpoint(Run<Model, Config>* run, int step, bool always = false) {
     const bool due = (opt.checkpoint_every > 0 && step % opt.checkpoint_every == 0) || step == run->steps || always;
     if (!opt.output_dir || !due || run->saved_step == step) return;
     run->watchdog->mark("the checkpoint of step " + std::to_string(step));
-    const ResumeInfo info{RESUME_MAGIC, run->model.adam_step, dataloader_position(&run->train_loader),
-                          run->initial_gap};
+    const ResumeInfo info{resume_magic(run->model.optimizer), run->model.adam_step,
+                          dataloader_position(&run->train_loader), run->initial_gap};
     save_checkpoint(*run->family, &run->model, &run->folder, step, info);
     run->saved_step = step;
     print0("checkpoint: step %d in %s\n", step, opt.output_dir);

@@ -81,6 +81,10 @@ struct ResumeInfo {
     double initial_val_gap;        // for the built-in corpus's progress line
 };
 constexpr uint32_t RESUME_MAGIC = 0x47505452;  // "RTPG"
+constexpr uint32_t RESUME_MAGIC_MUON = 0x4D505452;  // "RTPM": m holds Muon's momentum for its matrices
+inline uint32_t resume_magic(int optimizer) {
+    return optimizer == (int)Optimizer::Muon ? RESUME_MAGIC_MUON : RESUME_MAGIC;
+}
 
 
 // A checkpoint's model: the file model_%08d.bin, or the folder model_%08d/
@@ -238,7 +242,11 @@ ResumeInfo load_checkpoint(const ModelFamily<Model, Config>& f, Model* model, co
     ResumeInfo info;
     const std::string state_path = checkpoint_state_path(dir, step, d->rank);
     state_read(state_path, expected, m.data(), v.data(), master.data(), &info);
-    if (info.magic != RESUME_MAGIC) llmc::failf("%s: not written by this trainer", state_path.c_str());
+    if (info.magic != RESUME_MAGIC && info.magic != RESUME_MAGIC_MUON)
+        llmc::failf("%s: not written by this trainer", state_path.c_str());
+    if (info.magic != resume_magic(model->optimizer))
+        llmc::failf("%s: written with --optimizer %s; resume with it", state_path.c_str(),
+                    OPTIMIZER_NAMES[info.magic == RESUME_MAGIC_MUON ? (int)Optimizer::Muon : (int)Optimizer::AdamW]);
     // (skipped non-finite steps leave the AdamW step behind the step, never ahead)
     if (info.adam_step < 0 || info.adam_step > step)
         llmc::failf("%s: AdamW step %d is outside 0..%d, the checkpoint's step", state_path.c_str(), info.adam_step,

@@ -7,22 +7,31 @@
 // reads one layer's tensors through layer_view; nothing here knows a tensor's
 // name or shape.
 #pragma once
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <vector>
 
 #include "llmc/kernels/cuda_common.h"
 #include "llmc/kernels/adamw.cuh"
+#include "llmc/kernels/muon.cuh"
 #include "llmc/run/distributed.h"
 #include "llmc/error.h"
 #include "llmc/kernels/global_norm.cuh"
 #include "llmc/rand.h"
 
 // One row of a family's parameter table, as the optimizer sees it.
+// Muon's matrices in one layer's tensor (--optimizer muon): count matrices of
+// rows x cols ([out, in]) back to back; a tensor lists them in its order.
+struct MuonBlock {
+    int rows, cols, count;
+};
+
 struct ParameterLayout {
     size_t size;     // elements, all layers together
     bool per_layer;  // one per layer (L of them), each its own slice of the all-reduce
     bool decays;     // AdamW's weight decay applies
+    std::vector<MuonBlock> muon = {};  // a block's hidden matrices, Muon's with --optimizer muon; else AdamW's
 };
 
 // One layer's view of a struct of device pointers (the parameters, their
@@ -173,6 +182,8 @@ struct Parameters {
     size_t shard_parts = 0;             // ZeRO-1: elements of this rank's parts, then ...
     size_t optimizer_elements = 0;      // ... with the tails: the length of master, m, v (n without ZeRO)
     float* grad_shard = nullptr;        // ZeRO-1: the reduced gradients of those elements
+    int optimizer = 0;                  // Optimizer: set before the weights are allocated
+    void* muon_scratch = nullptr;       // --optimizer muon: the Newton-Schulz iteration's buffers
 };
 
 // Cuts the parameter buffer into slices and lays out this rank's ZeRO-1 shard.
@@ -225,6 +236,40 @@ inline std::vector<float> local_values(const Parameters* p, const float* full) {
 }
 
 // The weights and the optimizer's buffers (the memory plan reads this too).
+// The optimizers: AdamW for every tensor, or Muon for the blocks' hidden
+// matrices (ParameterLayout::muon) and AdamW for the rest.
+enum class Optimizer { AdamW, Muon };
+inline const char* const OPTIMIZER_NAMES[] = {"adamw", "muon", nullptr};
+
+// Muon's calls for tensor k: one per block kind over every layer where a layer
+// holds one kind (muon_update's count: L x count), else one per layer and block.
+struct MuonCall {
+    size_t in_tensor;  // the first element's place in the tensor
+    MuonBlock block;   // count: the matrices of this call
+};
+inline std::vector<MuonCall> muon_calls(const Parameters* p, int k) {
+    const ParameterLayout& t = p->tensors[k];
+    const int layers = t.per_layer ? p->num_layers : 1;
+    std::vector<MuonCall> calls;
+    if (t.muon.size() == 1) return {{0, {t.muon[0].rows, t.muon[0].cols, t.muon[0].count * layers}}};
+    size_t at = 0;
+    for (int l = 0; l < layers; l++)
+        for (const MuonBlock& b : t.muon) {
+            calls.push_back({at, b});
+            at += (size_t)b.rows * b.cols * b.count;
+        }
+    return calls;
+}
+
+// The scratch of the largest call.
+inline size_t muon_scratch_size(const Parameters* p) {
+    size_t bytes = 0;
+    for (int k = 0; k < (int)p->tensors.size(); k++)
+        for (const MuonCall& c : muon_calls(p, k))
+            bytes = std::max(bytes, muon_scratch_bytes(c.block.rows, c.block.cols, c.block.count));
+    return bytes;
+}
+
 inline std::vector<DeviceBuffer> parameter_buffers(Parameters* p) {
     const size_t n = p->num_parameters, local = p->optimizer_elements;
     std::vector<DeviceBuffer> list = {{(void**)&p->params_memory, n * sizeof(floatX), "parameters"},
@@ -233,6 +278,8 @@ inline std::vector<DeviceBuffer> parameter_buffers(Parameters* p) {
                                       {(void**)&p->adam_m, local * sizeof(float), "AdamW m and v"},
                                       {(void**)&p->adam_v, local * sizeof(float), "AdamW m and v"}};
     if (p->zero_stage == 1) list.push_back({(void**)&p->grad_shard, local * sizeof(float), "ZeRO-1 gradient shard"});
+    if (p->optimizer == (int)Optimizer::Muon)
+        list.push_back({&p->muon_scratch, muon_scratch_size(p), "Muon's Newton-Schulz scratch"});
     return list;
 }
 
@@ -320,6 +367,8 @@ inline void reduce_layer(Parameters* p, int layer) {
 struct OptimizerSettings {
     float beta1 = 0.9f, beta2 = 0.95f, eps = 1e-8f;
     float weight_decay = 0.0f;
+    // --optimizer muon: its lr follows the schedule of AdamW's (lr x muon_lr_per_lr)
+    float muon_lr_per_lr = 0.0f, muon_weight_decay = 0.0f, muon_momentum = 0.95f;
     float grad_clip = 1.0f;  // <= 0: no clipping
     uint64_t seed = 1337;    // stochastic rounding
 };
@@ -336,6 +385,19 @@ inline void adamw_elements(Parameters* p, const float* grads, size_t local, size
                  &p->stats->grad_norm_squared, seed, in_tensor, p->stream);
 }
 
+// Muon on tensor k at `offset` (ZeRO-0: the whole tensor on every rank; its
+// momentum in adam_m's place, adam_v unused).
+inline void muon_tensor(Parameters* p, size_t offset, int k, float lr, const OptimizerSettings& opt) {
+    const uint32_t seed = (uint32_t)splitmix64(opt.seed ^ ((uint64_t)p->adam_step << 8 | k));
+    const float decay = p->tensors[k].decays ? opt.muon_weight_decay : 0.0f;
+    for (const MuonCall& c : muon_calls(p, k)) {
+        const size_t at = offset + c.in_tensor;
+        muon_update(p->params_memory + at, p->master_weights + at, p->grads_memory + at, p->adam_m + at, c.block.count,
+                    c.block.rows, c.block.cols, lr * opt.muon_lr_per_lr, decay, opt.muon_momentum, opt.grad_clip,
+                    &p->stats->grad_norm_squared, seed, c.in_tensor, p->muon_scratch, p->stream);
+    }
+}
+
 // Global gradient norm, then AdamW (clipping folded in as a scale computed on
 // the device from the norm: no host round trip). `scratch` holds
 // global_norm_scratch_floats() floats.
@@ -350,7 +412,8 @@ inline void update_parameters(Parameters* p, float* scratch, float lr, const Opt
         global_norm_squared(&p->stats->grad_norm_squared, scratch, p->grads_memory, p->num_parameters, stream);
         size_t offset = 0;
         for (int k = 0; k < (int)p->tensors.size(); k++) {
-            adamw_elements(p, p->grads_memory, offset, offset, 0, p->tensors[k].size, k, lr, opt);
+            if (p->optimizer == (int)Optimizer::Muon && !p->tensors[k].muon.empty()) muon_tensor(p, offset, k, lr, opt);
+            else adamw_elements(p, p->grads_memory, offset, offset, 0, p->tensors[k].size, k, lr, opt);
             offset += p->tensors[k].size;
         }
         return;
