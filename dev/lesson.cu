@@ -36,10 +36,12 @@ static void first_batch(DataPacking packing, std::vector<int>* x, std::vector<in
     dataloader_free(&loader);
 }
 
-static GPT2* new_model(int B, int A, const Distributed* d = &SINGLE_PROCESS, int zero = 0) {
+static GPT2* new_model(int B, int A, const Distributed* d = &SINGLE_PROCESS, int zero = 0,
+                       Optimizer optimizer = Optimizer::AdamW) {
     GPT2* m = new GPT2;
     m->dist = d;
     m->zero_stage = zero;
+    m->optimizer = (int)optimizer;
     init_from_descriptor(m, MODEL, 1337);
     allocate_activations(GPT2_FAMILY, m, B, T, A);
     return m;
@@ -155,8 +157,17 @@ static void frozen() {
            max_abs_diff(w1, w0), max_abs_diff(w_whole, w1), max_abs_diff(w_eager, w1), eager->adam_step);
 }
 
+// The elements of Muon's matrices (every rank's owned ones).
+static size_t muon_elements(const GPT2* m) {
+    const std::vector<size_t> owned = muon_owner_elements(m);
+    size_t sum = 0;
+    for (size_t e : owned) sum += e;
+    return sum;
+}
+
 // Claim 6. Per optimizer step, the collectives the CPU runtime's NCCL ran:
-// calls and bytes of each kind, B = 1 sequence per rank and micro-batch.
+// calls and bytes of each kind, B = 1 sequence per rank and micro-batch; with
+// AdamW for A = 1, 2, 4, 8, and with Muon (its matrices on owner ranks) for A = 1.
 static void bytes(int argc, char** argv) {
     Distributed dist;
     distributed_init(&dist, &argc, &argv);
@@ -164,30 +175,40 @@ static void bytes(int argc, char** argv) {
     const int N = dist.num_processes, B = 1;
     if (N < 2) FAIL("lesson bytes: run it on 2 or more ranks (mpirun -np 2)");
     const char* kinds[] = {"all_reduce", "reduce_scatter", "all_gather", "broadcast", "reduce"};
+    struct Case {
+        Optimizer optimizer;
+        int zero, A;
+    };
+    std::vector<Case> cases;
     for (int zero : {0, 1})
-        for (int A : {1, 2, 4, 8}) {
-            GPT2* m = new_model(B, A, &dist, zero);
-            std::vector<int> x(A * B * T), y(A * B * T);
-            for (size_t i = 0; i < x.size(); i++) x[i] = y[i] = (int)((i * 7 + dist.rank) % 256);
-            OptimizerSettings opt;
-            const long G = (long)x.size() * N;
-            cpucuda_nccl_reset_counters(dist.comm);
-            train_step(m, StepBatch{x.data(), y.data(), A, G}, 1e-3f, opt);
-            cudaCheck(cudaDeviceSynchronize());
-            CpuCudaNcclCounters c;
-            cpucuda_nccl_get_counters(dist.comm, &c);
-            std::string calls, sent;
-            for (int k = 0; k < CPUCUDA_NCCL_NUM_COLLS; k++) {
-                calls += std::string(k ? ", " : "") + "\"" + kinds[k] + "\": " + std::to_string(c.calls[k]);
-                sent += std::string(k ? ", " : "") + "\"" + kinds[k] + "\": " + std::to_string(c.bytes[k]);
-            }
-            if (dist.rank == 0)
-                printf("{\"claim\": 6, \"N\": %d, \"zero\": %d, \"A\": %d, \"B\": %d, \"gradient_bytes\": %zu, "
-                       "\"calls\": {%s}, \"bytes\": {%s}}\n",
-                       N, zero, A, B, m->num_parameters * sizeof(float), calls.c_str(), sent.c_str());
-            free_model(m);
-            delete m;
+        for (int A : {1, 2, 4, 8}) cases.push_back({Optimizer::AdamW, zero, A});
+    for (int zero : {0, 1}) cases.push_back({Optimizer::Muon, zero, 1});
+    for (const Case& k : cases) {
+        const int zero = k.zero, A = k.A;
+        GPT2* m = new_model(B, A, &dist, zero, k.optimizer);
+        std::vector<int> x(A * B * T), y(A * B * T);
+        for (size_t i = 0; i < x.size(); i++) x[i] = y[i] = (int)((i * 7 + dist.rank) % 256);
+        OptimizerSettings opt;
+        const long G = (long)x.size() * N;
+        cpucuda_nccl_reset_counters(dist.comm);
+        train_step(m, StepBatch{x.data(), y.data(), A, G}, 1e-3f, opt);
+        cudaCheck(cudaDeviceSynchronize());
+        CpuCudaNcclCounters c;
+        cpucuda_nccl_get_counters(dist.comm, &c);
+        std::string calls, sent;
+        for (int k = 0; k < CPUCUDA_NCCL_NUM_COLLS; k++) {
+            calls += std::string(k ? ", " : "") + "\"" + kinds[k] + "\": " + std::to_string(c.calls[k]);
+            sent += std::string(k ? ", " : "") + "\"" + kinds[k] + "\": " + std::to_string(c.bytes[k]);
         }
+        if (dist.rank == 0)
+            printf("{\"claim\": 6, \"optimizer\": \"%s\", \"N\": %d, \"zero\": %d, \"A\": %d, \"B\": %d, "
+                   "\"gradient_bytes\": %zu, \"muon_elements\": %zu, \"floatx_bytes\": %zu, \"calls\": {%s}, "
+                   "\"bytes\": {%s}}\n",
+                   OPTIMIZER_NAMES[(int)k.optimizer], N, zero, A, B, m->num_parameters * sizeof(float),
+                   muon_elements(m), sizeof(floatX), calls.c_str(), sent.c_str());
+        free_model(m);
+        delete m;
+    }
 #else
     FAIL("lesson bytes: the collective counters are the CPU runtime's (build/cpu-fp32/lesson)");
 #endif

@@ -14,12 +14,14 @@ Bytes sent per rank per step, N ranks, ring collectives (a collective over S
 bytes sends (N-1)/N S per rank), P = Muon's parameters:
   all-reduce   fp32 gradients all-reduced:             2 (N-1)/N 4P
   ZeRO-1       fp32 reduce-scatter + bf16 all-gather:  (N-1)/N (4P + 2P)
-  owner        each matrix orthogonalised on one owner rank (whole matrices,
-               largest NS cost first to the least loaded rank); its gradient
-               reduced to the owner, the owner's new bf16 weights sent to the
-               others; NCCL's collectives take equal blocks, so each is padded
-               to the largest owner share M: (N-1) (4M + 2M), of which the bf16
-               weights (N-1) 2M ("owner bf16")
+  owner        each matrix orthogonalised on one owner rank (llmc/step/params.h's
+               plan_muon_owners: the per-layer slices of Muon's tensors, in
+               buffer order, cut into N runs of about equal elements); its
+               gradient reduced to the owner (ZeRO-1; under ZeRO-0 it is
+               all-reduced as AdamW's), the owner's new bf16 weights broadcast
+               to the others; a ring reduce or broadcast of S bytes sends
+               (N-1)/N S per rank: (N-1)/N (4P + 2P), of which the bf16 weights
+               (N-1)/N 2P ("owner bf16"): ZeRO-1's bytes
 Newton-Schulz FLOPs of an R x C matrix, s = min(R, C), l = max(R, C), per
 step 5 x (A = X X^T: 2 s^2 l, A A: 2 s^3, B X: 2 s^2 l) = 5 (4 s^2 l + 2 s^3);
 "1 GPU" is every matrix on one GPU, "owner" the most loaded rank. The ms are an
@@ -73,13 +75,14 @@ def llama_model(name):
     return L, C, H, int(kv[0]), F
 
 
-def gpt2_matrices(L, C):
-    return [(C, C)] * (4 * L) + [(4 * C, C), (C, 4 * C)] * L  # q, k, v, proj; fc, fc proj
+def gpt2_slices(L, C):
+    """Muon's slices in buffer order (a layer's part of a tensor: its matrices)."""
+    return [[(C, C)] * 3] * L + [[(C, C)]] * L + [[(4 * C, C)]] * L + [[(C, 4 * C)]] * L  # qkv, proj, fc, fc proj
 
 
-def llama_matrices(L, C, H, KV, F):
+def llama_slices(L, C, H, KV, F):
     kvc = KV * (C // H)
-    return [(C, C), (kvc, C), (kvc, C), (C, C), (F, C), (F, C), (C, F)] * L
+    return [[(C, C), (kvc, C), (kvc, C)]] * L + [[(C, C)]] * L + [[(F, C), (F, C)]] * L + [[(C, F)]] * L
 
 
 def ns_flops(r, c):
@@ -87,20 +90,24 @@ def ns_flops(r, c):
     return NS_STEPS * (4 * s * s * l + 2 * s ** 3)
 
 
-def owners(mats, n):
-    """Whole matrices to n ranks, largest Newton-Schulz cost first to the least loaded:
-    (elements, flops) of each rank."""
+def owners(slices, n):
+    """The slices to n ranks as plan_muon_owners cuts them: a slice goes to the run of about
+    P/n elements its middle falls in; (elements, flops) of each rank."""
+    sizes = [sum(r * c for r, c in s) for s in slices]
+    total, before = sum(sizes), 0
     load = [[0, 0] for _ in range(n)]
-    for r, c in sorted(mats, key=lambda m: -ns_flops(*m)):
-        k = min(range(n), key=lambda i: (load[i][1], i))
-        load[k][0] += r * c
-        load[k][1] += ns_flops(r, c)
+    for s, size in zip(slices, sizes):
+        k = min(n - 1, (before + size // 2) * n // total)
+        load[k][0] += size
+        load[k][1] += sum(ns_flops(r, c) for r, c in s)
+        before += size
     return load
 
 
-def row(name, mats, n, tflops):
+def row(name, slices, n, tflops):
+    mats = [m for s in slices for m in s]
     P = sum(r * c for r, c in mats)
-    load = owners(mats, n)
+    load = owners(slices, n)
     M = max(l[0] for l in load)
     f_all = sum(ns_flops(r, c) for r, c in mats)
     f_max = max(l[1] for l in load)
@@ -111,9 +118,9 @@ def row(name, mats, n, tflops):
         "P (M)": P / 1e6,
         "all-reduce MB": mb(2 * (n - 1) / n * 4 * P),
         "ZeRO-1 MB": mb((n - 1) / n * 6 * P),
-        "owner bf16 MB": mb((n - 1) * 2 * M),
-        "owner MB": mb((n - 1) * 6 * M),
-        "M / (P/N)": M / (P / n),
+        "owner bf16 MB": mb((n - 1) / n * 2 * P),
+        "owner MB": mb((n - 1) / n * 6 * P),
+        "largest share / (P/N)": M / (P / n),
         "NS TFLOP 1 GPU": f_all / 1e12,
         "NS ms 1 GPU": f_all / (tflops * 1e12) * 1e3,
         "NS TFLOP owner": f_max / 1e12,
@@ -122,8 +129,8 @@ def row(name, mats, n, tflops):
 
 
 def table(n, tflops):
-    rows = [row(name, gpt2_matrices(L, C), n, tflops) for name, (L, C) in gpt2_models().items()]
-    rows.append(row("llama3.2-1b", llama_matrices(*llama_model("llama3.2-1b")), n, tflops))
+    rows = [row(name, gpt2_slices(L, C), n, tflops) for name, (L, C) in gpt2_models().items()]
+    rows.append(row("llama3.2-1b", llama_slices(*llama_model("llama3.2-1b")), n, tflops))
     return rows
 
 

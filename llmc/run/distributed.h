@@ -218,12 +218,24 @@ template <class T>
 inline void all_gather_in_place(T* buffer, size_t n, const Distributed* d) {
     ncclCheck(ncclAllGather(buffer + (size_t)d->rank * n, buffer, n, nccl_type<T>(), d->comm, d->comm_stream));
 }
+// root's recv[i] = sum over ranks of send[i] (recv is read on root only)
+template <class T>
+inline void reduce_sum_to(int root, T* recv, const T* send, size_t n, const Distributed* d) {
+    ncclCheck(ncclReduce(send, recv, n, nccl_type<T>(), ncclSum, root, d->comm, d->comm_stream));
+}
+// buffer[i] = root's buffer[i], on every rank (in place)
+template <class T>
+inline void broadcast_in_place(int root, T* buffer, size_t n, const Distributed* d) {
+    ncclCheck(ncclBroadcast(buffer, buffer, n, nccl_type<T>(), root, d->comm, d->comm_stream));
+}
 #else
 inline void group_start() {}
 inline void group_end() {}
 template <class T> inline void all_reduce_sum(T*, const T*, size_t, const Distributed*) {}
 template <class T> inline void reduce_scatter_sum(T*, const T*, size_t, const Distributed*) {}
 template <class T> inline void all_gather_in_place(T*, size_t, const Distributed*) {}
+template <class T> inline void reduce_sum_to(int, T*, const T*, size_t, const Distributed*) {}
+template <class T> inline void broadcast_in_place(int, T*, size_t, const Distributed*) {}
 #endif
 
 // Host values summed over ranks (evaluation results: not on the training path).

@@ -246,9 +246,6 @@ inline void refuse_ignored_flags(const TrainOptions& o, const std::set<std::stri
     if ((Optimizer)o.optimizer != Optimizer::Muon)
         for (const char* flag : {"--muon-lr", "--muon-wd"})
             if (given.count(flag)) llmc::failf("%s: Muon's setting needs --optimizer muon", flag);
-    if ((Optimizer)o.optimizer == Optimizer::Muon && o.zero_stage == 1)
-        llmc::failf("--optimizer muon: with -z 0 only (ZeRO-1 shards every matrix over the ranks; Muon "
-                    "orthogonalises whole matrices)");
     if (o.ramp_tokens > 0 && o.ramp_steps == 0)
         llmc::failf("--ramp-tokens %ld: a batch ramp needs --ramp-steps too (the steps to reach -d)", o.ramp_tokens);
     if (o.ramp_steps > 0 && o.ramp_tokens == 0)
@@ -462,6 +459,13 @@ inline bool stop_requested(const Distributed* d) { return host_sum(stop_signal()
 template <class Model>
 void print_optimizer_memory(const Model& model) {
     const double MiB = 1048576.0, full = 12.0 * model.num_parameters / MiB;
+    const std::vector<size_t> owned = muon_owner_elements(&model);
+    const size_t most = *std::max_element(owned.begin(), owned.end()),
+                 least = *std::min_element(owned.begin(), owned.end());
+    if (most > 0)
+        print0("Muon: each matrix orthogonalised by one owner rank, which sends its bf16 weights to the others; "
+               "%zu to %zu matrix elements per rank\n",
+               least, most);
     if (model.zero_stage == 0) {
         print0("optimizer state per rank: %.1f MiB (fp32 master weights, m, v)\n", full);
         return;

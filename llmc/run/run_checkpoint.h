@@ -113,6 +113,7 @@ void save_checkpoint(const ModelFamily<Model, Config>& f, Model* model, Checkpoi
     const Distributed* d = model->dist;
     const std::string& dir = folder->dir;
     const size_t local = model->optimizer_elements;
+    sync_owned_state(model);  // ZeRO-0 replicas equal again where Muon's owners updated alone
     const std::vector<float> m = device_to_host(model->adam_m, local), v = device_to_host(model->adam_v, local);
     const std::vector<float> master = device_to_host(model->master_weights, local);
     if (!all_finite(m) || !all_finite(v) || !all_finite(master))

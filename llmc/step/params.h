@@ -27,6 +27,11 @@ struct MuonBlock {
     int rows, cols, count;
 };
 
+// The optimizers: AdamW for every tensor, or Muon for the blocks' hidden
+// matrices (ParameterLayout::muon) and AdamW for the rest.
+enum class Optimizer { AdamW, Muon };
+inline const char* const OPTIMIZER_NAMES[] = {"adamw", "muon", nullptr};
+
 struct ParameterLayout {
     size_t size;     // elements, all layers together
     bool per_layer;  // one per layer (L of them), each its own slice of the all-reduce
@@ -138,6 +143,16 @@ std::vector<size_t> buffer_strides(const S& all, const std::vector<DeviceBuffer>
 // size elements, part = floor(size / N); the last size - N*part (< N) elements
 // are reduced with an all-reduce and updated on every rank, so no size needs
 // padding and every element is still reduced exactly once.
+//
+// Muon (--optimizer muon, N > 1) orthogonalises whole matrices, so each slice
+// of its matrices has one owner rank instead: the owner alone runs its
+// Newton-Schulz iteration and keeps its momentum, and sends the new bf16
+// weights to the others (a broadcast). The owners split Muon's slices, in
+// buffer order, into N runs of about equal elements: a rank's slices of a
+// tensor are consecutive layers, one batched call. Under ZeRO-0 the gradient
+// is still all-reduced (every rank computes the same norm and AdamW update);
+// under ZeRO-1 it is reduced to the owner, which keeps the whole slice's
+// master weights, gradient and momentum in its shard arrays.
 struct GradientSlice {
     int tensor;         // index into the parameter table
     int layer;          // its layer, or L for the tensors outside the layers
@@ -148,6 +163,8 @@ struct GradientSlice {
     size_t part_offset; // ZeRO-1: where this rank keeps its part in the shard arrays
     size_t tail;        // ZeRO-1: the last size - N*part elements, which every rank holds ...
     size_t tail_offset; // ... here in the shard arrays
+    int owner;          // Muon, N > 1: the rank that updates the whole slice; -1: none
+    size_t owned;       // ZeRO-1: size on the owner (kept whole at part_offset), else 0
     size_t tail_begin() const { return size - tail; }
 };
 
@@ -186,22 +203,62 @@ struct Parameters {
     void* muon_scratch = nullptr;       // --optimizer muon: the Newton-Schulz iteration's buffers
 };
 
-// Cuts the parameter buffer into slices and lays out this rank's ZeRO-1 shard.
+// Whether tensor k's matrices are Muon's.
+inline bool muon_tensor_of(const Parameters* p, int k) {
+    return p->optimizer == (int)Optimizer::Muon && !p->tensors[k].muon.empty();
+}
+
+// Muon's owners (N > 1): the slices of its matrices, in buffer order, cut into
+// N runs of about equal elements (a slice goes to the run its middle falls in).
+inline void plan_muon_owners(Parameters* p) {
+    const int N = p->dist->num_processes;
+    size_t total = 0, before = 0;
+    for (const GradientSlice& s : p->slices) total += muon_tensor_of(p, s.tensor) ? s.size : 0;
+    if (N == 1 || total == 0) return;
+    for (GradientSlice& s : p->slices) {
+        if (!muon_tensor_of(p, s.tensor)) continue;
+        s.owner = std::min(N - 1, (int)((before + s.size / 2) * N / total));
+        before += s.size;
+    }
+}
+
+// The elements of Muon's matrices each rank owns (the memory plan and the run
+// print it).
+inline std::vector<size_t> muon_owner_elements(const Parameters* p) {
+    std::vector<size_t> load(p->dist->num_processes, 0);
+    for (const GradientSlice& s : p->slices)
+        if (s.owner >= 0) load[s.owner] += s.size;
+    return load;
+}
+
+// Cuts the parameter buffer into slices, gives Muon's their owners and lays
+// out this rank's ZeRO-1 shard: its parts and whole owned slices, then the
+// tails.
 inline void plan_slices(Parameters* p) {
     const int L = p->num_layers, N = p->dist->num_processes;
     p->slices.clear();
-    size_t offset = 0, parts = 0;
+    size_t offset = 0;
     for (int k = 0; k < (int)p->tensors.size(); k++) {
         const bool per_layer = p->tensors[k].per_layer;
         const int count = per_layer ? L : 1;
         const size_t size = p->tensors[k].size / count;
         for (int l = 0; l < count; l++) {
-            const size_t part = p->zero_stage == 1 ? size / N : 0;
-            const size_t tail = p->zero_stage == 1 ? size - part * N : 0;
-            p->slices.push_back(GradientSlice{k, per_layer ? l : L, offset, size, l * size, part, parts, tail, 0});
+            p->slices.push_back(GradientSlice{k, per_layer ? l : L, offset, size, l * size, 0, 0, 0, 0, -1, 0});
             offset += size;
-            parts += part;
         }
+    }
+    plan_muon_owners(p);
+    size_t parts = 0;
+    for (GradientSlice& s : p->slices) {
+        if (p->zero_stage != 1) continue;
+        if (s.owner >= 0) {
+            s.owned = s.owner == p->dist->rank ? s.size : 0;
+        } else {
+            s.part = s.size / N;
+            s.tail = s.size - s.part * N;
+        }
+        s.part_offset = parts;
+        parts += s.part + s.owned;
     }
     size_t tails = parts;
     for (GradientSlice& s : p->slices) {
@@ -230,29 +287,25 @@ inline std::vector<float> local_values(const Parameters* p, const float* full) {
     const size_t r = p->dist->rank;
     for (const GradientSlice& s : p->slices) {
         memcpy(&local[s.part_offset], full + s.offset + r * s.part, s.part * sizeof(float));
+        memcpy(&local[s.part_offset], full + s.offset, s.owned * sizeof(float));
         memcpy(&local[s.tail_offset], full + s.offset + s.tail_begin(), s.tail * sizeof(float));
     }
     return local;
 }
 
-// The weights and the optimizer's buffers (the memory plan reads this too).
-// The optimizers: AdamW for every tensor, or Muon for the blocks' hidden
-// matrices (ParameterLayout::muon) and AdamW for the rest.
-enum class Optimizer { AdamW, Muon };
-inline const char* const OPTIMIZER_NAMES[] = {"adamw", "muon", nullptr};
-
-// Muon's calls for tensor k: one per block kind over every layer where a layer
-// holds one kind (muon_update's count: L x count), else one per layer and block.
+// Muon's calls for the layers [first, first + layers) of tensor k (a tensor
+// outside the layers: its one copy): one per block kind over those layers
+// where a layer holds one kind (muon_update's count: layers x count), else one
+// per layer and block.
 struct MuonCall {
     size_t in_tensor;  // the first element's place in the tensor
     MuonBlock block;   // count: the matrices of this call
 };
-inline std::vector<MuonCall> muon_calls(const Parameters* p, int k) {
+inline std::vector<MuonCall> muon_calls(const Parameters* p, int k, int first, int layers) {
     const ParameterLayout& t = p->tensors[k];
-    const int layers = t.per_layer ? p->num_layers : 1;
+    size_t at = t.per_layer ? t.size / p->num_layers * first : 0;
+    if (t.muon.size() == 1) return {{at, {t.muon[0].rows, t.muon[0].cols, t.muon[0].count * layers}}};
     std::vector<MuonCall> calls;
-    if (t.muon.size() == 1) return {{0, {t.muon[0].rows, t.muon[0].cols, t.muon[0].count * layers}}};
-    size_t at = 0;
     for (int l = 0; l < layers; l++)
         for (const MuonBlock& b : t.muon) {
             calls.push_back({at, b});
@@ -261,12 +314,29 @@ inline std::vector<MuonCall> muon_calls(const Parameters* p, int k) {
     return calls;
 }
 
-// The scratch of the largest call.
+// The layers of tensor k whose Muon update runs on this rank, [*first, *first
+// + *layers): all of them on one rank, else the consecutive ones it owns.
+inline void muon_owned_layers(const Parameters* p, int k, int* first, int* layers) {
+    *first = 0;
+    *layers = 0;
+    for (const GradientSlice& s : p->slices) {
+        if (s.tensor != k || (s.owner >= 0 && s.owner != p->dist->rank)) continue;
+        const int l = s.layer == p->num_layers ? 0 : s.layer;
+        if (*layers == 0) *first = l;
+        *layers = l - *first + 1;
+    }
+}
+
+// The scratch of this rank's largest call.
 inline size_t muon_scratch_size(const Parameters* p) {
     size_t bytes = 0;
-    for (int k = 0; k < (int)p->tensors.size(); k++)
-        for (const MuonCall& c : muon_calls(p, k))
+    for (int k = 0; k < (int)p->tensors.size(); k++) {
+        int first, layers;
+        muon_owned_layers(p, k, &first, &layers);
+        if (!muon_tensor_of(p, k) || layers == 0) continue;
+        for (const MuonCall& c : muon_calls(p, k, first, layers))
             bytes = std::max(bytes, muon_scratch_bytes(c.block.rows, c.block.cols, c.block.count));
+    }
     return bytes;
 }
 
@@ -278,8 +348,8 @@ inline std::vector<DeviceBuffer> parameter_buffers(Parameters* p) {
                                       {(void**)&p->adam_m, local * sizeof(float), "AdamW m and v"},
                                       {(void**)&p->adam_v, local * sizeof(float), "AdamW m and v"}};
     if (p->zero_stage == 1) list.push_back({(void**)&p->grad_shard, local * sizeof(float), "ZeRO-1 gradient shard"});
-    if (p->optimizer == (int)Optimizer::Muon)
-        list.push_back({&p->muon_scratch, muon_scratch_size(p), "Muon's Newton-Schulz scratch"});
+    if (const size_t scratch = p->optimizer == (int)Optimizer::Muon ? muon_scratch_size(p) : 0)
+        list.push_back({&p->muon_scratch, scratch, "Muon's Newton-Schulz scratch"});
     return list;
 }
 
@@ -308,27 +378,61 @@ inline void set_weights(Parameters* p, const std::vector<float>& weights) {
     cudaCheck(cudaMemcpy(p->params_memory, rounded.data(), n * sizeof(floatX), cudaMemcpyHostToDevice));
 }
 
-// All fp32 master weights on the host. Under ZeRO-1 every rank must call it:
-// the shards are gathered in the gradient buffer (zero between steps, and
-// zeroed again after).
+// Whether some slice has a Muon owner (N > 1 with --optimizer muon).
+inline bool has_owners(const Parameters* p) {
+    for (const GradientSlice& s : p->slices)
+        if (s.owner >= 0) return true;
+    return false;
+}
+
+// Every rank's copy of the owned slices' fp32 state made the owner's, in place
+// (ZeRO-0: only an owner updates a slice's master weights and momentum, so the
+// others' copies lag until a checkpoint, whose replicas must be equal). Every
+// rank calls it.
+inline void sync_owned_state(Parameters* p) {
+    if (p->zero_stage != 0 || !has_owners(p)) return;
+    const Distributed* d = p->dist;
+    comm_after_compute(d, p->stream);
+    group_start();
+    for (const GradientSlice& s : p->slices) {
+        if (s.owner < 0) continue;
+        broadcast_in_place(s.owner, p->master_weights + s.offset, s.size, d);
+        broadcast_in_place(s.owner, p->adam_m + s.offset, s.size, d);
+    }
+    group_end();
+    compute_after_comm(d, p->stream);
+    cudaCheck(cudaStreamSynchronize(p->stream));
+}
+
+// All fp32 master weights on the host. With ZeRO-1 or Muon's owners every
+// rank must call it: the shards are gathered in the gradient buffer (zero
+// between steps, and zeroed again after).
 inline std::vector<float> gather_master_weights(Parameters* p) {
     std::vector<float> weights(p->num_parameters);
-    if (p->zero_stage == 0) {
+    if (p->zero_stage == 0 && !has_owners(p)) {
         cudaCheck(cudaMemcpy(weights.data(), p->master_weights, weights.size() * 4, cudaMemcpyDeviceToHost));
         return weights;
     }
     const Distributed* d = p->dist;
     const size_t r = d->rank;
     float* full = p->grads_memory;
+    if (p->zero_stage == 0)
+        cudaCheck(cudaMemcpyAsync(full, p->master_weights, weights.size() * 4, cudaMemcpyDeviceToDevice, p->stream));
     for (const GradientSlice& s : p->slices) {
+        if (p->zero_stage == 0) break;
         cudaCheck(cudaMemcpyAsync(full + s.offset + r * s.part, p->master_weights + s.part_offset,
                                   s.part * sizeof(float), cudaMemcpyDeviceToDevice, p->stream));
+        cudaCheck(cudaMemcpyAsync(full + s.offset, p->master_weights + s.part_offset, s.owned * sizeof(float),
+                                  cudaMemcpyDeviceToDevice, p->stream));
         cudaCheck(cudaMemcpyAsync(full + s.offset + s.tail_begin(), p->master_weights + s.tail_offset,
                                   s.tail * sizeof(float), cudaMemcpyDeviceToDevice, p->stream));
     }
     comm_after_compute(d, p->stream);
     group_start();
-    for (const GradientSlice& s : p->slices) all_gather_in_place(full + s.offset, s.part, d);
+    for (const GradientSlice& s : p->slices) {
+        if (s.owner >= 0) broadcast_in_place(s.owner, full + s.offset, s.size, d);
+        else if (s.part > 0) all_gather_in_place(full + s.offset, s.part, d);
+    }
     group_end();
     compute_after_comm(d, p->stream);
     cudaCheck(cudaMemcpyAsync(weights.data(), full, weights.size() * 4, cudaMemcpyDeviceToHost, p->stream));
@@ -342,7 +446,8 @@ inline std::vector<float> gather_master_weights(Parameters* p) {
 // meanwhile. ZeRO-0 all-reduces in place; ZeRO-1 reduce-scatters each slice
 // into this rank's shard. Sums, not averages: every rank's gradients already
 // carry 1/(unmasked targets of the global batch). Layer L (the tensors outside
-// the layers) also sums the step's loss.
+// the layers) also sums the step's loss. Under ZeRO-1 a slice of Muon's goes
+// whole to its owner's shard.
 inline void reduce_layer(Parameters* p, int layer) {
     const Distributed* d = p->dist;
     comm_after_compute(d, p->stream);
@@ -354,6 +459,7 @@ inline void reduce_layer(Parameters* p, int layer) {
             all_reduce_sum(g, g, s.size, d);
             continue;
         }
+        if (s.owner >= 0) reduce_sum_to(s.owner, p->grad_shard + s.part_offset, g, s.size, d);
         if (s.part > 0) reduce_scatter_sum(p->grad_shard + s.part_offset, g, s.part, d);
         if (s.tail > 0) all_reduce_sum(p->grad_shard + s.tail_offset, g + s.tail_begin(), s.tail, d);
     }
@@ -385,24 +491,44 @@ inline void adamw_elements(Parameters* p, const float* grads, size_t local, size
                  &p->stats->grad_norm_squared, seed, in_tensor, p->stream);
 }
 
-// Muon on tensor k at `offset` (ZeRO-0: the whole tensor on every rank; its
-// momentum in adam_m's place, adam_v unused).
-inline void muon_tensor(Parameters* p, size_t offset, int k, float lr, const OptimizerSettings& opt) {
+// Muon on the layers of tensor k this rank updates (all on one rank; its
+// owned ones with N > 1). The tensor's weights start at params_memory +
+// `offset`; its fp32 state (master, gradient, momentum in adam_m's place,
+// adam_v unused) at `offset` too under ZeRO-0, in the shard under ZeRO-1.
+inline void muon_tensor(Parameters* p, const float* grads, size_t offset, int k, float lr,
+                        const OptimizerSettings& opt) {
+    int first, layers;
+    muon_owned_layers(p, k, &first, &layers);
+    if (layers == 0) return;
+    const ParameterLayout& t = p->tensors[k];
+    const size_t layer_size = t.per_layer ? t.size / p->num_layers : 0, first_element = layer_size * first;
+    size_t state = offset + first_element;  // ZeRO-0: where the tensor's state is in the full arrays
+    for (const GradientSlice& s : p->slices)
+        if (p->zero_stage == 1 && s.tensor == k && s.layer == (t.per_layer ? first : p->num_layers))
+            state = s.part_offset;
     const uint32_t seed = (uint32_t)splitmix64(opt.seed ^ ((uint64_t)p->adam_step << 8 | k));
-    const float decay = p->tensors[k].decays ? opt.muon_weight_decay : 0.0f;
-    for (const MuonCall& c : muon_calls(p, k)) {
-        const size_t at = offset + c.in_tensor;
-        muon_update(p->params_memory + at, p->master_weights + at, p->grads_memory + at, p->adam_m + at, c.block.count,
+    const float decay = t.decays ? opt.muon_weight_decay : 0.0f;
+    for (const MuonCall& c : muon_calls(p, k, first, layers)) {
+        const size_t w = offset + c.in_tensor, at = state + (c.in_tensor - first_element);
+        muon_update(p->params_memory + w, p->master_weights + at, grads + at, p->adam_m + at, c.block.count,
                     c.block.rows, c.block.cols, lr * opt.muon_lr_per_lr, decay, opt.muon_momentum, opt.grad_clip,
                     &p->stats->grad_norm_squared, seed, c.in_tensor, p->muon_scratch, p->stream);
     }
 }
 
+// Each owner's new bf16 weights of its Muon slices to every rank.
+inline void broadcast_owned_weights(Parameters* p) {
+    for (const GradientSlice& s : p->slices)
+        if (s.owner >= 0) broadcast_in_place(s.owner, p->params_memory + s.offset, s.size, p->dist);
+}
+
 // Global gradient norm, then AdamW (clipping folded in as a scale computed on
 // the device from the norm: no host round trip). `scratch` holds
 // global_norm_scratch_floats() floats.
-//   ZeRO-0: every rank holds the summed gradient and updates every weight.
-//   ZeRO-1: a rank updates its shard, then the ranks all-gather the weights.
+//   ZeRO-0: every rank holds the summed gradient and updates every weight
+//           (Muon's: those it owns, then the owners broadcast them).
+//   ZeRO-1: a rank updates its shard (its parts, its owned slices and the
+//           tails), then the ranks all-gather (and broadcast) the weights.
 inline void update_parameters(Parameters* p, float* scratch, float lr, const OptimizerSettings& opt) {
     const Distributed* d = p->dist;
     cudaStream_t stream = p->stream;
@@ -412,10 +538,16 @@ inline void update_parameters(Parameters* p, float* scratch, float lr, const Opt
         global_norm_squared(&p->stats->grad_norm_squared, scratch, p->grads_memory, p->num_parameters, stream);
         size_t offset = 0;
         for (int k = 0; k < (int)p->tensors.size(); k++) {
-            if (p->optimizer == (int)Optimizer::Muon && !p->tensors[k].muon.empty()) muon_tensor(p, offset, k, lr, opt);
+            if (muon_tensor_of(p, k)) muon_tensor(p, p->grads_memory, offset, k, lr, opt);
             else adamw_elements(p, p->grads_memory, offset, offset, 0, p->tensors[k].size, k, lr, opt);
             offset += p->tensors[k].size;
         }
+        if (!has_owners(p)) return;
+        comm_after_compute(d, stream);
+        group_start();
+        broadcast_owned_weights(p);
+        group_end();
+        compute_after_comm(d, stream);
         return;
     }
     // the squared norm of this rank's elements (the tails, held by every rank,
@@ -432,9 +564,16 @@ inline void update_parameters(Parameters* p, float* scratch, float lr, const Opt
         adamw_elements(p, p->grad_shard, s.tail_offset, s.offset + s.tail_begin(), s.in_tensor + s.tail_begin(), s.tail,
                        s.tensor, lr, opt);
     }
-    comm_after_compute(d, stream);  // the all-gather reads what AdamW wrote ...
+    size_t offset = 0;
+    for (int k = 0; k < (int)p->tensors.size(); k++) {
+        if (muon_tensor_of(p, k)) muon_tensor(p, p->grad_shard, offset, k, lr, opt);
+        offset += p->tensors[k].size;
+    }
+    comm_after_compute(d, stream);  // the all-gather reads what the optimizers wrote ...
     group_start();
-    for (const GradientSlice& s : p->slices) all_gather_in_place(p->params_memory + s.offset, s.part, d);
+    for (const GradientSlice& s : p->slices)
+        if (s.part > 0) all_gather_in_place(p->params_memory + s.offset, s.part, d);
+    broadcast_owned_weights(p);
     group_end();
     compute_after_comm(d, stream);  // ... and the next forward reads what it gathered
 }

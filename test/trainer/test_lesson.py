@@ -100,12 +100,27 @@ def check_claims(check, r):
           all(s["matmuls_per_step"] == s["split"][2] * speed[0]["matmuls_per_step"] for s in speed))
 
     for zero in (0, 1):
-        comm = [x for x in r["claim6"] if x.get("zero") == zero]
+        comm = [x for x in r["claim6"] if x.get("zero") == zero and x.get("optimizer") == "adamw"]
         ratio = comm[0]["reduced_over_gradient"] if comm else float("nan")  # (none: skipped, see the output)
         check("claim 6: ZeRO-%d, A = %s: the same collectives and bytes every step, one gradient's worth reduced "
               "(ratio %.5f)" % (zero, [x["A"] for x in comm], ratio),
               len(comm) == 4 and all(x["calls"] == comm[0]["calls"] and x["bytes"] == comm[0]["bytes"] for x in comm)
               and 1 <= ratio <= 1 + 1e-4)
+
+    muon = {x["zero"]: x for x in r["claim6"] if x.get("optimizer") == "muon"}
+    adamw1 = [x for x in r["claim6"] if x.get("optimizer") == "adamw" and x.get("zero") == 1]
+    if len(muon) == 2 and adamw1:
+        m0, m1 = muon[0], muon[1]
+        check("claim 6: Muon, ZeRO-0: the gradient (and loss) all-reduced, then its matrices' new weights "
+              "broadcast once (%d of %d bytes)" % (m0["bytes"]["broadcast"], m0["floatx_bytes"] * m0["muon_elements"]),
+              m0["bytes"]["broadcast"] == m0["floatx_bytes"] * m0["muon_elements"] > 0
+              and m0["bytes"]["all_reduce"] == m0["gradient_bytes"] + 4)
+        check("claim 6: Muon, ZeRO-1: its matrices reduced to their owners and broadcast, the rest as AdamW's "
+              "ZeRO-1: the same bytes in all (%d and %d)" % (m1["total_bytes"], adamw1[0]["total_bytes"]),
+              m1["total_bytes"] == adamw1[0]["total_bytes"] and m1["bytes"]["reduce"] == 4 * m1["muon_elements"]
+              and m1["bytes"]["broadcast"] == m1["floatx_bytes"] * m1["muon_elements"])
+    else:
+        check("claim 6: Muon's rows (ZeRO-0 and ZeRO-1) are there", "skipped" in str(r["claim6"][0]))
 
     curves = r["claim7"]["curves"]
     check("claim 7: every run's val loss falls (%d runs)" % len(curves), all(c["val_end"] < c["val_start"] for c in curves))
