@@ -54,7 +54,9 @@ check "the model line names RoPE's scaling" bash -c "'$BIN' -e 'llama3:L=1,C=32,
     -x 1 -v 0 -s 0 2>&1 | grep -qF 'T=64 untied, rope theta 500000, llama3 scaling (factor 8, low 1, high 4, original 16),'"
 "$BIN" --help >"$work/help" 2>&1
 check "--help: -r recomputes SwiGLU and the RMSNorms" grep -q "1 = SwiGLU, 2 = SwiGLU and the RMSNorms" "$work/help"
+check "--help: -r 3 recomputes the whole block" grep -q "3 = the whole block from its input" "$work/help"
 check "--help: -e names the published sizes" grep -q "llama3.2-1b" "$work/help"
+check "--help: -e names llama3.1-70b" grep -q "llama3.1-70b" "$work/help"
 check "--help: no GPT-2 GELU recompute text" bash -c "! grep -q '1 = GELU' '$work/help'"
 # Data with ids >= 65536: llm.c's uint32 shards (magic 20240801, version 7).
 # shard PATH V START LENGTHS...: documents of the given lengths, each starting
