@@ -103,6 +103,10 @@ small_memory() { (ulimit -v 4000000 && one_error "$@"); }
 check "-e llama3.1-8b --doc-mask 1 --doc-token 200000: refused before 8B weights are drawn" \
     small_memory "--doc-token 200000: not a token of the model's vocabulary (V=128256)" -e llama3.1-8b \
     -i "$work/u32.bin" -x 1 --doc-mask 1 --doc-token 200000
+plan70b=$(ulimit -v 4000000 && CPUCUDA_DEVICE_MEMORY_MB=81920 "$BIN" -e llama3.1-70b --memory-plan 1 -b 1 -t 8192 -r 3 2>&1)
+check "-e llama3.1-70b --memory-plan 1: the plan (of 80 layers, C=8192) without its weights: $(echo "$plan70b" | grep total | tr -s ' ')" \
+    bash -c "grep -q '^  activations (B x T x C x L) *12646.1 MiB$' <<<'$plan70b' &&
+    grep -q '^  total .* of 81920.0 MiB on the device (does not fit)$' <<<'$plan70b'"
 check "an 8B shape with V=70000, --doc-mask 1 and no --doc-token: refused before its weights are drawn" \
     small_memory "--doc-mask: .*V=70000; give it with --doc-token" -e "llama3:L=32,C=4096,H=32,KV=8,F=14336,V=70000" \
     -i "$work/u32.bin" -x 1 --doc-mask 1
