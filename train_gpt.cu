@@ -192,7 +192,8 @@ struct GPT2 : Parameters, MicroBatches {
     ParameterTensors<floatX> params;  // the tensors of params_memory, by name
     ParameterTensors<float> grads;    // ... and of grads_memory
     // activations for micro-batches of B sequences of T tokens
-    int recompute = 0;  // -r: 0 keeps every layer's activations, 1 recomputes GELU, 2 also layernorm outputs
+    int recompute = 0;  // -r: 0 keeps every layer's activations, 1 recomputes GELU, 2 also layernorm outputs,
+                        // 3 the whole block from its input
     int gelu_fusion = 0;  // -ge: GELU in cuBLASLt's epilogues, 1 in the forward, 2 also in the backward
     ActivationTensors acts;
     BackwardScratch scratch;
@@ -494,13 +495,16 @@ static std::vector<CheckpointFile> write_model_file(const GPT2* model, const std
 // Every device buffer the forward and backward use, as one table.
 // Recompute (-r) keeps one layer's copy of a tensor instead of L, and
 // recomputes it in the backward: 1 = the GELU output, 2 = also the two
-// layernorm outputs. The results are bitwise the same (the same kernels run
-// on the same stored inputs).
+// layernorm outputs, 3 = everything but the block's input (residual3 of the
+// layer before, or encoded): the backward of layer l reruns block l's forward
+// into the one copy (recompute_layer). The results are bitwise the same (the
+// same kernels run on the same stored inputs).
 static std::vector<DeviceBuffer> activation_buffers(GPT2* model, int B, int T, int recompute) {
     const GPT2Config& c = model->config;
     const size_t BT = (size_t)B * T, C = c.channels, L = c.num_layers, NH = c.num_heads, Vp = c.padded_vocab_size;
     const size_t X = sizeof(floatX), F = sizeof(float);
     const size_t L_gelu = recompute >= 1 ? 1 : L, L_ln = recompute >= 2 ? 1 : L;  // layers kept
+    const size_t L_block = recompute >= 3 ? 1 : L;  // the rest of the block's (residual3 is kept: the next input)
     ActivationTensors& a = model->acts;
     BackwardScratch& s = model->scratch;
     size_t reduce_floats = bias_backward_scratch_floats(4 * C);
@@ -508,15 +512,16 @@ static std::vector<DeviceBuffer> activation_buffers(GPT2* model, int B, int T, i
     reduce_floats = std::max(reduce_floats, attention_backward_scratch_floats(B, T, NH));
     reduce_floats = std::max(reduce_floats, global_norm_scratch_floats());
     const char* act = "activations (B x T x C x L)";
-    const int Lk = (int)L, Lg = (int)L_gelu, Ll = (int)L_ln;
+    const int Lk = (int)L, Lg = (int)L_gelu, Ll = (int)L_ln, Lb = (int)L_block;
+    const size_t Lbk = L_block;
     // clang-format off
     std::vector<DeviceBuffer> rows = {
         {(void**)&a.encoded, BT * C * X, act},               {(void**)&a.ln1, L_ln * BT * C * X, act, Ll},
-        {(void**)&a.ln1_mean, L * BT * F, act, Lk},          {(void**)&a.ln1_rstd, L * BT * F, act, Lk},
-        {(void**)&a.qkv, L * BT * 3 * C * X, act, Lk},       {(void**)&a.atty, L * BT * C * X, act, Lk},
-        {(void**)&a.att_lse, L * BT * NH * F, act, Lk},      {(void**)&a.residual2, L * BT * C * X, act, Lk},
-        {(void**)&a.ln2, L_ln * BT * C * X, act, Ll},        {(void**)&a.ln2_mean, L * BT * F, act, Lk},
-        {(void**)&a.ln2_rstd, L * BT * F, act, Lk},          {(void**)&a.fch, L * BT * 4 * C * X, act, Lk},
+        {(void**)&a.ln1_mean, Lbk * BT * F, act, Lb},        {(void**)&a.ln1_rstd, Lbk * BT * F, act, Lb},
+        {(void**)&a.qkv, Lbk * BT * 3 * C * X, act, Lb},     {(void**)&a.atty, Lbk * BT * C * X, act, Lb},
+        {(void**)&a.att_lse, Lbk * BT * NH * F, act, Lb},    {(void**)&a.residual2, Lbk * BT * C * X, act, Lb},
+        {(void**)&a.ln2, L_ln * BT * C * X, act, Ll},        {(void**)&a.ln2_mean, Lbk * BT * F, act, Lb},
+        {(void**)&a.ln2_rstd, Lbk * BT * F, act, Lb},        {(void**)&a.fch, Lbk * BT * 4 * C * X, act, Lb},
         {(void**)&a.fch_gelu, L_gelu * BT * 4 * C * X, act, Lg}, {(void**)&a.residual3, L * BT * C * X, act, Lk},
         {(void**)&a.lnf, BT * C * X, act},                   {(void**)&a.lnf_mean, BT * F, act},
         {(void**)&a.lnf_rstd, BT * F, act},                  {(void**)&a.proj_out, BT * C * X, act},
@@ -557,33 +562,45 @@ static void free_model(GPT2* model) {
 // ----------------------------------------------------------------------------
 // Forward: logits (B, T, Vp) for the tokens in model->inputs.
 
+// Block l from its normed input (ln1, written before) to the MLP's GELU
+// output: everything its backward reads. The forward and -r 3's recompute
+// both run it, so the recompute is the forward's kernels in its order.
+static void block_forward(GPT2* model, int l, const floatX* residual) {
+    const GPT2Config& c = model->config;
+    const int B = model->B, T = model->T, C = c.channels, NH = c.num_heads, BT = B * T, HS = C / NH;
+    const ParameterTensors<floatX> w = layer_params(model, l);
+    const ActivationTensors x = layer_acts(model, l);
+    floatX* proj_out = model->acts.proj_out;
+    cudaStream_t stream = model->stream;
+    // attention block: residual2 = residual + proj(attention(ln1(residual)))
+    matmul_forward(x.qkv, x.ln1, w.qkvw, w.qkvb, BT, C, 3 * C, stream);
+    attention_forward(x.atty, x.att_lse, x.qkv, attention_documents(model), B, T, NH, NH, HS, stream);
+    matmul_forward(proj_out, x.atty, w.attprojw, w.attprojb, BT, C, C, stream);
+    fused_residual_layernorm_forward(x.residual2, x.ln2, x.ln2_mean, x.ln2_rstd, residual, proj_out, w.ln2w, w.ln2b, BT,
+                                     C, stream);
+    // MLP block up to its projection: gelu(fc(ln2(residual2)))
+    matmul_forward_gelu(x.fch_gelu, x.fch, x.ln2, w.fcw, w.fcb, BT, C, 4 * C, model->gelu_fusion >= 1, stream);
+}
+
 // Layer l's weights and activations: layer_params, layer_acts (above;
-// under recompute the layernorm and GELU outputs are one copy all layers share).
+// under recompute a tensor not kept is one copy all layers share).
 static void forward(GPT2* model) {
     const GPT2Config& c = model->config;
-    const int B = model->B, T = model->T, C = c.channels, NH = c.num_heads, L = c.num_layers;
-    const int BT = B * T, HS = C / NH;
+    const int B = model->B, T = model->T, C = c.channels, L = c.num_layers;
+    const int BT = B * T;
     const ParameterTensors<floatX>& p = model->params;
     ActivationTensors& a = model->acts;
     cudaStream_t stream = model->stream;
 
-    const int2* docs = attention_documents(model);
     const int* positions = document_positions(model);
     encoder_forward(a.encoded, model->inputs, positions, p.wte, p.wpe, B, T, C, stream);
     layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, a.encoded, p.ln1w, p.ln1b, BT, C, stream);
     for (int l = 0; l < L; l++) {
         const ParameterTensors<floatX> w = layer_params(model, l);
         const ActivationTensors x = layer_acts(model, l);
-        const floatX* residual = l == 0 ? a.encoded : layer_acts(model, l - 1).residual3;
-        // attention block: residual2 = residual + proj(attention(ln1(residual)))
-        matmul_forward(x.qkv, x.ln1, w.qkvw, w.qkvb, BT, C, 3 * C, stream);
-        attention_forward(x.atty, x.att_lse, x.qkv, docs, B, T, NH, NH, HS, stream);
-        matmul_forward(a.proj_out, x.atty, w.attprojw, w.attprojb, BT, C, C, stream);
-        fused_residual_layernorm_forward(x.residual2, x.ln2, x.ln2_mean, x.ln2_rstd, residual, a.proj_out, w.ln2w,
-                                         w.ln2b, BT, C, stream);
-        // MLP block: residual3 = residual2 + proj(gelu(fc(ln2(residual2)))); the
-        // add is fused with the next layernorm (the next layer's ln1, or lnf).
-        matmul_forward_gelu(x.fch_gelu, x.fch, x.ln2, w.fcw, w.fcb, BT, C, 4 * C, model->gelu_fusion >= 1, stream);
+        block_forward(model, l, l == 0 ? a.encoded : layer_acts(model, l - 1).residual3);
+        // residual3 = residual2 + proj(gelu(...)); the add is fused with the
+        // next layernorm (the next layer's ln1, or lnf).
         matmul_forward(a.proj_out, x.fch_gelu, w.fcprojw, w.fcprojb, BT, 4 * C, C, stream);
         if (l + 1 < L) {
             const ActivationTensors next = layer_acts(model, l + 1);
@@ -606,6 +623,27 @@ static void cross_entropy(GPT2* model, float loss_scale, bool write_dlogits) {
     classifier_loss(model->acts.logits, model->acts.losses, model->targets, loss_scale, model->B * model->T,
                     model->config.vocab_size, model->config.padded_vocab_size, write_dlogits, &model->stats->loss_sum,
                     model->stream);
+}
+
+// -r: what layer l's backward reads and the forward did not keep, rerun from
+// what it kept: the GELU output (1), also the layernorm outputs from the stored
+// residuals (2; the stats are rewritten with equal values), or the whole block
+// from its input (3; ln1 as the forward's fused layernorm computed it).
+static void recompute_layer(GPT2* model, int l, const floatX* residual) {
+    const int BT = model->B * model->T, C = model->config.channels;
+    const ParameterTensors<floatX> w = layer_params(model, l);
+    const ActivationTensors x = layer_acts(model, l);
+    cudaStream_t stream = model->stream;
+    if (model->recompute >= 3) {
+        layernorm_forward(x.ln1, x.ln1_mean, x.ln1_rstd, residual, w.ln1w, w.ln1b, BT, C, stream);
+        block_forward(model, l, residual);
+        return;
+    }
+    if (model->recompute >= 1) gelu_forward(x.fch_gelu, x.fch, (size_t)BT * 4 * C, stream);
+    if (model->recompute >= 2) {
+        layernorm_forward(x.ln2, x.ln2_mean, x.ln2_rstd, x.residual2, w.ln2w, w.ln2b, BT, C, stream);
+        layernorm_forward(x.ln1, x.ln1_mean, x.ln1_rstd, residual, w.ln1w, w.ln1b, BT, C, stream);
+    }
 }
 
 // ----------------------------------------------------------------------------
@@ -637,11 +675,7 @@ static void backward(GPT2* model, const int* encoder_plan_host, int num_distinct
         const ParameterTensors<float> dw = layer_grads(model, l);
         const ActivationTensors x = layer_acts(model, l);
         const floatX* residual = l == 0 ? a.encoded : layer_acts(model, l - 1).residual3;
-        if (model->recompute >= 1) gelu_forward(x.fch_gelu, x.fch, (size_t)BT * 4 * C, stream);
-        if (model->recompute >= 2) {  // from the stored residuals (the stats are rewritten with equal values)
-            layernorm_forward(x.ln2, x.ln2_mean, x.ln2_rstd, x.residual2, w.ln2w, w.ln2b, BT, C, stream);
-            layernorm_forward(x.ln1, x.ln1_mean, x.ln1_rstd, residual, w.ln1w, w.ln1b, BT, C, stream);
-        }
+        recompute_layer(model, l, residual);
         // MLP block (dresidual is the gradient w.r.t. residual3 here)
         matmul_backward_gelu(s.dwide, dw.fcprojw, dw.fcprojb, s.reduce, s.dresidual, x.fch_gelu, x.fch, w.fcprojw, BT,
                              4 * C, C, model->gelu_fusion >= 2, stream);
@@ -732,7 +766,8 @@ static ModelFamily<GPT2, GPT2Config> gpt2_family() {
                   "\"L=2,C=64,H=4,V=250,maxT=64\" (a file named\nlike a descriptor is given with a '/': ./d12)";
     f.doc_token_help = "the token that starts a document (--packing slots, --doc-mask, --doc-positions,\nsamples); "
                        "-1: the built-in corpus's EOT, else V-1 (GPT-2's <|endoftext|>)";
-    f.recompute_help = "recompute in the backward: 1 = GELU, 2 = GELU and layernorm";
+    f.recompute_help =
+        "recompute in the backward: 1 = GELU, 2 = GELU and layernorm,\n3 = the whole block from its input";
     f.builtin_init = "L=2,C=64,H=4,V=256,maxT=64";
     f.model_folder_files = {};  // a checkpoint's model: llm.c's one file model_%08d.bin
     f.forward = forward;

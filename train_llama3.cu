@@ -145,7 +145,7 @@ struct Llama3 : Parameters, MicroBatches {
     Llama3Config config;
     ParameterTensors<floatX> params;
     ParameterTensors<float> grads;
-    int recompute = 0;  // -r: 1 recomputes SwiGLU's output in the backward, 2 also the norms' outputs
+    int recompute = 0;  // -r: 1 recomputes SwiGLU's output in the backward, 2 also the norms' outputs, 3 the block
     ActivationTensors acts;
     BackwardScratch scratch;
     std::vector<size_t> param_strides, grad_strides, act_strides;
@@ -314,27 +314,31 @@ static std::vector<CheckpointFile> write_model_file(const Llama3* model, const s
 
 // ---- activations ------------------------------------------------------------
 // Recompute (-r) keeps one layer's copy: 1 = the SwiGLU output, 2 = also the
-// two norm outputs; the backward recomputes them from the stored inputs.
+// two norm outputs, 3 = everything but the block's input (residual3 of the
+// layer before, or encoded); the backward recomputes them from the stored
+// inputs (recompute_layer), bitwise the forward's values.
 static std::vector<DeviceBuffer> activation_buffers(Llama3* model, int B, int T, int recompute) {
     const Llama3Config& c = model->config;
     const size_t BT = (size_t)B * T, C = c.C, L = c.L, NH = c.H, F = c.F, QKV = qkv_rows(c), Vp = padded_vocab(c);
     const size_t X = sizeof(floatX), S = sizeof(float);
     const size_t L_swiglu = recompute >= 1 ? 1 : L, L_ln = recompute >= 2 ? 1 : L;
+    const size_t L_block = recompute >= 3 ? 1 : L;  // the rest of the block's (residual3 is kept: the next input)
     ActivationTensors& a = model->acts;
     BackwardScratch& s = model->scratch;
     const size_t reduce_floats = std::max({rmsnorm_backward_scratch_floats(BT, C),
                                            attention_backward_scratch_floats(B, T, NH), global_norm_scratch_floats()});
     const char* act = "activations (B x T x C x L)";
     const char* bwd = "backward scratch";
-    const int Lk = (int)L, Ls = (int)L_swiglu, Ll = (int)L_ln;
+    const int Lk = (int)L, Ls = (int)L_swiglu, Ll = (int)L_ln, Lb = (int)L_block;
+    const size_t Lbk = L_block;
     // clang-format off
     std::vector<DeviceBuffer> rows = {
         {(void**)&a.encoded, BT * C * X, act},
-        {(void**)&a.ln1, L_ln * BT * C * X, act, Ll},         {(void**)&a.ln1_rstd, L * BT * S, act, Lk},
-        {(void**)&a.qkv, L * BT * QKV * X, act, Lk},          {(void**)&a.atty, L * BT * C * X, act, Lk},
-        {(void**)&a.att_lse, L * BT * NH * S, act, Lk},       {(void**)&a.residual2, L * BT * C * X, act, Lk},
-        {(void**)&a.ln2, L_ln * BT * C * X, act, Ll},         {(void**)&a.ln2_rstd, L * BT * S, act, Lk},
-        {(void**)&a.fch, L * BT * 2 * F * X, act, Lk},        {(void**)&a.fch_swiglu, L_swiglu * BT * F * X, act, Ls},
+        {(void**)&a.ln1, L_ln * BT * C * X, act, Ll},         {(void**)&a.ln1_rstd, Lbk * BT * S, act, Lb},
+        {(void**)&a.qkv, Lbk * BT * QKV * X, act, Lb},        {(void**)&a.atty, Lbk * BT * C * X, act, Lb},
+        {(void**)&a.att_lse, Lbk * BT * NH * S, act, Lb},     {(void**)&a.residual2, Lbk * BT * C * X, act, Lb},
+        {(void**)&a.ln2, L_ln * BT * C * X, act, Ll},         {(void**)&a.ln2_rstd, Lbk * BT * S, act, Lb},
+        {(void**)&a.fch, Lbk * BT * 2 * F * X, act, Lb},      {(void**)&a.fch_swiglu, L_swiglu * BT * F * X, act, Ls},
         {(void**)&a.residual3, L * BT * C * X, act, Lk},      {(void**)&a.lnf, BT * C * X, act},
         {(void**)&a.lnf_rstd, BT * S, act},                   {(void**)&a.proj_out, BT * C * X, act},
         {(void**)&a.rope, (size_t)T * c.head_dim() * S, act},
@@ -383,34 +387,47 @@ static void free_model(Llama3* model) {
 // ----------------------------------------------------------------------------
 // Forward: logits (B, T, Vp) for the tokens in model->inputs.
 
+// Block l from its normed input (ln1, written before) to the SwiGLU output:
+// everything its backward reads. The forward and -r 3's recompute both run
+// it, so the recompute is the forward's kernels in its order.
+static void block_forward(Llama3* model, int l, const floatX* residual) {
+    const Llama3Config& c = model->config;
+    const int B = model->B, T = model->T, C = c.C, NH = c.H, NKV = c.KV, HS = c.head_dim(), F = c.F;
+    const int BT = B * T, QKV = qkv_rows(c);
+    const ParameterTensors<floatX> w = layer_params(model, l);
+    const ActivationTensors x = layer_acts(model, l);
+    const ActivationTensors& a = model->acts;
+    cudaStream_t stream = model->stream;
+    const int* positions = document_positions(model);  // RoPE's: document-relative, or t where null
+    // attention block: residual2 = residual + o(attention(rope(qkv(norm(residual)))))
+    matmul_forward(x.qkv, x.ln1, w.qkvw, nullptr, BT, C, QKV, stream);
+    rope_forward(x.qkv, x.qkv, a.rope, positions, B, T, NH + NKV, HS, QKV, T, stream);  // q and k heads
+    attention_forward(x.atty, x.att_lse, x.qkv, attention_documents(model), B, T, NH, NKV, HS, stream);
+    matmul_forward(a.proj_out, x.atty, w.attprojw, nullptr, BT, C, C, stream);
+    fused_residual_rmsnorm_forward(x.residual2, x.ln2, x.ln2_rstd, residual, a.proj_out, w.mlpnormw, BT, C,
+                                   (float)c.rms_norm_eps, stream);
+    // MLP block up to its down projection: silu(gate) * up of ln2
+    matmul_forward(x.fch, x.ln2, w.fcw, nullptr, BT, C, 2 * F, stream);
+    swiglu_forward(x.fch_swiglu, x.fch, BT, F, stream);
+}
+
 static void forward(Llama3* model) {
     const Llama3Config& c = model->config;
-    const int B = model->B, T = model->T, C = c.C, NH = c.H, NKV = c.KV, HS = c.head_dim(), F = c.F, L = c.L;
-    const int BT = B * T, QKV = qkv_rows(c);
+    const int B = model->B, T = model->T, C = c.C, F = c.F, L = c.L;
+    const int BT = B * T;
     const float eps = (float)c.rms_norm_eps;
     const ParameterTensors<floatX>& p = model->params;
     ActivationTensors& a = model->acts;
     cudaStream_t stream = model->stream;
-    const int2* docs = attention_documents(model);
-    const int* positions = document_positions(model);  // RoPE's: document-relative, or t where null
 
     encoder_forward(a.encoded, model->inputs, nullptr, p.wte, nullptr, B, T, C, stream);
     rmsnorm_forward(a.ln1, a.ln1_rstd, a.encoded, p.attnnormw, BT, C, eps, stream);
     for (int l = 0; l < L; l++) {
         const ParameterTensors<floatX> w = layer_params(model, l);
         const ActivationTensors x = layer_acts(model, l);
-        const floatX* residual = l == 0 ? a.encoded : layer_acts(model, l - 1).residual3;
-        // attention block: residual2 = residual + o(attention(rope(qkv(norm(residual)))))
-        matmul_forward(x.qkv, x.ln1, w.qkvw, nullptr, BT, C, QKV, stream);
-        rope_forward(x.qkv, x.qkv, a.rope, positions, B, T, NH + NKV, HS, QKV, T, stream);  // q and k heads
-        attention_forward(x.atty, x.att_lse, x.qkv, docs, B, T, NH, NKV, HS, stream);
-        matmul_forward(a.proj_out, x.atty, w.attprojw, nullptr, BT, C, C, stream);
-        fused_residual_rmsnorm_forward(x.residual2, x.ln2, x.ln2_rstd, residual, a.proj_out, w.mlpnormw, BT, C, eps,
-                                       stream);
-        // MLP block: residual3 = residual2 + down(silu(gate) * up); the add is
-        // fused with the next norm (the next layer's, or the final one).
-        matmul_forward(x.fch, x.ln2, w.fcw, nullptr, BT, C, 2 * F, stream);
-        swiglu_forward(x.fch_swiglu, x.fch, BT, F, stream);
+        block_forward(model, l, l == 0 ? a.encoded : layer_acts(model, l - 1).residual3);
+        // residual3 = residual2 + down(silu(gate) * up); the add is fused with
+        // the next norm (the next layer's, or the final one).
         matmul_forward(a.proj_out, x.fch_swiglu, w.fcprojw, nullptr, BT, F, C, stream);
         const bool last = l + 1 == L;
         floatX* norm_out = last ? a.lnf : layer_acts(model, l + 1).ln1;
@@ -428,6 +445,28 @@ static void cross_entropy(Llama3* model, float loss_scale, bool write_dlogits) {
                     model->stream);
 }
 
+// -r: what layer l's backward reads and the forward did not keep, rerun from
+// what it kept: the SwiGLU output (1), also the norm outputs from the stored
+// residuals (2), or the whole block from its input (3; ln1 as the forward's
+// fused norm computed it).
+static void recompute_layer(Llama3* model, int l, const floatX* residual) {
+    const int BT = model->B * model->T, C = model->config.C;
+    const float eps = (float)model->config.rms_norm_eps;
+    const ParameterTensors<floatX> w = layer_params(model, l);
+    const ActivationTensors x = layer_acts(model, l);
+    cudaStream_t stream = model->stream;
+    if (model->recompute >= 3) {
+        rmsnorm_forward(x.ln1, x.ln1_rstd, residual, w.attnnormw, BT, C, eps, stream);
+        block_forward(model, l, residual);
+        return;
+    }
+    if (model->recompute >= 1) swiglu_forward(x.fch_swiglu, x.fch, BT, model->config.F, stream);
+    if (model->recompute >= 2) {
+        rmsnorm_forward(x.ln2, x.ln2_rstd, x.residual2, w.mlpnormw, BT, C, eps, stream);
+        rmsnorm_forward(x.ln1, x.ln1_rstd, residual, w.attnnormw, BT, C, eps, stream);
+    }
+}
+
 // ----------------------------------------------------------------------------
 // Backward: adds this micro-batch's weight gradients into the fp32 buffer;
 // reduce: the last micro-batch of a step with N > 1 ranks.
@@ -435,7 +474,6 @@ static void backward(Llama3* model, const int* encoder_plan_host, int num_distin
     const Llama3Config& c = model->config;
     const int B = model->B, T = model->T, C = c.C, NH = c.H, NKV = c.KV, HS = c.head_dim(), F = c.F, L = c.L;
     const int BT = B * T, QKV = qkv_rows(c);
-    const float eps = (float)c.rms_norm_eps;
     cudaStream_t stream = model->stream;
     const ParameterTensors<floatX>& p = model->params;
     const ParameterTensors<float>& g = model->grads;
@@ -457,11 +495,7 @@ static void backward(Llama3* model, const int* encoder_plan_host, int num_distin
         const ParameterTensors<float> dw = layer_grads(model, l);
         const ActivationTensors x = layer_acts(model, l);
         const floatX* residual = l == 0 ? a.encoded : layer_acts(model, l - 1).residual3;
-        if (model->recompute >= 1) swiglu_forward(x.fch_swiglu, x.fch, BT, F, stream);
-        if (model->recompute >= 2) {
-            rmsnorm_forward(x.ln2, x.ln2_rstd, x.residual2, w.mlpnormw, BT, C, eps, stream);
-            rmsnorm_forward(x.ln1, x.ln1_rstd, residual, w.attnnormw, BT, C, eps, stream);
-        }
+        recompute_layer(model, l, residual);
         // MLP block (dresidual: the gradient w.r.t. residual3)
         matmul_backward(s.dmid, dw.fcprojw, nullptr, s.reduce, s.dresidual, x.fch_swiglu, w.fcprojw, BT, F, C, stream);
         swiglu_backward(s.dwide, s.dmid, x.fch, BT, F, stream);
@@ -532,12 +566,13 @@ static ModelFamily<Llama3, Llama3Config> llama3_family() {
     f.name = "Llama 3";
     f.init_default = "llama3.2-1b";
     f.init_help = "a Hugging Face Llama folder (config.json + model.safetensors or shards;\na checkpoint's model is "
-                  "one), or a descriptor: llama3.2-1b, llama3.2-3b, llama3.1-8b,\nor e.g. "
+                  "one), or a descriptor: llama3.2-1b, llama3.2-3b, llama3.1-8b,\nllama3.1-70b, or e.g. "
                   "\"llama3:L=2,C=64,H=4,KV=2,F=192,V=256\" (T=, theta=, eps=, tied=,\nfactor=, low=, high=, orig=)";
     f.doc_token_help = "the token that starts a document (--packing slots, --doc-mask, --doc-positions,\nsamples); "
                        "-1: the built-in corpus's EOT, else 128000 (<|begin_of_text|>) for\nV=128256; any other V: "
                        "give it";
-    f.recompute_help = "recompute in the backward: 1 = SwiGLU, 2 = SwiGLU and the RMSNorms";
+    f.recompute_help =
+        "recompute in the backward: 1 = SwiGLU, 2 = SwiGLU and the RMSNorms,\n3 = the whole block from its input";
     f.builtin_init = "llama3:L=2,C=64,H=4,KV=2,F=192,V=256,T=64";
     // a checkpoint's model is a Hugging Face folder model_%08d of these files (write_model_file)
     f.model_folder_files = {"config.json", "model.safetensors"};

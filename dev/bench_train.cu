@@ -1,6 +1,6 @@
 // Training-step benchmark of either family on random tokens: GPT-2
 // (train_gpt.cu, default d12) or Llama 3 (train_llama3.cu: a descriptor
-// llama3:L=..,C=.. or llama3.2-1b, llama3.2-3b, llama3.1-8b). Prints ms per
+// llama3:L=..,C=.. or llama3.2-1b, llama3.2-3b, llama3.1-8b, llama3.1-70b). Prints ms per
 // step, tokens/s, model FLOPs utilisation against a peak and device memory,
 // then the roofline of one step per kernel family (dev/bench_roofline.h):
 // FLOPs and bytes of forward, backward and AdamW, and the time they take at

@@ -2,7 +2,7 @@
 //
 // A Llama3Config comes from a descriptor ("llama3:L=2,C=64,H=4,KV=2,F=192,V=256", optional
 // T=, theta=, eps=, tied=0|1, and Llama 3.1 RoPE scaling factor=, low=, high=, orig=), from a
-// published size by name (llama3.2-1b, llama3.2-3b, llama3.1-8b), or from a Hugging Face
+// published size by name (llama3.2-1b, llama3.2-3b, llama3.1-8b, llama3.1-70b), or from a Hugging Face
 // config.json (LlamaConfig). It is written back as a config.json that
 // LlamaForCausalLM.from_pretrained reads. What the project does not train (biases, other RoPE
 // types, a head size other than C/H, tensor-parallel pretraining) is refused with one line.
@@ -97,8 +97,8 @@ inline void llama3_set_rope_scaling_(Llama3Config* c, double factor) {
     c->rope_original_max_seq_len = 8192;
 }
 
-// The published sizes, as in Meta's config.json of meta-llama/Llama-3.2-1B, Llama-3.2-3B and
-// Llama-3.1-8B on the Hugging Face hub; false for another name.
+// The published sizes, as in Meta's config.json of meta-llama/Llama-3.2-1B, Llama-3.2-3B,
+// Llama-3.1-8B and Llama-3.1-70B on the Hugging Face hub; false for another name.
 inline bool llama3_named(const std::string& name, Llama3Config* c) {
     Llama3Config n;
     n.V = 128256;
@@ -114,6 +114,9 @@ inline bool llama3_named(const std::string& name, Llama3Config* c) {
         llama3_set_rope_scaling_(&n, 32.0);
     } else if (name == "llama3.1-8b") {
         n.L = 32, n.C = 4096, n.H = 32, n.F = 14336, n.tied = false;
+        llama3_set_rope_scaling_(&n, 8.0);
+    } else if (name == "llama3.1-70b") {
+        n.L = 80, n.C = 8192, n.H = 64, n.F = 28672, n.tied = false;
         llama3_set_rope_scaling_(&n, 8.0);
     } else {
         return false;
@@ -144,7 +147,8 @@ inline Llama3Config llama3_parse_descriptor(const std::string& desc) {
     const std::string prefix = "llama3:";
     if (desc.rfind(prefix, 0) != 0)
         fail(desc +
-             ": not a Llama 3 model (llama3:L=..,C=..,H=..,KV=..,F=..,V=.. or llama3.2-1b, llama3.2-3b, llama3.1-8b)");
+             ": not a Llama 3 model (llama3:L=..,C=..,H=..,KV=..,F=..,V=.. or llama3.2-1b, llama3.2-3b, llama3.1-8b, "
+             "llama3.1-70b)");
     c.max_seq_len = 1024;
     std::map<std::string, std::string> kv;
     const std::string problem = parse_key_values(desc.substr(prefix.size()), &kv);

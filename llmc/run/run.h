@@ -191,7 +191,7 @@ std::vector<Flag<O>> run_flags(const ModelFamily<Model, Config>& f) {
         {"-y", &TrainOptions::resume, nullptr, 0, 1, "0", "resume from the newest complete checkpoint in -o", nullptr},
         {"-z", &TrainOptions::zero_stage, nullptr, 0, 1, "0",
          "ZeRO stage: 1 shards master weights and AdamW m, v over the ranks", nullptr},
-        {"-r", &TrainOptions::recompute, nullptr, 0, 2, "0", f.recompute_help, nullptr},
+        {"-r", &TrainOptions::recompute, nullptr, 0, 3, "0", f.recompute_help, nullptr},
         {"--memory-plan", &TrainOptions::memory_plan_only, nullptr, 0, 1, "0",
          "1: print the device memory plan and exit", nullptr},
         {"-a", &TrainOptions::overfit_single_batch, nullptr, 0, 1, "0", "overfit the first batch", nullptr},
@@ -343,7 +343,8 @@ void print_memory_plan(const ModelFamily<Model, Config>& f, Model* model, int B,
     print0("memory plan per rank (B=%d, T=%d, recompute %d, ZeRO-%d over %d ranks):\n", B, T, recompute,
            model->zero_stage, model->dist->num_processes);
     for (const auto& line : plan.lines) print0("  %-34s %10.1f MiB\n", line.first.c_str(), line.second / MiB);
-    print0("  %-34s %10.1f MiB of %.1f MiB on the device\n", "total", plan.total / MiB, device_bytes / MiB);
+    print0("  %-34s %10.1f MiB of %.1f MiB on the device%s\n", "total", plan.total / MiB, device_bytes / MiB,
+           plan.total <= device_bytes ? "" : " (does not fit)");
 }
 
 // -b auto: the largest micro-batch whose activations fit (from the plan),

@@ -492,9 +492,11 @@ static void test_descriptor() {
 
 static void test_named_sizes() {
     // The counts are the sums of the published checkpoints' tensors (1B: 1,235,814,400 as the
-    // model card's 1.23B; 3B: 3.21B; 8B: 8.03B), which llama3_param_table's shapes must add up to.
-    const std::pair<const char*, uint64_t> sizes[] = {
-        {"llama3.2-1b", 1235814400ull}, {"llama3.2-3b", 3212749824ull}, {"llama3.1-8b", 8030261248ull}};
+    // model card's 1.23B; 3B: 3.21B; 8B: 8.03B; 70B: 70.55B), which llama3_param_table's shapes must add up to.
+    const std::pair<const char*, uint64_t> sizes[] = {{"llama3.2-1b", 1235814400ull},
+                                                      {"llama3.2-3b", 3212749824ull},
+                                                      {"llama3.1-8b", 8030261248ull},
+                                                      {"llama3.1-70b", 70553706496ull}};
     for (const auto& s : sizes) {
         const Llama3Config c = llama3_parse_descriptor(s.first);
         const uint64_t n = llama3_num_parameters(c);
@@ -511,12 +513,18 @@ static void test_named_sizes() {
               table[3].name == "model.layers.0.self_attn.k_proj.weight" &&
               table[3].shape == (std::vector<uint64_t>{1024, 4096}),
           "named: llama3.1-8b's table: lm_head last, k_proj [1024, 4096], %zu tensors", table.size());
+    const Llama3Config b70 = llama3_parse_descriptor("llama3.1-70b");
+    CHECK(!b70.tied && b70.head_dim() == 128 && b70.KV == 8 && b70.rope_theta == 500000 && b70.rope_scaling &&
+              b70.rope_factor == 8 && b70.rope_low_freq_factor == 1 && b70.rope_high_freq_factor == 4 &&
+              b70.rope_original_max_seq_len == 8192 && b70.max_seq_len == 131072,
+          "named: llama3.1-70b is untied, head 128, 8 kv heads, theta 500000, factor 8 (low 1, high 4) over 8192 "
+          "positions");
 }
 
 static void test_config_json() {
     int i = 0;
-    for (const char* d :
-         {"llama3.2-1b", "llama3.2-3b", "llama3.1-8b", "llama3:L=2,C=64,H=4,KV=2,F=192,V=256,theta=10000"}) {
+    for (const char* d : {"llama3.2-1b", "llama3.2-3b", "llama3.1-8b", "llama3.1-70b",
+                          "llama3:L=2,C=64,H=4,KV=2,F=192,V=256,theta=10000"}) {
         const Llama3Config c = llama3_parse_descriptor(d);
         const std::string p = g_tmp + "/config" + std::to_string(i++) + ".json";
         Llama3Config back;

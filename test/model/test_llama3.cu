@@ -5,7 +5,8 @@
 // and document-relative RoPE positions), split invariance over (B, A); then
 // the model file: a checkpoint's Hugging Face folder written and read back
 // bitwise, and transformers-made folders (test/ref/llama3_hf_tiny) read into
-// the right places, giving transformers' logits.
+// the right places, giving transformers' logits; recompute (-r 1, 2, 3)
+// trains bitwise as -r 0.
 //
 // Error metric per tensor: max_i |got_i - ref_i| / max_i |ref_i| (reference.h).
 #define TESTING
@@ -170,6 +171,55 @@ static void test_split_invariance(const char* label, const std::string& descript
     }
 }
 
+// ---- recompute: -r 1, 2, 3 train bitwise as -r 0 ------------------------------------------
+// 3 AdamW steps of A=2 micro-batches with documents (--doc-mask, --doc-positions:
+// the recomputed attention masks and RoPE positions as the forward's), GQA, an
+// untied head: the losses and everything a checkpoint holds (the weights, the
+// fp32 master weights, m and v) bitwise those of -r 0.
+struct RecomputeRun {
+    std::vector<float> losses;
+    std::vector<char> state;
+};
+
+static void append_device(std::vector<char>* out, const void* device, size_t bytes) {
+    if (!device) return;  // (no master weights in the fp32 build)
+    out->resize(out->size() + bytes);
+    CUDA_OK(cudaMemcpy(out->data() + out->size() - bytes, device, bytes, cudaMemcpyDeviceToHost));
+}
+
+static RecomputeRun train_with_recompute(int recompute) {
+    const int B = 4, T = 64, A = 2, steps = 3;
+    Llama3 model;
+    init_from_descriptor(&model, small_descriptor(2, false).c_str(), 7);
+    allocate_activations(LLAMA3_FAMILY, &model, B, T, A, recompute);
+    const int V = model.config.V;
+    model.doc_token = V - 1;  // every 37th token starts a document
+    model.doc_mask = model.doc_positions = 1;
+    RecomputeRun run;
+    OptimizerSettings opt;
+    for (int s = 0; s < steps; s++) {
+        std::vector<int> data((size_t)A * B * T + 1);
+        for (size_t i = 0; i < data.size(); i++)
+            data[i] = i % 37 == 0 ? V - 1 : (int)(splitmix64(s * 1000003ull + i) % (V - 1));
+        run.losses.push_back(train_step(&model, whole_batch(&model, data.data(), data.data() + 1, A), 1e-3f, opt).loss);
+    }
+    append_device(&run.state, model.params_memory, model.num_parameters * sizeof(floatX));
+    for (const float* t : {model.master_weights, model.adam_m, model.adam_v})
+        append_device(&run.state, t, model.optimizer_elements * sizeof(float));
+    free_model(&model);
+    return run;
+}
+
+static void test_recompute() {
+    const RecomputeRun r0 = train_with_recompute(0);
+    for (int r : {1, 2, 3}) {
+        const RecomputeRun rr = train_with_recompute(r);
+        CHECK(rr.losses == r0.losses && rr.state == r0.state,
+              "-r %d: 3 steps (A=2, documents, GQA) give bitwise the losses, weights, master, m, v of -r 0 (%.6f %.6f)",
+              r, rr.losses[0], rr.losses[2]);
+    }
+}
+
 // ---- model files ------------------------------------------------------------------------
 static std::vector<floatX> device_weights(const Llama3& m) {
     std::vector<floatX> w(m.num_parameters);
@@ -306,6 +356,7 @@ int main() {
     TEST_CASE(test_training("gqa untied train", small_descriptor(2, false), "llama3_untied_train.bin"));
     TEST_CASE(test_training("mha train", small_descriptor(4, true), "llama3_mha_train.bin"));
     TEST_CASE(test_split_invariance("split gqa", small_descriptor(2, true), "llama3_small_train.bin"));
+    TEST_CASE(test_recompute());
     TEST_CASE(test_model_folder_roundtrip(true));
     TEST_CASE(test_model_folder_roundtrip(false));
     TEST_CASE(test_hf_folder("tied"));

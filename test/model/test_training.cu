@@ -1,5 +1,5 @@
 // What a long run relies on besides the math (CPU runtime):
-//   - recompute (-r 1, -r 2) gives bitwise the losses and weights of -r 0 and
+//   - recompute (-r 1, 2, 3) gives bitwise the losses, weights and optimizer state of -r 0 and
 //     allocates exactly the activation memory it promises to save (measured
 //     with the runtime's allocation counter);
 //   - the memory plan matches what the runtime actually allocates (within 2%);
@@ -38,9 +38,15 @@ static std::vector<int> tokens(size_t n, uint64_t seed, int V) {
 // ---- recompute ------------------------------------------------------------------
 struct RecomputeRun {
     std::vector<float> losses;
-    std::vector<floatX> weights;
+    std::vector<char> state;  // what a checkpoint holds: the weights, then the fp32 master weights, m and v
     size_t activation_bytes;
 };
+
+static void append_device(std::vector<char>* out, const void* device, size_t bytes) {
+    if (!device) return;  // (no master weights in the fp32 build)
+    out->resize(out->size() + bytes);
+    cudaCheck(cudaMemcpy(out->data() + out->size() - bytes, device, bytes, cudaMemcpyDeviceToHost));
+}
 
 static RecomputeRun train_with_recompute(int recompute, int gelu_fusion = 0) {
     const int B = 4, T = 64, A = 2, steps = 3;
@@ -49,43 +55,56 @@ static RecomputeRun train_with_recompute(int recompute, int gelu_fusion = 0) {
     const size_t before = bytes_in_use();
     allocate_activations(GPT2_FAMILY, &model, B, T, A, recompute);
     model.gelu_fusion = gelu_fusion;
+    // documents (every 37th token starts one): the recomputed attention masks and positions as the forward's
+    model.doc_token = 255;
+    model.doc_mask = model.doc_positions = 1;
     RecomputeRun run;
     run.activation_bytes = bytes_in_use() - before;
     OptimizerSettings opt;
     for (int s = 0; s < steps; s++) {
-        const std::vector<int> data = tokens((size_t)A * B * T + 1, s, 256);
+        std::vector<int> data = tokens((size_t)A * B * T + 1, s, 255);
+        for (size_t i = 0; i < data.size(); i += 37) data[i] = 255;
         run.losses.push_back(train_step(&model, whole_batch(&model, data.data(), data.data() + 1, A), 1e-3f, opt).loss);
     }
-    run.weights.resize(model.num_parameters);
-    cudaCheck(cudaMemcpy(run.weights.data(), model.params_memory, run.weights.size() * sizeof(floatX),
-                         cudaMemcpyDeviceToHost));
+    append_device(&run.state, model.params_memory, model.num_parameters * sizeof(floatX));
+    for (const float* t : {model.master_weights, model.adam_m, model.adam_v})
+        append_device(&run.state, t, model.optimizer_elements * sizeof(float));
     free_model(&model);
     return run;
 }
 
 static void test_recompute() {
     const RecomputeRun r0 = train_with_recompute(0);
-    const size_t X = sizeof(floatX);
-    for (int r : {1, 2}) {
+    const size_t X = sizeof(floatX), F = sizeof(float);
+    for (int r : {1, 2, 3}) {
         const RecomputeRun rr = train_with_recompute(r);
-        const bool same = rr.losses == r0.losses &&
-                          memcmp(rr.weights.data(), r0.weights.data(), r0.weights.size() * X) == 0;
-        CHECK(same, "-r %d: 3 steps give bitwise the losses and weights of -r 0 (%.6f %.6f %.6f)", r, rr.losses[0],
-              rr.losses[1], rr.losses[2]);
+        const bool same = rr.losses == r0.losses && rr.state == r0.state;
+        CHECK(same,
+              "-r %d: 3 steps (A=2, documents) give bitwise the losses, weights, master, m, v of -r 0 (%.6f %.6f)", r,
+              rr.losses[0], rr.losses[2]);
 #ifdef CPUCUDA
-        // one layer's copy instead of L: GELU (B x T x 4C), and for -r 2 ln1 and ln2 (B x T x C each)
-        const size_t B = 4, T = 64, C = 64, L = 3;  // train_with_recompute's model and batch
-        const size_t saved = (L - 1) * B * T * 4 * C * X + (r >= 2 ? 2 * (L - 1) * B * T * C * X : 0);
+        // one layer's copy instead of L: GELU (B x T x 4C), and for -r 2 ln1 and ln2 (B x T x C each); -r 3
+        // also qkv (3C), atty, residual2 (C each), fch (4C), the two layernorms' mean and rstd and att_lse (NH)
+        const size_t B = 4, T = 64, C = 64, NH = 4, L = 3;  // train_with_recompute's model and batch
+        const size_t per_token = r == 1 ? 4 * C * X : r == 2 ? 6 * C * X : 15 * C * X + (4 + NH) * F;
+        const size_t saved = (L - 1) * B * T * per_token;
         CHECK(r0.activation_bytes - rr.activation_bytes == saved,
               "-r %d allocates %zu bytes less activation memory (runtime counter: %zu -> %zu bytes, %.0f%% less)", r,
               saved, r0.activation_bytes, rr.activation_bytes,
               100.0 * (r0.activation_bytes - rr.activation_bytes) / r0.activation_bytes);
 #endif
     }
-    // With GELU in cuBLASLt's forward epilogue (-ge 1, 2) the recompute (the
-    // GELU kernel) is not bitwise what the forward used (cuBLASLt's own GELU):
-    // the same to bf16 rounding of the GELU output.
+    // With GELU in cuBLASLt's forward epilogue (-ge 1, 2) the recompute of -r 1
+    // (the GELU kernel) is not bitwise what the forward used (cuBLASLt's own
+    // GELU): the same to bf16 rounding of the GELU output. -r 3 reruns the
+    // forward's own fused matmul: bitwise.
     const RecomputeRun f0 = train_with_recompute(0, 2), f1 = train_with_recompute(1, 2);
+    for (int fusion : {1, 2}) {
+        const RecomputeRun base = fusion == 2 ? f0 : train_with_recompute(0, fusion),
+                           f3 = train_with_recompute(3, fusion);
+        CHECK(f3.losses == base.losses && f3.state == base.state,
+              "-ge %d: -r 3 gives bitwise the losses, weights and optimizer state of -r 0", fusion);
+    }
     double worst_loss = 0;
     for (int s = 0; s < 3; s++)
         worst_loss = std::fmax(worst_loss, std::fabs(f1.losses[s] - f0.losses[s]) / f0.losses[s]);
@@ -98,7 +117,7 @@ static void test_memory_plan() {
     printf("SKIP memory plan vs allocations: needs the CPU runtime's exact allocation counter\n");
 #else
     matmul_teardown();  // the earlier tests' cuBLASLt workspace: this test counts its own
-    for (int recompute : {0, 2}) {
+    for (int recompute : {0, 2, 3}) {
         cpucuda::reset_peak_memory();
         const size_t before = cpucuda::memory_stats().in_use;
         GPT2 model;

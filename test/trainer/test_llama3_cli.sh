@@ -54,7 +54,9 @@ check "the model line names RoPE's scaling" bash -c "'$BIN' -e 'llama3:L=1,C=32,
     -x 1 -v 0 -s 0 2>&1 | grep -qF 'T=64 untied, rope theta 500000, llama3 scaling (factor 8, low 1, high 4, original 16),'"
 "$BIN" --help >"$work/help" 2>&1
 check "--help: -r recomputes SwiGLU and the RMSNorms" grep -q "1 = SwiGLU, 2 = SwiGLU and the RMSNorms" "$work/help"
+check "--help: -r 3 recomputes the whole block" grep -q "3 = the whole block from its input" "$work/help"
 check "--help: -e names the published sizes" grep -q "llama3.2-1b" "$work/help"
+check "--help: -e names llama3.1-70b" grep -q "llama3.1-70b" "$work/help"
 check "--help: no GPT-2 GELU recompute text" bash -c "! grep -q '1 = GELU' '$work/help'"
 # Data with ids >= 65536: llm.c's uint32 shards (magic 20240801, version 7).
 # shard PATH V START LENGTHS...: documents of the given lengths, each starting
@@ -101,6 +103,10 @@ small_memory() { (ulimit -v 4000000 && one_error "$@"); }
 check "-e llama3.1-8b --doc-mask 1 --doc-token 200000: refused before 8B weights are drawn" \
     small_memory "--doc-token 200000: not a token of the model's vocabulary (V=128256)" -e llama3.1-8b \
     -i "$work/u32.bin" -x 1 --doc-mask 1 --doc-token 200000
+plan70b=$(ulimit -v 4000000 && CPUCUDA_DEVICE_MEMORY_MB=81920 "$BIN" -e llama3.1-70b --memory-plan 1 -b 1 -t 8192 -r 3 2>&1)
+check "-e llama3.1-70b --memory-plan 1: the plan (of 80 layers, C=8192) without its weights: $(echo "$plan70b" | grep total | tr -s ' ')" \
+    bash -c "grep -q '^  activations (B x T x C x L) *12646.1 MiB$' <<<'$plan70b' &&
+    grep -q '^  total .* of 81920.0 MiB on the device (does not fit)$' <<<'$plan70b'"
 check "an 8B shape with V=70000, --doc-mask 1 and no --doc-token: refused before its weights are drawn" \
     small_memory "--doc-mask: .*V=70000; give it with --doc-token" -e "llama3:L=32,C=4096,H=32,KV=8,F=14336,V=70000" \
     -i "$work/u32.bin" -x 1 --doc-mask 1

@@ -38,4 +38,16 @@ check "ranks with -l 1e-3 and -l 2e-3: refused with one line naming -l (exit $rc
     bash -c "[[ $rc -ne 0 && $rc -ne 124 && \$(grep -c '^error:' '$work/disagree.err') -eq 1 ]] &&
     grep -q '^error: ranks disagree on -l: rank 0 has 0.001, rank 1 has 0.002 ' '$work/disagree.err'"
 grep -m1 '^error:' "$work/disagree.err" | sed 's/^/  /'
+# Llama 3.1 8B on 8 ranks of 80 GiB at T=8192 (docs/memory.md): the plan reads the tables only, under a
+# 4 GB address-space limit that its 15 GiB of weights would break; ZeRO-1 fits with -r 3, not with -r 2
+plan8b() {
+    (ulimit -v 4000000 && CPUCUDA_DEVICE_MEMORY_MB=81920 timeout -k 10 $guard mpirun --oversubscribe --bind-to none \
+        -np 8 "$BIN" -e llama3.1-8b --memory-plan 1 -b 1 -t 8192 -z 1 -r "$1" 2>&1)
+}
+plan8b 3 > "$work/plan3.txt"
+plan8b 2 > "$work/plan2.txt"
+check "8B, 8 ranks, ZeRO-1, -r 3: the plan fits 80 GiB: $(grep '^  total' "$work/plan3.txt" | tr -s ' ')" \
+    grep -qx '  total  *67387.5 MiB of 81920.0 MiB on the device' "$work/plan3.txt"
+check "... -r 2 does not: $(grep '^  total' "$work/plan2.txt" | tr -s ' ')" \
+    grep -q '^  total  *88252.4 MiB of 81920.0 MiB on the device (does not fit)$' "$work/plan2.txt"
 tally test_llama3_ranks

@@ -314,7 +314,7 @@ expect_error "--skip-nonfinite 1: 10 non-finite steps in a row stop the run" "no
 ok=$?  # (before the message's $(...) resets $?)
 check "... and writes no checkpoint of the skipped steps: $(ls "$WORK/skip10" | tr '\n' ' ')" $ok
 expect_error "-y without -o" "needs the run's -o" -y 1
-expect_error "-r out of range" "from 0 to 2" -r 3
+expect_error "-r out of range" "from 0 to 3" -r 4
 
 # resuming with another process count or ZeRO stage is refused by name
 "$BIN" -e "$TINY" -i "$WORK/good.bin" -b 2 -t 16 -x 2 -v 0 -o "$WORK/ck" >/dev/null 2>&1
@@ -669,6 +669,10 @@ check "--memory-plan 1 prints the plan of d12 and exits: $(grep '^  total' "$WOR
 a0=$(grep "activations" "$WORK/plan" | awk '{print $(NF-1)}') a2=$(grep "activations" "$WORK/plan2" | awk '{print $(NF-1)}')
 awk "BEGIN{exit !($a2 < $a0)}"
 check "-r 2 plans fewer activation bytes ($a2 MiB < $a0 MiB)" $?
+"$BIN" -e d12 -b 8 -t 1024 -r 3 --memory-plan 1 >"$WORK/plan3" 2>&1
+a3=$(grep "activations" "$WORK/plan3" | awk '{print $(NF-1)}')
+awk "BEGIN{exit !($a3 < $a2)}"
+check "-r 3 plans fewer activation bytes than -r 2 ($a3 MiB < $a2 MiB)" $?
 
 # -b auto on a small virtual device: the largest B that fits (a divisor of
 # the 32 sequences of -d), then A for -d; twice that B must not fit
