@@ -810,6 +810,68 @@ def replay_by_hand(cfg, init, t, docs=False):
     return {k: getattr(model, k).detach() for k in PARAM_NAMES}, norms
 
 
+MUON_VS_TORCH_BOUND = 3e-2  # torch.optim.Muon iterates in bf16: 1.1e-2 to 1.5e-2 from fp32 (measured)
+
+
+def check_muon(out, expect):
+    """The Muon trajectories (clip on some steps; the planted ones far enough from the right one for
+    test_gpt2's fp32 bound, 1e-5, to tell them apart), Newton-Schulz's singular values, and this Muon
+    against torch.optim.Muon where the installed torch has it."""
+    t = read_train(os.path.join(out, "small_muon_train.bin"), SMALL)
+    clipped = [bool(n > t["grad_clip"]) for n in t["norms"]]
+    expect(t["muon"] == 1 and t["muon_lr"] > 0 and any(clipped) and not all(clipped),
+           f"small_muon_train.bin: Muon lr {t['muon_lr']:g} wd {t['muon_weight_decay']:g}, clip active on steps "
+           f"{[i for i, c in enumerate(clipped) if c]} only")
+    for plant in PLANTS:
+        q = read_train(os.path.join(out, f"small_muon_plant_{plant}_train.bin"), SMALL)
+        gap = max(float(np.abs(q["params"][k] - t["params"][k]).max() / np.abs(t["params"][k]).max())
+                  for k in gpt2_muon_blocks(SMALL))
+        expect(gap > 1e-3, f"small_muon_plant_{plant}_train.bin: Muon's matrices {gap:.1e} from the right ones' "
+                           "(> 1e-3, 100 x test_gpt2's fp32 bound)")
+    g = torch.Generator().manual_seed(11)
+    s = torch.linalg.svdvals(newton_schulz(torch.randn(96, 40, generator=g)))
+    expect(0.6 <= float(s.min()) and float(s.max()) <= 1.25,
+           f"Newton-Schulz: singular values of O in [{float(s.min()):.2f}, {float(s.max()):.2f}] (within [0.6, 1.25])")
+    if not hasattr(torch.optim, "Muon"):
+        print(f"SKIP torch.optim.Muon: not in torch {torch.__version__}")
+        return
+    lr, wd, mu = 0.02, 0.1, 0.95
+    for R, C in ((96, 40), (40, 96), (64, 64)):
+        w0 = 0.02 * torch.randn(R, C, generator=g)
+        grads = [torch.randn(R, C, generator=g) for _ in range(3)]
+        wt = w0.clone().requires_grad_(True)
+        # torch.optim.Muon set to this Muon: lr, weight_decay (its default 0.1; --muon-wd's is 0),
+        # momentum 0.95 with Nesterov, (a, b, c), 5 steps and eps as ours, adjust_lr_fn "original"
+        # (Keller Jordan's sqrt(max(1, R/C)), also its default; "match_rms_adamw" would be
+        # Moonshot's 0.2 sqrt(max(R, C))). What it does not let one set: its momentum is an average,
+        # m' = mu m' + (1 - mu) g and u' = (1 - mu) g + mu m', i.e. (1 - mu) times ours, which the
+        # normalisation removes (compared below, as m' = (1 - mu) m); its iteration always runs in bf16
+        # (hence the bound); it divides by max(||u||, eps) instead of ||u|| + eps.
+        opt = torch.optim.Muon([wt], lr=lr, weight_decay=wd, momentum=mu, nesterov=True,
+                               ns_coefficients=NS_COEFFICIENTS, eps=NS_EPS, ns_steps=NS_STEPS,
+                               adjust_lr_fn="original")
+        ours = {}
+        for plant in (None,) + PLANTS:
+            w, m = w0.clone(), torch.zeros(R, C)
+            for grad in grads:
+                muon_step(w, grad, m, lr, wd, mu, plant=plant)
+            ours[plant] = (w - w0, m)
+        for grad in grads:
+            wt.grad = grad.clone()
+            opt.step()
+        step = wt.detach() - w0
+        rel = {plant: float((d - step).norm() / step.norm()) for plant, (d, _) in ours.items()}
+        m_diff = float((opt.state[wt]["momentum_buffer"] - (1 - mu) * ours[None][1]).abs().max())
+        expect(rel[None] <= MUON_VS_TORCH_BOUND and m_diff <= 1e-6,
+               f"Muon {R} x {C}, 3 steps: the update is torch.optim.Muon's within {rel[None]:.1e} "
+               f"(<= {MUON_VS_TORCH_BOUND:g}, its bf16 iteration), its momentum (1 - mu) times ours "
+               f"(max diff {m_diff:.0e})")
+        if R > C:
+            expect(rel["side"] > MUON_VS_TORCH_BOUND,
+                   f"Muon {R} x {C}: the planted 'side' mistake is told apart from torch.optim.Muon "
+                   f"({rel['side']:.1e}); 'b' is not ({rel['b']:.1e}: bf16's own error)")
+
+
 def check(out):
     ok = True
 
@@ -914,6 +976,8 @@ def check(out):
     hp = HParams(lr=t["lr"], warmup=t["warmup"], final_frac=t["final_frac"])
     expect(all(abs(lr_at(hp, s, t["K"]) - t["lrs"][s]) < 1e-9 for s in range(t["K"])),
            "masked_train: lrs follow warmup + cosine")
+
+    check_muon(out, expect)
 
     # 3. regenerating gives the same bytes, and SHA256SUMS matches
     with open(os.path.join(out, "SHA256SUMS")) as f:

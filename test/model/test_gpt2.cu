@@ -31,7 +31,11 @@ static const double TOL_KEY_BIAS_GRAD = 1e-5;  // absolute
 // between splits).
 static const std::vector<double> TOL_PARAMS(NUM_PARAMETER_TENSORS, 2e-4);
 static const double TOL_SPLIT_PARAMS = 2e-4, TOL_KEY_BIAS_PARAMS = 1e-5;
-static const double TOL_MUON_PARAMS = 1e-4;  // MEASURE
+// --optimizer muon, Muon's matrices after 5 steps: the Newton-Schulz iteration in
+// fp32 here and in torch's fp32 differs only in summation order (~1e-7 relative per
+// product), which each step's polynomial multiplies by at most its slope (< 4), as it
+// does the ~1e-7 gradient difference (measured: 1.7e-6, attprojw).
+static const double TOL_MUON_PARAMS = 1e-5, TOL_MUON_ZERO_START = 0;
 #else
 // bf16 build: activations and weights rounded to bf16, gradients and the
 // optimizer in fp32. Tighter than llm.c's test (logits within 25.0 absolute,
@@ -66,7 +70,13 @@ static const double TOL_SPLIT_PARAMS =
 static const std::vector<double> TOL_PARAMS = {3e-2, 3e-2, 1e-3, 1e-1, 5e-2, 6e-1, 8e-2, 4e-2,
                                                3e-3, 6e-1, 5e-2, 6e-1, 8e-2, 3e-2, 1e-3, 2e-2};
 static const double TOL_KEY_BIAS_PARAMS = 1e-2;  // rounding noise times Adam: up to lr per step
-static const double TOL_MUON_PARAMS = 3e-2;  // MEASURE
+// --optimizer muon, Muon's matrices after 5 steps vs PyTorch's fp32 Muon: the
+// iteration rounds u, A, B and X to bf16 at every step, about 1e-2 relative to the
+// update (docs/muon.md, test_muon: 1.2e-2 to 1.6e-2), on top of the bf16 gradients
+// (measured: 8.7e-3 qkvw, 1.7e-2 attprojw, 6.1e-3 fcw, 7.3e-3 fcprojw). The
+// zero-start vectors (AdamW's biases) flip by chance as in TOL_PARAMS' comment
+// (measured: attprojb 6.4e-2).
+static const double TOL_MUON_PARAMS = 4e-2, TOL_MUON_ZERO_START = 2e-1;
 #endif
 
 // Per-tensor scaled errors. qkvb's key part (columns C..2C of each layer) has
@@ -250,12 +260,15 @@ static std::vector<float> test_training(const char* label, const char* file, int
 
 // ---- --optimizer muon: 5 steps against the reference's Muon -------------------------------
 // Muon's matrices (the table's Muon column) to TOL_MUON_PARAMS, the other tensors
-// (AdamW's) to TOL_PARAMS; then the planted references (dev/train_gpt2.py PLANTS) must
-// be told apart: some Muon tensor outside its bound.
+// (AdamW's) to TOL_PARAMS, the zero-start vectors to at least TOL_MUON_ZERO_START;
+// then the planted references (dev/train_gpt2.py PLANTS) must be told apart by
+// Muon's matrices: one of them outside TOL_MUON_PARAMS.
 static std::vector<double> muon_tolerances() {
     std::vector<double> tol = TOL_PARAMS;
-    for (int k = 0; k < NUM_PARAMETER_TENSORS; k++)
+    for (int k = 0; k < NUM_PARAMETER_TENSORS; k++) {
         if (PARAMETERS[k].muon > 0) tol[k] = TOL_MUON_PARAMS;
+        if (PARAMETERS[k].init == Init::Zeros) tol[k] = std::fmax(tol[k], TOL_MUON_ZERO_START);
+    }
     return tol;
 }
 
@@ -277,7 +290,7 @@ static void test_muon_training() {
         int worst = 0;
         double worst_ratio = 0;
         for (int k = 0; k < NUM_PARAMETER_TENSORS; k++)
-            if (e.err[k] / tol[k] > worst_ratio) worst_ratio = e.err[k] / tol[k], worst = k;
+            if (PARAMETERS[k].muon > 0 && e.err[k] / tol[k] > worst_ratio) worst_ratio = e.err[k] / tol[k], worst = k;
         if (p.caught_here)
             CHECK(worst_ratio > 1, "planted Muon mistake, %s: told apart (%s err %.2e > bound %.0e)", p.what,
                   PARAMETERS[worst].name, e.err[worst], tol[worst]);
