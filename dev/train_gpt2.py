@@ -3,8 +3,9 @@ Reference GPT-2 in PyTorch: writes the files in test/ref/ that the C++/CUDA
 tests compare against.
 
 It is written independently of the C++ trainer on purpose: same model, same
-file formats, but plain PyTorch autograd and torch.optim.AdamW, so that an
-agreement between the two says something.
+file formats, but plain PyTorch autograd and torch.optim.AdamW (and, for
+--optimizer muon, a Muon of its own: MuonAdamW), so that an agreement between
+the two says something.
 
     python3 dev/train_gpt2.py                 # writes test/ref/ (default)
     python3 dev/train_gpt2.py --out DIR       # writes DIR/

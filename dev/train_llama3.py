@@ -19,8 +19,9 @@ autograd, every piece written out:
 
 The debug files have dev/train_gpt2.py's debug layout (tokens, logits, loss,
 then the gradients in param_names order), the train files its train layout
-(K AdamW steps of A micro-batches: losses, norms, learning rates, the final
-parameters); test/model/test_llama3.cu reads them. dev/check_llama3_vs_hf.py checks
+(K AdamW steps of A micro-batches, or Muon + AdamW steps for small_muon:
+losses, norms, learning rates, the final parameters); test/model/test_llama3.cu
+reads them. dev/check_llama3_vs_hf.py checks
 this model against transformers' LlamaForCausalLM with the same weights.
 Without torch: one `error:` line, exit 1.
 """

@@ -1,6 +1,7 @@
 // The whole trainer against the PyTorch reference (dev/train_gpt2.py, files in
 // test/ref/): initialisation, logits, loss, every parameter gradient, K AdamW
-// steps with gradient accumulation, masked targets; then split invariance: one
+// steps with gradient accumulation, masked targets, K Muon steps (--optimizer
+// muon) and two planted Muon mistakes told apart; then split invariance: one
 // global batch run as (B, A) = (8, 1), (4, 2), (2, 4), (1, 8).
 //
 // Error metric, per tensor: max_i |got_i - ref_i| / max_i |ref_i| (the error
@@ -32,10 +33,12 @@ static const double TOL_KEY_BIAS_GRAD = 1e-5;  // absolute
 static const std::vector<double> TOL_PARAMS(NUM_PARAMETER_TENSORS, 2e-4);
 static const double TOL_SPLIT_PARAMS = 2e-4, TOL_KEY_BIAS_PARAMS = 1e-5;
 // --optimizer muon, Muon's matrices after 5 steps: the Newton-Schulz iteration in
-// fp32 here and in torch's fp32 differs only in summation order (~1e-7 relative per
-// product), which each step's polynomial multiplies by at most its slope (< 4), as it
-// does the ~1e-7 gradient difference (measured: 1.7e-6, attprojw).
-static const double TOL_MUON_PARAMS = 1e-5, TOL_MUON_ZERO_START = 0;
+// fp32 here and in torch's fp32 differs only in summation order (~6e-8 relative per
+// product), as the gradients do (~1e-7); each of the 5 steps multiplies an error by
+// the polynomial's slope, up to 3.4445 near s = 0 (3.4445^5 ~ 500 at most, far
+// less for the bulk of the spectrum), so a few 1e-6 (measured: 1.7e-6 attprojw;
+// test_llama3: 5.1e-6).
+static const double TOL_MUON_PARAMS = 3e-5, TOL_MUON_ZERO_START = 0;
 #else
 // bf16 build: activations and weights rounded to bf16, gradients and the
 // optimizer in fp32. Tighter than llm.c's test (logits within 25.0 absolute,
@@ -282,6 +285,7 @@ static void test_muon_training() {
         const char* what;
         bool caught_here;  // false: below this build's own error (said, not checked)
     };
+    // b's plant moves Muon's matrices by 3.9e-3 (dev/train_gpt2.py --check: > 1e-3), within bf16's error
     const Plant plants[] = {{"small_muon_plant_side_train.bin", "a tall matrix's result left in X^T's layout", true},
                             {"small_muon_plant_b_train.bin", "b = -4.7705 (two digits swapped)", TOL_MUON_PARAMS < 1e-3}};
     for (const Plant& p : plants) {

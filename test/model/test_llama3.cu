@@ -1,7 +1,8 @@
 // train_llama3.cu's model against the PyTorch reference (dev/train_llama3.py,
 // files test/ref/llama3_*.bin): the initialisation from a descriptor, logits,
 // loss and every parameter gradient of one batch, 5 AdamW steps of 2
-// accumulated micro-batches (clipped), tied and untied heads, documents (mask
+// accumulated micro-batches (clipped) and 5 Muon steps (--optimizer muon),
+// tied and untied heads, documents (mask
 // and document-relative RoPE positions), split invariance over (B, A); then
 // the model file: a checkpoint's Hugging Face folder written and read back
 // bitwise, and transformers-made folders (test/ref/llama3_hf_tiny) read into
@@ -26,7 +27,10 @@ static const double TOL_HF_LOGITS = 1e-5;
 static const double TOL_LOGITS = 1e-5, TOL_LOSS = 1e-5, TOL_NORM = 1e-5, TOL_GRAD = 1e-5, TOL_PARAMS = 4e-4;
 // splits (measured): gradients 7.8e-7, losses 1.7e-7, parameters after 5 steps 4e-6
 static const double TOL_SPLIT_GRAD = 1e-5, TOL_SPLIT_LOSS = 1e-5, TOL_SPLIT_PARAMS = 2e-5;
-static const double TOL_MUON_PARAMS = 1e-4;  // MEASURE
+// --optimizer muon, Muon's matrices after 5 steps: fp32 Newton-Schulz against
+// torch's fp32, only the summation orders differ (test_gpt2.cu's TOL_MUON_PARAMS).
+// Measured: 5.1e-6 (attprojw, whose small init makes the update a larger share of it).
+static const double TOL_MUON_PARAMS = 3e-5;
 #else
 // bf16 build: weights and activations rounded to bf16 (2^-9 relative per
 // operation), gradients and the optimizer in fp32. Bounds are about 3x the
@@ -44,7 +48,12 @@ static const double TOL_PARAMS = 1.5e-1;  // 4.7e-2 (fcprojw, gqa untied)
 // 8.5e-6, parameters after 5 steps 1.6e-3 (stochastic rounding of slightly
 // different weights)
 static const double TOL_SPLIT_GRAD = 5e-3, TOL_SPLIT_LOSS = 1e-4, TOL_SPLIT_PARAMS = 3e-2;
-static const double TOL_MUON_PARAMS = 3e-2;  // MEASURE
+// --optimizer muon, Muon's matrices after 5 steps vs PyTorch's fp32 Muon: the bf16
+// iteration's own error, about 1.5e-2 of the update (docs/muon.md), on top of the
+// bf16 gradients; the metric divides by the tensor's largest weight, and attprojw's
+// small init (std 0.01) makes 5 updates of lr O (O's entries ~ 1/sqrt(C)) a large
+// share of it (measured: 4.1e-2 attprojw, 9e-3 qkvw, 5.7e-3 fcw, 6.7e-3 fcprojw).
+static const double TOL_MUON_PARAMS = 1e-1;
 #endif
 
 // The reference's small model (dev/train_llama3.py SMALL, seed 1337): Llama
