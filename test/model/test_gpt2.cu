@@ -286,8 +286,9 @@ static void test_muon_training() {
         bool caught_here;  // false: below this build's own error (said, not checked)
     };
     // b's plant moves Muon's matrices by 3.9e-3 (dev/train_gpt2.py --check: > 1e-3), within bf16's error
-    const Plant plants[] = {{"small_muon_plant_side_train.bin", "a tall matrix's result left in X^T's layout", true},
-                            {"small_muon_plant_b_train.bin", "b = -4.7705 (two digits swapped)", TOL_MUON_PARAMS < 1e-3}};
+    const Plant plants[] = {
+        {"small_muon_plant_side_train.bin", "a tall matrix's result left in X^T's layout", true},
+        {"small_muon_plant_b_train.bin", "b = -4.7705 (two digits swapped)", TOL_MUON_PARAMS < 1e-3}};
     for (const Plant& p : plants) {
         const TrainRef ref = small_train_ref(p.file);
         const TensorErrors e = tensor_errors(shape, params, ref.params);
