@@ -3,8 +3,9 @@ Reference GPT-2 in PyTorch: writes the files in test/ref/ that the C++/CUDA
 tests compare against.
 
 It is written independently of the C++ trainer on purpose: same model, same
-file formats, but plain PyTorch autograd and torch.optim.AdamW, so that an
-agreement between the two says something.
+file formats, but plain PyTorch autograd and torch.optim.AdamW (and, for
+--optimizer muon, a Muon of its own: MuonAdamW), so that an agreement between
+the two says something.
 
     python3 dev/train_gpt2.py                 # writes test/ref/ (default)
     python3 dev/train_gpt2.py --out DIR       # writes DIR/
@@ -291,10 +292,14 @@ def write_debug(path, x, y, logits_v, loss, grads):
 
 def write_train(path, hp, num_params, seed, xs, ys, losses, norms, lrs, final_params):
     K, A, B, T = xs.shape
+    floats = {16: hp.lr, 17: hp.beta1, 18: hp.beta2, 19: hp.eps, 20: hp.weight_decay, 21: hp.grad_clip,
+              22: hp.final_frac}
+    # slot 9: the optimizer (0 AdamW, 1 Muon + AdamW), Muon's settings in 23..25 (all 0 for AdamW)
+    if hp.muon_lr > 0:
+        floats.update({23: hp.muon_lr, 24: hp.muon_weight_decay, 25: hp.muon_momentum})
     with open(path, "wb") as f:
-        f.write(header(TRAIN_MAGIC, TRAIN_VERSION, B, T, A, K, hp.warmup, num_params, seed,
-                       floats={16: hp.lr, 17: hp.beta1, 18: hp.beta2, 19: hp.eps,
-                               20: hp.weight_decay, 21: hp.grad_clip, 22: hp.final_frac}))
+        f.write(header(TRAIN_MAGIC, TRAIN_VERSION, B, T, A, K, hp.warmup, num_params, seed, int(hp.muon_lr > 0),
+                       floats=floats))
         f.write(i32(xs))
         f.write(i32(ys))
         f.write(np.array(losses, dtype="<f4").tobytes())
@@ -376,9 +381,10 @@ def read_train(path, cfg):
     assert h[0] == TRAIN_MAGIC and h[1] == TRAIN_VERSION, f"{path}: bad header {h[:2]}"
     B, T, A, K = (int(v) for v in h[2:6])
     d = {"B": B, "T": T, "A": A, "K": K, "warmup": int(h[6]), "num_params": int(h[7]),
-         "seed": int(h[8])}
-    for slot, key in zip(range(16, 23), ["lr", "beta1", "beta2", "eps", "weight_decay",
-                                         "grad_clip", "final_frac"]):
+         "seed": int(h[8]), "muon": int(h[9])}
+    for slot, key in zip(range(16, 26), ["lr", "beta1", "beta2", "eps", "weight_decay",
+                                         "grad_clip", "final_frac", "muon_lr", "muon_weight_decay",
+                                         "muon_momentum"]):
         d[key] = header_float(h, slot)
     assert d["num_params"] == num_parameters(cfg), f"{path}: num_params {d['num_params']}"
     d["x"] = r.take("<i4", K * A * B * T).reshape(K, A, B, T)
@@ -422,6 +428,11 @@ class HParams:
     beta1: float = 0.9
     beta2: float = 0.95
     eps: float = 1e-8
+    # Muon for the blocks' hidden matrices (muon_lr > 0; the trainer's --optimizer muon):
+    # its lr follows lr's schedule as lr_t * muon_lr / lr, as --muon-lr does
+    muon_lr: float = 0.0
+    muon_weight_decay: float = 0.0
+    muon_momentum: float = 0.95
 
 
 def lr_at(hp, step, max_steps):
@@ -434,16 +445,111 @@ def lr_at(hp, step, max_steps):
     return lr_min + coeff * (hp.lr - lr_min)
 
 
-def make_optimizer(model, hp):
+def make_optimizer(model, hp, exclude=()):
     # weight decay on the matrices (wte, wpe, qkvw, attprojw, fcw, fcprojw),
     # none on LayerNorm weights and biases. Chosen by name: the layers are
-    # stacked, so a bias here is 2-D too.
-    decay = [getattr(model, n) for n in PARAM_NAMES if n in DECAYED]
-    no_decay = [getattr(model, n) for n in PARAM_NAMES if n not in DECAYED]
+    # stacked, so a bias here is 2-D too. exclude: tensors another optimizer
+    # updates (Muon's).
+    decay = [getattr(model, n) for n in PARAM_NAMES if n in DECAYED and n not in exclude]
+    no_decay = [getattr(model, n) for n in PARAM_NAMES if n not in DECAYED and n not in exclude]
     groups = [{"params": decay, "weight_decay": hp.weight_decay},
               {"params": no_decay, "weight_decay": 0.0}]
     return torch.optim.AdamW(groups, lr=hp.lr, betas=(hp.beta1, hp.beta2), eps=hp.eps,
                              foreach=False, fused=False)
+
+
+# -----------------------------------------------------------------------------
+# Muon, from its definition (docs/muon.md; Keller Jordan's post): SGD with
+# Nesterov momentum whose update is replaced by a Newton-Schulz approximation of
+# the nearest semi-orthogonal matrix, for the blocks' hidden matrices; AdamW for
+# every other tensor.
+
+NS_COEFFICIENTS = (3.4445, -4.7750, 2.0315)  # (a, b, c) of the quintic a s + b s^3 + c s^5
+NS_STEPS = 5
+NS_EPS = 1e-7
+# Planted mistakes (--plant; the C++ tests must tell their trajectories from the right one):
+#   "b":    b = -4.7705, two digits swapped;
+#   "side": a tall X (R > C) iterated on its smaller side, X^T, and not transposed back: the
+#           C x R result's elements read as R x C, what a kernel that keeps the wrong side's
+#           layout writes. (The Gram of the other side in a square X's step diverges to NaN:
+#           no trajectory to compare with. The larger side's Gram is the same polynomial,
+#           only slower: no trajectory shows it, test_muon's guard bytes do.)
+PLANTS = ("b", "side")
+
+
+def newton_schulz(u, dtype=torch.float32, plant=None):
+    """u (R, C) -> X ~ U V^T for u = U S V^T: X = u / (||u||_F + eps), then, on
+    the smaller Gram side (X^T when R > C), NS_STEPS times
+        A = X X^T,  B = b A + c A A,  X = a X + B X
+    (every singular value s -> a s + b s^3 + c s^5). dtype: the operands and each
+    product's one rounding (fp32 accumulation): fp32, or bf16 as the bf16 trainer
+    and torch.optim.Muon compute it."""
+    a, b, c = NS_COEFFICIENTS
+    if plant == "b":
+        b = -4.7705
+    x = u.to(dtype).float()
+    x = (x / (x.norm() + NS_EPS)).to(dtype).float()
+    tall = x.shape[0] > x.shape[1]
+    if tall:
+        x = x.T
+    for _ in range(NS_STEPS):
+        A = (x @ x.T).to(dtype).float()
+        B = (b * A + c * (A @ A)).to(dtype).float()
+        x = (a * x + B @ x).to(dtype).float()
+    if tall and plant == "side":
+        return x.reshape(u.shape)
+    return x.T if tall else x
+
+
+def muon_step(w, g, m, lr, weight_decay, mu, dtype=torch.float32, plant=None):
+    """One Muon step of the R x C matrix w (in place) from its gradient g (already
+    clipped) and its momentum m (in place):
+        m = mu m + g,  u = g + mu m  (Nesterov),  X = newton_schulz(u),
+        w = w (1 - lr wd) - lr sqrt(max(1, R/C)) X."""
+    m.mul_(mu).add_(g)
+    X = newton_schulz(g + mu * m, dtype, plant)
+    R, C = w.shape
+    w.mul_(1 - lr * weight_decay).add_(X, alpha=-lr * math.sqrt(max(1.0, R / C)))
+
+
+# GPT-2's Muon matrices (docs/muon.md's table): a layer's tensor cut into these
+# row blocks, each one matrix: q, k and v of qkvw apart, the others whole.
+def gpt2_muon_blocks(cfg):
+    C = cfg.channels
+    return {"qkvw": (C, C, C), "attprojw": (C,), "fcw": (4 * C,), "fcprojw": (C,)}
+
+
+class MuonAdamW:
+    """train()'s optimizer for --optimizer muon: Muon (muon_step, lr_t * muon_lr
+    / lr) for each matrix of `blocks` ({tensor: row blocks of one layer}, every
+    tensor [L, rows, cols]), torch.optim.AdamW (adamw_for(exclude)) for the other
+    tensors. Muon's weight decay applies to every one of its matrices (they are all
+    decayed matrices in the trainers' tables)."""
+
+    def __init__(self, model, hp, blocks, adamw_for, dtype=torch.float32, plant=None):
+        self.model, self.hp, self.dtype, self.plant = model, hp, dtype, plant
+        self.adamw = adamw_for(tuple(blocks))
+        self.param_groups = self.adamw.param_groups  # train() sets AdamW's lr here
+        self.matrices = []  # (tensor, layer, first row, end row)
+        for name, rows in blocks.items():
+            p = getattr(model, name)
+            assert sum(rows) == p.shape[1], f"{name}: blocks {rows} do not cover {p.shape[1]} rows"
+            for layer in range(p.shape[0]):
+                starts = np.cumsum((0,) + tuple(rows))
+                self.matrices += [(p, layer, int(r0), int(r1)) for r0, r1 in zip(starts[:-1], starts[1:])]
+        self.momentum = [torch.zeros(r1 - r0, p.shape[2]) for p, _, r0, r1 in self.matrices]
+
+    def zero_grad(self, set_to_none=True):
+        self.model.zero_grad(set_to_none=set_to_none)  # Muon's tensors too
+
+    @torch.no_grad()
+    def step(self):
+        self.adamw.step()
+        hp = self.hp
+        lr = self.param_groups[0]["lr"] * hp.muon_lr / hp.lr
+        for (p, layer, r0, r1), m in zip(self.matrices, self.momentum):
+            muon_step(p[layer, r0:r1], p.grad[layer, r0:r1], m, lr, hp.muon_weight_decay, hp.muon_momentum,
+                      self.dtype, self.plant)
 
 
 def train(model, hp, xs, ys, opt=None):
@@ -495,6 +601,11 @@ VOCAB_SEED = 4242
 # value does both. The value is in each file's header (slot 21).
 SMALL_HP = HParams(lr=1e-3, warmup=2, final_frac=0.1, weight_decay=0.1, grad_clip=1.05)
 DOCS_HP = HParams(lr=1e-3, warmup=2, final_frac=0.1, weight_decay=0.1, grad_clip=1.10)
+# Muon (--optimizer muon, --muon-lr 0.02 as the trainers' default) with AdamW's
+# settings of SMALL_HP for the other tensors; --muon-wd 0.1 (not the default 0) so
+# that the decay of Muon's matrices is in the trajectory.
+MUON_HP = HParams(lr=1e-3, warmup=2, final_frac=0.1, weight_decay=0.1, grad_clip=1.04, muon_lr=0.02,
+                  muon_weight_decay=0.1)
 MASKED_HP = HParams(lr=1e-3, warmup=2, final_frac=0.1, weight_decay=0.1, grad_clip=1.45)
 
 
@@ -567,6 +678,17 @@ def generate(out):
     write_train(path("small_train.bin"), SMALL_HP, num_parameters(cfg), SMALL_SEED, xs, ys,
                 losses, norms, lrs, model.params())
     report_train("small_train", losses, norms, lrs, SMALL_HP)
+
+    # --- muon: the same batches, Muon for the blocks' matrices; and the planted mistakes ---
+    for plant in (None,) + PLANTS:
+        model = GPT(cfg, init)
+        opt = MuonAdamW(model, MUON_HP, gpt2_muon_blocks(cfg), lambda ex: make_optimizer(model, MUON_HP, ex),
+                        plant=plant)
+        losses, norms, lrs = train(model, MUON_HP, xs, ys, opt)
+        name = "small_muon_train.bin" if plant is None else f"small_muon_plant_{plant}_train.bin"
+        write_train(path(name), MUON_HP, num_parameters(cfg), SMALL_SEED, xs, ys, losses, norms, lrs,
+                    model.params())
+        report_train(name, losses, norms, lrs, MUON_HP)
 
     # --- masked: same model, targets -1 -----------------------------------------
     rng = np.random.RandomState(3)
@@ -689,6 +811,68 @@ def replay_by_hand(cfg, init, t, docs=False):
     return {k: getattr(model, k).detach() for k in PARAM_NAMES}, norms
 
 
+MUON_VS_TORCH_BOUND = 3e-2  # torch.optim.Muon iterates in bf16: 1.1e-2 to 1.5e-2 from fp32 (measured)
+
+
+def check_muon(out, expect):
+    """The Muon trajectories (clip on some steps; the planted ones far enough from the right one for
+    test_gpt2's fp32 bound, 1e-5, to tell them apart), Newton-Schulz's singular values, and this Muon
+    against torch.optim.Muon where the installed torch has it."""
+    t = read_train(os.path.join(out, "small_muon_train.bin"), SMALL)
+    clipped = [bool(n > t["grad_clip"]) for n in t["norms"]]
+    expect(t["muon"] == 1 and t["muon_lr"] > 0 and any(clipped) and not all(clipped),
+           f"small_muon_train.bin: Muon lr {t['muon_lr']:g} wd {t['muon_weight_decay']:g}, clip active on steps "
+           f"{[i for i, c in enumerate(clipped) if c]} only")
+    for plant in PLANTS:
+        q = read_train(os.path.join(out, f"small_muon_plant_{plant}_train.bin"), SMALL)
+        gap = max(float(np.abs(q["params"][k] - t["params"][k]).max() / np.abs(t["params"][k]).max())
+                  for k in gpt2_muon_blocks(SMALL))
+        expect(gap > 1e-3, f"small_muon_plant_{plant}_train.bin: Muon's matrices {gap:.1e} from the right ones' "
+                           "(> 1e-3, 100 x test_gpt2's fp32 bound)")
+    g = torch.Generator().manual_seed(11)
+    s = torch.linalg.svdvals(newton_schulz(torch.randn(96, 40, generator=g)))
+    expect(0.6 <= float(s.min()) and float(s.max()) <= 1.25,
+           f"Newton-Schulz: singular values of O in [{float(s.min()):.2f}, {float(s.max()):.2f}] (within [0.6, 1.25])")
+    if not hasattr(torch.optim, "Muon"):
+        print(f"SKIP torch.optim.Muon: not in torch {torch.__version__}")
+        return
+    lr, wd, mu = 0.02, 0.1, 0.95
+    for R, C in ((96, 40), (40, 96), (64, 64)):
+        w0 = 0.02 * torch.randn(R, C, generator=g)
+        grads = [torch.randn(R, C, generator=g) for _ in range(3)]
+        wt = w0.clone().requires_grad_(True)
+        # torch.optim.Muon set to this Muon: lr, weight_decay (its default 0.1; --muon-wd's is 0),
+        # momentum 0.95 with Nesterov, (a, b, c), 5 steps and eps as ours, adjust_lr_fn "original"
+        # (Keller Jordan's sqrt(max(1, R/C)), also its default; "match_rms_adamw" would be
+        # Moonshot's 0.2 sqrt(max(R, C))). What it does not let one set: its momentum is an average,
+        # m' = mu m' + (1 - mu) g and u' = (1 - mu) g + mu m', i.e. (1 - mu) times ours, which the
+        # normalisation removes (compared below, as m' = (1 - mu) m); its iteration always runs in bf16
+        # (hence the bound); it divides by max(||u||, eps) instead of ||u|| + eps.
+        opt = torch.optim.Muon([wt], lr=lr, weight_decay=wd, momentum=mu, nesterov=True,
+                               ns_coefficients=NS_COEFFICIENTS, eps=NS_EPS, ns_steps=NS_STEPS,
+                               adjust_lr_fn="original")
+        ours = {}
+        for plant in (None,) + PLANTS:
+            w, m = w0.clone(), torch.zeros(R, C)
+            for grad in grads:
+                muon_step(w, grad, m, lr, wd, mu, plant=plant)
+            ours[plant] = (w - w0, m)
+        for grad in grads:
+            wt.grad = grad.clone()
+            opt.step()
+        step = wt.detach() - w0
+        rel = {plant: float((d - step).norm() / step.norm()) for plant, (d, _) in ours.items()}
+        m_diff = float((opt.state[wt]["momentum_buffer"] - (1 - mu) * ours[None][1]).abs().max())
+        expect(rel[None] <= MUON_VS_TORCH_BOUND and m_diff <= 1e-6,
+               f"Muon {R} x {C}, 3 steps: the update is torch.optim.Muon's within {rel[None]:.1e} "
+               f"(<= {MUON_VS_TORCH_BOUND:g}, its bf16 iteration), its momentum (1 - mu) times ours "
+               f"(max diff {m_diff:.0e})")
+        if R > C:
+            expect(rel["side"] > MUON_VS_TORCH_BOUND,
+                   f"Muon {R} x {C}: the planted 'side' mistake is told apart from torch.optim.Muon "
+                   f"({rel['side']:.1e}); 'b' is not ({rel['b']:.1e}: bf16's own error)")
+
+
 def check(out):
     ok = True
 
@@ -793,6 +977,8 @@ def check(out):
     hp = HParams(lr=t["lr"], warmup=t["warmup"], final_frac=t["final_frac"])
     expect(all(abs(lr_at(hp, s, t["K"]) - t["lrs"][s]) < 1e-9 for s in range(t["K"])),
            "masked_train: lrs follow warmup + cosine")
+
+    check_muon(out, expect)
 
     # 3. regenerating gives the same bytes, and SHA256SUMS matches
     with open(os.path.join(out, "SHA256SUMS")) as f:

@@ -19,8 +19,9 @@ autograd, every piece written out:
 
 The debug files have dev/train_gpt2.py's debug layout (tokens, logits, loss,
 then the gradients in param_names order), the train files its train layout
-(K AdamW steps of A micro-batches: losses, norms, learning rates, the final
-parameters); test/model/test_llama3.cu reads them. dev/check_llama3_vs_hf.py checks
+(K AdamW steps of A micro-batches, or Muon + AdamW steps for small_muon:
+losses, norms, learning rates, the final parameters); test/model/test_llama3.cu
+reads them. dev/check_llama3_vs_hf.py checks
 this model against transformers' LlamaForCausalLM with the same weights.
 Without torch: one `error:` line, exit 1.
 """
@@ -45,8 +46,8 @@ except ImportError as e:
     sys.exit(1)
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from train_gpt2 import (DOC_LENGTHS, HParams, debug_state, doc_tokens, normal_fp32, report_train, tokens,  # noqa: E402
-                        train, write_debug, write_train)
+from train_gpt2 import (DOC_LENGTHS, HParams, MuonAdamW, debug_state, doc_tokens, normal_fp32,  # noqa: E402
+                        report_train, tokens, train, write_debug, write_train)
 
 torch.set_num_threads(1)
 torch.use_deterministic_algorithms(True)
@@ -263,18 +264,37 @@ SMALL_HP = HParams(lr=1e-3, warmup=2, final_frac=0.1, weight_decay=0.1, grad_cli
 DECAYED = ("wte", "qkvw", "attprojw", "fcw", "fcprojw", "lmheadw")  # the matrices; not the norm weights
 
 
-def make_optimizer(model, hp):
-    decay = [getattr(model, n) for n in param_names(model.cfg) if n in DECAYED]
-    no_decay = [getattr(model, n) for n in param_names(model.cfg) if n not in DECAYED]
+# Muon + AdamW (--optimizer muon, --muon-lr 0.02 and --muon-wd 0 as the trainer's
+# defaults), AdamW's settings of SMALL_HP (the same clip: it clips every step here too)
+MUON_HP = replace(SMALL_HP, muon_lr=0.02, muon_weight_decay=0.0)
+
+
+def make_optimizer(model, hp, exclude=()):
+    """exclude: tensors another optimizer updates (Muon's)."""
+    decay = [getattr(model, n) for n in param_names(model.cfg) if n in DECAYED and n not in exclude]
+    no_decay = [getattr(model, n) for n in param_names(model.cfg) if n not in DECAYED and n not in exclude]
     groups = [{"params": decay, "weight_decay": hp.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
     return torch.optim.AdamW(groups, lr=hp.lr, betas=(hp.beta1, hp.beta2), eps=hp.eps, foreach=False, fused=False)
+
+
+def llama3_muon_blocks(cfg):
+    """Llama's Muon matrices (docs/muon.md's table), as row blocks of one layer's
+    tensor: q, k, v of qkvw apart, gate and up of fcw apart, the others whole."""
+    C, F_, KV = cfg.channels, cfg.ffn_hidden, cfg.num_kv_heads * cfg.head_size
+    return {"qkvw": (C, KV, KV), "attprojw": (C,), "fcw": (F_, F_), "fcprojw": (C,)}
+
+
+def muon_optimizer(model, hp):
+    return MuonAdamW(model, hp, llama3_muon_blocks(model.cfg), lambda exclude: make_optimizer(model, hp, exclude))
 
 
 # (tag, config, documents, token seed): one batch's logits, loss and gradients
 DEBUG_CASES = (("small", SMALL, False, 1), ("untied", replace(SMALL, tied=False), False, 2), ("docs", SMALL, True, 3),
                ("mha", MHA, False, 4), ("mha_untied", replace(MHA, tied=False), False, 5))
-# (tag, config, token seed): K AdamW steps of A micro-batches
-TRAIN_CASES = (("small", SMALL, 6), ("untied", replace(SMALL, tied=False), 7), ("mha", MHA, 8))
+# (tag, config, token seed, hyper-parameters, optimizer maker): K steps of A micro-batches
+TRAIN_CASES = (("small", SMALL, 6, SMALL_HP, make_optimizer), ("untied", replace(SMALL, tied=False), 7, SMALL_HP,
+               make_optimizer), ("mha", MHA, 8, SMALL_HP, make_optimizer),
+               ("small_muon", SMALL, 6, MUON_HP, muon_optimizer))
 
 
 def generate(out):
@@ -289,18 +309,18 @@ def generate(out):
         print(f"wrote {os.path.join(out, name)}: {num_parameters(cfg)} parameters, loss {loss:.6f}")
         written.append(name)
     K, A, B, T = 5, 2, 4, 32
-    for tag, cfg, seed in TRAIN_CASES:
+    for tag, cfg, seed, hp, optimizer in TRAIN_CASES:
         rng = np.random.RandomState(seed)
         xs, ys = np.zeros((K, A, B, T), np.int32), np.zeros((K, A, B, T), np.int32)
         for s in range(K):
             for mb in range(A):
                 xs[s, mb], ys[s, mb] = tokens(rng, cfg.vocab_size, B, T)
         model = Llama(cfg, init_params(cfg, SMALL_SEED))
-        losses, norms, lrs = train(model, SMALL_HP, xs, ys, make_optimizer(model, SMALL_HP))
+        losses, norms, lrs = train(model, hp, xs, ys, optimizer(model, hp))
         name = f"llama3_{tag}_train.bin"
-        write_train(os.path.join(out, name), SMALL_HP, num_parameters(cfg), SMALL_SEED, xs, ys, losses, norms, lrs,
+        write_train(os.path.join(out, name), hp, num_parameters(cfg), SMALL_SEED, xs, ys, losses, norms, lrs,
                     [p.detach() for p in model.params()])
-        report_train(name, losses, norms, lrs, SMALL_HP)
+        report_train(name, losses, norms, lrs, hp)
         written.append(name)
     return written
 

@@ -56,7 +56,9 @@ static DebugRef read_debug(const std::string& path, int V, size_t num_parameters
 
 struct TrainRef {
     int B, T, A, K, warmup;
+    int optimizer;  // 0 AdamW, 1 Muon for the blocks' matrices and AdamW for the rest (Optimizer's order)
     float lr, beta1, beta2, eps, weight_decay, grad_clip, final_fraction;
+    float muon_lr, muon_weight_decay, muon_momentum;  // Muon's (0 with AdamW)
     std::vector<int> x, y;
     std::vector<float> losses, norms, lrs, params;
 };
@@ -69,6 +71,7 @@ static TrainRef read_train(const char* name, size_t num_params) {
     t.A = h[4];
     t.K = h[5];
     t.warmup = h[6];
+    t.optimizer = h[9];
     float* hf = (float*)h.data();
     t.lr = hf[16];
     t.beta1 = hf[17];
@@ -77,6 +80,9 @@ static TrainRef read_train(const char* name, size_t num_params) {
     t.weight_decay = hf[20];
     t.grad_clip = hf[21];
     t.final_fraction = hf[22];
+    t.muon_lr = hf[23];
+    t.muon_weight_decay = hf[24];
+    t.muon_momentum = hf[25];
     const size_t n = (size_t)t.K * t.A * t.B * t.T;
     t.x = r.read<int>(n);
     t.y = r.read<int>(n);
@@ -85,6 +91,22 @@ static TrainRef read_train(const char* name, size_t num_params) {
     t.lrs = r.read<float>(t.K);
     t.params = r.read<float>(num_params);
     return t;
+}
+
+// The trainer's optimizer settings for a trajectory: AdamW's, and Muon's where
+// the reference ran Muon (its lr on lr's schedule, as --muon-lr: lr_t * muon_lr / lr).
+// model.optimizer must be set from t.optimizer before the model is allocated (Muon's scratch).
+static OptimizerSettings reference_settings(const TrainRef& t) {
+    OptimizerSettings opt;
+    opt.beta1 = t.beta1;
+    opt.beta2 = t.beta2;
+    opt.eps = t.eps;
+    opt.weight_decay = t.weight_decay;
+    opt.grad_clip = t.grad_clip;
+    opt.muon_lr_per_lr = t.muon_lr / t.lr;
+    opt.muon_weight_decay = t.muon_weight_decay;
+    opt.muon_momentum = t.muon_momentum;
+    return opt;
 }
 
 // max |a-b| / max |b| over n elements

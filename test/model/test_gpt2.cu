@@ -1,6 +1,7 @@
 // The whole trainer against the PyTorch reference (dev/train_gpt2.py, files in
 // test/ref/): initialisation, logits, loss, every parameter gradient, K AdamW
-// steps with gradient accumulation, masked targets; then split invariance: one
+// steps with gradient accumulation, masked targets, K Muon steps (--optimizer
+// muon) and two planted Muon mistakes told apart; then split invariance: one
 // global batch run as (B, A) = (8, 1), (4, 2), (2, 4), (1, 8).
 //
 // Error metric, per tensor: max_i |got_i - ref_i| / max_i |ref_i| (the error
@@ -31,6 +32,13 @@ static const double TOL_KEY_BIAS_GRAD = 1e-5;  // absolute
 // between splits).
 static const std::vector<double> TOL_PARAMS(NUM_PARAMETER_TENSORS, 2e-4);
 static const double TOL_SPLIT_PARAMS = 2e-4, TOL_KEY_BIAS_PARAMS = 1e-5;
+// --optimizer muon, Muon's matrices after 5 steps: the Newton-Schulz iteration in
+// fp32 here and in torch's fp32 differs only in summation order (~6e-8 relative per
+// product), as the gradients do (~1e-7); each of the 5 steps multiplies an error by
+// the polynomial's slope, up to 3.4445 near s = 0 (3.4445^5 ~ 500 at most, far
+// less for the bulk of the spectrum), so a few 1e-6 (measured: 1.7e-6 attprojw;
+// test_llama3: 5.1e-6).
+static const double TOL_MUON_PARAMS = 3e-5, TOL_MUON_ZERO_START = 0;
 #else
 // bf16 build: activations and weights rounded to bf16, gradients and the
 // optimizer in fp32. Tighter than llm.c's test (logits within 25.0 absolute,
@@ -65,6 +73,13 @@ static const double TOL_SPLIT_PARAMS =
 static const std::vector<double> TOL_PARAMS = {3e-2, 3e-2, 1e-3, 1e-1, 5e-2, 6e-1, 8e-2, 4e-2,
                                                3e-3, 6e-1, 5e-2, 6e-1, 8e-2, 3e-2, 1e-3, 2e-2};
 static const double TOL_KEY_BIAS_PARAMS = 1e-2;  // rounding noise times Adam: up to lr per step
+// --optimizer muon, Muon's matrices after 5 steps vs PyTorch's fp32 Muon: the
+// iteration rounds u, A, B and X to bf16 at every step, about 1e-2 relative to the
+// update (docs/muon.md, test_muon: 1.2e-2 to 1.6e-2), on top of the bf16 gradients
+// (measured: 8.7e-3 qkvw, 1.7e-2 attprojw, 6.1e-3 fcw, 7.3e-3 fcprojw). The
+// zero-start vectors (AdamW's biases) flip by chance as in TOL_PARAMS' comment
+// (measured: attprojb 6.4e-2).
+static const double TOL_MUON_PARAMS = 4e-2, TOL_MUON_ZERO_START = 2e-1;
 #endif
 
 // Per-tensor scaled errors. qkvb's key part (columns C..2C of each layer) has
@@ -108,9 +123,11 @@ static void check_tensors(const char* what, const GPT2& model, const std::vector
     CHECK(e.key_bias_abs <= key_bias_tol, "%s key bias (rounding noise only): abs err %.1e", what, e.key_bias_abs);
 }
 
-// docs: the reference's documents kept apart (--doc-mask 1 --doc-positions 1).
-static GPT2 small_model(int B, int T, int A, bool docs = false) {
+// docs: the reference's documents kept apart (--doc-mask 1 --doc-positions 1);
+// optimizer: Optimizer's (set before the parameters are allocated: Muon's scratch).
+static GPT2 small_model(int B, int T, int A, bool docs = false, int optimizer = (int)Optimizer::AdamW) {
     GPT2 model;
+    model.optimizer = optimizer;
     init_from_model_file(&model, ref_path("small_model_fp32.bin").c_str());
     allocate_activations(GPT2_FAMILY, &model, B, T, A);
     model.doc_mask = model.doc_positions = docs;
@@ -200,20 +217,23 @@ static void test_debug_case(const char* label, GPT2& model, const std::string& p
     cudaCheck(cudaMemset(model.grads_memory, 0, model.num_parameters * sizeof(float)));
 }
 
-// ---- K optimizer steps with accumulation --------------------------------------------
-static void test_training(const char* label, const char* file, int gelu_fusion = 0, bool docs = false) {
+static TrainRef small_train_ref(const char* file) {
     GPT2 probe;
     init_from_model_file(&probe, ref_path("small_model_fp32.bin").c_str());
     TrainRef ref = read_train(file, probe.num_parameters);
     free_model(&probe);
-    GPT2 model = small_model(ref.B, ref.T, ref.A, docs);
+    return ref;
+}
+
+// ---- K optimizer steps with accumulation --------------------------------------------
+// The reference's optimizer (AdamW, or Muon + AdamW); tol: the final parameters'
+// bounds (TOL_PARAMS where not given). Returns the final parameters.
+static std::vector<float> test_training(const char* label, const char* file, int gelu_fusion = 0, bool docs = false,
+                                        const std::vector<double>& tol = TOL_PARAMS) {
+    const TrainRef ref = small_train_ref(file);
+    GPT2 model = small_model(ref.B, ref.T, ref.A, docs, ref.optimizer);
     model.gelu_fusion = gelu_fusion;
-    OptimizerSettings opt;
-    opt.beta1 = ref.beta1;
-    opt.beta2 = ref.beta2;
-    opt.eps = ref.eps;
-    opt.weight_decay = ref.weight_decay;
-    opt.grad_clip = ref.grad_clip;
+    const OptimizerSettings opt = reference_settings(ref);
     LRScheduler scheduler{LRSchedule::Cosine, ref.lr, ref.warmup, ref.K, ref.final_fraction};
     const size_t step_tokens = (size_t)ref.A * ref.B * ref.T;
     double worst_loss = 0, worst_norm = 0, worst_lr = 0;
@@ -231,13 +251,60 @@ static void test_training(const char* label, const char* file, int gelu_fusion =
     CHECK(worst_loss <= TOL_LOSS, "%s: %d step losses (A=%d): max rel err %.2e", label, ref.K, ref.A, worst_loss);
     CHECK(worst_norm <= TOL_NORM, "%s: %d gradient norms: max rel err %.2e", label, ref.K, worst_norm);
     auto params = read_device(model.master_weights, model.num_parameters);
-    check_tensors((std::string(label) + " final parameter").c_str(), model, params, ref.params, TOL_PARAMS,
+    check_tensors((std::string(label) + " final parameter").c_str(), model, params, ref.params, tol,
                   TOL_KEY_BIAS_PARAMS);
     auto grads = read_device(model.grads_memory, model.num_parameters);
     bool zeroed = true;
     for (float g : grads) zeroed &= g == 0.0f;
     CHECK(zeroed, "%s: gradient buffer is zero after the step", label);
     free_model(&model);
+    return params;
+}
+
+// ---- --optimizer muon: 5 steps against the reference's Muon -------------------------------
+// Muon's matrices (the table's Muon column) to TOL_MUON_PARAMS, the other tensors
+// (AdamW's) to TOL_PARAMS, the zero-start vectors to at least TOL_MUON_ZERO_START;
+// then the planted references (dev/train_gpt2.py PLANTS) must be told apart by
+// Muon's matrices: one of them outside TOL_MUON_PARAMS.
+static std::vector<double> muon_tolerances() {
+    std::vector<double> tol = TOL_PARAMS;
+    for (int k = 0; k < NUM_PARAMETER_TENSORS; k++) {
+        if (PARAMETERS[k].muon > 0) tol[k] = TOL_MUON_PARAMS;
+        if (PARAMETERS[k].init == Init::Zeros) tol[k] = std::fmax(tol[k], TOL_MUON_ZERO_START);
+    }
+    return tol;
+}
+
+static void test_muon_training() {
+    const std::vector<double> tol = muon_tolerances();
+    const std::vector<float> params = test_training("small_muon_train", "small_muon_train.bin", 0, false, tol);
+    GPT2 shape;  // tensor sizes for tensor_errors
+    init_from_model_file(&shape, ref_path("small_model_fp32.bin").c_str());
+    struct Plant {
+        const char* file;
+        const char* what;
+        bool caught_here;  // false: below this build's own error (said, not checked)
+    };
+    // b's plant moves Muon's matrices by 3.9e-3 (dev/train_gpt2.py --check: > 1e-3), within bf16's error
+    const Plant plants[] = {
+        {"small_muon_plant_side_train.bin", "a tall matrix's result left in X^T's layout", true},
+        {"small_muon_plant_b_train.bin", "b = -4.7705 (two digits swapped)", TOL_MUON_PARAMS < 1e-3}};
+    for (const Plant& p : plants) {
+        const TrainRef ref = small_train_ref(p.file);
+        const TensorErrors e = tensor_errors(shape, params, ref.params);
+        int worst = 0;
+        double worst_ratio = 0;
+        for (int k = 0; k < NUM_PARAMETER_TENSORS; k++)
+            if (PARAMETERS[k].muon > 0 && e.err[k] / tol[k] > worst_ratio) worst_ratio = e.err[k] / tol[k], worst = k;
+        if (p.caught_here)
+            CHECK(worst_ratio > 1, "planted Muon mistake, %s: told apart (%s err %.2e > bound %.0e)", p.what,
+                  PARAMETERS[worst].name, e.err[worst], tol[worst]);
+        else
+            printf("note: planted Muon mistake, %s: %s err %.2e, within this build's bound %.0e (the fp32 build "
+                   "tells it apart)\n",
+                   p.what, PARAMETERS[worst].name, e.err[worst], tol[worst]);
+    }
+    free_model(&shape);
 }
 
 // ---- split invariance (errors: the worst tensor's scaled error) ------------------------------------------------------------
@@ -411,6 +478,7 @@ int main(int argc, char** argv) {
     test_training("small_train -ge 2", "small_train.bin", 2);
     test_training("docs_train", "docs_train.bin", 0, true);
     test_training("masked_train", "masked_train.bin");
+    test_muon_training();
     test_split_invariance("split", "small_train.bin");
     test_split_invariance("split masked", "masked_train.bin");
     test_split_invariance("split docs", "docs_train.bin", true);
