@@ -66,6 +66,29 @@ struct Epilogue {
     const void* aux = nullptr;
 };
 
+// cuBLASLt's first choice of algorithm for a matmul of these descriptors
+// (C's layout is D's), within the workspace, for A, B, C and D aligned to
+// aligns[0..3] bytes: its status, and found = 0 where it has none.
+inline cublasStatus_t cublaslt_best_algorithm(cublasLtMatmulDesc_t desc, cublasLtMatrixLayout_t layout_a,
+                                              cublasLtMatrixLayout_t layout_b, cublasLtMatrixLayout_t layout_d,
+                                              const uint32_t aligns[4], cublasLtMatmulHeuristicResult_t* heuristic,
+                                              int* found) {
+    cublasLtMatmulPreference_t preference;
+    cublasCheck(cublasLtMatmulPreferenceCreate(&preference));
+    const size_t workspace_bytes = CUBLASLT_WORKSPACE_BYTES;
+    cublasCheck(cublasLtMatmulPreferenceSetAttribute(preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                                     &workspace_bytes, sizeof(workspace_bytes)));
+    const cublasLtMatmulPreferenceAttributes_t align_attrs[4] = {
+        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
+    for (int i = 0; i < 4; i++)
+        cublasCheck(cublasLtMatmulPreferenceSetAttribute(preference, align_attrs[i], &aligns[i], sizeof(aligns[i])));
+    const cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(cublaslt_handle, desc, layout_a, layout_b, layout_d,
+                                                                 layout_d, preference, 1, heuristic, found);
+    cublasCheck(cublasLtMatmulPreferenceDestroy(preference));
+    return status;
+}
+
 // Column-major D(m, n) = op(A)(m, k) @ op(B)(k, n) + beta * D, then the epilogue.
 // A, B are floatX; D is floatX or fp32 (d_type); fp32 accumulation throughout.
 // The algorithm is asked for once per shape, layout, epilogue and pointer
@@ -126,23 +149,11 @@ inline bool matmul_cublaslt(void* d, cudaDataType_t d_type, const floatX* a, con
     cublasCheck(cublasLtMatrixLayoutCreate(&layout_d, d_type, m, n, m));
 
     if (found_algo == algorithms.end()) {
-        cublasLtMatmulPreference_t preference;
-        cublasCheck(cublasLtMatmulPreferenceCreate(&preference));
-        const size_t workspace_bytes = CUBLASLT_WORKSPACE_BYTES;
-        cublasCheck(cublasLtMatmulPreferenceSetAttribute(preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
-                                                         &workspace_bytes, sizeof(workspace_bytes)));
-        const cublasLtMatmulPreferenceAttributes_t align_attrs[4] = {
-            CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
-            CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
         const uint32_t aligns[4] = {align_a, align_b, align_d, align_d};  // C is D (in place)
-        for (int i = 0; i < 4; i++)
-            cublasCheck(
-                cublasLtMatmulPreferenceSetAttribute(preference, align_attrs[i], &aligns[i], sizeof(aligns[i])));
         cublasLtMatmulHeuristicResult_t heuristic;
         int found = 0;
-        const cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(
-            cublaslt_handle, desc, layout_a, layout_b, layout_d, layout_d, preference, 1, &heuristic, &found);
-        cublasCheck(cublasLtMatmulPreferenceDestroy(preference));
+        const cublasStatus_t status =
+            cublaslt_best_algorithm(desc, layout_a, layout_b, layout_d, aligns, &heuristic, &found);
         const bool fused = epilogue.kind != CUBLASLT_EPILOGUE_DEFAULT && epilogue.kind != CUBLASLT_EPILOGUE_BIAS;
         if (!fused) cublasCheck(status);
         if (status == CUBLAS_STATUS_SUCCESS && found > 0) {

@@ -172,8 +172,8 @@ __global__ void muon_apply_kernel(floatX* __restrict__ params, float* __restrict
 // (strides in elements), all floatX, fp32 accumulation; C may be D. matmul.cuh's
 // matmul_cublaslt has alpha = 1 and C = D, which B = b A + c A A and
 // X = a X + B X cannot use, so this is its plain (no epilogue) batched sibling,
-// on the same handle and workspace (matmul_setup). The algorithm is asked for
-// once per problem and reused.
+// on the same handle, workspace and choice of algorithm (matmul_setup,
+// cublaslt_best_algorithm), asked for once per problem and reused.
 inline void muon_gemm(floatX* d, const floatX* c, const floatX* a, const floatX* b, int m, int n, int k, bool trans_a,
                       bool trans_b, float alpha, float beta, int batch, int64_t stride_a, int64_t stride_b,
                       int64_t stride_cd, cudaStream_t stream) {
@@ -212,23 +212,10 @@ inline void muon_gemm(floatX* d, const floatX* c, const floatX* a, const floatX*
 
     auto found = algorithms.find(key);
     if (found == algorithms.end()) {
-        cublasLtMatmulPreference_t preference;
-        cublasCheck(cublasLtMatmulPreferenceCreate(&preference));
-        const size_t workspace_bytes = CUBLASLT_WORKSPACE_BYTES;
-        cublasCheck(cublasLtMatmulPreferenceSetAttribute(preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
-                                                         &workspace_bytes, sizeof(workspace_bytes)));
-        const cublasLtMatmulPreferenceAttributes_t align_attrs[4] = {
-            CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
-            CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
         const uint32_t aligns[4] = {align_a, align_b, align_c, align_d};
-        for (int i = 0; i < 4; i++)
-            cublasCheck(
-                cublasLtMatmulPreferenceSetAttribute(preference, align_attrs[i], &aligns[i], sizeof(aligns[i])));
         cublasLtMatmulHeuristicResult_t heuristic;
         int returned = 0;
-        cublasCheck(cublasLtMatmulAlgoGetHeuristic(cublaslt_handle, desc, layout_a, layout_b, layout_d, layout_d,
-                                                   preference, 1, &heuristic, &returned));
-        cublasCheck(cublasLtMatmulPreferenceDestroy(preference));
+        cublasCheck(cublaslt_best_algorithm(desc, layout_a, layout_b, layout_d, aligns, &heuristic, &returned));
         if (returned == 0)
             llmc::fail("cuBLASLt: no algorithm for the Newton-Schulz matmul m=" + std::to_string(m) +
                        " n=" + std::to_string(n) + " k=" + std::to_string(k) + " batch=" + std::to_string(batch));

@@ -2,15 +2,14 @@
 # --optimizer muon through a trainer (default build/cpu-fp32/train_gpt; the fp32
 # build, so that splits agree to float rounding) on the built-in corpus: it
 # trains (the val loss falls) and is not AdamW (its losses differ); one process
-# with B=8, A=1 and with B=4, A=2 and mpirun -np 2 with B=4 (ZeRO-0) take the
-# same 4 steps of 512 tokens (losses within 2e-5: the gradient is summed in
-# another order, Muon then orthogonalises the same matrix); 3 steps, then -y 1
-# to 6, write the model and state of 6 straight steps byte for byte (the
-# momentum resumes); under mpirun -np 2 and 4 with ZeRO-1 (each matrix on its
-# owner rank) the losses are one process's too, every rank owns matrices, and
-# 3 steps then -y 1 to 6 on 2 ranks (ZeRO-0 and ZeRO-1) write every rank's
-# state of 6 straight steps; Muon's flags without it, and a resume across
-# optimizers are refused, each in one error line.
+# with B=8, A=1, with B=4, A=2, and mpirun -np 2 (B=4) and -np 4 (B=2), with
+# and without ZeRO-1 (each matrix on its owner rank), take the same 4 steps of
+# 512 tokens (losses within 2e-5: the gradient is summed in another order, Muon
+# then orthogonalises the same matrix), and every rank owns matrices; 3 steps,
+# then -y 1 to 6, write the model and state of 6 straight steps byte for byte
+# (the momentum resumes), on one process and on 2 ranks (ZeRO-0: the owners'
+# state synced into every replica; ZeRO-1); Muon's flags without it, and a
+# resume across optimizers are refused, each in one error line.
 #   bash test/trainer/test_muon_cli.sh [TRAINER]
 cd "$(dirname "$0")/../.." || exit 1
 source test/check.sh
@@ -39,8 +38,9 @@ check "--optimizer muon trains: val loss $(val "$work/train.txt" 0) at step 0, $
 "$BIN" --optimizer muon -x 4 -v 0 -b 4 -d 512 > "$work/a2.txt" 2>&1
 $MPIRUN -np 2 "$BIN" --optimizer muon -x 4 -v 0 -b 4 -d 512 > "$work/np2.txt" 2>&1
 $MPIRUN -np 2 "$BIN" --optimizer muon -x 4 -v 0 -b 4 -d 512 -z 1 > "$work/np2z1.txt" 2>&1
+$MPIRUN -np 4 "$BIN" --optimizer muon -x 4 -v 0 -b 2 -d 512 > "$work/np4.txt" 2>&1
 $MPIRUN -np 4 "$BIN" --optimizer muon -x 4 -v 0 -b 2 -d 512 -z 1 > "$work/np4z1.txt" 2>&1
-for f in b8 adamw a2 np2 np2z1 np4z1; do losses "$work/$f.txt" > "$work/$f.losses"; done
+for f in b8 adamw a2 np2 np2z1 np4 np4z1; do losses "$work/$f.txt" > "$work/$f.losses"; done
 like_adamw=0  # (close is this shell's function: decided here, not in a check's bash -c)
 close "$work/b8.losses" "$work/adamw.losses" 1e-4 && like_adamw=1
 check "Muon's 4 losses are not AdamW's ($(tr '\n' ' ' < "$work/b8.losses")vs $(tr '\n' ' ' < "$work/adamw.losses"))" \
@@ -48,6 +48,7 @@ check "Muon's 4 losses are not AdamW's ($(tr '\n' ' ' < "$work/b8.losses")vs $(t
 check "B=4, A=2: the 4 losses of B=8, A=1 (within 2e-5)" close "$work/b8.losses" "$work/a2.losses" 2e-5
 check "mpirun -np 2, B=4 (ZeRO-0): the 4 losses of one process (within 2e-5)" close "$work/b8.losses" "$work/np2.losses" 2e-5
 check "mpirun -np 2, B=4, ZeRO-1: the 4 losses of one process (within 2e-5)" close "$work/b8.losses" "$work/np2z1.losses" 2e-5
+check "mpirun -np 4, B=2 (ZeRO-0): the 4 losses of one process (within 2e-5)" close "$work/b8.losses" "$work/np4.losses" 2e-5
 check "mpirun -np 4, B=2, ZeRO-1: the 4 losses of one process (within 2e-5)" close "$work/b8.losses" "$work/np4z1.losses" 2e-5
 owners() { grep -E '^Muon: each matrix orthogonalised by one owner rank' "$1" | sed -E 's/.*; ([0-9]+) to ([0-9]+) matrix.*/\1 \2/'; }
 check "mpirun -np 2 and 4: every rank owns some of Muon's matrices ($(owners "$work/np2z1.txt"); $(owners "$work/np4z1.txt"))" \
