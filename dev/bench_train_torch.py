@@ -148,8 +148,6 @@ def main():
     gen = torch.Generator(device=dev).manual_seed(42)
     make_model = llama_model if descriptor in LLAMA_DESCRIPTORS else gpt2_model
     model, nparams, L, C, V, NH, NKV = make_model(torch, descriptor, T, dev, gen)
-    torch.use_deterministic_algorithms(False)  # the reference modules pin CPU determinism on import
-    torch.set_num_threads(os.cpu_count() or 1)
     torch.backends.cuda.matmul.allow_tf32 = True
     backend_ctx, backend = attention_backend(torch, B, NH, NKV, T, C // NH)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.0, fused=True)

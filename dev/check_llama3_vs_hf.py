@@ -20,7 +20,10 @@ radians, so the positions here stay small enough for the stated bound.
 import os
 import sys
 
-os.environ.setdefault("OMP_NUM_THREADS", "1")
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import reference_mode  # noqa: E402
+
+reference_mode.pin_env()  # before torch is imported: the comparison runs in reference mode
 import argparse
 from dataclasses import replace
 
@@ -32,8 +35,9 @@ except ImportError as e:
     print(f"error: dev/check_llama3_vs_hf.py needs torch and transformers ({e})", file=sys.stderr)
     sys.exit(1)
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import train_llama3 as ref  # noqa: E402
+
+reference_mode.pin_torch(torch)
 
 
 def hf_model(cfg, params, plant=False):

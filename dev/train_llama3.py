@@ -28,9 +28,13 @@ Without torch: one `error:` line, exit 1.
 import os
 import sys
 
-os.environ.setdefault("MKL_CBWR", "COMPATIBLE")
-os.environ.setdefault("ATEN_CPU_CAPABILITY", "default")
-os.environ.setdefault("OMP_NUM_THREADS", "1")
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import reference_mode  # noqa: E402
+
+# Determinism (reference_mode.py) when run as the program that writes and checks its files; a
+# program that imports this module for its model keeps torch's defaults, or pins them itself.
+if __name__ == "__main__":
+    reference_mode.pin_env()  # before torch is imported
 
 import argparse
 import math
@@ -45,12 +49,8 @@ except ImportError as e:
     print(f"error: dev/train_llama3.py needs torch and numpy ({e}); pip install torch numpy", file=sys.stderr)
     sys.exit(1)
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from train_gpt2 import (DOC_LENGTHS, HParams, MuonAdamW, debug_state, doc_tokens, normal_fp32,  # noqa: E402
                         report_train, tokens, train, write_debug, write_train)
-
-torch.set_num_threads(1)
-torch.use_deterministic_algorithms(True)
 
 # -----------------------------------------------------------------------------
 # the model
@@ -401,6 +401,7 @@ def check():
 
 
 def main():
+    reference_mode.pin_torch(torch)
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", metavar="DIR", help="write the debug states into DIR")
     ap.add_argument("--check", action="store_true", help="self-checks of the model")
