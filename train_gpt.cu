@@ -776,8 +776,6 @@ static ModelFamily<GPT2, GPT2Config> gpt2_family() {
     f.parse_descriptor = parse_descriptor;
     f.model_file_config = model_file_config;
     f.same_config = [](const GPT2Config& a, const GPT2Config& b) { return a == b; };
-    f.config = [](const GPT2* m) { return m->config; };
-    f.set_config = [](GPT2* m, const GPT2Config& c) { m->config = c; };
     f.describe = describe;
     f.configure_model = configure_model;
     f.vocab_size = [](const GPT2* m) { return m->config.vocab_size; };

@@ -582,8 +582,6 @@ static ModelFamily<Llama3, Llama3Config> llama3_family() {
     f.parse_descriptor = parse_descriptor;
     f.model_file_config = model_file_config;
     f.same_config = [](const Llama3Config& a, const Llama3Config& b) { return a == b; };
-    f.config = [](const Llama3* m) { return m->config; };
-    f.set_config = [](Llama3* m, const Llama3Config& c) { m->config = c; };
     f.describe = describe;
     f.configure_model = configure_model;
     f.vocab_size = [](const Llama3* m) { return m->config.V; };

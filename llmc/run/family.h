@@ -39,8 +39,11 @@ struct ModelFamily {
     bool (*parse_descriptor)(const char* text, Config*);  // a -e descriptor ("d12"); false: not one
     Config (*model_file_config)(const char* path);        // a model file's (or folder's) shape, checked
     bool (*same_config)(const Config&, const Config&);
-    Config (*config)(const Model*);
-    void (*set_config)(Model*, const Config&);  // before configure_model
+    // the model's shape is its member `config`
+    Config (*config)(const Model*) = [](const Model* m) { return m->config; };
+    void (*set_config)(Model*, const Config&) = [](Model* m, const Config& c) {
+        m->config = c;
+    };  // before configure_model
     std::string (*describe)(const Config&);  // its shape, for the "model:" line and errors
     void (*configure_model)(Model*);         // sizes for model->config, nothing allocated
     int (*vocab_size)(const Model*);         // V, the real tokens

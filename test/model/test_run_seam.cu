@@ -181,8 +181,6 @@ static ModelFamily<Bigram, BigramConfig> bigram_family() {
     f.parse_descriptor = parse_descriptor;
     f.model_file_config = model_file_config;
     f.same_config = [](const BigramConfig& a, const BigramConfig& b) { return a == b; };
-    f.config = [](const Bigram* m) { return m->config; };
-    f.set_config = [](Bigram* m, const BigramConfig& c) { m->config = c; };
     f.describe = [](const BigramConfig& c) { return "bigram V=" + std::to_string(c.vocab_size); };
     f.configure_model = configure_model;
     f.vocab_size = [](const Bigram* m) { return m->config.vocab_size; };
