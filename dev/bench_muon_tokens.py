@@ -41,6 +41,10 @@ class BenchError(Exception):
     pass
 
 
+class Diverged(BenchError):
+    """The trainer stopped on a non-finite loss: at that lr the run diverged (a result, not a failure)."""
+
+
 # ---- shared with dev/lr_scaling.py -------------------------------------------------
 def log_grid(low, high, count):
     """count log-spaced values from low to high, rounded to 3 significant digits."""
@@ -58,7 +62,7 @@ def run_trainer(trainer, run_dir, args, workers):
         raise BenchError("%s: %s" % (trainer, e))
     if p.returncode != 0:
         tail = " | ".join(p.stdout.strip().splitlines()[-3:])
-        raise BenchError("%s exited with %d: %s" % (" ".join(cmd), p.returncode, tail))
+        raise (Diverged if "not finite" in tail else BenchError)("%s exited with %d: %s" % (" ".join(cmd), p.returncode, tail))
     with open(os.path.join(run_dir, "main.jsonl")) as f:
         return [json.loads(line) for line in f if line.strip()]
 
@@ -66,6 +70,19 @@ def run_trainer(trainer, run_dir, args, workers):
 def val_curve(log):
     """[(step, val loss)] of a run's log."""
     return [(s["step"], s["val_loss"]) for s in log if "val_loss" in s]
+
+
+def eval_steps(steps, every):
+    """The steps the trainer evaluates at with -x steps -v every: 0, every multiple of every, the last."""
+    return sorted(set(range(0, steps + 1, every)) | {steps})
+
+
+def val_curve_or_diverged(trainer, run_dir, args, workers, steps, every):
+    """A run's val curve; a diverged run's is infinite at every evaluation."""
+    try:
+        return val_curve(run_trainer(trainer, run_dir, args, workers))
+    except Diverged:
+        return [(s, math.inf) for s in eval_steps(steps, every)]
 
 
 def run_all(runs, jobs, progress):
@@ -165,8 +182,8 @@ def grid(ctx, optimizer, lrs, extra, train, val):
             name = (optimizer, lr, seed)
             run_dir = os.path.join(ctx.out, "%s_lr%g_seed%d" % name)
             args = trainer_args(ctx, train, val, seed) + ["--optimizer", optimizer, flag, "%g" % lr] + extra
-            runs.append((name, lambda run_dir=run_dir, args=args: val_curve(run_trainer(ctx.trainer, run_dir, args,
-                                                                                        ctx.workers))))
+            runs.append((name, lambda run_dir=run_dir, args=args: val_curve_or_diverged(
+                ctx.trainer, run_dir, args, ctx.workers, ctx.steps, ctx.eval_every)))
 
     def progress(i, n, name, curve, seconds):
         print("%s run %d/%d: lr %g seed %d: val loss %.4f at step %d (%.0f s)"
@@ -269,10 +286,10 @@ def main():
     ap.add_argument("--model", default="L=4,C=64,H=4,maxT=64", help="-e of every run, V= added")
     ap.add_argument("--batch", type=int, default=4, help="-b (sequences per step)")
     ap.add_argument("--seq", type=int, default=64, help="-t")
-    ap.add_argument("--steps", type=int, default=80)
-    ap.add_argument("--warmup", type=int, default=8)
+    ap.add_argument("--steps", type=int, default=50)
+    ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--eval-every", type=int, default=5)
-    ap.add_argument("--val-batches", type=int, default=3, help="-m")
+    ap.add_argument("--val-batches", type=int, default=2, help="-m")
     ap.add_argument("--seeds", default="1,2", help="--seed of the runs (comma-separated)")
     ap.add_argument("--adamw-lrs", default="0.003:0.048:5", help="LOW:HIGH:COUNT, log-spaced")
     ap.add_argument("--muon-lrs", default="0.01:0.16:5", help="LOW:HIGH:COUNT, log-spaced")

@@ -25,7 +25,7 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_muon_tokens import BenchError, log_grid, markdown_table, run_all, run_trainer, val_curve  # noqa: E402
+from bench_muon_tokens import BenchError, log_grid, markdown_table, run_all, val_curve_or_diverged  # noqa: E402
 from bench_muon_tokens import workers_per_run  # noqa: E402
 
 OPTIMIZERS = ("adamw", "muon")
@@ -133,24 +133,24 @@ def measure(ctx):
             for lr in grids[opt]:
                 args = ["-b", str(t // ctx.seq), "-t", str(ctx.seq), "-d", str(t), "-x", str(steps),
                         "-u", str(max(1, steps // 8)), "-k", "cosine", "-q", "0.1", "-v", str(steps),
-                        "-m", str(ctx.val_batches), "--seed", str(ctx.seed), "--optimizer", opt,
+                        "-m", str(ctx.val_tokens // t), "--seed", str(ctx.seed), "--optimizer", opt,
                         LR_FLAG[opt], "%g" % lr]
                 if opt == "muon":
                     args += ["-l", "%g" % ctx.muon_adamw_lr]
                 run_dir = os.path.join(ctx.out, "%s_%d_lr%g" % (opt, t, lr))
-                jobs.append(((opt, t, lr), lambda d=run_dir, a=args: val_curve(run_trainer(ctx.trainer, d, a,
-                                                                                             ctx.workers))))
+                jobs.append(((opt, t, lr), lambda d=run_dir, a=args, s=steps: val_curve_or_diverged(
+                    ctx.trainer, d, a, ctx.workers, s, s)))
 
     def progress(i, n, name, curve, seconds):
         print("lr-grid run %d/%d: %s %d tokens/step %s %g: val loss %.4f -> %.4f (%.0f s)"
               % (i, n, name[0], name[1], LR_FLAG[name[0]], name[2], curve[0][1], curve[-1][1], seconds))
     done = run_all(jobs, ctx.jobs, progress)
-    if any(done[k][-1][1] >= done[k][0][1] for k in done):
-        print("note: some runs end above their initial val loss (diverged at that lr)")
+    if any(not done[k][-1][1] < done[k][0][1] for k in done):
+        print("note: some runs end at or above their initial val loss (diverged at that lr)")
     runs = {opt: {"lrs": grids[opt], "sizes": {str(t): [done[(opt, t, lr)][-1][1] for lr in grids[opt]]
                                                for t in ctx.sizes}} for opt in OPTIMIZERS}
     results = {"corpus": "built-in", "seq": ctx.seq, "budget": ctx.budget, "seed": ctx.seed,
-               "val_batches": ctx.val_batches, "muon_adamw_lr": ctx.muon_adamw_lr, "runs": runs,
+               "val_tokens": ctx.val_tokens, "muon_adamw_lr": ctx.muon_adamw_lr, "runs": runs,
                "val_start": {opt: done[(opt, ctx.sizes[0], grids[opt][0])][0][1] for opt in OPTIMIZERS}}
     results["fits"] = analyse(runs)
     return results
@@ -187,8 +187,8 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default="build/lr-grid", help="run folders and results")
     ap.add_argument("--trainer", default="build/cpu-fp32/train_gpt")
-    ap.add_argument("--budget", type=int, default=65536, help="tokens seen by every run")
-    ap.add_argument("--sizes", default="256,512,1024", help="tokens per step (multiples of --seq)")
+    ap.add_argument("--budget", type=int, default=16384, help="tokens seen by every run")
+    ap.add_argument("--sizes", default="64,128,256", help="tokens per step (multiples of --seq)")
     ap.add_argument("--seq", type=int, default=64, help="-t")
     ap.add_argument("--points", type=int, default=7, help="lrs per grid")
     ap.add_argument("--adamw-low", type=float, default=0.001)
@@ -197,7 +197,7 @@ def main():
     ap.add_argument("--muon-high", type=float, default=0.32)
     ap.add_argument("--muon-adamw-lr", type=float, default=0.008, help="-l of the Muon runs")
     ap.add_argument("--seed", type=int, default=1337)
-    ap.add_argument("--val-batches", type=int, default=8, help="-m")
+    ap.add_argument("--val-tokens", type=int, default=2048, help="the val loss over this many tokens (-m of each size)")
     ap.add_argument("--jobs", type=int, default=2, help="runs at once (the CPU runtime's threads shared out)")
     ctx = ap.parse_args()
     ctx.out, ctx.trainer = os.path.abspath(ctx.out), os.path.abspath(ctx.trainer)
@@ -209,8 +209,9 @@ def main():
         except ValueError:
             raise BenchError("--sizes %r: not comma-separated integers" % ctx.sizes)
         if (len(ctx.sizes) != 3 or ctx.sizes != sorted(set(ctx.sizes)) or ctx.points < 3
-                or any(t % ctx.seq or ctx.budget // t < 8 for t in ctx.sizes)):
-            raise BenchError("--sizes: 3 increasing multiples of --seq, each with at least 8 steps in --budget; "
+                or any(t % ctx.seq or ctx.budget // t < 8 or ctx.val_tokens % t for t in ctx.sizes)):
+            raise BenchError("--sizes: 3 increasing multiples of --seq, each with at least 8 steps in --budget and dividing "
+                             "--val-tokens; "
                              "--points >= 3")
         if not os.access(ctx.trainer, os.X_OK):
             raise BenchError("%s: no such program (make build/cpu-fp32/train_gpt, or make lr-grid)" % ctx.trainer)
