@@ -265,8 +265,9 @@ def plot(ctx, results, path):
                      label="Muon reaches it: step %.1f (x%.2f)" % (results["muon_steps_to_target"], results["ratio"]))
     low = min([results["target"]] + [c[-1][1] for r in (results["adamw"], results["muon"])
                                      for curves in r["runs"].values() for c in curves])
-    left.set(title="val loss, %s on Tiny Shakespeare, %d tokens per step" % (ctx.model, ctx.batch * ctx.seq),
-             xlabel="step", ylabel="val loss", ylim=(low - 0.2, low + 3))
+    fig.suptitle("GPT-2 %s on Tiny Shakespeare, %d tokens per step" % (ctx.model, ctx.batch * ctx.seq))
+    left.set(title="val loss at each optimizer's best lr", xlabel="step", ylabel="val loss",
+             ylim=(low - 0.2, low + 3))
     left.legend(fontsize=8)
     right.set(xscale="log", title="final val loss per peak lr (%d steps)" % ctx.steps, xlabel="peak lr",
               ylabel="final val loss (mean over seeds)")
