@@ -84,7 +84,7 @@ DEV_CU     := $(wildcard dev/*.cu cpu_cuda/*.cu)
 # (the lesson runs in fp32 only: `make lesson`, build/cpu-fp32/lesson)
 DEV_BINS   := $(addprefix build/cpu/,$(filter-out lesson,$(basename $(notdir $(DEV_CU)))))
 
-.PHONY: all cpu asan racecheck gpu gpu-deps test check test-asan test-one bench bench-torch clean check-cuda-headers train_gpt_cpu train_llama3_cpu sass-report lesson \
+.PHONY: all cpu asan racecheck gpu gpu-deps test check test-asan test-one bench bench-torch bench-muon lr-grid clean check-cuda-headers train_gpt_cpu train_llama3_cpu sass-report lesson \
         format format-check
 .SECONDARY:
 
@@ -387,6 +387,16 @@ bench: build/cpu/bench_cpu_cuda
 BENCH_TORCH_ARGS ?= d12 4 64 5 2
 bench-torch: build/cpu/bench_train build/cpu-fp32/bench_train
 	$(PYTHON) dev/bench_cpu_vs_torch.py $(BENCH_TORCH_ARGS)
+
+# Tokens to the same val loss, AdamW against Muon, each at its best lr of a grid (docs/muon.md;
+# about 25 minutes on 2 cores); BENCH_MUON_ARGS: dev/bench_muon_tokens.py's flags.
+bench-muon: build/cpu-fp32/train_gpt build/host/prepro
+	$(PYTHON) dev/bench_muon_tokens.py $(BENCH_MUON_ARGS)
+
+# The best lr per tokens per step, AdamW and Muon (docs/lesson.md, claim 7; about 30 minutes on 2
+# cores); LR_GRID_ARGS: dev/lr_scaling.py's flags.
+lr-grid: build/cpu-fp32/train_gpt
+	$(PYTHON) dev/lr_scaling.py $(LR_GRID_ARGS)
 
 clean:
 	rm -rf build train_gpt train_gpt_cpu train_llama3 train_llama3_cpu

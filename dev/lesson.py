@@ -16,7 +16,8 @@ to float rounding) on its built-in corpus, and dev/lesson.cu's program
   4 the memory plan per part (d12, T = 1024) for B_micro, -r, -z and precision
   5 tokens/s per split; the model FLOPs per step and the launches per step
   6 NCCL calls and bytes per optimizer step for A = 1, 2, 4, 8
-  7 loss for a few learning rates at two batch sizes, the same tokens seen
+  7 the best learning rate at three tokens-per-step sizes, the same tokens seen,
+    AdamW and Muon: the committed table of `make lr-grid` (docs/lr_scaling.json)
   8 BatchNorm against LayerNorm on micro-batches (arithmetic, no run)
 --quick runs fewer steps (test/trainer/test_lesson.py). The run folders, the results
 (lesson.json) and the plot (lesson.png, dev/plot_lesson.py) go to --out
@@ -35,6 +36,8 @@ import sys
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MPIRUN = ["mpirun", "--oversubscribe", "--bind-to", "none", "-x", "CPUCUDA_WORKERS=1"]
 MODEL_HEADER_INTS = 256
+sys.path.insert(0, os.path.join(ROOT, "dev"))
+import lr_scaling  # noqa: E402  (claim 7's table)
 
 
 class LessonError(Exception):
@@ -240,29 +243,24 @@ def claim6(ctx):
 
 
 # ---- claim 7: tokens per step change the optimisation --------------------------
+LR_GRID_JSON = os.path.join("docs", "lr_scaling.json")  # `make lr-grid` (dev/lr_scaling.py), about 30 minutes
+
+
 def claim7(ctx):
-    budget = 4096 if ctx.quick else 32768
-    val_batches = 4 if ctx.quick else 8
-    lrs = [3e-3, 1e-2, 3e-2]
-    curves, rows = [], []
-    for tokens in (512, 2048):
-        steps = budget // tokens
-        finals = []
-        for lr in lrs:
-            log, _, _ = train(ctx, "lr_%d_%g" % (tokens, lr), ["-b", "8", "-d", str(tokens), "-x", str(steps), "-l", "%g" % lr,
-                                                                "-u", str(max(1, steps // 8)), "-v", str(steps),
-                                                                "-m", str(val_batches)])
-            val = [s["val_loss"] for s in log if "val_loss" in s]
-            curves.append({"tokens_per_step": tokens, "lr": lr, "steps": [s["step"] for s in log if "loss" in s],
-                           "losses": [s["loss"] for s in log if "loss" in s], "val_start": val[0], "val_end": val[-1]})
-            finals.append(val[-1])
-        best = lrs[finals.index(min(finals))]
-        rows.append([tokens, steps] + ["%.4f" % v for v in finals] + ["%g" % best])
-    table("Claim 7. Val loss after %d tokens (cosine, warmup 1/8 of the steps), per peak learning rate" % budget,
-          ["tokens per step", "steps"] + ["lr %g" % lr for lr in lrs] + ["best lr"], rows)
-    print("(4x the tokens per step: linear scaling would take the lr 4x, sqrt scaling 2x; the same lr is a "
-          "different run)")
-    return {"budget": budget, "lrs": lrs, "curves": curves}
+    """The committed lr grid's tables: the grid takes half an hour, so the lesson reads it, not reruns it."""
+    path = os.path.join(ROOT, LR_GRID_JSON)
+    try:
+        with open(path) as f:
+            results = json.load(f)
+        lr_scaling.check_results(results)
+    except (OSError, ValueError, lr_scaling.BenchError) as e:
+        raise LessonError("%s: %s (make lr-grid writes build/lr-grid/lr_scaling.json)" % (LR_GRID_JSON, e))
+    for opt in lr_scaling.OPTIMIZERS:
+        table("Claim 7. " + lr_scaling.title(results, opt), *lr_scaling.table(results, opt))
+        print("(%s)" % lr_scaling.conclusion(results, opt))
+    print("(%s, measured by `make lr-grid`; best lr: the parabola through the lowest loss and its neighbours on "
+          "log lr)" % LR_GRID_JSON)
+    return results
 
 
 # ---- claim 8: LayerNorm is per token, BatchNorm per batch ----------------------
@@ -294,7 +292,7 @@ def main():
     ap.add_argument("--out", default="build/lesson", help="run folders, lesson.json, lesson.png")
     ap.add_argument("--json", help="also write the results here")
     ap.add_argument("--no-plot", action="store_true")
-    ap.add_argument("--trainer", default="build/cpu-fp32/train_gpt", help="fp32 trainer (claims 1, 5, 7)")
+    ap.add_argument("--trainer", default="build/cpu-fp32/train_gpt", help="fp32 trainer (claims 1 and 5)")
     ap.add_argument("--trainer-bf16", default="build/cpu/train_gpt", help="bf16 trainer (claim 4's plans)")
     ap.add_argument("--lesson", default="build/cpu-fp32/lesson", help="dev/lesson.cu built (claims 2, 3, 6)")
     ctx = ap.parse_args()

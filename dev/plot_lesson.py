@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """Draws the lesson's curves (dev/lesson.py's lesson.json) into one PNG:
 left, claim 1: the train loss of each (B_micro, N, A) split of 512 tokens per
-step, on top of each other; right, claim 7: the train loss against tokens
-seen for each learning rate at the two batch sizes.
+step, on top of each other; right, claim 7: the final val loss against the
+peak learning rate at each tokens-per-step size, AdamW and Muon (the committed
+grid of dev/lr_scaling.py), the best lr of each size marked.
 
 usage: python3 dev/plot_lesson.py LESSON_JSON [--out FILE.png]   (default: lesson.png beside it)
 
@@ -11,6 +12,7 @@ problem: one "error: ..." line on stderr and exit status 1.
 """
 import argparse
 import json
+import math
 import os
 import sys
 
@@ -24,7 +26,9 @@ def main():
     try:
         with open(args.lesson_json) as f:
             results = json.load(f)
-        splits, lr_runs = results["claim1"]["splits"], results["claim7"]["curves"]
+        splits, grid = results["claim1"]["splits"], results["claim7"]
+        sizes = {opt: (grid["runs"][opt]["lrs"], grid["runs"][opt]["sizes"], grid["fits"][opt]["best_lr"])
+                 for opt in ("adamw", "muon")}
     except (OSError, ValueError, KeyError, TypeError) as e:
         print("error: %s: not a lesson.json of dev/lesson.py (%s)" % (args.lesson_json, e), file=sys.stderr)
         return 1
@@ -41,14 +45,16 @@ def main():
                   label="(B_micro, N, A) = (%d, %d, %d)" % tuple(s["split"]))
     left.set(title="claim 1: one run, however the 512 tokens of a step are split", xlabel="step", ylabel="train loss")
     left.legend()
-    styles = {512: "-", 2048: "--"}
-    colours = {}
-    for c in lr_runs:
-        colour = colours.setdefault(c["lr"], "C%d" % len(colours))
-        tokens = [s * c["tokens_per_step"] for s in c["steps"]]
-        right.plot(tokens, c["losses"], styles.get(c["tokens_per_step"], ":"), color=colour,
-                   label="%d tokens/step, lr %g" % (c["tokens_per_step"], c["lr"]))
-    right.set(title="claim 7: learning rate against tokens per step", xlabel="tokens seen", ylabel="train loss")
+    styles = {"adamw": "o-", "muon": "s--"}
+    for opt, (lrs, losses, best) in sizes.items():
+        for i, tokens in enumerate(sorted(losses, key=int)):
+            line, = right.plot(lrs, losses[tokens], styles[opt], color="C%d" % i, markersize=3,
+                               label="%s, %s tokens/step (best %.3g)" % (opt, tokens, best[tokens]))
+            right.plot([best[tokens]], [min(losses[tokens])], "v", color=line.get_color(), markersize=8)
+    finite = [v for _, losses, _ in sizes.values() for vs in losses.values() for v in vs if math.isfinite(v)]
+    right.set_ylim(min(finite) - 0.1, min(max(finite), min(finite) + 2.5) + 0.1)  # a diverged lr off the top
+    right.set(xscale="log", title="claim 7: final val loss per peak lr (-l; Muon: --muon-lr), the same tokens",
+              xlabel="peak lr", ylabel="final val loss")
     right.legend(fontsize=8)
     fig.tight_layout()
     try:

@@ -6,6 +6,7 @@ printed by the lesson, never checked here.
 usage: python3 test/trainer/test_lesson.py FP32_TRAINER BF16_TRAINER FP32_LESSON
 """
 import json
+import math
 import os
 import subprocess
 import sys
@@ -36,7 +37,7 @@ def main():
             return 1
         with open(results_path) as f:
             r = json.load(f)
-        check_claims(check, r)
+        check_claims(check, r, p.stdout)
         plot = subprocess.run([sys.executable, os.path.join(ROOT, "dev", "plot_lesson.py"), results_path],
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         check("dev/plot_lesson.py draws the PNG, or says matplotlib is absent (%s)" % plot.stdout.strip(),
@@ -45,7 +46,7 @@ def main():
     return 0 if check.failed == 0 else 1
 
 
-def check_claims(check, r):
+def check_claims(check, r, printed):
     splits = r["claim1"]["splits"]
     check("claim 1: every (B_micro, N, A) split gives the losses of (8,1,1) within 1e-5 (worst %.1e)"
           % max(s["loss_diff"] for s in splits), all(s["loss_diff"] <= 1e-5 for s in splits))
@@ -122,16 +123,59 @@ def check_claims(check, r):
     else:
         check("claim 6: Muon's rows (ZeRO-0 and ZeRO-1) are there", "skipped" in str(r["claim6"][0]))
 
-    curves = r["claim7"]["curves"]
-    check("claim 7: every run's val loss falls (%d runs)" % len(curves), all(c["val_end"] < c["val_start"] for c in curves))
-    by = {(c["tokens_per_step"], c["lr"]): c["val_end"] for c in curves}
-    check("claim 7: at the same lr and the same tokens seen, 512 and 2048 tokens per step end apart",
-          all(abs(by[(512, lr)] - by[(2048, lr)]) > 1e-3 for lr in r["claim7"]["lrs"]))
+    check_claim7(check, r["claim7"], printed)
 
     norms = r["claim8"]
     check("claim 8: LayerNorm gives the same outputs in micro-batches (%.1e); BatchNorm does not (%.2f)"
           % (norms["layernorm_diff"], norms["batchnorm_diff"]),
           norms["layernorm_diff"] < 1e-12 and norms["batchnorm_diff"] > 0.1)
+
+
+def vertex(lrs, losses):
+    """The best lr as claim 7 states it, computed here on its own: the lowest loss, or at an interior point
+    the minimum of y = a x^2 + b x + c through it and its neighbours, x = log lr (Cramer's rule)."""
+    i = losses.index(min(losses))
+    if i in (0, len(lrs) - 1):
+        return lrs[i]
+    pts = [(math.log(lrs[k]), losses[k]) for k in (i - 1, i, i + 1)]
+    det = lambda m: (m[0][0] * (m[1][1] * m[2][2] - m[1][2] * m[2][1]) - m[0][1] * (m[1][0] * m[2][2] - m[1][2] * m[2][0])
+                     + m[0][2] * (m[1][0] * m[2][1] - m[1][1] * m[2][0]))
+    rows = [[x * x, x, 1.0] for x, _ in pts]
+    d = det(rows)
+    a = det([[y, r[1], r[2]] for r, (_, y) in zip(rows, pts)]) / d
+    b = det([[r[0], y, r[2]] for r, (_, y) in zip(rows, pts)]) / d
+    return math.exp(-b / (2 * a))
+
+
+def check_claim7(check, grid, printed):
+    """Claim 7 prints the committed docs/lr_scaling.json, whose best lrs and exponents follow from its losses."""
+    with open(os.path.join(ROOT, "docs", "lr_scaling.json")) as f:
+        committed = json.load(f)
+    check("claim 7: the lesson's claim 7 is the committed docs/lr_scaling.json", grid == committed)
+    for opt in ("adamw", "muon"):
+        runs, fits = committed["runs"][opt], committed["fits"][opt]
+        lrs, sizes = runs["lrs"], runs["sizes"]
+        ratios = [b / a for a, b in zip(lrs, lrs[1:])]
+        check("claim 7, %s: >= 7 log-spaced lrs (%d) and 3 tokens-per-step sizes (%s), a finite loss per lr and size"
+              % (opt, len(lrs), sorted(sizes, key=int)),
+              len(lrs) >= 7 and all(abs(q / ratios[0] - 1) < 0.02 and q > 1 for q in ratios) and len(sizes) == 3
+              and all(len(v) == len(lrs) and all(math.isfinite(x) for x in v) for v in sizes.values()))
+        tokens = sorted(sizes, key=int)
+        best = [vertex(lrs, sizes[t]) for t in tokens]
+        check("claim 7, %s: the best lrs %s are the parabola's minima of the losses (json: %s)"
+              % (opt, ["%.3g" % b for b in best], ["%.3g" % fits["best_lr"][t] for t in tokens]),
+              all(abs(b / fits["best_lr"][t] - 1) < 1e-9 for b, t in zip(best, tokens)))
+        x, y = [math.log(int(t)) for t in tokens], [math.log(b) for b in best]
+        mx, my = sum(x) / 3, sum(y) / 3
+        slope = sum((p - mx) * (q - my) for p, q in zip(x, y)) / sum((p - mx) ** 2 for p in x)
+        check("claim 7, %s: the exponent of best lr against tokens per step is %.3f (json: %.3f)"
+              % (opt, slope, fits["exponent"]), abs(slope - fits["exponent"]) < 1e-9)
+        lines = printed.splitlines()
+        missing = [t for t in tokens
+                   if not any(l.startswith("| %s " % t) and all("| %.4f " % v in l for v in sizes[t])
+                              and "| %.3g" % fits["best_lr"][t] in l for l in lines)]
+        check("claim 7, %s: the lesson prints each size's losses and best lr (missing: %s)" % (opt, missing),
+              not missing)
 
 
 if __name__ == "__main__":
