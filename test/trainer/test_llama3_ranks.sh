@@ -5,7 +5,9 @@
 # and its 1/G normalisation are the same, so the printed step losses and
 # gradient norms (6 digits) must be equal. The two-rank run's checkpoint:
 # DONE lists the model folder's two files and both ranks' state files, and
-# mpirun -np 2 -y 1 resumes from it. Ranks started with different flags are
+# mpirun -np 2 -y 1 resumes from it. ZeRO-2 (every micro-batch reduced and
+# added into the shard) gives the same step lines with A = 1, 2, 4 on 2 and 4
+# ranks, with --doc-mask too. Ranks started with different flags are
 # refused, naming the flag.
 #   bash test/trainer/test_llama3_ranks.sh [TRAINER]
 cd "$(dirname "$0")/../.." || exit 1
@@ -23,6 +25,21 @@ steps "$work/one.txt" > "$work/one.steps"
 steps "$work/two.txt" > "$work/two.steps"
 check "4 step lines each, losses and norms equal" bash -c "[ \$(wc -l < '$work/one.steps') = 4 ] && cmp -s '$work/one.steps' '$work/two.steps'"
 paste -d'\n' "$work/one.steps" "$work/two.steps" | sed 's/^/  /'
+# ZeRO-2: NP B (A = 4 / (NP x B / 2)) [FLAGS]: the step lines of one process with the same flags
+for setup in "2 2" "2 1" "2 4" "4 1" "4 2" "2 1 --doc-mask 1"; do
+    read -r np b flags <<<"$setup"
+    ref=$work/one.steps
+    if [[ -n $flags ]]; then
+        "$BIN" ${args[*]} $flags > "$work/one_flags.txt" 2>&1
+        steps "$work/one_flags.txt" > "$work/one_flags.steps"
+        ref=$work/one_flags.steps
+    fi
+    mpirun --oversubscribe --bind-to none -x CPUCUDA_WORKERS=1 -np $np "$BIN" ${args[*]} -b $b -z 2 $flags \
+        > "$work/z2.txt" 2>&1
+    steps "$work/z2.txt" > "$work/z2.steps"
+    check "mpirun -np $np -z 2, B=$b (A=$((512 / 64 / np / b))) $flags: the 4 step lines of one process" \
+        bash -c "[ \$(wc -l < '$work/z2.steps') = 4 ] && cmp -s '$ref' '$work/z2.steps'"
+done
 check "the two-rank checkpoint's DONE lists model_00000004/config.json, model_00000004/model.safetensors and 2 states" \
     bash -c "[[ \$(grep '^file ' '$work/ck/DONE_00000004' | awk '{print \$2}' | tr '\n' ' ') == 'model_00000004/config.json model_00000004/model.safetensors state_00000004_00000.bin state_00000004_00001.bin ' ]]"
 check "mpirun -np 2 -z 1 -y 1 resumes from it to step 6" bash -c "mpirun --oversubscribe --bind-to none -np 2 '$BIN' \
