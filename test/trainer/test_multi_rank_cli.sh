@@ -95,6 +95,16 @@ timeout $GUARD $MPIRUN -np 4 "$BIN" "${RUN[@]}" -b 2 -z 1 -o "$WORK/out41" >/dev
     timeout $GUARD $MPIRUN -np 4 "$BIN" "${RUN[@]}" -b 2 -z 2 -o "$WORK/out42" >/dev/null 2>&1 &&
     same_run "$WORK/out41" "$WORK/out42" 4
 check "ZeRO-2 on 4 ranks, A=1: model and state files bitwise ZeRO-1's" $?
+# 6 layers: each of the two staging slots serves three layers per backward, so a slot reused before
+# its reduce-scatter has read it (or not zeroed) shows; A = 1 bitwise ZeRO-1's, A = 2 within 2e-4
+DEEP=(-e "L=6,C=64,H=4,V=256,maxT=64" -x 4 -v 0 -d 512)
+for b in 4 2; do
+    timeout $GUARD $MPIRUN -np 2 "$BIN" "${DEEP[@]}" -b $b -z 1 -o "$WORK/deep1_$b" >"$WORK/deep1_$b.out" 2>&1 &&
+        timeout $GUARD $MPIRUN -np 2 "$BIN" "${DEEP[@]}" -b $b -z 2 -o "$WORK/deep2_$b" >"$WORK/deep2_$b.out" 2>&1 &&
+        if [[ $b == 4 ]]; then same_run "$WORK/deep1_$b" "$WORK/deep2_$b" 2; else
+            same_losses "$WORK/deep2_$b.out" "$WORK/deep1_$b.out" >/dev/null; fi
+    check "6 layers, 2 ranks, B=$b (A=$((4 / b))): ZeRO-2 $([[ $b == 4 ]] && echo "bitwise ZeRO-1's model and states" || echo "ZeRO-1's losses within 2e-4")" $?
+done
 plan_row() {  # plan_row ZERO ROW: the MiB of a memory plan row, 2 ranks, 8 layers
     timeout $GUARD $MPIRUN -np 2 "$BIN" -e "L=8,C=64,H=4,V=256,maxT=64" -b 4 -t 64 -z "$1" --memory-plan 1 2>&1 |
         grep -E "^  $2 +[0-9.]+ MiB" | awk '{print $(NF-1)}'
