@@ -103,7 +103,9 @@ for b in 4 2; do
         timeout $GUARD $MPIRUN -np 2 "$BIN" "${DEEP[@]}" -b $b -z 2 -o "$WORK/deep2_$b" >"$WORK/deep2_$b.out" 2>&1 &&
         if [[ $b == 4 ]]; then same_run "$WORK/deep1_$b" "$WORK/deep2_$b" 2; else
             same_losses "$WORK/deep2_$b.out" "$WORK/deep1_$b.out" >/dev/null; fi
-    check "6 layers, 2 ranks, B=$b (A=$((4 / b))): ZeRO-2 $([[ $b == 4 ]] && echo "bitwise ZeRO-1's model and states" || echo "ZeRO-1's losses within 2e-4")" $?
+    ok=$?  # (before the message's $(...) resets $?)
+    what=$([[ $b == 4 ]] && echo "bitwise ZeRO-1's model and states" || echo "ZeRO-1's losses within 2e-4")
+    check "6 layers, 2 ranks, B=$b (A=$((4 / b))): ZeRO-2 $what" $ok
 done
 plan_row() {  # plan_row ZERO ROW: the MiB of a memory plan row, 2 ranks, 8 layers
     timeout $GUARD $MPIRUN -np 2 "$BIN" -e "L=8,C=64,H=4,V=256,maxT=64" -b 4 -t 64 -z "$1" --memory-plan 1 2>&1 |
