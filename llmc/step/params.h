@@ -392,8 +392,8 @@ inline std::vector<DeviceBuffer> parameter_buffers(Parameters* p) {
                                       {(void**)&p->adam_m, local * sizeof(float), "AdamW m and v"},
                                       {(void**)&p->adam_v, local * sizeof(float), "AdamW m and v"}};
     if (sharded(p))
-        list.push_back({(void**)&p->grad_shard, local * sizeof(float),
-                        zero2 ? "ZeRO-2 gradient shard" : "ZeRO-1 gradient shard"});
+        list.push_back(
+            {(void**)&p->grad_shard, local * sizeof(float), zero2 ? "ZeRO-2 gradient shard" : "ZeRO-1 gradient shard"});
     if (zero2) list.push_back({(void**)&p->grad_receive, receive_elements(p) * sizeof(float), "ZeRO-2 receive buffer"});
     if (const size_t scratch = p->optimizer == (int)Optimizer::Muon ? muon_scratch_size(p) : 0)
         list.push_back({&p->muon_scratch, scratch, "Muon's Newton-Schulz scratch"});
@@ -587,8 +587,7 @@ inline void reduce_layer(Parameters* p, int layer) {
         if (s.part > 0) reduce_scatter_sum(part, g, s.part, d);
         if (s.tail > 0) all_reduce_sum(tail, g + s.tail_begin(), s.tail, d);
     }
-    if (layer == p->num_layers && p->last_micro_batch)
-        all_reduce_sum(&p->stats->loss_sum, &p->stats->loss_sum, 1, d);
+    if (layer == p->num_layers && p->last_micro_batch) all_reduce_sum(&p->stats->loss_sum, &p->stats->loss_sum, 1, d);
     group_end();
     received = 0;
     for (const GradientSlice& s : p->slices) {
@@ -597,7 +596,8 @@ inline void reduce_layer(Parameters* p, int layer) {
         add_into(p->grad_shard + s.tail_offset, p->grad_receive + received + s.part + s.owned, s.tail, d->comm_stream);
         received += s.part + s.owned + s.tail;
     }
-    if (p->zero_stage == 2 && layer < p->num_layers) cudaCheck(cudaEventRecord(p->slot_read[layer % 2], d->comm_stream));
+    if (p->zero_stage == 2 && layer < p->num_layers)
+        cudaCheck(cudaEventRecord(p->slot_read[layer % 2], d->comm_stream));
 }
 
 // ----------------------------------------------------------------------------
@@ -637,8 +637,7 @@ inline void muon_tensor(Parameters* p, const float* grads, size_t offset, int k,
     const size_t layer_size = t.per_layer ? t.size / p->num_layers : 0, first_element = layer_size * first;
     size_t state = offset + first_element;  // ZeRO-0: where the tensor's state is in the full arrays
     for (const GradientSlice& s : p->slices)
-        if (sharded(p) && s.tensor == k && s.layer == (t.per_layer ? first : p->num_layers))
-            state = s.part_offset;
+        if (sharded(p) && s.tensor == k && s.layer == (t.per_layer ? first : p->num_layers)) state = s.part_offset;
     const uint32_t seed = (uint32_t)splitmix64(opt.seed ^ ((uint64_t)p->adam_step << 8 | k));
     const float decay = t.decays ? opt.muon_weight_decay : 0.0f;
     for (const MuonCall& c : muon_calls(p, k, first, layers)) {

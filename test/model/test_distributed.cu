@@ -192,9 +192,9 @@ static Result train(const Split& split, const Distributed* dist) {
                   "reduced / gradient bytes = %.2f; the same every step",
                   split.name().c_str(), 4 * n, ratio);
         else  // ZeRO-2: every micro-batch's gradient (A of them); ZeRO-1: the last one's, the sum
-            CHECK(rs == 4 * scattered * micro_reductions && ar == 4 * tails * micro_reductions + loss_bytes + norm_bytes &&
-                      ag == sizeof(floatX) * scattered && same_every_step &&
-                      fabs(ratio - micro_reductions) < 1e-12,
+            CHECK(rs == 4 * scattered * micro_reductions &&
+                      ar == 4 * tails * micro_reductions + loss_bytes + norm_bytes &&
+                      ag == sizeof(floatX) * scattered && same_every_step && fabs(ratio - micro_reductions) < 1e-12,
                   "%s: per step %d x (a reduce-scatter of %zu fp32 + an all-reduce of the %zu tail elements) "
                   "(gradient bytes reduced / gradient bytes = %.2f), an all-gather of %zu weights (%zu bytes); the "
                   "same every step",
@@ -340,8 +340,8 @@ static void compare(const std::string& dir) {
         compare_results(what, got, ref);
         if (split.zero >= 1) {  // ZeRO-1 vs ZeRO-0, ZeRO-2 vs ZeRO-1 of the same split
             const Split same{split.global_sequences, split.B, split.N, split.A, split.zero - 1};
-            const std::string title = split.name() + " vs " + same.name() + " (ZeRO-" +
-                                      std::to_string(split.zero) + " vs ZeRO-" + std::to_string(split.zero - 1) + ")";
+            const std::string title = split.name() + " vs " + same.name() + " (ZeRO-" + std::to_string(split.zero) +
+                                      " vs ZeRO-" + std::to_string(split.zero - 1) + ")";
             const bool read = read_result(dir + "/" + same.name() + ".bin", &zero0);
             CHECK(read, "%s: its results in %s", title.c_str(), dir.c_str());
             if (read) compare_results(title, got, zero0);
