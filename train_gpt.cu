@@ -243,7 +243,7 @@ static void allocate_model(GPT2* model) {
     configure_model(model);
     allocate_parameters(model);
     point_parameters(&model->params, model->params_memory, model->tensors);
-    point_parameters(&model->grads, model->grads_memory, model->tensors);
+    point_parameters(&model->grads, model->grads_memory, gradient_layout(model));  // ZeRO-2: the staging's
     model->B = model->T = 0;
     cudaCheck(cudaStreamCreate(&model->stream));
     matmul_setup();
@@ -255,7 +255,7 @@ static ParameterTensors<floatX> layer_params(const GPT2* model, int l) {
     return layer_view(model->params, model->param_strides, l);
 }
 static ParameterTensors<float> layer_grads(const GPT2* model, int l) {
-    return layer_view(model->grads, model->grad_strides, l);
+    return layer_view(model->grads, model->grad_strides, gradient_slot(model, l));  // ZeRO-2: a staging slot
 }
 static ActivationTensors layer_acts(const GPT2* model, int l) { return layer_view(model->acts, model->act_strides, l); }
 
@@ -663,6 +663,7 @@ static void backward(GPT2* model, const int* encoder_plan_host, int num_distinct
     cudaStream_t stream = model->stream;
     const int2* docs = attention_documents(model);
 
+    begin_backward_gradients(model);  // ZeRO-2: the staging zeroed once free
     cudaCheck(cudaMemcpyAsync(s.encoder_plan, encoder_plan_host, encoder_backward_plan_ints(B, T) * sizeof(int),
                               cudaMemcpyHostToDevice, stream));
     // LM head and final layernorm
@@ -672,6 +673,7 @@ static void backward(GPT2* model, const int* encoder_plan_host, int num_distinct
                        a.lnf_mean, a.lnf_rstd, BT, C, stream);
     for (int l = L - 1; l >= 0; l--) {
         const ParameterTensors<floatX> w = layer_params(model, l);
+        begin_layer_gradients(model, l);  // ZeRO-2: the slot zeroed once free
         const ParameterTensors<float> dw = layer_grads(model, l);
         const ActivationTensors x = layer_acts(model, l);
         const floatX* residual = l == 0 ? a.encoded : layer_acts(model, l - 1).residual3;
@@ -736,14 +738,13 @@ static std::string choose_gelu_fusion(GPT2* model, int gelu_fusion, int compute_
 // layers still to go. Then one update: global norm, clip, AdamW.
 static void accumulate_gradients(GPT2* model, const StepBatch& batch) {
     const int A = batch.grad_accum_steps;
-    const bool multi_rank = model->dist->num_processes > 1;
     stage_step(model, batch);                // the A micro-batches into pinned memory; loss sum = 0
     const float dloss = loss_scale(batch);  // 1/G
     for (int micro_step = 0; micro_step < A; micro_step++) {
         const EncoderPlan plan = next_micro_batch(model, batch, micro_step);
         forward(model);
         cross_entropy(model, dloss, true);  // the logits become dloss/dlogits; the loss adds up too
-        backward(model, plan.groups, plan.distinct_tokens, multi_rank && micro_step == A - 1);  // reduce on the last
+        backward(model, plan.groups, plan.distinct_tokens, reduces_gradients(model, micro_step, A));
     }
 }
 

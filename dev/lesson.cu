@@ -165,9 +165,21 @@ static size_t muon_elements(const GPT2* m) {
     return sum;
 }
 
+// The fp32 gradient bytes a rank holds, from the memory plan's rows.
+static size_t gradient_memory(GPT2* m) {
+    size_t bytes = 0;
+    for (const DeviceBuffer& b : parameter_buffers(m))
+        if (b.ptr == (void**)&m->grads_memory || b.ptr == (void**)&m->grad_shard || b.ptr == (void**)&m->grad_receive)
+            bytes += b.bytes;
+    return bytes;
+}
+
 // Claim 6. Per optimizer step, the collectives the CPU runtime's NCCL ran:
 // calls and bytes of each kind, B = 1 sequence per rank and micro-batch; with
-// AdamW for A = 1, 2, 4, 8, and with Muon (its matrices on owner ranks) for A = 1.
+// AdamW for A = 1, 2, 4, 8 (ZeRO-0, 1, 2: ZeRO-2 reduces every micro-batch),
+// and with Muon (its matrices on owner ranks) for A = 1; and the fp32 gradient
+// memory a rank holds (the buffer or ZeRO-2's staging, the shard, ZeRO-2's
+// receive buffer).
 static void bytes(int argc, char** argv) {
     Distributed dist;
     distributed_init(&dist, &argc, &argv);
@@ -180,7 +192,7 @@ static void bytes(int argc, char** argv) {
         int zero, A;
     };
     std::vector<Case> cases;
-    for (int zero : {0, 1})
+    for (int zero : {0, 1, 2})
         for (int A : {1, 2, 4, 8}) cases.push_back({Optimizer::AdamW, zero, A});
     for (int zero : {0, 1}) cases.push_back({Optimizer::Muon, zero, 1});
     for (const Case& k : cases) {
@@ -202,10 +214,10 @@ static void bytes(int argc, char** argv) {
         }
         if (dist.rank == 0)
             printf("{\"claim\": 6, \"optimizer\": \"%s\", \"N\": %d, \"zero\": %d, \"A\": %d, \"B\": %d, "
-                   "\"gradient_bytes\": %zu, \"muon_elements\": %zu, \"floatx_bytes\": %zu, \"calls\": {%s}, "
-                   "\"bytes\": {%s}}\n",
+                   "\"gradient_bytes\": %zu, \"gradient_memory\": %zu, \"muon_elements\": %zu, \"floatx_bytes\": %zu, "
+                   "\"calls\": {%s}, \"bytes\": {%s}}\n",
                    OPTIMIZER_NAMES[(int)k.optimizer], N, zero, A, B, m->num_parameters * sizeof(float),
-                   muon_elements(m), sizeof(floatX), calls.c_str(), sent.c_str());
+                   gradient_memory(m), muon_elements(m), sizeof(floatX), calls.c_str(), sent.c_str());
         free_model(m);
         delete m;
     }

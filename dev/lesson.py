@@ -232,11 +232,14 @@ def claim6(ctx):
         r["total_bytes"] = sum(b.values())
         calls = sum(r["calls"].values())
         rows.append([r.get("optimizer", "adamw"), "ZeRO-%d" % r["zero"], r["A"], calls, reduced,
-                     b["all_gather"] + b["broadcast"], r["gradient_bytes"], "%.5f" % r["reduced_over_gradient"]])
+                     b["all_gather"] + b["broadcast"], r["gradient_bytes"], "%.5f" % r["reduced_over_gradient"],
+                     r["gradient_memory"], r["gradient_bytes"] // r["N"]])
     table("Claim 6. NCCL per optimizer step, N = 2 ranks, B_micro = 1 (the CPU runtime's counters)",
           ["optimizer", "ZeRO", "A", "collective calls", "bytes reduced", "bytes gathered", "gradient bytes",
-           "reduced / gradient"], rows)
-    print("(the bytes beyond one gradient: the step's loss, and under ZeRO-1 the squared norm, 4 bytes each; "
+           "reduced / gradient", "gradient memory per rank", "gradient bytes / N"], rows)
+    print("(the bytes beyond one gradient: the step's loss, and under ZeRO-1 and 2 the squared norm, 4 bytes each; "
+          "ZeRO-2 reduces every micro-batch, A gradients' worth, to hold a 2-layer staging buffer, the shard and a "
+          "receive buffer instead of the whole gradient and the shard; "
           "Muon: each matrix reduced to its owner rank under ZeRO-1, and the owner's new weights broadcast, "
           "%d bytes each in this build)" % results[0].get("floatx_bytes", 4))
     return results

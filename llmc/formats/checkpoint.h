@@ -490,6 +490,10 @@ inline TrainingStateHeader state_read_header(const std::string& path) {
     return h;
 }
 
+// ZeRO-1 and ZeRO-2 keep the same shard of the optimizer state (ZeRO-2 only
+// stages the gradient differently), so a state file of one resumes the other.
+inline bool same_shard_layout(int saved_stage, int stage) { return (saved_stage >= 1) == (stage >= 1); }
+
 // Reads the body into m, v, master (shard_elements floats each) and extra (extra_bytes);
 // a null pointer skips that part. The file must have been saved with `expected`'s
 // num_processes, rank, step, zero_stage, shard_elements, num_parameters and extra_bytes.
@@ -503,7 +507,7 @@ inline void state_read(const std::string& path, const TrainingStateHeader& expec
         mismatch = "saved with " + I(h.num_processes) + " processes, this run has " + I(expected.num_processes);
     else if (h.rank != expected.rank) mismatch = "saved by rank " + I(h.rank) + ", this is rank " + I(expected.rank);
     else if (h.step != expected.step) mismatch = "saved at step " + I(h.step) + ", expected step " + I(expected.step);
-    else if (h.zero_stage != expected.zero_stage)
+    else if (!same_shard_layout(h.zero_stage, expected.zero_stage))
         mismatch = "saved with zero stage " + I(h.zero_stage) + ", this run uses zero stage " + I(expected.zero_stage);
     else if (h.num_parameters != expected.num_parameters)
         mismatch = "saved for a model of " + I(h.num_parameters) + " parameters, this model has " +

@@ -148,7 +148,7 @@ std::vector<Flag<O>> run_flags(const ModelFamily<Model, Config>& f) {
         {"-c", &TrainOptions::weight_decay, "<float>", 0, FLOAT_TOP, "0.0", "weight decay of the matrices", nullptr},
         {"--optimizer", &TrainOptions::optimizer, nullptr, 0, 0, "adamw",
          "muon: Muon for the blocks' hidden matrices (Nesterov 0.95, 5 Newton-Schulz\nsteps), AdamW for the "
-         "embeddings, the head, gains and biases; with -z 0",
+         "embeddings, the head, gains and biases; with several ranks each matrix on one\nowner rank",
          nullptr, OPTIMIZER_NAMES, "optimizer"},
         {"--muon-lr", &TrainOptions::muon_lr, "<float>", 0, FLOAT_TOP, "0.02",
          "Muon's peak lr (nanochat's), on -l's schedule (-k, -u, -q)", nullptr},
@@ -189,8 +189,10 @@ std::vector<Flag<O>> run_flags(const ModelFamily<Model, Config>& f) {
         {"-nk", &TrainOptions::checkpoint_keep, "<int>", 0, INT_TOP, "0",
          "keep only the newest this many checkpoints (0 = all)", nullptr},
         {"-y", &TrainOptions::resume, nullptr, 0, 1, "0", "resume from the newest complete checkpoint in -o", nullptr},
-        {"-z", &TrainOptions::zero_stage, nullptr, 0, 1, "0",
-         "ZeRO stage: 1 shards master weights and AdamW m, v over the ranks", nullptr},
+        {"-z", &TrainOptions::zero_stage, nullptr, 0, 2, "0",
+         "ZeRO stage: 1 shards master weights and AdamW m, v over the ranks; 2 also the fp32\ngradient (a "
+         "2-layer staging buffer; every micro-batch communicates)",
+         nullptr},
         {"-r", &TrainOptions::recompute, nullptr, 0, 3, "0", f.recompute_help, nullptr},
         {"--memory-plan", &TrainOptions::memory_plan_only, nullptr, 0, 1, "0",
          "1: print the device memory plan and exit", nullptr},
@@ -388,7 +390,7 @@ int choose_micro_batch(const ModelFamily<Model, Config>& f, Model* model, int T,
     }
     std::vector<int> tokens((size_t)agreed * T, 0);  // a trial step without the update
     f.accumulate_gradients(model, whole_batch(model, tokens.data(), tokens.data(), 1));
-    cudaCheck(cudaMemsetAsync(model->grads_memory, 0, model->num_parameters * sizeof(float), model->stream));
+    cudaCheck(cudaMemsetAsync(model->grads_memory, 0, gradient_elements(model) * sizeof(float), model->stream));
     cudaCheck(cudaStreamSynchronize(model->stream));
     return agreed;
 }
@@ -472,9 +474,14 @@ void print_optimizer_memory(const Model& model) {
         return;
     }
     const double sharded = 16.0 * model.optimizer_elements / MiB;
-    print0("optimizer state per rank: %.1f MiB with ZeRO-1 (master, m, v and the gradient shard of %zu elements), "
+    print0("optimizer state per rank: %.1f MiB with ZeRO-%d (master, m, v and the gradient shard of %zu elements), "
            "%.1f MiB without: saves %.1f MiB per rank\n",
-           sharded, model.optimizer_elements, full, full - sharded);
+           sharded, model.zero_stage, model.optimizer_elements, full, full - sharded);
+    if (model.zero_stage == 2)
+        print0("fp32 gradient per rank: %.1f MiB of staging (2 layers and the tensors outside them) and a %.1f MiB "
+               "receive buffer, %.1f MiB without ZeRO-2\n",
+               4.0 * gradient_elements(&model) / MiB, 4.0 * receive_elements(&model) / MiB,
+               4.0 * model.num_parameters / MiB);
 }
 
 // ---- the run -------------------------------------------------------------------

@@ -2,7 +2,7 @@
 // One contiguous buffer of floatX weights (what forward and backward read),
 // the fp32 gradient-accumulation buffer, and the optimizer's fp32 state
 // (master weights, AdamW m and v), all in the order of the family's parameter
-// table; their slices for data parallelism (ZeRO-1), the gradient reduction
+// table; their slices for data parallelism (ZeRO-1, ZeRO-2), the gradient reduction
 // and the AdamW update. A family describes its tensors (ParameterLayout) and
 // reads one layer's tensors through layer_view; nothing here knows a tensor's
 // name or shape.
@@ -194,14 +194,47 @@ struct Parameters {
     cudaStream_t stream;   // where the model's work runs
     // data parallelism: set before the weights are allocated
     const Distributed* dist = &SINGLE_PROCESS;
-    int zero_stage = 0;                 // 1: optimizer state sharded over the ranks (N > 1 only)
+    int zero_stage = 0;                 // 1: optimizer state sharded over the ranks, 2: the gradient too (N > 1)
     std::vector<GradientSlice> slices;  // every slice, in buffer order
     size_t shard_parts = 0;             // ZeRO-1: elements of this rank's parts, then ...
     size_t optimizer_elements = 0;      // ... with the tails: the length of master, m, v (n without ZeRO)
-    float* grad_shard = nullptr;        // ZeRO-1: the reduced gradients of those elements
+    float* grad_shard = nullptr;        // ZeRO-1/2: the reduced gradients of those elements
+    float* grad_receive = nullptr;      // ZeRO-2: one layer's reduced parts, before they add into grad_shard
+    cudaEvent_t slot_read[2] = {};      // ZeRO-2: recorded on the comm stream after a staging slot's collectives
+    bool first_micro_batch = true;      // the backward running belongs to the step's first micro-batch ...
+    bool last_micro_batch = true;       // ... its last (reduces_gradients sets both)
     int optimizer = 0;                  // Optimizer: set before the weights are allocated
     void* muon_scratch = nullptr;       // --optimizer muon: the Newton-Schulz iteration's buffers
 };
+
+// Whether the optimizer state is sharded over the ranks (ZeRO-1 and ZeRO-2
+// share the shard's layout, so a checkpoint of one resumes with the other).
+inline bool sharded(const Parameters* p) { return p->zero_stage >= 1; }
+
+// ZeRO-2: the per-layer tensors' gradients live in a staging buffer of two
+// layers (layer l in slot l % 2: layer l's reduce-scatter reads one slot
+// while layer l-1's backward writes the other); the tensors outside the
+// layers keep their whole gradient (the backward adds to them at both ends).
+// The staging buffer is laid out as the parameter table with L = 2, so a
+// layer's gradients are layer_view(grads, grad_strides, gradient_slot(l)).
+inline int staging_slots(const Parameters* p) { return std::min(2, p->num_layers); }
+inline int gradient_slot(const Parameters* p, int l) { return p->zero_stage == 2 ? l % 2 : l; }
+
+// The gradient buffer's table: the parameter table, or ZeRO-2's staging.
+inline std::vector<ParameterLayout> gradient_layout(const Parameters* p) {
+    std::vector<ParameterLayout> rows = p->tensors;
+    if (p->zero_stage != 2) return rows;
+    for (ParameterLayout& t : rows)
+        if (t.per_layer) t.size = t.size / p->num_layers * staging_slots(p);
+    return rows;
+}
+
+// Elements of the gradient buffer (grads_memory).
+inline size_t gradient_elements(const Parameters* p) {
+    size_t n = 0;
+    for (const ParameterLayout& t : gradient_layout(p)) n += t.size;
+    return n;
+}
 
 // Whether tensor k's matrices are Muon's.
 inline bool muon_tensor_of(const Parameters* p, int k) {
@@ -250,7 +283,7 @@ inline void plan_slices(Parameters* p) {
     plan_muon_owners(p);
     size_t parts = 0;
     for (GradientSlice& s : p->slices) {
-        if (p->zero_stage != 1) continue;
+        if (!sharded(p)) continue;
         if (s.owner >= 0) {
             s.owned = s.owner == p->dist->rank ? s.size : 0;
         } else {
@@ -266,7 +299,7 @@ inline void plan_slices(Parameters* p) {
         tails += s.tail;
     }
     p->shard_parts = parts;
-    p->optimizer_elements = p->zero_stage == 1 ? tails : p->num_parameters;
+    p->optimizer_elements = sharded(p) ? tails : p->num_parameters;
 }
 
 // Sizes, slices and the ZeRO-1 layout of a family's table (nothing allocated).
@@ -340,14 +373,28 @@ inline size_t muon_scratch_size(const Parameters* p) {
     return bytes;
 }
 
+// ZeRO-2: elements of the receive buffer, one layer's reduced parts, owned
+// slices and tails (the most of any layer, or of the tensors outside them).
+inline size_t receive_elements(const Parameters* p) {
+    if (p->zero_stage != 2) return 0;
+    std::vector<size_t> per_layer(p->num_layers + 1, 0);
+    for (const GradientSlice& s : p->slices) per_layer[s.layer] += s.part + s.owned + s.tail;
+    return *std::max_element(per_layer.begin(), per_layer.end());
+}
+
 inline std::vector<DeviceBuffer> parameter_buffers(Parameters* p) {
     const size_t n = p->num_parameters, local = p->optimizer_elements;
+    const bool zero2 = p->zero_stage == 2;
     std::vector<DeviceBuffer> list = {{(void**)&p->params_memory, n * sizeof(floatX), "parameters"},
-                                      {(void**)&p->grads_memory, n * sizeof(float), "fp32 gradients"},
+                                      {(void**)&p->grads_memory, gradient_elements(p) * sizeof(float),
+                                       zero2 ? "fp32 gradient staging" : "fp32 gradients"},
                                       {(void**)&p->master_weights, local * sizeof(float), "fp32 master weights"},
                                       {(void**)&p->adam_m, local * sizeof(float), "AdamW m and v"},
                                       {(void**)&p->adam_v, local * sizeof(float), "AdamW m and v"}};
-    if (p->zero_stage == 1) list.push_back({(void**)&p->grad_shard, local * sizeof(float), "ZeRO-1 gradient shard"});
+    if (sharded(p))
+        list.push_back(
+            {(void**)&p->grad_shard, local * sizeof(float), zero2 ? "ZeRO-2 gradient shard" : "ZeRO-1 gradient shard"});
+    if (zero2) list.push_back({(void**)&p->grad_receive, receive_elements(p) * sizeof(float), "ZeRO-2 receive buffer"});
     if (const size_t scratch = p->optimizer == (int)Optimizer::Muon ? muon_scratch_size(p) : 0)
         list.push_back({&p->muon_scratch, scratch, "Muon's Newton-Schulz scratch"});
     return list;
@@ -360,8 +407,10 @@ inline void allocate_parameters(Parameters* p) {
         llmc::failf("out of device memory for the weights and optimizer state (%.1f MiB); try -z 1 on several GPUs "
                     "or a smaller model",
                     total_bytes(buffers) / 1048576.0);
-    const size_t n = p->num_parameters, local = p->optimizer_elements;
-    cudaCheck(cudaMemset(p->grads_memory, 0, n * sizeof(float)));
+    const size_t local = p->optimizer_elements;
+    cudaCheck(cudaMemset(p->grads_memory, 0, gradient_elements(p) * sizeof(float)));
+    for (cudaEvent_t& e : p->slot_read)
+        if (p->zero_stage == 2) cudaCheck(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
     cudaCheck(cudaMemset(p->adam_m, 0, local * sizeof(float)));
     cudaCheck(cudaMemset(p->adam_v, 0, local * sizeof(float)));
     p->adam_step = 0;
@@ -404,22 +453,31 @@ inline void sync_owned_state(Parameters* p) {
     cudaCheck(cudaStreamSynchronize(p->stream));
 }
 
-// All fp32 master weights on the host. With ZeRO-1 or Muon's owners every
-// rank must call it: the shards are gathered in the gradient buffer (zero
-// between steps, and zeroed again after).
-inline std::vector<float> gather_master_weights(Parameters* p) {
-    std::vector<float> weights(p->num_parameters);
-    if (p->zero_stage == 0 && !has_owners(p)) {
-        cudaCheck(cudaMemcpy(weights.data(), p->master_weights, weights.size() * 4, cudaMemcpyDeviceToHost));
-        return weights;
-    }
+// Where slice s's gradient is in grads_memory (ZeRO-2: in its layer's staging slot).
+inline float* slice_gradient(const Parameters* p, const GradientSlice& s) {
+    if (p->zero_stage != 2) return p->grads_memory + s.offset;
+    const std::vector<ParameterLayout> rows = gradient_layout(p);
+    size_t at = 0;
+    for (int k = 0; k < s.tensor; k++) at += rows[k].size;
+    return p->grads_memory + at + (s.layer < p->num_layers ? (size_t)gradient_slot(p, s.layer) * s.size : 0);
+}
+
+// Slices [first, last) (consecutive in the buffer) of the master weights
+// into host[offset of first ...], through the gradient buffer as scratch:
+// each rank's parts and owned slices copied in place, then all-gathered and
+// broadcast.
+inline void gather_slices(Parameters* p, size_t first, size_t last, float* host) {
     const Distributed* d = p->dist;
-    const size_t r = d->rank;
-    float* full = p->grads_memory;
-    if (p->zero_stage == 0)
-        cudaCheck(cudaMemcpyAsync(full, p->master_weights, weights.size() * 4, cudaMemcpyDeviceToDevice, p->stream));
-    for (const GradientSlice& s : p->slices) {
-        if (p->zero_stage == 0) break;
+    const size_t r = d->rank, base = p->slices[first].offset;
+    const size_t n = p->slices[last - 1].offset + p->slices[last - 1].size - base;
+    float* full = p->grads_memory - base;  // full + s.offset: slice s's place in the scratch
+    for (size_t i = first; i < last; i++) {
+        const GradientSlice& s = p->slices[i];
+        if (p->zero_stage == 0) {  // a full replica: the owners' values are broadcast below
+            cudaCheck(cudaMemcpyAsync(full + s.offset, p->master_weights + s.offset, s.size * sizeof(float),
+                                      cudaMemcpyDeviceToDevice, p->stream));
+            continue;
+        }
         cudaCheck(cudaMemcpyAsync(full + s.offset + r * s.part, p->master_weights + s.part_offset,
                                   s.part * sizeof(float), cudaMemcpyDeviceToDevice, p->stream));
         cudaCheck(cudaMemcpyAsync(full + s.offset, p->master_weights + s.part_offset, s.owned * sizeof(float),
@@ -429,16 +487,74 @@ inline std::vector<float> gather_master_weights(Parameters* p) {
     }
     comm_after_compute(d, p->stream);
     group_start();
-    for (const GradientSlice& s : p->slices) {
+    for (size_t i = first; i < last; i++) {
+        const GradientSlice& s = p->slices[i];
         if (s.owner >= 0) broadcast_in_place(s.owner, full + s.offset, s.size, d);
         else if (s.part > 0) all_gather_in_place(full + s.offset, s.part, d);
     }
     group_end();
     compute_after_comm(d, p->stream);
-    cudaCheck(cudaMemcpyAsync(weights.data(), full, weights.size() * 4, cudaMemcpyDeviceToHost, p->stream));
-    cudaCheck(cudaMemsetAsync(full, 0, weights.size() * 4, p->stream));
+    cudaCheck(cudaMemcpyAsync(host + base, full + base, n * sizeof(float), cudaMemcpyDeviceToHost, p->stream));
+    cudaCheck(cudaMemsetAsync(full + base, 0, n * sizeof(float), p->stream));
     cudaCheck(cudaStreamSynchronize(p->stream));
+}
+
+// All fp32 master weights on the host. With ZeRO or Muon's owners every rank
+// must call it: the shards are gathered in the gradient buffer (zero between
+// steps, and zeroed again after), as many whole slices at a time as it holds
+// (all of them but under ZeRO-2, whose staging holds at least the largest).
+inline std::vector<float> gather_master_weights(Parameters* p) {
+    std::vector<float> weights(p->num_parameters);
+    if (p->zero_stage == 0 && !has_owners(p)) {
+        cudaCheck(cudaMemcpy(weights.data(), p->master_weights, weights.size() * 4, cudaMemcpyDeviceToHost));
+        return weights;
+    }
+    const size_t capacity = gradient_elements(p);
+    for (size_t first = 0, last = 0; first < p->slices.size(); first = last) {
+        size_t elements = p->slices[first].size;
+        for (last = first + 1; last < p->slices.size() && elements + p->slices[last].size <= capacity; last++)
+            elements += p->slices[last].size;
+        gather_slices(p, first, last, weights.data());
+    }
     return weights;
+}
+
+// Which micro-batch of the step's A the next backward is, and whether it
+// reduces over the ranks: ZeRO-0 and ZeRO-1 on the last only (the full
+// gradient buffer holds the others' sum), ZeRO-2 on every one (its staging
+// holds one micro-batch's gradients).
+inline bool reduces_gradients(Parameters* p, int micro_step, int A) {
+    p->first_micro_batch = micro_step == 0;
+    p->last_micro_batch = micro_step == A - 1;
+    return p->dist->num_processes > 1 && (p->last_micro_batch || p->zero_stage == 2);
+}
+
+// ZeRO-2, as a backward begins: the staging buffer zeroed (the kernels add
+// with +=) once the previous micro-batch's collectives have read it.
+inline void begin_backward_gradients(Parameters* p) {
+    if (p->zero_stage != 2) return;
+    compute_after_comm(p->dist, p->stream);
+    cudaCheck(cudaMemsetAsync(p->grads_memory, 0, gradient_elements(p) * sizeof(float), p->stream));
+}
+
+// ZeRO-2, before layer l's backward: its slot zeroed once the collectives of
+// layer l + 2, the slot's last user, have read it (the backward's first two
+// layers find theirs zeroed by begin_backward_gradients).
+inline void begin_layer_gradients(Parameters* p, int l) {
+    if (p->zero_stage != 2 || l + 2 >= p->num_layers) return;
+    cudaCheck(cudaStreamWaitEvent(p->stream, p->slot_read[l % 2], 0));
+    for (const GradientSlice& s : p->slices)
+        if (s.layer == l) cudaCheck(cudaMemsetAsync(slice_gradient(p, s), 0, s.size * sizeof(float), p->stream));
+}
+
+__global__ void add_into_kernel(float* sum, const float* add, size_t n) {
+    const size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
+    if (i < n) sum[i] += add[i];
+}
+inline void add_into(float* sum, const float* add, size_t n, cudaStream_t stream) {
+    if (n == 0) return;
+    add_into_kernel<<<(unsigned)CEIL_DIV(n, (size_t)256), 256, 0, stream>>>(sum, add, n);
+    cudaCheck(cudaGetLastError());
 }
 
 // Sums one layer's gradients over the ranks, on the communication stream, once
@@ -446,25 +562,42 @@ inline std::vector<float> gather_master_weights(Parameters* p) {
 // meanwhile. ZeRO-0 all-reduces in place; ZeRO-1 reduce-scatters each slice
 // into this rank's shard. Sums, not averages: every rank's gradients already
 // carry 1/(unmasked targets of the global batch). Layer L (the tensors outside
-// the layers) also sums the step's loss. Under ZeRO-1 a slice of Muon's goes
-// whole to its owner's shard.
+// the layers) also sums the step's loss, on the last micro-batch. Under ZeRO
+// a slice of Muon's goes whole to its owner's shard. ZeRO-2 reduces every
+// micro-batch: the first straight into the shard (with A = 1 exactly
+// ZeRO-1's sums), the later ones into the receive buffer, added into the
+// shard on the comm stream; then the layer's staging slot is free again.
 inline void reduce_layer(Parameters* p, int layer) {
     const Distributed* d = p->dist;
+    const bool add = p->zero_stage == 2 && !p->first_micro_batch;
     comm_after_compute(d, p->stream);
     group_start();
+    size_t received = 0;  // add: where the layer's next reduced elements land in grad_receive
     for (const GradientSlice& s : p->slices) {
         if (s.layer != layer) continue;
-        float* g = p->grads_memory + s.offset;
+        float* g = slice_gradient(p, s);
         if (p->zero_stage == 0) {
             all_reduce_sum(g, g, s.size, d);
             continue;
         }
-        if (s.owner >= 0) reduce_sum_to(s.owner, p->grad_shard + s.part_offset, g, s.size, d);
-        if (s.part > 0) reduce_scatter_sum(p->grad_shard + s.part_offset, g, s.part, d);
-        if (s.tail > 0) all_reduce_sum(p->grad_shard + s.tail_offset, g + s.tail_begin(), s.tail, d);
+        float* part = add ? p->grad_receive + received : p->grad_shard + s.part_offset;
+        float* tail = add ? part + s.part + s.owned : p->grad_shard + s.tail_offset;
+        if (add) received += s.part + s.owned + s.tail;
+        if (s.owner >= 0) reduce_sum_to(s.owner, part, g, s.size, d);
+        if (s.part > 0) reduce_scatter_sum(part, g, s.part, d);
+        if (s.tail > 0) all_reduce_sum(tail, g + s.tail_begin(), s.tail, d);
     }
-    if (layer == p->num_layers) all_reduce_sum(&p->stats->loss_sum, &p->stats->loss_sum, 1, d);
+    if (layer == p->num_layers && p->last_micro_batch) all_reduce_sum(&p->stats->loss_sum, &p->stats->loss_sum, 1, d);
     group_end();
+    received = 0;
+    for (const GradientSlice& s : p->slices) {
+        if (s.layer != layer || !add) continue;
+        add_into(p->grad_shard + s.part_offset, p->grad_receive + received, s.part + s.owned, d->comm_stream);
+        add_into(p->grad_shard + s.tail_offset, p->grad_receive + received + s.part + s.owned, s.tail, d->comm_stream);
+        received += s.part + s.owned + s.tail;
+    }
+    if (p->zero_stage == 2 && layer < p->num_layers)
+        cudaCheck(cudaEventRecord(p->slot_read[layer % 2], d->comm_stream));
 }
 
 // ----------------------------------------------------------------------------
@@ -504,8 +637,7 @@ inline void muon_tensor(Parameters* p, const float* grads, size_t offset, int k,
     const size_t layer_size = t.per_layer ? t.size / p->num_layers : 0, first_element = layer_size * first;
     size_t state = offset + first_element;  // ZeRO-0: where the tensor's state is in the full arrays
     for (const GradientSlice& s : p->slices)
-        if (p->zero_stage == 1 && s.tensor == k && s.layer == (t.per_layer ? first : p->num_layers))
-            state = s.part_offset;
+        if (sharded(p) && s.tensor == k && s.layer == (t.per_layer ? first : p->num_layers)) state = s.part_offset;
     const uint32_t seed = (uint32_t)splitmix64(opt.seed ^ ((uint64_t)p->adam_step << 8 | k));
     const float decay = t.decays ? opt.muon_weight_decay : 0.0f;
     for (const MuonCall& c : muon_calls(p, k, first, layers)) {

@@ -220,7 +220,7 @@ EncoderPlan next_micro_batch(Model* model, const StepBatch& batch, int i) {
 // the step's loss and gradient norm read (the one host sync of the step).
 template <class Model>
 StepResult end_step(Model* model, const StepBatch& batch) {
-    cudaCheck(cudaMemsetAsync(model->grads_memory, 0, model->num_parameters * sizeof(float), model->stream));
+    cudaCheck(cudaMemsetAsync(model->grads_memory, 0, gradient_elements(model) * sizeof(float), model->stream));
     StepStats stats;
     cudaCheck(cudaMemcpyAsync(&stats, model->stats, sizeof(stats), cudaMemcpyDeviceToHost, model->stream));
     cudaCheck(cudaStreamSynchronize(model->stream));

@@ -183,6 +183,22 @@ static void test_mismatch() {
     want.shuffle = 0;
     CHECK(error_of([&] { state_read(p, want, buf.data(), buf.data() + n, buf.data() + 2 * n, ex.data()); }) == NO_ERROR,
           "the shuffle flag is not part of the match (the caller decides)");
+    want = s.h;
+    want.zero_stage = 2;  // the file says 1: ZeRO-1 and ZeRO-2 keep the same shard
+    CHECK(error_of([&] { state_read(p, want, buf.data(), buf.data() + n, buf.data() + 2 * n, ex.data()); }) == NO_ERROR,
+          "a ZeRO-1 state resumes under ZeRO-2 (the same shard)");
+    const std::string p2 = p + ".zero2";
+    State s2 = s;
+    s2.h.zero_stage = 2;
+    write_state(p2, s2);
+    CHECK(error_of([&] { state_read(p2, s.h, buf.data(), buf.data() + n, buf.data() + 2 * n, ex.data()); }) == NO_ERROR,
+          "a ZeRO-2 state resumes under ZeRO-1");
+    want = s.h;
+    want.zero_stage = 0;
+    const std::string err =
+        error_of([&] { state_read(p2, want, buf.data(), buf.data() + n, buf.data() + 2 * n, ex.data()); });
+    CHECK(contains(err, "zero stage 2") && contains(err, "zero stage 0"), "a ZeRO-2 state under ZeRO-0 is refused: %s",
+          err.c_str());
 }
 
 static void test_damage() {

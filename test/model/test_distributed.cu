@@ -16,7 +16,9 @@
 // step: the same for A = 1, 2, 4, 8 (so nothing is sent on micro-batches
 // 0..A-2) and exactly one gradient's worth: an all-reduce of the fp32 buffer
 // (ZeRO-0), or a reduce-scatter plus the all-reduce of the slice tails (ZeRO-1)
-// and an all-gather of the weights.
+// and an all-gather of the weights. ZeRO-2 reduces every micro-batch (A
+// gradients' worth per step, into the shard and added there): the same losses
+// and weights, bitwise ZeRO-1's with A = 1.
 #define TESTING
 #include "train_gpt.cu"
 #include "test/test_util.h"
@@ -78,10 +80,13 @@ struct Split {
 static const Split SPLITS[] = {
     {8, 8, 1, 1, 0}, {8, 1, 1, 8, 0}, {8, 2, 1, 4, 0},                                      // one process
     {8, 1, 2, 4, 0}, {8, 2, 2, 2, 0}, {8, 1, 2, 4, 1}, {8, 2, 2, 2, 1}, {8, 4, 2, 1, 0},    // N = 2
+    {8, 4, 2, 1, 1}, {8, 4, 2, 1, 2}, {8, 2, 2, 2, 2}, {8, 1, 2, 4, 2},                     //
     {8, 1, 4, 2, 0}, {8, 2, 4, 1, 0}, {8, 1, 4, 2, 1}, {8, 2, 4, 1, 1},                     // N = 4
+    {8, 2, 4, 1, 2}, {8, 1, 4, 2, 2},                                                       //
     {6, 6, 1, 1, 0}, {6, 2, 1, 3, 0},                                                       // one process
     {6, 1, 3, 2, 0}, {6, 2, 3, 1, 0}, {6, 1, 3, 2, 1}, {6, 2, 3, 1, 1},                     // N = 3: C = 64 is
-};                                                                                          // not a multiple of 3
+    {6, 2, 3, 1, 2}, {6, 1, 3, 2, 2},                                                       // not a multiple of 3
+};
 
 // Tokens of step k, sequence s (T + 1 of them), and the mask: sequence s
 // keeps every target (s % 4 == 2, 3), 30% of them (s % 4 == 1), one (s % 4 == 0,
@@ -168,6 +173,7 @@ static Result train(const Split& split, const Distributed* dist) {
     // what one optimizer step must send, from the slice plan
     if (split.N > 1 && dist->rank == 0) {
         const size_t n = model.num_parameters, N = split.N;
+        const int micro_reductions = split.zero == 2 ? split.A : 1;
         size_t scattered = 0, tails = 0;
         for (const GradientSlice& s : model.slices) {
             scattered += s.part * N;
@@ -185,12 +191,14 @@ static Result train(const Split& split, const Distributed* dist) {
                   "%s: per step one all-reduce of the fp32 gradients (%zu bytes) and the loss; gradient bytes "
                   "reduced / gradient bytes = %.2f; the same every step",
                   split.name().c_str(), 4 * n, ratio);
-        else
-            CHECK(rs == 4 * scattered && ar == 4 * tails + loss_bytes + norm_bytes &&
-                      ag == sizeof(floatX) * scattered && same_every_step && fabs(ratio - 1.0) < 1e-12,
-                  "%s: per step a reduce-scatter of %zu fp32 + an all-reduce of the %zu tail elements (gradient bytes "
-                  "reduced / gradient bytes = %.2f), an all-gather of %zu weights (%zu bytes); the same every step",
-                  split.name().c_str(), scattered, tails, ratio, scattered, (size_t)ag);
+        else  // ZeRO-2: every micro-batch's gradient (A of them); ZeRO-1: the last one's, the sum
+            CHECK(rs == 4 * scattered * micro_reductions &&
+                      ar == 4 * tails * micro_reductions + loss_bytes + norm_bytes &&
+                      ag == sizeof(floatX) * scattered && same_every_step && fabs(ratio - micro_reductions) < 1e-12,
+                  "%s: per step %d x (a reduce-scatter of %zu fp32 + an all-reduce of the %zu tail elements) "
+                  "(gradient bytes reduced / gradient bytes = %.2f), an all-gather of %zu weights (%zu bytes); the "
+                  "same every step",
+                  split.name().c_str(), micro_reductions, scattered, tails, ratio, scattered, (size_t)ag);
     }
     free_model(&model);
     return res;
@@ -226,7 +234,8 @@ static bool read_result(const std::string& path, Result* r) {
 }
 
 // Runs every split with this process count; per split, the counters of each
-// step, and for each N and ZeRO stage, the counters must not depend on A.
+// step, and for each N and ZeRO stage 0 or 1, the counters must not depend on A
+// (ZeRO-2's grow with A: train checks them).
 static void run_splits(const std::string& dir, const Distributed* dist) {
     std::map<std::pair<int, int>, std::pair<std::string, StepCounters>> by_stage;  // (global, zero) -> first split
     for (const Split& split : SPLITS) {
@@ -234,7 +243,7 @@ static void run_splits(const std::string& dir, const Distributed* dist) {
         const Result r = train(split, dist);
         if (dist->rank != 0) continue;
         write_result(dir + "/" + split.name() + ".bin", r);
-        if (split.N == 1) continue;
+        if (split.N == 1 || split.zero == 2) continue;
         const auto key = std::make_pair(split.global_sequences, split.zero);
         auto it = by_stage.find(key);
         if (it == by_stage.end()) {
@@ -329,10 +338,16 @@ static void compare(const std::string& dir) {
         snprintf(what, sizeof what, "%s (B x N x A = %d x %d x %d, ZeRO-%d) vs one process, B = %d",
                  split.name().c_str(), split.B, split.N, split.A, split.zero, big.B);
         compare_results(what, got, ref);
-        if (split.zero == 1) {
-            const Split same{split.global_sequences, split.B, split.N, split.A, 0};
-            if (read_result(dir + "/" + same.name() + ".bin", &zero0))
-                compare_results(split.name() + " vs " + same.name() + " (ZeRO-1 vs ZeRO-0)", got, zero0);
+        if (split.zero >= 1) {  // ZeRO-1 vs ZeRO-0, ZeRO-2 vs ZeRO-1 of the same split
+            const Split same{split.global_sequences, split.B, split.N, split.A, split.zero - 1};
+            const std::string title = split.name() + " vs " + same.name() + " (ZeRO-" + std::to_string(split.zero) +
+                                      " vs ZeRO-" + std::to_string(split.zero - 1) + ")";
+            const bool read = read_result(dir + "/" + same.name() + ".bin", &zero0);
+            CHECK(read, "%s: its results in %s", title.c_str(), dir.c_str());
+            if (read) compare_results(title, got, zero0);
+            if (read && split.zero == 2 && split.A == 1)
+                CHECK(got.losses == zero0.losses && got.norms == zero0.norms && got.master == zero0.master,
+                      "%s, A = 1: losses, norms and final master weights bitwise equal", title.c_str());
         }
     }
 }

@@ -108,6 +108,15 @@ def check_claims(check, r, printed):
               len(comm) == 4 and all(x["calls"] == comm[0]["calls"] and x["bytes"] == comm[0]["bytes"] for x in comm)
               and 1 <= ratio <= 1 + 1e-4)
 
+    comm = [x for x in r["claim6"] if x.get("zero") == 2 and x.get("optimizer") == "adamw"]
+    one = [x for x in r["claim6"] if x.get("zero") == 1 and x.get("optimizer") == "adamw"]
+    check("claim 6: ZeRO-2, A = %s: A gradients' worth reduced (ratios %s), the weights gathered as ZeRO-1's"
+          % ([x["A"] for x in comm], ", ".join("%.5f" % x["reduced_over_gradient"] for x in comm)),
+          len(comm) == 4 and len(one) == 4
+          and all(x["A"] <= x["reduced_over_gradient"] <= x["A"] + 1e-4 for x in comm)
+          and all(x["bytes"]["all_gather"] == one[0]["bytes"]["all_gather"] for x in comm)
+          or "skipped" in str(r["claim6"][0]))
+
     muon = {x["zero"]: x for x in r["claim6"] if x.get("optimizer") == "muon"}
     adamw1 = [x for x in r["claim6"] if x.get("optimizer") == "adamw" and x.get("zero") == 1]
     if len(muon) == 2 and adamw1:

@@ -5,7 +5,9 @@
 # and its 1/G normalisation are the same, so the printed step losses and
 # gradient norms (6 digits) must be equal. The two-rank run's checkpoint:
 # DONE lists the model folder's two files and both ranks' state files, and
-# mpirun -np 2 -y 1 resumes from it. Ranks started with different flags are
+# mpirun -np 2 -y 1 resumes from it. ZeRO-2 (every micro-batch reduced and
+# added into the shard) gives the same step lines with A = 1, 2, 4 on 2 and 4
+# ranks, with --doc-mask too (-z 1's exactly with A = 1). Ranks started with different flags are
 # refused, naming the flag.
 #   bash test/trainer/test_llama3_ranks.sh [TRAINER]
 cd "$(dirname "$0")/../.." || exit 1
@@ -14,7 +16,8 @@ BIN=${1:-build/cpu/train_llama3}
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-args=(-x 4 -b 2 -d 512 -v 0 -s 0)
+base=(-x 4 -d 512 -v 0 -s 0)
+args=(${base[*]} -b 2)
 longer=(-x 6 -b 2 -d 512 -v 0 -s 0)
 steps() { grep -E '^step +[0-9]+/' "$1" | sed -E 's/^(step +[0-9]+\/[0-9]+ \| loss [0-9.]+ \| norm [0-9.]+).*/\1/'; }
 check "one process, A=4: 4 steps" bash -c "'$BIN' ${args[*]} > '$work/one.txt' 2>&1"
@@ -23,6 +26,36 @@ steps "$work/one.txt" > "$work/one.steps"
 steps "$work/two.txt" > "$work/two.steps"
 check "4 step lines each, losses and norms equal" bash -c "[ \$(wc -l < '$work/one.steps') = 4 ] && cmp -s '$work/one.steps' '$work/two.steps'"
 paste -d'\n' "$work/one.steps" "$work/two.steps" | sed 's/^/  /'
+# ZeRO-2 (NP ranks, B, A = 8 / (NP x B), FLAGS): the losses and norms of one process with the same
+# flags within 2e-4 (B changes the bf16 matmuls' rounding), and with A = 1 the step lines of -z 1
+# exactly (the same sums)
+close() {  # close A B: 4 step lines each, losses and norms within 2e-4
+    python3 - "$1" "$2" <<'PY'
+import re, sys
+def rows(p): return [tuple(map(float, m)) for m in re.findall(r"loss ([0-9.]+) \| norm ([0-9.]+)", open(p).read())]
+a, b = rows(sys.argv[1]), rows(sys.argv[2])
+sys.exit(0 if len(a) == len(b) == 4 and all(abs(x - y) <= 2e-4 for r, s in zip(a, b) for x, y in zip(r, s)) else 1)
+PY
+}
+for setup in "2 2" "2 1" "2 4" "4 1" "4 2" "2 1 --doc-mask 1"; do
+    read -r np b flags <<<"$setup"
+    ref=$work/one.steps
+    if [[ -n $flags ]]; then
+        "$BIN" ${args[*]} $flags > "$work/one_flags.txt" 2>&1
+        steps "$work/one_flags.txt" > "$work/one_flags.steps"
+        ref=$work/one_flags.steps
+    fi
+    for z in 1 2; do
+        [[ $z == 1 && $((np * b)) != 8 ]] && continue
+        mpirun --oversubscribe --bind-to none -x CPUCUDA_WORKERS=1 -np $np "$BIN" ${base[*]} -b $b -z $z $flags \
+            > "$work/z$z.txt" 2>&1
+        steps "$work/z$z.txt" > "$work/z$z.steps"
+    done
+    check "mpirun -np $np -z 2, B=$b (A=$((8 / np / b))) $flags: the losses and norms of one process within 2e-4" \
+        close "$ref" "$work/z2.steps"
+    [[ $((np * b)) == 8 ]] && check "mpirun -np $np -z 2, B=$b (A=1): the step lines of -z 1 exactly" \
+        bash -c "[ \$(wc -l < '$work/z2.steps') = 4 ] && cmp -s '$work/z1.steps' '$work/z2.steps'"
+done
 check "the two-rank checkpoint's DONE lists model_00000004/config.json, model_00000004/model.safetensors and 2 states" \
     bash -c "[[ \$(grep '^file ' '$work/ck/DONE_00000004' | awk '{print \$2}' | tr '\n' ' ') == 'model_00000004/config.json model_00000004/model.safetensors state_00000004_00000.bin state_00000004_00001.bin ' ]]"
 check "mpirun -np 2 -z 1 -y 1 resumes from it to step 6" bash -c "mpirun --oversubscribe --bind-to none -np 2 '$BIN' \

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The trainer under mpirun (CPU runtime, one process per rank): the same
-# tokens per step split over 1, 2 and 4 ranks, with and without ZeRO-1, give
+# tokens per step split over 1, 2 and 4 ranks, with ZeRO-0, 1 and 2, give
 # the same losses; only rank 0 prints; a rank that fails stops every rank
 # with its error line, never a hang. The hang guards scale with
 # TEST_TIMEOUT_SCALE (test/run_tests.sh); no check depends on how long a run took.
@@ -33,7 +33,7 @@ print("%.1e" % worst)
 sys.exit(0 if worst <= 2e-4 else 1)
 PY
 }
-for setup in "2 4 0 512" "2 2 0 512" "2 2 1 512" "4 2 0 512" "4 1 1 512"; do
+for setup in "2 4 0 512" "2 2 0 512" "2 2 1 512" "4 2 0 512" "4 1 1 512" "2 2 2 512" "2 1 2 512" "4 1 2 512"; do
     read -r np b z d <<<"$setup"
     timeout $GUARD $MPIRUN -np "$np" "$BIN" "${RUN[@]}" -b "$b" -d "$d" -z "$z" >"$WORK/run" 2>&1
     rc=$?
@@ -78,6 +78,43 @@ sys.exit(0 if len(x) == len(y) and diff / scale <= 1e-2 else 1)
 PY
 check "ZeRO-1 with -o writes the model, equal to ZeRO-0's within bf16 noise" $?
 
+# ZeRO-2 with A = 1 sums exactly as ZeRO-1 (the first micro-batch reduce-scatters straight into the
+# shard): the model and both ranks' state bodies bitwise ZeRO-1's (the headers say the stage),
+# on 2 and on 4 ranks; its memory plan has the gradient staging, smaller than ZeRO-1's gradients
+# for a model of 8 layers.
+same_run() {  # same_run DIR1 DIR2 NP: step 4's model and every rank's state body equal
+    cmp -s "$1/model_00000004.bin" "$2/model_00000004.bin" || return 1
+    for ((r = 0; r < $3; r++)); do
+        cmp -s -i 1024 "$1/state_00000004_0000$r.bin" "$2/state_00000004_0000$r.bin" || return 1
+    done
+}
+timeout $GUARD $MPIRUN -np 2 "$BIN" "${RUN[@]}" -b 4 -z 2 -o "$WORK/out2" >/dev/null 2>&1 &&
+    same_run "$WORK/out1" "$WORK/out2" 2
+check "ZeRO-2 on 2 ranks, A=1: model and state files bitwise ZeRO-1's" $?
+timeout $GUARD $MPIRUN -np 4 "$BIN" "${RUN[@]}" -b 2 -z 1 -o "$WORK/out41" >/dev/null 2>&1 &&
+    timeout $GUARD $MPIRUN -np 4 "$BIN" "${RUN[@]}" -b 2 -z 2 -o "$WORK/out42" >/dev/null 2>&1 &&
+    same_run "$WORK/out41" "$WORK/out42" 4
+check "ZeRO-2 on 4 ranks, A=1: model and state files bitwise ZeRO-1's" $?
+# 6 layers: each of the two staging slots serves three layers per backward, so a slot reused before
+# its reduce-scatter has read it (or not zeroed) shows; A = 1 bitwise ZeRO-1's, A = 2 within 2e-4
+DEEP=(-e "L=6,C=64,H=4,V=256,maxT=64" -x 4 -v 0 -d 512)
+for b in 4 2; do
+    timeout $GUARD $MPIRUN -np 2 "$BIN" "${DEEP[@]}" -b $b -z 1 -o "$WORK/deep1_$b" >"$WORK/deep1_$b.out" 2>&1 &&
+        timeout $GUARD $MPIRUN -np 2 "$BIN" "${DEEP[@]}" -b $b -z 2 -o "$WORK/deep2_$b" >"$WORK/deep2_$b.out" 2>&1 &&
+        if [[ $b == 4 ]]; then same_run "$WORK/deep1_$b" "$WORK/deep2_$b" 2; else
+            same_losses "$WORK/deep2_$b.out" "$WORK/deep1_$b.out" >/dev/null; fi
+    ok=$?  # (before the message's $(...) resets $?)
+    what=$([[ $b == 4 ]] && echo "bitwise ZeRO-1's model and states" || echo "ZeRO-1's losses within 2e-4")
+    check "6 layers, 2 ranks, B=$b (A=$((4 / b))): ZeRO-2 $what" $ok
+done
+plan_row() {  # plan_row ZERO ROW: the MiB of a memory plan row, 2 ranks, 8 layers
+    timeout $GUARD $MPIRUN -np 2 "$BIN" -e "L=8,C=64,H=4,V=256,maxT=64" -b 4 -t 64 -z "$1" --memory-plan 1 2>&1 |
+        grep -E "^  $2 +[0-9.]+ MiB" | awk '{print $(NF-1)}'
+}
+z1_grad=$(plan_row 1 "fp32 gradients") z2_grad=$(plan_row 2 "fp32 gradient staging")
+python3 -c "import sys; sys.exit(0 if 0 < float('${z2_grad:-0}') < float('${z1_grad:-0}') else 1)"
+check "memory plan, 8 layers: ZeRO-2's fp32 gradient staging ($z2_grad MiB) below ZeRO-1's fp32 gradients ($z1_grad MiB)" $?
+
 # resume on 2 ranks with ZeRO-1: the step-6 checkpoint made again from the
 # step-3 one is bitwise the first (model and both ranks' state files)
 timeout $GUARD $MPIRUN -np 2 "$BIN" -x 6 -v 0 -b 4 -z 1 -n 3 -o "$WORK/ck" >/dev/null 2>&1
@@ -87,15 +124,29 @@ grep -q "resuming from step 3" "$WORK/out" && cmp -s "$WORK/ck/model_00000006.bi
     cmp -s "$WORK/ck/state_00000006_00000.bin" "$WORK/ck2/state_00000006_00000.bin" &&
     cmp -s "$WORK/ck/state_00000006_00001.bin" "$WORK/ck2/state_00000006_00001.bin" && [[ -e "$WORK/ck2/DONE_00000006" ]]
 check "2 ranks, ZeRO-1: resuming from step 3 gives bitwise the step-6 model and both state files" $?
+# across ZeRO-1 and ZeRO-2 (the same shard; A = 1: the same sums): ZeRO-1's step-3 checkpoint
+# resumed with -z 2, and ZeRO-2's with -z 1, end bitwise at the uninterrupted step-6 model
+resumed_across() {  # resumed_across FROM_Z TO_Z: FROM_Z's run to 6, its step 3 resumed with TO_Z
+    local from=$WORK/across$1 to=$WORK/across$1to$2
+    timeout $GUARD $MPIRUN -np 2 "$BIN" -x 6 -v 0 -b 4 -z "$1" -n 3 -o "$from" >/dev/null 2>&1 &&
+        cp -r "$from" "$to" && rm "$to/"*00000006* &&
+        timeout $GUARD $MPIRUN -np 2 "$BIN" -x 6 -v 0 -b 4 -z "$2" -n 3 -o "$to" -y 1 >"$WORK/out" 2>&1 &&
+        grep -q "resuming from step 3" "$WORK/out" && cmp -s "$from/model_00000006.bin" "$to/model_00000006.bin" &&
+        cmp -s "$WORK/ck/model_00000006.bin" "$to/model_00000006.bin"
+}
+resumed_across 1 2
+check "2 ranks: a ZeRO-1 checkpoint resumed with -z 2 ends bitwise at ZeRO-1's step-6 model" $?
+resumed_across 2 1
+check "2 ranks: a ZeRO-2 checkpoint resumed with -z 1 ends bitwise at the step-6 model" $?
 "$BIN" -x 6 -v 0 -b 8 -o "$WORK/ck" -y 1 >"$WORK/out" 2>"$WORK/err"
 [[ $? -ne 0 ]] && grep -q "^error: .*saved with 2 processes, this run has 1" "$WORK/err"
 ok=$?
 check "resuming 2 ranks' checkpoint on 1 is refused: $(head -1 "$WORK/err")" $ok
 
-"$BIN" -z 2 >"$WORK/out" 2>"$WORK/err"
-[[ $? -ne 0 ]] && grep -q "^error: -z 2" "$WORK/err"
+"$BIN" -z 3 >"$WORK/out" 2>"$WORK/err"
+[[ $? -ne 0 ]] && grep -q "^error: -z 3" "$WORK/err"
 ok=$?
-check "-z 2 is refused: $(head -1 "$WORK/err")" $ok
+check "-z 3 is refused: $(head -1 "$WORK/err")" $ok
 $MPIRUN -np 2 "$BIN" --help >"$WORK/help" 2>&1
 [[ $? -eq 0 && $(grep -c "^Usage" "$WORK/help") -eq 1 ]] && grep -q "MPI + NCCL build" "$WORK/help"
 check "--help under mpirun -np 2: exit 0, printed once, says how the build runs ranks" $?

@@ -3,7 +3,8 @@
 # build, so that splits agree to float rounding) on the built-in corpus: it
 # trains (the val loss falls) and is not AdamW (its losses differ); one process
 # with B=8, A=1, with B=4, A=2, and mpirun -np 2 (B=4) and -np 4 (B=2), with
-# and without ZeRO-1 (each matrix on its owner rank), take the same 4 steps of
+# and without ZeRO-1 (each matrix on its owner rank), and -np 2 with ZeRO-2
+# (A = 2), take the same 4 steps of
 # 512 tokens (losses within 2e-5: the gradient is summed in another order, Muon
 # then orthogonalises the same matrix), and every rank owns matrices; 3 steps,
 # then -y 1 to 6, write the model and state of 6 straight steps byte for byte
@@ -40,7 +41,8 @@ $MPIRUN -np 2 "$BIN" --optimizer muon -x 4 -v 0 -b 4 -d 512 > "$work/np2.txt" 2>
 $MPIRUN -np 2 "$BIN" --optimizer muon -x 4 -v 0 -b 4 -d 512 -z 1 > "$work/np2z1.txt" 2>&1
 $MPIRUN -np 4 "$BIN" --optimizer muon -x 4 -v 0 -b 2 -d 512 > "$work/np4.txt" 2>&1
 $MPIRUN -np 4 "$BIN" --optimizer muon -x 4 -v 0 -b 2 -d 512 -z 1 > "$work/np4z1.txt" 2>&1
-for f in b8 adamw a2 np2 np2z1 np4 np4z1; do losses "$work/$f.txt" > "$work/$f.losses"; done
+$MPIRUN -np 2 "$BIN" --optimizer muon -x 4 -v 0 -b 2 -d 512 -z 2 > "$work/np2z2.txt" 2>&1
+for f in b8 adamw a2 np2 np2z1 np4 np4z1 np2z2; do losses "$work/$f.txt" > "$work/$f.losses"; done
 like_adamw=0  # (close is this shell's function: decided here, not in a check's bash -c)
 close "$work/b8.losses" "$work/adamw.losses" 1e-4 && like_adamw=1
 check "Muon's 4 losses are not AdamW's ($(tr '\n' ' ' < "$work/b8.losses")vs $(tr '\n' ' ' < "$work/adamw.losses"))" \
@@ -50,6 +52,8 @@ check "mpirun -np 2, B=4 (ZeRO-0): the 4 losses of one process (within 2e-5)" cl
 check "mpirun -np 2, B=4, ZeRO-1: the 4 losses of one process (within 2e-5)" close "$work/b8.losses" "$work/np2z1.losses" 2e-5
 check "mpirun -np 4, B=2 (ZeRO-0): the 4 losses of one process (within 2e-5)" close "$work/b8.losses" "$work/np4.losses" 2e-5
 check "mpirun -np 4, B=2, ZeRO-1: the 4 losses of one process (within 2e-5)" close "$work/b8.losses" "$work/np4z1.losses" 2e-5
+check "mpirun -np 2, B=2, A=2, ZeRO-2 (each micro-batch reduced to the owner): the 4 losses of one process (within 2e-5)" \
+    close "$work/b8.losses" "$work/np2z2.losses" 2e-5
 owners() { grep -E '^Muon: each matrix orthogonalised by one owner rank' "$1" | sed -E 's/.*; ([0-9]+) to ([0-9]+) matrix.*/\1 \2/'; }
 check "mpirun -np 2 and 4: every rank owns some of Muon's matrices ($(owners "$work/np2z1.txt"); $(owners "$work/np4z1.txt"))" \
     bash -c "read a b <<< '$(owners "$work/np2z1.txt")'; read c d <<< '$(owners "$work/np4z1.txt")'; (( a > 0 && c > 0 ))"
