@@ -84,7 +84,7 @@ DEV_CU     := $(wildcard dev/*.cu cpu_cuda/*.cu)
 # (the lesson runs in fp32 only: `make lesson`, build/cpu-fp32/lesson)
 DEV_BINS   := $(addprefix build/cpu/,$(filter-out lesson,$(basename $(notdir $(DEV_CU)))))
 
-.PHONY: all cpu asan racecheck gpu gpu-deps test check test-asan test-one bench bench-torch bench-muon lr-grid clean check-cuda-headers train_gpt_cpu train_llama3_cpu sass-report lesson \
+.PHONY: all cpu asan racecheck gpu gpu-deps test check test-asan test-one bench bench-torch bench-muon lr-grid memory-table clean check-cuda-headers train_gpt_cpu train_llama3_cpu sass-report lesson \
         format format-check
 .SECONDARY:
 
@@ -397,6 +397,12 @@ bench-muon: build/cpu-fp32/train_gpt build/host/prepro
 # cores); LR_GRID_ARGS: dev/lr_scaling.py's flags.
 lr-grid: build/cpu-fp32/train_gpt
 	$(PYTHON) dev/lr_scaling.py $(LR_GRID_ARGS)
+
+# The largest B per rank at T = 8192 for Llama 3.1 8B (8 ranks) and 70B (64 ranks) on 80 and
+# 141 GiB, every ZeRO stage x recompute level: the trainer's own --memory-plan -b auto
+# (docs/memory.md; a few minutes on 2 cores, nothing allocated).
+memory-table: build/cpu/train_llama3
+	$(PYTHON) dev/memory_table.py
 
 clean:
 	rm -rf build train_gpt train_gpt_cpu train_llama3 train_llama3_cpu

@@ -353,13 +353,18 @@ void print_memory_plan(const ModelFamily<Model, Config>& f, Model* model, int B,
 // confirmed by allocating them (on out-of-memory, the next smaller one), the
 // smallest of the ranks' choices, then a trial forward and backward. With -d the tokens per step stay:
 // B must divide the sequences each rank takes per step.
+// -b auto with -d: the sequences each rank takes per step (0: no -d).
+inline long auto_sequences_per_rank(long total_batch_tokens, int T, int N) {
+    if (total_batch_tokens > 0 && total_batch_tokens % ((long)T * N) != 0)
+        llmc::failf("-b auto: -d %ld is not a multiple of T x N = %ld", total_batch_tokens, (long)T * N);
+    return total_batch_tokens > 0 ? total_batch_tokens / ((long)T * N) : 0;
+}
+
 template <class Model, class Config>
 int choose_micro_batch(const ModelFamily<Model, Config>& f, Model* model, int T, int recompute, long total_batch_tokens,
                        int data_cap) {
     const int N = model->dist->num_processes;
-    const long sequences_per_rank = total_batch_tokens > 0 ? total_batch_tokens / ((long)T * N) : 0;
-    if (total_batch_tokens > 0 && total_batch_tokens % ((long)T * N) != 0)
-        llmc::failf("-b auto: -d %ld is not a multiple of T x N = %ld", total_batch_tokens, (long)T * N);
+    const long sequences_per_rank = auto_sequences_per_rank(total_batch_tokens, T, N);
     size_t free_bytes = 0, device_bytes = 0;
     cudaCheck(cudaMemGetInfo(&free_bytes, &device_bytes));
     int B = (int)std::min<long>(sequences_per_rank > 0 ? sequences_per_rank : 4096, std::min(data_cap, 4096));
@@ -576,6 +581,29 @@ int check_run_settings(const Run<Model, Config>* run, int B) {
     return A;
 }
 
+// --memory-plan 1 -b auto: the B a run would choose from the same plan (the
+// largest whose activations fit in 98% of what the weights, the optimizer's
+// state and cuBLASLt's workspace leave of the device), on a device with
+// nothing else on it; a run reads the free memory, which the CUDA context has
+// already taken a little of.
+template <class Model, class Config>
+int plan_auto_batch(const ModelFamily<Model, Config>& f, Model* model, int T, int recompute, long total_batch_tokens) {
+    const long sequences_per_rank = auto_sequences_per_rank(total_batch_tokens, T, model->dist->num_processes);
+    size_t free_bytes = 0, device_bytes = 0;
+    cudaCheck(cudaMemGetInfo(&free_bytes, &device_bytes));
+    const size_t fixed = total_bytes(parameter_buffers(model)) + CUBLASLT_WORKSPACE_BYTES;
+    const size_t available = device_bytes > fixed ? (size_t)((device_bytes - fixed) * 0.98) : 0;
+    const int max_B = (int)(sequences_per_rank > 0 ? std::min(sequences_per_rank, 4096L) : 4096);
+    const int B = largest_fitting_batch(f, model, T, recompute, available, max_B, sequences_per_rank);
+    if (B == 0)
+        llmc::failf("-b auto: not even B=1 fits at T=%d beside the weights and optimizer state (%.1f of %.1f MiB); "
+                    "try -r 3, a smaller -t or more ranks with -z 1 or 2",
+                    T, fixed / 1048576.0, device_bytes / 1048576.0);
+    print0("-b auto: B=%d, the largest micro-batch whose activations fit in 98%% of the %.1f MiB the rest leaves\n", B,
+           (device_bytes - fixed) / 1048576.0);
+    return B;
+}
+
 // --memory-plan 1: the plan of -e at -b, -t, -r, after the checks a run makes of the
 // flags that need no data; nothing allocated.
 template <class Model, class Config>
@@ -584,11 +612,11 @@ void print_plan_only(Run<Model, Config>* run) {
     const ModelFamily<Model, Config>& f = *run->family;
     f.set_config(model, read_config(f, run->opt.init));
     f.configure_model(model);
-    if (run->opt.B == 0) llmc::failf("--memory-plan: give -b (auto needs the device)");
-    check_run_settings(run, run->opt.B);
-    cudaDeviceProp props;
-    cudaCheck(cudaGetDeviceProperties(&props, run->dist->local_rank));
-    print_memory_plan(f, model, run->opt.B, run->opt.T, run->opt.recompute);
+    const int B = run->opt.B > 0
+                      ? run->opt.B
+                      : plan_auto_batch(f, model, run->opt.T, run->opt.recompute, run->opt.total_batch_tokens);
+    check_run_settings(run, B);
+    print_memory_plan(f, model, B, run->opt.T, run->opt.recompute);
 }
 
 // Whether the run reads the val data (-j, and -v > 0).

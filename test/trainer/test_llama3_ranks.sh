@@ -83,4 +83,21 @@ check "8B, 8 ranks, ZeRO-1, -r 3: the plan fits 80 GiB: $(grep '^  total' "$work
     grep -qx '  total  *67387.5 MiB of 81920.0 MiB on the device' "$work/plan3.txt"
 check "... -r 2 does not: $(grep '^  total' "$work/plan2.txt" | tr -s ' ')" \
     grep -q '^  total  *88252.4 MiB of 81920.0 MiB on the device (does not fit)$' "$work/plan2.txt"
+# -b auto with --memory-plan: the B a run would choose, from the same plan, nothing allocated: ZeRO-2 with
+# -r 3 takes B=7 on 80 GiB (B=8 would not fit), ZeRO-0 without recompute not even B=1 (one error line per rank)
+plan8b_auto() {
+    (ulimit -v 4000000 && CPUCUDA_DEVICE_MEMORY_MB=81920 timeout -k 10 $guard mpirun --oversubscribe --bind-to none \
+        -np 8 "$BIN" -e llama3.1-8b --memory-plan 1 -t 8192 "$@" 2>&1)
+}
+plan8b_auto -b auto -z 2 -r 3 > "$work/auto.txt"
+plan8b_auto -b 8 -z 2 -r 3 > "$work/b8.txt"
+plan8b_auto -b auto -z 0 -r 0 > "$work/auto0.txt"
+check "8B, 8 ranks, ZeRO-2, -r 3, -b auto: B=7 and its plan fits 80 GiB ($(grep '^-b auto' "$work/auto.txt"))" \
+    bash -c "grep -q '^-b auto: B=7, ' '$work/auto.txt' && grep -q '^memory plan per rank (B=7, T=8192' '$work/auto.txt' &&
+    grep -q '^  total .* on the device$' '$work/auto.txt'"
+check "... and B=8 does not fit: $(grep '^  total' "$work/b8.txt" | tr -s ' ')" \
+    grep -q '^  total .*(does not fit)$' "$work/b8.txt"
+check "8B, 8 ranks, ZeRO-0, -r 0, -b auto: refused, not even B=1 fits (one error line per rank, 8 ranks)" \
+    bash -c "[[ \$(grep -c '^error: -b auto: not even B=1 fits at T=8192' '$work/auto0.txt') -eq 8 &&
+    \$(grep -c '^error:' '$work/auto0.txt') -eq 8 ]]"
 tally test_llama3_ranks
