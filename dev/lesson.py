@@ -218,6 +218,34 @@ def claim5(ctx):
 
 
 # ---- claim 6: communication per optimizer step --------------------------------
+# What a ring sends per rank for each collective of S bytes (the counters' bytes): all-reduce
+# 2 (N-1)/N S (a reduce-scatter, then an all-gather), the others (N-1)/N S.
+def ring_bytes_per_rank(by_kind, N):
+    return round(sum(v * (2 if k == "all_reduce" else 1) for k, v in by_kind.items()) * (N - 1) / N)
+
+
+# The same per kind from the model's shapes alone: G = 4 P fp32 gradient bytes, the floatX weight
+# bytes W = P x floatX (M x floatX for Muon's matrices), the step's loss and (ZeRO >= 1) the squared
+# norm, 4 bytes each, all-reduced. ZeRO-0 all-reduces G once; ZeRO-1 reduce-scatters it once and
+# ZeRO-2 every micro-batch (A times), then all-gathers W; Muon sends its matrices' weights from their
+# owners (broadcast) and, under ZeRO-1, reduces their gradients to them.
+def bytes_from_shapes(r):
+    G, A, zero = r["gradient_bytes"], r["A"], r["zero"]
+    P, X, M = G // 4, r["floatx_bytes"], r.get("muon_elements", 0)
+    muon = r.get("optimizer", "adamw") == "muon"
+    kinds = {"all_reduce": 4 + (4 if zero >= 1 else 0), "reduce_scatter": 0, "all_gather": 0, "broadcast": 0,
+             "reduce": 0}
+    if zero == 0:
+        kinds["all_reduce"] += G
+    else:
+        times = A if zero == 2 else 1
+        kinds["reduce_scatter"] = times * 4 * (P - (M if muon else 0))
+        kinds["reduce"] = times * 4 * M if muon else 0
+        kinds["all_gather"] = X * (P - (M if muon else 0))
+    kinds["broadcast"] = X * M if muon else 0
+    return {"bytes": kinds, "ring_bytes_per_rank": ring_bytes_per_rank(kinds, r["N"])}
+
+
 def claim6(ctx):
     try:
         results = lesson_json(ctx, ["bytes"], ranks=2)
@@ -230,14 +258,19 @@ def claim6(ctx):
         reduced = b["all_reduce"] + b["reduce_scatter"] + b["reduce"]
         r["reduced_over_gradient"] = reduced / r["gradient_bytes"]
         r["total_bytes"] = sum(b.values())
+        r["ring_bytes_per_rank"] = ring_bytes_per_rank(b, r["N"])
+        r["shapes"] = bytes_from_shapes(r)
         calls = sum(r["calls"].values())
         rows.append([r.get("optimizer", "adamw"), "ZeRO-%d" % r["zero"], r["A"], calls, reduced,
                      b["all_gather"] + b["broadcast"], r["gradient_bytes"], "%.5f" % r["reduced_over_gradient"],
+                     r["ring_bytes_per_rank"], r["shapes"]["ring_bytes_per_rank"],
                      r["gradient_memory"], r["gradient_bytes"] // r["N"]])
     table("Claim 6. NCCL per optimizer step, N = 2 ranks, B_micro = 1 (the CPU runtime's counters)",
           ["optimizer", "ZeRO", "A", "collective calls", "bytes reduced", "bytes gathered", "gradient bytes",
-           "reduced / gradient", "gradient memory per rank", "gradient bytes / N"], rows)
+           "reduced / gradient", "sent per rank (ring)", "sent per rank, from the shapes", "gradient memory per rank",
+           "gradient bytes / N"], rows)
     print("(the bytes beyond one gradient: the step's loss, and under ZeRO-1 and 2 the squared norm, 4 bytes each; "
+          "a ring sends (N-1)/N of each collective's bytes per rank, twice for an all-reduce; "
           "ZeRO-2 reduces every micro-batch, A gradients' worth, to hold a 2-layer staging buffer, the shard and a "
           "receive buffer instead of the whole gradient and the shard; "
           "Muon: each matrix reduced to its owner rank under ZeRO-1, and the owner's new weights broadcast, "
