@@ -409,7 +409,7 @@ inline std::vector<DeviceBuffer> parameter_buffers(Parameters* p) {
     const size_t local = p->optimizer_elements;
     const bool zero2 = stages_gradients(p);
     std::vector<DeviceBuffer> list = {{(void**)&p->params_memory, weight_elements(p) * sizeof(floatX),
-                                       stages_weights(p) ? "weight staging (2 layers, the rest whole)" : "parameters"},
+                                       stages_weights(p) ? "weights (staging and non-layer)" : "parameters"},
                                       {(void**)&p->grads_memory, gradient_elements(p) * sizeof(float),
                                        zero2 ? "fp32 gradient staging" : "fp32 gradients"},
                                       {(void**)&p->master_weights, local * sizeof(float), "fp32 master weights"},
