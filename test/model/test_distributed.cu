@@ -25,6 +25,7 @@
 #include "train_gpt.cu"
 #include "test/test_util.h"
 #ifdef CPUCUDA
+#include "cpucuda.h"  // memory_stats
 #include "cpucuda_nccl.h"
 #else  // a GPU build runs N = 1 only (one GPU lent): no collectives to count
 struct CpuCudaNcclCounters {
@@ -125,6 +126,11 @@ struct Result {
 // Trains STEPS steps of `split` on this rank, as main does: rank r takes rows
 // [r*B, (r+1)*B) of each global micro-batch of N*B sequences.
 static Result train(const Split& split, const Distributed* dist) {
+#ifdef CPUCUDA
+    matmul_teardown();  // the earlier splits' cuBLASLt workspace: the plan below counts this one's
+    cpucuda::reset_peak_memory();
+    const size_t before = cpucuda::memory_stats().in_use;
+#endif
     GPT2 model;
     model.dist = dist;
     model.zero_stage = split.zero;
@@ -162,6 +168,14 @@ static Result train(const Split& split, const Distributed* dist) {
         res.losses.push_back(r.loss);
         res.norms.push_back(r.grad_norm);
     }
+#ifdef CPUCUDA
+    // the memory plan (ZeRO-3: the weight staging and shard at their sizes) is what the steps allocated
+    const size_t peak = cpucuda::memory_stats().peak - before;
+    const size_t planned = memory_plan(GPT2_FAMILY, &model, split.B, T, 0).total;
+    if (dist->rank == 0 && split.zero >= 2)
+        CHECK(planned == peak, "%s: the memory plan, %zu bytes, is the runtime's peak allocation over the steps, %zu",
+              split.name().c_str(), planned, peak);
+#endif
     res.master = gather_master_weights(&model);
     // every rank must hold bitwise the same weights the forward reads (ZeRO-3: as gathered)
     const std::vector<floatX> weights = gather_weights(&model);
