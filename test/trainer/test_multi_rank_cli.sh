@@ -172,7 +172,7 @@ check "2 ranks, ZeRO-1: resuming from step 3 gives bitwise the step-6 model and 
 # across ZeRO-1 and ZeRO-2 (the same shard; A = 1: the same sums): ZeRO-1's step-3 checkpoint
 # resumed with -z 2, and ZeRO-2's with -z 1, end bitwise at the uninterrupted step-6 model
 resumed_across() {  # resumed_across FROM_Z TO_Z: FROM_Z's run to 6, its step 3 resumed with TO_Z
-    local from=$WORK/across$1 to=$WORK/across$1to$2
+    local from=$WORK/across$1for$2 to=$WORK/across$1to$2
     timeout $GUARD $MPIRUN -np 2 "$BIN" -x 6 -v 0 -b 4 -z "$1" -n 3 -o "$from" >/dev/null 2>&1 &&
         cp -r "$from" "$to" && rm "$to/"*00000006* &&
         timeout $GUARD $MPIRUN -np 2 "$BIN" -x 6 -v 0 -b 4 -z "$2" -n 3 -o "$to" -y 1 >"$WORK/out" 2>&1 &&
