@@ -510,10 +510,10 @@ inline void gather_layer_weights(Parameters* p, int l) {
         if (s.layer != l) continue;
         floatX* w = slice_weights(p, s);
         const floatX* mine = p->weight_shard + s.weight_offset;
-        cudaCheck(cudaMemcpyAsync(w + r * s.part, mine, s.part * sizeof(floatX), cudaMemcpyDeviceToDevice,
+        cudaCheck(
+            cudaMemcpyAsync(w + r * s.part, mine, s.part * sizeof(floatX), cudaMemcpyDeviceToDevice, d->comm_stream));
+        cudaCheck(cudaMemcpyAsync(w + s.tail_begin(), mine + s.part, s.tail * sizeof(floatX), cudaMemcpyDeviceToDevice,
                                   d->comm_stream));
-        cudaCheck(cudaMemcpyAsync(w + s.tail_begin(), mine + s.part, s.tail * sizeof(floatX),
-                                  cudaMemcpyDeviceToDevice, d->comm_stream));
     }
     group_start();
     for (const GradientSlice& s : p->slices)
@@ -735,10 +735,9 @@ struct OptimizerSettings {
 inline void adamw_elements(Parameters* p, const float* grads, size_t local, floatX* weights, size_t in_tensor, size_t n,
                            int k, float lr, const OptimizerSettings& opt) {
     const uint32_t seed = (uint32_t)splitmix64(opt.seed ^ ((uint64_t)p->adam_step << 8 | k));
-    adamw_update(weights, p->master_weights + local, grads + local, p->adam_m + local,
-                 p->adam_v + local, n, lr, opt.beta1, opt.beta2, opt.eps,
-                 p->tensors[k].decays ? opt.weight_decay : 0.0f, p->adam_step, opt.grad_clip,
-                 &p->stats->grad_norm_squared, seed, in_tensor, p->stream);
+    adamw_update(weights, p->master_weights + local, grads + local, p->adam_m + local, p->adam_v + local, n, lr,
+                 opt.beta1, opt.beta2, opt.eps, p->tensors[k].decays ? opt.weight_decay : 0.0f, p->adam_step,
+                 opt.grad_clip, &p->stats->grad_norm_squared, seed, in_tensor, p->stream);
 }
 
 // Muon on the layers of tensor k this rank updates (all on one rank; its
@@ -790,7 +789,9 @@ inline void update_parameters(Parameters* p, float* scratch, float lr, const Opt
         size_t offset = 0;
         for (int k = 0; k < (int)p->tensors.size(); k++) {
             if (muon_tensor_of(p, k)) muon_tensor(p, p->grads_memory, offset, k, lr, opt);
-            else adamw_elements(p, p->grads_memory, offset, p->params_memory + offset, 0, p->tensors[k].size, k, lr, opt);
+            else
+                adamw_elements(p, p->grads_memory, offset, p->params_memory + offset, 0, p->tensors[k].size, k, lr,
+                               opt);
             offset += p->tensors[k].size;
         }
         if (!has_owners(p)) return;

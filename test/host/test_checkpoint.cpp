@@ -212,13 +212,14 @@ static void test_mismatch() {
               "a ZeRO-3 state resumes under ZeRO-%d", stage);
     }
     want = s3.h;
-    CHECK(error_of([&] { state_read(p2, want, buf.data(), buf.data() + n, buf.data() + 2 * n, ex.data()); }) == NO_ERROR,
+    CHECK(error_of([&] { state_read(p2, want, buf.data(), buf.data() + n, buf.data() + 2 * n, ex.data()); }) ==
+              NO_ERROR,
           "a ZeRO-2 state resumes under ZeRO-3");
     want.zero_stage = 0;
     const std::string err3 =
         error_of([&] { state_read(p3, want, buf.data(), buf.data() + n, buf.data() + 2 * n, ex.data()); });
-    CHECK(contains(err3, "zero stage 3") && contains(err3, "zero stage 0"), "a ZeRO-3 state under ZeRO-0 is refused: %s",
-          err3.c_str());
+    CHECK(contains(err3, "zero stage 3") && contains(err3, "zero stage 0"),
+          "a ZeRO-3 state under ZeRO-0 is refused: %s", err3.c_str());
 }
 
 static void test_damage() {

@@ -213,8 +213,8 @@ static Result train(const Split& split, const Distributed* dist) {
                   split.name().c_str(), 4 * n, ratio);
         else  // ZeRO-2, 3: every micro-batch's gradient (A of them); ZeRO-1: the last one's, the sum
             CHECK(rs == 4 * scattered * micro_reductions &&
-                      ar == 4 * tails * micro_reductions + loss_bytes + norm_bytes &&
-                      ag == sizeof(floatX) * gathered && same_every_step && fabs(ratio - micro_reductions) < 1e-12,
+                      ar == 4 * tails * micro_reductions + loss_bytes + norm_bytes && ag == sizeof(floatX) * gathered &&
+                      same_every_step && fabs(ratio - micro_reductions) < 1e-12,
                   "%s: per step %d x (a reduce-scatter of %zu fp32 + an all-reduce of the %zu tail elements) "
                   "(gradient bytes reduced / gradient bytes = %.2f), all-gathers of %zu weights (%zu bytes); the "
                   "same every step",
