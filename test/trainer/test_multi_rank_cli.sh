@@ -123,6 +123,12 @@ for setup in "2 4" "2 2" "2 1" "4 1"; do
         same_run "$ref" "$WORK/deep3_${np}_$b" $np
     check "6 layers, $np ranks, B=$b (A=$((8 / np / b))): ZeRO-3's model file and states bitwise ZeRO-2's" $?
 done
+# deferred streams (cpu_cuda/README.md: a stream's work runs only when something needs it, a
+# collective at once): a gather that did not wait for its slot's last readers would overwrite
+# weights that layer's kernels have yet to read
+timeout $GUARD $MPIRUN -x CPUCUDA_STREAMS=deferred -np 2 "$BIN" "${DEEP[@]}" -b 2 -z 3 -o "$WORK/deep3_deferred" \
+    >/dev/null 2>&1 && same_run "$WORK/deep2_2" "$WORK/deep3_deferred" 2
+check "6 layers, 2 ranks, A=2, deferred streams: ZeRO-3 bitwise ZeRO-2's (each gather waits for its slot's readers)" $?
 # evaluation, HellaSwag and samples run forwards, whose ZeRO-3 gathers every rank must join: on 3
 # ranks (10 examples: 4, 3, 3 per rank, one per batch) the same lines as ZeRO-2, no hang (the
 # stall timeout ends one: a failing check, not a slow one)
