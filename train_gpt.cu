@@ -242,7 +242,7 @@ static void configure_model(GPT2* model) {
 static void allocate_model(GPT2* model) {
     configure_model(model);
     allocate_parameters(model);
-    point_parameters(&model->params, model->params_memory, model->tensors);
+    point_parameters(&model->params, model->params_memory, weight_layout(model));  // ZeRO-3: the staging's
     point_parameters(&model->grads, model->grads_memory, gradient_layout(model));  // ZeRO-2: the staging's
     model->B = model->T = 0;
     cudaCheck(cudaStreamCreate(&model->stream));
@@ -252,7 +252,7 @@ static void allocate_model(GPT2* model) {
 // Layer l's weights, gradients and activations (layer_view); a tensor kept
 // once for all layers (recompute) is the same in every layer's view.
 static ParameterTensors<floatX> layer_params(const GPT2* model, int l) {
-    return layer_view(model->params, model->param_strides, l);
+    return layer_view(model->params, model->param_strides, weight_slot(model, l));  // ZeRO-3: a staging slot
 }
 static ParameterTensors<float> layer_grads(const GPT2* model, int l) {
     return layer_view(model->grads, model->grad_strides, gradient_slot(model, l));  // ZeRO-2: a staging slot
@@ -484,10 +484,11 @@ static void init_from_model_file(GPT2* model, const char* path) {
 }
 
 // The weights it computes with, under GPT-2's header (write_model_weights).
-static std::vector<CheckpointFile> write_model_file(const GPT2* model, const std::string& path) {
+static std::vector<CheckpointFile> write_model_file(const GPT2* model, const std::vector<floatX>& weights,
+                                                    const std::string& path) {
     const GPT2Config& c = model->config;
     return {write_model_weights(
-        model, path,
+        weights, path,
         ModelFileHeader{0, c.max_seq_len, c.vocab_size, c.num_layers, c.num_heads, c.channels, c.padded_vocab_size})};
 }
 
@@ -593,9 +594,13 @@ static void forward(GPT2* model) {
     cudaStream_t stream = model->stream;
 
     const int* positions = document_positions(model);
+    gather_layer_weights(model, 0);  // ZeRO-3: each layer's weights into its slot, one layer ahead
     encoder_forward(a.encoded, model->inputs, positions, p.wte, p.wpe, B, T, C, stream);
+    wait_layer_weights(model, 0);
     layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, a.encoded, p.ln1w, p.ln1b, BT, C, stream);
     for (int l = 0; l < L; l++) {
+        if (l + 1 < L) gather_layer_weights(model, l + 1);  // ZeRO-3: prefetched while layer l computes
+        wait_layer_weights(model, l);
         const ParameterTensors<floatX> w = layer_params(model, l);
         const ActivationTensors x = layer_acts(model, l);
         block_forward(model, l, l == 0 ? a.encoded : layer_acts(model, l - 1).residual3);
@@ -604,6 +609,7 @@ static void forward(GPT2* model) {
         matmul_forward(a.proj_out, x.fch_gelu, w.fcprojw, w.fcprojb, BT, 4 * C, C, stream);
         if (l + 1 < L) {
             const ActivationTensors next = layer_acts(model, l + 1);
+            wait_layer_weights(model, l + 1);  // its ln1 runs here, fused
             const ParameterTensors<floatX> next_w = layer_params(model, l + 1);
             fused_residual_layernorm_forward(x.residual3, next.ln1, next.ln1_mean, next.ln1_rstd, x.residual2,
                                              a.proj_out, next_w.ln1w, next_w.ln1b, BT, C, stream);
@@ -664,6 +670,7 @@ static void backward(GPT2* model, const int* encoder_plan_host, int num_distinct
     const int2* docs = attention_documents(model);
 
     begin_backward_gradients(model);  // ZeRO-2: the staging zeroed once free
+    gather_layer_weights(model, L - 1);  // ZeRO-3: again for the backward, while the head's runs
     cudaCheck(cudaMemcpyAsync(s.encoder_plan, encoder_plan_host, encoder_backward_plan_ints(B, T) * sizeof(int),
                               cudaMemcpyHostToDevice, stream));
     // LM head and final layernorm
@@ -672,6 +679,8 @@ static void backward(GPT2* model, const int* encoder_plan_host, int num_distinct
     layernorm_backward(s.dresidual, g.lnfw, g.lnfb, s.reduce, s.dnarrow, layer_acts(model, L - 1).residual3, p.lnfw,
                        a.lnf_mean, a.lnf_rstd, BT, C, stream);
     for (int l = L - 1; l >= 0; l--) {
+        if (l > 0) gather_layer_weights(model, l - 1);  // ZeRO-3: prefetched while layer l computes
+        wait_layer_weights(model, l);
         const ParameterTensors<floatX> w = layer_params(model, l);
         begin_layer_gradients(model, l);  // ZeRO-2: the slot zeroed once free
         const ParameterTensors<float> dw = layer_grads(model, l);

@@ -175,7 +175,7 @@ static void configure_model(Llama3* model) {
 static void llama3_allocate_parameters(Llama3* model) {
     configure_model(model);
     allocate_parameters(model);
-    point_parameters(&model->params, model->params_memory, model->tensors);
+    point_parameters(&model->params, model->params_memory, weight_layout(model));  // ZeRO-3: the staging's
     point_parameters(&model->grads, model->grads_memory, gradient_layout(model));  // ZeRO-2: the staging's
     model->B = model->T = 0;
     cudaCheck(cudaStreamCreate(&model->stream));
@@ -189,7 +189,7 @@ static void llama3_allocate_parameters(Llama3* model) {
 // Layer l's weights, gradients and activations (layer_view); a tensor kept
 // once for all layers (recompute) is the same in every layer's view.
 static ParameterTensors<floatX> layer_params(const Llama3* model, int l) {
-    return layer_view(model->params, model->param_strides, l);
+    return layer_view(model->params, model->param_strides, weight_slot(model, l));  // ZeRO-3: a staging slot
 }
 static ParameterTensors<float> layer_grads(const Llama3* model, int l) {
     return layer_view(model->grads, model->grad_strides, gradient_slot(model, l));  // ZeRO-2: a staging slot
@@ -296,10 +296,8 @@ static void init_from_model_file(Llama3* model, const char* path) {
 // under transformers' names. Written whole (write_folder_atomic: a temporary
 // folder renamed into place; a checkpoint rewrites the model of a step whose
 // DONE it has removed); its two files' names, sizes and hashes.
-static std::vector<CheckpointFile> write_model_file(const Llama3* model, const std::string& path) {
-    std::vector<floatX> weights(model->num_parameters);
-    cudaCheck(
-        cudaMemcpy(weights.data(), model->params_memory, weights.size() * sizeof(floatX), cudaMemcpyDeviceToHost));
+static std::vector<CheckpointFile> write_model_file(const Llama3* model, const std::vector<floatX>& weights,
+                                                    const std::string& path) {
     if (!all_finite(weights)) FAIL("%s: the model's weights hold Inf or NaN; not written", path.c_str());
     const bool bf16 = sizeof(floatX) == 2;
     std::vector<llmc::SafetensorsOut> out;
@@ -420,9 +418,13 @@ static void forward(Llama3* model) {
     ActivationTensors& a = model->acts;
     cudaStream_t stream = model->stream;
 
+    gather_layer_weights(model, 0);  // ZeRO-3: each layer's weights into its slot, one layer ahead
     encoder_forward(a.encoded, model->inputs, nullptr, p.wte, nullptr, B, T, C, stream);
+    wait_layer_weights(model, 0);
     rmsnorm_forward(a.ln1, a.ln1_rstd, a.encoded, p.attnnormw, BT, C, eps, stream);
     for (int l = 0; l < L; l++) {
+        if (l + 1 < L) gather_layer_weights(model, l + 1);  // ZeRO-3: prefetched while layer l computes
+        wait_layer_weights(model, l);
         const ParameterTensors<floatX> w = layer_params(model, l);
         const ActivationTensors x = layer_acts(model, l);
         block_forward(model, l, l == 0 ? a.encoded : layer_acts(model, l - 1).residual3);
@@ -430,6 +432,7 @@ static void forward(Llama3* model) {
         // the next norm (the next layer's, or the final one).
         matmul_forward(a.proj_out, x.fch_swiglu, w.fcprojw, nullptr, BT, F, C, stream);
         const bool last = l + 1 == L;
+        if (!last) wait_layer_weights(model, l + 1);  // its norm runs here, fused
         floatX* norm_out = last ? a.lnf : layer_acts(model, l + 1).ln1;
         float* norm_rstd = last ? a.lnf_rstd : layer_acts(model, l + 1).ln1_rstd;
         const floatX* norm_w = last ? p.normfw : layer_params(model, l + 1).attnnormw;
@@ -483,6 +486,7 @@ static void backward(Llama3* model, const int* encoder_plan_host, int num_distin
     const int* positions = document_positions(model);  // RoPE's: document-relative, or t where null
 
     begin_backward_gradients(model);  // ZeRO-2: the staging zeroed once free
+    gather_layer_weights(model, L - 1);  // ZeRO-3: again for the backward, while the head's runs
     cudaCheck(cudaMemcpyAsync(s.encoder_plan, encoder_plan_host, encoder_backward_plan_ints(B, T) * sizeof(int),
                               cudaMemcpyHostToDevice, stream));
     // LM head (into wte's gradient when tied) and final norm
@@ -492,6 +496,8 @@ static void backward(Llama3* model, const int* encoder_plan_host, int num_distin
     rmsnorm_backward(s.dresidual, g.normfw, s.reduce, s.dnarrow, layer_acts(model, L - 1).residual3, p.normfw,
                      a.lnf_rstd, BT, C, stream);
     for (int l = L - 1; l >= 0; l--) {
+        if (l > 0) gather_layer_weights(model, l - 1);  // ZeRO-3: prefetched while layer l computes
+        wait_layer_weights(model, l);
         const ParameterTensors<floatX> w = layer_params(model, l);
         begin_layer_gradients(model, l);  // ZeRO-2: the slot zeroed once free
         const ParameterTensors<float> dw = layer_grads(model, l);

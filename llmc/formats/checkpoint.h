@@ -490,8 +490,9 @@ inline TrainingStateHeader state_read_header(const std::string& path) {
     return h;
 }
 
-// ZeRO-1 and ZeRO-2 keep the same shard of the optimizer state (ZeRO-2 only
-// stages the gradient differently), so a state file of one resumes the other.
+// ZeRO-1, 2 and 3 keep the same shard of the optimizer state (ZeRO-2 only
+// stages the gradient differently, ZeRO-3 the layers' weights too), so a state
+// file of one resumes the others.
 inline bool same_shard_layout(int saved_stage, int stage) { return (saved_stage >= 1) == (stage >= 1); }
 
 // Reads the body into m, v, master (shard_elements floats each) and extra (extra_bytes);

@@ -54,7 +54,9 @@ struct ModelFamily {
     // ---- weights and files
     void (*init_from_descriptor)(Model*, const char* descriptor, uint64_t seed);
     void (*init_from_model_file)(Model*, const char* path);
-    std::vector<CheckpointFile> (*write_model_file)(const Model*, const std::string& path);
+    // the weights: gather_weights' (every rank gathers; one writes)
+    std::vector<CheckpointFile> (*write_model_file)(const Model*, const std::vector<floatX>& weights,
+                                                    const std::string& path);
 
     // ---- activations
     std::vector<DeviceBuffer> (*activation_buffers)(Model*, int B, int T, int recompute);  // the plan's rows

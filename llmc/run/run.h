@@ -189,9 +189,10 @@ std::vector<Flag<O>> run_flags(const ModelFamily<Model, Config>& f) {
         {"-nk", &TrainOptions::checkpoint_keep, "<int>", 0, INT_TOP, "0",
          "keep only the newest this many checkpoints (0 = all)", nullptr},
         {"-y", &TrainOptions::resume, nullptr, 0, 1, "0", "resume from the newest complete checkpoint in -o", nullptr},
-        {"-z", &TrainOptions::zero_stage, nullptr, 0, 2, "0",
+        {"-z", &TrainOptions::zero_stage, nullptr, 0, 3, "0",
          "ZeRO stage: 1 shards master weights and AdamW m, v over the ranks; 2 also the fp32\ngradient (a "
-         "2-layer staging buffer; every micro-batch communicates)",
+         "2-layer staging buffer; every micro-batch communicates); 3 also the layers'\nweights (each layer "
+         "all-gathered into a 2-layer staging before its forward and\nbackward)",
          nullptr},
         {"-r", &TrainOptions::recompute, nullptr, 0, 3, "0", f.recompute_help, nullptr},
         {"--memory-plan", &TrainOptions::memory_plan_only, nullptr, 0, 1, "0",
@@ -245,6 +246,9 @@ inline void refuse_ignored_flags(const TrainOptions& o, const std::set<std::stri
         for (const char* flag : {"-n", "-nk"})
             if (given.count(flag)) llmc::failf("%s: checkpoints need -o (the folder they are written to)", flag);
     }
+    if ((Optimizer)o.optimizer == Optimizer::Muon && o.zero_stage == 3)
+        llmc::failf("--optimizer muon with -z 3: a Muon owner needs its matrices' whole weights, which ZeRO-3 shards; "
+                    "use -z 2");
     if ((Optimizer)o.optimizer != Optimizer::Muon)
         for (const char* flag : {"--muon-lr", "--muon-wd"})
             if (given.count(flag)) llmc::failf("%s: Muon's setting needs --optimizer muon", flag);
@@ -482,11 +486,17 @@ void print_optimizer_memory(const Model& model) {
     print0("optimizer state per rank: %.1f MiB with ZeRO-%d (master, m, v and the gradient shard of %zu elements), "
            "%.1f MiB without: saves %.1f MiB per rank\n",
            sharded, model.zero_stage, model.optimizer_elements, full, full - sharded);
-    if (model.zero_stage == 2)
+    if (stages_gradients(&model))
         print0("fp32 gradient per rank: %.1f MiB of staging (2 layers and the tensors outside them) and a %.1f MiB "
                "receive buffer, %.1f MiB without ZeRO-2\n",
                4.0 * gradient_elements(&model) / MiB, 4.0 * receive_elements(&model) / MiB,
                4.0 * model.num_parameters / MiB);
+    const double X = sizeof(floatX);
+    if (stages_weights(&model))
+        print0("weights per rank: %.1f MiB of staging (2 layers and the tensors outside them, whole) and a %.1f MiB "
+               "shard of the layers', %.1f MiB without ZeRO-3\n",
+               X * weight_elements(&model) / MiB, X * model.weight_shard_elements / MiB,
+               X * model.num_parameters / MiB);
 }
 
 // ---- the run -------------------------------------------------------------------
@@ -643,13 +653,14 @@ void agree_on_flags_and_data(Run<Model, Config>* run) {
 // match between models of different shapes.
 template <class Model, class Config>
 void agree_on_model(Run<Model, Config>* run) {
-    const Model& model = run->model;
+    Model& model = run->model;
     if (run->dist->num_processes == 1) return;
     run->watchdog->mark("comparing the ranks' models");
     require_ranks_agree(
-        {{"the model's shape", model_summary(run) + ", " + std::to_string(model.num_parameters) + " parameters"},
-         {"the model's weights", weights_identity(&model)}},
+        {{"the model's shape", model_summary(run) + ", " + std::to_string(model.num_parameters) + " parameters"}},
         run->dist);
+    // (after the shape: under ZeRO-3 the hash gathers the layers, collectives of the shape's sizes)
+    require_ranks_agree({{"the model's weights", weights_identity(&model)}}, run->dist);
 }
 
 // The largest B the data holds (for -b auto): the train loader reads N x B
@@ -888,10 +899,12 @@ void evaluate_and_log(Run<Model, Config>* run, int step, bool last) {
             run->log.record(step, "eval", "hellaswag_acc", accuracy);
         }
     }
-    if (opt.sample_every > 0 && step > 0 && (step % opt.sample_every == 0 || last) && run->dist->rank == 0) {
+    // (ZeRO-3: every rank runs the sample's forwards, whose gathers are collectives; rank 0 prints it)
+    const bool samples = run->dist->rank == 0 || stages_weights(model);
+    if (opt.sample_every > 0 && step > 0 && (step % opt.sample_every == 0 || last) && samples) {
         const std::vector<int> sample = generate(*run->family, model, opt.sample_tokens, opt.temperature, opt.top_k,
                                                  splitmix64((uint64_t)opt.seed ^ ((uint64_t)step << 32)));
-        printf("step %d: sample: %s\n", step, sample_text(sample, run->tokenizer.get()).c_str());
+        print0("step %d: sample: %s\n", step, sample_text(sample, run->tokenizer.get()).c_str());
     }
 }
 

@@ -89,10 +89,11 @@ inline std::string shards_identity(const char* pattern) {
     return text;
 }
 
-// A hash of the weights this rank starts from: the floatX weights, and the fp32
-// master weights where this rank holds them all (ZeRO-0; under ZeRO-1 each
-// rank owns its share alone). Read in slices, so the host holds little.
-inline std::string weights_identity(const Parameters* p) {
+// A hash of the weights this rank starts from: the floatX weights (ZeRO-3:
+// gathered layer by layer, every rank calls it), and the fp32 master weights
+// where this rank holds them all (ZeRO-0; under ZeRO-1 each rank owns its
+// share alone). Read in slices, so the host holds little.
+inline std::string weights_identity(Parameters* p) {
     XXH64_state_t h;
     XXH64_reset(&h, 0);
     std::vector<char> slice((size_t)64 << 20);
@@ -104,7 +105,7 @@ inline std::string weights_identity(const Parameters* p) {
             XXH64_update(&h, slice.data(), n);
         }
     };
-    hash_device(p->params_memory, p->num_parameters * sizeof(floatX));
+    visit_weights(p, [&](const GradientSlice& s, const floatX* w) { hash_device(w, s.size * sizeof(floatX)); });
     if (p->zero_stage == 0) hash_device(p->master_weights, p->num_parameters * sizeof(float));
     char text[64];
     snprintf(text, sizeof text, "xxh64 %016llx", (unsigned long long)XXH64_digest(&h));

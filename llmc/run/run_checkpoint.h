@@ -56,9 +56,8 @@ inline std::vector<float> read_model_weights(FILE* f, const char* path, const Mo
 // rename: an existing file is never half overwritten. Weights that are not
 // all finite (a bf16 rounding can overflow to Inf) are refused: the error
 // names the file and nothing is written. Returns the file's name, size and hash.
-inline CheckpointFile write_model_weights(const Parameters* p, const std::string& path, ModelFileHeader h) {
-    std::vector<floatX> weights(p->num_parameters);
-    cudaCheck(cudaMemcpy(weights.data(), p->params_memory, weights.size() * sizeof(floatX), cudaMemcpyDeviceToHost));
+inline CheckpointFile write_model_weights(const std::vector<floatX>& weights, const std::string& path,
+                                          ModelFileHeader h) {
     if (!all_finite(weights)) llmc::failf("%s: the model's weights hold Inf or NaN; not written", path.c_str());
     h.version = sizeof(floatX) == 2 ? MODEL_VERSION_BF16 : MODEL_VERSION_FP32;
     return model_file_write(path, h, weights.data(), weights.size());
@@ -120,11 +119,12 @@ void save_checkpoint(const ModelFamily<Model, Config>& f, Model* model, Checkpoi
         llmc::failf("step %d: the optimizer state holds Inf or NaN; no checkpoint written (the earlier ones are kept)",
                     step);
     std::vector<CheckpointFile> model_files;
+    const std::vector<floatX> weights = gather_weights(model);  // ZeRO-3: a collective, layer by layer
     if (d->rank == 0) {
         checkpoint_check_lock(&folder->lock);
         try {
             checkpoint_clear_step(dir, step, folder->run_id, folder->folder_files);
-            model_files = f.write_model_file(model, model_path(dir, step, f.model_folder_files));
+            model_files = f.write_model_file(model, weights, model_path(dir, step, f.model_folder_files));
         } catch (const llmc::Error& e) {
             llmc::failf("step %d: %s (the earlier checkpoints are kept)", step, e.what());
         }
@@ -214,8 +214,7 @@ inline int choose_resume_step(const std::string& dir, const Distributed* d,
 // (llm.c's empty DONE).
 template <class Model>
 size_t weights_off_master(Model* model, const std::vector<float>& master) {
-    std::vector<floatX> params(model->num_parameters);
-    cudaCheck(cudaMemcpy(params.data(), model->params_memory, params.size() * sizeof(floatX), cudaMemcpyDeviceToHost));
+    const std::vector<floatX> params = gather_weights(model);  // ZeRO-3: every rank calls it
     std::vector<float> full(params.size());
     for (size_t i = 0; i < params.size(); i++) full[i] = to_float(params[i]);
     const std::vector<float> mine = local_values(model, full.data());

@@ -90,7 +90,10 @@ double evaluate_hellaswag(const ModelFamily<Model, Config>& f, Model* model,
     std::vector<const HellaSwagExample*> mine;
     for (size_t i = model->dist->rank; i < examples.size(); i += model->dist->num_processes)
         mine.push_back(&examples[i]);
-    for (size_t first = 0; first < mine.size(); first += per_batch) {
+    // every rank runs as many batches as rank 0, which has the most examples
+    // (ZeRO-3: each forward's gathers are collectives)
+    const size_t most = CEIL_DIV(examples.size(), (size_t)model->dist->num_processes);
+    for (size_t first = 0; first < most; first += per_batch) {
         std::fill(inputs.begin(), inputs.end(), eot);
         std::fill(targets.begin(), targets.end(), -1);
         std::vector<int> fits(per_batch, 0);

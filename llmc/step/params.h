@@ -2,7 +2,7 @@
 // One contiguous buffer of floatX weights (what forward and backward read),
 // the fp32 gradient-accumulation buffer, and the optimizer's fp32 state
 // (master weights, AdamW m and v), all in the order of the family's parameter
-// table; their slices for data parallelism (ZeRO-1, ZeRO-2), the gradient reduction
+// table; their slices for data parallelism (ZeRO-1, 2, 3), the gradient reduction
 // and the AdamW update. A family describes its tensors (ParameterLayout) and
 // reads one layer's tensors through layer_view; nothing here knows a tensor's
 // name or shape.
@@ -165,6 +165,7 @@ struct GradientSlice {
     size_t tail_offset; // ... here in the shard arrays
     int owner;          // Muon, N > 1: the rank that updates the whole slice; -1: none
     size_t owned;       // ZeRO-1: size on the owner (kept whole at part_offset), else 0
+    size_t weight_offset = 0;  // ZeRO-3, a layer's slice: this rank's floatX part, then the tail, in weight_shard
     size_t tail_begin() const { return size - tail; }
 };
 
@@ -194,13 +195,17 @@ struct Parameters {
     cudaStream_t stream;   // where the model's work runs
     // data parallelism: set before the weights are allocated
     const Distributed* dist = &SINGLE_PROCESS;
-    int zero_stage = 0;                 // 1: optimizer state sharded over the ranks, 2: the gradient too (N > 1)
+    int zero_stage = 0;                 // 1: optimizer state sharded over the ranks, 2: the gradient too (N > 1),
+                                        // 3: the layers' floatX weights too
     std::vector<GradientSlice> slices;  // every slice, in buffer order
     size_t shard_parts = 0;             // ZeRO-1: elements of this rank's parts, then ...
     size_t optimizer_elements = 0;      // ... with the tails: the length of master, m, v (n without ZeRO)
     float* grad_shard = nullptr;        // ZeRO-1/2: the reduced gradients of those elements
     float* grad_receive = nullptr;      // ZeRO-2: one layer's reduced parts, before they add into grad_shard
     cudaEvent_t slot_read[2] = {};      // ZeRO-2: recorded on the comm stream after a staging slot's collectives
+    floatX* weight_shard = nullptr;     // ZeRO-3: this rank's floatX parts and the tails of the layers' slices
+    size_t weight_shard_elements = 0;
+    cudaEvent_t weights_ready[2] = {};  // ZeRO-3: recorded on the comm stream after a weight slot's all-gather
     bool first_micro_batch = true;      // the backward running belongs to the step's first micro-batch ...
     bool last_micro_batch = true;       // ... its last (reduces_gradients sets both)
     int optimizer = 0;                  // Optimizer: set before the weights are allocated
@@ -211,30 +216,44 @@ struct Parameters {
 // share the shard's layout, so a checkpoint of one resumes with the other).
 inline bool sharded(const Parameters* p) { return p->zero_stage >= 1; }
 
-// ZeRO-2: the per-layer tensors' gradients live in a staging buffer of two
+// ZeRO-2 (and 3): the per-layer tensors' gradients live in a staging buffer of two
 // layers (layer l in slot l % 2: layer l's reduce-scatter reads one slot
 // while layer l-1's backward writes the other); the tensors outside the
 // layers keep their whole gradient (the backward adds to them at both ends).
 // The staging buffer is laid out as the parameter table with L = 2, so a
 // layer's gradients are layer_view(grads, grad_strides, gradient_slot(l)).
+// ZeRO-3 stages the layers' floatX weights the same way (weight_slot): layer
+// l's are all-gathered into slot l % 2 before its forward and again before
+// its backward, the next layer's gather running while this one computes; the
+// tensors outside the layers (embeddings, head, final norms) stay whole on
+// every rank, so only the layers' slices are ever gathered.
+inline bool stages_gradients(const Parameters* p) { return p->zero_stage >= 2; }
+inline bool stages_weights(const Parameters* p) { return p->zero_stage == 3; }
 inline int staging_slots(const Parameters* p) { return std::min(2, p->num_layers); }
-inline int gradient_slot(const Parameters* p, int l) { return p->zero_stage == 2 ? l % 2 : l; }
+inline int gradient_slot(const Parameters* p, int l) { return stages_gradients(p) ? l % 2 : l; }
+inline int weight_slot(const Parameters* p, int l) { return stages_weights(p) ? l % 2 : l; }
 
-// The gradient buffer's table: the parameter table, or ZeRO-2's staging.
-inline std::vector<ParameterLayout> gradient_layout(const Parameters* p) {
+// A buffer's table: the parameter table, or (staged) the staging's, L = 2.
+inline std::vector<ParameterLayout> staging_layout(const Parameters* p, bool staged) {
     std::vector<ParameterLayout> rows = p->tensors;
-    if (p->zero_stage != 2) return rows;
+    if (!staged) return rows;
     for (ParameterLayout& t : rows)
         if (t.per_layer) t.size = t.size / p->num_layers * staging_slots(p);
     return rows;
 }
+inline std::vector<ParameterLayout> gradient_layout(const Parameters* p) {
+    return staging_layout(p, stages_gradients(p));
+}
+inline std::vector<ParameterLayout> weight_layout(const Parameters* p) { return staging_layout(p, stages_weights(p)); }
 
-// Elements of the gradient buffer (grads_memory).
-inline size_t gradient_elements(const Parameters* p) {
+inline size_t layout_elements(const std::vector<ParameterLayout>& rows) {
     size_t n = 0;
-    for (const ParameterLayout& t : gradient_layout(p)) n += t.size;
+    for (const ParameterLayout& t : rows) n += t.size;
     return n;
 }
+// Elements of the gradient buffer (grads_memory) and of the floatX weights (params_memory).
+inline size_t gradient_elements(const Parameters* p) { return layout_elements(gradient_layout(p)); }
+inline size_t weight_elements(const Parameters* p) { return layout_elements(weight_layout(p)); }
 
 // Whether tensor k's matrices are Muon's.
 inline bool muon_tensor_of(const Parameters* p, int k) {
@@ -293,11 +312,15 @@ inline void plan_slices(Parameters* p) {
         s.part_offset = parts;
         parts += s.part + s.owned;
     }
-    size_t tails = parts;
+    size_t tails = parts, weights = 0;
     for (GradientSlice& s : p->slices) {
         s.tail_offset = tails;
         tails += s.tail;
+        if (!stages_weights(p) || s.layer == p->num_layers) continue;
+        s.weight_offset = weights;
+        weights += s.part + s.tail;
     }
+    p->weight_shard_elements = weights;
     p->shard_parts = parts;
     p->optimizer_elements = sharded(p) ? tails : p->num_parameters;
 }
@@ -376,16 +399,17 @@ inline size_t muon_scratch_size(const Parameters* p) {
 // ZeRO-2: elements of the receive buffer, one layer's reduced parts, owned
 // slices and tails (the most of any layer, or of the tensors outside them).
 inline size_t receive_elements(const Parameters* p) {
-    if (p->zero_stage != 2) return 0;
+    if (!stages_gradients(p)) return 0;
     std::vector<size_t> per_layer(p->num_layers + 1, 0);
     for (const GradientSlice& s : p->slices) per_layer[s.layer] += s.part + s.owned + s.tail;
     return *std::max_element(per_layer.begin(), per_layer.end());
 }
 
 inline std::vector<DeviceBuffer> parameter_buffers(Parameters* p) {
-    const size_t n = p->num_parameters, local = p->optimizer_elements;
-    const bool zero2 = p->zero_stage == 2;
-    std::vector<DeviceBuffer> list = {{(void**)&p->params_memory, n * sizeof(floatX), "parameters"},
+    const size_t local = p->optimizer_elements;
+    const bool zero2 = stages_gradients(p);
+    std::vector<DeviceBuffer> list = {{(void**)&p->params_memory, weight_elements(p) * sizeof(floatX),
+                                       stages_weights(p) ? "weights (staging and non-layer)" : "parameters"},
                                       {(void**)&p->grads_memory, gradient_elements(p) * sizeof(float),
                                        zero2 ? "fp32 gradient staging" : "fp32 gradients"},
                                       {(void**)&p->master_weights, local * sizeof(float), "fp32 master weights"},
@@ -395,6 +419,8 @@ inline std::vector<DeviceBuffer> parameter_buffers(Parameters* p) {
         list.push_back(
             {(void**)&p->grad_shard, local * sizeof(float), zero2 ? "ZeRO-2 gradient shard" : "ZeRO-1 gradient shard"});
     if (zero2) list.push_back({(void**)&p->grad_receive, receive_elements(p) * sizeof(float), "ZeRO-2 receive buffer"});
+    if (stages_weights(p))
+        list.push_back({(void**)&p->weight_shard, p->weight_shard_elements * sizeof(floatX), "ZeRO-3 weight shard"});
     if (const size_t scratch = p->optimizer == (int)Optimizer::Muon ? muon_scratch_size(p) : 0)
         list.push_back({&p->muon_scratch, scratch, "Muon's Newton-Schulz scratch"});
     return list;
@@ -410,21 +436,120 @@ inline void allocate_parameters(Parameters* p) {
     const size_t local = p->optimizer_elements;
     cudaCheck(cudaMemset(p->grads_memory, 0, gradient_elements(p) * sizeof(float)));
     for (cudaEvent_t& e : p->slot_read)
-        if (p->zero_stage == 2) cudaCheck(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+        if (stages_gradients(p)) cudaCheck(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+    for (cudaEvent_t& e : p->weights_ready)
+        if (stages_weights(p)) cudaCheck(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
     cudaCheck(cudaMemset(p->adam_m, 0, local * sizeof(float)));
     cudaCheck(cudaMemset(p->adam_v, 0, local * sizeof(float)));
     p->adam_step = 0;
 }
 
+// Where slice s is in a buffer laid out by `rows` (staging_layout): a
+// layer's slice in its layer's slot.
+inline size_t staged_offset(const Parameters* p, const std::vector<ParameterLayout>& rows, const GradientSlice& s,
+                            int slot) {
+    size_t at = 0;
+    for (int k = 0; k < s.tensor; k++) at += rows[k].size;
+    return at + (s.layer < p->num_layers ? (size_t)slot * s.size : 0);
+}
+
+// Where slice s's gradient is in grads_memory (ZeRO-2, 3: in its layer's staging slot).
+inline float* slice_gradient(const Parameters* p, const GradientSlice& s) {
+    if (!stages_gradients(p)) return p->grads_memory + s.offset;
+    return p->grads_memory + staged_offset(p, gradient_layout(p), s, gradient_slot(p, s.layer));
+}
+
+// Where slice s's floatX weights are in params_memory (ZeRO-3: a layer's in its staging slot).
+inline floatX* slice_weights(const Parameters* p, const GradientSlice& s) {
+    if (!stages_weights(p)) return p->params_memory + s.offset;
+    return p->params_memory + staged_offset(p, weight_layout(p), s, weight_slot(p, s.layer));
+}
+
+// Whether slice s's floatX weights live in the ZeRO-3 shard (a layer's), not whole in params_memory.
+inline bool weights_sharded(const Parameters* p, const GradientSlice& s) {
+    return stages_weights(p) && s.layer < p->num_layers;
+}
+
 // Sets every weight from fp32 values: master weights exact (this rank's share
-// under ZeRO-1), the floatX copy rounded to nearest.
+// under ZeRO-1), the floatX copy rounded to nearest (ZeRO-3: the layers'
+// this rank's parts and the tails).
 inline void set_weights(Parameters* p, const std::vector<float>& weights) {
-    const size_t n = p->num_parameters;
+    const size_t n = p->num_parameters, r = p->dist->rank;
     std::vector<floatX> rounded(n);
     for (size_t i = 0; i < n; i++) rounded[i] = from_float<floatX>(weights[i]);
     const std::vector<float> local = local_values(p, weights.data());
     cudaCheck(cudaMemcpy(p->master_weights, local.data(), local.size() * sizeof(float), cudaMemcpyHostToDevice));
-    cudaCheck(cudaMemcpy(p->params_memory, rounded.data(), n * sizeof(floatX), cudaMemcpyHostToDevice));
+    if (!stages_weights(p)) {
+        cudaCheck(cudaMemcpy(p->params_memory, rounded.data(), n * sizeof(floatX), cudaMemcpyHostToDevice));
+        return;
+    }
+    std::vector<floatX> shard(p->weight_shard_elements);
+    for (const GradientSlice& s : p->slices) {
+        const floatX* w = rounded.data() + s.offset;
+        if (!weights_sharded(p, s)) {
+            cudaCheck(cudaMemcpy(slice_weights(p, s), w, s.size * sizeof(floatX), cudaMemcpyHostToDevice));
+            continue;
+        }
+        std::copy(w + r * s.part, w + (r + 1) * s.part, shard.begin() + s.weight_offset);
+        std::copy(w + s.tail_begin(), w + s.size, shard.begin() + s.weight_offset + s.part);
+    }
+    cudaCheck(cudaMemcpy(p->weight_shard, shard.data(), shard.size() * sizeof(floatX), cudaMemcpyHostToDevice));
+}
+
+// ZeRO-3: layer l's floatX weights all-gathered into its staging slot on the
+// communication stream, once the compute stream has finished everything
+// issued so far (the slot's last reader, layer l +- 2, among it): each rank's
+// part copied in place, the tails from the local shard (every rank holds
+// them). Issue it a layer ahead; wait_layer_weights before the first read.
+inline void gather_layer_weights(Parameters* p, int l) {
+    if (!stages_weights(p)) return;
+    const Distributed* d = p->dist;
+    const size_t r = d->rank;
+    comm_after_compute(d, p->stream);
+    for (const GradientSlice& s : p->slices) {
+        if (s.layer != l) continue;
+        floatX* w = slice_weights(p, s);
+        const floatX* mine = p->weight_shard + s.weight_offset;
+        cudaCheck(
+            cudaMemcpyAsync(w + r * s.part, mine, s.part * sizeof(floatX), cudaMemcpyDeviceToDevice, d->comm_stream));
+        cudaCheck(cudaMemcpyAsync(w + s.tail_begin(), mine + s.part, s.tail * sizeof(floatX), cudaMemcpyDeviceToDevice,
+                                  d->comm_stream));
+    }
+    group_start();
+    for (const GradientSlice& s : p->slices)
+        if (s.layer == l && s.part > 0) all_gather_in_place(slice_weights(p, s), s.part, d);
+    group_end();
+    cudaCheck(cudaEventRecord(p->weights_ready[weight_slot(p, l)], d->comm_stream));
+}
+
+// ZeRO-3: the compute stream waits for layer l's gather (the last one issued into its slot).
+inline void wait_layer_weights(Parameters* p, int l) {
+    if (stages_weights(p)) cudaCheck(cudaStreamWaitEvent(p->stream, p->weights_ready[weight_slot(p, l)], 0));
+}
+
+// Every slice's floatX weights, whole, on the device: fn(slice, pointer)
+// slice by slice, a layer's together (ZeRO-3: gathered into its slot first,
+// so every rank must call it; between steps only).
+template <class Fn>
+void visit_weights(Parameters* p, Fn fn) {
+    for (int l = 0; l <= p->num_layers; l++) {
+        if (l < p->num_layers) {
+            gather_layer_weights(p, l);
+            wait_layer_weights(p, l);
+        }
+        cudaCheck(cudaStreamSynchronize(p->stream));
+        for (const GradientSlice& s : p->slices)
+            if (s.layer == l) fn(s, (const floatX*)slice_weights(p, s));
+    }
+}
+
+// All floatX weights, in buffer order, on the host (every rank calls it).
+inline std::vector<floatX> gather_weights(Parameters* p) {
+    std::vector<floatX> weights(p->num_parameters);
+    visit_weights(p, [&](const GradientSlice& s, const floatX* w) {
+        cudaCheck(cudaMemcpy(weights.data() + s.offset, w, s.size * sizeof(floatX), cudaMemcpyDeviceToHost));
+    });
+    return weights;
 }
 
 // Whether some slice has a Muon owner (N > 1 with --optimizer muon).
@@ -453,14 +578,6 @@ inline void sync_owned_state(Parameters* p) {
     cudaCheck(cudaStreamSynchronize(p->stream));
 }
 
-// Where slice s's gradient is in grads_memory (ZeRO-2: in its layer's staging slot).
-inline float* slice_gradient(const Parameters* p, const GradientSlice& s) {
-    if (p->zero_stage != 2) return p->grads_memory + s.offset;
-    const std::vector<ParameterLayout> rows = gradient_layout(p);
-    size_t at = 0;
-    for (int k = 0; k < s.tensor; k++) at += rows[k].size;
-    return p->grads_memory + at + (s.layer < p->num_layers ? (size_t)gradient_slot(p, s.layer) * s.size : 0);
-}
 
 // Slices [first, last) (consecutive in the buffer) of the master weights
 // into host[offset of first ...], through the gradient buffer as scratch:
@@ -526,13 +643,13 @@ inline std::vector<float> gather_master_weights(Parameters* p) {
 inline bool reduces_gradients(Parameters* p, int micro_step, int A) {
     p->first_micro_batch = micro_step == 0;
     p->last_micro_batch = micro_step == A - 1;
-    return p->dist->num_processes > 1 && (p->last_micro_batch || p->zero_stage == 2);
+    return p->dist->num_processes > 1 && (p->last_micro_batch || stages_gradients(p));
 }
 
 // ZeRO-2, as a backward begins: the staging buffer zeroed (the kernels add
 // with +=) once the previous micro-batch's collectives have read it.
 inline void begin_backward_gradients(Parameters* p) {
-    if (p->zero_stage != 2) return;
+    if (!stages_gradients(p)) return;
     compute_after_comm(p->dist, p->stream);
     cudaCheck(cudaMemsetAsync(p->grads_memory, 0, gradient_elements(p) * sizeof(float), p->stream));
 }
@@ -541,7 +658,7 @@ inline void begin_backward_gradients(Parameters* p) {
 // layer l + 2, the slot's last user, have read it (the backward's first two
 // layers find theirs zeroed by begin_backward_gradients).
 inline void begin_layer_gradients(Parameters* p, int l) {
-    if (p->zero_stage != 2 || l + 2 >= p->num_layers) return;
+    if (!stages_gradients(p) || l + 2 >= p->num_layers) return;
     cudaCheck(cudaStreamWaitEvent(p->stream, p->slot_read[l % 2], 0));
     for (const GradientSlice& s : p->slices)
         if (s.layer == l) cudaCheck(cudaMemsetAsync(slice_gradient(p, s), 0, s.size * sizeof(float), p->stream));
@@ -569,7 +686,7 @@ inline void add_into(float* sum, const float* add, size_t n, cudaStream_t stream
 // shard on the comm stream; then the layer's staging slot is free again.
 inline void reduce_layer(Parameters* p, int layer) {
     const Distributed* d = p->dist;
-    const bool add = p->zero_stage == 2 && !p->first_micro_batch;
+    const bool add = stages_gradients(p) && !p->first_micro_batch;
     comm_after_compute(d, p->stream);
     group_start();
     size_t received = 0;  // add: where the layer's next reduced elements land in grad_receive
@@ -596,7 +713,7 @@ inline void reduce_layer(Parameters* p, int layer) {
         add_into(p->grad_shard + s.tail_offset, p->grad_receive + received + s.part + s.owned, s.tail, d->comm_stream);
         received += s.part + s.owned + s.tail;
     }
-    if (p->zero_stage == 2 && layer < p->num_layers)
+    if (stages_gradients(p) && layer < p->num_layers)
         cudaCheck(cudaEventRecord(p->slot_read[layer % 2], d->comm_stream));
 }
 
@@ -613,15 +730,14 @@ struct OptimizerSettings {
 };
 
 // AdamW on `n` optimizer elements starting at `local` (master, m, v, the
-// gradient), whose weights start at params_memory + `weight` and sit at
-// `in_tensor` within tensor k.
-inline void adamw_elements(Parameters* p, const float* grads, size_t local, size_t weight, size_t in_tensor, size_t n,
+// gradient), whose floatX weights start at `weights` and sit at `in_tensor`
+// within tensor k.
+inline void adamw_elements(Parameters* p, const float* grads, size_t local, floatX* weights, size_t in_tensor, size_t n,
                            int k, float lr, const OptimizerSettings& opt) {
     const uint32_t seed = (uint32_t)splitmix64(opt.seed ^ ((uint64_t)p->adam_step << 8 | k));
-    adamw_update(p->params_memory + weight, p->master_weights + local, grads + local, p->adam_m + local,
-                 p->adam_v + local, n, lr, opt.beta1, opt.beta2, opt.eps,
-                 p->tensors[k].decays ? opt.weight_decay : 0.0f, p->adam_step, opt.grad_clip,
-                 &p->stats->grad_norm_squared, seed, in_tensor, p->stream);
+    adamw_update(weights, p->master_weights + local, grads + local, p->adam_m + local, p->adam_v + local, n, lr,
+                 opt.beta1, opt.beta2, opt.eps, p->tensors[k].decays ? opt.weight_decay : 0.0f, p->adam_step,
+                 opt.grad_clip, &p->stats->grad_norm_squared, seed, in_tensor, p->stream);
 }
 
 // Muon on the layers of tensor k this rank updates (all on one rank; its
@@ -661,6 +777,8 @@ inline void broadcast_owned_weights(Parameters* p) {
 //           (Muon's: those it owns, then the owners broadcast them).
 //   ZeRO-1: a rank updates its shard (its parts, its owned slices and the
 //           tails), then the ranks all-gather (and broadcast) the weights.
+//   ZeRO-3: the layers' floatX parts and tails are written to the weight
+//           shard and gathered by the next forward; the rest as ZeRO-1.
 inline void update_parameters(Parameters* p, float* scratch, float lr, const OptimizerSettings& opt) {
     const Distributed* d = p->dist;
     cudaStream_t stream = p->stream;
@@ -671,7 +789,9 @@ inline void update_parameters(Parameters* p, float* scratch, float lr, const Opt
         size_t offset = 0;
         for (int k = 0; k < (int)p->tensors.size(); k++) {
             if (muon_tensor_of(p, k)) muon_tensor(p, p->grads_memory, offset, k, lr, opt);
-            else adamw_elements(p, p->grads_memory, offset, offset, 0, p->tensors[k].size, k, lr, opt);
+            else
+                adamw_elements(p, p->grads_memory, offset, p->params_memory + offset, 0, p->tensors[k].size, k, lr,
+                               opt);
             offset += p->tensors[k].size;
         }
         if (!has_owners(p)) return;
@@ -691,10 +811,11 @@ inline void update_parameters(Parameters* p, float* scratch, float lr, const Opt
     all_reduce_sum(&p->stats->grad_norm_squared, &p->stats->grad_norm_squared, 1, d);
     compute_after_comm(d, stream);
     for (const GradientSlice& s : p->slices) {
-        adamw_elements(p, p->grad_shard, s.part_offset, s.offset + r * s.part, s.in_tensor + r * s.part, s.part,
-                       s.tensor, lr, opt);
-        adamw_elements(p, p->grad_shard, s.tail_offset, s.offset + s.tail_begin(), s.in_tensor + s.tail_begin(), s.tail,
-                       s.tensor, lr, opt);
+        floatX* part = weights_sharded(p, s) ? p->weight_shard + s.weight_offset : slice_weights(p, s) + r * s.part;
+        floatX* tail = weights_sharded(p, s) ? p->weight_shard + s.weight_offset + s.part
+                                             : slice_weights(p, s) + s.tail_begin();
+        adamw_elements(p, p->grad_shard, s.part_offset, part, s.in_tensor + r * s.part, s.part, s.tensor, lr, opt);
+        adamw_elements(p, p->grad_shard, s.tail_offset, tail, s.in_tensor + s.tail_begin(), s.tail, s.tensor, lr, opt);
     }
     size_t offset = 0;
     for (int k = 0; k < (int)p->tensors.size(); k++) {
@@ -704,7 +825,7 @@ inline void update_parameters(Parameters* p, float* scratch, float lr, const Opt
     comm_after_compute(d, stream);  // the all-gather reads what the optimizers wrote ...
     group_start();
     for (const GradientSlice& s : p->slices)
-        if (s.part > 0) all_gather_in_place(p->params_memory + s.offset, s.part, d);
+        if (s.part > 0 && !weights_sharded(p, s)) all_gather_in_place(slice_weights(p, s), s.part, d);
     broadcast_owned_weights(p);
     group_end();
     compute_after_comm(d, stream);  // ... and the next forward reads what it gathered

@@ -199,6 +199,27 @@ static void test_mismatch() {
         error_of([&] { state_read(p2, want, buf.data(), buf.data() + n, buf.data() + 2 * n, ex.data()); });
     CHECK(contains(err, "zero stage 2") && contains(err, "zero stage 0"), "a ZeRO-2 state under ZeRO-0 is refused: %s",
           err.c_str());
+    // ZeRO-3 shards the optimizer state as ZeRO-1 and 2 (only the staging of weights and gradients differs)
+    const std::string p3 = p + ".zero3";
+    State s3 = s;
+    s3.h.zero_stage = 3;
+    write_state(p3, s3);
+    for (int stage : {1, 2}) {
+        want = s.h;
+        want.zero_stage = stage;
+        CHECK(error_of([&] { state_read(p3, want, buf.data(), buf.data() + n, buf.data() + 2 * n, ex.data()); }) ==
+                  NO_ERROR,
+              "a ZeRO-3 state resumes under ZeRO-%d", stage);
+    }
+    want = s3.h;
+    CHECK(error_of([&] { state_read(p2, want, buf.data(), buf.data() + n, buf.data() + 2 * n, ex.data()); }) ==
+              NO_ERROR,
+          "a ZeRO-2 state resumes under ZeRO-3");
+    want.zero_stage = 0;
+    const std::string err3 =
+        error_of([&] { state_read(p3, want, buf.data(), buf.data() + n, buf.data() + 2 * n, ex.data()); });
+    CHECK(contains(err3, "zero stage 3") && contains(err3, "zero stage 0"),
+          "a ZeRO-3 state under ZeRO-0 is refused: %s", err3.c_str());
 }
 
 static void test_damage() {

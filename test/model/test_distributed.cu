@@ -18,11 +18,14 @@
 // (ZeRO-0), or a reduce-scatter plus the all-reduce of the slice tails (ZeRO-1)
 // and an all-gather of the weights. ZeRO-2 reduces every micro-batch (A
 // gradients' worth per step, into the shard and added there): the same losses
-// and weights, bitwise ZeRO-1's with A = 1.
+// and weights, bitwise ZeRO-1's with A = 1. ZeRO-3 sums as ZeRO-2 and gathers
+// each layer's weights before its forward and its backward (2A all-gathers of
+// the layers per step, one of the rest after the update): bitwise ZeRO-2's.
 #define TESTING
 #include "train_gpt.cu"
 #include "test/test_util.h"
 #ifdef CPUCUDA
+#include "cpucuda.h"  // memory_stats
 #include "cpucuda_nccl.h"
 #else  // a GPU build runs N = 1 only (one GPU lent): no collectives to count
 struct CpuCudaNcclCounters {
@@ -83,9 +86,10 @@ static const Split SPLITS[] = {
     {8, 4, 2, 1, 1}, {8, 4, 2, 1, 2}, {8, 2, 2, 2, 2}, {8, 1, 2, 4, 2},                     //
     {8, 1, 4, 2, 0}, {8, 2, 4, 1, 0}, {8, 1, 4, 2, 1}, {8, 2, 4, 1, 1},                     // N = 4
     {8, 2, 4, 1, 2}, {8, 1, 4, 2, 2},                                                       //
+    {8, 4, 2, 1, 3}, {8, 2, 2, 2, 3}, {8, 1, 2, 4, 3}, {8, 2, 4, 1, 3}, {8, 1, 4, 2, 3},    // ZeRO-3
     {6, 6, 1, 1, 0}, {6, 2, 1, 3, 0},                                                       // one process
     {6, 1, 3, 2, 0}, {6, 2, 3, 1, 0}, {6, 1, 3, 2, 1}, {6, 2, 3, 1, 1},                     // N = 3: C = 64 is
-    {6, 2, 3, 1, 2}, {6, 1, 3, 2, 2},                                                       // not a multiple of 3
+    {6, 2, 3, 1, 2}, {6, 1, 3, 2, 2}, {6, 2, 3, 1, 3}, {6, 1, 3, 2, 3},                     // not a multiple of 3
 };
 
 // Tokens of step k, sequence s (T + 1 of them), and the mask: sequence s
@@ -122,6 +126,11 @@ struct Result {
 // Trains STEPS steps of `split` on this rank, as main does: rank r takes rows
 // [r*B, (r+1)*B) of each global micro-batch of N*B sequences.
 static Result train(const Split& split, const Distributed* dist) {
+#ifdef CPUCUDA
+    matmul_teardown();  // the earlier splits' cuBLASLt workspace: the plan below counts this one's
+    cpucuda::reset_peak_memory();
+    const size_t before = cpucuda::memory_stats().in_use;
+#endif
     GPT2 model;
     model.dist = dist;
     model.zero_stage = split.zero;
@@ -159,10 +168,17 @@ static Result train(const Split& split, const Distributed* dist) {
         res.losses.push_back(r.loss);
         res.norms.push_back(r.grad_norm);
     }
+#ifdef CPUCUDA
+    // the memory plan (ZeRO-3: the weight staging and shard at their sizes) is what the steps allocated
+    const size_t peak = cpucuda::memory_stats().peak - before;
+    const size_t planned = memory_plan(GPT2_FAMILY, &model, split.B, T, 0).total;
+    if (dist->rank == 0 && split.zero >= 2)
+        CHECK(planned == peak, "%s: the memory plan, %zu bytes, is the runtime's peak allocation over the steps, %zu",
+              split.name().c_str(), planned, peak);
+#endif
     res.master = gather_master_weights(&model);
-    // every rank must hold bitwise the same weights the forward reads
-    std::vector<floatX> weights(model.num_parameters);
-    cudaCheck(cudaMemcpy(weights.data(), model.params_memory, weights.size() * sizeof(floatX), cudaMemcpyDeviceToHost));
+    // every rank must hold bitwise the same weights the forward reads (ZeRO-3: as gathered)
+    const std::vector<floatX> weights = gather_weights(&model);
     uint64_t hash = 1469598103934665603ull;
     const unsigned char* bytes = (const unsigned char*)weights.data();
     for (size_t i = 0; i < weights.size() * sizeof(floatX); i++) hash = (hash ^ bytes[i]) * 1099511628211ull;
@@ -173,12 +189,16 @@ static Result train(const Split& split, const Distributed* dist) {
     // what one optimizer step must send, from the slice plan
     if (split.N > 1 && dist->rank == 0) {
         const size_t n = model.num_parameters, N = split.N;
-        const int micro_reductions = split.zero == 2 ? split.A : 1;
-        size_t scattered = 0, tails = 0;
+        const int micro_reductions = split.zero >= 2 ? split.A : 1;
+        size_t scattered = 0, tails = 0, layers_scattered = 0;
         for (const GradientSlice& s : model.slices) {
             scattered += s.part * N;
             tails += s.tail;
+            if (s.layer < model.num_layers) layers_scattered += s.part * N;
         }
+        // ZeRO-3: the layers' weights gathered before each forward and backward, the rest after the update
+        const size_t gathered = split.zero == 3 ? scattered - layers_scattered + 2 * split.A * layers_scattered
+                                                : scattered;
         const CpuCudaNcclCounters& c = res.counters[0].c;
         const uint64_t ar = c.bytes[CPUCUDA_NCCL_ALLREDUCE], rs = c.bytes[CPUCUDA_NCCL_REDUCESCATTER];
         const uint64_t ag = c.bytes[CPUCUDA_NCCL_ALLGATHER], loss_bytes = 4, norm_bytes = split.zero ? 4 : 0;
@@ -191,14 +211,14 @@ static Result train(const Split& split, const Distributed* dist) {
                   "%s: per step one all-reduce of the fp32 gradients (%zu bytes) and the loss; gradient bytes "
                   "reduced / gradient bytes = %.2f; the same every step",
                   split.name().c_str(), 4 * n, ratio);
-        else  // ZeRO-2: every micro-batch's gradient (A of them); ZeRO-1: the last one's, the sum
+        else  // ZeRO-2, 3: every micro-batch's gradient (A of them); ZeRO-1: the last one's, the sum
             CHECK(rs == 4 * scattered * micro_reductions &&
-                      ar == 4 * tails * micro_reductions + loss_bytes + norm_bytes &&
-                      ag == sizeof(floatX) * scattered && same_every_step && fabs(ratio - micro_reductions) < 1e-12,
+                      ar == 4 * tails * micro_reductions + loss_bytes + norm_bytes && ag == sizeof(floatX) * gathered &&
+                      same_every_step && fabs(ratio - micro_reductions) < 1e-12,
                   "%s: per step %d x (a reduce-scatter of %zu fp32 + an all-reduce of the %zu tail elements) "
-                  "(gradient bytes reduced / gradient bytes = %.2f), an all-gather of %zu weights (%zu bytes); the "
+                  "(gradient bytes reduced / gradient bytes = %.2f), all-gathers of %zu weights (%zu bytes); the "
                   "same every step",
-                  split.name().c_str(), micro_reductions, scattered, tails, ratio, scattered, (size_t)ag);
+                  split.name().c_str(), micro_reductions, scattered, tails, ratio, gathered, (size_t)ag);
     }
     free_model(&model);
     return res;
@@ -235,7 +255,7 @@ static bool read_result(const std::string& path, Result* r) {
 
 // Runs every split with this process count; per split, the counters of each
 // step, and for each N and ZeRO stage 0 or 1, the counters must not depend on A
-// (ZeRO-2's grow with A: train checks them).
+// (ZeRO-2's and 3's grow with A: train checks them).
 static void run_splits(const std::string& dir, const Distributed* dist) {
     std::map<std::pair<int, int>, std::pair<std::string, StepCounters>> by_stage;  // (global, zero) -> first split
     for (const Split& split : SPLITS) {
@@ -243,7 +263,7 @@ static void run_splits(const std::string& dir, const Distributed* dist) {
         const Result r = train(split, dist);
         if (dist->rank != 0) continue;
         write_result(dir + "/" + split.name() + ".bin", r);
-        if (split.N == 1 || split.zero == 2) continue;
+        if (split.N == 1 || split.zero >= 2) continue;
         const auto key = std::make_pair(split.global_sequences, split.zero);
         auto it = by_stage.find(key);
         if (it == by_stage.end()) {
@@ -338,7 +358,7 @@ static void compare(const std::string& dir) {
         snprintf(what, sizeof what, "%s (B x N x A = %d x %d x %d, ZeRO-%d) vs one process, B = %d",
                  split.name().c_str(), split.B, split.N, split.A, split.zero, big.B);
         compare_results(what, got, ref);
-        if (split.zero >= 1) {  // ZeRO-1 vs ZeRO-0, ZeRO-2 vs ZeRO-1 of the same split
+        if (split.zero >= 1) {  // ZeRO-1 vs ZeRO-0, ZeRO-2 vs ZeRO-1, ZeRO-3 vs ZeRO-2 of the same split
             const Split same{split.global_sequences, split.B, split.N, split.A, split.zero - 1};
             const std::string title = split.name() + " vs " + same.name() + " (ZeRO-" + std::to_string(split.zero) +
                                       " vs ZeRO-" + std::to_string(split.zero - 1) + ")";
@@ -348,6 +368,9 @@ static void compare(const std::string& dir) {
             if (read && split.zero == 2 && split.A == 1)
                 CHECK(got.losses == zero0.losses && got.norms == zero0.norms && got.master == zero0.master,
                       "%s, A = 1: losses, norms and final master weights bitwise equal", title.c_str());
+            if (read && split.zero == 3)  // the same sums, the same weights gathered
+                CHECK(got.losses == zero0.losses && got.norms == zero0.norms && got.master == zero0.master,
+                      "%s, A = %d: losses, norms and final master weights bitwise equal", title.c_str(), split.A);
         }
     }
 }

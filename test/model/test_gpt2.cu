@@ -157,7 +157,7 @@ static void test_init_and_checkpoints() {
     std::vector<CheckpointFile> written;
     std::string error;
     try {
-        written = write_model_file(&from_file, tmp);
+        written = write_model_file(&from_file, gather_weights(&from_file), tmp);
     } catch (const llmc::Error& e) {
         error = e.what();
     }
@@ -177,7 +177,7 @@ static void test_init_and_checkpoints() {
     CUDA_OK(cudaMemcpy(reloaded.params_memory, &inf, sizeof(floatX), cudaMemcpyHostToDevice));
     error.clear();
     try {
-        write_model_file(&reloaded, tmp);
+        write_model_file(&reloaded, gather_weights(&reloaded), tmp);
     } catch (const llmc::Error& e) {
         error = e.what();
     }

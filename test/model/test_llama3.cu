@@ -259,7 +259,7 @@ static void test_model_folder_roundtrip(bool tied) {
     const std::string name = path.substr(strlen("build/")), victim = path + "_victim";
     remove_written_folder_(path);
     remove_written_folder_(victim);
-    const std::vector<CheckpointFile> written = write_model_file(&model, path);
+    const std::vector<CheckpointFile> written = write_model_file(&model, gather_weights(&model), path);
     bool sizes = written.size() == 2;
     for (const CheckpointFile& f : written) {
         struct stat st;
@@ -282,7 +282,7 @@ static void test_model_folder_roundtrip(bool tied) {
           victim.c_str());
     std::string refused;
     try {
-        write_model_file(&model, path);
+        write_model_file(&model, gather_weights(&model), path);
     } catch (const llmc::Error& e) {
         refused = e.what();
     }
@@ -300,7 +300,7 @@ static void test_model_folder_roundtrip(bool tied) {
     const std::string bad = path + "_inf";
     std::string error;
     try {
-        write_model_file(&back, bad);
+        write_model_file(&back, gather_weights(&back), bad);
     } catch (const llmc::Error& e) {
         error = e.what();
     }

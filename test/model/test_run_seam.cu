@@ -115,10 +115,11 @@ static void init_from_model_file(Bigram* m, const char* path) {
     allocate(m);
     set_weights(m, w);
 }
-static std::vector<CheckpointFile> write_model_file(const Bigram* m, const std::string& path) {
+static std::vector<CheckpointFile> write_model_file(const Bigram* m, const std::vector<floatX>& weights,
+                                                    const std::string& path) {
     const BigramConfig& c = m->config;
-    return {
-        write_model_weights(m, path, ModelFileHeader{0, c.max_seq_len, c.vocab_size, 0, 0, 0, c.padded_vocab_size})};
+    return {write_model_weights(weights, path,
+                                ModelFileHeader{0, c.max_seq_len, c.vocab_size, 0, 0, 0, c.padded_vocab_size})};
 }
 static std::vector<DeviceBuffer> activation_buffers(Bigram* m, int B, int T, int) {
     const size_t BT = (size_t)B * T;

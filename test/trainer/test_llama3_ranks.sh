@@ -7,8 +7,10 @@
 # DONE lists the model folder's two files and both ranks' state files, and
 # mpirun -np 2 -y 1 resumes from it. ZeRO-2 (every micro-batch reduced and
 # added into the shard) gives the same step lines with A = 1, 2, 4 on 2 and 4
-# ranks, with --doc-mask too (-z 1's exactly with A = 1). Ranks started with different flags are
-# refused, naming the flag.
+# ranks, with --doc-mask too (-z 1's exactly with A = 1); ZeRO-3 (the layers' weights gathered
+# before each layer's forward and backward) the step lines of -z 2 exactly, on 6 layers too (each
+# staging slot reused), and a -z 2 checkpoint resumes with -z 3 and back to the same model files.
+# Ranks started with different flags are refused, naming the flag.
 #   bash test/trainer/test_llama3_ranks.sh [TRAINER]
 cd "$(dirname "$0")/../.." || exit 1
 source test/check.sh
@@ -45,7 +47,7 @@ for setup in "2 2" "2 1" "2 4" "4 1" "4 2" "2 1 --doc-mask 1"; do
         steps "$work/one_flags.txt" > "$work/one_flags.steps"
         ref=$work/one_flags.steps
     fi
-    for z in 1 2; do
+    for z in 1 2 3; do
         [[ $z == 1 && $((np * b)) != 8 ]] && continue
         mpirun --oversubscribe --bind-to none -x CPUCUDA_WORKERS=1 -np $np "$BIN" ${base[*]} -b $b -z $z $flags \
             > "$work/z$z.txt" 2>&1
@@ -55,6 +57,25 @@ for setup in "2 2" "2 1" "2 4" "4 1" "4 2" "2 1 --doc-mask 1"; do
         close "$ref" "$work/z2.steps"
     [[ $((np * b)) == 8 ]] && check "mpirun -np $np -z 2, B=$b (A=1): the step lines of -z 1 exactly" \
         bash -c "[ \$(wc -l < '$work/z2.steps') = 4 ] && cmp -s '$work/z1.steps' '$work/z2.steps'"
+    check "mpirun -np $np -z 3, B=$b (A=$((8 / np / b))) $flags: the step lines of -z 2 exactly" \
+        bash -c "[ \$(wc -l < '$work/z3.steps') = 4 ] && cmp -s '$work/z2.steps' '$work/z3.steps'"
+done
+# 6 layers (each weight slot serves three): -z 3 writes the model folder of -z 2 byte for byte, on
+# 2 ranks with A = 2; a -z 2 checkpoint at step 2 resumed with -z 3, and a -z 3 one with -z 2, end
+# at the same step-4 model
+deep=(-e "llama3:L=6,C=64,H=4,KV=2,F=192,V=256" -x 4 -d 512 -v 0 -s 0 -b 2 -n 2)
+mpi2() { mpirun --oversubscribe --bind-to none -x CPUCUDA_WORKERS=1 -np 2 "$BIN" "$@"; }
+same_model() { cmp -s "$1/model_00000004/model.safetensors" "$2/model_00000004/model.safetensors"; }
+mpi2 ${deep[*]} -z 2 -o "$work/deep2" > /dev/null 2>&1
+mpi2 ${deep[*]} -z 3 -o "$work/deep3" > /dev/null 2>&1
+check "6 layers, mpirun -np 2 -z 3, A=2: the checkpoint's model.safetensors is -z 2's byte for byte" \
+    same_model "$work/deep2" "$work/deep3"
+for pair in "2 3" "3 2"; do
+    read -r from to <<<"$pair"
+    cp -r "$work/deep$from" "$work/across$from$to" && rm -r "$work/across$from$to/"*00000004*
+    mpi2 ${deep[*]} -z $to -o "$work/across$from$to" -y 1 > "$work/across.txt" 2>&1
+    check "a -z $from checkpoint at step 2 resumed with -z $to: the step-4 model of -z 2 byte for byte" \
+        bash -c "grep -q 'resuming from step 2 ' '$work/across.txt' && cmp -s '$work/deep2/model_00000004/model.safetensors' '$work/across$from$to/model_00000004/model.safetensors'"
 done
 check "the two-rank checkpoint's DONE lists model_00000004/config.json, model_00000004/model.safetensors and 2 states" \
     bash -c "[[ \$(grep '^file ' '$work/ck/DONE_00000004' | awk '{print \$2}' | tr '\n' ' ') == 'model_00000004/config.json model_00000004/model.safetensors state_00000004_00000.bin state_00000004_00001.bin ' ]]"

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The trainer under mpirun (CPU runtime, one process per rank): the same
-# tokens per step split over 1, 2 and 4 ranks, with ZeRO-0, 1 and 2, give
+# tokens per step split over 1, 2 and 4 ranks, with ZeRO-0, 1, 2 and 3, give
 # the same losses; only rank 0 prints; a rank that fails stops every rank
 # with its error line, never a hang. The hang guards scale with
 # TEST_TIMEOUT_SCALE (test/run_tests.sh); no check depends on how long a run took.
@@ -33,7 +33,8 @@ print("%.1e" % worst)
 sys.exit(0 if worst <= 2e-4 else 1)
 PY
 }
-for setup in "2 4 0 512" "2 2 0 512" "2 2 1 512" "4 2 0 512" "4 1 1 512" "2 2 2 512" "2 1 2 512" "4 1 2 512"; do
+for setup in "2 4 0 512" "2 2 0 512" "2 2 1 512" "4 2 0 512" "4 1 1 512" "2 2 2 512" "2 1 2 512" "4 1 2 512" \
+    "2 2 3 512" "4 1 3 512"; do
     read -r np b z d <<<"$setup"
     timeout $GUARD $MPIRUN -np "$np" "$BIN" "${RUN[@]}" -b "$b" -d "$d" -z "$z" >"$WORK/run" 2>&1
     rc=$?
@@ -107,6 +108,52 @@ for b in 4 2; do
     what=$([[ $b == 4 ]] && echo "bitwise ZeRO-1's model and states" || echo "ZeRO-1's losses within 2e-4")
     check "6 layers, 2 ranks, B=$b (A=$((4 / b))): ZeRO-2 $what" $ok
 done
+# ZeRO-3 sums as ZeRO-2 and its forward and backward read the same weights, gathered into two
+# slots that 6 layers reuse three times each: a gather skipped, or a slot overwritten before its
+# layer has read it, shows. The model file (gathered for the checkpoint) and the states bitwise
+# ZeRO-2's, with A = 1, 2, 4 on 2 ranks and A = 2 on 4.
+for setup in "2 4" "2 2" "2 1" "4 1"; do
+    read -r np b <<<"$setup"
+    ref=$WORK/deep2_$b  # (the ZeRO-2 runs above, where there is one)
+    if [[ $np != 2 || ! -d $ref ]]; then
+        ref=$WORK/deep2_${np}_$b
+        timeout $GUARD $MPIRUN -np $np "$BIN" "${DEEP[@]}" -b $b -z 2 -o "$ref" >/dev/null 2>&1
+    fi
+    timeout $GUARD $MPIRUN -np $np "$BIN" "${DEEP[@]}" -b $b -z 3 -o "$WORK/deep3_${np}_$b" >/dev/null 2>&1 &&
+        same_run "$ref" "$WORK/deep3_${np}_$b" $np
+    check "6 layers, $np ranks, B=$b (A=$((8 / np / b))): ZeRO-3's model file and states bitwise ZeRO-2's" $?
+done
+# deferred streams (cpu_cuda/README.md: a stream's work runs only when something needs it, a
+# collective at once): a gather that did not wait for its slot's last readers would overwrite
+# weights that layer's kernels have yet to read
+timeout $GUARD $MPIRUN -x CPUCUDA_STREAMS=deferred -np 2 "$BIN" "${DEEP[@]}" -b 2 -z 3 -o "$WORK/deep3_deferred" \
+    >/dev/null 2>&1 && same_run "$WORK/deep2_2" "$WORK/deep3_deferred" 2
+check "6 layers, 2 ranks, A=2, deferred streams: ZeRO-3 bitwise ZeRO-2's (each gather waits for its slot's readers)" $?
+# evaluation, HellaSwag and samples run forwards, whose ZeRO-3 gathers every rank must join: on 3
+# ranks (10 examples: 4, 3, 3 per rank, one per batch) the same lines as ZeRO-2, no hang (the
+# stall timeout ends one: a failing check, not a slow one)
+python3 - "$WORK/hs.bin" <<'PY'
+import struct, sys, random
+rng = random.Random(3)
+examples = []
+for i in range(10):
+    ctx = [rng.randrange(255) for _ in range(rng.randrange(3, 9))]
+    ends = [[rng.randrange(255) for _ in range(rng.randrange(1, 6))] for _ in range(4)]
+    body = [i, rng.randrange(4), 4, len(ctx), *ctx]
+    for e in ends:
+        body += [len(e), *e]
+    examples.append([65535, 2 * (len(body) + 2)] + body)
+with open(sys.argv[1], "wb") as f:
+    f.write(struct.pack("<256i", 20240522, 1, len(examples), max(2 * len(r) for r in examples), *[0] * 252))
+    for r in examples:
+        f.write(struct.pack("<%dH" % len(r), *r))
+PY
+EVAL=(-e "L=6,C=64,H=4,V=256,maxT=64" -x 2 -b 4 -d 768 -v 2 -s 2 -g 8 -h 1 --hellaswag-file "$WORK/hs.bin"
+    --stall-timeout $((60 * ${TEST_TIMEOUT_SCALE:-1})))
+for z in 2 3; do timeout $GUARD $MPIRUN -np 3 "$BIN" "${EVAL[@]}" -z $z >"$WORK/eval$z" 2>&1; done
+evals() { grep -E "^step [0-9]+: (val loss|HellaSwag|sample)" "$1"; }
+[[ $(evals "$WORK/eval3" | wc -l) -eq 5 ]] && cmp -s <(evals "$WORK/eval2") <(evals "$WORK/eval3")
+check "3 ranks, ZeRO-3: val loss, HellaSwag and the sample equal ZeRO-2's: $(evals "$WORK/eval3" | tail -1)" $?
 plan_row() {  # plan_row ZERO ROW: the MiB of a memory plan row, 2 ranks, 8 layers
     timeout $GUARD $MPIRUN -np 2 "$BIN" -e "L=8,C=64,H=4,V=256,maxT=64" -b 4 -t 64 -z "$1" --memory-plan 1 2>&1 |
         grep -E "^  $2 +[0-9.]+ MiB" | awk '{print $(NF-1)}'
@@ -114,6 +161,10 @@ plan_row() {  # plan_row ZERO ROW: the MiB of a memory plan row, 2 ranks, 8 laye
 z1_grad=$(plan_row 1 "fp32 gradients") z2_grad=$(plan_row 2 "fp32 gradient staging")
 python3 -c "import sys; sys.exit(0 if 0 < float('${z2_grad:-0}') < float('${z1_grad:-0}') else 1)"
 check "memory plan, 8 layers: ZeRO-2's fp32 gradient staging ($z2_grad MiB) below ZeRO-1's fp32 gradients ($z1_grad MiB)" $?
+z2_weights=$(plan_row 2 parameters) z3_staging=$(plan_row 3 "weights \\(staging and non-layer\\)")
+z3_shard=$(plan_row 3 "ZeRO-3 weight shard")
+python3 -c "import sys; a, b, c = (float(x or 0) for x in ('$z2_weights', '$z3_staging', '$z3_shard')); sys.exit(0 if 0 < b < a and 0 < c < a else 1)"
+check "memory plan, 8 layers: ZeRO-3's weight staging ($z3_staging MiB) and shard ($z3_shard MiB) each below ZeRO-2's weights ($z2_weights MiB)" $?
 
 # resume on 2 ranks with ZeRO-1: the step-6 checkpoint made again from the
 # step-3 one is bitwise the first (model and both ranks' state files)
@@ -127,7 +178,7 @@ check "2 ranks, ZeRO-1: resuming from step 3 gives bitwise the step-6 model and 
 # across ZeRO-1 and ZeRO-2 (the same shard; A = 1: the same sums): ZeRO-1's step-3 checkpoint
 # resumed with -z 2, and ZeRO-2's with -z 1, end bitwise at the uninterrupted step-6 model
 resumed_across() {  # resumed_across FROM_Z TO_Z: FROM_Z's run to 6, its step 3 resumed with TO_Z
-    local from=$WORK/across$1 to=$WORK/across$1to$2
+    local from=$WORK/across$1for$2 to=$WORK/across$1to$2
     timeout $GUARD $MPIRUN -np 2 "$BIN" -x 6 -v 0 -b 4 -z "$1" -n 3 -o "$from" >/dev/null 2>&1 &&
         cp -r "$from" "$to" && rm "$to/"*00000006* &&
         timeout $GUARD $MPIRUN -np 2 "$BIN" -x 6 -v 0 -b 4 -z "$2" -n 3 -o "$to" -y 1 >"$WORK/out" 2>&1 &&
@@ -138,15 +189,23 @@ resumed_across 1 2
 check "2 ranks: a ZeRO-1 checkpoint resumed with -z 2 ends bitwise at ZeRO-1's step-6 model" $?
 resumed_across 2 1
 check "2 ranks: a ZeRO-2 checkpoint resumed with -z 1 ends bitwise at the step-6 model" $?
+resumed_across 2 3
+check "2 ranks: a ZeRO-2 checkpoint resumed with -z 3 ends bitwise at the step-6 model" $?
+resumed_across 3 2
+check "2 ranks: a ZeRO-3 checkpoint resumed with -z 2 ends bitwise at the step-6 model" $?
 "$BIN" -x 6 -v 0 -b 8 -o "$WORK/ck" -y 1 >"$WORK/out" 2>"$WORK/err"
 [[ $? -ne 0 ]] && grep -q "^error: .*saved with 2 processes, this run has 1" "$WORK/err"
 ok=$?
 check "resuming 2 ranks' checkpoint on 1 is refused: $(head -1 "$WORK/err")" $ok
 
-"$BIN" -z 3 >"$WORK/out" 2>"$WORK/err"
-[[ $? -ne 0 ]] && grep -q "^error: -z 3" "$WORK/err"
+"$BIN" -z 4 >"$WORK/out" 2>"$WORK/err"
+[[ $? -ne 0 ]] && grep -q "^error: -z 4" "$WORK/err"
 ok=$?
-check "-z 3 is refused: $(head -1 "$WORK/err")" $ok
+check "-z 4 is refused: $(head -1 "$WORK/err")" $ok
+"$BIN" --optimizer muon -z 3 >"$WORK/out" 2>"$WORK/err"
+[[ $? -ne 0 && $(wc -l <"$WORK/err") -eq 1 ]] && grep -q "^error: --optimizer muon with -z 3: .*whole weights" "$WORK/err"
+ok=$?
+check "--optimizer muon -z 3 is refused: $(head -1 "$WORK/err")" $ok
 $MPIRUN -np 2 "$BIN" --help >"$WORK/help" 2>&1
 [[ $? -eq 0 && $(grep -c "^Usage" "$WORK/help") -eq 1 ]] && grep -q "MPI + NCCL build" "$WORK/help"
 check "--help under mpirun -np 2: exit 0, printed once, says how the build runs ranks" $?
