@@ -165,6 +165,14 @@ static size_t muon_elements(const GPT2* m) {
     return sum;
 }
 
+// The elements of the per-layer tensors (ZeRO-3 gathers them before each
+// layer's forward and backward).
+static size_t layer_elements(const GPT2* m) {
+    size_t sum = 0;
+    for (const ParameterLayout& t : m->tensors) sum += t.per_layer ? t.size : 0;
+    return sum;
+}
+
 // The fp32 gradient bytes a rank holds, from the memory plan's rows.
 static size_t gradient_memory(GPT2* m) {
     size_t bytes = 0;
@@ -192,7 +200,7 @@ static void bytes(int argc, char** argv) {
         int zero, A;
     };
     std::vector<Case> cases;
-    for (int zero : {0, 1, 2})
+    for (int zero : {0, 1, 2, 3})
         for (int A : {1, 2, 4, 8}) cases.push_back({Optimizer::AdamW, zero, A});
     for (int zero : {0, 1}) cases.push_back({Optimizer::Muon, zero, 1});
     for (const Case& k : cases) {
@@ -214,10 +222,12 @@ static void bytes(int argc, char** argv) {
         }
         if (dist.rank == 0)
             printf("{\"claim\": 6, \"optimizer\": \"%s\", \"N\": %d, \"zero\": %d, \"A\": %d, \"B\": %d, "
-                   "\"gradient_bytes\": %zu, \"gradient_memory\": %zu, \"muon_elements\": %zu, \"floatx_bytes\": %zu, "
+                   "\"gradient_bytes\": %zu, \"gradient_memory\": %zu, \"muon_elements\": %zu, \"layer_elements\": "
+                   "%zu, \"floatx_bytes\": %zu, "
                    "\"calls\": {%s}, \"bytes\": {%s}}\n",
                    OPTIMIZER_NAMES[(int)k.optimizer], N, zero, A, B, m->num_parameters * sizeof(float),
-                   gradient_memory(m), muon_elements(m), sizeof(floatX), calls.c_str(), sent.c_str());
+                   gradient_memory(m), muon_elements(m), layer_elements(m), sizeof(floatX), calls.c_str(),
+                   sent.c_str());
         free_model(m);
         delete m;
     }

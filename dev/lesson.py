@@ -227,8 +227,10 @@ def ring_bytes_per_rank(by_kind, N):
 # The same per kind from the model's shapes alone: G = 4 P fp32 gradient bytes, the floatX weight
 # bytes W = P x floatX (M x floatX for Muon's matrices), the step's loss and (ZeRO >= 1) the squared
 # norm, 4 bytes each, all-reduced. ZeRO-0 all-reduces G once; ZeRO-1 reduce-scatters it once and
-# ZeRO-2 every micro-batch (A times), then all-gathers W; Muon sends its matrices' weights from their
-# owners (broadcast) and, under ZeRO-1, reduces their gradients to them.
+# ZeRO-2 and 3 every micro-batch (A times), then all-gather W; ZeRO-3 gathers the layers' weights
+# (P_l elements) before each layer's forward and backward (2A times) and the rest once after the
+# update; Muon sends its matrices' weights from their owners (broadcast) and, under ZeRO-1, reduces
+# their gradients to them. (Every size here divides by N: no tails.)
 def bytes_from_shapes(r):
     G, A, zero = r["gradient_bytes"], r["A"], r["zero"]
     P, X, M = G // 4, r["floatx_bytes"], r.get("muon_elements", 0)
@@ -238,10 +240,12 @@ def bytes_from_shapes(r):
     if zero == 0:
         kinds["all_reduce"] += G
     else:
-        times = A if zero == 2 else 1
+        times = A if zero >= 2 else 1
         kinds["reduce_scatter"] = times * 4 * (P - (M if muon else 0))
         kinds["reduce"] = times * 4 * M if muon else 0
         kinds["all_gather"] = X * (P - (M if muon else 0))
+        if zero == 3:
+            kinds["all_gather"] = X * (2 * A * r["layer_elements"] + P - r["layer_elements"])
     kinds["broadcast"] = X * M if muon else 0
     return {"bytes": kinds, "ring_bytes_per_rank": ring_bytes_per_rank(kinds, r["N"])}
 
@@ -269,10 +273,11 @@ def claim6(ctx):
           ["optimizer", "ZeRO", "A", "collective calls", "bytes reduced", "bytes gathered", "gradient bytes",
            "reduced / gradient", "sent per rank (ring)", "sent per rank, from the shapes", "gradient memory per rank",
            "gradient bytes / N"], rows)
-    print("(the bytes beyond one gradient: the step's loss, and under ZeRO-1 and 2 the squared norm, 4 bytes each; "
+    print("(the bytes beyond one gradient: the step's loss, and under ZeRO-1 to 3 the squared norm, 4 bytes each; "
           "a ring sends (N-1)/N of each collective's bytes per rank, twice for an all-reduce; "
           "ZeRO-2 reduces every micro-batch, A gradients' worth, to hold a 2-layer staging buffer, the shard and a "
-          "receive buffer instead of the whole gradient and the shard; "
+          "receive buffer instead of the whole gradient and the shard; ZeRO-3 also gathers each layer's weights "
+          "before its forward and its backward, 2A times a step; "
           "Muon: each matrix reduced to its owner rank under ZeRO-1, and the owner's new weights broadcast, "
           "%d bytes each in this build)" % results[0].get("floatx_bytes", 4))
     return results

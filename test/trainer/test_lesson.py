@@ -120,7 +120,7 @@ def check_claims(check, r, printed):
     rows = [x for x in r["claim6"] if "bytes" in x]
     off = [(x.get("optimizer"), x["zero"], x["A"]) for x in rows if x["bytes"] != x["shapes"]["bytes"]]
     check("claim 6: every row's bytes of each kind are what the shapes predict (%d rows; off: %s)" % (len(rows), off),
-          len(rows) >= 14 and not off)
+          len(rows) >= 18 and not off)
     muon = {x["zero"]: x for x in r["claim6"] if x.get("optimizer") == "muon"}
     adamw1 = [x for x in r["claim6"] if x.get("optimizer") == "adamw" and x.get("zero") == 1]
     if len(muon) == 2 and adamw1:
