@@ -286,6 +286,21 @@ check "ZeRO-0 replicas that differ are refused on resume: $(grep -m1 '^error:' "
 
 # ranks_of PID: the train_gpt ranks that the mpirun started by `timeout ... mpirun` (PID) runs
 ranks_of() { pgrep -P "$(pgrep -P "$1" | head -n 1)"; }
+# alive PID: the process exists and has not exited (a zombie has: where PID 1 does not reap, as in a
+# container, it stays listed)
+alive() { [[ -n $(ps -o stat= -p "$1" | grep -v '^Z') ]]; }
+# ranks_left BOUND PID...: how many of the processes are still alive once each has ended, or once
+# BOUND seconds (a hang guard, not a speed) have passed
+ranks_left() {
+    local bound=$1 left=0 p
+    shift
+    local end=$((SECONDS + bound))
+    for p in "$@"; do
+        while alive "$p" && ((SECONDS < end)); do sleep 0.05; done
+        alive "$p" && left=$((left + 1))
+    done
+    echo $left
+}
 # wait_for FILE PATTERN PID: until FILE has a line matching PATTERN, or PID is gone (progress, not time)
 wait_for() { until grep -qE "$2" "$1" 2>/dev/null || ! kill -0 "$3" 2>/dev/null; do sleep 0.05; done; }
 
@@ -345,9 +360,9 @@ sleeper=$(pgrep -P $guard)
 kill -KILL $guard $sleeper 2>/dev/null
 wait $guard 2>/dev/null
 [[ $rc -eq 137 ]] && rc=124  # (the guard's kill)
-left=0
-# (a zombie has exited: where PID 1 does not reap, as in a container, it stays listed)
-for p in $ranks; do [[ -n $(ps -o stat= -p "$p" | grep -v '^Z') ]] && left=$((left + 1)); done
+# mpirun may return while the kernel still tears down a rank it killed (its SIGKILL is sent, the
+# process not yet gone): each rank is waited for until it is gone, bounded by a hang guard
+left=$(ranks_left $((60 * ${TEST_TIMEOUT_SCALE:-1})) $ranks)
 for p in $ranks; do kill -9 "$p" 2>/dev/null; done  # (only if the check fails)
 [[ $rc -ne 0 && $rc -ne 124 && $left -eq 0 ]] && grep -q "^error: rank [0-9]: no progress for [0-9]* s (--stall-timeout $STALL) during " "$WORK/stallerr"
 ok=$?
