@@ -65,14 +65,23 @@ def main():
     rows = []
     for model, ranks in MODELS[:1] if a.quick else MODELS:
         for zero in zeros:
-            for r in levels:
+            # a lower -r keeps more activations and a smaller device holds less: where B = 1 does not
+            # fit, it does not fit there either, and is not planned again
+            too_big = {mb: False for _, mb in DEVICES}
+            cells_of = {}
+            for r in sorted(levels, reverse=True):
                 cells = []
-                for name, mb in DEVICES:
-                    B, total = plan(a.trainer, model, ranks, zero, r, mb)
+                for name, mb in sorted(DEVICES, key=lambda d: -d[1]):
+                    larger_refused = any(too_big[m] for _, m in DEVICES if m >= mb)
+                    B, total = (0, None) if larger_refused else plan(a.trainer, model, ranks, zero, r, mb)
+                    too_big[mb] = B == 0
                     print(f"{model} on {ranks} ranks, -z {zero} -r {r}, {name}: "
-                          + (f"B = {B} ({total:,.0f} MiB)" if B else "not even B = 1"), flush=True)
-                    cells.append(f"{B} ({total:,.0f})" if B else "-")
-                rows.append([f"`{model}`, {ranks}", str(zero), str(r)] + cells)
+                          + (f"B = {B} ({total:,.0f} MiB)" if B else "not even B = 1")
+                          + (" (a larger device or -r refused it)" if larger_refused else ""), flush=True)
+                    cells.append((mb, f"{B} ({total:,.0f})" if B else "-"))
+                cells_of[r] = [c for _, c in sorted(cells)]
+            for r in levels:
+                rows.append([f"`{model}`, {ranks}", str(zero), str(r)] + cells_of[r])
     head = ["model, ranks", "ZeRO", "`-r`"] + [f"largest B on {n} (its total MiB)" for n, _ in DEVICES]
     print()
     print("| " + " | ".join(head) + " |")
