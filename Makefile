@@ -25,7 +25,9 @@ RT_HDRS := $(wildcard $(RT_DIR)/*.h $(RT_DIR)/include/*.h $(RT_DIR)/include/*/*.
 CUDA_HEADERS_DIR ?= deps/cuda-headers/include
 CUDA_INC   := $(if $(wildcard $(CUDA_HOME)/include/cuda_bf16.h),$(CUDA_HOME)/include,$(CUDA_HEADERS_DIR))
 CPU_INC    := -I$(RT_DIR)/include -I$(CUDA_INC) -I.
-CPU_CXXFLAGS ?= -O2 -g1 -std=c++17 -Wall -Wno-unknown-pragmas -Wno-unused-function -Wno-sign-compare -pthread
+# -fno-math-errno: CUDA's math functions never set errno, so sqrtf and friends
+# compile to plain instructions (no errno branch), as on the device.
+CPU_CXXFLAGS ?= -O2 -g1 -std=c++17 -fno-math-errno -Wall -Wno-unknown-pragmas -Wno-unused-function -Wno-sign-compare -pthread
 # WERROR=1 (CI: .ci/run): a warning of the CPU or host builds fails the build.
 WERROR ?= 0
 WERROR_FLAGS := $(if $(filter 1,$(WERROR)),-Werror)
