@@ -28,7 +28,8 @@ namespace cpucuda {
 // with each addition rounded in double, k in order, and one rounding to fp32,
 // round-to-nearest-even. The hardware's adder tree is not documented: it may
 // truncate aligned addends and round differently in the last bit or two; no
-// test here depends on bits the PTX ISA does not define.
+// test here depends on bits the PTX ISA does not define. (Which payload a sum
+// of two NaNs keeps is the CPU's operand order, not part of the definition.)
 //
 // Speed (it runs once per mma of every warp): in each group g the 4 lanes'
 // registers hold whole rows - a[0] of lanes 4g..4g+3 is A[g][0..7] in memory
@@ -38,7 +39,9 @@ namespace cpucuda {
 // vector, no gathers in the loop. With AVX2 and FMA (chosen at run time; the
 // binary stays portable) the gather is done in registers (SSE2 unpacks) and
 // the sum is one fused multiply-add per 4 elements: the product is exact, so
-// fma(a, b, c) rounds exactly as a b + c does.
+// fma(a, b, c) rounds exactly as a b + c does. Rows go 4 (portable: 2) at a
+// time so that 8 independent chains of additions stay in registers.
+// test_ptx checks both versions bit for bit against a plain loop.
 static inline double bf16_to_double(uint16_t h) {
     float f;
     const uint32_t b = (uint32_t)h << 16;
@@ -100,18 +103,9 @@ static void mma_portable(void* const* io) {
     }
 }
 
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-#define CPUCUDA_MMA_AVX2 1
-#define AVX2 __attribute__((target("avx2,fma")))
-// 8 bf16 -> 8 doubles (two vectors of 4): the bits in the high half of an fp32, then widened.
-AVX2 static inline void bf16x8_to_double(__m128i h, __m256d* out) {
-    const __m256 f = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
-    out[0] = _mm256_cvtps_pd(_mm256_castps256_ps128(f));
-    out[1] = _mm256_cvtps_pd(_mm256_extractf128_ps(f, 1));
-}
-
-// 8x8 16-bit transpose: out[c] = column c of rows r[0..7].
-AVX2 static inline void transpose8x8_16(const __m128i* r, __m128i* out) {
+#if defined(__x86_64__)
+// 8x8 16-bit transpose (SSE2): out[c] = column c of rows r[0..7].
+static inline void transpose8x8_16(const __m128i* r, __m128i* out) {
     __m128i t[8], u[8];
 #pragma GCC unroll 16
     for (int i = 0; i < 4; i++) {
@@ -132,6 +126,17 @@ AVX2 static inline void transpose8x8_16(const __m128i* r, __m128i* out) {
             out[4 * h + 2 * p] = _mm_unpacklo_epi64(u[4 * h + p], u[4 * h + 2 + p]);
             out[4 * h + 2 * p + 1] = _mm_unpackhi_epi64(u[4 * h + p], u[4 * h + 2 + p]);
         }
+}
+#endif
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#define CPUCUDA_MMA_AVX2 1
+#define AVX2 __attribute__((target("avx2,fma")))
+// 8 bf16 -> 8 doubles (two vectors of 4): the bits in the high half of an fp32, then widened.
+AVX2 static inline void bf16x8_to_double(__m128i h, __m256d* out) {
+    const __m256 f = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+    out[0] = _mm256_cvtps_pd(_mm256_castps256_ps128(f));
+    out[1] = _mm256_cvtps_pd(_mm256_extractf128_ps(f, 1));
 }
 
 AVX2 static void mma_avx2(void* const* io) {
@@ -240,10 +245,12 @@ const char* mma_m16n8k16_bf16_f32(void* const* io) {
 // are ignored). Lane l receives, in register j,
 //   M_j[g][2t], M_j[g][2t+1]          without .trans
 //   M_j[2t][g], M_j[2t+1][g]          with .trans (the transposed matrix)
+// The rows are copied as they are (.trans: then transposed, 16-bit elements),
+// and each register is one 32-bit word of a row.
 const char* ldmatrix_m8n8_b16(void* const* io) {
     const LdmatrixOperands& o0 = *static_cast<const LdmatrixOperands*>(io[0]);
     const int num = o0.num;
-    uint16_t M[4][8][8];
+    alignas(16) uint16_t M[4][8][8];
     for (int lane = 0; lane < 32; lane++) {
         const LdmatrixOperands& o = *static_cast<const LdmatrixOperands*>(io[lane]);
         if (o.num != num || o.trans != o0.trans) return "lanes disagree on .num or .trans";
@@ -254,12 +261,25 @@ const char* ldmatrix_m8n8_b16(void* const* io) {
 #endif
         std::memcpy(M[lane / 8][lane % 8], o.row, 16);
     }
-    for (int lane = 0; lane < 32; lane++) {
+    if (o0.trans) {  // then as without .trans, from the transposed matrices
+        for (int j = 0; j < num; j++) {
+#if defined(__x86_64__)
+            __m128i rows[8], cols[8];
+            for (int i = 0; i < 8; i++) rows[i] = _mm_load_si128((const __m128i*)M[j][i]);
+            transpose8x8_16(rows, cols);
+            for (int i = 0; i < 8; i++) _mm_store_si128((__m128i*)M[j][i], cols[i]);
+#else
+            uint16_t T[8][8];
+            for (int r = 0; r < 8; r++)
+                for (int c = 0; c < 8; c++) T[c][r] = M[j][r][c];
+            std::memcpy(M[j], T, sizeof T);
+#endif
+        }
+    }
+    for (int lane = 0; lane < 32; lane++) {  // register j: M_j[g][2t..2t+1], one 32-bit word
         uint32_t* r = static_cast<const LdmatrixOperands*>(io[lane])->r;
         const int g = lane / 4, t = lane % 4;
-        for (int j = 0; j < num; j++)
-            r[j] = o0.trans ? (uint32_t)M[j][2 * t][g] | (uint32_t)M[j][2 * t + 1][g] << 16
-                            : (uint32_t)M[j][g][2 * t] | (uint32_t)M[j][g][2 * t + 1] << 16;
+        for (int j = 0; j < num; j++) std::memcpy(&r[j], &M[j][g][2 * t], 4);
     }
     return nullptr;
 }
