@@ -214,7 +214,8 @@ AVX2 static void mma_avx2(void* const* io) {
         const __m128i hi[2] = {_mm_castps_si128(D[g + 8][0]), _mm_castps_si128(D[g + 8][1])};
 #pragma GCC unroll 16
         for (int t = 0; t < 4; t++) {
-            const __m128i r = t % 2 ? _mm_unpackhi_epi64(lo[t / 2], hi[t / 2]) : _mm_unpacklo_epi64(lo[t / 2], hi[t / 2]);
+            const __m128i r = t % 2 ? _mm_unpackhi_epi64(lo[t / 2], hi[t / 2])
+                                    : _mm_unpacklo_epi64(lo[t / 2], hi[t / 2]);
             _mm_storeu_si128((__m128i*)static_cast<const MmaOperands*>(io[4 * g + t])->acc, r);
         }
     }
