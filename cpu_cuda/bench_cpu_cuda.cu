@@ -5,7 +5,10 @@
 // element-wise kernel, one element per GPU thread (y = a x + b over 16 M
 // floats), against its plain loop: the CPU runtime runs it as a loop of the
 // block's threads (its threads never meet), and here also on fibers, to show
-// what the loop saves. Built with nvcc the same program times the GPU instead.
+// what the loop saves. Last, the tensor-core instructions: ns per
+// mma.m16n8k16 (bf16, fp32 accumulators) and per ldmatrix.x4, each issued in
+// a loop by every warp (on the CPU runtime: the scheduler's warp-wide
+// rendezvous plus the emulation). Built with nvcc the same program times the GPU instead.
 //
 //   make bench        (runs it with the default workers, then with one)
 #include <cuda_runtime.h>
@@ -15,6 +18,8 @@
 #include <cmath>
 #include <cstdio>
 #include <vector>
+
+#include "llmc/kernels/ptx.cuh"
 #ifdef CPUCUDA
 #include "cpucuda.h"
 #endif
@@ -125,6 +130,110 @@ static bool bench_elementwise() {
     return same;
 }
 
+// --- mma: tensor-core instructions ------------------------------------------------
+// Every warp keeps A (16x16) and B (16x8) fragments in registers and issues
+// `iters` mma.m16n8k16 into one accumulator: D = iters A B exactly (entries of
+// A and B in -1..1, |D| <= 16 iters < 2^24).
+__global__ void mma_loop_kernel(float* D, const uint32_t* frag_a, const uint32_t* frag_b, int iters) {
+    const int lane = threadIdx.x % 32;
+    const uint32_t a[4] = {frag_a[lane * 4], frag_a[lane * 4 + 1], frag_a[lane * 4 + 2], frag_a[lane * 4 + 3]};
+    const uint32_t b[2] = {frag_b[lane * 2], frag_b[lane * 2 + 1]};
+    float acc[4] = {0, 0, 0, 0};
+    for (int i = 0; i < iters; i++) mma_bf16_16816(acc, a, b);
+    if (blockIdx.x == 0 && threadIdx.x < 32)
+        for (int r = 0; r < 4; r++) D[lane * 4 + r] = acc[r];
+}
+
+// Every warp issues `iters` ldmatrix.x4, alternating plain and .trans, from a
+// 16x16 shared tile; out gets the xor of the registers (keeps the loads live).
+__global__ void ldmatrix_loop_kernel(uint32_t* out, int iters) {
+    __shared__ __align__(16) unsigned short tile[16 * 16];
+    for (int e = threadIdx.x; e < 256; e += blockDim.x) tile[e] = (unsigned short)e;
+    __syncthreads();
+    const int lane = threadIdx.x % 32;
+    const unsigned short* row = tile + (lane % 16) * 16 + (lane / 16) * 8;
+    uint32_t x = 0, r[4];
+    for (int i = 0; i < iters; i++) {
+        if (i % 2) ldmatrix_trans<4>(r, row);
+        else ldmatrix<4>(r, row);
+        x ^= r[0] ^ r[1] ^ r[2] ^ r[3];
+    }
+    if (blockIdx.x == 0 && threadIdx.x < 32) out[lane] = x;
+}
+
+// A, B and C = iters A B, and the fragments of A and B by the PTX ISA layout.
+static void mma_bench_inputs(std::vector<uint32_t>& frag_a, std::vector<uint32_t>& frag_b, std::vector<float>& C,
+                             int iters) {
+    auto A = [](int m, int k) { return (m * 7 + k * 3) % 3 - 1; };  // -1, 0, 1: exact in bf16
+    auto B = [](int k, int n) { return (k * 5 + n) % 3 - 1; };
+    auto bits = [](int v) { return v == 0 ? 0u : v > 0 ? 0x3F80u : 0xBF80u; };  // bf16 of 0, 1, -1
+    auto pair = [&](int lo, int hi) { return bits(lo) | bits(hi) << 16; };
+    for (int lane = 0; lane < 32; lane++) {
+        const int g = lane / 4, t = lane % 4;
+        frag_a[lane * 4] = pair(A(g, 2 * t), A(g, 2 * t + 1));
+        frag_a[lane * 4 + 1] = pair(A(g + 8, 2 * t), A(g + 8, 2 * t + 1));
+        frag_a[lane * 4 + 2] = pair(A(g, 2 * t + 8), A(g, 2 * t + 9));
+        frag_a[lane * 4 + 3] = pair(A(g + 8, 2 * t + 8), A(g + 8, 2 * t + 9));
+        frag_b[lane * 2] = pair(B(2 * t, g), B(2 * t + 1, g));
+        frag_b[lane * 2 + 1] = pair(B(2 * t + 8, g), B(2 * t + 9, g));
+    }
+    for (int m = 0; m < 16; m++)
+        for (int n = 0; n < 8; n++) {
+            int s = 0;
+            for (int k = 0; k < 16; k++) s += A(m, k) * B(k, n);
+            C[m * 8 + n] = (float)(s * iters);
+        }
+}
+
+// Best of 3 runs of a kernel launch, in seconds (0 if it failed).
+template <class Launch>
+static double best_of_3(Launch launch) {
+    double best = 1e30;
+    for (int r = 0; r < 3; r++) {
+        const double t0 = seconds_now();
+        launch();
+        if (cudaDeviceSynchronize() != cudaSuccess) return 0;
+        best = std::min(best, seconds_now() - t0);
+    }
+    return best;
+}
+
+// ns per mma.m16n8k16 and per ldmatrix.x4 (wall time / instructions issued by
+// all warps); false if the mma's result is wrong.
+static bool bench_mma() {
+    const int blocks = 64, threads = 128, iters = 256;
+    const double count = (double)blocks * (threads / 32) * iters;
+    std::vector<uint32_t> frag_a(128), frag_b(64);
+    std::vector<float> want(128), D(128);
+    mma_bench_inputs(frag_a, frag_b, want, iters);
+    uint32_t *d_a, *d_b, *d_x;
+    float* d_D;
+    cudaMalloc(&d_a, 128 * sizeof(uint32_t));
+    cudaMalloc(&d_b, 64 * sizeof(uint32_t));
+    cudaMalloc(&d_x, 32 * sizeof(uint32_t));
+    cudaMalloc(&d_D, 128 * sizeof(float));
+    cudaMemcpy(d_a, frag_a.data(), 128 * sizeof(uint32_t), cudaMemcpyHostToDevice);
+    cudaMemcpy(d_b, frag_b.data(), 64 * sizeof(uint32_t), cudaMemcpyHostToDevice);
+    const double mma = best_of_3([&] { mma_loop_kernel<<<blocks, threads>>>(d_D, d_a, d_b, iters); });
+    const double ld = best_of_3([&] { ldmatrix_loop_kernel<<<blocks, threads>>>(d_x, iters); });
+    cudaMemcpy(D.data(), d_D, 128 * sizeof(float), cudaMemcpyDeviceToHost);
+    int wrong = 0;
+    for (int lane = 0; lane < 32; lane++) {
+        const int g = lane / 4, t = lane % 4;
+        const int at[4] = {g * 8 + 2 * t, g * 8 + 2 * t + 1, (g + 8) * 8 + 2 * t, (g + 8) * 8 + 2 * t + 1};
+        for (int r = 0; r < 4; r++) wrong += D[lane * 4 + r] != want[at[r]];
+    }
+    printf("\nmma: %d warps x %d instructions each\n", blocks * threads / 32, iters);
+    printf("mma.m16n8k16 bf16 : %8.1f ns per mma  (best of 3; %s)\n", mma * 1e9 / count,
+           wrong ? "WRONG result" : "result exact");
+    printf("ldmatrix.x4       : %8.1f ns per ldmatrix  (best of 3)\n", ld * 1e9 / count);
+    cudaFree(d_a);
+    cudaFree(d_b);
+    cudaFree(d_x);
+    cudaFree(d_D);
+    return mma > 0 && ld > 0 && wrong == 0;
+}
+
 int main() {
     const int N = 4096, C = 768, threads = 256, reps = 5;
     const size_t n = (size_t)N * C;
@@ -175,5 +284,6 @@ int main() {
     printf("max |difference|  : %.2e\n", worst);
     printf("ratio kernel/plain: %.2fx  (goal for the CPU runtime: <= 20x)\n", best_kernel / best_plain);
     const bool elementwise_same = bench_elementwise();
-    return worst < 1e-4 && elementwise_same ? 0 : 1;
+    const bool mma_same = bench_mma();
+    return worst < 1e-4 && elementwise_same && mma_same ? 0 : 1;
 }

@@ -6,65 +6,238 @@
 // and in every 32-bit register the element of lower index in the low 16 bits.
 #include <cpucuda_ptx.h>
 
+#include <atomic>
 #include <cstring>
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
 
+#include "cpucuda.h"
 #include "internal.h"
 
 namespace cpucuda {
-
-static inline float bf16_lo(uint32_t r) {
-    float f;
-    uint32_t b = r << 16;
-    std::memcpy(&f, &b, 4);
-    return f;
-}
-static inline float bf16_hi(uint32_t r) {
-    float f;
-    uint32_t b = r & 0xFFFF0000u;
-    std::memcpy(&f, &b, 4);
-    return f;
-}
 
 // D = A B + C for A 16x16 (row), B 16x8 (col), C and D 16x8, fp32 accumulators:
 //   a[0] = A[g][2t..2t+1]    a[1] = A[g+8][2t..2t+1]
 //   a[2] = A[g][2t+8..2t+9]  a[3] = A[g+8][2t+8..2t+9]
 //   b[0] = B[2t..2t+1][g]    b[1] = B[2t+8..2t+9][g]
 //   acc  = C[g][2t], C[g][2t+1], C[g+8][2t], C[g+8][2t+1]
-// Numerics: every product of two bf16 is exact in fp32; the emulation adds C
-// and the 16 products in double (k in order) and rounds once to fp32,
+// Numerics: every product of two bf16 is exact in double (8-bit significands,
+// exponents far inside double's range); the emulation computes
+//   D[m][n] = fp32(((C[m][n] + A[m][0] B[0][n]) + A[m][1] B[1][n]) + ... + A[m][15] B[15][n])
+// with each addition rounded in double, k in order, and one rounding to fp32,
 // round-to-nearest-even. The hardware's adder tree is not documented: it may
 // truncate aligned addends and round differently in the last bit or two; no
-// test here depends on bits the PTX ISA does not define.
-typedef double Row8 __attribute__((vector_size(64)));  // 8 doubles: a row of B, C or D
+// test here depends on bits the PTX ISA does not define. (Which payload a sum
+// of two NaNs keeps is the CPU's operand order, not part of the definition.)
+//
+// Speed (it runs once per mma of every warp): in each group g the 4 lanes'
+// registers hold whole rows - a[0] of lanes 4g..4g+3 is A[g][0..7] in memory
+// order, b[0] is column g of B (k = 0..7) - so gathering is copying 32-bit
+// words (and a transpose for B); then every row of D is C's row plus
+// A[m][k] times row k of B (8 doubles), k in order: a broadcast times a
+// vector, no gathers in the loop. With AVX2 and FMA (chosen at run time; the
+// binary stays portable) the gather is done in registers (SSE2 unpacks) and
+// the sum is one fused multiply-add per 4 elements: the product is exact, so
+// fma(a, b, c) rounds exactly as a b + c does. Rows go 4 (portable: 2) at a
+// time so that 8 independent chains of additions stay in registers.
+// test_ptx checks both versions bit for bit against a plain loop.
+static inline double bf16_to_double(uint16_t h) {
+    float f;
+    const uint32_t b = (uint32_t)h << 16;
+    std::memcpy(&f, &b, 4);
+    return f;
+}
 
-const char* mma_m16n8k16_bf16_f32(void* const* io) {
-    double A[16][16];
-    Row8 B[16], C[16];  // B by k (a row of 8 n), C by m
+typedef double V2 __attribute__((vector_size(16)));  // 2 doubles
+
+// Portable version: gather into row-major arrays, the sums in vectors of 2 doubles (SSE2).
+static void mma_portable(void* const* io) {
+    uint16_t A16[16][16], B16[16][8];  // bf16 bits, A[m][k] and B[k][n]
+    float C32[16][8];
     for (int lane = 0; lane < 32; lane++) {
         const MmaOperands& o = *static_cast<const MmaOperands*>(io[lane]);
         const int g = lane / 4, t = lane % 4;
-        const int rows[4] = {g, g + 8, g, g + 8}, cols[4] = {2 * t, 2 * t, 2 * t + 8, 2 * t + 8};
-        for (int i = 0; i < 4; i++) {
-            A[rows[i]][cols[i]] = bf16_lo(o.a[i]);
-            A[rows[i]][cols[i] + 1] = bf16_hi(o.a[i]);
-        }
+        std::memcpy(&A16[g][2 * t], &o.a[0], 4);
+        std::memcpy(&A16[g + 8][2 * t], &o.a[1], 4);
+        std::memcpy(&A16[g][2 * t + 8], &o.a[2], 4);
+        std::memcpy(&A16[g + 8][2 * t + 8], &o.a[3], 4);
         for (int i = 0; i < 2; i++) {
-            B[2 * t + 8 * i][g] = bf16_lo(o.b[i]);
-            B[2 * t + 8 * i + 1][g] = bf16_hi(o.b[i]);
+            B16[2 * t + 8 * i][g] = (uint16_t)o.b[i];
+            B16[2 * t + 8 * i + 1][g] = (uint16_t)(o.b[i] >> 16);
         }
-        for (int i = 0; i < 4; i++) C[g + 8 * (i / 2)][2 * t + i % 2] = o.acc[i];
+        std::memcpy(&C32[g][2 * t], &o.acc[0], 8);
+        std::memcpy(&C32[g + 8][2 * t], &o.acc[2], 8);
     }
-    // C then the 16 products (each exact in double), added in k order in double
-    for (int m = 0; m < 16; m++) {
-        Row8 acc = C[m];
-        for (int k = 0; k < 16; k++) acc += A[m][k] * B[k];
-        C[m] = acc;
+    double A[16][16];
+    V2 B[16][4];  // row k of B, n = 2j, 2j+1
+    for (int m = 0; m < 16; m++)
+        for (int k = 0; k < 16; k++) A[m][k] = bf16_to_double(A16[m][k]);
+    for (int k = 0; k < 16; k++)
+        for (int j = 0; j < 4; j++) B[k][j] = V2{bf16_to_double(B16[k][2 * j]), bf16_to_double(B16[k][2 * j + 1])};
+    for (int m = 0; m < 16; m += 2) {  // 2 rows at a time: 8 independent chains in registers
+        V2 acc[2][4];
+#pragma GCC unroll 16
+        for (int r = 0; r < 2; r++)
+#pragma GCC unroll 16
+            for (int j = 0; j < 4; j++) acc[r][j] = V2{C32[m + r][2 * j], C32[m + r][2 * j + 1]};
+#pragma GCC unroll 16
+        for (int k = 0; k < 16; k++)
+#pragma GCC unroll 16
+            for (int r = 0; r < 2; r++)
+#pragma GCC unroll 16
+                for (int j = 0; j < 4; j++) acc[r][j] += A[m + r][k] * B[k][j];
+#pragma GCC unroll 16
+        for (int r = 0; r < 2; r++)
+#pragma GCC unroll 16
+            for (int j = 0; j < 4; j++) {
+                C32[m + r][2 * j] = (float)acc[r][j][0];
+                C32[m + r][2 * j + 1] = (float)acc[r][j][1];
+            }
     }
     for (int lane = 0; lane < 32; lane++) {
         float* acc = static_cast<const MmaOperands*>(io[lane])->acc;
         const int g = lane / 4, t = lane % 4;
-        for (int i = 0; i < 4; i++) acc[i] = (float)C[g + 8 * (i / 2)][2 * t + i % 2];
+        std::memcpy(&acc[0], &C32[g][2 * t], 8);
+        std::memcpy(&acc[2], &C32[g + 8][2 * t], 8);
     }
+}
+
+#if defined(__x86_64__)
+// 8x8 16-bit transpose (SSE2): out[c] = column c of rows r[0..7].
+static inline void transpose8x8_16(const __m128i* r, __m128i* out) {
+    __m128i t[8], u[8];
+#pragma GCC unroll 16
+    for (int i = 0; i < 4; i++) {
+        t[2 * i] = _mm_unpacklo_epi16(r[2 * i], r[2 * i + 1]);  // columns 0..3 of rows 2i, 2i+1
+        t[2 * i + 1] = _mm_unpackhi_epi16(r[2 * i], r[2 * i + 1]);
+    }
+#pragma GCC unroll 16
+    for (int h = 0; h < 2; h++)
+#pragma GCC unroll 16
+        for (int q = 0; q < 2; q++) {  // rows 4q..4q+3: u[4h + 2q] columns 4h, 4h+1; u[4h + 2q + 1] 4h+2, 4h+3
+            u[4 * h + 2 * q] = _mm_unpacklo_epi32(t[4 * q + h], t[4 * q + 2 + h]);
+            u[4 * h + 2 * q + 1] = _mm_unpackhi_epi32(t[4 * q + h], t[4 * q + 2 + h]);
+        }
+#pragma GCC unroll 16
+    for (int h = 0; h < 2; h++)
+#pragma GCC unroll 16
+        for (int p = 0; p < 2; p++) {
+            out[4 * h + 2 * p] = _mm_unpacklo_epi64(u[4 * h + p], u[4 * h + 2 + p]);
+            out[4 * h + 2 * p + 1] = _mm_unpackhi_epi64(u[4 * h + p], u[4 * h + 2 + p]);
+        }
+}
+#endif
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#define CPUCUDA_MMA_AVX2 1
+#define AVX2 __attribute__((target("avx2,fma")))
+// 8 bf16 -> 8 doubles (two vectors of 4): the bits in the high half of an fp32, then widened.
+AVX2 static inline void bf16x8_to_double(__m128i h, __m256d* out) {
+    const __m256 f = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+    out[0] = _mm256_cvtps_pd(_mm256_castps256_ps128(f));
+    out[1] = _mm256_cvtps_pd(_mm256_extractf128_ps(f, 1));
+}
+
+AVX2 static void mma_avx2(void* const* io) {
+    alignas(32) double A[16][16];
+    __m256d B[16][2], C[16][2];  // rows of B and C, n = 0..3 and 4..7
+    __m128i bt[2][8];            // bt[h][n] = B[8h..8h+7][n] (bf16)
+#pragma GCC unroll 16
+    for (int g = 0; g < 8; g++) {
+        const MmaOperands* o[4];
+#pragma GCC unroll 16
+        for (int t = 0; t < 4; t++) o[t] = static_cast<const MmaOperands*>(io[4 * g + t]);
+        // lane t's a[0..3]: A[g][2t..], A[g+8][2t..], A[g][2t+8..], A[g+8][2t+8..]
+        __m128i q[4], c[4], b[4];
+#pragma GCC unroll 16
+        for (int t = 0; t < 4; t++) q[t] = _mm_loadu_si128((const __m128i*)o[t]->a);
+        const __m128i x0 = _mm_unpacklo_epi32(q[0], q[1]), x1 = _mm_unpacklo_epi32(q[2], q[3]);
+        const __m128i x2 = _mm_unpackhi_epi32(q[0], q[1]), x3 = _mm_unpackhi_epi32(q[2], q[3]);
+        __m256d v[2];
+        const __m128i rows[4] = {_mm_unpacklo_epi64(x0, x1), _mm_unpacklo_epi64(x2, x3), _mm_unpackhi_epi64(x0, x1),
+                                 _mm_unpackhi_epi64(x2, x3)};  // A[g][0..7], A[g][8..15], A[g+8][0..7], A[g+8][8..15]
+#pragma GCC unroll 16
+        for (int i = 0; i < 4; i++) {
+            bf16x8_to_double(rows[i], v);
+            double* dst = &A[g + 8 * (i / 2)][8 * (i % 2)];
+            _mm256_store_pd(dst, v[0]);
+            _mm256_store_pd(dst + 4, v[1]);
+        }
+        // lane t's b[0..1]: B[2t..2t+1][g], B[2t+8..2t+9][g]: column g of B
+#pragma GCC unroll 16
+        for (int t = 0; t < 4; t++) b[t] = _mm_loadl_epi64((const __m128i*)o[t]->b);
+        const __m128i y0 = _mm_unpacklo_epi32(b[0], b[1]), y1 = _mm_unpacklo_epi32(b[2], b[3]);
+        bt[0][g] = _mm_unpacklo_epi64(y0, y1);
+        bt[1][g] = _mm_unpackhi_epi64(y0, y1);
+        // lane t's acc: C[g][2t..2t+1], C[g+8][2t..2t+1]
+#pragma GCC unroll 16
+        for (int t = 0; t < 4; t++) c[t] = _mm_loadu_si128((const __m128i*)o[t]->acc);
+        C[g][0] = _mm256_cvtps_pd(_mm_castsi128_ps(_mm_unpacklo_epi64(c[0], c[1])));
+        C[g][1] = _mm256_cvtps_pd(_mm_castsi128_ps(_mm_unpacklo_epi64(c[2], c[3])));
+        C[g + 8][0] = _mm256_cvtps_pd(_mm_castsi128_ps(_mm_unpackhi_epi64(c[0], c[1])));
+        C[g + 8][1] = _mm256_cvtps_pd(_mm_castsi128_ps(_mm_unpackhi_epi64(c[2], c[3])));
+    }
+#pragma GCC unroll 16
+    for (int h = 0; h < 2; h++) {
+        __m128i rows[8];
+        transpose8x8_16(bt[h], rows);
+#pragma GCC unroll 16
+        for (int k = 0; k < 8; k++) bf16x8_to_double(rows[k], B[8 * h + k]);
+    }
+    __m128 D[16][2];
+#pragma GCC unroll 16
+    for (int m = 0; m < 16; m += 4) {  // 4 rows at a time: 8 independent chains
+        __m256d acc[4][2];
+#pragma GCC unroll 16
+        for (int r = 0; r < 4; r++) {
+            acc[r][0] = C[m + r][0];
+            acc[r][1] = C[m + r][1];
+        }
+#pragma GCC unroll 16
+        for (int k = 0; k < 16; k++)
+#pragma GCC unroll 16
+            for (int r = 0; r < 4; r++) {
+                const __m256d a = _mm256_broadcast_sd(&A[m + r][k]);
+                acc[r][0] = _mm256_fmadd_pd(a, B[k][0], acc[r][0]);
+                acc[r][1] = _mm256_fmadd_pd(a, B[k][1], acc[r][1]);
+            }
+#pragma GCC unroll 16
+        for (int r = 0; r < 4; r++) {
+            D[m + r][0] = _mm256_cvtpd_ps(acc[r][0]);
+            D[m + r][1] = _mm256_cvtpd_ps(acc[r][1]);
+        }
+    }
+#pragma GCC unroll 16
+    for (int g = 0; g < 8; g++) {  // lane t: D[g][2t..2t+1], D[g+8][2t..2t+1]
+        const __m128i lo[2] = {_mm_castps_si128(D[g][0]), _mm_castps_si128(D[g][1])};
+        const __m128i hi[2] = {_mm_castps_si128(D[g + 8][0]), _mm_castps_si128(D[g + 8][1])};
+#pragma GCC unroll 16
+        for (int t = 0; t < 4; t++) {
+            const __m128i r = t % 2 ? _mm_unpackhi_epi64(lo[t / 2], hi[t / 2])
+                                    : _mm_unpacklo_epi64(lo[t / 2], hi[t / 2]);
+            _mm_storeu_si128((__m128i*)static_cast<const MmaOperands*>(io[4 * g + t])->acc, r);
+        }
+    }
+}
+#undef AVX2
+static const bool has_avx2_fma = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+#else
+static const bool has_avx2_fma = false;
+#endif
+static std::atomic<bool> mma_vector_code{has_avx2_fma};
+
+bool set_mma_vector_code(bool on) {
+    mma_vector_code = on && has_avx2_fma;
+    return mma_vector_code;
+}
+
+const char* mma_m16n8k16_bf16_f32(void* const* io) {
+#ifdef CPUCUDA_MMA_AVX2
+    if (mma_vector_code.load(std::memory_order_relaxed)) mma_avx2(io);
+    else
+#endif
+        mma_portable(io);
     return nullptr;
 }
 
@@ -73,10 +246,12 @@ const char* mma_m16n8k16_bf16_f32(void* const* io) {
 // are ignored). Lane l receives, in register j,
 //   M_j[g][2t], M_j[g][2t+1]          without .trans
 //   M_j[2t][g], M_j[2t+1][g]          with .trans (the transposed matrix)
+// The rows are copied as they are (.trans: then transposed, 16-bit elements),
+// and each register is one 32-bit word of a row.
 const char* ldmatrix_m8n8_b16(void* const* io) {
     const LdmatrixOperands& o0 = *static_cast<const LdmatrixOperands*>(io[0]);
     const int num = o0.num;
-    uint16_t M[4][8][8];
+    alignas(16) uint16_t M[4][8][8];
     for (int lane = 0; lane < 32; lane++) {
         const LdmatrixOperands& o = *static_cast<const LdmatrixOperands*>(io[lane]);
         if (o.num != num || o.trans != o0.trans) return "lanes disagree on .num or .trans";
@@ -87,12 +262,25 @@ const char* ldmatrix_m8n8_b16(void* const* io) {
 #endif
         std::memcpy(M[lane / 8][lane % 8], o.row, 16);
     }
-    for (int lane = 0; lane < 32; lane++) {
+    if (o0.trans) {  // then as without .trans, from the transposed matrices
+        for (int j = 0; j < num; j++) {
+#if defined(__x86_64__)
+            __m128i rows[8], cols[8];
+            for (int i = 0; i < 8; i++) rows[i] = _mm_load_si128((const __m128i*)M[j][i]);
+            transpose8x8_16(rows, cols);
+            for (int i = 0; i < 8; i++) _mm_store_si128((__m128i*)M[j][i], cols[i]);
+#else
+            uint16_t T[8][8];
+            for (int r = 0; r < 8; r++)
+                for (int c = 0; c < 8; c++) T[c][r] = M[j][r][c];
+            std::memcpy(M[j], T, sizeof T);
+#endif
+        }
+    }
+    for (int lane = 0; lane < 32; lane++) {  // register j: M_j[g][2t..2t+1], one 32-bit word
         uint32_t* r = static_cast<const LdmatrixOperands*>(io[lane])->r;
         const int g = lane / 4, t = lane % 4;
-        for (int j = 0; j < num; j++)
-            r[j] = o0.trans ? (uint32_t)M[j][2 * t][g] | (uint32_t)M[j][2 * t + 1][g] << 16
-                            : (uint32_t)M[j][g][2 * t] | (uint32_t)M[j][g][2 * t + 1] << 16;
+        for (int j = 0; j < num; j++) std::memcpy(&r[j], &M[j][g][2 * t], 4);
     }
     return nullptr;
 }

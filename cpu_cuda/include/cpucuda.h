@@ -33,6 +33,11 @@ StreamMode get_stream_mode();
 void set_thread_loops(bool on);
 uint64_t loop_launches();
 
+// mma.sync's emulation runs vector code (AVX2 and FMA) where the CPU has it,
+// with bitwise the same results as its portable code. Off: the portable code
+// (for tests that compare both). Returns whether the vector code runs now.
+bool set_mma_vector_code(bool on);
+
 // Device memory of the virtual device (cudaMalloc'd bytes).
 struct MemoryStats {
     size_t in_use;       // bytes allocated now

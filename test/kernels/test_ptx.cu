@@ -9,8 +9,10 @@
 // so a runtime (or a GPU) that used any other layout fails here. Inputs are
 // small integers, exact in bf16 and in every fp32 partial sum, so results are
 // compared bitwise, on the CPU runtime and on a GPU alike. The cases under
-// `#ifdef CPUCUDA` test the runtime's checking: poison before a cp.async lands,
-// and reports for misused warp-wide instructions.
+// `#ifdef CPUCUDA` test the runtime's own definitions: mma's sum (in double, k
+// in order, one rounding) bit for bit against a plain loop, in both of its
+// implementations; poison before a cp.async lands; and reports for misused
+// warp-wide instructions.
 #include <cuda_runtime.h>
 
 #include <cmath>
@@ -30,9 +32,14 @@ __device__ __host__ inline uint32_t pair(bf16 lo, bf16 hi) {
     return (uint32_t)__bfloat16_as_ushort(lo) | (uint32_t)__bfloat16_as_ushort(hi) << 16;
 }
 
-// D (16x8, row-major) = A (16x16, row-major) B (16x8, row-major) + C, fragments by the manual.
+// D (16x8, row-major) = A (16x16, row-major) B (16x8, row-major) + C, fragments by the manual;
+// block i computes tile i (A, B, C and D tiles packed one after another).
 __global__ void mma_kernel(float* D, const bf16* A, const bf16* B, const float* C) {
     const int lane = threadIdx.x, g = lane / 4, t = lane % 4;
+    A += blockIdx.x * 256;
+    B += blockIdx.x * 128;
+    C += blockIdx.x * 128;
+    D += blockIdx.x * 128;
     const uint32_t a[4] = {pair(A[g * 16 + 2 * t], A[g * 16 + 2 * t + 1]),
                            pair(A[(g + 8) * 16 + 2 * t], A[(g + 8) * 16 + 2 * t + 1]),
                            pair(A[g * 16 + 2 * t + 8], A[g * 16 + 2 * t + 9]),
@@ -195,6 +202,132 @@ static void test_mma_layout() {
     cudaFree(dC);
     cudaFree(dD);
 }
+
+#ifdef CPUCUDA
+// The runtime's definition of mma (ptx.cpp): fp32(C + A[m][0] B[0][n] + ... + A[m][15] B[15][n]),
+// each addition in double, k in order. `reverse`: k from 15 down (the test's own power check).
+static float mma_reference(const bf16* A, const bf16* B, float c, int m, int n, bool reverse = false) {
+    double s = c;
+    for (int i = 0; i < 16; i++) {
+        const int k = reverse ? 15 - i : i;
+        s += (double)__bfloat162float(A[m * 16 + k]) * (double)__bfloat162float(B[k * 8 + n]);
+    }
+    return (float)s;
+}
+
+// Random operands of four kinds, by tile (never NaN: which NaN an addition of two passes on is
+// the CPU's operand order, not part of the definition): (0) any bf16 / fp32 bits but NaN (subnormals, -0, inf,
+// the largest magnitudes); (1) +-2^e for e in -60..60 step 20, so that large terms cancel and
+// whether a small one survives depends on the order of the additions; (2) mostly special values
+// (+-0, the smallest and largest subnormals and normals, +-inf); (3) values in -1..1 with full
+// fp32 accumulators, sums near rounding boundaries.
+struct MmaRandom {
+    uint64_t s = 0x9E3779B97F4A7C15ull;
+    uint32_t next() {
+        s = s * 6364136223846793005ull + 1442695040888963407ull;
+        return (uint32_t)(s >> 32);
+    }
+    uint16_t bf16_bits(int kind) {
+        const uint32_t r = next();
+        switch (kind) {
+            case 0: {
+                const uint16_t h = (uint16_t)r;
+                return (h & 0x7F80) == 0x7F80 && (h & 0x7F) ? (uint16_t)(h & 0xFF80) : h;  // NaN -> inf
+            }
+            case 1: return (uint16_t)((r & 0x8000) | (127 + 20 * (int)((r >> 4) % 7) - 60) << 7 | (r >> 12 & 1));
+            case 2: {
+                static const uint16_t special[] = {0x0000, 0x0001, 0x007F, 0x0080, 0x7F7F, 0x3F80, 0x0042, 0x7F80};
+                const uint16_t h = special[(r >> 8) % 8];
+                return (uint16_t)((r & 0x8000) | (h == 0x7F80 && (r >> 20) % 16 ? 0x3F81 : h));  // inf 1 in 16
+            }
+            default: return __bfloat16_as_ushort(__float2bfloat16((float)((r >> 8) / 8388608.0 - 1.0)));
+        }
+    }
+    float fp32(int kind) {
+        uint32_t b = next();
+        switch (kind) {
+            case 0:
+                if ((b & 0x7F800000u) == 0x7F800000u && (b & 0x7FFFFFu)) b &= 0xFF800000u;  // NaN -> inf
+                break;
+            case 1: b = (b & 0x80000000u) | (uint32_t)(127 + 20 * (int)((b >> 4) % 7) - 60) << 23; break;
+            case 2: {  // a special value, or one with random low bits (not for inf: that is NaN)
+                const uint32_t h = (uint32_t)bf16_bits(2) << 16;
+                b = h | ((h & 0x7F800000u) == 0x7F800000u ? 0 : (b & 0xFFFF) * ((b >> 16) % 2));
+                break;
+            }
+            default: {
+                const float f = (float)((b >> 8) / 2097152.0 - 4.0);
+                std::memcpy(&b, &f, 4);
+            }
+        }
+        float f;
+        std::memcpy(&f, &b, 4);
+        return f;
+    }
+};
+
+static uint32_t bits_of(float x) {
+    uint32_t b;
+    std::memcpy(&b, &x, 4);
+    return b;
+}
+
+// Every output bit of the runtime's mma equals the plain loop's, over many random tiles of every
+// kind, in each implementation (vector code where the CPU has it, and the portable code).
+static void test_mma_bitwise() {
+    const int tiles = 4096;
+    MmaRandom rng;
+    std::vector<bf16> A(tiles * 256), B(tiles * 128);
+    std::vector<float> C(tiles * 128);
+    for (int i = 0; i < tiles; i++) {
+        for (int e = 0; e < 256; e++) A[i * 256 + e] = __ushort_as_bfloat16(rng.bf16_bits(i % 4));
+        for (int e = 0; e < 128; e++) B[i * 128 + e] = __ushort_as_bfloat16(rng.bf16_bits(i % 4));
+        for (int e = 0; e < 128; e++) C[i * 128 + e] = rng.fp32(i % 4);
+    }
+    std::vector<uint32_t> want(tiles * 128);
+    int order_sensitive = 0, nonfinite = 0;
+    for (int i = 0; i < tiles; i++)
+        for (int m = 0; m < 16; m++)
+            for (int n = 0; n < 8; n++) {
+                const bf16 *a = &A[i * 256], *b = &B[i * 128];
+                const float d = mma_reference(a, b, C[i * 128 + m * 8 + n], m, n);
+                want[i * 128 + m * 8 + n] = bits_of(d);
+                order_sensitive += bits_of(d) != bits_of(mma_reference(a, b, C[i * 128 + m * 8 + n], m, n, true));
+                nonfinite += !std::isfinite(d);
+            }
+    CHECK(order_sensitive > 100 && nonfinite > 100,
+          "the random mma inputs tell the order of the additions apart (%d outputs change with k reversed) and "
+          "reach inf and NaN (%d outputs)",
+          order_sensitive, nonfinite);
+    bf16 *dA = to_device(A), *dB = to_device(B);
+    float* dC = to_device(C);
+    float* dD;
+    CUDA_OK(cudaMalloc(&dD, C.size() * sizeof(float)));
+    const bool vector_code = cpucuda::set_mma_vector_code(true);
+    for (int pass = 0; pass < 2; pass++) {
+        const bool vec = cpucuda::set_mma_vector_code(pass == 0);
+        if (pass == 0 && !vec) continue;  // this CPU runs the portable code only
+        mma_kernel<<<tiles, 32>>>(dD, dA, dB, dC);
+        CUDA_OK(cudaDeviceSynchronize());
+        const std::vector<float> D = to_host(dD, C.size());
+        int wrong = 0;
+        for (size_t e = 0; e < D.size(); e++) {
+            if (bits_of(D[e]) != want[e] && wrong++ < 3)
+                fprintf(stderr, "  tile %zu D[%zu][%zu] = 0x%08x, want 0x%08x\n", e / 128, e % 128 / 8, e % 8,
+                        bits_of(D[e]), want[e]);
+        }
+        CHECK(wrong == 0,
+              "mma (%s code) over %d random tiles: every bit of D as fp32(C + sum_k A B) in double, k in order "
+              "(%d of %zu wrong)",
+              vec ? "vector" : "portable", tiles, wrong, D.size());
+    }
+    cpucuda::set_mma_vector_code(vector_code);
+    cudaFree(dA);
+    cudaFree(dB);
+    cudaFree(dC);
+    cudaFree(dD);
+}
+#endif
 
 template <int N, bool TRANS>
 static void check_ldmatrix(const unsigned short* d_ids, const std::vector<unsigned short>& ids) {
@@ -392,6 +525,9 @@ static void test_misuse() {
 
 int main() {
     TEST_CASE(test_mma_layout());
+#ifdef CPUCUDA
+    TEST_CASE(test_mma_bitwise());
+#endif
     TEST_CASE(test_ldmatrix());
     TEST_CASE(test_cp_async());
     TEST_CASE(test_ex2_ftz());
