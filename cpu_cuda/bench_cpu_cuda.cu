@@ -5,12 +5,16 @@
 // element-wise kernel, one element per GPU thread (y = a x + b over 16 M
 // floats), against its plain loop: the CPU runtime runs it as a loop of the
 // block's threads (its threads never meet), and here also on fibers, to show
-// what the loop saves. Last, the tensor-core instructions: ns per
+// what the loop saves. Then the tensor-core instructions: ns per
 // mma.m16n8k16 (bf16, fp32 accumulators) and per ldmatrix.x4, each issued in
 // a loop by every warp (on the CPU runtime: the scheduler's warp-wide
-// rendezvous plus the emulation). Built with nvcc the same program times the GPU instead.
+// rendezvous plus the emulation). Last, the matmuls of one GPT-2 d12 training
+// step (cuBLASLt, in bf16 and in fp32; see bench_matmul). Built with nvcc the
+// same program times the GPU instead.
 //
 //   make bench        (runs it with the default workers, then with one)
+#include <cublasLt.h>
+#include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -234,6 +238,142 @@ static bool bench_mma() {
     return mma > 0 && ld > 0 && wrong == 0;
 }
 
+// ---------------------------------------------------------------------------
+// matmul: the cuBLASLt calls of one GPT-2 124M (d12) training step at B*T = 256
+// tokens, made as llmc/kernels/matmul.cuh makes them (column-major; forward
+// D(OC, N) = W^T x with BIAS or GELU_AUX_BIAS, backward dX = W dY (DGELU
+// behind the GELU) and dW += x dY^T in fp32 with BGRADB), in bf16 and in fp32.
+// One layer's calls are timed (best of 3 each) and counted 12 times, plus the
+// lm_head's.
+
+struct MatmulBenchCall {
+    const char* name;
+    int m, n, k;
+    bool ta, tb;
+    bool d_f32;  // D (and bias) fp32 whatever the operands: the weight gradient
+    float beta;
+    cublasLtEpilogue_t epilogue;
+    int count;  // calls per step
+};
+
+static void* matmul_bench_alloc(size_t elements, cudaDataType_t t) {
+    const size_t size = t == CUDA_R_32F ? 4 : 2;
+    std::vector<unsigned char> host(elements * size);
+    for (size_t i = 0; i < elements; i++) {
+        const float v = (float)((i * 2654435761u) % 2001) / 1000.0f - 1.0f;
+        if (t == CUDA_R_32F) ((float*)host.data())[i] = 0.05f * v;
+        else ((__nv_bfloat16*)host.data())[i] = __float2bfloat16(0.05f * v);
+    }
+    void* d = nullptr;
+    if (cudaMalloc(&d, host.size()) != cudaSuccess) return nullptr;
+    cudaMemcpy(d, host.data(), host.size(), cudaMemcpyHostToDevice);
+    return d;
+}
+
+#define MATMUL_BENCH_OK(call) \
+    if ((call) != CUBLAS_STATUS_SUCCESS) return -1
+
+// Best of 3 of one call, in seconds; negative if cuBLASLt refused it.
+static double matmul_bench_time(cublasLtHandle_t lt, const MatmulBenchCall& c, cudaDataType_t ab) {
+    const cudaDataType_t cd = c.d_f32 ? CUDA_R_32F : ab;
+    const bool bias = c.epilogue != CUBLASLT_EPILOGUE_DEFAULT && c.epilogue != CUBLASLT_EPILOGUE_DGELU;
+    const bool aux = c.epilogue == CUBLASLT_EPILOGUE_GELU_AUX_BIAS || c.epilogue == CUBLASLT_EPILOGUE_DGELU;
+    void* a = matmul_bench_alloc((size_t)c.m * c.k, ab);
+    void* b = matmul_bench_alloc((size_t)c.k * c.n, ab);
+    void* d = matmul_bench_alloc((size_t)c.m * c.n, cd);
+    void* bias_p = matmul_bench_alloc(c.epilogue == CUBLASLT_EPILOGUE_BGRADB ? c.n : c.m, cd);
+    void* aux_p = matmul_bench_alloc((size_t)c.m * c.n, ab);
+    double best = -1;
+    cublasLtMatmulDesc_t desc;
+    cublasLtMatrixLayout_t la, lb, ld;
+    if (cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F) == CUBLAS_STATUS_SUCCESS) {
+        best = [&]() -> double {
+            const cublasOperation_t op_a = c.ta ? CUBLAS_OP_T : CUBLAS_OP_N, op_b = c.tb ? CUBLAS_OP_T : CUBLAS_OP_N;
+            MATMUL_BENCH_OK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &op_a, sizeof(op_a)));
+            MATMUL_BENCH_OK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_b, sizeof(op_b)));
+            MATMUL_BENCH_OK(
+                cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &c.epilogue, sizeof(c.epilogue)));
+            if (bias || c.epilogue == CUBLASLT_EPILOGUE_BGRADB) {
+                const int32_t bias_type = cd;
+                MATMUL_BENCH_OK(
+                    cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias_p, sizeof(bias_p)));
+                MATMUL_BENCH_OK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type,
+                                                               sizeof(bias_type)));
+            }
+            if (aux) {
+                const int64_t aux_ld = c.m;
+                const int32_t aux_type = ab;
+                MATMUL_BENCH_OK(
+                    cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux_p, sizeof(aux_p)));
+                MATMUL_BENCH_OK(
+                    cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &aux_ld, sizeof(aux_ld)));
+                MATMUL_BENCH_OK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE,
+                                                               &aux_type, sizeof(aux_type)));
+            }
+            MATMUL_BENCH_OK(cublasLtMatrixLayoutCreate(&la, ab, c.ta ? c.k : c.m, c.ta ? c.m : c.k, c.ta ? c.k : c.m));
+            MATMUL_BENCH_OK(cublasLtMatrixLayoutCreate(&lb, ab, c.tb ? c.n : c.k, c.tb ? c.k : c.n, c.tb ? c.n : c.k));
+            MATMUL_BENCH_OK(cublasLtMatrixLayoutCreate(&ld, cd, c.m, c.n, c.m));
+            double t = 1e30;
+            for (int r = 0; r < 3; r++) {
+                const float alpha = 1.0f;
+                const double t0 = seconds_now();
+                MATMUL_BENCH_OK(cublasLtMatmul(lt, desc, &alpha, a, la, b, lb, &c.beta, d, ld, d, ld, nullptr, nullptr,
+                                               0, 0));
+                if (cudaDeviceSynchronize() != cudaSuccess) return -1;
+                t = std::min(t, seconds_now() - t0);
+            }
+            cublasLtMatrixLayoutDestroy(la);
+            cublasLtMatrixLayoutDestroy(lb);
+            cublasLtMatrixLayoutDestroy(ld);
+            return t;
+        }();
+        cublasLtMatmulDescDestroy(desc);
+    }
+    for (void* p : {a, b, d, bias_p, aux_p}) cudaFree(p);
+    return best;
+}
+
+// false if a call was refused or failed.
+static bool bench_matmul() {
+    const int N = 256, C = 768, V = 50304, L = 12;
+    const MatmulBenchCall calls[] = {
+        {"qkv    fwd", 3 * C, N, C, true, false, false, 0.0f, CUBLASLT_EPILOGUE_BIAS, L},
+        {"qkv    dX ", C, N, 3 * C, false, false, false, 0.0f, CUBLASLT_EPILOGUE_DEFAULT, L},
+        {"qkv    dW ", C, 3 * C, N, false, true, true, 1.0f, CUBLASLT_EPILOGUE_BGRADB, L},
+        {"attprj fwd", C, N, C, true, false, false, 0.0f, CUBLASLT_EPILOGUE_BIAS, L},
+        {"attprj dX ", C, N, C, false, false, false, 0.0f, CUBLASLT_EPILOGUE_DEFAULT, L},
+        {"attprj dW ", C, C, N, false, true, true, 1.0f, CUBLASLT_EPILOGUE_BGRADB, L},
+        {"fc     fwd", 4 * C, N, C, true, false, false, 0.0f, CUBLASLT_EPILOGUE_GELU_AUX_BIAS, L},
+        {"fc     dX ", C, N, 4 * C, false, false, false, 0.0f, CUBLASLT_EPILOGUE_DEFAULT, L},
+        {"fc     dW ", C, 4 * C, N, false, true, true, 1.0f, CUBLASLT_EPILOGUE_BGRADB, L},
+        {"fcproj fwd", C, N, 4 * C, true, false, false, 0.0f, CUBLASLT_EPILOGUE_BIAS, L},
+        {"fcproj dX ", 4 * C, N, C, false, false, false, 0.0f, CUBLASLT_EPILOGUE_DGELU, L},
+        {"fcproj dW ", 4 * C, C, N, false, true, true, 1.0f, CUBLASLT_EPILOGUE_BGRADB, L},
+        {"lmhead fwd", V, N, C, true, false, false, 0.0f, CUBLASLT_EPILOGUE_DEFAULT, 1},
+        {"lmhead dX ", C, N, V, false, false, false, 0.0f, CUBLASLT_EPILOGUE_DEFAULT, 1},
+        {"lmhead dW ", C, V, N, false, true, true, 1.0f, CUBLASLT_EPILOGUE_DEFAULT, 1},
+    };
+    cublasLtHandle_t lt;
+    if (cublasLtCreate(&lt) != CUBLAS_STATUS_SUCCESS) return false;
+    printf("\nmatmul: the cuBLASLt calls of one GPT-2 d12 step, %d tokens (best of 3 each; m n k, calls per step)\n", N);
+    printf("%-10s %6s %6s %6s %5s %10s %10s %7s\n", "call", "m", "n", "k", "calls", "bf16 ms", "fp32 ms", "ratio");
+    double total_bf16 = 0, total_f32 = 0;
+    bool ok = true;
+    for (const MatmulBenchCall& c : calls) {
+        const double bf16 = matmul_bench_time(lt, c, CUDA_R_16BF), f32 = matmul_bench_time(lt, c, CUDA_R_32F);
+        ok = ok && bf16 >= 0 && f32 >= 0;
+        total_bf16 += c.count * bf16;
+        total_f32 += c.count * f32;
+        printf("%-10s %6d %6d %6d %5d %10.2f %10.2f %6.2fx\n", c.name, c.m, c.n, c.k, c.count, bf16 * 1e3, f32 * 1e3,
+               bf16 / f32);
+    }
+    printf("step total (calls x ms)           %10.1f %10.1f %6.2fx\n", total_bf16 * 1e3, total_f32 * 1e3,
+           total_bf16 / total_f32);
+    cublasLtDestroy(lt);
+    if (!ok) printf("a matmul was refused or failed\n");
+    return ok;
+}
+
 int main() {
     const int N = 4096, C = 768, threads = 256, reps = 5;
     const size_t n = (size_t)N * C;
@@ -285,5 +425,6 @@ int main() {
     printf("ratio kernel/plain: %.2fx  (goal for the CPU runtime: <= 20x)\n", best_kernel / best_plain);
     const bool elementwise_same = bench_elementwise();
     const bool mma_same = bench_mma();
-    return worst < 1e-4 && elementwise_same && mma_same ? 0 : 1;
+    const bool matmul_ok = bench_matmul();
+    return worst < 1e-4 && elementwise_same && mma_same && matmul_ok ? 0 : 1;
 }

@@ -434,14 +434,25 @@ cublasStatus_t make_plan(const DescState* d, const LayoutState* a, const LayoutS
 // ---------------------------------------------------------------------------
 // Compute.
 //
-// A matmul runs on the runtime's worker pool (cpucuda::parallel_for): bf16
-// operands are converted to fp32 in column chunks, the product is split along
-// the larger of m and n into slices (about two per worker), each one
-// single-threaded cblas_sgemm, and the epilogue runs in column chunks. OpenBLAS's own threads are switched off
+// A matmul runs on the runtime's worker pool (cpucuda::parallel_for), one
+// batch entry at a time. The product is split along the larger of m and n
+// into slices (about two per worker), each one task: it widens its slice of
+// the split operand (bf16 only; rows of op(A) or columns of op(B), all of k)
+// into a per-worker fp32 copy, runs one single-threaded cblas_sgemm over the
+// whole k, and applies the epilogue to its block of the result (a per-worker
+// fp32 scratch) while it is still in cache. The other operand is widened once
+// beforehand, in column ranges on the pool. An fp32 D with no element-wise
+// epilogue is written by sgemm itself. The bias gradient of BGRADB is a
+// separate pass, split over columns. OpenBLAS's own threads are switched off
 // (openblas_set_num_threads(1)): they spin for a long time after each call
-// (sched_yield), taking the cores from the kernels that follow. Each element
-// of the product is the same dot product whichever part of the split computes
-// it (the split never cuts the k dimension), so the bits do not depend on it.
+// (sched_yield), taking the cores from the kernels that follow.
+// Bits: the split never cuts k, so each element is one dot product over the
+// whole k; but OpenBLAS blocks each call's rows and columns itself and rounds
+// an element differently depending on where the call's range ends, so the
+// slices (a function of the shape and the number of workers only) are the
+// same whatever the operands' type, and bf16 operands give bitwise the fp32
+// result of their widened values (test_cublaslt checks it). Cutting a slice
+// into cache-sized sgemm calls would change the bits, which is why it is not.
 
 // bf16 <-> fp32, exactly as the toolkit's host code (__bfloat162float,
 // __float2bfloat16): widening is the bits shifted up; narrowing rounds to
@@ -510,90 +521,102 @@ inline int tasks_for(double work, double per_task_min) {
     return std::max(1, t);
 }
 
-// An fp32 view of a stored rows x cols matrix: the data itself when it is
-// fp32, else a compact (ld = rows) converted copy in `scratch`.
-const float* as_f32(const void* p, cudaDataType_t t, int rows, int cols, int64_t ld, std::vector<float>& scratch,
-                    int64_t* ld_out) {
+// Widens columns [c0, c1) of rows [r0, r0 + rows) of a stored bf16 matrix into dst (compact, ld = rows).
+void widen_block(const uint16_t* src, int64_t ld, int64_t r0, int64_t rows, int64_t c0, int64_t c1, float* dst) {
+    for (int64_t j = c0; j < c1; j++) {
+        const uint16_t* s = src + j * ld + r0;
+        uint32_t* d = reinterpret_cast<uint32_t*>(dst + (j - c0) * rows);
+        for (int64_t i = 0; i < rows; i++) d[i] = (uint32_t)s[i] << 16;
+    }
+}
+
+// An fp32 view of the block rows [r0, r1) x columns [c0, c1) of a stored matrix: the data itself when it is
+// fp32, else a compact (ld = r1 - r0) widened copy in `scratch`, made by the calling thread.
+const float* f32_block(const void* p, cudaDataType_t t, int64_t ld, int64_t r0, int64_t r1, int64_t c0, int64_t c1,
+                       std::vector<float>& scratch, int64_t* ld_out) {
     if (t == CUDA_R_32F) {
         *ld_out = ld;
-        return static_cast<const float*>(p);
+        return static_cast<const float*>(p) + c0 * ld + r0;
     }
-    const size_t total = (size_t)rows * cols;
+    const size_t total = (size_t)((r1 - r0) * (c1 - c0));
     if (scratch.size() < total) scratch.resize(total);
-    float* dst = scratch.data();
-    const uint16_t* src = static_cast<const uint16_t*>(p);
+    widen_block(static_cast<const uint16_t*>(p), ld, r0, r1 - r0, c0, c1, scratch.data());
+    *ld_out = r1 - r0;
+    return scratch.data();
+}
+
+// The same for a whole stored rows x cols matrix, widened in column ranges on the worker pool.
+const float* f32_whole(const void* p, cudaDataType_t t, int64_t rows, int64_t cols, int64_t ld,
+                       std::vector<float>& scratch, int64_t* ld_out) {
+    if (t == CUDA_R_32F) return f32_block(p, t, ld, 0, rows, 0, cols, scratch, ld_out);
+    const size_t total = (size_t)(rows * cols);
+    if (scratch.size() < total) scratch.resize(total);
     const int tasks = tasks_for((double)total, 1 << 18);
     cpucuda::parallel_for(tasks, [&](int task) {
         int64_t j0, j1;
         split_range(cols, tasks, task, 1, &j0, &j1);
-        for (int64_t j = j0; j < j1; j++) {
-            const uint16_t* s = src + j * ld;
-            uint32_t* d = reinterpret_cast<uint32_t*>(dst + j * (int64_t)rows);
-            for (int i = 0; i < rows; i++) d[i] = (uint32_t)s[i] << 16;
-        }
+        widen_block(static_cast<const uint16_t*>(p), ld, 0, rows, j0, j1, scratch.data() + j0 * rows);
     });
     *ld_out = rows;
-    return dst;
+    return scratch.data();
 }
 
-// c = alpha * op(a) * op(b) + beta * c (beta == 0: c is not read).
-void sgemm(const Plan& p, float alpha, const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c,
-           int64_t ldc) {
-    static const bool single_threaded_blas = [] {
-        openblas_set_num_threads(1);
-        return true;
-    }();
-    (void)single_threaded_blas;
-    const double flops = 2.0 * p.m * p.n * p.k;
-    const bool split_m = p.m >= p.n;
+// Rows [i0, i1) of op(A) (all of k), and columns [j0, j1) of op(B), as fp32.
+const float* op_a_rows(const Plan& p, const void* A, int64_t i0, int64_t i1, std::vector<float>& scratch,
+                       int64_t* ld) {
+    return p.transa ? f32_block(A, p.ab_type, p.lda, 0, p.k, i0, i1, scratch, ld)
+                    : f32_block(A, p.ab_type, p.lda, i0, i1, 0, p.k, scratch, ld);
+}
+const float* op_b_cols(const Plan& p, const void* B, int64_t j0, int64_t j1, std::vector<float>& scratch,
+                       int64_t* ld) {
+    return p.transb ? f32_block(B, p.ab_type, p.ldb, j0, j1, 0, p.k, scratch, ld)
+                    : f32_block(B, p.ab_type, p.ldb, 0, p.k, j0, j1, scratch, ld);
+}
+
+// How a product is cut (see "Compute." above): along the larger of m and n into slices.
+struct Split {
+    bool along_m;
+    int64_t align;  // inner slice boundaries are multiples of it
+    int slices;
+};
+
+Split split_for(const Plan& p) {
+    Split s;
+    s.along_m = p.m >= p.n;
+    s.align = s.along_m ? 64 : 16;
     // Two slices per worker, taken as workers come free (a core that is busy
     // elsewhere delays a slice, not half the product), but slices big enough
     // that re-packing the other operand for each stays cheap. A count that
     // the workers do not divide leaves some of them idle for the last slice
     // (3 slices on 2 workers take as long as 4), so it is rounded down to a
     // multiple of the workers.
+    const double flops = 2.0 * p.m * p.n * p.k;
     const int workers = cpucuda::worker_count();
-    const int max_slices = std::max(1, split_m ? p.m / 192 : p.n / 64);
-    int tasks = std::min(max_slices, std::min(2 * workers, std::max(1, (int)(flops / 4e6))));
-    if (tasks > workers) tasks -= tasks % workers;
-    cpucuda::parallel_for(tasks, [&](int task) {
-        int64_t b0, b1;
-        split_range(split_m ? p.m : p.n, tasks, task, split_m ? 64 : 16, &b0, &b1);
-        if (b1 <= b0) return;
-        const float *ap = a, *bp = b;
-        float* cp = c;
-        int m = p.m, n = p.n;
-        if (split_m) {  // rows b0..b1 of op(A) and of C
-            ap = p.transa ? a + b0 * lda : a + b0;
-            cp = c + b0;
-            m = (int)(b1 - b0);
-        } else {  // columns b0..b1 of op(B) and of C
-            bp = p.transb ? b + b0 : b + b0 * ldb;
-            cp = c + b0 * ldc;
-            n = (int)(b1 - b0);
-        }
-        cblas_sgemm(CblasColMajor, p.transa ? CblasTrans : CblasNoTrans, p.transb ? CblasTrans : CblasNoTrans, m, n,
-                    p.k, alpha, ap, (int)lda, bp, (int)ldb, beta, cp, (int)ldc);
-    });
+    const int max_slices = std::max(1, s.along_m ? p.m / 192 : p.n / 64);
+    s.slices = std::min(max_slices, std::min(2 * workers, std::max(1, (int)(flops / 4e6))));
+    if (s.slices > workers) s.slices -= s.slices % workers;
+    return s;
 }
 
-// out (m x n, leading dimension ld_out) = alpha * op(A) * op(B) + beta * out, in fp32 (beta == 0: out is
-// not read).
-void product(const Plan& p, float alpha, const void* A, const void* B, float beta, float* out, int64_t ld_out) {
-    thread_local std::vector<float> a_buf, b_buf;
-    if (p.k == 0 || alpha == 0.0f) {  // BLAS would not read A, B either
-        for (int j = 0; j < p.n; j++) {
+// out (rows i0..i1 x columns j0..j1 of the product, leading dimension ld_out) = alpha op(A) op(B) + beta out
+// (beta == 0: out is not read), one single-threaded cblas_sgemm over the whole k. The split operand's block is
+// widened into `scratch`; `shared` is the fp32 view of the other one (null when nothing is read).
+void block_product(const Plan& p, const Split& s, float alpha, const void* A, const void* B, const float* shared,
+                   int64_t ld_shared, int64_t i0, int64_t i1, int64_t j0, int64_t j1, float beta, float* out,
+                   int64_t ld_out, std::vector<float>& scratch) {
+    const int rows = (int)(i1 - i0), cols = (int)(j1 - j0);
+    if (shared == nullptr) {  // k == 0 or alpha == 0: BLAS would not read A, B either
+        for (int j = 0; j < cols; j++) {
             float* col = out + (int64_t)j * ld_out;
-            for (int i = 0; i < p.m; i++) col[i] = beta == 0.0f ? 0.0f : beta * col[i];
+            for (int i = 0; i < rows; i++) col[i] = beta == 0.0f ? 0.0f : beta * col[i];
         }
         return;
     }
-    int a_rows = p.transa ? p.k : p.m, a_cols = p.transa ? p.m : p.k;
-    int b_rows = p.transb ? p.n : p.k, b_cols = p.transb ? p.k : p.n;
-    int64_t lda, ldb;
-    const float* a = as_f32(A, p.ab_type, a_rows, a_cols, p.lda, a_buf, &lda);
-    const float* b = as_f32(B, p.ab_type, b_rows, b_cols, p.ldb, b_buf, &ldb);
-    sgemm(p, alpha, a, lda, b, ldb, beta, out, ld_out);
+    int64_t lda = ld_shared, ldb = ld_shared;
+    const float* a = s.along_m ? op_a_rows(p, A, i0, i1, scratch, &lda) : shared;
+    const float* b = s.along_m ? shared : op_b_cols(p, B, j0, j1, scratch, &ldb);
+    cblas_sgemm(CblasColMajor, p.transa ? CblasTrans : CblasNoTrans, p.transb ? CblasTrans : CblasNoTrans, rows, cols,
+                p.k, alpha, a, (int)lda, b, (int)ldb, beta, out, (int)ld_out);
 }
 
 struct EpilogueArgs {
@@ -630,46 +653,84 @@ inline void store_column(void* dst, cudaDataType_t t, const float* x, int n) {
     }
 }
 
-// D = epilogue(prod + beta * C) for columns j0..j1 of one batch entry, one
-// step at a time over a column of prod (scratch, updated in place); every
-// element goes through the same operations in the same order as the formula.
-void finish_columns(const Plan& p, float* prod, float beta, const void* C, void* D, const EpilogueArgs& e, int64_t j0,
-                    int64_t j1) {
+// D = epilogue(prod + beta * C) for the block rows i0..i1 x columns j0..j1 of one batch entry, one step at a
+// time over a column of prod (the block, leading dimension ld_prod, updated in place); every element goes
+// through the same operations in the same order as the formula.
+void finish_block(const Plan& p, float* prod, int64_t ld_prod, float beta, const void* C, void* D,
+                  const EpilogueArgs& e, int64_t i0, int64_t i1, int64_t j0, int64_t j1) {
+    const int rows = (int)(i1 - i0);
     for (int64_t j = j0; j < j1; j++) {
-        float* x = prod + j * p.m;
-        if (beta != 0.0f) add_scaled(x, offset(C, p.cd_type, j * p.ldc), p.cd_type, beta, p.m);
-        if (p.epi & kHasBias) add_plain(x, e.bias, p.bias_type, p.m);
+        float* x = prod + (j - j0) * ld_prod;
+        if (beta != 0.0f) add_scaled(x, offset(C, p.cd_type, j * p.ldc + i0), p.cd_type, beta, rows);
+        if (p.epi & kHasBias) add_plain(x, offset(e.bias, p.bias_type, i0), p.bias_type, rows);
         if (p.epi & kAuxOut)
-            store_column(const_cast<void*>(offset(e.aux, p.aux_type, j * p.ld_aux)), p.aux_type, x, p.m);
+            store_column(const_cast<void*>(offset(e.aux, p.aux_type, j * p.ld_aux + i0)), p.aux_type, x, rows);
         if (p.epi & kGelu)
-            for (int i = 0; i < p.m; i++) x[i] = gelu(x[i]);
+            for (int i = 0; i < rows; i++) x[i] = gelu(x[i]);
         if (p.epi & kDGelu) {
-            const void* aux = offset(e.aux, p.aux_type, j * p.ld_aux);
-            for (int i = 0; i < p.m; i++) x[i] *= gelu_grad(load(aux, p.aux_type, i));
+            const void* aux = offset(e.aux, p.aux_type, j * p.ld_aux + i0);
+            for (int i = 0; i < rows; i++) x[i] *= gelu_grad(load(aux, p.aux_type, i));
         }
-        store_column(const_cast<void*>(offset(D, p.cd_type, j * p.ldd)), p.cd_type, x, p.m);
+        store_column(const_cast<void*>(offset(D, p.cd_type, j * p.ldd + i0)), p.cd_type, x, rows);
     }
 }
 
-void finish(const Plan& p, float* prod, float beta, const void* C, void* D, const EpilogueArgs& e) {
-    const int tasks = tasks_for((double)p.m * p.n * ((p.epi & (kGelu | kDGelu)) ? 16 : 1), 1 << 18);
-    cpucuda::parallel_for(tasks, [&](int task) {
-        int64_t j0, j1;
-        split_range(p.n, tasks, task, 1, &j0, &j1);
-        finish_columns(p, prod, beta, C, D, e, j0, j1);
+// One batch entry: D = epilogue(alpha op(A) op(B) + beta C). direct: D is fp32 with no per-element epilogue,
+// so each sgemm writes D itself (C already copied there); else each slice's product goes to a per-worker
+// scratch and finish_block takes it to D.
+void compute(const Plan& p, float alpha, const void* A, const void* B, float beta, const void* C, void* D,
+             const EpilogueArgs& e, bool direct) {
+    static const bool single_threaded_blas = [] {
+        openblas_set_num_threads(1);
+        return true;
+    }();
+    (void)single_threaded_blas;
+    thread_local std::vector<float> shared_buf;
+    const Split s = split_for(p);
+    int64_t ld_shared = 0;
+    const float* shared = nullptr;
+    if (p.k > 0 && alpha != 0.0f)
+        shared = s.along_m ? f32_whole(B, p.ab_type, p.transb ? p.n : p.k, p.transb ? p.k : p.n, p.ldb, shared_buf,
+                                       &ld_shared)
+                           : f32_whole(A, p.ab_type, p.transa ? p.k : p.m, p.transa ? p.m : p.k, p.lda, shared_buf,
+                                       &ld_shared);
+    cpucuda::parallel_for(s.slices, [&](int slice) {
+        thread_local std::vector<float> op_buf, prod_buf;
+        int64_t s0, s1;
+        split_range(s.along_m ? p.m : p.n, s.slices, slice, s.align, &s0, &s1);
+        if (s1 <= s0) return;
+        const int64_t i0 = s.along_m ? s0 : 0, i1 = s.along_m ? s1 : p.m;
+        const int64_t j0 = s.along_m ? 0 : s0, j1 = s.along_m ? p.n : s1;
+        if (direct) {
+            float* out = static_cast<float*>(D) + j0 * p.ldd + i0;
+            block_product(p, s, alpha, A, B, shared, ld_shared, i0, i1, j0, j1, beta, out, p.ldd, op_buf);
+            return;
+        }
+        const size_t size = (size_t)((i1 - i0) * (j1 - j0));
+        if (prod_buf.size() < size) prod_buf.resize(size);
+        block_product(p, s, alpha, A, B, shared, ld_shared, i0, i1, j0, j1, 0.0f, prod_buf.data(), i1 - i0, op_buf);
+        finish_block(p, prod_buf.data(), i1 - i0, beta, C, D, e, i0, i1, j0, j1);
     });
 }
 
-// bias_out[j] = sum over l < k of op(B)[l][j], j < n.
+// bias_out[j] = sum over l < k of op(B)[l][j], j < n: each in double, in the order of l, whichever worker
+// takes column j (B stored transposed is read row by row, a running sum per column).
 void bias_grad_b(const Plan& p, const void* B, void* bias_out) {
-    for (int j = 0; j < p.n; j++) {
-        double sum = 0.0;
-        for (int l = 0; l < p.k; l++) {
-            int64_t idx = p.transb ? (int64_t)l * p.ldb + j : (int64_t)j * p.ldb + l;
-            sum += load(B, p.ab_type, idx);
+    const int tasks = tasks_for((double)p.n * p.k, 1 << 18);
+    cpucuda::parallel_for(tasks, [&](int task) {
+        thread_local std::vector<double> sums;
+        int64_t j0, j1;
+        split_range(p.n, tasks, task, 1, &j0, &j1);
+        sums.assign((size_t)(j1 - j0), 0.0);
+        if (p.transb) {
+            for (int64_t l = 0; l < p.k; l++)
+                for (int64_t j = j0; j < j1; j++) sums[j - j0] += load(B, p.ab_type, l * p.ldb + j);
+        } else {
+            for (int64_t j = j0; j < j1; j++)
+                for (int64_t l = 0; l < p.k; l++) sums[j - j0] += load(B, p.ab_type, j * p.ldb + l);
         }
-        store(bias_out, p.bias_type, j, (float)sum);
-    }
+        for (int64_t j = j0; j < j1; j++) store(bias_out, p.bias_type, j, (float)sums[j - j0]);
+    });
 }
 
 // D = C (fp32, m x n), column by column; nothing to do when C is D.
@@ -680,26 +741,18 @@ void copy_c_to_d(const Plan& p, const float* C, float* D) {
 
 cublasStatus_t run(const Plan& p, float alpha, const void* A, const void* B, float beta, const void* C, void* D,
                    const EpilogueArgs& e) {
-    thread_local std::vector<float> prod;
     // fp32 D and no epilogue but the bias gradient: BLAS computes the whole
     // T = alpha * op(A) op(B) + beta * C in D itself (C copied there first).
     const bool direct = p.cd_type == CUDA_R_32F && (p.epi & ~kBGradB) == 0;
-    if (!direct && prod.size() < (size_t)p.m * p.n) prod.resize((size_t)p.m * p.n);
     for (int bi = 0; bi < p.batch; bi++) {
         const void* a = offset(A, p.ab_type, bi * p.stride_a);
         const void* b = offset(B, p.ab_type, bi * p.stride_b);
         const void* c = beta != 0.0f ? offset(C, p.cd_type, bi * p.stride_c) : nullptr;
         void* d = const_cast<void*>(offset(D, p.cd_type, bi * p.stride_d));
         // BGRADB reads B before D is written (D must not alias B anyway).
-        if (direct) {
-            if (p.epi & kBGradB) bias_grad_b(p, b, e.bias_out);
-            if (beta != 0.0f) copy_c_to_d(p, static_cast<const float*>(c), static_cast<float*>(d));
-            product(p, alpha, a, b, beta, static_cast<float*>(d), p.ldd);
-            continue;
-        }
-        product(p, alpha, a, b, 0.0f, prod.data(), p.m);
         if (p.epi & kBGradB) bias_grad_b(p, b, e.bias_out);
-        finish(p, prod.data(), beta, c, d, e);
+        if (direct && beta != 0.0f) copy_c_to_d(p, static_cast<const float*>(c), static_cast<float*>(d));
+        compute(p, alpha, a, b, beta, c, d, e, direct);
     }
     return CUBLAS_STATUS_SUCCESS;
 }

@@ -10,7 +10,8 @@
 // non-square shapes with ld > rows; strided batches; the epilogues BIAS, GELU,
 // GELU_BIAS, GELU_AUX, GELU_AUX_BIAS, DGELU and BGRADB, each in every layout on
 // the CPU runtime (on a GPU in llm.c's layout); and combinations that must be
-// refused. Elements between rows and ld must be left untouched.
+// refused. Elements between rows and ld must be left untouched. On the CPU
+// runtime, bf16 operands give bitwise the fp32 result of the widened operands.
 #include <cublasLt.h>
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -526,6 +527,124 @@ static void test_bgradb(TypeCombo tc, bool ta, bool tb) {
     for (Matrix* M : {&A, &B, &D, &dbias}) free_matrix(*M);
 }
 
+#ifdef CPUCUDA
+// --- bf16 operands, bitwise (CPU runtime) -------------------------------------------------
+// The CPU runtime widens bf16 operands exactly to fp32 and multiplies them with
+// the same fp32 code as fp32 operands, cutting the product differently (bf16:
+// chunks of each slice, each widened just before its sgemm). So a bf16 matmul
+// must give bitwise the result of the fp32 matmul of the widened operands (C,
+// bias and aux widened too), its outputs rounded to bf16 with __float2bfloat16.
+// The shapes are big enough to be cut into several slices of several chunks,
+// and odd, so that the slices and chunks come out uneven.
+
+// M's values in type t (bf16 values are exact in fp32), with t's leading dimension (or ld).
+static Matrix widened(const Matrix& M, cudaDataType_t t, int64_t ld = 0) {
+    Matrix W = make_matrix(t, M.rows, M.cols, M.batch, kSentinel, 1.0, ld);
+    for (int b = 0; b < M.batch; b++)
+        for (int j = 0; j < M.cols; j++)
+            for (int i = 0; i < M.rows; i++) W.at(b, i, j) = M.at(b, i, j);
+    upload(W);
+    return W;
+}
+
+// The stored bits of M's logical elements, an fp32 one rounded to bf16 first when `as` is bf16.
+static std::vector<uint32_t> stored_bits(const Matrix& M, cudaDataType_t as) {
+    std::vector<unsigned char> raw(M.h.size() * type_size(M.type));
+    CUDA_OK(cudaMemcpy(raw.data(), M.d, raw.size(), cudaMemcpyDeviceToHost));
+    std::vector<uint32_t> bits;
+    for (int b = 0; b < M.batch; b++)
+        for (int j = 0; j < M.cols; j++)
+            for (int i = 0; i < M.rows; i++) {
+                const size_t idx = b * M.stride + j * M.ld + i;
+                uint32_t v = 0;
+                if (is_bf16(M.type)) {
+                    memcpy(&v, raw.data() + 2 * idx, 2);
+                } else if (is_bf16(as)) {
+                    float f;
+                    memcpy(&f, raw.data() + 4 * idx, 4);
+                    const __nv_bfloat16 h = __float2bfloat16(f);
+                    memcpy(&v, &h, 2);
+                } else {
+                    memcpy(&v, raw.data() + 4 * idx, 4);
+                }
+                bits.push_back(v);
+            }
+    return bits;
+}
+
+static int bits_differing(const std::vector<uint32_t>& a, const std::vector<uint32_t>& b) {
+    int n = a.size() == b.size() ? 0 : -1;
+    for (size_t i = 0; n >= 0 && i < a.size(); i++) n += a[i] != b[i];
+    return n;
+}
+
+// One bf16 matmul against its fp32 twin. along_m: m is the long side (the
+// product is cut along m), else n is. cd: D's type (bf16, or fp32 as for
+// llm.c's weight gradient).
+static void test_bf16_as_f32(bool along_m, bool ta, bool tb, cublasLtEpilogue_t epi, const char* epi_name,
+                             cudaDataType_t cd, int batch) {
+    const int m = along_m ? 1000 : 37, n = along_m ? 37 : 1000, k = 1111;
+    const bool bgradb = epi == CUBLASLT_EPILOGUE_BGRADB, dgelu = epi == CUBLASLT_EPILOGUE_DGELU;
+    // An fp32 D with no element-wise epilogue gets beta C added inside sgemm
+    // (fused into its last step), a bf16 one afterwards: the same sum, but
+    // rounded differently, so those bf16 cases leave C out.
+    const bool c_in_sgemm = epi == CUBLASLT_EPILOGUE_DEFAULT || bgradb;
+    const float alpha = 0.75f, beta = c_in_sgemm && is_bf16(cd) ? 0.0f : 0.5f;
+    const bool has_bias = epi == CUBLASLT_EPILOGUE_BIAS || epi == CUBLASLT_EPILOGUE_GELU_BIAS ||
+                          epi == CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
+    const bool aux_out = epi == CUBLASLT_EPILOGUE_GELU_AUX || epi == CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
+    const int64_t aux_ld = (m + 7) / 8 * 8;
+    Matrix A = make_matrix(CUDA_R_16BF, ta ? k : m, ta ? m : k, batch, kRandom);
+    Matrix B = make_matrix(CUDA_R_16BF, tb ? n : k, tb ? k : n, batch, kRandom);
+    Matrix C = make_matrix(cd, m, n, batch, kRandom);
+    Matrix D = make_matrix(cd, m, n, batch, kSentinel);
+    Matrix bias = make_matrix(cd, bgradb ? n : m, 1, 1, bgradb ? kNaN : kRandom);
+    Matrix aux = make_matrix(cd, m, n, 1, dgelu ? kRandom : kSentinel, 3.0, aux_ld);
+    Matrix A32 = widened(A, CUDA_R_32F), B32 = widened(B, CUDA_R_32F), C32 = widened(C, CUDA_R_32F);
+    Matrix D32 = widened(D, CUDA_R_32F), bias32 = widened(bias, CUDA_R_32F), aux32 = widened(aux, CUDA_R_32F, aux_ld);
+    Epilogue e, e32;
+    e.epilogue = e32.epilogue = epi;
+    if (has_bias || bgradb) e.bias = bias.d, e32.bias = bias32.d;
+    if (aux_out || dgelu) e.aux = aux.d, e32.aux = aux32.d, e.aux_ld = e32.aux_ld = aux_ld;
+    LtResult r = lt_matmul(ta, tb, alpha, A, B, beta, C, D, e);
+    LtResult r32 = lt_matmul(ta, tb, alpha, A32, B32, beta, C32, D32, e32);
+    const bool ran = ran_ok(r) && ran_ok(r32);
+    int d_diff = -1, aux_diff = 0, bias_diff = 0;
+    if (ran) {
+        d_diff = bits_differing(stored_bits(D, cd), stored_bits(D32, cd));
+        if (aux_out) aux_diff = bits_differing(stored_bits(aux, cd), stored_bits(aux32, cd));
+        if (bgradb) bias_diff = bits_differing(stored_bits(bias, cd), stored_bits(bias32, cd));
+    }
+    CHECK(ran && d_diff == 0 && aux_diff == 0 && bias_diff == 0,
+          "bf16*bf16->%s %s %s m=%d n=%d k=%d batch=%d alpha=%g beta=%g is bitwise the fp32 matmul of the widened "
+          "operands: D elements differing %d, aux %d, bias %d",
+          type_name(cd), epi_name, layout_name(ta, tb), m, n, k, batch, alpha, beta, d_diff, aux_diff, bias_diff);
+    for (Matrix* M : {&A, &B, &C, &D, &bias, &aux, &A32, &B32, &C32, &D32, &bias32, &aux32}) free_matrix(*M);
+}
+
+static void test_bf16_bitwise() {
+    struct {
+        cublasLtEpilogue_t e;
+        const char* name;
+    } epilogues[] = {{CUBLASLT_EPILOGUE_DEFAULT, "DEFAULT"},
+                     {CUBLASLT_EPILOGUE_BIAS, "BIAS"},
+                     {CUBLASLT_EPILOGUE_GELU, "GELU"},
+                     {CUBLASLT_EPILOGUE_GELU_BIAS, "GELU_BIAS"},
+                     {CUBLASLT_EPILOGUE_GELU_AUX, "GELU_AUX"},
+                     {CUBLASLT_EPILOGUE_GELU_AUX_BIAS, "GELU_AUX_BIAS"},
+                     {CUBLASLT_EPILOGUE_DGELU, "DGELU"},
+                     {CUBLASLT_EPILOGUE_BGRADB, "BGRADB"}};
+    for (int along_m = 0; along_m < 2; along_m++)
+        for (int ta = 0; ta < 2; ta++)
+            for (int tb = 0; tb < 2; tb++) {
+                for (auto& ep : epilogues) test_bf16_as_f32(along_m, ta, tb, ep.e, ep.name, CUDA_R_16BF, 1);
+                for (int i : {0, 7}) test_bf16_as_f32(along_m, ta, tb, epilogues[i].e, epilogues[i].name, CUDA_R_32F, 1);
+                for (cudaDataType_t cd : {CUDA_R_16BF, CUDA_R_32F})
+                    test_bf16_as_f32(along_m, ta, tb, CUBLASLT_EPILOGUE_DEFAULT, "DEFAULT", cd, 3);
+            }
+}
+#endif
+
 // --- refusals ----------------------------------------------------------------------------
 
 // A combination that must not run: the heuristic offers nothing and
@@ -680,6 +799,9 @@ int main() {
     TEST_CASE(test_layouts());
     TEST_CASE(test_bf16_rounding());
     TEST_CASE(test_epilogues());
+#ifdef CPUCUDA
+    TEST_CASE(test_bf16_bitwise());
+#endif
     TEST_CASE(test_refusals());
     TEST_CASE(test_attributes());
     CUDA_OK(cudaFree(g_workspace));
