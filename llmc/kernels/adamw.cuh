@@ -34,7 +34,6 @@ __global__ void adamw_kernel(floatX* __restrict__ params, float* __restrict__ ma
         const size_t i = k * N;
         const Packed<float, N> g = load_packed_streaming<N>(grads + i);
         Packed<float, N> p = load_packed<N>(master + i), mi = load_packed<N>(m + i), vi = load_packed<N>(v + i);
-        Packed<floatX, N> w;
 #pragma unroll
         for (int e = 0; e < N; e++) {
             const float ge = g.v[e] * clip;
@@ -43,8 +42,9 @@ __global__ void adamw_kernel(floatX* __restrict__ params, float* __restrict__ ma
             const float denom = sqrtf(vi.v[e]) / bc2_sqrt + eps;
             const float decayed = p.v[e] * decay;
             p.v[e] = decayed - step_size * (mi.v[e] / denom);
-            stochastic_round(p.v[e], &w.v[e], (uint32_t)(index_offset + i + e), seed);  // exact when floatX is float
         }
+        // all N rounded at once, after the arithmetic; exact when floatX is float
+        const Packed<floatX, N> w = stochastic_round_packed<floatX>(p, (uint32_t)(index_offset + i), seed);
         store_packed(m + i, mi);
         store_packed(v + i, vi);
         store_packed(master + i, p);

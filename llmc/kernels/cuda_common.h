@@ -88,13 +88,17 @@ __device__ __host__ inline uint32_t hash_u32(uint32_t x) {
     x ^= x >> 16;
     return x;
 }
+// The bf16 bits (in the low 16 bits) of the float with bits `bits`, given 16
+// random bits. bf16 keeps the top 16 bits: add the noise below them, then
+// truncate. NaN and infinity pass through unchanged; a mask rather than a
+// branch keeps their noise out, so that the CPU build vectorizes the loops.
+__device__ inline uint32_t stochastic_round_bits(uint32_t bits, uint32_t random16) {
+    const uint32_t finite_mask = 0u - (uint32_t)((bits & 0x7F800000u) != 0x7F800000u);
+    return (bits + (random16 & finite_mask)) >> 16;
+}
 __device__ inline void stochastic_round(float in, __nv_bfloat16* out, uint32_t index, uint32_t seed) {
-    const uint32_t random16 = hash_u32(index ^ hash_u32(seed)) & 0xFFFFu;
-    const uint32_t bits = __float_as_uint(in);
-    // bf16 keeps the top 16 bits: add the noise below them, then truncate
-    // (NaN and infinity pass through unchanged).
     __nv_bfloat16_raw raw;
-    raw.x = (unsigned short)(isfinite(in) ? (bits + random16) >> 16 : bits >> 16);
+    raw.x = (unsigned short)stochastic_round_bits(__float_as_uint(in), hash_u32(index ^ hash_u32(seed)) & 0xFFFFu);
     *out = __nv_bfloat16(raw);
 }
 __device__ inline void stochastic_round(float in, float* out, uint32_t, uint32_t) { *out = in; }
@@ -150,6 +154,32 @@ __device__ inline Packed<T, N> load_packed_streaming(const T* p) {
         return x;
     } else {
         return load_packed<N>(p);
+    }
+}
+
+// N consecutive elements (indices index, index + 1, ...) rounded as
+// stochastic_round rounds each. The bits are read and the results gathered in
+// whole words, not element by element, so that the CPU build keeps them in
+// vector registers (N narrow stores read back as one wide load would stall its
+// store forwarding).
+template <class T, int N>
+__device__ inline Packed<T, N> stochastic_round_packed(const Packed<float, N>& in, uint32_t index, uint32_t seed) {
+    if constexpr (std::is_same_v<T, float>) {
+        return in;
+    } else {
+        static_assert(std::is_same_v<T, __nv_bfloat16> && N * sizeof(T) <= sizeof(uint64_t));
+        const uint32_t seed_hash = hash_u32(seed);
+        uint32_t bits[N];
+        memcpy(bits, &in, sizeof(bits));
+#pragma unroll
+        for (int e = 0; e < N; e++)
+            bits[e] = stochastic_round_bits(bits[e], hash_u32((index + (uint32_t)e) ^ seed_hash) & 0xFFFFu);
+        uint64_t word = 0;  // element e in bits 16e.., as it lies in memory (little-endian)
+#pragma unroll
+        for (int e = 0; e < N; e++) word |= (uint64_t)bits[e] << (16 * e);
+        Packed<T, N> out;
+        memcpy(&out, &word, sizeof(out));
+        return out;
     }
 }
 
