@@ -114,6 +114,57 @@ static void test_stochastic_rounding() {
     }
 }
 
+// The rounding rule bit for bit, written out here: the bf16 weight is the top
+// 16 bits of (master bits + the 16 noise bits of hash(index ^ hash(seed))),
+// and of the master bits alone when master is infinite or NaN. lr = 0 leaves
+// master as it was; it holds NaNs whose low payload bits would carry into the
+// kept bits if the noise were added to them, infinities, the largest finite
+// values (which round up to infinity), subnormals and random values. Sizes and
+// a misaligned start run both the 4-wide and the 1-wide kernel, with an index
+// offset past 2^32 (the hash takes it mod 2^32).
+static void test_stochastic_rounding_bits() {
+    const uint32_t specials[] = {0x7FC0FFFFu, 0xFFC0FFFFu, 0x7FC00001u, 0x7F800000u, 0xFF800000u,
+                                 0x7F7FFFFFu, 0xFF7FFFFFu, 0x00000001u, 0x807FFFFFu, 0x00000000u};
+    const size_t n = 4099, offset = (1ull << 32) + 7;
+    const uint32_t seed = 31337u;
+    g_rng.seed(801);
+    auto master = randf(n + 1, -3.0f, 3.0f);
+    for (size_t i = 0; i < n + 1; i += 97) memcpy(&master[i], &specials[(i / 97) % 10], 4);
+    Dev d;
+    for (size_t start : {0, 1}) {  // 0: 16-byte aligned (4 per thread); 1: one per thread
+        floatX* d_params = d.alloc<floatX>(n + 1);
+        float *d_master = d.up(master), *d_g = d.up(std::vector<float>(n + 1, 0.0f)),
+              *d_m = d.up(std::vector<float>(n + 1, 0.0f)), *d_v = d.up(std::vector<float>(n + 1, 0.0f));
+        adamw_update(d_params + start, d_master + start, d_g + start, d_m + start, d_v + start, n, 0.0f, 0.9f, 0.95f,
+                     1e-8f, 0.0f, 1, 0.0f, nullptr, seed, offset, g_stream);
+        const auto p = to_host(d_params, n + 1);
+        const auto after = to_host(d_master, n + 1);
+        size_t wrong = 0;
+        for (size_t i = 0; i < n; i++) {
+            uint32_t bits;
+            memcpy(&bits, &after[start + i], 4);
+#if defined(ENABLE_FP32)
+            const uint32_t want = bits, got_bits = [&] {
+                uint32_t b;
+                memcpy(&b, &p[start + i], 4);
+                return b;
+            }();
+#else
+            const uint32_t noise = hash_u32((uint32_t)(offset + i) ^ hash_u32(seed)) & 0xFFFFu;
+            const bool finite = (bits & 0x7F800000u) != 0x7F800000u;
+            const uint32_t want = (finite ? bits + noise : bits) >> 16, got_bits = [&] {
+                uint16_t b;
+                memcpy(&b, &p[start + i], 2);
+                return (uint32_t)b;
+            }();
+#endif
+            wrong += got_bits != want;
+        }
+        CHECK(wrong == 0, "stochastic rounding bit for bit (start %zu, index offset 2^32 + 7, NaN payloads, inf, "
+              "max finite, subnormals): %zu of %zu weights differ from the rule", start, wrong, n);
+    }
+}
+
 // A tensor updated in pieces (as a ZeRO-1 shard is: each piece with the
 // offset of its first element in the tensor) gives bitwise the weights of
 // one update of the whole tensor, stochastic rounding included.
@@ -157,6 +208,7 @@ int main() {
     TEST_CASE(test_adamw(140001, 0.1f, 1e3f));  // clip above the norm: inactive; grid-stride wraps
     TEST_CASE(test_adamw(140000, 0.1f, 0.5f));  // a multiple of 4: 16-byte accesses
     TEST_CASE(test_stochastic_rounding());
+    TEST_CASE(test_stochastic_rounding_bits());
     TEST_CASE(test_adamw_in_pieces());
     return kernel_test_end("test_adamw");
 }
