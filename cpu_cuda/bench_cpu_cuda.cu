@@ -303,10 +303,10 @@ static double matmul_bench_time(cublasLtHandle_t lt, const MatmulBenchCall& c, c
             if (aux) {
                 const int64_t aux_ld = c.m;
                 const int32_t aux_type = ab;
-                MATMUL_BENCH_OK(
-                    cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux_p, sizeof(aux_p)));
-                MATMUL_BENCH_OK(
-                    cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &aux_ld, sizeof(aux_ld)));
+                MATMUL_BENCH_OK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux_p,
+                                                               sizeof(aux_p)));
+                MATMUL_BENCH_OK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &aux_ld,
+                                                               sizeof(aux_ld)));
                 MATMUL_BENCH_OK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE,
                                                                &aux_type, sizeof(aux_type)));
             }
@@ -317,8 +317,8 @@ static double matmul_bench_time(cublasLtHandle_t lt, const MatmulBenchCall& c, c
             for (int r = 0; r < 3; r++) {
                 const float alpha = 1.0f;
                 const double t0 = seconds_now();
-                MATMUL_BENCH_OK(cublasLtMatmul(lt, desc, &alpha, a, la, b, lb, &c.beta, d, ld, d, ld, nullptr, nullptr,
-                                               0, 0));
+                MATMUL_BENCH_OK(
+                    cublasLtMatmul(lt, desc, &alpha, a, la, b, lb, &c.beta, d, ld, d, ld, nullptr, nullptr, 0, 0));
                 if (cudaDeviceSynchronize() != cudaSuccess) return -1;
                 t = std::min(t, seconds_now() - t0);
             }
@@ -355,7 +355,8 @@ static bool bench_matmul() {
     };
     cublasLtHandle_t lt;
     if (cublasLtCreate(&lt) != CUBLAS_STATUS_SUCCESS) return false;
-    printf("\nmatmul: the cuBLASLt calls of one GPT-2 d12 step, %d tokens (best of 3 each; m n k, calls per step)\n", N);
+    printf("\nmatmul: the cuBLASLt calls of one GPT-2 d12 step, %d tokens (best of 3 each; m n k, calls per step)\n",
+           N);
     printf("%-10s %6s %6s %6s %5s %10s %10s %7s\n", "call", "m", "n", "k", "calls", "bf16 ms", "fp32 ms", "ratio");
     double total_bf16 = 0, total_f32 = 0;
     bool ok = true;

@@ -562,13 +562,11 @@ const float* f32_whole(const void* p, cudaDataType_t t, int64_t rows, int64_t co
 }
 
 // Rows [i0, i1) of op(A) (all of k), and columns [j0, j1) of op(B), as fp32.
-const float* op_a_rows(const Plan& p, const void* A, int64_t i0, int64_t i1, std::vector<float>& scratch,
-                       int64_t* ld) {
+const float* op_a_rows(const Plan& p, const void* A, int64_t i0, int64_t i1, std::vector<float>& scratch, int64_t* ld) {
     return p.transa ? f32_block(A, p.ab_type, p.lda, 0, p.k, i0, i1, scratch, ld)
                     : f32_block(A, p.ab_type, p.lda, i0, i1, 0, p.k, scratch, ld);
 }
-const float* op_b_cols(const Plan& p, const void* B, int64_t j0, int64_t j1, std::vector<float>& scratch,
-                       int64_t* ld) {
+const float* op_b_cols(const Plan& p, const void* B, int64_t j0, int64_t j1, std::vector<float>& scratch, int64_t* ld) {
     return p.transb ? f32_block(B, p.ab_type, p.ldb, j0, j1, 0, p.k, scratch, ld)
                     : f32_block(B, p.ab_type, p.ldb, 0, p.k, j0, j1, scratch, ld);
 }
@@ -690,10 +688,10 @@ void compute(const Plan& p, float alpha, const void* A, const void* B, float bet
     int64_t ld_shared = 0;
     const float* shared = nullptr;
     if (p.k > 0 && alpha != 0.0f)
-        shared = s.along_m ? f32_whole(B, p.ab_type, p.transb ? p.n : p.k, p.transb ? p.k : p.n, p.ldb, shared_buf,
-                                       &ld_shared)
-                           : f32_whole(A, p.ab_type, p.transa ? p.k : p.m, p.transa ? p.m : p.k, p.lda, shared_buf,
-                                       &ld_shared);
+        shared =
+            s.along_m
+                ? f32_whole(B, p.ab_type, p.transb ? p.n : p.k, p.transb ? p.k : p.n, p.ldb, shared_buf, &ld_shared)
+                : f32_whole(A, p.ab_type, p.transa ? p.k : p.m, p.transa ? p.m : p.k, p.lda, shared_buf, &ld_shared);
     cpucuda::parallel_for(s.slices, [&](int slice) {
         thread_local std::vector<float> op_buf, prod_buf;
         int64_t s0, s1;

@@ -626,19 +626,16 @@ static void test_bf16_bitwise() {
     struct {
         cublasLtEpilogue_t e;
         const char* name;
-    } epilogues[] = {{CUBLASLT_EPILOGUE_DEFAULT, "DEFAULT"},
-                     {CUBLASLT_EPILOGUE_BIAS, "BIAS"},
-                     {CUBLASLT_EPILOGUE_GELU, "GELU"},
-                     {CUBLASLT_EPILOGUE_GELU_BIAS, "GELU_BIAS"},
-                     {CUBLASLT_EPILOGUE_GELU_AUX, "GELU_AUX"},
-                     {CUBLASLT_EPILOGUE_GELU_AUX_BIAS, "GELU_AUX_BIAS"},
-                     {CUBLASLT_EPILOGUE_DGELU, "DGELU"},
-                     {CUBLASLT_EPILOGUE_BGRADB, "BGRADB"}};
+    } epilogues[] = {{CUBLASLT_EPILOGUE_DEFAULT, "DEFAULT"},   {CUBLASLT_EPILOGUE_BIAS, "BIAS"},
+                     {CUBLASLT_EPILOGUE_GELU, "GELU"},         {CUBLASLT_EPILOGUE_GELU_BIAS, "GELU_BIAS"},
+                     {CUBLASLT_EPILOGUE_GELU_AUX, "GELU_AUX"}, {CUBLASLT_EPILOGUE_GELU_AUX_BIAS, "GELU_AUX_BIAS"},
+                     {CUBLASLT_EPILOGUE_DGELU, "DGELU"},       {CUBLASLT_EPILOGUE_BGRADB, "BGRADB"}};
     for (int along_m = 0; along_m < 2; along_m++)
         for (int ta = 0; ta < 2; ta++)
             for (int tb = 0; tb < 2; tb++) {
                 for (auto& ep : epilogues) test_bf16_as_f32(along_m, ta, tb, ep.e, ep.name, CUDA_R_16BF, 1);
-                for (int i : {0, 7}) test_bf16_as_f32(along_m, ta, tb, epilogues[i].e, epilogues[i].name, CUDA_R_32F, 1);
+                for (int i : {0, 7})
+                    test_bf16_as_f32(along_m, ta, tb, epilogues[i].e, epilogues[i].name, CUDA_R_32F, 1);
                 for (cudaDataType_t cd : {CUDA_R_16BF, CUDA_R_32F})
                     test_bf16_as_f32(along_m, ta, tb, CUBLASLT_EPILOGUE_DEFAULT, "DEFAULT", cd, 3);
             }

@@ -160,8 +160,10 @@ static void test_stochastic_rounding_bits() {
 #endif
             wrong += got_bits != want;
         }
-        CHECK(wrong == 0, "stochastic rounding bit for bit (start %zu, index offset 2^32 + 7, NaN payloads, inf, "
-              "max finite, subnormals): %zu of %zu weights differ from the rule", start, wrong, n);
+        CHECK(wrong == 0,
+              "stochastic rounding bit for bit (start %zu, index offset 2^32 + 7, NaN payloads, inf, "
+              "max finite, subnormals): %zu of %zu weights differ from the rule",
+              start, wrong, n);
     }
 }
 
