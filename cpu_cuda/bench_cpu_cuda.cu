@@ -87,16 +87,22 @@ static double seconds_now() {
     return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
-// Best of 5 runs of the element-wise kernel, in seconds (0 if it failed).
-static double time_axpb(float* d_y, const float* d_x, int n) {
+// Best of `runs` runs of launch() and a device synchronisation, in seconds (0 if one failed).
+template <class Launch>
+static double best_of(int runs, Launch launch) {
     double best = 1e30;
-    for (int r = 0; r < 5; r++) {
+    for (int r = 0; r < runs; r++) {
         const double t0 = seconds_now();
-        axpb_kernel<<<(n + 255) / 256, 256>>>(d_y, d_x, 2.0f, 1.0f, n);
+        launch();
         if (cudaDeviceSynchronize() != cudaSuccess) return 0;
         best = std::min(best, seconds_now() - t0);
     }
     return best;
+}
+
+// Best of 5 runs of the element-wise kernel, in seconds (0 if it failed).
+static double time_axpb(float* d_y, const float* d_x, int n) {
+    return best_of(5, [&] { axpb_kernel<<<(n + 255) / 256, 256>>>(d_y, d_x, 2.0f, 1.0f, n); });
 }
 
 // The element-wise kernel against its plain loop; false if a result differs.
@@ -189,19 +195,6 @@ static void mma_bench_inputs(std::vector<uint32_t>& frag_a, std::vector<uint32_t
         }
 }
 
-// Best of 3 runs of a kernel launch, in seconds (0 if it failed).
-template <class Launch>
-static double best_of_3(Launch launch) {
-    double best = 1e30;
-    for (int r = 0; r < 3; r++) {
-        const double t0 = seconds_now();
-        launch();
-        if (cudaDeviceSynchronize() != cudaSuccess) return 0;
-        best = std::min(best, seconds_now() - t0);
-    }
-    return best;
-}
-
 // ns per mma.m16n8k16 and per ldmatrix.x4 (wall time / instructions issued by
 // all warps); false if the mma's result is wrong.
 static bool bench_mma() {
@@ -218,8 +211,8 @@ static bool bench_mma() {
     cudaMalloc(&d_D, 128 * sizeof(float));
     cudaMemcpy(d_a, frag_a.data(), 128 * sizeof(uint32_t), cudaMemcpyHostToDevice);
     cudaMemcpy(d_b, frag_b.data(), 64 * sizeof(uint32_t), cudaMemcpyHostToDevice);
-    const double mma = best_of_3([&] { mma_loop_kernel<<<blocks, threads>>>(d_D, d_a, d_b, iters); });
-    const double ld = best_of_3([&] { ldmatrix_loop_kernel<<<blocks, threads>>>(d_x, iters); });
+    const double mma = best_of(3, [&] { mma_loop_kernel<<<blocks, threads>>>(d_D, d_a, d_b, iters); });
+    const double ld = best_of(3, [&] { ldmatrix_loop_kernel<<<blocks, threads>>>(d_x, iters); });
     cudaMemcpy(D.data(), d_D, 128 * sizeof(float), cudaMemcpyDeviceToHost);
     int wrong = 0;
     for (int lane = 0; lane < 32; lane++) {
@@ -313,15 +306,14 @@ static double matmul_bench_time(cublasLtHandle_t lt, const MatmulBenchCall& c, c
             MATMUL_BENCH_OK(cublasLtMatrixLayoutCreate(&la, ab, c.ta ? c.k : c.m, c.ta ? c.m : c.k, c.ta ? c.k : c.m));
             MATMUL_BENCH_OK(cublasLtMatrixLayoutCreate(&lb, ab, c.tb ? c.n : c.k, c.tb ? c.k : c.n, c.tb ? c.n : c.k));
             MATMUL_BENCH_OK(cublasLtMatrixLayoutCreate(&ld, cd, c.m, c.n, c.m));
-            double t = 1e30;
-            for (int r = 0; r < 3; r++) {
-                const float alpha = 1.0f;
-                const double t0 = seconds_now();
-                MATMUL_BENCH_OK(
-                    cublasLtMatmul(lt, desc, &alpha, a, la, b, lb, &c.beta, d, ld, d, ld, nullptr, nullptr, 0, 0));
-                if (cudaDeviceSynchronize() != cudaSuccess) return -1;
-                t = std::min(t, seconds_now() - t0);
-            }
+            const float alpha = 1.0f;
+            cublasStatus_t status = CUBLAS_STATUS_SUCCESS;
+            double t = best_of(3, [&] {
+                if (status == CUBLAS_STATUS_SUCCESS)
+                    status =
+                        cublasLtMatmul(lt, desc, &alpha, a, la, b, lb, &c.beta, d, ld, d, ld, nullptr, nullptr, 0, 0);
+            });
+            if (status != CUBLAS_STATUS_SUCCESS || t <= 0) t = -1;
             cublasLtMatrixLayoutDestroy(la);
             cublasLtMatrixLayoutDestroy(lb);
             cublasLtMatrixLayoutDestroy(ld);

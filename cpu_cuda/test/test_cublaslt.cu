@@ -529,13 +529,13 @@ static void test_bgradb(TypeCombo tc, bool ta, bool tb) {
 
 #ifdef CPUCUDA
 // --- bf16 operands, bitwise (CPU runtime) -------------------------------------------------
-// The CPU runtime widens bf16 operands exactly to fp32 and multiplies them with
-// the same fp32 code as fp32 operands, cutting the product differently (bf16:
-// chunks of each slice, each widened just before its sgemm). So a bf16 matmul
-// must give bitwise the result of the fp32 matmul of the widened operands (C,
-// bias and aux widened too), its outputs rounded to bf16 with __float2bfloat16.
-// The shapes are big enough to be cut into several slices of several chunks,
-// and odd, so that the slices and chunks come out uneven.
+// The CPU runtime widens bf16 operands exactly to fp32 (each slice task its own
+// part of the split operand) and multiplies them with the same sgemm calls, cut
+// into the same slices, as fp32 operands. So a bf16 matmul must give bitwise
+// the result of the fp32 matmul of the widened operands (C, bias and aux
+// widened too), its outputs rounded to bf16 with __float2bfloat16. The shapes
+// are big enough to be cut into several slices, and odd, so that the slices
+// come out uneven.
 
 // M's values in type t (bf16 values are exact in fp32), with t's leading dimension (or ld).
 static Matrix widened(const Matrix& M, cudaDataType_t t, int64_t ld = 0) {

@@ -88,6 +88,10 @@ __device__ __host__ inline uint32_t hash_u32(uint32_t x) {
     x ^= x >> 16;
     return x;
 }
+// The 16 noise bits of element `index`, given hash_u32(seed) (loop-invariant).
+__device__ __host__ inline uint32_t stochastic_noise16(uint32_t index, uint32_t seed_hash) {
+    return hash_u32(index ^ seed_hash) & 0xFFFFu;
+}
 // The bf16 bits (in the low 16 bits) of the float with bits `bits`, given 16
 // random bits. bf16 keeps the top 16 bits: add the noise below them, then
 // truncate. NaN and infinity pass through unchanged; a mask rather than a
@@ -98,7 +102,7 @@ __device__ inline uint32_t stochastic_round_bits(uint32_t bits, uint32_t random1
 }
 __device__ inline void stochastic_round(float in, __nv_bfloat16* out, uint32_t index, uint32_t seed) {
     __nv_bfloat16_raw raw;
-    raw.x = (unsigned short)stochastic_round_bits(__float_as_uint(in), hash_u32(index ^ hash_u32(seed)) & 0xFFFFu);
+    raw.x = (unsigned short)stochastic_round_bits(__float_as_uint(in), stochastic_noise16(index, hash_u32(seed)));
     *out = __nv_bfloat16(raw);
 }
 __device__ inline void stochastic_round(float in, float* out, uint32_t, uint32_t) { *out = in; }
@@ -173,7 +177,7 @@ __device__ inline Packed<T, N> stochastic_round_packed(const Packed<float, N>& i
         memcpy(bits, &in, sizeof(bits));
 #pragma unroll
         for (int e = 0; e < N; e++)
-            bits[e] = stochastic_round_bits(bits[e], hash_u32((index + (uint32_t)e) ^ seed_hash) & 0xFFFFu);
+            bits[e] = stochastic_round_bits(bits[e], stochastic_noise16(index + (uint32_t)e, seed_hash));
         uint64_t word = 0;  // element e in bits 16e.., as it lies in memory (little-endian)
 #pragma unroll
         for (int e = 0; e < N; e++) word |= (uint64_t)bits[e] << (16 * e);
@@ -212,17 +216,6 @@ inline void with_pack_width(int width, F f) {
 }
 
 // ---------------------------------------------------------------------------
-// Launch sizing for block-chunked loops: at least as many blocks as the device
-// holds at once (SM count x blocks per SM of this kernel, from the occupancy
-// API), and more when a thread would otherwise step through more than
-// kChunkSteps items; never more than the work needs. Blocks past one wave cost
-// a GPU little (they start as earlier ones finish). Where a thread runs its
-// whole loop before the next thread starts (the CPU runtime), each step jumps
-// blockDim items ahead, onto another page, which no prefetcher follows; with
-// two steps a block's threads sweep its chunk almost in address order (AdamW
-// over 124M parameters on the CPU: 1.8x faster than one wave). Which block
-// takes an item never changes what is computed for it: these kernels treat
-// every item alone.
 // An attribute of the current device, asked once.
 inline int device_attribute(cudaDeviceAttr attr) {
     static std::map<int, int> known;
@@ -235,6 +228,17 @@ inline int device_attribute(cudaDeviceAttr attr) {
     return it->second;
 }
 inline int num_sms() { return device_attribute(cudaDevAttrMultiProcessorCount); }
+// Launch sizing for block-chunked loops: at least as many blocks as the device
+// holds at once (SM count x blocks per SM of this kernel, from the occupancy
+// API), and more when a thread would otherwise step through more than
+// kChunkSteps items; never more than the work needs. Blocks past one wave cost
+// a GPU little (they start as earlier ones finish). Where a thread runs its
+// whole loop before the next thread starts (the CPU runtime), each step jumps
+// blockDim items ahead, onto another page, which no prefetcher follows; with
+// two steps a block's threads sweep its chunk almost in address order (AdamW
+// over 124M parameters on the CPU: 1.8x faster than one wave). Which block
+// takes an item never changes what is computed for it: these kernels treat
+// every item alone.
 constexpr size_t kChunkSteps = 2;  // the most items a thread of a chunked loop steps through, past one wave
 inline int chunked_grid_blocks(const void* kernel, size_t n, int block_size) {
     static std::map<std::pair<const void*, int>, int> per_sm;  // asked once per kernel and block size
