@@ -409,7 +409,9 @@ static const char* op_name(WarpOp op) {
 // Per OS thread: fibers and stacks for one block at a time.
 struct Worker {
     std::vector<Fiber> fibers;
-    std::vector<ThreadCtx*> loop_order;  // a looped block's threads in the schedule's order
+    std::vector<ThreadCtx*> loop_order;  // a looped block's threads in the schedule's order (empty: not yet)
+    bool loop_order_forward = false;     // loop_order is the forward schedule's
+    dim3 numbered{0, 0, 0};              // the block shape the fibers' tid, lane and warp are for
     bool looping = false;                // running a block as a loop: nothing may park
     char* stacks = nullptr;  // [guard page | stack] x capacity
     size_t stack_stride = 0;
@@ -1062,15 +1064,30 @@ unsigned active_mask() {
 // lane_order, which nothing reshuffles when no thread parks), on the worker's
 // own stack, the kernel inlined into the loop (KernelClosure::run_threads).
 static void run_loop(Worker& w, LaunchState& L) {
-    w.loop_order.clear();
-    for (unsigned wi : w.warp_order) {
-        const unsigned n = w.lanes_in_warp(wi);
-        for (unsigned l : w.lane_order)
-            if (l < n) w.loop_order.push_back(&w.fibers[wi * 32 + l]);
+    if (w.loop_order.empty()) {
+        for (unsigned wi : w.warp_order) {
+            const unsigned n = w.lanes_in_warp(wi);
+            for (unsigned l : w.lane_order)
+                if (l < n) w.loop_order.push_back(&w.fibers[wi * 32 + l]);
+        }
     }
     w.looping = true;
     L.loop(L.closure, w.loop_order.data(), (unsigned)w.loop_order.size());
     w.looping = false;
+}
+
+// Each thread's threadIdx, lane and warp: they depend on the block's shape
+// alone, so a worker numbers its threads again only when the shape changes.
+static void number_threads(Worker& w, dim3 b) {
+    if (b.x == w.numbered.x && b.y == w.numbered.y && b.z == w.numbered.z) return;
+    w.loop_order.clear();
+    for (unsigned i = 0; i < w.nthreads; i++) {
+        Fiber& f = w.fibers[i];
+        f.tid = make_uint3(i % b.x, i / b.x % b.y, i / (b.x * b.y));
+        f.lane = i % 32;
+        f.warp = i / 32;
+    }
+    w.numbered = b;
 }
 
 static void run_block(Worker& w, LaunchState& L, uint64_t linear) {
@@ -1084,27 +1101,30 @@ static void run_block(Worker& w, LaunchState& L, uint64_t linear) {
     w.nthreads = L.nthreads;
     w.nwarps = (L.nthreads + 31) / 32;
     w.reserve(L.nthreads);
-    const dim3 b = L.spec.block;
-    for (unsigned i = 0; i < L.nthreads; i++) {
-        Fiber& f = w.fibers[i];
-        f.tid = make_uint3(i % b.x, i / b.x % b.y, i / (b.x * b.y));
-        f.lane = i % 32;
-        f.warp = i / 32;
-        if (L.loop) continue;  // the rest is the fibers' (run_loop)
-        f.state = FiberState::Runnable;
-        f.ctx = nullptr;
-        f.pred = 0;
-        f.async_copies.clear();
-        f.async_commits = 0;
-    }
+    number_threads(w, L.spec.block);
     if (!L.loop) {
+        for (unsigned i = 0; i < L.nthreads; i++) {
+            Fiber& f = w.fibers[i];
+            f.state = FiberState::Runnable;
+            f.ctx = nullptr;
+            f.pred = 0;
+            f.async_copies.clear();
+            f.async_commits = 0;
+        }
         w.free_stacks.clear();
         for (unsigned i = L.nthreads; i-- > 0;) w.free_stacks.push_back(i);  // stack 0 is taken first
     }
     if (config().schedule == Schedule::Random)
         w.rng.seed(config().seed * 0x9E3779B97F4A7C15ull + L.launch_id * 1000003ull + linear);
-    order_warps(w);
-    shuffle_lanes(w);
+    // Under the forward schedule a looped block takes its threads in the same
+    // order as the last one of its shape: run_loop keeps that order.
+    const bool forward = config().schedule == Schedule::Forward;
+    if (!(L.loop && forward && w.loop_order_forward && w.loop_order.size() == L.nthreads)) {
+        order_warps(w);
+        shuffle_lanes(w);
+        w.loop_order.clear();
+        w.loop_order_forward = forward;
+    }
     w.warp_pos = 0;
     w.lane_pos = 0;
 #ifdef CPUCUDA_ASAN

@@ -114,7 +114,7 @@ struct KernelClosure {
     void* (*copy)(const void* data);
     void (*destroy)(void* data);
     // The threads `order[0..n)`, one after another, each to completion: the
-    // kernel inlined into a loop (LaunchSpec::threads_never_meet).
+    // kernel inlined into a loop (LaunchSpec::threads_never_meet; null otherwise).
     void (*run_threads)(void* data, ThreadCtx* const* order, unsigned n);
 };
 void launch(const LaunchSpec& spec, const KernelClosure& kernel);
@@ -127,25 +127,32 @@ struct BoundLaunch {
         auto* b = static_cast<BoundLaunch*>(self);
         std::apply(b->fn, b->args);  // by value: each thread gets its own copies
     }
-    static void run_threads(void* self, ThreadCtx* const* order, unsigned n) {
+    // flatten: the kernel is inlined into the loop, and the arguments are locals
+    // that no store of the kernel can reach, so what a thread computes from
+    // them and from blockIdx/blockDim/gridDim alone (its chunk of a
+    // grid-stride loop, with its 64-bit divisions) is computed once per block.
+    __attribute__((flatten)) static void run_threads(void* self, ThreadCtx* const* order, unsigned n) {
         auto* b = static_cast<BoundLaunch*>(self);
+        const Fn fn = b->fn;
+        const std::tuple<Args...> args = b->args;
         for (unsigned i = 0; i < n; i++) {
             tls_thread = order[i];
-            std::apply(b->fn, b->args);
+            std::apply(fn, args);
         }
     }
     static void* copy(const void* self) { return new BoundLaunch(*static_cast<const BoundLaunch*>(self)); }
     static void destroy(void* self) { delete static_cast<BoundLaunch*>(self); }
 };
 
+// Launcher<true> (written `.threads_never_meet()` by cudapp.py, see LaunchSpec)
+// also compiles the block loop; a kernel that may meet its neighbours gets
+// none, which keeps the inlined copy out of its compile time and its binary.
+template <bool NeverMeet>
 struct Launcher {
     LaunchSpec spec;
     Launcher(const char* name, dim3 grid, dim3 block, size_t smem = 0, cudaStream_t stream = 0)
-        : spec{name, grid, block, smem, stream} {}
-    Launcher& threads_never_meet() {  // written by cudapp.py (see LaunchSpec)
-        spec.threads_never_meet = true;
-        return *this;
-    }
+        : spec{name, grid, block, smem, stream, NeverMeet} {}
+    Launcher<true> threads_never_meet() const { return {spec.name, spec.grid, spec.block, spec.smem, spec.stream}; }
     template <class Fn>
     struct WithKernel {
         LaunchSpec spec;
@@ -154,7 +161,9 @@ struct Launcher {
         void operator()(A&&... a) {
             using Bound = BoundLaunch<Fn, std::decay_t<A>...>;
             Bound b{fn, {std::forward<A>(a)...}};
-            launch(spec, {&Bound::run_thread, &b, &Bound::copy, &Bound::destroy, &Bound::run_threads});
+            KernelClosure k{&Bound::run_thread, &b, &Bound::copy, &Bound::destroy, nullptr};
+            if constexpr (NeverMeet) k.run_threads = &Bound::run_threads;
+            launch(spec, k);
         }
     };
     template <class Fn>
@@ -162,6 +171,9 @@ struct Launcher {
         return {spec, fn};
     }
 };
+Launcher(const char*, dim3, dim3)->Launcher<false>;
+Launcher(const char*, dim3, dim3, size_t)->Launcher<false>;
+Launcher(const char*, dim3, dim3, size_t, cudaStream_t)->Launcher<false>;
 
 // Base name of a kernel expression ("ns::k<T, 4>" -> "k"): the key under which
 // cudaFuncSetAttribute and launches meet.

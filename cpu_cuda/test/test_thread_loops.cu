@@ -62,6 +62,12 @@ __global__ void cg_reduce_kernel(float* out) {
 // writes its index to the same word, so the last one to run wins (a race on a GPU; here, the schedule's order)
 __global__ void last_writer_kernel(unsigned* out) { out[blockIdx.x] = threadIdx.x + 1000 * threadIdx.y; }
 
+// --- each thread's own index, in a block of any shape
+__global__ void thread_index_kernel(unsigned* out) {
+    const unsigned t = threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z);
+    out[blockIdx.x * blockDim.x * blockDim.y * blockDim.z + t] = threadIdx.x + 100 * threadIdx.y + 10000 * threadIdx.z;
+}
+
 #ifdef CPUCUDA
 // How many launches of `launch` ran as loops.
 template <class F>
@@ -219,11 +225,48 @@ static void test_loop_order_is_the_schedule() {
 #endif
 }
 
+// A worker keeps its threads' indices and its loop order from one block to the next: blocks of a new shape with
+// the same thread count, and a new schedule between two looped launches of one shape, must still see their own.
+static void test_loops_after_shape_and_schedule_changes() {
+#ifdef CPUCUDA
+    const int blocks = 6;
+    Dev d;
+    unsigned* out = d.alloc<unsigned>(blocks * 128);
+    cpucuda::set_thread_loops(true);
+    for (dim3 block : {dim3(128), dim3(64, 2), dim3(32, 2, 2), dim3(128), dim3(40, 3)}) {
+        CHECK(loops_in([&] { thread_index_kernel<<<blocks, block>>>(out); }) == 1, "thread_index_kernel is a loop");
+        const std::vector<unsigned> got = to_host(out, blocks * block.x * block.y * block.z);
+        int wrong = 0;
+        for (size_t i = 0; i < got.size(); i++) {
+            const unsigned t = (unsigned)(i % (block.x * block.y * block.z));
+            wrong += got[i] != t % block.x + 100 * (t / block.x % block.y) + 10000 * (t / (block.x * block.y));
+        }
+        CHECK(wrong == 0, "block (%u, %u, %u) after other shapes: %d threads saw another thread's index", block.x,
+              block.y, block.z, wrong);
+    }
+    unsigned* last = d.alloc<unsigned>(blocks);
+    const cpucuda::Schedule order[] = {cpucuda::Schedule::Forward, cpucuda::Schedule::Reverse,
+                                       cpucuda::Schedule::Forward};
+    for (cpucuda::Schedule s : order) {
+        cpucuda::set_schedule(s, 0);
+        CHECK(loops_in([&] { last_writer_kernel<<<blocks, dim3(40, 3)>>>(last); }) == 1, "last_writer is a loop");
+        const unsigned want = s == cpucuda::Schedule::Forward ? 2039 : 0;
+        CHECK(to_host(last, blocks) == std::vector<unsigned>(blocks, want),
+              "%s schedule right after another: every block's last thread is %u", s == cpucuda::Schedule::Forward ?
+              "forward" : "reverse", want);
+    }
+    cpucuda::set_schedule(cpucuda::Schedule::Forward, 0);
+#else
+    printf("SKIP the loop's indices and order across launches: a CPU runtime question\n");
+#endif
+}
+
 int main() {
     kernel_test_begin("test_thread_loops");
     TEST_CASE(test_meeting_kernels_never_loop());
     TEST_CASE(test_elementwise_kernels_loop());
     TEST_CASE(test_loops_bitwise_as_fibers());
     TEST_CASE(test_loop_order_is_the_schedule());
+    TEST_CASE(test_loops_after_shape_and_schedule_changes());
     return kernel_test_end("test_thread_loops");
 }
