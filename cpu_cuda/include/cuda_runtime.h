@@ -171,9 +171,9 @@ struct Launcher {
         return {spec, fn};
     }
 };
-Launcher(const char*, dim3, dim3)->Launcher<false>;
-Launcher(const char*, dim3, dim3, size_t)->Launcher<false>;
-Launcher(const char*, dim3, dim3, size_t, cudaStream_t)->Launcher<false>;
+Launcher(const char*, dim3, dim3) -> Launcher<false>;
+Launcher(const char*, dim3, dim3, size_t) -> Launcher<false>;
+Launcher(const char*, dim3, dim3, size_t, cudaStream_t) -> Launcher<false>;
 
 // Base name of a kernel expression ("ns::k<T, 4>" -> "k"): the key under which
 // cudaFuncSetAttribute and launches meet.

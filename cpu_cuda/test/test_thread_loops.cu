@@ -252,8 +252,8 @@ static void test_loops_after_shape_and_schedule_changes() {
         CHECK(loops_in([&] { last_writer_kernel<<<blocks, dim3(40, 3)>>>(last); }) == 1, "last_writer is a loop");
         const unsigned want = s == cpucuda::Schedule::Forward ? 2039 : 0;
         CHECK(to_host(last, blocks) == std::vector<unsigned>(blocks, want),
-              "%s schedule right after another: every block's last thread is %u", s == cpucuda::Schedule::Forward ?
-              "forward" : "reverse", want);
+              "%s schedule right after another: every block's last thread is %u",
+              s == cpucuda::Schedule::Forward ? "forward" : "reverse", want);
     }
     cpucuda::set_schedule(cpucuda::Schedule::Forward, 0);
 #else
