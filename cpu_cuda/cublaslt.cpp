@@ -464,41 +464,31 @@ inline float bf16_bits_to_float(uint16_t h) {
     memcpy(&f, &u, 4);
     return f;
 }
-inline uint16_t bf16_round_bits(uint32_t x) {  // a select, not a branch: it vectorises
-    const uint32_t rounded = (x + 0x7fffu + ((x >> 16) & 1u)) >> 16;
-    return (uint16_t)((x & 0x7fffffffu) > 0x7f800000u ? 0x7fffu : rounded);
-}
 inline uint16_t float_to_bf16_bits(float f) {
     uint32_t x;
     memcpy(&x, &f, 4);
-    return bf16_round_bits(x);
+    const uint32_t rounded = (x + 0x7fffu + ((x >> 16) & 1u)) >> 16;
+    return (uint16_t)((x & 0x7fffffffu) > 0x7f800000u ? 0x7fffu : rounded);  // a select, not a branch: it vectorises
 }
 
-// Whole arrays of them, 8 at a time through fixed-size arrays: gcc -O2 makes
-// vector code of such a block (it leaves a loop of unknown length scalar).
+// Whole arrays of them, dst[i] = f(src[i]), 8 at a time through fixed-size
+// arrays: gcc -O2 makes vector code of such a block (it leaves a loop of
+// unknown length scalar).
 constexpr int kConvertBlock = 8;
-inline void widen_bf16(const uint16_t* src, float* dst, int64_t n) {
+template <class In, class Out, class F>
+inline void convert_array(const In* src, Out* dst, int64_t n, F f) {
     int64_t i = 0;
     for (; i + kConvertBlock <= n; i += kConvertBlock) {
-        uint16_t in[kConvertBlock];
-        uint32_t out[kConvertBlock];
+        In in[kConvertBlock];
+        Out out[kConvertBlock];
         memcpy(in, src + i, sizeof(in));
-        for (int e = 0; e < kConvertBlock; e++) out[e] = (uint32_t)in[e] << 16;
+        for (int e = 0; e < kConvertBlock; e++) out[e] = f(in[e]);
         memcpy(dst + i, out, sizeof(out));
     }
-    for (; i < n; i++) dst[i] = bf16_bits_to_float(src[i]);
+    for (; i < n; i++) dst[i] = f(src[i]);
 }
-inline void narrow_bf16(const float* src, uint16_t* dst, int64_t n) {
-    int64_t i = 0;
-    for (; i + kConvertBlock <= n; i += kConvertBlock) {
-        uint32_t in[kConvertBlock];
-        uint16_t out[kConvertBlock];
-        memcpy(in, src + i, sizeof(in));
-        for (int e = 0; e < kConvertBlock; e++) out[e] = bf16_round_bits(in[e]);
-        memcpy(dst + i, out, sizeof(out));
-    }
-    for (; i < n; i++) dst[i] = float_to_bf16_bits(src[i]);
-}
+inline void widen_bf16(const uint16_t* src, float* dst, int64_t n) { convert_array(src, dst, n, bf16_bits_to_float); }
+inline void narrow_bf16(const float* src, uint16_t* dst, int64_t n) { convert_array(src, dst, n, float_to_bf16_bits); }
 
 inline float load(const void* p, cudaDataType_t t, int64_t i) {
     if (t == CUDA_R_32F) return static_cast<const float*>(p)[i];
