@@ -639,7 +639,7 @@ struct EpilogueArgs {
 };
 
 // Column loops of the epilogue, one type each, in blocks of kConvertBlock (as
-// widen_bf16) so that they vectorise: x[i] += scale * s[i], or x[i] += s[i].
+// convert_array) so that they vectorise: x[i] += scale * s[i], or x[i] += s[i].
 inline float as_float(float v) { return v; }
 inline float as_float(uint16_t bits) { return bf16_bits_to_float(bits); }
 template <bool kScaled, class S>
