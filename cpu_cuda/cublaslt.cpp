@@ -18,8 +18,9 @@
 // where gelu(x) = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), the tanh approximation.
 // beta == 0 never reads C (C may hold garbage or NaN); C may alias D.
 // The product is accumulated in fp32 (cblas_sgemm); bf16 inputs are converted
-// exactly to fp32 first, outputs are rounded once with __float2bfloat16
-// (round to nearest even, as on the device).
+// exactly to fp32 first, or, on a CPU with bf16 instructions, multiplied as
+// they are by oneDNN (bf16_matmul.cpp); outputs are rounded once with
+// __float2bfloat16 (round to nearest even, as on the device).
 //
 // Choices taken from the cuBLASLt documentation (the comments in cublasLt.h of
 // CUDA 13 and the cuBLAS guide):
@@ -446,12 +447,16 @@ cublasStatus_t make_plan(const DescState* d, const LayoutState* a, const LayoutS
 // separate pass, split over columns. OpenBLAS's own threads are switched off
 // (openblas_set_num_threads(1)): they spin for a long time after each call
 // (sched_yield), taking the cores from the kernels that follow.
+// On a CPU with bf16 instructions, bf16 operands skip the widening: each slice
+// task runs oneDNN's bf16 matmul on its rows or columns of the stored operands
+// into the scratch (native_block_product), and finish_block adds beta * C.
 // Bits: the split never cuts k, so each element is one dot product over the
 // whole k; but OpenBLAS blocks each call's rows and columns itself and rounds
 // an element differently depending on where the call's range ends, so the
 // slices (a function of the shape and the number of workers only) are the
 // same whatever the operands' type, and bf16 operands give bitwise the fp32
-// result of their widened values (test_cublaslt checks it). Cutting a slice
+// result of their widened values (test_cublaslt checks it; the native bf16
+// products sum in oneDNN's order instead, the same bits on every run). Cutting a slice
 // into cache-sized sgemm calls would change the bits, which is why it is not.
 
 // bf16 <-> fp32, exactly as the toolkit's host code (__bfloat162float,
@@ -632,6 +637,32 @@ void block_product(const Plan& p, const Split& s, float alpha, const void* A, co
                 p.k, alpha, a, (int)lda, b, (int)ldb, beta, out, (int)ld_out);
 }
 
+// out (rows i0..i1 x columns j0..j1, leading dimension ld_out) = alpha op(A) op(B) for bf16 A and B, on the
+// CPU's bf16 units (bf16_matmul.cpp) straight from the stored operands, nothing widened. A shape oneDNN
+// cannot run (none seen) is widened and goes through sgemm instead.
+void native_block_product(const Plan& p, float alpha, const void* A, const void* B, int64_t i0, int64_t i1,
+                          int64_t j0, int64_t j1, float* out, int64_t ld_out) {
+    const int64_t rows = i1 - i0, cols = j1 - j0;
+    if (p.k == 0 || alpha == 0.0f) {
+        for (int64_t j = 0; j < cols; j++) std::fill(out + j * ld_out, out + j * ld_out + rows, 0.0f);
+        return;
+    }
+    const uint16_t* a = static_cast<const uint16_t*>(A) + (p.transa ? i0 * p.lda : i0);
+    const uint16_t* b = static_cast<const uint16_t*>(B) + (p.transb ? j0 : j0 * p.ldb);
+    if (cpucuda::native_bf16_product(p.transa, p.transb, rows, cols, p.k, a, p.lda, b, p.ldb, out, ld_out)) {
+        if (alpha != 1.0f)
+            for (int64_t j = 0; j < cols; j++)
+                for (int64_t i = 0; i < rows; i++) out[j * ld_out + i] *= alpha;
+        return;
+    }
+    thread_local std::vector<float> a_buf, b_buf;
+    int64_t lda = 0, ldb = 0;
+    const float* a32 = op_a_rows(p, A, i0, i1, a_buf, &lda);
+    const float* b32 = op_b_cols(p, B, j0, j1, b_buf, &ldb);
+    cblas_sgemm(CblasColMajor, p.transa ? CblasTrans : CblasNoTrans, p.transb ? CblasTrans : CblasNoTrans, (int)rows,
+                (int)cols, p.k, alpha, a32, (int)lda, b32, (int)ldb, 0.0f, out, (int)ld_out);
+}
+
 struct EpilogueArgs {
     const void* bias;  // kHasBias: input
     void* bias_out;    // kBGradB: output
@@ -695,9 +726,9 @@ void finish_block(const Plan& p, float* prod, int64_t ld_prod, float beta, const
 
 // One batch entry: D = epilogue(alpha op(A) op(B) + beta C). direct: D is fp32 with no per-element epilogue,
 // so each sgemm writes D itself (C already copied there); else each slice's product goes to a per-worker
-// scratch and finish_block takes it to D.
+// scratch and finish_block takes it to D. native: bf16 operands multiplied on the CPU's bf16 units.
 void compute(const Plan& p, float alpha, const void* A, const void* B, float beta, const void* C, void* D,
-             const EpilogueArgs& e, bool direct) {
+             const EpilogueArgs& e, bool direct, bool native) {
     static const bool single_threaded_blas = [] {
         openblas_set_num_threads(1);
         return true;
@@ -707,7 +738,7 @@ void compute(const Plan& p, float alpha, const void* A, const void* B, float bet
     const Split s = split_for(p);
     int64_t ld_shared = 0;
     const float* shared = nullptr;
-    if (p.k > 0 && alpha != 0.0f)
+    if (p.k > 0 && alpha != 0.0f && !native)
         shared =
             s.along_m
                 ? f32_whole(B, p.ab_type, p.transb ? p.n : p.k, p.transb ? p.k : p.n, p.ldb, shared_buf, &ld_shared)
@@ -726,7 +757,8 @@ void compute(const Plan& p, float alpha, const void* A, const void* B, float bet
         }
         const size_t size = (size_t)((i1 - i0) * (j1 - j0));
         if (prod_buf.size() < size) prod_buf.resize(size);
-        block_product(p, s, alpha, A, B, shared, ld_shared, i0, i1, j0, j1, 0.0f, prod_buf.data(), i1 - i0, op_buf);
+        if (native) native_block_product(p, alpha, A, B, i0, i1, j0, j1, prod_buf.data(), i1 - i0);
+        else block_product(p, s, alpha, A, B, shared, ld_shared, i0, i1, j0, j1, 0.0f, prod_buf.data(), i1 - i0, op_buf);
         finish_block(p, prod_buf.data(), i1 - i0, beta, C, D, e, i0, i1, j0, j1);
     });
 }
@@ -761,7 +793,9 @@ cublasStatus_t run(const Plan& p, float alpha, const void* A, const void* B, flo
                    const EpilogueArgs& e) {
     // fp32 D and no epilogue but the bias gradient: BLAS computes the whole
     // T = alpha * op(A) op(B) + beta * C in D itself (C copied there first).
-    const bool direct = p.cd_type == CUDA_R_32F && (p.epi & ~kBGradB) == 0;
+    // Native bf16 products always go through the scratch, beta * C added after.
+    const bool native = p.ab_type == CUDA_R_16BF && cpucuda::native_bf16_on();
+    const bool direct = !native && p.cd_type == CUDA_R_32F && (p.epi & ~kBGradB) == 0;
     for (int bi = 0; bi < p.batch; bi++) {
         const void* a = offset(A, p.ab_type, bi * p.stride_a);
         const void* b = offset(B, p.ab_type, bi * p.stride_b);
@@ -770,7 +804,7 @@ cublasStatus_t run(const Plan& p, float alpha, const void* A, const void* B, flo
         // BGRADB reads B before D is written (D must not alias B anyway).
         if (p.epi & kBGradB) bias_grad_b(p, b, e.bias_out);
         if (direct && beta != 0.0f) copy_c_to_d(p, static_cast<const float*>(c), static_cast<float*>(d));
-        compute(p, alpha, a, b, beta, c, d, e, direct);
+        compute(p, alpha, a, b, beta, c, d, e, direct, native);
     }
     return CUBLAS_STATUS_SUCCESS;
 }

@@ -41,6 +41,15 @@ bool is_pinned_host_ptr(const void* p, size_t n);
 int worker_count();
 void parallel_for(int tasks, const std::function<void(int)>& fn);
 
+// bf16 products on the CPU's bf16 units (bf16_matmul.cpp). native_bf16_on():
+// they run (the CPU has the units and CPUCUDA_NATIVE_BF16 is not 0).
+// native_bf16_product: out (rows x cols, column-major, leading dimension ldo) =
+// op(A) op(B) over the whole k, accumulated in fp32, on the calling thread;
+// false when oneDNN cannot run the shape (out is then unwritten).
+bool native_bf16_on();
+bool native_bf16_product(bool ta, bool tb, int64_t rows, int64_t cols, int64_t k, const uint16_t* a, int64_t lda,
+                         const uint16_t* b, int64_t ldb, float* out, int64_t ldo);
+
 // Profiling (runtime.cpp): adds one call of `name` taking `seconds`, and a
 // clock to measure with. profiling_on() is cheap.
 bool profiling_on();

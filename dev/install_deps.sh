@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs the Debian packages the CPU build and tests need: a C++ compiler,
-# Python 3 (the launch rewriter), OpenBLAS (cuBLASLt on the CPU), Open MPI
+# Python 3 (the launch rewriter), OpenBLAS and oneDNN (cuBLASLt on the CPU: oneDNN
+# runs the bf16 matmuls on CPUs with bf16 instructions), Open MPI
 # (NCCL on the CPU), Boost.Context (fibers), nlohmann-json (header-only JSON for the
 # tokenizer and data tools), xxHash (checkpoint checksums; header-only), strace (test_resume.py kills inside a checkpoint
 # write with it); then numpy and safetensors for the transformers import/export test and
@@ -15,7 +16,7 @@
 # where the Makefile finds them. No GPU, driver or toolkit is needed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-packages=(build-essential python3 libopenblas-dev libopenmpi-dev openmpi-bin libboost-context-dev nlohmann-json3-dev libxxhash-dev strace)
+packages=(build-essential python3 libopenblas-dev libdnnl-dev libopenmpi-dev openmpi-bin libboost-context-dev nlohmann-json3-dev libxxhash-dev strace)
 missing=()
 for p in "${packages[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

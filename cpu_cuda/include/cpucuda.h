@@ -38,6 +38,14 @@ uint64_t loop_launches();
 // (for tests that compare both). Returns whether the vector code runs now.
 bool set_mma_vector_code(bool on);
 
+// cuBLASLt's bf16 matmuls run on the CPU's bf16 dot-product units (oneDNN's
+// matmul on AVX512-BF16 or AMX) where the CPU has them: fp32 accumulation, a
+// different order of sums than sgemm. Off, or on a CPU without them: the bf16
+// operands are widened exactly to fp32 for sgemm, giving bitwise the fp32
+// matmul of the widened operands. Set from the environment as
+// CPUCUDA_NATIVE_BF16=0|1 (default 1). Returns whether the native products run now.
+bool set_native_bf16_matmul(bool on);
+
 // Device memory of the virtual device (cudaMalloc'd bytes).
 struct MemoryStats {
     size_t in_use;       // bytes allocated now

@@ -11,10 +11,15 @@
 // GELU_BIAS, GELU_AUX, GELU_AUX_BIAS, DGELU and BGRADB, each in every layout on
 // the CPU runtime (on a GPU in llm.c's layout); and combinations that must be
 // refused. Elements between rows and ld must be left untouched. On the CPU
-// runtime, bf16 operands give bitwise the fp32 result of the widened operands.
+// runtime, bf16 operands run on the CPU's bf16 units where it has them
+// (deterministic, fp32 accumulation), and otherwise give bitwise the fp32
+// result of the widened operands.
 #include <cublasLt.h>
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
+#ifdef CPUCUDA
+#include "cpucuda.h"
+#endif
 
 #include <cmath>
 #include <cstdint>
@@ -623,6 +628,7 @@ static void test_bf16_as_f32(bool along_m, bool ta, bool tb, cublasLtEpilogue_t 
 }
 
 static void test_bf16_bitwise() {
+    const bool native_was_on = cpucuda::set_native_bf16_matmul(false);
     struct {
         cublasLtEpilogue_t e;
         const char* name;
@@ -639,6 +645,53 @@ static void test_bf16_bitwise() {
                 for (cudaDataType_t cd : {CUDA_R_16BF, CUDA_R_32F})
                     test_bf16_as_f32(along_m, ta, tb, CUBLASLT_EPILOGUE_DEFAULT, "DEFAULT", cd, 3);
             }
+    cpucuda::set_native_bf16_matmul(native_was_on);
+}
+
+// --- bf16 operands on the CPU's bf16 units (CPU runtime, where the CPU has them) -----------
+// The native products (oneDNN on AVX512-BF16 or AMX) sum in their own order,
+// in fp32. Over a long k, cut into slices, in every layout: within the fp32
+// tolerance of the fp64 reference, the same bits when run again, and not the
+// bits of the widened operands' sgemm in some element (else the native path
+// did not run; the plain and epilogue tests above run it too, at small k).
+static void test_bf16_native_case(bool along_m, bool ta, bool tb, cudaDataType_t cd) {
+    const int m = along_m ? 1000 : 37, n = along_m ? 37 : 1000, k = 1111;
+    const float alpha = 0.75f, beta = 0.5f;
+    Matrix A = make_matrix(CUDA_R_16BF, ta ? k : m, ta ? m : k, 1, kRandom);
+    Matrix B = make_matrix(CUDA_R_16BF, tb ? n : k, tb ? k : n, 1, kRandom);
+    Matrix C = make_matrix(cd, m, n, 1, kRandom);
+    Matrix D = make_matrix(cd, m, n, 1, kSentinel);
+    Expected want = reference(ta, tb, alpha, A, B, beta, C, m, n, k, 1);
+    const std::vector<double> before = D.h;
+    LtResult r1 = lt_matmul(ta, tb, alpha, A, B, beta, C, D);
+    const std::vector<uint32_t> first = stored_bits(D, cd);
+    bool pad_ok = false;
+    const double worst = ran_ok(r1) ? compare(D, download(D), before, want, tol_for(cd), &pad_ok) : INFINITY;
+    upload(D);  // the sentinels back
+    LtResult r2 = lt_matmul(ta, tb, alpha, A, B, beta, C, D);
+    const int rerun_diff = bits_differing(first, stored_bits(D, cd));
+    upload(D);
+    cpucuda::set_native_bf16_matmul(false);
+    LtResult r3 = lt_matmul(ta, tb, alpha, A, B, beta, C, D);
+    cpucuda::set_native_bf16_matmul(true);
+    const int widened_diff = bits_differing(first, stored_bits(D, cd));
+    CHECK(ran_ok(r1) && ran_ok(r2) && ran_ok(r3) && worst <= 1.0 && pad_ok && rerun_diff == 0 && widened_diff > 0,
+          "bf16 units: bf16*bf16->%s %s m=%d n=%d k=%d: worst err/tol %.3g%s, elements differing from a rerun %d "
+          "(want 0), from the widened operands' sgemm %d (want > 0)",
+          type_name(cd), layout_name(ta, tb), m, n, k, worst, pad_ok ? "" : ", padding overwritten", rerun_diff,
+          widened_diff);
+    for (Matrix* M : {&A, &B, &C, &D}) free_matrix(*M);
+}
+
+static void test_bf16_native() {
+    if (!cpucuda::set_native_bf16_matmul(true)) {
+        printf("SKIP bf16 matmuls on the CPU's bf16 units: this CPU has none that oneDNN uses (AVX512-BF16 or AMX)\n");
+        return;
+    }
+    for (int along_m = 0; along_m < 2; along_m++)
+        for (int ta = 0; ta < 2; ta++)
+            for (int tb = 0; tb < 2; tb++)
+                for (cudaDataType_t cd : {CUDA_R_16BF, CUDA_R_32F}) test_bf16_native_case(along_m, ta, tb, cd);
 }
 #endif
 
@@ -798,6 +851,7 @@ int main() {
     TEST_CASE(test_epilogues());
 #ifdef CPUCUDA
     TEST_CASE(test_bf16_bitwise());
+    TEST_CASE(test_bf16_native());
 #endif
     TEST_CASE(test_refusals());
     TEST_CASE(test_attributes());
