@@ -167,10 +167,8 @@ bool native_bf16_product(bool ta, bool tb, int64_t rows, int64_t cols, int64_t k
               dnnl_memory_create(&mem[2], &p.dst, engine(), out) == dnnl_success &&
               (nargs == 3 || dnnl_memory_create(&mem[3], &p.scratch, engine(), scratch.data()) == dnnl_success);
     if (ok) {
-        const dnnl_exec_arg_t args[4] = {{DNNL_ARG_SRC, mem[0]},
-                                         {DNNL_ARG_WEIGHTS, mem[1]},
-                                         {DNNL_ARG_DST, mem[2]},
-                                         {DNNL_ARG_SCRATCHPAD, mem[3]}};
+        const dnnl_exec_arg_t args[4] = {
+            {DNNL_ARG_SRC, mem[0]}, {DNNL_ARG_WEIGHTS, mem[1]}, {DNNL_ARG_DST, mem[2]}, {DNNL_ARG_SCRATCHPAD, mem[3]}};
         ok = dnnl_primitive_execute(p.prim, stream, nargs, args) == dnnl_success &&
              dnnl_stream_wait(stream) == dnnl_success;
     }

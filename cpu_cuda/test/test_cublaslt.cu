@@ -683,6 +683,70 @@ static void test_bf16_native_case(bool along_m, bool ta, bool tb, cudaDataType_t
     for (Matrix* M : {&A, &B, &C, &D}) free_matrix(*M);
 }
 
+// --- the GELU epilogues over the whole range (CPU runtime) ---------------------------------
+// The CPU runtime's GELU epilogues evaluate tanh in vectorised float code
+// (cublaslt.cpp, tanh_epilogue), within 3e-7 of tanh. With k = 1 and op(B) = 1
+// the product is x itself, exactly: GELU gives gelu(x) and DGELU (aux = x,
+// product 1) gives gelu'(x), each held to the fp64 formula at a bound that
+// follows from that error (4e-7 of tanh, the float rounding of the rest),
+// over x in [-12, 12] and the values where the formula's terms overflow or
+// vanish; NaN stays NaN, and gelu' of an infinity is its limit.
+static std::vector<double> gelu_sweep() {
+    std::vector<double> xs;
+    for (int i = 0; i <= 2400; i++) xs.push_back(-12.0 + i * 0.01);
+    for (double v : {0.0, -0.0, 1e-30, -1e-30, 1e-6, -1e-6, 30.0, -30.0, 100.0, -100.0, 1e4, -1e4, 1e15, -1e15, 1e30,
+                     -1e30, (double)INFINITY, -(double)INFINITY, (double)NAN})
+        xs.push_back(v);
+    while (xs.size() % 8 != 3) xs.push_back(0.5);  // a column length that leaves a tail of 3 after blocks of 8
+    return xs;
+}
+
+static void test_gelu_epilogue_range(bool grad) {
+    const std::vector<double> xs = gelu_sweep();
+    const int m = (int)xs.size();
+    Matrix A = make_matrix(CUDA_R_32F, m, 1, 1, kRandom);  // op(A): the x values (GELU) or ones (DGELU)
+    Matrix B = make_matrix(CUDA_R_32F, 1, 1, 1, kRandom);
+    Matrix C = make_matrix(CUDA_R_32F, m, 1, 1, kNaN);
+    Matrix D = make_matrix(CUDA_R_32F, m, 1, 1, kSentinel);
+    Matrix aux = make_matrix(CUDA_R_32F, m, 1, 1, kRandom, 1.0, (m + 7) / 8 * 8);
+    for (int i = 0; i < m; i++) {
+        A.at(0, i, 0) = grad ? 1.0 : (double)(float)xs[i];
+        aux.at(0, i, 0) = (double)(float)xs[i];
+    }
+    B.at(0, 0, 0) = 1.0;
+    upload(A), upload(B), upload(aux);
+    Epilogue e;
+    e.epilogue = grad ? CUBLASLT_EPILOGUE_DGELU : CUBLASLT_EPILOGUE_GELU;
+    if (grad) e.aux = aux.d, e.aux_ld = aux.ld;
+    LtResult r = lt_matmul(false, false, 1.0f, A, B, 0.0f, C, D, e);
+    const std::vector<double> got = ran_ok(r) ? download(D) : std::vector<double>(m, NAN);
+    double worst = 0, worst_x = 0;
+    int nan_mismatch = 0;
+    for (int i = 0; i < m; i++) {
+        const double x = (double)(float)xs[i];
+        // gelu'(+-inf): its limits, 1 and 0, where the formula gives inf * 0
+        const double want = grad ? (std::isinf(x) ? (x > 0 ? 1.0 : 0.0) : gelu_grad(x)) : gelu(x);
+        if (std::isnan(want) || std::isnan(got[i])) {
+            nan_mismatch += std::isnan(want) != std::isnan(got[i]);
+            continue;
+        }
+        if (std::isinf(want)) {
+            nan_mismatch += got[i] != want;
+            continue;
+        }
+        // d gelu / d tanh = x / 2; d gelu' / d tanh = 1/2 + |x t du| <= 1/2 + 2 |x| (1 + 3 * 0.044715 x^2)
+        const double ax = fabs(x), dt = grad ? 0.5 + 2 * ax * (1 + 0.134145 * ax * ax) : 0.5 * ax;
+        const double bound = 4e-7 * dt + 4 * 6e-8 * (fabs(want) + (grad ? 1.0 : ax));
+        const double rel = fabs(got[i] - want) / bound;
+        if (rel > worst) worst = rel, worst_x = x;
+    }
+    CHECK(ran_ok(r) && worst <= 1.0 && nan_mismatch == 0,
+          "epilogue %s over x in [-12, 12] and %d special values: worst err/bound %.3g (at x = %g), NaN/inf "
+          "mismatches %d",
+          grad ? "DGELU: gelu'(x)" : "GELU: gelu(x)", m - 2401, worst, worst_x, nan_mismatch);
+    for (Matrix* M : {&A, &B, &C, &D, &aux}) free_matrix(*M);
+}
+
 static void test_bf16_native() {
     if (!cpucuda::set_native_bf16_matmul(true)) {
         printf("SKIP bf16 matmuls on the CPU's bf16 units: this CPU has none that oneDNN uses (AVX512-BF16 or AMX)\n");
@@ -852,6 +916,8 @@ int main() {
 #ifdef CPUCUDA
     TEST_CASE(test_bf16_bitwise());
     TEST_CASE(test_bf16_native());
+    TEST_CASE(test_gelu_epilogue_range(false));
+    TEST_CASE(test_gelu_epilogue_range(true));
 #endif
     TEST_CASE(test_refusals());
     TEST_CASE(test_attributes());
