@@ -49,12 +49,18 @@ dnnl_engine_t engine() {
 }
 
 // The calling thread's stream, with OpenMP told to use this thread only.
+// Every stream made is also listed in a table that is never destroyed: a
+// worker's stream outlives the worker (LeakSanitizer sees it reachable).
 dnnl_stream_t thread_stream() {
     thread_local dnnl_stream_t s = [] {
         omp_set_num_threads(1);
         dnnl_stream_t made = nullptr;
         if (engine() == nullptr || dnnl_stream_create(&made, engine(), dnnl_stream_default_flags) != dnnl_success)
-            made = nullptr;
+            return (dnnl_stream_t) nullptr;
+        static std::mutex mu;
+        static std::vector<dnnl_stream_t>* all = new std::vector<dnnl_stream_t>;
+        std::lock_guard<std::mutex> lock(mu);
+        all->push_back(made);
         return made;
     }();
     return s;
@@ -111,13 +117,15 @@ Primitive create(const Shape& s) {
 }
 
 // Primitives by shape, made once (creating one costs far more than running a
-// small product) and kept for the life of the process.
+// small product) and kept for the life of the process: the table is never
+// destroyed, so that no exit-time destructor runs while a worker may still
+// multiply, and LeakSanitizer sees the primitives reachable.
 const Primitive& primitive_for(const Shape& s) {
     static std::mutex mu;
-    static std::map<Shape, Primitive> made;
+    static std::map<Shape, Primitive>* made = new std::map<Shape, Primitive>;
     std::lock_guard<std::mutex> lock(mu);
-    auto it = made.find(s);
-    if (it == made.end()) it = made.emplace(s, create(s)).first;
+    auto it = made->find(s);
+    if (it == made->end()) it = made->emplace(s, create(s)).first;
     return it->second;
 }
 
