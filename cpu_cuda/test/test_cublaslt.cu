@@ -651,12 +651,17 @@ static void test_bf16_bitwise() {
 // --- bf16 operands on the CPU's bf16 units (CPU runtime, where the CPU has them) -----------
 // The native products (oneDNN on AVX512-BF16 or AMX) sum in their own order,
 // in fp32. Over a long k, cut into slices, in every layout: within the fp32
-// tolerance of the fp64 reference, the same bits when run again, and not the
-// bits of the widened operands' sgemm in some element (else the native path
-// did not run; the plain and epilogue tests above run it too, at small k).
+// tolerance of the fp64 reference, the same bits when run again, and, for an
+// fp32 D, not the bits of the widened operands' sgemm in some element (else
+// the native path did not run: about 30,000 of the 37,000 differ; a bf16 D
+// rounds most differences away, so there it is not required). The plain and
+// epilogue tests above run the native path too, at small k.
 static void test_bf16_native_case(bool along_m, bool ta, bool tb, cudaDataType_t cd) {
     const int m = along_m ? 1000 : 37, n = along_m ? 37 : 1000, k = 1111;
-    const float alpha = 0.75f, beta = 0.5f;
+    // beta = 0 for an fp32 D: the widened path then writes sgemm's result as it
+    // is, as a native product that fell back to sgemm would, so such a fallback
+    // shows as no difference (with beta the two add C at different points).
+    const float alpha = 0.75f, beta = is_bf16(cd) ? 0.5f : 0.0f;
     Matrix A = make_matrix(CUDA_R_16BF, ta ? k : m, ta ? m : k, 1, kRandom);
     Matrix B = make_matrix(CUDA_R_16BF, tb ? n : k, tb ? k : n, 1, kRandom);
     Matrix C = make_matrix(cd, m, n, 1, kRandom);
@@ -675,11 +680,12 @@ static void test_bf16_native_case(bool along_m, bool ta, bool tb, cudaDataType_t
     LtResult r3 = lt_matmul(ta, tb, alpha, A, B, beta, C, D);
     cpucuda::set_native_bf16_matmul(true);
     const int widened_diff = bits_differing(first, stored_bits(D, cd));
-    CHECK(ran_ok(r1) && ran_ok(r2) && ran_ok(r3) && worst <= 1.0 && pad_ok && rerun_diff == 0 && widened_diff > 0,
+    const bool native_ran = is_bf16(cd) || widened_diff > 0;
+    CHECK(ran_ok(r1) && ran_ok(r2) && ran_ok(r3) && worst <= 1.0 && pad_ok && rerun_diff == 0 && native_ran,
           "bf16 units: bf16*bf16->%s %s m=%d n=%d k=%d: worst err/tol %.3g%s, elements differing from a rerun %d "
-          "(want 0), from the widened operands' sgemm %d (want > 0)",
+          "(want 0), from the widened operands' sgemm %d%s",
           type_name(cd), layout_name(ta, tb), m, n, k, worst, pad_ok ? "" : ", padding overwritten", rerun_diff,
-          widened_diff);
+          widened_diff, is_bf16(cd) ? "" : " (want > 0)");
     for (Matrix* M : {&A, &B, &C, &D}) free_matrix(*M);
 }
 
