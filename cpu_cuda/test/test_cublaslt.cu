@@ -691,7 +691,7 @@ static void test_bf16_native_case(bool along_m, bool ta, bool tb, cudaDataType_t
 
 // --- the GELU epilogues over the whole range (CPU runtime) ---------------------------------
 // The CPU runtime's GELU epilogues evaluate tanh in vectorised float code
-// (cublaslt.cpp, tanh_epilogue), within 3e-7 of tanh. With k = 1 and op(B) = 1
+// (cublaslt.cpp, tanh4), within 3e-7 of tanh. With k = 1 and op(B) = 1
 // the product is x itself, exactly: GELU gives gelu(x) and DGELU (aux = x,
 // product 1) gives gelu'(x), each held to the fp64 formula at a bound that
 // follows from that error (4e-7 of tanh, the float rounding of the rest),
@@ -703,7 +703,7 @@ static std::vector<double> gelu_sweep() {
     for (double v : {0.0, -0.0, 1e-30, -1e-30, 1e-6, -1e-6, 30.0, -30.0, 100.0, -100.0, 1e4, -1e4, 1e15, -1e15, 1e30,
                      -1e30, (double)INFINITY, -(double)INFINITY, (double)NAN})
         xs.push_back(v);
-    while (xs.size() % 8 != 3) xs.push_back(0.5);  // a column length that leaves a tail of 3 after blocks of 8
+    while (xs.size() % 4 != 3) xs.push_back(0.5);  // a column length that leaves a tail of 3 after blocks of 4
     return xs;
 }
 
@@ -747,7 +747,8 @@ static void test_gelu_epilogue_range(bool grad) {
         if (rel > worst) worst = rel, worst_x = x;
     }
     CHECK(ran_ok(r) && worst <= 1.0 && nan_mismatch == 0,
-          "epilogue %s over x in [-12, 12] and %d special values: worst err/bound %.3g (at x = %g), NaN/inf "
+          "epilogue %s over x in [-12, 12] and %d more (the special values, padding): worst err/bound %.3g (at x = "
+          "%g), NaN/inf "
           "mismatches %d",
           grad ? "DGELU: gelu'(x)" : "GELU: gelu(x)", m - 2401, worst, worst_x, nan_mismatch);
     for (Matrix* M : {&A, &B, &C, &D, &aux}) free_matrix(*M);
