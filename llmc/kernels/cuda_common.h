@@ -57,6 +57,24 @@ __device__ inline float warp_reduce_sum(float v) {
     for (int offset = 16; offset > 0; offset >>= 1) v += __shfl_xor_sync(0xffffffffu, v, offset);
     return v;
 }
+// Two floats through one 64-bit shuffle: on a GPU the same two SHFLs as two
+// float shuffles; where a warp's lanes run one after another (the CPU
+// runtime), one meeting of the warp instead of two. x and y come back as they
+// were sent, so a reduction over pairs is bitwise two reductions over floats.
+__device__ inline float2 shfl_xor_pair(float2 v, int lane_mask) {
+    unsigned long long bits = (unsigned long long)__float_as_uint(v.y) << 32 | __float_as_uint(v.x);
+    bits = __shfl_xor_sync(0xffffffffu, bits, lane_mask);
+    return make_float2(__uint_as_float((unsigned)bits), __uint_as_float((unsigned)(bits >> 32)));
+}
+// warp_reduce_sum of v.x and of v.y at once
+__device__ inline float2 warp_reduce_sum_pair(float2 v) {
+    for (int offset = 16; offset > 0; offset >>= 1) {
+        const float2 o = shfl_xor_pair(v, offset);
+        v.x += o.x;
+        v.y += o.y;
+    }
+    return v;
+}
 __device__ inline float warp_reduce_max(float v) {
     for (int offset = 16; offset > 0; offset >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, offset));
     return v;

@@ -159,7 +159,8 @@ __global__ void layernorm_backward_kernel(floatX* dinp, float* scratch, const fl
                 db_acc[c + e] += dye;
             }
         }
-        const float mean_g = warp_reduce_sum(sum_g) / C, mean_g_xhat = warp_reduce_sum(sum_g_xhat) / C;
+        const float2 sums = warp_reduce_sum_pair(make_float2(sum_g, sum_g_xhat));
+        const float mean_g = sums.x / C, mean_g_xhat = sums.y / C;
         for (int c = lane * N; c < C; c += WARP_SIZE * N) {  // the row again, from the cache
             const Packed<floatX, N> dy = load_packed<N>(dout + off + c), x = load_packed<N>(inp + off + c);
             const Packed<floatX, N> w = load_packed<N>(weight + c);
