@@ -24,12 +24,12 @@ __global__ void adamw_kernel(floatX* __restrict__ params, float* __restrict__ ma
                              float* __restrict__ m, float* __restrict__ v, size_t n, float decay, float one_minus_beta1,
                              float beta2, float one_minus_beta2, float eps, float step_size, float bc2_sqrt,
                              float grad_clip, const float* grad_norm_squared, uint32_t seed, size_t index_offset) {
+    const BlockChunk chunk = block_chunk(n / N);  // before the return: see block_chunk
     // a non-finite gradient (an overflow, a bad batch) leaves the weights and
     // moments as they were: the trainer then stops, or skips the step
     if (grad_norm_squared && !isfinite(*grad_norm_squared)) return;
     float clip = 1.0f;
     if (grad_clip > 0.0f) clip = fminf(1.0f, grad_clip / (sqrtf(*grad_norm_squared) + 1e-6f));
-    const BlockChunk chunk = block_chunk(n / N);
     for (size_t k = chunk.begin + threadIdx.x; k < chunk.end; k += blockDim.x) {
         const size_t i = k * N;
         const Packed<float, N> g = load_packed_streaming<N>(grads + i);

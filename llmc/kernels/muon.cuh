@@ -150,8 +150,8 @@ template <int N>
 __global__ void muon_apply_kernel(floatX* __restrict__ params, float* __restrict__ master, const floatX* __restrict__ o,
                                   size_t n, float decay, float step, const float* grad_norm_squared, uint32_t seed,
                                   size_t index_offset) {
+    const BlockChunk chunk = block_chunk(n / N);  // before the return: see block_chunk
     if (grad_norm_squared && !isfinite(*grad_norm_squared)) return;
-    const BlockChunk chunk = block_chunk(n / N);
     for (size_t k = chunk.begin + threadIdx.x; k < chunk.end; k += blockDim.x) {
         const size_t i = k * N;
         const Packed<floatX, N> oi = load_packed<N>(o + i);
