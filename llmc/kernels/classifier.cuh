@@ -20,12 +20,18 @@ __device__ inline void softmax_merge(float& m, float& s, float m2, float s2) {
     m = mn;
 }
 
+// block_softmax_merge's static shared memory, one array so that its size is
+// what ptxas reserves (the launcher counts it): the warps' m, their s, then
+// the block's (m, s), padded to 16 bytes.
+constexpr int SOFTMAX_MERGE_FLOATS = 2 * WARP_SIZE + 4;
+
 // Merges every thread's state over the block (blockDim.x a multiple of 32);
 // every thread gets the same, fixed-order result. Warp 0 alone merges the
 // warps' states and shares the result (a barrier instead of every warp
 // repeating the same five shuffles: the same bits, fewer warp meetings).
 __device__ inline void block_softmax_merge(float& m, float& s) {
-    __shared__ float warp_m[WARP_SIZE], warp_s[WARP_SIZE], block_ms[2];
+    __shared__ float merge_smem[SOFTMAX_MERGE_FLOATS];
+    float *warp_m = merge_smem, *warp_s = merge_smem + WARP_SIZE, *block_ms = merge_smem + 2 * WARP_SIZE;
     const int lane = threadIdx.x % WARP_SIZE, warp = threadIdx.x / WARP_SIZE;
     const int num_warps = blockDim.x / WARP_SIZE;
     for (int offset = 16; offset > 0; offset >>= 1) {
@@ -126,8 +132,8 @@ __global__ void fused_classifier_kernel(floatX* logits, float* losses, const int
 inline void fused_classifier(floatX* logits, float* losses, const int* targets, float dloss, int N, int V, int Vp,
                              bool write_dlogits, cudaStream_t stream) {
     if (N <= 0) return;
-    // one row in shared memory where it fits beside the block merge's static 264 bytes (with the opt-in)
-    const size_t row_bytes = (size_t)Vp * sizeof(floatX), merge_bytes = (2 * WARP_SIZE + 2) * sizeof(float);
+    // one row in shared memory where it fits beside the block merge's static array (with the opt-in)
+    const size_t row_bytes = (size_t)Vp * sizeof(floatX), merge_bytes = SOFTMAX_MERGE_FLOATS * sizeof(float);
     const bool cached = row_bytes + merge_bytes <= (size_t)device_attribute(cudaDevAttrMaxSharedMemoryPerBlockOptin);
     const size_t smem = cached ? row_bytes : 0;
     // 1024 threads: ~6 packs of 8 each at V = 50257; small vocabularies get just enough warps
