@@ -20,6 +20,15 @@ __device__ inline void softmax_merge(float& m, float& s, float m2, float s2) {
     m = mn;
 }
 
+// Merges the 32 lanes' states (butterfly, one 64-bit shuffle per step);
+// every lane gets the same result.
+__device__ inline void warp_softmax_merge(float& m, float& s) {
+    for (int offset = 16; offset > 0; offset >>= 1) {
+        const float2 other = shfl_xor_pair(make_float2(m, s), offset);
+        softmax_merge(m, s, other.x, other.y);
+    }
+}
+
 // block_softmax_merge's static shared memory, one array so that its size is
 // what ptxas reserves (the launcher counts it): the warps' m, their s, then
 // the block's (m, s), padded to 16 bytes.
@@ -34,10 +43,7 @@ __device__ inline void block_softmax_merge(float& m, float& s) {
     float *warp_m = merge_smem, *warp_s = merge_smem + WARP_SIZE, *block_ms = merge_smem + 2 * WARP_SIZE;
     const int lane = threadIdx.x % WARP_SIZE, warp = threadIdx.x / WARP_SIZE;
     const int num_warps = blockDim.x / WARP_SIZE;
-    for (int offset = 16; offset > 0; offset >>= 1) {
-        const float2 other = shfl_xor_pair(make_float2(m, s), offset);
-        softmax_merge(m, s, other.x, other.y);
-    }
+    warp_softmax_merge(m, s);
     if (lane == 0) {
         warp_m[warp] = m;
         warp_s[warp] = s;
@@ -46,10 +52,7 @@ __device__ inline void block_softmax_merge(float& m, float& s) {
     if (warp == 0) {
         m = lane < num_warps ? warp_m[lane] : -INFINITY;
         s = lane < num_warps ? warp_s[lane] : 0.0f;
-        for (int offset = 16; offset > 0; offset >>= 1) {
-            const float2 other = shfl_xor_pair(make_float2(m, s), offset);
-            softmax_merge(m, s, other.x, other.y);
-        }
+        warp_softmax_merge(m, s);
         if (lane == 0) {
             block_ms[0] = m;
             block_ms[1] = s;
