@@ -295,8 +295,9 @@ static std::vector<Family> step_families(GPT2* m) {
         {"AdamW + global norm + zeroing", 0, n * (30 + 4 + 4),
          [=] {
              global_norm_squared(&m->stats->grad_norm_squared, s.reduce, m->grads_memory, m->num_parameters, st);
+             grad_scale(&m->stats->grad_scale, &m->stats->grad_norm_squared, 1.0f, st);
              adamw_update(m->params_memory, m->master_weights, m->grads_memory, m->adam_m, m->adam_v, m->num_parameters,
-                          1e-4f, 0.9f, 0.95f, 1e-8f, 0.0f, 1, 0.0f, nullptr, 1, 0, st);
+                          1e-4f, 0.9f, 0.95f, 1e-8f, 0.0f, 1, &m->stats->grad_scale, 1, 0, st);
              cudaCheck(cudaMemsetAsync(m->grads_memory, 0, m->num_parameters * sizeof(float), st));
          }},
     };

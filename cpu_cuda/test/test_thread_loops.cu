@@ -123,7 +123,7 @@ static void test_elementwise_kernels_loop() {
     CHECK(loops_in([&] { encoder_forward(enc, inp, nullptr, wte, wpe, 1, 8, 64, 0); }) == 1,
           "encoder_forward runs as a loop");
     CHECK(loops_in([&] {
-              adamw_update(y, master, grads, m, v, n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 1, 0.0f, nullptr, 7, 0, 0);
+              adamw_update(y, master, grads, m, v, n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 1, nullptr, 7, 0, 0);
           }) == 1,
           "adamw_update runs as a loop");
     cpucuda::set_thread_loops(false);
@@ -144,14 +144,16 @@ static std::vector<std::vector<uint8_t>> run_kernels() {
     floatX *params = d.up(randx(n, -1, 1)), *gin = d.up(randx(n, -4, 4)), *gout = d.alloc<floatX>(n);
     floatX* dgelu = d.up(randx(n, -1, 1));
     float *master = d.up(randf(n, -1, 1)), *grads = d.up(randf(n, -1, 1)), *m = d.up(randf(n, -0.1f, 0.1f)),
-          *v = d.up(randf(n, 0, 0.01f)), *scratch = d.alloc<float>(GLOBAL_NORM_MAX_BLOCKS), *norm = d.alloc<float>(1);
+          *v = d.up(randf(n, 0, 0.01f)), *scratch = d.alloc<float>(GLOBAL_NORM_MAX_BLOCKS), *norm = d.alloc<float>(1),
+          *scale = d.alloc<float>(1);
     std::vector<int> tokens(B * T);
     for (int i = 0; i < B * T; i++) tokens[i] = (i * 7) % V;
     int* inp = d.up(tokens);
     floatX *wte = d.up(randx((size_t)V * C, -1, 1)), *wpe = d.up(randx((size_t)T * C, -1, 1)),
            *enc = d.alloc<floatX>((size_t)B * T * C);
     global_norm_squared(norm, scratch, grads, n, 0);
-    adamw_update(params, master, grads, m, v, n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 3, 1.0f, norm, 1234, 0, 0);
+    grad_scale(scale, norm, 1.0f, 0);
+    adamw_update(params, master, grads, m, v, n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 3, scale, 1234, 0, 0);
     gelu_forward(gout, gin, n, 0);
     gelu_backward_inplace(dgelu, gin, n, 0);
     encoder_forward(enc, inp, nullptr, wte, wpe, B, T, C, 0);
@@ -169,20 +171,22 @@ static std::vector<std::vector<uint8_t>> run_kernels() {
             bytes(dgelu, n),
             bytes(enc, (size_t)B * T * C),
             bytes(scratch, 4),
-            bytes(norm, 1)};
+            bytes(norm, 1),
+            bytes(scale, 1)};
 }
 
 static void test_loops_bitwise_as_fibers() {
-    const char* names[] = {"adamw params",    "adamw master",         "adamw m",
-                           "adamw v",         "gelu_forward",         "gelu_backward_inplace",
-                           "encoder_forward", "global norm partials", "global norm"};
+    const char* names[] = {
+        "adamw params",    "adamw master",         "adamw m",     "adamw v",   "gelu_forward", "gelu_backward_inplace",
+        "encoder_forward", "global norm partials", "global norm", "grad_scale"};
 #ifdef CPUCUDA
     cpucuda::set_thread_loops(false);
     const auto fibers = run_kernels();
     cpucuda::set_thread_loops(true);
     const uint64_t before = cpucuda::loop_launches();
     const auto loops = run_kernels();
-    CHECK(cpucuda::loop_launches() - before == 4, "adamw, gelu forward and backward, encoder ran as loops (%llu)",
+    CHECK(cpucuda::loop_launches() - before == 5,
+          "grad_scale, adamw, gelu forward and backward, encoder ran as loops (%llu)",
           (unsigned long long)(cpucuda::loop_launches() - before));
 #else
     const auto fibers = run_kernels(), loops = run_kernels();

@@ -5,8 +5,7 @@
 #include <cmath>
 #include "llmc/kernels/cuda_common.h"
 
-// clip  = min(1, grad_clip / (sqrt(*grad_norm_squared) + 1e-6))   (1 when grad_clip <= 0)
-// g     = grads[i] * clip
+// g     = grads[i] * clip          clip = *grad_scale (global_norm.cuh's grad_scale)
 // p     = master[i] * (1 - lr * weight_decay)          decoupled weight decay
 // m     = m + (1 - beta1) (g - m)                      torch's lerp
 // v     = beta2 v + (1 - beta2) g^2
@@ -14,7 +13,7 @@
 //         step_size = lr / (1 - beta1^t), bc2_sqrt = sqrt(1 - beta2^t)
 // master[i] = p;  params[i] = stochastic_round(p; index index_offset + i, seed)
 // The clip factor is read from device memory here, so the optimizer never
-// waits for the norm on the host. The scalars that depend only on the
+// waits for the norm on the host; a NaN factor (a non-finite norm) skips the step. The scalars that depend only on the
 // hyperparameters are computed in double on the host, as torch does in Python.
 // N consecutive elements per thread (16-byte accesses to the fp32 arrays where
 // n and the pointers allow, else 1); the arithmetic per element is the same
@@ -23,14 +22,14 @@ template <int N>
 __global__ void adamw_kernel(floatX* __restrict__ params, float* __restrict__ master, const float* __restrict__ grads,
                              float* __restrict__ m, float* __restrict__ v, size_t n, float decay, float one_minus_beta1,
                              float beta2, float one_minus_beta2, float eps, float step_size, float bc2_sqrt,
-                             float grad_clip, const float* grad_norm_squared, uint32_t seed, size_t index_offset) {
-    const BlockChunk chunk = block_chunk(n / N);  // before the return: see block_chunk
+                             const float* grad_scale, uint32_t seed, size_t index_offset) {
+    const BlockChunk chunk = block_chunk(n / N);
+    const float clip = grad_scale ? *grad_scale : 1.0f;
     // a non-finite gradient (an overflow, a bad batch) leaves the weights and
-    // moments as they were: the trainer then stops, or skips the step
-    if (grad_norm_squared && !isfinite(*grad_norm_squared)) return;
-    float clip = 1.0f;
-    if (grad_clip > 0.0f) clip = fminf(1.0f, grad_clip / (sqrtf(*grad_norm_squared) + 1e-6f));
-    for (size_t k = chunk.begin + threadIdx.x; k < chunk.end; k += blockDim.x) {
+    // moments as they were (the trainer then stops, or skips the step): the
+    // loop runs over no element. Not a return: see block_chunk.
+    const size_t end = isfinite(clip) ? chunk.end : chunk.begin;
+    for (size_t k = chunk.begin + threadIdx.x; k < end; k += blockDim.x) {
         const size_t i = k * N;
         const Packed<float, N> g = load_packed_streaming<N>(grads + i);
         Packed<float, N> p = load_packed<N>(master + i), mi = load_packed<N>(m + i), vi = load_packed<N>(v + i);
@@ -52,14 +51,15 @@ __global__ void adamw_kernel(floatX* __restrict__ params, float* __restrict__ ma
     }
 }
 
-// t: the step number, from 1. grad_norm_squared: device pointer (may be null
-// when grad_clip <= 0); when it holds Inf or NaN nothing is updated. seed: should differ per step and per tensor, since the
+// t: the step number, from 1. grad_scale: device pointer to the clip factor
+// (grad_scale in global_norm.cuh; null: 1); when it holds NaN nothing is
+// updated. seed: should differ per step and per tensor, since the
 // rounding noise is a hash of (index within the tensor, seed). index_offset:
 // where element 0 of this call sits in its tensor, so that updating a tensor
 // in pieces (a ZeRO-1 shard) rounds exactly as updating it whole.
 inline void adamw_update(floatX* params, float* master, const float* grads, float* m, float* v, size_t n, float lr,
-                         float beta1, float beta2, float eps, float weight_decay, int t, float grad_clip,
-                         const float* grad_norm_squared, uint32_t seed, size_t index_offset, cudaStream_t stream) {
+                         float beta1, float beta2, float eps, float weight_decay, int t, const float* grad_scale,
+                         uint32_t seed, size_t index_offset, cudaStream_t stream) {
     if (n == 0) return;
     const double bias_correction1 = 1.0 - std::pow((double)beta1, t);
     const double bias_correction2 = 1.0 - std::pow((double)beta2, t);
@@ -72,7 +72,7 @@ inline void adamw_update(floatX* params, float* master, const float* grads, floa
         constexpr int P = decltype(pack)::value;
         adamw_kernel<P><<<chunked_grid_blocks(adamw_kernel<P>, n / P, block), block, 0, stream>>>(
             params, master, grads, m, v, n, decay, one_minus_beta1, beta2, one_minus_beta2, eps, step_size, bc2_sqrt,
-            grad_clip, grad_norm_squared, seed, index_offset);
+            grad_scale, seed, index_offset);
     });
     cudaCheck(cudaGetLastError());
 }

@@ -1,5 +1,6 @@
-// Squared L2 norm of the gradient (for clipping), deterministic: two stages
-// with a fixed reduction order, no atomics, no host sync.
+// Squared L2 norm of the gradient, deterministic (two stages with a fixed
+// reduction order, no atomics, no host sync), and the clip factor the
+// optimizers scale the gradient by.
 #pragma once
 #include "llmc/kernels/cuda_common.h"
 
@@ -44,5 +45,22 @@ inline void global_norm_squared(float* norm_squared, float* scratch, const float
     });
     cudaCheck(cudaGetLastError());
     global_norm_final_kernel<<<1, GLOBAL_NORM_BLOCK, 0, stream>>>(norm_squared, scratch, blocks);
+    cudaCheck(cudaGetLastError());
+}
+
+// *scale = min(1, grad_clip / (sqrt(*norm_squared) + 1e-6))   (1 when grad_clip <= 0)
+// and NaN when the norm is not finite (an overflow, a bad batch): the
+// optimizers then leave every weight and moment as it was. One thread, once
+// per step, after the norm is complete (summed over the ranks where they hold
+// shards): every optimizer thread reads the one factor, rather than each
+// taking the square root and the division again.
+__global__ void grad_scale_kernel(float* scale, const float* norm_squared, float grad_clip) {
+    const float ns = *norm_squared;
+    float clip = 1.0f;
+    if (grad_clip > 0.0f) clip = fminf(1.0f, grad_clip / (sqrtf(ns) + 1e-6f));
+    *scale = isfinite(ns) ? clip : NAN;
+}
+inline void grad_scale(float* scale, const float* norm_squared, float grad_clip, cudaStream_t stream) {
+    grad_scale_kernel<<<1, 1, 0, stream>>>(scale, norm_squared, grad_clip);
     cudaCheck(cudaGetLastError());
 }

@@ -7,8 +7,7 @@
 //
 // For count same-shaped matrices stored back to back (a [count, rows, cols]
 // tensor, each row-major [out, in] like PyTorch's Linear):
-//   clip = min(1, grad_clip / (sqrt(*grad_norm_squared) + 1e-6))   (1 when grad_clip <= 0)
-//   g    = grads * clip
+//   g    = grads * clip             clip = *grad_scale (global_norm.cuh's grad_scale)
 //   m    = mu m + g                 momentum (fp32, kept)
 //   u    = g + mu m                 Nesterov: the step looks ahead along m
 //   O    = NS5(u)                   floatX, below
@@ -16,8 +15,8 @@
 //   master = p;  params = stochastic_round(p; index index_offset + i, seed)
 // The scale sqrt(max(1, rows/cols)) is modded-nanogpt's (Keller Jordan's); Moonshot's
 // Muon uses 0.2 sqrt(max(rows, cols)) to match AdamW's update size instead (not this).
-// A non-finite *grad_norm_squared leaves weights, master and momentum as they were,
-// as adamw_update does.
+// A NaN *grad_scale (a non-finite gradient norm) leaves weights, master and
+// momentum as they were, as adamw_update does.
 #pragma once
 #include <cmath>
 #include <cublasLt.h>
@@ -88,11 +87,10 @@ inline size_t muon_scratch_bytes(int rows, int cols, int count = 1) {
 // written as 0, so the iteration that follows reads defined values, and m stays.
 template <int N>
 __global__ void muon_momentum_kernel(floatX* __restrict__ u, float* __restrict__ m, const float* __restrict__ grads,
-                                     size_t n, float mu, float grad_clip, const float* grad_norm_squared) {
-    const bool skip = grad_norm_squared && !isfinite(*grad_norm_squared);
-    float clip = 1.0f;
-    if (!skip && grad_clip > 0.0f) clip = fminf(1.0f, grad_clip / (sqrtf(*grad_norm_squared) + 1e-6f));
+                                     size_t n, float mu, const float* grad_scale) {
     const BlockChunk chunk = block_chunk(n / N);
+    const float clip = grad_scale ? *grad_scale : 1.0f;
+    const bool skip = !isfinite(clip);
     for (size_t k = chunk.begin + threadIdx.x; k < chunk.end; k += blockDim.x) {
         const size_t i = k * N;
         Packed<floatX, N> out;
@@ -148,11 +146,12 @@ __global__ void muon_normalize_kernel(floatX* x, const float* partials, size_t p
 // step is skipped.
 template <int N>
 __global__ void muon_apply_kernel(floatX* __restrict__ params, float* __restrict__ master, const floatX* __restrict__ o,
-                                  size_t n, float decay, float step, const float* grad_norm_squared, uint32_t seed,
+                                  size_t n, float decay, float step, const float* grad_scale, uint32_t seed,
                                   size_t index_offset) {
-    const BlockChunk chunk = block_chunk(n / N);  // before the return: see block_chunk
-    if (grad_norm_squared && !isfinite(*grad_norm_squared)) return;
-    for (size_t k = chunk.begin + threadIdx.x; k < chunk.end; k += blockDim.x) {
+    const BlockChunk chunk = block_chunk(n / N);
+    // a skipped step: the loop runs over no element (not a return: see block_chunk)
+    const size_t end = grad_scale && !isfinite(*grad_scale) ? chunk.begin : chunk.end;
+    for (size_t k = chunk.begin + threadIdx.x; k < end; k += blockDim.x) {
         const size_t i = k * N;
         const Packed<floatX, N> oi = load_packed<N>(o + i);
         Packed<float, N> p = load_packed<N>(master + i);
@@ -260,16 +259,14 @@ inline floatX* muon_newton_schulz(floatX* x, floatX* spare, floatX* gram_a, floa
 
 // One Muon step of count same-shaped rows x cols matrices stored back to back
 // (params, master, grads, momentum: count * rows * cols elements each).
-// lr, weight_decay, mu (0.95 in Keller Jordan's Muon), grad_clip and
-// grad_norm_squared (device pointer, may be null when grad_clip <= 0) as at the
-// top of the file; seed and index_offset (where element 0 of this call sits in
+// lr, weight_decay, mu (0.95 in Keller Jordan's Muon) and grad_scale (device
+// pointer to the clip factor, null: 1) as at the top of the file; seed and index_offset (where element 0 of this call sits in
 // its tensor) as in adamw_update. scratch: muon_scratch_bytes(rows, cols, count)
 // bytes of device memory, 256-byte aligned (cudaMalloc's are). matmul_setup()
 // must have run. Deterministic: fixed reduction orders, no atomics.
 inline void muon_update(floatX* params, float* master, const float* grads, float* momentum, int count, int rows,
-                        int cols, float lr, float weight_decay, float mu, float grad_clip,
-                        const float* grad_norm_squared, uint32_t seed, size_t index_offset, void* scratch,
-                        cudaStream_t stream) {
+                        int cols, float lr, float weight_decay, float mu, const float* grad_scale, uint32_t seed,
+                        size_t index_offset, void* scratch, cudaStream_t stream) {
     if (count <= 0 || rows <= 0 || cols <= 0) return;
     size_t scratch_bytes = 0;
     const MuonScratch ws = muon_scratch_layout(scratch, count, rows, cols, &scratch_bytes);
@@ -278,7 +275,7 @@ inline void muon_update(floatX* params, float* master, const float* grads, float
         constexpr int P = decltype(pack)::value;
         muon_momentum_kernel<P>
             <<<chunked_grid_blocks(muon_momentum_kernel<P>, n / P, MUON_BLOCK), MUON_BLOCK, 0, stream>>>(
-                ws.x0, momentum, grads, n, mu, grad_clip, grad_norm_squared);
+                ws.x0, momentum, grads, n, mu, grad_scale);
     });
     cudaCheck(cudaGetLastError());
     const int parts = muon_norm_parts(per);
@@ -292,7 +289,7 @@ inline void muon_update(floatX* params, float* master, const float* grads, float
     with_pack_width<float>(pack_width<float>(n, params, master, o), [&](auto pack) {
         constexpr int P = decltype(pack)::value;
         muon_apply_kernel<P><<<chunked_grid_blocks(muon_apply_kernel<P>, n / P, MUON_BLOCK), MUON_BLOCK, 0, stream>>>(
-            params, master, o, n, decay, step, grad_norm_squared, seed, index_offset);
+            params, master, o, n, decay, step, grad_scale, seed, index_offset);
     });
     cudaCheck(cudaGetLastError());
 }

@@ -175,6 +175,7 @@ static const Distributed SINGLE_PROCESS;
 struct StepStats {
     float loss_sum;           // the per-token losses, each already divided by the global batch's targets
     float grad_norm_squared;  // of the summed gradient, before clipping
+    float grad_scale;         // the clip factor the optimizers apply (NaN: the step is skipped), not read back
 };
 
 // The parameters and the optimizer's state: a family's model struct derives
@@ -737,7 +738,7 @@ inline void adamw_elements(Parameters* p, const float* grads, size_t local, floa
     const uint32_t seed = (uint32_t)splitmix64(opt.seed ^ ((uint64_t)p->adam_step << 8 | k));
     adamw_update(weights, p->master_weights + local, grads + local, p->adam_m + local, p->adam_v + local, n, lr,
                  opt.beta1, opt.beta2, opt.eps, p->tensors[k].decays ? opt.weight_decay : 0.0f, p->adam_step,
-                 opt.grad_clip, &p->stats->grad_norm_squared, seed, in_tensor, p->stream);
+                 &p->stats->grad_scale, seed, in_tensor, p->stream);
 }
 
 // Muon on the layers of tensor k this rank updates (all on one rank; its
@@ -759,8 +760,8 @@ inline void muon_tensor(Parameters* p, const float* grads, size_t offset, int k,
     for (const MuonCall& c : muon_calls(p, k, first, layers)) {
         const size_t w = offset + c.in_tensor, at = state + (c.in_tensor - first_element);
         muon_update(p->params_memory + w, p->master_weights + at, grads + at, p->adam_m + at, c.block.count,
-                    c.block.rows, c.block.cols, lr * opt.muon_lr_per_lr, decay, opt.muon_momentum, opt.grad_clip,
-                    &p->stats->grad_norm_squared, seed, c.in_tensor, p->muon_scratch, p->stream);
+                    c.block.rows, c.block.cols, lr * opt.muon_lr_per_lr, decay, opt.muon_momentum,
+                    &p->stats->grad_scale, seed, c.in_tensor, p->muon_scratch, p->stream);
     }
 }
 
@@ -786,6 +787,7 @@ inline void update_parameters(Parameters* p, float* scratch, float lr, const Opt
     p->adam_step++;
     if (p->zero_stage == 0) {
         global_norm_squared(&p->stats->grad_norm_squared, scratch, p->grads_memory, p->num_parameters, stream);
+        grad_scale(&p->stats->grad_scale, &p->stats->grad_norm_squared, opt.grad_clip, stream);
         size_t offset = 0;
         for (int k = 0; k < (int)p->tensors.size(); k++) {
             if (muon_tensor_of(p, k)) muon_tensor(p, p->grads_memory, offset, k, lr, opt);
@@ -810,6 +812,7 @@ inline void update_parameters(Parameters* p, float* scratch, float lr, const Opt
     comm_after_compute(d, stream);
     all_reduce_sum(&p->stats->grad_norm_squared, &p->stats->grad_norm_squared, 1, d);
     compute_after_comm(d, stream);
+    grad_scale(&p->stats->grad_scale, &p->stats->grad_norm_squared, opt.grad_clip, stream);
     for (const GradientSlice& s : p->slices) {
         floatX* part = weights_sharded(p, s) ? p->weight_shard + s.weight_offset : slice_weights(p, s) + r * s.part;
         floatX* tail = weights_sharded(p, s) ? p->weight_shard + s.weight_offset + s.part

@@ -30,7 +30,8 @@ static void test_adamw(size_t n, float weight_decay, float clip_mode) {
     Dev d;
     floatX* d_params = d.up(params);
     float *d_master = d.up(master), *d_m = d.up(m), *d_v = d.up(v), *d_g = d.alloc<float>(n);
-    float *d_norm = d.alloc<float>(1), *d_scratch = d.alloc<float>(global_norm_scratch_floats());
+    float *d_norm = d.alloc<float>(1), *d_scale = d.alloc<float>(1);
+    float* d_scratch = d.alloc<float>(global_norm_scratch_floats());
     const int steps[] = {1, 2, 3, 1000};
     for (int t : steps) {
         const auto g = randf(n, -0.5f, 0.5f);
@@ -38,8 +39,9 @@ static void test_adamw(size_t n, float weight_decay, float clip_mode) {
         global_norm_squared(d_norm, d_scratch, d_g, n, g_stream);
         const float ns = to_host(d_norm, 1)[0];
         const float grad_clip = clip_mode > 0 ? clip_mode * std::sqrt(ns) : 0.0f;
-        adamw_update(d_params, d_master, d_g, d_m, d_v, n, lr, beta1, beta2, eps, weight_decay, t, grad_clip,
-                     clip_mode > 0 ? d_norm : nullptr, 1000u + t, 0, g_stream);
+        grad_scale(d_scale, d_norm, grad_clip, g_stream);
+        adamw_update(d_params, d_master, d_g, d_m, d_v, n, lr, beta1, beta2, eps, weight_decay, t,
+                     clip_mode > 0 ? d_scale : nullptr, 1000u + t, 0, g_stream);
         // reference: one step in double from the state the device started this step from
         const double clip = grad_clip > 0 ? std::min(1.0, grad_clip / (std::sqrt((double)ns) + 1e-6)) : 1.0;
         const double bc1 = 1 - std::pow((double)beta1, t), bc2 = 1 - std::pow((double)beta2, t);
@@ -90,8 +92,8 @@ static void test_stochastic_rounding() {
     for (float x : values) {
         for (uint32_t seed : {1u, 77u}) {
             d.put(d_master, std::vector<float>(n, x));
-            adamw_update(d_params, d_master, d_g, d_m, d_v, n, 0.0f, 0.9f, 0.95f, 1e-8f, 0.0f, 1, 0.0f, nullptr, seed,
-                         0, g_stream);
+            adamw_update(d_params, d_master, d_g, d_m, d_v, n, 0.0f, 0.9f, 0.95f, 1e-8f, 0.0f, 1, nullptr, seed, 0,
+                         g_stream);
             const auto p = to_host(d_params, n);
             double mean = 0;
             int bad = 0;
@@ -136,7 +138,7 @@ static void test_stochastic_rounding_bits() {
         float *d_master = d.up(master), *d_g = d.up(std::vector<float>(n + 1, 0.0f)),
               *d_m = d.up(std::vector<float>(n + 1, 0.0f)), *d_v = d.up(std::vector<float>(n + 1, 0.0f));
         adamw_update(d_params + start, d_master + start, d_g + start, d_m + start, d_v + start, n, 0.0f, 0.9f, 0.95f,
-                     1e-8f, 0.0f, 1, 0.0f, nullptr, seed, offset, g_stream);
+                     1e-8f, 0.0f, 1, nullptr, seed, offset, g_stream);
         const auto p = to_host(d_params, n + 1);
         const auto after = to_host(d_master, n + 1);
         size_t wrong = 0;
@@ -179,23 +181,23 @@ static void test_adamw_in_pieces() {
     float *d_g = d.up(g), *d_mw = d.up(master), *d_mp = d.up(master);
     float *d_m1 = d.up(std::vector<float>(n, 0.0f)), *d_v1 = d.up(std::vector<float>(n, 0.0f));
     float *d_m2 = d.up(std::vector<float>(n, 0.0f)), *d_v2 = d.up(std::vector<float>(n, 0.0f));
-    adamw_update(d_whole, d_mw, d_g, d_m1, d_v1, n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 3, 0.0f, nullptr, 99u, 0,
-                 g_stream);
+    adamw_update(d_whole, d_mw, d_g, d_m1, d_v1, n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 3, nullptr, 99u, 0, g_stream);
     for (int k = 0; k + 1 < 6; k++) {
         const size_t a = cuts[k], len = cuts[k + 1] - a;
-        adamw_update(d_pieces + a, d_mp + a, d_g + a, d_m2 + a, d_v2 + a, len, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 3, 0.0f,
+        adamw_update(d_pieces + a, d_mp + a, d_g + a, d_m2 + a, d_v2 + a, len, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 3,
                      nullptr, 99u, a, g_stream);
     }
     const auto w = to_host(d_whole, n), p = to_host(d_pieces, n);
     const auto mw = to_host(d_mw, n), mp = to_host(d_mp, n);
     CHECK(memcmp(w.data(), p.data(), n * sizeof(floatX)) == 0 && memcmp(mw.data(), mp.data(), n * 4) == 0,
           "adamw_update in 5 pieces with index offsets: weights and master bitwise equal to one whole update");
-    // a non-finite gradient norm leaves weights, master, m and v untouched
+    // a non-finite gradient norm (its scale NaN) leaves weights, master, m and v untouched
     const auto m_before = to_host(d_m1, n);
+    float* d_scale = d.alloc<float>(1);
     for (float bad : {NAN, INFINITY}) {
         float* d_norm = d.up(std::vector<float>{bad});
-        adamw_update(d_whole, d_mw, d_g, d_m1, d_v1, n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 4, 1.0f, d_norm, 7u, 0,
-                     g_stream);
+        grad_scale(d_scale, d_norm, 1.0f, g_stream);
+        adamw_update(d_whole, d_mw, d_g, d_m1, d_v1, n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 4, d_scale, 7u, 0, g_stream);
         CHECK(memcmp(to_host(d_whole, n).data(), w.data(), n * sizeof(floatX)) == 0 &&
                   memcmp(to_host(d_mw, n).data(), mw.data(), n * 4) == 0 &&
                   memcmp(to_host(d_m1, n).data(), m_before.data(), n * 4) == 0,
@@ -203,8 +205,40 @@ static void test_adamw_in_pieces() {
     }
 }
 
+// grad_scale against the formula in double: min(1, clip / (norm + 1e-6)), 1
+// without clipping, NaN (the step skipped) for a non-finite norm, clipping or not.
+static void test_grad_scale() {
+    Dev d;
+    float *d_ns = d.alloc<float>(1), *d_scale = d.alloc<float>(1);
+    const float norms_squared[] = {0.0f, 1e-8f, 0.25f, 1.0f, 4.0f, 1e6f, 3e38f};
+    const float clips[] = {0.0f, -1.0f, 0.5f, 1.0f, 1e3f};
+    int worst = 0;
+    double worst_err = 0;
+    for (float ns : norms_squared)
+        for (float clip : clips) {
+            d.put(d_ns, std::vector<float>{ns});
+            grad_scale(d_scale, d_ns, clip, g_stream);
+            const double got = to_host(d_scale, 1)[0];
+            const double want = clip > 0 ? std::min(1.0, clip / (std::sqrt((double)ns) + 1e-6)) : 1.0;
+            const double err = std::fabs(got - want) / want;
+            worst_err = std::max(worst_err, err);
+            worst += !(err <= TOL_F32);
+        }
+    CHECK(worst == 0, "grad_scale over %zu norms x %zu clips: max rel err %.1e <= %.0e (%d over)",
+          std::size(norms_squared), std::size(clips), worst_err, TOL_F32, worst);
+    int finite = 0;
+    for (float bad : {NAN, INFINITY, -INFINITY})
+        for (float clip : clips) {
+            d.put(d_ns, std::vector<float>{bad});
+            grad_scale(d_scale, d_ns, clip, g_stream);
+            finite += !std::isnan(to_host(d_scale, 1)[0]);
+        }
+    CHECK(finite == 0, "grad_scale of a NaN or infinite norm is NaN, with and without clipping (%d not)", finite);
+}
+
 int main() {
     kernel_test_begin("test_adamw");
+    TEST_CASE(test_grad_scale());
     TEST_CASE(test_adamw(1037, 0.1f, 0.5f));  // clipping active
     TEST_CASE(test_adamw(1037, 0.0f, 0.0f));  // clipping disabled, no weight decay
     TEST_CASE(test_adamw(140001, 0.1f, 1e3f));  // clip above the norm: inactive; grid-stride wraps

@@ -6,6 +6,7 @@
 // land outside the bound, so the bound can tell them apart; the output's singular values
 // lie where NS5 puts them; the scratch holds the iteration (the small-side
 // Grams) without a byte past its end; a non-finite gradient norm changes nothing.
+#include "llmc/kernels/global_norm.cuh"
 #include "llmc/kernels/muon.cuh"
 #include "test/kernels/kernel_test.h"
 
@@ -164,7 +165,7 @@ static void test_muon(int count, int rows, int cols) {
     for (int t = 1; t <= 2; t++) {
         const auto g = randf(n, -1.0f, 1.0f);
         d.put(d_g, g);
-        muon_update(d_params, d_master, d_g, d_m, count, rows, cols, lr, wd, mu, 0.0f, nullptr, 500u + t, 0, d_scratch,
+        muon_update(d_params, d_master, d_g, d_m, count, rows, cols, lr, wd, mu, nullptr, 500u + t, 0, d_scratch,
                     g_stream);
         const auto nm = to_host(d_master, n), nmom = to_host(d_m, n);
         const auto np = to_host(d_params, n);
@@ -247,17 +248,19 @@ static void test_muon_skip_and_repeat() {
     floatX *d_p1 = d.up(params), *d_p2 = d.up(params);
     float *d_w1 = d.up(master), *d_w2 = d.up(master), *d_m1 = d.up(m), *d_m2 = d.up(m), *d_g = d.up(g);
     void* d_scratch = d.alloc<unsigned char>(muon_scratch_bytes(rows, cols, count));
+    float* d_scale = d.alloc<float>(1);
     for (float bad : {NAN, INFINITY}) {
         float* d_norm = d.up(std::vector<float>{bad});
-        muon_update(d_p1, d_w1, d_g, d_m1, count, rows, cols, 0.02f, 0.1f, 0.95f, 1.0f, d_norm, 3u, 0, d_scratch,
-                    g_stream);
+        grad_scale(d_scale, d_norm, 1.0f, g_stream);
+        muon_update(d_p1, d_w1, d_g, d_m1, count, rows, cols, 0.02f, 0.1f, 0.95f, d_scale, 3u, 0, d_scratch, g_stream);
         CHECK(same_bits(to_host(d_p1, n), params) && same_bits(to_host(d_w1, n), master) &&
                   same_bits(to_host(d_m1, n), m),
               "muon_update with a %s gradient norm changes nothing", std::isnan(bad) ? "NaN" : "Inf");
     }
     float* d_norm = d.up(std::vector<float>{4.0f});  // clip 1 / (2 + 1e-6): active
-    muon_update(d_p1, d_w1, d_g, d_m1, count, rows, cols, 0.02f, 0.1f, 0.95f, 1.0f, d_norm, 3u, 0, d_scratch, g_stream);
-    muon_update(d_p2, d_w2, d_g, d_m2, count, rows, cols, 0.02f, 0.1f, 0.95f, 1.0f, d_norm, 3u, 0, d_scratch, g_stream);
+    grad_scale(d_scale, d_norm, 1.0f, g_stream);
+    muon_update(d_p1, d_w1, d_g, d_m1, count, rows, cols, 0.02f, 0.1f, 0.95f, d_scale, 3u, 0, d_scratch, g_stream);
+    muon_update(d_p2, d_w2, d_g, d_m2, count, rows, cols, 0.02f, 0.1f, 0.95f, d_scale, 3u, 0, d_scratch, g_stream);
     const auto m1 = to_host(d_m1, n);
     std::vector<double> rm(n);
     for (size_t i = 0; i < n; i++) rm[i] = 0.95 * m[i] + g[i] / (2.0 + 1e-6);
