@@ -9,18 +9,32 @@ constexpr int GLOBAL_NORM_MAX_BLOCKS = 1024;  // enough to fill a GPU; also the 
 
 inline size_t global_norm_scratch_floats() { return GLOBAL_NORM_MAX_BLOCKS; }
 
-// Stage 1: partial[k] = sum over this block's chunk of g[i]^2
-// (fp32 per thread, then the block reduction).
-// N consecutive elements per thread (16-byte loads where n and the pointer allow).
+// Stage 1: partial[b] = sum over block b's part of g[i]^2. Each warp owns one
+// contiguous segment of `steps` x 32 packs of N elements; at step s lane l
+// takes pack s * 32 + l of it, so a warp reads 32 neighbouring packs at once
+// (coalesced on a GPU). A thread keeps N sums, one per element of its packs
+// (independent: the CPU adds them as one vector), adds them in element order,
+// and the block reduction sums the threads. Where a thread runs its loop
+// before the next one starts (the CPU runtime), the first lane of a warp walks
+// the segment 512 bytes at a time, a stride the prefetchers follow, and the
+// other 31 find it in cache (a grid-wide or block-wide stride would be a new
+// page every step).
 template <int N>
-__global__ void global_norm_partial_kernel(float* partial, const float* grads, size_t n) {
-    float sum = 0.0f;
-    const BlockChunk chunk = block_chunk(n / N);
-    for (size_t k = chunk.begin + threadIdx.x; k < chunk.end; k += blockDim.x) {
+__global__ void global_norm_partial_kernel(float* partial, const float* grads, size_t n, size_t steps) {
+    const size_t packs = n / N, segment = steps * WARP_SIZE;
+    const size_t warp = (size_t)blockIdx.x * (blockDim.x / WARP_SIZE) + threadIdx.x / WARP_SIZE;
+    const size_t begin = warp * segment, end = begin + segment < packs ? begin + segment : packs;
+    Packed<float, N> sums;
+#pragma unroll
+    for (int e = 0; e < N; e++) sums.v[e] = 0.0f;
+    for (size_t k = begin + threadIdx.x % WARP_SIZE; k < end; k += WARP_SIZE) {
         const Packed<float, N> g = load_packed_streaming<N>(grads + k * N);
 #pragma unroll
-        for (int e = 0; e < N; e++) sum += g.v[e] * g.v[e];
+        for (int e = 0; e < N; e++) sums.v[e] += g.v[e] * g.v[e];
     }
+    float sum = 0.0f;
+#pragma unroll
+    for (int e = 0; e < N; e++) sum += sums.v[e];
     sum = block_reduce_sum(sum);
     if (threadIdx.x == 0) partial[blockIdx.x] = sum;
 }
@@ -34,18 +48,21 @@ __global__ void global_norm_final_kernel(float* norm_squared, const float* parti
 }
 
 // *norm_squared = sum_i grads[i]^2 (overwritten). scratch: global_norm_scratch_floats() floats.
-// The number of blocks depends only on n, so the result is bitwise the same every run.
+// The grid and each warp's segment depend only on n, so the result is bitwise
+// the same every run, on any device.
 inline void global_norm_squared(float* norm_squared, float* scratch, const float* grads, size_t n,
                                 cudaStream_t stream) {
-    const size_t needed = CEIL_DIV(n, (size_t)GLOBAL_NORM_BLOCK);
-    const int blocks =
-        (int)(needed < (size_t)GLOBAL_NORM_MAX_BLOCKS ? (needed > 0 ? needed : 1) : GLOBAL_NORM_MAX_BLOCKS);
+    const int warps_per_block = GLOBAL_NORM_BLOCK / WARP_SIZE;
     with_pack_width<float>(pack_width<float>(n, grads), [&](auto pack) {
-        global_norm_partial_kernel<decltype(pack)::value><<<blocks, GLOBAL_NORM_BLOCK, 0, stream>>>(scratch, grads, n);
+        constexpr int P = decltype(pack)::value;
+        const size_t packs = n / P, needed = CEIL_DIV(packs, (size_t)GLOBAL_NORM_BLOCK);
+        const int blocks = (int)std::max<size_t>(1, std::min(needed, (size_t)GLOBAL_NORM_MAX_BLOCKS));
+        const size_t steps = std::max<size_t>(1, CEIL_DIV(packs, (size_t)blocks * warps_per_block * WARP_SIZE));
+        global_norm_partial_kernel<P><<<blocks, GLOBAL_NORM_BLOCK, 0, stream>>>(scratch, grads, n, steps);
+        cudaCheck(cudaGetLastError());
+        global_norm_final_kernel<<<1, GLOBAL_NORM_BLOCK, 0, stream>>>(norm_squared, scratch, blocks);
+        cudaCheck(cudaGetLastError());
     });
-    cudaCheck(cudaGetLastError());
-    global_norm_final_kernel<<<1, GLOBAL_NORM_BLOCK, 0, stream>>>(norm_squared, scratch, blocks);
-    cudaCheck(cudaGetLastError());
 }
 
 // *scale = min(1, grad_clip / (sqrt(*norm_squared) + 1e-6))   (1 when grad_clip <= 0)

@@ -25,6 +25,8 @@ int main() {
     kernel_test_begin("test_global_norm");
     TEST_CASE(test_global_norm(1));
     TEST_CASE(test_global_norm(1000));
-    TEST_CASE(test_global_norm(1000003));
+    TEST_CASE(test_global_norm(1000003));  // odd: one element per thread, 4 steps per lane
+    TEST_CASE(test_global_norm(1200028));  // packs of 4; the last warps' segments empty
+    TEST_CASE(test_global_norm(8000000));  // packs of 4, 8 steps per lane
     return kernel_test_end("test_global_norm");
 }
