@@ -134,10 +134,11 @@ __device__ inline void stochastic_round(float in, float* out, uint32_t, uint32_t
 // a block never leaves its chunk, which keeps the CPU runtime (where a thread
 // runs its whole loop before the next one starts) in cache; a grid-wide stride
 // would send every thread across the whole array. A kernel takes its chunk
-// before any early return: where a block's threads run as one loop (the CPU
-// runtime), the compiler computes once per block only what every thread
-// reaches (after a return that a thread may take, the chunk's two 64-bit
-// divisions were paid per thread).
+// first and has no early return (to do nothing, it runs its loop over no
+// element): where a block's threads run as one loop (the CPU runtime), the
+// compiler computes once per block only what every thread reaches (after a
+// return that a thread may take, the chunk's two 64-bit divisions are paid per
+// thread, even when the source takes the chunk before the return).
 struct BlockChunk {
     size_t begin, end;
 };
