@@ -29,10 +29,8 @@ CPU_INC    := -I$(RT_DIR)/include -I$(CUDA_INC) -I.
 # compile to plain instructions (no errno branch), as on the device.
 # -fpeel-loops: loops of a constant trip count unrolled whole, as nvcc does
 # under #pragma unroll, so that a thread's register arrays (the fp32
-# attention's 64 accumulators of a row) stay in registers and vector lanes
-# rather than on the stack: fp32 attention 1.8x faster (bench_attention d12
-# shapes, 23.5 -> 13.2 ms a layer); -O3 does as much for attention but slows
-# AdamW 2x. Neither reorders a sum: the same bits.
+# attention's accumulators of a row) stay in registers rather than on the
+# stack; it reorders no sum (docs/benchmarks.md: measured, and why not -O3).
 CPU_CXXFLAGS ?= -O2 -fpeel-loops -g1 -std=c++17 -fno-math-errno -Wall -Wno-unknown-pragmas -Wno-unused-function -Wno-sign-compare -pthread
 # WERROR=1 (CI: .ci/run): a warning of the CPU or host builds fails the build.
 WERROR ?= 0
