@@ -4,6 +4,7 @@
 #pragma once
 #include <cmath>
 #include "llmc/kernels/cuda_common.h"
+#include "llmc/kernels/global_norm.cuh"
 
 // g     = grads[i] * clip          clip = *grad_scale (global_norm.cuh's grad_scale)
 // p     = master[i] * (1 - lr * weight_decay)          decoupled weight decay
@@ -13,8 +14,9 @@
 //         step_size = lr / (1 - beta1^t), bc2_sqrt = sqrt(1 - beta2^t)
 // master[i] = p;  params[i] = stochastic_round(p; index index_offset + i, seed)
 // The clip factor is read from device memory here, so the optimizer never
-// waits for the norm on the host; a NaN factor (a non-finite norm) skips the step. The scalars that depend only on the
-// hyperparameters are computed in double on the host, as torch does in Python.
+// waits for the norm on the host; a NaN factor (a non-finite norm) skips the
+// step. The scalars that depend only on the hyperparameters are computed in
+// double on the host, as torch does in Python.
 // N consecutive elements per thread (16-byte accesses to the fp32 arrays where
 // n and the pointers allow, else 1); the arithmetic per element is the same
 // either way, so the result does not depend on N.
@@ -24,7 +26,7 @@ __global__ void adamw_kernel(floatX* __restrict__ params, float* __restrict__ ma
                              float beta2, float one_minus_beta2, float eps, float step_size, float bc2_sqrt,
                              const float* grad_scale, uint32_t seed, size_t index_offset) {
     const BlockChunk chunk = block_chunk(n / N);
-    const float clip = grad_scale ? *grad_scale : 1.0f;
+    const float clip = read_grad_scale(grad_scale);
     // a non-finite gradient (an overflow, a bad batch) leaves the weights and
     // moments as they were (the trainer then stops, or skips the step): the
     // loop runs over no element. Not a return: see block_chunk.

@@ -65,6 +65,10 @@ inline void global_norm_squared(float* norm_squared, float* scratch, const float
     });
 }
 
+// What an optimizer kernel scales its gradient by: the factor grad_scale
+// wrote (null: 1, no clipping). Not finite (NaN) on a skipped step.
+__device__ inline float read_grad_scale(const float* grad_scale) { return grad_scale ? *grad_scale : 1.0f; }
+
 // *scale = min(1, grad_clip / (sqrt(*norm_squared) + 1e-6))   (1 when grad_clip <= 0)
 // and NaN when the norm is not finite (an overflow, a bad batch): the
 // optimizers then leave every weight and moment as it was. One thread, once

@@ -25,6 +25,7 @@
 #include <tuple>
 
 #include "llmc/kernels/cuda_common.h"
+#include "llmc/kernels/global_norm.cuh"
 #include "llmc/kernels/matmul.cuh"
 
 // Newton-Schulz quintic (Keller Jordan's zeropower_via_newtonschulz5): with
@@ -89,7 +90,7 @@ template <int N>
 __global__ void muon_momentum_kernel(floatX* __restrict__ u, float* __restrict__ m, const float* __restrict__ grads,
                                      size_t n, float mu, const float* grad_scale) {
     const BlockChunk chunk = block_chunk(n / N);
-    const float clip = grad_scale ? *grad_scale : 1.0f;
+    const float clip = read_grad_scale(grad_scale);
     const bool skip = !isfinite(clip);
     for (size_t k = chunk.begin + threadIdx.x; k < chunk.end; k += blockDim.x) {
         const size_t i = k * N;
@@ -150,7 +151,7 @@ __global__ void muon_apply_kernel(floatX* __restrict__ params, float* __restrict
                                   size_t index_offset) {
     const BlockChunk chunk = block_chunk(n / N);
     // a skipped step: the loop runs over no element (not a return: see block_chunk)
-    const size_t end = grad_scale && !isfinite(*grad_scale) ? chunk.begin : chunk.end;
+    const size_t end = isfinite(read_grad_scale(grad_scale)) ? chunk.end : chunk.begin;
     for (size_t k = chunk.begin + threadIdx.x; k < end; k += blockDim.x) {
         const size_t i = k * N;
         const Packed<floatX, N> oi = load_packed<N>(o + i);
@@ -260,8 +261,9 @@ inline floatX* muon_newton_schulz(floatX* x, floatX* spare, floatX* gram_a, floa
 // One Muon step of count same-shaped rows x cols matrices stored back to back
 // (params, master, grads, momentum: count * rows * cols elements each).
 // lr, weight_decay, mu (0.95 in Keller Jordan's Muon) and grad_scale (device
-// pointer to the clip factor, null: 1) as at the top of the file; seed and index_offset (where element 0 of this call sits in
-// its tensor) as in adamw_update. scratch: muon_scratch_bytes(rows, cols, count)
+// pointer to the clip factor, null: 1) as at the top of the file; seed and
+// index_offset (where element 0 of this call sits in its tensor) as in
+// adamw_update. scratch: muon_scratch_bytes(rows, cols, count)
 // bytes of device memory, 256-byte aligned (cudaMalloc's are). matmul_setup()
 // must have run. Deterministic: fixed reduction orders, no atomics.
 inline void muon_update(floatX* params, float* master, const float* grads, float* momentum, int count, int rows,

@@ -6,7 +6,6 @@
 // land outside the bound, so the bound can tell them apart; the output's singular values
 // lie where NS5 puts them; the scratch holds the iteration (the small-side
 // Grams) without a byte past its end; a non-finite gradient norm changes nothing.
-#include "llmc/kernels/global_norm.cuh"
 #include "llmc/kernels/muon.cuh"
 #include "test/kernels/kernel_test.h"
 
