@@ -779,6 +779,13 @@ inline void attention_check_heads(int NH, int NKV) {
     if (NKV < 1 || NH % NKV != 0) llmc::failf("attention: %d key/value heads do not divide %d query heads", NKV, NH);
 }
 
+// Both precisions read rows of qkv and dout 16 bytes at a time (cp.async;
+// attention_fp32's load_rows), so every row starts 16-byte aligned (HS * the
+// element size is a multiple of 16) where the arrays do.
+inline void attention_check_aligned(const void* p, const char* name) {
+    if ((uintptr_t)p % 16 != 0) llmc::failf("attention: %s is not 16-byte aligned", name);
+}
+
 // out (B,T,C) and lse (B,NH,T) from qkv (B,T,(NH+2NKV)HS); causal, scale 1/sqrt(HS).
 // docs: nullptr, or (B, T) document spans (document_spans): causal within each
 // document only.
@@ -786,6 +793,7 @@ inline void attention_forward(floatX* out, float* lse, const floatX* qkv, const 
                               int NKV, int HS, cudaStream_t stream) {
     attention_check_heads(NH, NKV);
     if ((size_t)B * T * NH == 0) return;
+    attention_check_aligned(qkv, "qkv");
     attention_detail::forward(out, lse, qkv, docs, B, T, NH, NKV, HS, stream);
 }
 
@@ -798,5 +806,7 @@ inline void attention_backward(floatX* dqkv, float* scratch, const floatX* dout,
                                cudaStream_t stream) {
     attention_check_heads(NH, NKV);
     if ((size_t)B * T * NH == 0) return;
+    attention_check_aligned(qkv, "qkv");
+    attention_check_aligned(dout, "dout");
     attention_detail::backward(dqkv, scratch, dout, qkv, out, lse, docs, B, T, NH, NKV, HS, stream);
 }

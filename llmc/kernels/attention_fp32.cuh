@@ -103,7 +103,7 @@ __device__ __forceinline__ void accumulate_chunk(float (&acc)[HS], const float (
 
 // Cooperative copy of `rows` rows starting at `row0` (HS floats each, global row
 // stride `stride`) into shared memory with row stride `dst_stride`, 16 bytes a
-// thread at a time (the rows start 16-byte aligned: check_aligned); rows at or
+// thread at a time (the rows start 16-byte aligned: attention.cuh checks the arrays); rows at or
 // past T read as zero. Consecutive threads read consecutive 16-byte pieces
 // (coalesced; where a block's threads run one after another, on the CPU, a
 // quarter of the index arithmetic of one float at a time). SCALED: each value
@@ -380,17 +380,10 @@ __global__ void __launch_bounds__(Config<HS>::ROWS)
     }
 }
 
-// load_rows reads 16 bytes at a time: the rows of qkv and dout start 16-byte
-// aligned (HS % 4 == 0) where the arrays do.
-inline void check_aligned(const float* p, const char* name) {
-    if ((uintptr_t)p % 16 != 0) llmc::fail(std::string("attention: ") + name + " is not 16-byte aligned");
-}
-
 template <int HS>
 inline void forward_launch(float* out, float* lse, const float* qkv, const int2* docs, int B, int T, int NH, int NKV,
                            cudaStream_t stream) {
     using Cfg = Config<HS>;
-    check_aligned(qkv, "qkv");
     const dim3 grid(B * NH, CEIL_DIV(T, Cfg::ROWS));
     attention_forward_kernel<HS>
         <<<grid, Cfg::ROWS, Cfg::fwd_floats * sizeof(float), stream>>>(out, lse, qkv, docs, T, NH, NKV);
@@ -401,8 +394,6 @@ template <int HS>
 inline void backward_launch(float* dqkv, float* scratch, const float* dout, const float* qkv, const float* out,
                             const float* lse, const int2* docs, int B, int T, int NH, int NKV, cudaStream_t stream) {
     using Cfg = Config<HS>;
-    check_aligned(qkv, "qkv");
-    check_aligned(dout, "dout");
     const dim3 grid(B * NH, CEIL_DIV(T, Cfg::ROWS)), grid_kv(B * NKV, CEIL_DIV(T, Cfg::ROWS));
     attention_backward_dq_kernel<HS><<<grid, Cfg::ROWS, Cfg::dq_floats * sizeof(float), stream>>>(
         dqkv, scratch, dout, qkv, out, lse, docs, T, NH, NKV);

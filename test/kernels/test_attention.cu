@@ -339,6 +339,31 @@ static void test_heads_must_divide() {
           "NH=4, NKV=3 is refused: \"%s\"", message.c_str());
 }
 
+// qkv and dout are read 16 bytes at a time: an array that does not start
+// 16-byte aligned is an llmc::Error naming it, thrown before any launch (the
+// pointers are never dereferenced).
+static void test_alignment_refused() {
+    auto refusal = [](auto call) {
+        try {
+            call();
+        } catch (const llmc::Error& e) {
+            return std::string(e.what());
+        }
+        return std::string("(not refused)");
+    };
+    floatX* aligned = reinterpret_cast<floatX*>(uintptr_t(1) << 12);
+    floatX* off = aligned + 1;
+    const std::string fwd =
+        refusal([&] { attention_forward(aligned, nullptr, off, nullptr, 1, 16, 4, 4, 64, nullptr); });
+    CHECK(fwd.find("qkv is not 16-byte aligned") != std::string::npos, "forward, qkv off by one element: \"%s\"",
+          fwd.c_str());
+    const std::string bwd = refusal([&] {
+        attention_backward(aligned, nullptr, off, aligned, aligned, nullptr, nullptr, 1, 16, 4, 4, 64, nullptr);
+    });
+    CHECK(bwd.find("dout is not 16-byte aligned") != std::string::npos, "backward, dout off by one element: \"%s\"",
+          bwd.c_str());
+}
+
 int main() {
     printf("test_attention (%s)\n", PRECISION_NAME);
     TEST_CASE(test_shape(2, 32, 4, 4, 16, 1.0, 1));
@@ -371,5 +396,6 @@ int main() {
     TEST_CASE(test_shape(1, 100, 4, 1, 128, 1.0, 21, 20));
     TEST_CASE(test_shape(1, 90, 8, 2, 32, 1.0, 22, 10));
     TEST_CASE(test_heads_must_divide());
+    TEST_CASE(test_alignment_refused());
     return test_summary("test_attention");
 }
