@@ -66,13 +66,25 @@
 #include <cblas.h>
 
 #include <algorithm>
+#include <atomic>
 #include <climits>
 #include <cmath>
 #include <cstring>
 #include <new>
 #include <vector>
 
+#include "cpucuda.h"
 #include "internal.h"
+
+// The epilogue's loops (finish_block) are compiled twice, for the build's
+// target and for AVX2 (AVX2_CODE), and run as AVX2 where the CPU has it: the
+// same operations, 8 floats to a register. Not FMA: nothing is fused, so both
+// give the same bits (cpucuda::set_matmul_vector_code switches to the portable
+// copy for the tests that compare them).
+#if defined(__x86_64__) && defined(__GNUC__)
+#define CPUCUDA_MATMUL_AVX2 1
+#define AVX2_CODE __attribute__((target("avx2")))
+#endif
 
 // The handle type is a pointer to this (declared, not defined, by cublasLt.h).
 struct cublasLtContext {
@@ -509,9 +521,10 @@ const void* offset(const void* p, cudaDataType_t t, int64_t elements) {
     return static_cast<const char*>(p) + elements * (int64_t)type_size(t);
 }
 
-// The GELU epilogues, 4 values at a time in gcc's vector types (an SSE2
-// register on the build's target; libm's tanhf is a call per element, and the epilogues of
-// one step's fc matmuls evaluate 19 M of them). tanh from exp:
+// The GELU epilogues, 8 values at a time in gcc's vector types (two SSE2
+// registers on the build's target, one AVX2 register in finish_block_avx2;
+// libm's tanhf is a call per element, and the epilogues of one step's
+// fc matmuls evaluate 19 M of them). tanh from exp:
 //   tanh(u) = sign(u) (1 - e) / (1 + e),  e = exp(-2|u|)
 //   exp(y) = 2^n exp(r),  n = round(y / ln 2),  r = y - n ln 2 (|r| <= ln 2 / 2),
 // exp(r) by its Taylor series to r^7 (relative error under 1e-8 there). |u| is
@@ -519,47 +532,52 @@ const void* offset(const void* p, cudaDataType_t t, int64_t elements) {
 // rounds to 1 as tanhf does. The result is within 3e-7 of tanh (absolute; a
 // GELU adds it to 1); NaN stays NaN. Each lane is the same IEEE operations in
 // the same order, so the bits do not depend on a value's place in a column.
-typedef float Floats4 __attribute__((vector_size(16)));
-typedef int32_t Ints4 __attribute__((vector_size(16)));
+typedef float Floats8 __attribute__((vector_size(32)));
+typedef int32_t Ints8 __attribute__((vector_size(32)));
+// Always inlined, into each copy of finish_block, which then evaluates them
+// with its own instructions: no vector crosses a call, so gcc's warning that
+// returning one by value has an ABI that depends on AVX does not apply.
+#pragma GCC diagnostic ignored "-Wpsabi"
+#define VECTOR_INLINE inline __attribute__((always_inline))
 
-inline Floats4 tanh4(Floats4 u) {
+VECTOR_INLINE Floats8 tanh8(const Floats8& u) {
     constexpr float kLog2e = 1.44269504f, kLn2Hi = 0.693145752f, kLn2Lo = 1.42860677e-6f;
     constexpr float kRound = 12582912.0f;  // 1.5 * 2^23: adding it rounds to an integer, kept in the low bits
-    Floats4 a = (Floats4)((Ints4)u & 0x7fffffff);
+    Floats8 a = (Floats8)((Ints8)u & 0x7fffffff);
     a = a < 40.0f ? a : 40.0f;
-    const Floats4 y = -2.0f * a;
-    const Floats4 shifted = y * kLog2e + kRound;
-    const Floats4 n = shifted - kRound;
-    const Floats4 r = (y - n * kLn2Hi) - n * kLn2Lo;
-    Floats4 p = r * (1.0f / 5040) + 1.0f / 720;
+    const Floats8 y = -2.0f * a;
+    const Floats8 shifted = y * kLog2e + kRound;
+    const Floats8 n = shifted - kRound;
+    const Floats8 r = (y - n * kLn2Hi) - n * kLn2Lo;
+    Floats8 p = r * (1.0f / 5040) + 1.0f / 720;
     p = p * r + 1.0f / 120;
     p = p * r + 1.0f / 24;
     p = p * r + 1.0f / 6;
     p = p * r + 0.5f;
     p = p * r + 1.0f;
     p = p * r + 1.0f;
-    const Floats4 scale = (Floats4)(((Ints4)shifted - 0x4b400000 + 127) << 23);  // 2^n
-    const Floats4 e = p * scale;
-    const Floats4 t = (1.0f - e) / (1.0f + e);
-    const Floats4 signed_t = u < 0.0f ? -t : t;
+    const Floats8 scale = (Floats8)(((Ints8)shifted - 0x4b400000 + 127) << 23);  // 2^n
+    const Floats8 e = p * scale;
+    const Floats8 t = (1.0f - e) / (1.0f + e);
+    const Floats8 signed_t = u < 0.0f ? -t : t;
     return u != u ? u : signed_t;
 }
 
 constexpr float kSqrt2OverPi = 0.7978845608028654f;
 constexpr float kGeluCoeff = 0.044715f;
 
-inline Floats4 gelu4(Floats4 x) {
-    const Floats4 u = kSqrt2OverPi * (x + kGeluCoeff * x * x * x);
-    return 0.5f * x * (1.0f + tanh4(u));
+VECTOR_INLINE Floats8 gelu8(const Floats8& x) {
+    const Floats8 u = kSqrt2OverPi * (x + kGeluCoeff * x * x * x);
+    return 0.5f * x * (1.0f + tanh8(u));
 }
 
 // d/dx of the tanh-approximated gelu.
-inline Floats4 gelu_grad4(Floats4 x) {
-    const Floats4 u = kSqrt2OverPi * (x + kGeluCoeff * x * x * x);
-    const Floats4 t = tanh4(u);
-    const Floats4 sech2 = 1.0f - t * t;
-    const Floats4 du = kSqrt2OverPi * (1.0f + 3.0f * kGeluCoeff * x * x);
-    const Floats4 g = 0.5f * (1.0f + t) + 0.5f * x * sech2 * du;
+VECTOR_INLINE Floats8 gelu_grad8(const Floats8& x) {
+    const Floats8 u = kSqrt2OverPi * (x + kGeluCoeff * x * x * x);
+    const Floats8 t = tanh8(u);
+    const Floats8 sech2 = 1.0f - t * t;
+    const Floats8 du = kSqrt2OverPi * (1.0f + 3.0f * kGeluCoeff * x * x);
+    const Floats8 g = 0.5f * (1.0f + t) + 0.5f * x * sech2 * du;
     return sech2 == 0.0f ? 0.5f * (1.0f + t) : g;  // |x| large: avoids 0 * inf when x^2 overflows
 }
 
@@ -730,33 +748,33 @@ inline void add_plain(float* x, const void* src, cudaDataType_t t, int n) {
     if (t == CUDA_R_32F) add_column<false>(x, static_cast<const float*>(src), 0.0f, n);
     else add_column<false>(x, static_cast<const uint16_t*>(src), 0.0f, n);
 }
-// x[i] = gelu(x[i]), and x[i] *= gelu'(pre[i]): 4 at a time, the tail of a
+// x[i] = gelu(x[i]), and x[i] *= gelu'(pre[i]): 8 at a time, the tail of a
 // column through a zero-padded block, so that every element takes the same path.
 template <class F>
-inline void in_blocks_of_4(float* x, int n, F f) {  // x[i..i+4) = f(x[i..i+4), i)
+VECTOR_INLINE void in_blocks_of_8(float* x, int n, F f) {  // f(v, i): v = x[i..i+8), updated in place
     int i = 0;
-    for (; i + 4 <= n; i += 4) {
-        Floats4 v;
+    for (; i + 8 <= n; i += 8) {
+        Floats8 v;
         memcpy(&v, x + i, sizeof(v));
-        v = f(v, i);
+        f(v, i);
         memcpy(x + i, &v, sizeof(v));
     }
     if (i < n) {
-        Floats4 v = {};
+        Floats8 v = {};
         for (int e = 0; i + e < n; e++) v[e] = x[i + e];
-        v = f(v, i);
+        f(v, i);
         for (int e = 0; i + e < n; e++) x[i + e] = v[e];
     }
 }
-inline void gelu_column(float* x, int n) {
-    in_blocks_of_4(x, n, [](Floats4 v, int) { return gelu4(v); });
+VECTOR_INLINE void gelu_column(float* x, int n) {
+    in_blocks_of_8(x, n, [](Floats8& v, int) __attribute__((always_inline)) { v = gelu8(v); });
 }
 template <class S>
-inline void scale_by_gelu_grad(float* x, const S* pre, int n) {
-    in_blocks_of_4(x, n, [&](Floats4 v, int i) {
-        Floats4 a = {};
-        for (int e = 0; e < 4 && i + e < n; e++) a[e] = as_float(pre[i + e]);
-        return v * gelu_grad4(a);
+VECTOR_INLINE void scale_by_gelu_grad(float* x, const S* pre, int n) {
+    in_blocks_of_8(x, n, [&](Floats8& v, int i) __attribute__((always_inline)) {
+        Floats8 a = {};
+        for (int e = 0; e < 8 && i + e < n; e++) a[e] = as_float(pre[i + e]);
+        v = v * gelu_grad8(a);
     });
 }
 inline void store_column(void* dst, cudaDataType_t t, const float* x, int n) {
@@ -767,11 +785,20 @@ inline void store_column(void* dst, cudaDataType_t t, const float* x, int n) {
     }
 }
 
+// Which copy of the epilogue's loops runs (see AVX2_CODE).
+#ifdef CPUCUDA_MATMUL_AVX2
+const bool cpu_has_avx2 = __builtin_cpu_supports("avx2");
+#else
+const bool cpu_has_avx2 = false;
+#endif
+std::atomic<bool> avx2_loops{cpu_has_avx2};
+
 // D = epilogue(prod + beta * C) for the block rows i0..i1 x columns j0..j1 of one batch entry, one step at a
 // time over a column of prod (the block, leading dimension ld_prod, updated in place); every element goes
 // through the same operations in the same order as the formula.
-void finish_block(const Plan& p, float* prod, int64_t ld_prod, float beta, const void* C, void* D,
-                  const EpilogueArgs& e, int64_t i0, int64_t i1, int64_t j0, int64_t j1) {
+inline __attribute__((always_inline)) void finish_columns(const Plan& p, float* prod, int64_t ld_prod, float beta,
+                                                          const void* C, void* D, const EpilogueArgs& e, int64_t i0,
+                                                          int64_t i1, int64_t j0, int64_t j1) {
     const int rows = (int)(i1 - i0);
     for (int64_t j = j0; j < j1; j++) {
         float* x = prod + (j - j0) * ld_prod;
@@ -787,6 +814,25 @@ void finish_block(const Plan& p, float* prod, int64_t ld_prod, float beta, const
         }
         store_column(const_cast<void*>(offset(D, p.cd_type, j * p.ldd + i0)), p.cd_type, x, rows);
     }
+}
+void finish_block_portable(const Plan& p, float* prod, int64_t ld_prod, float beta, const void* C, void* D,
+                           const EpilogueArgs& e, int64_t i0, int64_t i1, int64_t j0, int64_t j1) {
+    finish_columns(p, prod, ld_prod, beta, C, D, e, i0, i1, j0, j1);
+}
+#ifdef CPUCUDA_MATMUL_AVX2
+AVX2_CODE void finish_block_avx2(const Plan& p, float* prod, int64_t ld_prod, float beta, const void* C, void* D,
+                                 const EpilogueArgs& e, int64_t i0, int64_t i1, int64_t j0, int64_t j1) {
+    finish_columns(p, prod, ld_prod, beta, C, D, e, i0, i1, j0, j1);
+}
+#endif
+// finish_columns in the copy that runs (avx2_loops)
+void finish_block(const Plan& p, float* prod, int64_t ld_prod, float beta, const void* C, void* D,
+                  const EpilogueArgs& e, int64_t i0, int64_t i1, int64_t j0, int64_t j1) {
+#ifdef CPUCUDA_MATMUL_AVX2
+    if (avx2_loops.load(std::memory_order_relaxed))
+        return finish_block_avx2(p, prod, ld_prod, beta, C, D, e, i0, i1, j0, j1);
+#endif
+    finish_block_portable(p, prod, ld_prod, beta, C, D, e, i0, i1, j0, j1);
 }
 
 // One batch entry: D = epilogue(alpha op(A) op(B) + beta C). direct: D is fp32 with no per-element epilogue,
@@ -922,6 +968,11 @@ const char* status_string(cublasStatus_t s) {
 }
 
 }  // namespace
+
+bool cpucuda::set_matmul_vector_code(bool on) {
+    avx2_loops = on && cpu_has_avx2;
+    return avx2_loops;
+}
 
 // ---------------------------------------------------------------------------
 // The C API.

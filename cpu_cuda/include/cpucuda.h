@@ -38,6 +38,12 @@ uint64_t loop_launches();
 // (for tests that compare both). Returns whether the vector code runs now.
 bool set_mma_vector_code(bool on);
 
+// cuBLASLt's epilogues (bias, GELU, its gradient, the rounding to bf16) run
+// as AVX2 code where the CPU has it, with bitwise the same results as their
+// portable code. Off: the portable code
+// (for tests that compare both). Returns whether the AVX2 code runs now.
+bool set_matmul_vector_code(bool on);
+
 // cuBLASLt's bf16 matmuls run on the CPU's bf16 dot-product units (oneDNN's
 // matmul on AVX512-BF16 or AMX) where the CPU has them: fp32 accumulation, a
 // different order of sums than sgemm. Off, or on a CPU without them: the bf16

@@ -691,7 +691,7 @@ static void test_bf16_native_case(bool along_m, bool ta, bool tb, cudaDataType_t
 
 // --- the GELU epilogues over the whole range (CPU runtime) ---------------------------------
 // The CPU runtime's GELU epilogues evaluate tanh in vectorised float code
-// (cublaslt.cpp, tanh4), within 3e-7 of tanh. With k = 1 and op(B) = 1
+// (cublaslt.cpp, tanh8), within 3e-7 of tanh. With k = 1 and op(B) = 1
 // the product is x itself, exactly: GELU gives gelu(x) and DGELU (aux = x,
 // product 1) gives gelu'(x), each held to the fp64 formula at a bound that
 // follows from that error (4e-7 of tanh, the float rounding of the rest),
@@ -703,7 +703,7 @@ static std::vector<double> gelu_sweep() {
     for (double v : {0.0, -0.0, 1e-30, -1e-30, 1e-6, -1e-6, 30.0, -30.0, 100.0, -100.0, 1e4, -1e4, 1e15, -1e15, 1e30,
                      -1e30, (double)INFINITY, -(double)INFINITY, (double)NAN})
         xs.push_back(v);
-    while (xs.size() % 4 != 3) xs.push_back(0.5);  // a column length that leaves a tail of 3 after blocks of 4
+    while (xs.size() % 8 != 5) xs.push_back(0.5);  // a column length that leaves a tail of 5 after blocks of 8
     return xs;
 }
 
@@ -752,6 +752,84 @@ static void test_gelu_epilogue_range(bool grad) {
           "mismatches %d",
           grad ? "DGELU: gelu'(x)" : "GELU: gelu(x)", m - 2401, worst, worst_x, nan_mismatch);
     for (Matrix* M : {&A, &B, &C, &D, &aux}) free_matrix(*M);
+}
+
+// --- the epilogue's AVX2 copy (CPU runtime) -----------------------------------------------
+// Where the CPU has AVX2 the epilogues run as AVX2 code (cublaslt.cpp,
+// AVX2_CODE), which must give bitwise the results of the portable copy: every
+// forward epilogue and DGELU, all bf16 and all fp32, over random products (m not
+// a multiple of 8: each column ends in a partial block) and over the GELU
+// sweep's values (k = 1, op(B) = 1: the product is x), each run both ways.
+static void epilogue_both_ways(const char* what, cublasLtEpilogue_t epi, const Matrix& A, const Matrix& B,
+                               const Matrix& C, float beta, const Matrix& bias, Matrix& aux, cudaDataType_t cd) {
+    const bool dgelu = epi == CUBLASLT_EPILOGUE_DGELU;
+    const bool aux_out = epi == CUBLASLT_EPILOGUE_GELU_AUX || epi == CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
+    const bool has_bias = epi == CUBLASLT_EPILOGUE_BIAS || epi == CUBLASLT_EPILOGUE_GELU_BIAS ||
+                          epi == CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
+    Matrix D = make_matrix(cd, A.rows, B.cols, 1, kSentinel);
+    Epilogue e;
+    e.epilogue = epi;
+    if (has_bias) e.bias = bias.d;
+    if (aux_out || dgelu) e.aux = aux.d, e.aux_ld = aux.ld;
+    std::vector<uint32_t> d_bits[2], aux_bits[2];
+    bool ran = true;
+    for (int pass = 0; pass < 2; pass++) {  // pass 0: AVX2, 1: portable
+        cpucuda::set_matmul_vector_code(pass == 0);
+        upload(D);
+        if (aux_out) upload(aux);
+        ran = ran_ok(lt_matmul(false, false, 1.0f, A, B, beta, C, D, e)) && ran;
+        d_bits[pass] = stored_bits(D, cd);
+        if (aux_out) aux_bits[pass] = stored_bits(aux, cd);
+    }
+    const int d_diff = bits_differing(d_bits[0], d_bits[1]), aux_diff = bits_differing(aux_bits[0], aux_bits[1]);
+    std::vector<uint32_t> planted = d_bits[1];
+    planted[planted.size() / 2] ^= 1u;  // the comparison sees a one-bit difference
+    CHECK(ran && d_diff == 0 && aux_diff == 0 && bits_differing(d_bits[0], planted) == 1,
+          "epilogue %s into %s, AVX2 copy bitwise the portable one: D elements differing %d, aux %d", what,
+          type_name(cd), d_diff, aux_diff);
+    free_matrix(D);
+}
+
+static void test_epilogue_vector_code() {
+    const bool avx2 = cpucuda::set_matmul_vector_code(true);
+    if (!avx2) {
+        printf("SKIP the epilogue's AVX2 copy against its portable copy: this CPU has no AVX2\n");
+        return;
+    }
+    struct {
+        cublasLtEpilogue_t e;
+        const char* name;
+    } epilogues[] = {{CUBLASLT_EPILOGUE_DEFAULT, "DEFAULT"},   {CUBLASLT_EPILOGUE_BIAS, "BIAS"},
+                     {CUBLASLT_EPILOGUE_GELU, "GELU"},         {CUBLASLT_EPILOGUE_GELU_BIAS, "GELU_BIAS"},
+                     {CUBLASLT_EPILOGUE_GELU_AUX, "GELU_AUX"}, {CUBLASLT_EPILOGUE_GELU_AUX_BIAS, "GELU_AUX_BIAS"},
+                     {CUBLASLT_EPILOGUE_DGELU, "DGELU"}};
+    const int m = 1003, n = 37, k = 64;
+    for (cudaDataType_t cd : {CUDA_R_16BF, CUDA_R_32F}) {
+        Matrix A = make_matrix(cd, m, k, 1, kRandom), B = make_matrix(cd, k, n, 1, kRandom);  // bf16 D: bf16 operands
+        Matrix C = make_matrix(cd, m, n, 1, kRandom), bias = make_matrix(cd, m, 1, 1, kRandom);
+        Matrix aux = make_matrix(cd, m, n, 1, kRandom, 3.0, (m + 7) / 8 * 8);
+        for (auto& ep : epilogues) epilogue_both_ways(ep.name, ep.e, A, B, C, 0.5f, bias, aux, cd);
+        for (Matrix* M : {&A, &B, &C, &bias, &aux}) free_matrix(*M);
+    }
+    // GELU and DGELU of the sweep's values, the special ones included
+    const std::vector<double> xs = gelu_sweep();
+    const int mx = (int)xs.size();
+    for (int grad = 0; grad < 2; grad++) {
+        Matrix A = make_matrix(CUDA_R_32F, mx, 1, 1, kRandom), B = make_matrix(CUDA_R_32F, 1, 1, 1, kRandom);
+        Matrix C = make_matrix(CUDA_R_32F, mx, 1, 1, kNaN), none = make_matrix(CUDA_R_32F, mx, 1, 1, kRandom);
+        Matrix aux = make_matrix(CUDA_R_32F, mx, 1, 1, kRandom, 1.0, (mx + 7) / 8 * 8);
+        for (int i = 0; i < mx; i++) {
+            A.at(0, i, 0) = grad ? 1.0 : (double)(float)xs[i];
+            aux.at(0, i, 0) = (double)(float)xs[i];
+        }
+        B.at(0, 0, 0) = 1.0;
+        upload(A), upload(B), upload(aux);
+        epilogue_both_ways(grad ? "DGELU over the GELU sweep" : "GELU over the GELU sweep",
+                           grad ? CUBLASLT_EPILOGUE_DGELU : CUBLASLT_EPILOGUE_GELU, A, B, C, 0.0f, none, aux,
+                           CUDA_R_32F);
+        for (Matrix* M : {&A, &B, &C, &none, &aux}) free_matrix(*M);
+    }
+    cpucuda::set_matmul_vector_code(true);
 }
 
 static void test_bf16_native() {
@@ -925,6 +1003,7 @@ int main() {
     TEST_CASE(test_bf16_native());
     TEST_CASE(test_gelu_epilogue_range(false));
     TEST_CASE(test_gelu_epilogue_range(true));
+    TEST_CASE(test_epilogue_vector_code());
 #endif
     TEST_CASE(test_refusals());
     TEST_CASE(test_attributes());
