@@ -707,20 +707,31 @@ static std::vector<double> gelu_sweep() {
     return xs;
 }
 
+// The operands whose product is x (k = 1): op(A) the x values (GELU) or ones
+// (DGELU, whose aux is x), B = 1; C unused (NaN).
+struct SweepOperands {
+    Matrix A, B, C, aux;
+};
+static SweepOperands sweep_operands(const std::vector<double>& xs, bool grad) {
+    const int m = (int)xs.size();
+    SweepOperands o{make_matrix(CUDA_R_32F, m, 1, 1, kRandom), make_matrix(CUDA_R_32F, 1, 1, 1, kRandom),
+                    make_matrix(CUDA_R_32F, m, 1, 1, kNaN),
+                    make_matrix(CUDA_R_32F, m, 1, 1, kRandom, 1.0, (m + 7) / 8 * 8)};
+    for (int i = 0; i < m; i++) {
+        o.A.at(0, i, 0) = grad ? 1.0 : (double)(float)xs[i];
+        o.aux.at(0, i, 0) = (double)(float)xs[i];
+    }
+    o.B.at(0, 0, 0) = 1.0;
+    upload(o.A), upload(o.B), upload(o.aux);
+    return o;
+}
+
 static void test_gelu_epilogue_range(bool grad) {
     const std::vector<double> xs = gelu_sweep();
     const int m = (int)xs.size();
-    Matrix A = make_matrix(CUDA_R_32F, m, 1, 1, kRandom);  // op(A): the x values (GELU) or ones (DGELU)
-    Matrix B = make_matrix(CUDA_R_32F, 1, 1, 1, kRandom);
-    Matrix C = make_matrix(CUDA_R_32F, m, 1, 1, kNaN);
+    SweepOperands o = sweep_operands(xs, grad);
+    Matrix &A = o.A, &B = o.B, &C = o.C, &aux = o.aux;
     Matrix D = make_matrix(CUDA_R_32F, m, 1, 1, kSentinel);
-    Matrix aux = make_matrix(CUDA_R_32F, m, 1, 1, kRandom, 1.0, (m + 7) / 8 * 8);
-    for (int i = 0; i < m; i++) {
-        A.at(0, i, 0) = grad ? 1.0 : (double)(float)xs[i];
-        aux.at(0, i, 0) = (double)(float)xs[i];
-    }
-    B.at(0, 0, 0) = 1.0;
-    upload(A), upload(B), upload(aux);
     Epilogue e;
     e.epilogue = grad ? CUBLASLT_EPILOGUE_DGELU : CUBLASLT_EPILOGUE_GELU;
     if (grad) e.aux = aux.d, e.aux_ld = aux.ld;
@@ -815,19 +826,12 @@ static void test_epilogue_vector_code() {
     const std::vector<double> xs = gelu_sweep();
     const int mx = (int)xs.size();
     for (int grad = 0; grad < 2; grad++) {
-        Matrix A = make_matrix(CUDA_R_32F, mx, 1, 1, kRandom), B = make_matrix(CUDA_R_32F, 1, 1, 1, kRandom);
-        Matrix C = make_matrix(CUDA_R_32F, mx, 1, 1, kNaN), none = make_matrix(CUDA_R_32F, mx, 1, 1, kRandom);
-        Matrix aux = make_matrix(CUDA_R_32F, mx, 1, 1, kRandom, 1.0, (mx + 7) / 8 * 8);
-        for (int i = 0; i < mx; i++) {
-            A.at(0, i, 0) = grad ? 1.0 : (double)(float)xs[i];
-            aux.at(0, i, 0) = (double)(float)xs[i];
-        }
-        B.at(0, 0, 0) = 1.0;
-        upload(A), upload(B), upload(aux);
+        SweepOperands o = sweep_operands(xs, grad);
+        Matrix none = make_matrix(CUDA_R_32F, mx, 1, 1, kRandom);  // no bias
         epilogue_both_ways(grad ? "DGELU over the GELU sweep" : "GELU over the GELU sweep",
-                           grad ? CUBLASLT_EPILOGUE_DGELU : CUBLASLT_EPILOGUE_GELU, A, B, C, 0.0f, none, aux,
+                           grad ? CUBLASLT_EPILOGUE_DGELU : CUBLASLT_EPILOGUE_GELU, o.A, o.B, o.C, 0.0f, none, o.aux,
                            CUDA_R_32F);
-        for (Matrix* M : {&A, &B, &C, &none, &aux}) free_matrix(*M);
+        for (Matrix* M : {&o.A, &o.B, &o.C, &none, &o.aux}) free_matrix(*M);
     }
     cpucuda::set_matmul_vector_code(true);
 }
