@@ -815,24 +815,20 @@ inline __attribute__((always_inline)) void finish_columns(const Plan& p, float* 
         store_column(const_cast<void*>(offset(D, p.cd_type, j * p.ldd + i0)), p.cd_type, x, rows);
     }
 }
-void finish_block_portable(const Plan& p, float* prod, int64_t ld_prod, float beta, const void* C, void* D,
-                           const EpilogueArgs& e, int64_t i0, int64_t i1, int64_t j0, int64_t j1) {
-    finish_columns(p, prod, ld_prod, beta, C, D, e, i0, i1, j0, j1);
-}
 #ifdef CPUCUDA_MATMUL_AVX2
 AVX2_CODE void finish_block_avx2(const Plan& p, float* prod, int64_t ld_prod, float beta, const void* C, void* D,
                                  const EpilogueArgs& e, int64_t i0, int64_t i1, int64_t j0, int64_t j1) {
     finish_columns(p, prod, ld_prod, beta, C, D, e, i0, i1, j0, j1);
 }
 #endif
-// finish_columns in the copy that runs (avx2_loops)
+// finish_columns as AVX2 code (avx2_loops), else compiled here for the build's target
 void finish_block(const Plan& p, float* prod, int64_t ld_prod, float beta, const void* C, void* D,
                   const EpilogueArgs& e, int64_t i0, int64_t i1, int64_t j0, int64_t j1) {
 #ifdef CPUCUDA_MATMUL_AVX2
     if (avx2_loops.load(std::memory_order_relaxed))
         return finish_block_avx2(p, prod, ld_prod, beta, C, D, e, i0, i1, j0, j1);
 #endif
-    finish_block_portable(p, prod, ld_prod, beta, C, D, e, i0, i1, j0, j1);
+    finish_columns(p, prod, ld_prod, beta, C, D, e, i0, i1, j0, j1);
 }
 
 // One batch entry: D = epilogue(alpha op(A) op(B) + beta C). direct: D is fp32 with no per-element epilogue,

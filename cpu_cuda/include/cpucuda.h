@@ -40,8 +40,8 @@ bool set_mma_vector_code(bool on);
 
 // cuBLASLt's epilogues (bias, GELU, its gradient, the rounding to bf16) run
 // as AVX2 code where the CPU has it, with bitwise the same results as their
-// portable code. Off: the portable code
-// (for tests that compare both). Returns whether the AVX2 code runs now.
+// portable code. Off: the portable code (for tests that compare both).
+// Returns whether the AVX2 code runs now.
 bool set_matmul_vector_code(bool on);
 
 // cuBLASLt's bf16 matmuls run on the CPU's bf16 dot-product units (oneDNN's
