@@ -30,7 +30,7 @@ EXTERN_SHARED = re.compile(r"extern\s+" + SHARED + r"\b([^;\[\]]*?)\b(\w+)\s*\[\
 # What makes threads meet, by the names the runtime's headers call it with: every
 # barrier, warp collective, vote, cooperative-groups operation, mma/ldmatrix and
 # cp.async of cpu_cuda/include reaches one of these, and shared memory is one.
-MEETS = {"block_barrier", "warp_collective", "warp_wide", "cp_async", "cp_async_commit", "cp_async_wait",
+MEETS = {"block_barrier", "warp_collective", "warp_wide", "tile_reduce", "cp_async", "cp_async_commit", "cp_async_wait",
          "active_mask", "dynamic_shared_memory", SHARED}
 TOKEN = re.compile(r"""[A-Za-z_]\w*|\d[\w.']*|"(?:\\.|[^"\\\n])*"|'(?:\\.|[^'\\\n])*'|[{}();<>,]""")
 # words that open a block or follow a parameter list without naming a function

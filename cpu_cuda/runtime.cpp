@@ -365,6 +365,7 @@ struct Fiber : ThreadCtx {
     uint64_t value = 0, result = 0;
     WarpWideFn wide_fn = nullptr;  // WarpOp::Wide: the operation, and its name for reports
     const char* wide_name = nullptr;
+    TileReduceFn reduce_fn = nullptr;  // WarpOp::TileReduce: the tile's reduction (value: its io)
 #ifdef CPUCUDA_RACECHECK
     uintptr_t wide_pc = 0;  // where the lane called it
 #endif
@@ -402,6 +403,7 @@ static const char* op_name(WarpOp op) {
         case WarpOp::Any: return "__any_sync";
         case WarpOp::All: return "__all_sync";
         case WarpOp::Wide: return "a warp-wide matrix instruction";
+        case WarpOp::TileReduce: return "cg::reduce";
     }
     return "?";
 }
@@ -413,6 +415,7 @@ struct Worker {
     bool loop_order_forward = false;     // loop_order is the forward schedule's
     dim3 numbered{0, 0, 0};              // the block shape the fibers' tid, lane and warp are for
     bool looping = false;                // running a block as a loop: nothing may park
+    bool in_tile_reduce = false;         // running a cg::reduce operator, in the scheduler: nothing may park
     char* stacks = nullptr;  // [guard page | stack] x capacity
     size_t stack_stride = 0;
     unsigned capacity = 0;
@@ -649,6 +652,24 @@ static int release_wide(Worker& w, unsigned wi, Fiber* lanes, unsigned n) {
     return (int)n;
 }
 
+// cg::reduce: every lane of the tile of `width` lanes from `first` has arrived
+// at it. The operator runs here, in the scheduler, for every lane (see
+// refuse_meeting). False after reporting lanes at different cg::reduce calls.
+static bool run_tile_reduce(Worker& w, unsigned wi, Fiber* lanes, unsigned first, unsigned width) {
+    void* io[32];
+    for (unsigned l = first; l < first + width; l++) {
+        if (lanes[l].reduce_fn != lanes[first].reduce_fn) {
+            fail_block(w, "warp %u: lanes %u and %u of one tile wait at different cg::reduce calls", wi, first, l);
+            return false;
+        }
+        io[l - first] = (void*)lanes[l].value;
+    }
+    w.in_tile_reduce = true;
+    lanes[first].reduce_fn(io, width);
+    w.in_tile_reduce = false;
+    return true;
+}
+
 // Resolves the collectives of warp `wi` whose lanes have all arrived. Returns the
 // number of lanes released, or -1 after reporting a divergence.
 static int release_warp(Worker& w, unsigned wi) {
@@ -673,6 +694,11 @@ static int release_warp(Worker& w, unsigned wi) {
             switch (op) {
                 case WarpOp::Sync:
                     for (unsigned l = 0; l < n; l++) lanes[l].result = 0;
+                    break;
+                case WarpOp::TileReduce:  // every tile of the warp (a partial warp: the general loop reports it)
+                    uniform = n == 32;
+                    for (unsigned first = 0; first < 32 && uniform; first += (unsigned)width)
+                        if (!run_tile_reduce(w, wi, lanes, first, (unsigned)width)) return -1;
                     break;
                 case WarpOp::Ballot:
                 case WarpOp::Any:
@@ -742,6 +768,16 @@ static int release_warp(Worker& w, unsigned wi) {
             return -1;
         }
         if (!complete) continue;
+        if (f.op == WarpOp::TileReduce) {
+            const unsigned width = (unsigned)f.width, first = l / width * width;
+            const unsigned tile = width == 32 ? 0xffffffffu : ((1u << width) - 1u) << first;
+            if (f.mask != tile || group != tile) {
+                fail_block(w, "warp %u lane %u: cg::reduce over a tile of %u lanes with mask 0x%08x%s", wi, l, width,
+                           f.mask, group != f.mask ? ", which names lanes the warp does not have" : "");
+                return -1;
+            }
+            if (!run_tile_reduce(w, wi, lanes, first, width)) return -1;
+        }
         uint64_t ballot = 0;
         for (unsigned m = 0; m < n; m++)
             if (((group >> m) & 1u) && lanes[m].value) ballot |= 1ull << m;
@@ -749,7 +785,8 @@ static int release_warp(Worker& w, unsigned wi) {
             if (!((group >> m) & 1u)) continue;
             Fiber& g = lanes[m];
             switch (g.op) {
-                case WarpOp::Sync: g.result = 0; break;
+                case WarpOp::Sync:
+                case WarpOp::TileReduce: g.result = 0; break;
                 case WarpOp::Ballot: g.result = ballot; break;
                 case WarpOp::Any: g.result = ballot != 0; break;
                 case WarpOp::All: g.result = ballot == (uint64_t)group; break;
@@ -939,20 +976,26 @@ static void fiber_main(bctx::transfer_t t) {
     abort();
 }
 
-// A kernel run as a loop reached an operation where threads meet: cudapp.py's
-// analysis missed it. Never computed on: the program stops, naming the kernel.
-static void refuse_in_loop(const char* what) {
-    if (!tls_worker || !tls_worker->looping) return;
+// Where threads cannot meet: a kernel run as a loop (cudapp.py's analysis
+// missed the operation), or a cg::reduce operator, which runs in the
+// scheduler for every lane at once. Never computed on: the program stops,
+// naming what was reached.
+static void refuse_meeting(const char* what) {
+    if (!tls_worker) return;
     char message[160];
-    snprintf(message, sizeof message, "%s reached in a kernel that cudapp.py judged to have threads that never meet",
-             what);
+    if (tls_worker->looping)
+        snprintf(message, sizeof message,
+                 "%s reached in a kernel that cudapp.py judged to have threads that never meet", what);
+    else if (tls_worker->in_tile_reduce)
+        snprintf(message, sizeof message, "%s reached in the operator of a cg::reduce", what);
+    else return;
     device_trap(message);
 }
 
 int block_barrier(int pred) {
     Fiber* self = static_cast<Fiber*>(tls_thread);
     if (!self) device_trap("__syncthreads outside a kernel");
-    refuse_in_loop("__syncthreads");
+    refuse_meeting("__syncthreads");
     self->state = FiberState::AtBarrier;
     self->pred = pred;
     park(self);
@@ -962,7 +1005,7 @@ int block_barrier(int pred) {
 uint64_t warp_collective(WarpOp op, unsigned mask, uint64_t value, int param, int width) {
     Fiber* self = static_cast<Fiber*>(tls_thread);
     if (!self) device_trap("warp collective outside a kernel");
-    refuse_in_loop(op_name(op));
+    refuse_meeting(op_name(op));
     self->state = FiberState::AtWarp;
     self->op = op;
     self->mask = mask;
@@ -976,7 +1019,7 @@ uint64_t warp_collective(WarpOp op, unsigned mask, uint64_t value, int param, in
 void warp_wide(const char* name, WarpWideFn fn, void* io) {
     Fiber* self = static_cast<Fiber*>(tls_thread);
     if (!self) device_trap("warp-wide matrix instruction outside a kernel");
-    refuse_in_loop(name);
+    refuse_meeting(name);
     self->state = FiberState::AtWarp;
     self->op = WarpOp::Wide;
     self->mask = 0xffffffffu;
@@ -990,6 +1033,20 @@ void warp_wide(const char* name, WarpWideFn fn, void* io) {
     park(self);
 }
 
+void tile_reduce(TileReduceFn fn, void* io, unsigned mask, int width) {
+    Fiber* self = static_cast<Fiber*>(tls_thread);
+    if (!self) device_trap("cg::reduce outside a kernel");
+    refuse_meeting("cg::reduce");
+    self->state = FiberState::AtWarp;
+    self->op = WarpOp::TileReduce;
+    self->mask = mask;
+    self->value = (uint64_t)io;
+    self->param = 0;
+    self->width = width;
+    self->reduce_fn = fn;
+    park(self);
+}
+
 // cp.async: the copy is queued and lands at the cp.async.wait_group that
 // covers it (or when the thread exits). Until then the destination holds a
 // poison pattern (0xFF bytes: NaN as bf16 and as fp32), so reading it early -
@@ -998,7 +1055,7 @@ void warp_wide(const char* name, WarpWideFn fn, void* io) {
 void cp_async(void* dst, const void* src, unsigned bytes) {
     Fiber* self = static_cast<Fiber*>(tls_thread);
     if (!self) device_trap("cp.async outside a kernel");
-    refuse_in_loop("cp.async");
+    refuse_meeting("cp.async");
     if (((uintptr_t)dst | (uintptr_t)src) % bytes) {
         fail_block(*tls_worker,
                    "thread (%u,%u,%u): cp.async of %u bytes from %p to %p: addresses must be "
@@ -1021,7 +1078,7 @@ void cp_async(void* dst, const void* src, unsigned bytes) {
 void cp_async_commit() {
     Fiber* self = static_cast<Fiber*>(tls_thread);
     if (!self) device_trap("cp.async.commit_group outside a kernel");
-    refuse_in_loop("cp.async.commit_group");
+    refuse_meeting("cp.async.commit_group");
     self->async_commits++;
 }
 // Lands every copy of the groups committed before the `pending` most recent
@@ -1045,12 +1102,12 @@ static void land_async_copies(Fiber* f, unsigned pending) {
 void cp_async_wait(int pending) {
     Fiber* self = static_cast<Fiber*>(tls_thread);
     if (!self) device_trap("cp.async.wait_group outside a kernel");
-    refuse_in_loop("cp.async.wait_group");
+    refuse_meeting("cp.async.wait_group");
     land_async_copies(self, (unsigned)pending);
 }
 
 unsigned active_mask() {
-    refuse_in_loop("__activemask");
+    refuse_meeting("__activemask");
     Worker& w = *tls_worker;
     const unsigned wi = tls_thread->warp;
     unsigned m = 0;

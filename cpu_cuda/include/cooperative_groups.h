@@ -2,6 +2,8 @@
 // (thread_block, thread_block_tile<N> from tiled_partition, cg::reduce with the
 // functional objects), built on the runtime's barriers and warp collectives.
 #pragma once
+#include <type_traits>
+
 #include <cuda_runtime.h>
 
 namespace cooperative_groups {
@@ -24,6 +26,8 @@ template <unsigned N>
 class thread_block_tile {
     static_assert(N >= 1 && N <= 32 && (N & (N - 1)) == 0, "tile size: power of two <= 32");
     unsigned mask_;  // the lanes of this tile within its warp
+    template <unsigned M, class T, class Op>
+    friend T reduce(const thread_block_tile<M>& tile, T value, Op op);
 
   public:
     thread_block_tile() {
@@ -70,11 +74,41 @@ template <class T> struct bit_xor {
     T operator()(T a, T b) const { return a ^ b; }
 };
 
-// Butterfly reduction: every thread of the tile gets op over all its values.
+// cg::reduce: every thread of the tile gets op over all its values, by CUDA's
+// butterfly for a tile (cooperative_groups/details/coalesced_reduce.h):
+//     for offset = N/2, N/4, ..., 1:   value = op(value, tile.shfl_xor(value, offset))
+// Here the tile meets once (tile_reduce), not log2(N) times: when its last
+// lane arrives, reduce_tile runs the same butterfly over all N lanes' values,
+// step by step, each lane with its own operator - the same operations in the
+// same order, so the same bits as the shuffles. The operator runs in the
+// scheduler: like CUDA's functional objects it must be a function of its two
+// arguments (a warp operation or barrier in it is refused).
+namespace detail {
+template <class T, class Op>
+struct ReduceLane {
+    T value;  // in: the lane's value; out: its result
+    const Op* op;
+};
+template <class T, class Op>
+void reduce_tile(void* const* io, unsigned width) {
+    T v[32], next[32];
+    for (unsigned l = 0; l < width; l++) v[l] = static_cast<ReduceLane<T, Op>*>(io[l])->value;
+    for (unsigned offset = width / 2; offset > 0; offset /= 2) {
+        for (unsigned l = 0; l < width; l++)
+            next[l] = (*static_cast<ReduceLane<T, Op>*>(io[l])->op)(v[l], v[l ^ offset]);
+        for (unsigned l = 0; l < width; l++) v[l] = next[l];
+    }
+    for (unsigned l = 0; l < width; l++) static_cast<ReduceLane<T, Op>*>(io[l])->value = v[l];
+}
+}  // namespace detail
+
 template <unsigned N, class T, class Op>
 inline T reduce(const thread_block_tile<N>& tile, T value, Op op) {
-    for (unsigned offset = N / 2; offset > 0; offset /= 2) value = op(value, tile.shfl_xor(value, offset));
-    return value;
+    static_assert(std::is_trivially_copyable<T>::value, "cg::reduce moves trivially copyable values");
+    if (N == 1) return value;
+    detail::ReduceLane<T, Op> lane{value, &op};
+    ::cpucuda::tile_reduce(&detail::reduce_tile<T, Op>, &lane, tile.mask_, (int)N);
+    return lane.value;
 }
 
 }  // namespace cooperative_groups

@@ -74,8 +74,15 @@ int block_barrier(int pred);
 
 // Warp collectives. Each lane deposits a 64-bit value; when every lane named in
 // `mask` has arrived at the same kind of collective, each lane gets its result.
-enum class WarpOp : int { Sync, ShflIdx, ShflUp, ShflDown, ShflXor, Ballot, Any, All, Wide };
+enum class WarpOp : int { Sync, ShflIdx, ShflUp, ShflDown, ShflXor, Ballot, Any, All, Wide, TileReduce };
 uint64_t warp_collective(WarpOp op, unsigned mask, uint64_t value, int param, int width);
+// cg::reduce over a tile of `width` lanes (`mask`: the tile's lanes;
+// cooperative_groups.h): each lane passes a pointer to its value and operator;
+// once every lane of the tile has arrived, `fn` runs once with io[0..width) of
+// the tile's lanes in lane order and leaves each lane's result in its io. One
+// meeting of the tile where the shuffle butterfly it replaces takes log2(width).
+using TileReduceFn = void (*)(void* const* io, unsigned width);
+void tile_reduce(TileReduceFn fn, void* io, unsigned mask, int width);
 // A `.sync.aligned` warp-wide instruction (mma.sync, ldmatrix; cpucuda_ptx.h):
 // each lane passes a pointer to its own operands and results; once all 32
 // lanes have arrived at the same instruction, `fn` runs once with io[lane] of

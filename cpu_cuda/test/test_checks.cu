@@ -1,10 +1,14 @@
 // The CPU runtime's checking modes. On a GPU these kernels would hang or race
 // silently, so the file only runs its cases on the CPU runtime (CPUCUDA); the
 // GPU build compiles it and reports every case skipped.
+#include <cooperative_groups.h>
+#include <cooperative_groups/reduce.h>
 #include <cuda_runtime.h>
 #include <nccl.h>
 
+#include <cstdio>
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include "test/test_util.h"
@@ -38,6 +42,40 @@ __global__ void shuffle_vs_barrier_kernel(int* out) {
     if (threadIdx.x < 8) v = __shfl_xor_sync(0xffffffffu, v, 1);
     else __syncthreads();
     out[threadIdx.x] = v;
+}
+
+namespace cg = cooperative_groups;
+
+// Lane 0 reduces over the warp while the other lanes wait at __syncwarp.
+__global__ void reduce_vs_syncwarp_kernel(int* out) {
+    const cg::thread_block_tile<32> warp = cg::tiled_partition<32>(cg::this_thread_block());
+    int v = threadIdx.x;
+    if (threadIdx.x == 0) v = cg::reduce(warp, v, cg::plus<int>());
+    else __syncwarp();
+    out[threadIdx.x] = v;
+}
+
+// One tile, two reductions: half the lanes sum while the others take the maximum.
+__global__ void two_reductions_kernel(int* out) {
+    const cg::thread_block_tile<32> warp = cg::tiled_partition<32>(cg::this_thread_block());
+    const int v = threadIdx.x;
+    out[threadIdx.x] = threadIdx.x < 16 ? cg::reduce(warp, v, cg::plus<int>())
+                                        : cg::reduce(warp, v, cg::greater<int>());
+}
+
+// A tile of 32 over a warp of 16 threads (blockDim 48).
+__global__ void reduce_partial_warp_kernel(int* out) {
+    const cg::thread_block_tile<32> warp = cg::tiled_partition<32>(cg::this_thread_block());
+    out[threadIdx.x] = cg::reduce(warp, (int)threadIdx.x, cg::plus<int>());
+}
+
+// An operator that meets the warp: refused (the operator runs in the scheduler).
+struct MeetingPlus {
+    __device__ int operator()(int a, int b) const { return a + b + __shfl_sync(0xffffffffu, 0, 0); }
+};
+__global__ void reduce_operator_meets_kernel(int* out) {
+    const cg::thread_block_tile<32> warp = cg::tiled_partition<32>(cg::this_thread_block());
+    out[threadIdx.x] = cg::reduce(warp, (int)threadIdx.x, MeetingPlus());
 }
 
 // Deliberately order-dependent: a tree reduction with its barriers left out,
@@ -110,6 +148,21 @@ static void test_divergence() {
     msg = cpucuda::last_kernel_failure();
     CHECK(e == cudaErrorLaunchFailure && contains(msg, "waits at __syncthreads"),
           "shuffle against a barrier is reported: \"%s\"", msg);
+
+    e = run_failing([&] { reduce_vs_syncwarp_kernel<<<1, 32>>>(d); });
+    msg = cpucuda::last_kernel_failure();
+    CHECK(e == cudaErrorLaunchFailure && contains(msg, "cg::reduce") && contains(msg, "__syncwarp"),
+          "cg::reduce against __syncwarp is reported: \"%s\"", msg);
+
+    e = run_failing([&] { two_reductions_kernel<<<1, 32>>>(d); });
+    msg = cpucuda::last_kernel_failure();
+    CHECK(e == cudaErrorLaunchFailure && contains(msg, "different cg::reduce calls"),
+          "one tile at two different cg::reduce calls is reported: \"%s\"", msg);
+
+    e = run_failing([&] { reduce_partial_warp_kernel<<<1, 48>>>(d); });
+    msg = cpucuda::last_kernel_failure();
+    CHECK(e == cudaErrorLaunchFailure && contains(msg, "lanes the warp does not have"),
+          "cg::reduce over a tile of 32 in a warp of 16 threads is reported: \"%s\"", msg);
 
     synced_sum_kernel<<<1, 256>>>(d, d);  // the runtime goes on working after a failure
     CHECK(cudaDeviceSynchronize() == cudaSuccess && cudaGetLastError() == cudaSuccess,
@@ -282,9 +335,33 @@ static void test_virtual_device() {
 }
 #endif
 
-int main() {
+// A meeting inside a cg::reduce operator stops the program (device_trap), so
+// it runs in a child: this program again, with --reduce-operator-meets (under
+// timeout: were the guard gone, the child could hang in the scheduler).
+static void test_reduce_operator_meets(const char* self) {
+    const std::string command = "timeout 300 " + std::string(self) + " --reduce-operator-meets 2>&1";
+    FILE* child = popen(command.c_str(), "r");
+    std::string output;
+    char buf[512];
+    while (child && fgets(buf, sizeof buf, child)) output += buf;
+    const int status = child ? pclose(child) : -1;
+    CHECK(status != 0 && contains(output.c_str(), "__shfl_sync reached in the operator of a cg::reduce") &&
+              contains(output.c_str(), "reduce_operator_meets_kernel"),
+          "a warp operation inside a cg::reduce operator stops the program, naming it (status %d): \"%s\"", status,
+          output.c_str());
+}
+
+int main(int argc, char** argv) {
 #ifdef CPUCUDA
+    if (argc > 1 && !strcmp(argv[1], "--reduce-operator-meets")) {
+        int* d;
+        CUDA_OK(cudaMalloc(&d, 32 * sizeof(int)));
+        reduce_operator_meets_kernel<<<1, 32>>>(d);
+        cudaDeviceSynchronize();
+        return 0;  // not reached: the runtime stops the program
+    }
     TEST_CASE(test_divergence());
+    TEST_CASE(test_reduce_operator_meets(argv[0]));
     TEST_CASE(test_race_mode());
     TEST_CASE(test_memory_counters());
     TEST_CASE(test_virtual_device());

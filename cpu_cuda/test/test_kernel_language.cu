@@ -6,6 +6,8 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <vector>
@@ -249,6 +251,141 @@ static void test_cg_reduce() {
     cudaFree(d_m32);
     cudaFree(d_s16);
     cudaFree(d_bm);
+}
+
+// --- cg::reduce is CUDA's butterfly, lane by lane ----------------------------------------
+// Lane l of a tile of N gets value = op(value, tile.shfl_xor(value, offset)) for
+// offset = N/2, ..., 1: the kernel computes it both ways, with cg::reduce and
+// with explicit shuffles. The operator a + 0.75 b does not commute, so every
+// lane's own result shows; the values span many magnitudes, so the order of
+// the additions shows in the bits.
+struct WeightedSum {
+    float w;
+    __device__ float operator()(float a, float b) const { return a + w * b; }
+};
+struct PairSum {
+    __device__ float2 operator()(float2 a, float2 b) const { return make_float2(a.x + b.x, a.y + b.y); }
+};
+template <unsigned N, class Op>
+__device__ float shuffle_butterfly(float v, Op op) {
+    const unsigned lane = threadIdx.x % 32;
+    const unsigned mask = N == 32 ? 0xffffffffu : ((1u << N) - 1u) << (lane / N * N);
+    for (unsigned offset = N / 2; offset > 0; offset /= 2) v = op(v, __shfl_xor_sync(mask, v, offset, N));
+    return v;
+}
+// out: 6 arrays of n: reduce(plus), shuffles(plus), reduce(weighted), shuffles(weighted), reduce over
+// (x, -2x) pairs: .x, .y
+template <unsigned N>
+__global__ void cg_reduce_order_kernel(const float* in, float* out) {
+    const int n = gridDim.x * blockDim.x, i = blockIdx.x * blockDim.x + threadIdx.x;
+    const cg::thread_block_tile<N> tile = cg::tiled_partition<N>(cg::this_thread_block());
+    const float x = in[i];
+    const WeightedSum weighted{0.75f};
+    out[i] = cg::reduce(tile, x, cg::plus<float>());
+    out[n + i] = shuffle_butterfly<N>(x, cg::plus<float>());
+    out[2 * n + i] = cg::reduce(tile, x, weighted);
+    out[3 * n + i] = shuffle_butterfly<N>(x, weighted);
+    const float2 pair = cg::reduce(tile, make_float2(x, -2.0f * x), PairSum());
+    out[4 * n + i] = pair.x;
+    out[5 * n + i] = pair.y;
+}
+
+static uint32_t bits_of(float f) {
+    uint32_t b;
+    memcpy(&b, &f, 4);
+    return b;
+}
+
+// The butterfly of tile values v (N of them) on the host: every lane's result.
+template <class Op>
+static std::vector<float> host_butterfly(std::vector<float> v, Op op) {
+    const unsigned N = (unsigned)v.size();
+    for (unsigned offset = N / 2; offset > 0; offset /= 2) {
+        std::vector<float> next(N);
+        for (unsigned l = 0; l < N; l++) next[l] = op(v[l], v[l ^ offset]);
+        v = next;
+    }
+    return v;
+}
+
+template <unsigned N>
+static void check_cg_reduce_order(const float* d_in, const std::vector<float>& h, float* d_out) {
+    const int n = (int)h.size();
+    cg_reduce_order_kernel<N><<<n / 128, 128>>>(d_in, d_out);
+    CUDA_OK(cudaGetLastError());
+    const std::vector<float> got = to_host(d_out, 6 * (size_t)n);
+    int bad_plus = 0, bad_weighted = 0, bad_host = 0, bad_pair = 0, sequential_differs = 0, lanes_differ = 0;
+    for (int t = 0; t < n / (int)N; t++) {
+        const std::vector<float> x(h.begin() + t * N, h.begin() + (t + 1) * N);
+        std::vector<float> minus2x(N);
+        for (unsigned l = 0; l < N; l++) minus2x[l] = -2.0f * x[l];
+        const auto plus = [](float a, float b) { return a + b; };
+        const std::vector<float> want = host_butterfly(x, plus), want_y = host_butterfly(minus2x, plus);
+        float sequential = 0.0f;
+        for (float v : x) sequential += v;
+        sequential_differs += bits_of(sequential) != bits_of(want[0]);
+        for (unsigned l = 0; l < N; l++) {
+            const int i = t * N + l;
+            bad_plus += bits_of(got[i]) != bits_of(got[n + i]);
+            bad_weighted += bits_of(got[2 * n + i]) != bits_of(got[3 * n + i]);
+            bad_host += bits_of(got[i]) != bits_of(want[l]);
+            bad_pair += bits_of(got[4 * n + i]) != bits_of(want[l]) || bits_of(got[5 * n + i]) != bits_of(want_y[l]);
+            lanes_differ += bits_of(got[2 * n + i]) != bits_of(got[2 * n + t * N]);
+        }
+    }
+    CHECK(bad_plus == 0 && bad_weighted == 0,
+          "cg::reduce over tiles of %u: bitwise the shuffle butterfly (%d plus, %d non-commuting op lanes differ)", N,
+          bad_plus, bad_weighted);
+    CHECK(bad_host == 0 && bad_pair == 0,
+          "cg::reduce over tiles of %u: the butterfly's order of additions, floats and float2 (%d, %d lanes differ)", N,
+          bad_host, bad_pair);
+    // the data can tell the orders apart: a left-to-right sum, or one result
+    // copied to every lane, would fail the checks above
+    CHECK(N < 4 || (sequential_differs > 0 && lanes_differ > 0),
+          "tiles of %u: the test data tell the butterfly from a sequential sum (%d tiles) and lane from lane (%d)", N,
+          sequential_differs, lanes_differ);
+}
+
+// Tiles of one warp meet at different reductions at once: the odd tiles of 4
+// take their maximum first, then every tile sums.
+__global__ void cg_reduce_staggered_kernel(const float* in, float* out) {
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    const cg::thread_block_tile<4> tile = cg::tiled_partition<4>(cg::this_thread_block());
+    float x = in[i];
+    if (tile.meta_group_rank() % 2) x = cg::reduce(tile, x, cg::greater<float>());
+    out[i] = cg::reduce(tile, x, cg::plus<float>());
+}
+
+static void test_cg_reduce_order() {
+    const int n = 1024;
+    std::vector<float> h(n);
+    uint32_t s = 12345;
+    for (int i = 0; i < n; i++) {  // mantissas in full, exponents over 2^-12 .. 2^12, both signs
+        s = s * 1664525u + 1013904223u;
+        h[i] = ldexpf(1.0f + (float)(s >> 9) / (float)(1u << 23), (int)(s % 25) - 12) * ((s >> 5) & 1 ? -1.0f : 1.0f);
+    }
+    float* d_in = to_device(h);
+    float* d_out;
+    CUDA_OK(cudaMalloc(&d_out, 6 * (size_t)n * sizeof(float)));
+    check_cg_reduce_order<32>(d_in, h, d_out);
+    check_cg_reduce_order<16>(d_in, h, d_out);
+    check_cg_reduce_order<4>(d_in, h, d_out);
+    check_cg_reduce_order<2>(d_in, h, d_out);
+    check_cg_reduce_order<1>(d_in, h, d_out);
+
+    cg_reduce_staggered_kernel<<<n / 64, 64>>>(d_in, d_out);
+    CUDA_OK(cudaGetLastError());
+    const std::vector<float> got = to_host(d_out, n);
+    int bad = 0;
+    for (int t = 0; t < n / 4; t++) {
+        std::vector<float> x(h.begin() + t * 4, h.begin() + t * 4 + 4);
+        if (t % 2) x.assign(4, std::max(std::max(x[0], x[1]), std::max(x[2], x[3])));
+        const std::vector<float> want = host_butterfly(x, [](float a, float b) { return a + b; });
+        for (int l = 0; l < 4; l++) bad += bits_of(got[t * 4 + l]) != bits_of(want[l]);
+    }
+    CHECK(bad == 0, "tiles of one warp at different cg::reduce calls at once (%d lanes wrong)", bad);
+    cudaFree(d_in);
+    cudaFree(d_out);
 }
 
 // --- contended atomics ------------------------------------------------------------------
@@ -649,6 +786,7 @@ int main() {
     TEST_CASE(test_block_scan());
     TEST_CASE(test_shuffles());
     TEST_CASE(test_cg_reduce());
+    TEST_CASE(test_cg_reduce_order());
     TEST_CASE(test_atomics());
     TEST_CASE(test_dynamic_smem());
     TEST_CASE(test_3d());

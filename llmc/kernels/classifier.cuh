@@ -20,13 +20,18 @@ __device__ inline void softmax_merge(float& m, float& s, float m2, float s2) {
     m = mn;
 }
 
-// Merges the 32 lanes' states (butterfly, one 64-bit shuffle per step);
-// every lane gets the same result.
-__device__ inline void warp_softmax_merge(float& m, float& s) {
-    for (int offset = 16; offset > 0; offset >>= 1) {
-        const float2 other = shfl_xor_pair(make_float2(m, s), offset);
-        softmax_merge(m, s, other.x, other.y);
+// Merges the 32 lanes' states (m, s) (warp_reduce's butterfly); every lane
+// gets the same result.
+struct SoftmaxMerge {
+    __device__ float2 operator()(float2 a, float2 b) const {
+        softmax_merge(a.x, a.y, b.x, b.y);
+        return a;
     }
+};
+__device__ inline void warp_softmax_merge(float& m, float& s) {
+    const float2 merged = warp_reduce(make_float2(m, s), SoftmaxMerge());
+    m = merged.x;
+    s = merged.y;
 }
 
 // block_softmax_merge's static shared memory, one array so that its size is

@@ -14,6 +14,8 @@
 #include <utility>
 #include <cuda_runtime.h>
 #include <cuda_bf16.h>
+#include <cooperative_groups.h>
+#include <cooperative_groups/reduce.h>
 #include "llmc/error.h"
 
 // Activations and weights are bf16 by default; `make PRECISION=FP32` builds an
@@ -53,32 +55,24 @@ template <> __device__ __host__ inline __nv_bfloat16 from_float<__nv_bfloat16>(f
 // Reductions. Every lane of the warp (or thread of the block) takes part and
 // gets the result; the order of additions is fixed, so results are bitwise
 // reproducible run to run.
-__device__ inline float warp_reduce_sum(float v) {
-    for (int offset = 16; offset > 0; offset >>= 1) v += __shfl_xor_sync(0xffffffffu, v, offset);
-    return v;
+//
+// A warp reduction is cg::reduce over the warp as a tile of 32: on a GPU the
+// xor butterfly v = op(v, shfl_xor(v, offset)), offset = 16, 8, 4, 2, 1 (an
+// 8-byte value: two SHFLs a step); where a warp's lanes run one after another
+// (the CPU runtime) the warp meets once per reduction instead of five times,
+// for the same butterfly and the same bits.
+template <class T, class Op>
+__device__ inline T warp_reduce(T v, Op op) {
+    return cooperative_groups::reduce(
+        cooperative_groups::tiled_partition<WARP_SIZE>(cooperative_groups::this_thread_block()), v, op);
 }
-// Two floats through one 64-bit shuffle: on a GPU the same two SHFLs as two
-// float shuffles; where a warp's lanes run one after another (the CPU
-// runtime), one meeting of the warp instead of two. x and y come back as they
-// were sent, so a reduction over pairs is bitwise two reductions over floats.
-__device__ inline float2 shfl_xor_pair(float2 v, int lane_mask) {
-    unsigned long long bits = (unsigned long long)__float_as_uint(v.y) << 32 | __float_as_uint(v.x);
-    bits = __shfl_xor_sync(0xffffffffu, bits, lane_mask);
-    return make_float2(__uint_as_float((unsigned)bits), __uint_as_float((unsigned)(bits >> 32)));
-}
-// warp_reduce_sum of v.x and of v.y at once
-__device__ inline float2 warp_reduce_sum_pair(float2 v) {
-    for (int offset = 16; offset > 0; offset >>= 1) {
-        const float2 o = shfl_xor_pair(v, offset);
-        v.x += o.x;
-        v.y += o.y;
-    }
-    return v;
-}
-__device__ inline float warp_reduce_max(float v) {
-    for (int offset = 16; offset > 0; offset >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, offset));
-    return v;
-}
+struct SumOfPairs {  // (x, y) + (x', y') component by component
+    __device__ float2 operator()(float2 a, float2 b) const { return make_float2(a.x + b.x, a.y + b.y); }
+};
+__device__ inline float warp_reduce_sum(float v) { return warp_reduce(v, cooperative_groups::plus<float>()); }
+// warp_reduce_sum of v.x and of v.y at once: bitwise two reductions over floats
+__device__ inline float2 warp_reduce_sum_pair(float2 v) { return warp_reduce(v, SumOfPairs()); }
+
 // Block-wide sum for blockDim.x a multiple of 32 (at most 1024). Uses a
 // 32-float shared scratch; safe to call repeatedly in one kernel.
 __device__ inline float block_reduce_sum(float v) {
