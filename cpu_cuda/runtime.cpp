@@ -980,16 +980,17 @@ static void fiber_main(bctx::transfer_t t) {
 // missed the operation), or a cg::reduce operator, which runs in the
 // scheduler for every lane at once. Never computed on: the program stops,
 // naming what was reached.
-static void refuse_meeting(const char* what) {
-    if (!tls_worker) return;
+[[noreturn]] static void refuse_meeting_at(const Worker& w, const char* what) {
     char message[160];
-    if (tls_worker->looping)
+    if (w.looping)
         snprintf(message, sizeof message,
                  "%s reached in a kernel that cudapp.py judged to have threads that never meet", what);
-    else if (tls_worker->in_tile_reduce)
-        snprintf(message, sizeof message, "%s reached in the operator of a cg::reduce", what);
-    else return;
+    else snprintf(message, sizeof message, "%s reached in the operator of a cg::reduce", what);
     device_trap(message);
+}
+static inline void refuse_meeting(const char* what) {  // on every meeting: the test inline, the report not
+    const Worker* w = tls_worker;
+    if (w && (w->looping || w->in_tile_reduce)) refuse_meeting_at(*w, what);
 }
 
 int block_barrier(int pred) {

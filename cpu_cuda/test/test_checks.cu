@@ -78,6 +78,13 @@ __global__ void reduce_operator_meets_kernel(int* out) {
     out[threadIdx.x] = cg::reduce(warp, (int)threadIdx.x, MeetingPlus());
 }
 
+// A kernel that meets through a function pointer read from memory: nothing in
+// its text names a meeting, so cudapp.py judges that its threads never meet
+// and it runs as a loop, where the meeting is refused.
+__device__ void syncing_fn() { __syncwarp(); }
+typedef void (*DeviceFn)();
+__global__ void meets_through_pointer_kernel(DeviceFn* fns) { fns[0](); }
+
 // Deliberately order-dependent: a tree reduction with its barriers left out,
 // so a thread may read a partial sum before or after its neighbour wrote it.
 __global__ void racy_sum_kernel(const int* in, int* out) {
@@ -335,20 +342,29 @@ static void test_virtual_device() {
 }
 #endif
 
-// A meeting inside a cg::reduce operator stops the program (device_trap), so
-// it runs in a child: this program again, with --reduce-operator-meets (under
+// A meeting where threads cannot meet stops the program (device_trap), so each
+// case runs in a child: this program again, with the case's flag (under
 // timeout: were the guard gone, the child could hang in the scheduler).
-static void test_reduce_operator_meets(const char* self) {
-    const std::string command = "timeout 300 " + std::string(self) + " --reduce-operator-meets 2>&1";
+static std::string run_child(const char* self, const char* flag, int* status) {
+    const std::string command = "timeout 300 " + std::string(self) + " " + flag + " 2>&1";
     FILE* child = popen(command.c_str(), "r");
     std::string output;
     char buf[512];
     while (child && fgets(buf, sizeof buf, child)) output += buf;
-    const int status = child ? pclose(child) : -1;
-    CHECK(status != 0 && contains(output.c_str(), "__shfl_sync reached in the operator of a cg::reduce") &&
-              contains(output.c_str(), "reduce_operator_meets_kernel"),
+    *status = child ? pclose(child) : -1;
+    return output;
+}
+static void test_refused_meetings(const char* self) {
+    int status;
+    std::string out = run_child(self, "--reduce-operator-meets", &status);
+    CHECK(status != 0 && contains(out.c_str(), "__shfl_sync reached in the operator of a cg::reduce") &&
+              contains(out.c_str(), "reduce_operator_meets_kernel"),
           "a warp operation inside a cg::reduce operator stops the program, naming it (status %d): \"%s\"", status,
-          output.c_str());
+          out.c_str());
+    out = run_child(self, "--loop-meets", &status);
+    CHECK(status != 0 && contains(out.c_str(), "__syncwarp reached in a kernel that cudapp.py judged") &&
+              contains(out.c_str(), "meets_through_pointer_kernel"),
+          "a looped kernel that meets after all stops the program, naming it (status %d): \"%s\"", status, out.c_str());
 }
 
 int main(int argc, char** argv) {
@@ -360,8 +376,17 @@ int main(int argc, char** argv) {
         cudaDeviceSynchronize();
         return 0;  // not reached: the runtime stops the program
     }
+    if (argc > 1 && !strcmp(argv[1], "--loop-meets")) {
+        DeviceFn* fns;
+        CUDA_OK(cudaMalloc(&fns, sizeof(DeviceFn)));
+        const DeviceFn fn = &syncing_fn;  // the CPU runtime's device code is host code
+        CUDA_OK(cudaMemcpy(fns, &fn, sizeof fn, cudaMemcpyHostToDevice));
+        meets_through_pointer_kernel<<<1, 32>>>(fns);
+        cudaDeviceSynchronize();
+        return 0;  // not reached
+    }
     TEST_CASE(test_divergence());
-    TEST_CASE(test_reduce_operator_meets(argv[0]));
+    TEST_CASE(test_refused_meetings(argv[0]));
     TEST_CASE(test_race_mode());
     TEST_CASE(test_memory_counters());
     TEST_CASE(test_virtual_device());
