@@ -340,8 +340,6 @@ static void test_virtual_device() {
           "out of memory after %zu MiB of %zu MiB: %s", used >> 20, p.totalGlobalMem >> 20, cudaGetErrorName(e));
     for (void* b : blocks) cudaFree(b);
 }
-#endif
-
 // A meeting where threads cannot meet stops the program (device_trap), so each
 // case runs in a child: this program again, with the case's flag (under
 // timeout: were the guard gone, the child could hang in the scheduler).
@@ -366,6 +364,8 @@ static void test_refused_meetings(const char* self) {
               contains(out.c_str(), "meets_through_pointer_kernel"),
           "a looped kernel that meets after all stops the program, naming it (status %d): \"%s\"", status, out.c_str());
 }
+
+#endif
 
 int main(int argc, char** argv) {
 #ifdef CPUCUDA
