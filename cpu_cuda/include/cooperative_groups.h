@@ -79,25 +79,31 @@ template <class T> struct bit_xor {
 //     for offset = N/2, N/4, ..., 1:   value = op(value, tile.shfl_xor(value, offset))
 // Here the tile meets once (tile_reduce), not log2(N) times: when its last
 // lane arrives, reduce_tile runs the same butterfly over all N lanes' values,
-// step by step, each lane with its own operator - the same operations in the
-// same order, so the same bits as the shuffles. The operator runs in the
-// scheduler: like CUDA's functional objects it must be a function of its two
-// arguments (a warp operation or barrier in it is refused).
+// step by step, each lane with its own operator, as that lane (threadIdx and
+// friends are the lane's) - the same operations in the same order, so the
+// same bits as the shuffles. The operator runs in the scheduler: a warp
+// operation or barrier in it is refused.
 namespace detail {
 template <class T, class Op>
 struct ReduceLane {
     T value;  // in: the lane's value; out: its result
     const Op* op;
+    ::cpucuda::ThreadCtx* thread;
 };
 template <class T, class Op>
 void reduce_tile(void* const* io, unsigned width) {
+    ::cpucuda::ThreadCtx* const arrived_last = ::cpucuda::tls_thread;
     T v[32], next[32];
     for (unsigned l = 0; l < width; l++) v[l] = static_cast<ReduceLane<T, Op>*>(io[l])->value;
     for (unsigned offset = width / 2; offset > 0; offset /= 2) {
-        for (unsigned l = 0; l < width; l++)
-            next[l] = (*static_cast<ReduceLane<T, Op>*>(io[l])->op)(v[l], v[l ^ offset]);
+        for (unsigned l = 0; l < width; l++) {
+            const ReduceLane<T, Op>& lane = *static_cast<ReduceLane<T, Op>*>(io[l]);
+            ::cpucuda::tls_thread = lane.thread;
+            next[l] = (*lane.op)(v[l], v[l ^ offset]);
+        }
         for (unsigned l = 0; l < width; l++) v[l] = next[l];
     }
+    ::cpucuda::tls_thread = arrived_last;
     for (unsigned l = 0; l < width; l++) static_cast<ReduceLane<T, Op>*>(io[l])->value = v[l];
 }
 }  // namespace detail
@@ -106,7 +112,7 @@ template <unsigned N, class T, class Op>
 inline T reduce(const thread_block_tile<N>& tile, T value, Op op) {
     static_assert(std::is_trivially_copyable<T>::value, "cg::reduce moves trivially copyable values");
     if (N == 1) return value;
-    detail::ReduceLane<T, Op> lane{value, &op};
+    detail::ReduceLane<T, Op> lane{value, &op, ::cpucuda::tls_thread};
     ::cpucuda::tile_reduce(&detail::reduce_tile<T, Op>, &lane, tile.mask_, (int)N);
     return lane.value;
 }

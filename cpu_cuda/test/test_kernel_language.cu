@@ -266,6 +266,9 @@ struct WeightedSum {
 struct PairSum {
     __device__ float2 operator()(float2 a, float2 b) const { return make_float2(a.x + b.x, a.y + b.y); }
 };
+struct LaneWeightedSum {  // each lane weighs its partner by its own thread index
+    __device__ float operator()(float a, float b) const { return a + (float)(1 + threadIdx.x % 3) * b; }
+};
 template <unsigned N, class Op>
 __device__ float shuffle_butterfly(float v, Op op) {
     const unsigned lane = threadIdx.x % 32;
@@ -273,8 +276,8 @@ __device__ float shuffle_butterfly(float v, Op op) {
     for (unsigned offset = N / 2; offset > 0; offset /= 2) v = op(v, __shfl_xor_sync(mask, v, offset, N));
     return v;
 }
-// out: 6 arrays of n: reduce(plus), shuffles(plus), reduce(weighted), shuffles(weighted), reduce over
-// (x, -2x) pairs: .x, .y
+// out: 8 arrays of n: reduce(plus), shuffles(plus), reduce(weighted), shuffles(weighted), reduce over
+// (x, -2x) pairs: .x, .y, reduce(lane-weighted), shuffles(lane-weighted)
 template <unsigned N>
 __global__ void cg_reduce_order_kernel(const float* in, float* out) {
     const int n = gridDim.x * blockDim.x, i = blockIdx.x * blockDim.x + threadIdx.x;
@@ -288,6 +291,8 @@ __global__ void cg_reduce_order_kernel(const float* in, float* out) {
     const float2 pair = cg::reduce(tile, make_float2(x, -2.0f * x), PairSum());
     out[4 * n + i] = pair.x;
     out[5 * n + i] = pair.y;
+    out[6 * n + i] = cg::reduce(tile, x, LaneWeightedSum());
+    out[7 * n + i] = shuffle_butterfly<N>(x, LaneWeightedSum());
 }
 
 static uint32_t bits_of(float f) {
@@ -313,8 +318,9 @@ static void check_cg_reduce_order(const float* d_in, const std::vector<float>& h
     const int n = (int)h.size();
     cg_reduce_order_kernel<N><<<n / 128, 128>>>(d_in, d_out);
     CUDA_OK(cudaGetLastError());
-    const std::vector<float> got = to_host(d_out, 6 * (size_t)n);
-    int bad_plus = 0, bad_weighted = 0, bad_host = 0, bad_pair = 0, sequential_differs = 0, lanes_differ = 0;
+    const std::vector<float> got = to_host(d_out, 8 * (size_t)n);
+    int bad_plus = 0, bad_weighted = 0, bad_lane_op = 0, bad_host = 0, bad_pair = 0, sequential_differs = 0,
+        lanes_differ = 0;
     for (int t = 0; t < n / (int)N; t++) {
         const std::vector<float> x(h.begin() + t * N, h.begin() + (t + 1) * N);
         std::vector<float> minus2x(N);
@@ -328,6 +334,7 @@ static void check_cg_reduce_order(const float* d_in, const std::vector<float>& h
             const int i = t * N + l;
             bad_plus += bits_of(got[i]) != bits_of(got[n + i]);
             bad_weighted += bits_of(got[2 * n + i]) != bits_of(got[3 * n + i]);
+            bad_lane_op += bits_of(got[6 * n + i]) != bits_of(got[7 * n + i]);
             bad_host += bits_of(got[i]) != bits_of(want[l]);
             bad_pair += bits_of(got[4 * n + i]) != bits_of(want[l]) || bits_of(got[5 * n + i]) != bits_of(want_y[l]);
             lanes_differ += bits_of(got[2 * n + i]) != bits_of(got[2 * n + t * N]);
@@ -336,6 +343,9 @@ static void check_cg_reduce_order(const float* d_in, const std::vector<float>& h
     CHECK(bad_plus == 0 && bad_weighted == 0,
           "cg::reduce over tiles of %u: bitwise the shuffle butterfly (%d plus, %d non-commuting op lanes differ)", N,
           bad_plus, bad_weighted);
+    CHECK(bad_lane_op == 0,
+          "cg::reduce over tiles of %u: an operator reading threadIdx sees its own lane's (%d lanes differ)", N,
+          bad_lane_op);
     CHECK(bad_host == 0 && bad_pair == 0,
           "cg::reduce over tiles of %u: the butterfly's order of additions, floats and float2 (%d, %d lanes differ)", N,
           bad_host, bad_pair);
@@ -366,7 +376,7 @@ static void test_cg_reduce_order() {
     }
     float* d_in = to_device(h);
     float* d_out;
-    CUDA_OK(cudaMalloc(&d_out, 6 * (size_t)n * sizeof(float)));
+    CUDA_OK(cudaMalloc(&d_out, 8 * (size_t)n * sizeof(float)));
     check_cg_reduce_order<32>(d_in, h, d_out);
     check_cg_reduce_order<16>(d_in, h, d_out);
     check_cg_reduce_order<4>(d_in, h, d_out);
