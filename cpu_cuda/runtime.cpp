@@ -1034,6 +1034,8 @@ void warp_wide(const char* name, WarpWideFn fn, void* io) {
     park(self);
 }
 
+void run_as(ThreadCtx* thread) { tls_thread = thread; }
+
 void tile_reduce(TileReduceFn fn, void* io, unsigned mask, int width) {
     Fiber* self = static_cast<Fiber*>(tls_thread);
     if (!self) device_trap("cg::reduce outside a kernel");

@@ -98,12 +98,12 @@ void reduce_tile(void* const* io, unsigned width) {
     for (unsigned offset = width / 2; offset > 0; offset /= 2) {
         for (unsigned l = 0; l < width; l++) {
             const ReduceLane<T, Op>& lane = *static_cast<ReduceLane<T, Op>*>(io[l]);
-            ::cpucuda::tls_thread = lane.thread;
+            ::cpucuda::run_as(lane.thread);
             next[l] = (*lane.op)(v[l], v[l ^ offset]);
         }
         for (unsigned l = 0; l < width; l++) v[l] = next[l];
     }
-    ::cpucuda::tls_thread = arrived_last;
+    ::cpucuda::run_as(arrived_last);
     for (unsigned l = 0; l < width; l++) static_cast<ReduceLane<T, Op>*>(io[l])->value = v[l];
 }
 }  // namespace detail

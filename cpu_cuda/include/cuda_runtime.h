@@ -83,6 +83,11 @@ uint64_t warp_collective(WarpOp op, unsigned mask, uint64_t value, int param, in
 // meeting of the tile where the shuffle butterfly it replaces takes log2(width).
 using TileReduceFn = void (*)(void* const* io, unsigned width);
 void tile_reduce(TileReduceFn fn, void* io, unsigned mask, int width);
+// Makes `thread` the running GPU thread (tls_thread) for what the scheduler
+// runs on a lane's behalf (a cg::reduce operator). Out of line: in the
+// racecheck build a store to the thread-local slot from instrumented kernel
+// code would read as a race between the lanes.
+void run_as(ThreadCtx* thread);
 // A `.sync.aligned` warp-wide instruction (mma.sync, ldmatrix; cpucuda_ptx.h):
 // each lane passes a pointer to its own operands and results; once all 32
 // lanes have arrived at the same instruction, `fn` runs once with io[lane] of
