@@ -1,6 +1,9 @@
-// Device copies for tests: a host vector to a new device buffer and back.
+// Device copies for tests: a host vector to a new device buffer and back; a
+// float's bits, for results that must match bitwise.
 #pragma once
 #include <cuda_runtime.h>
+#include <cstdint>
+#include <cstring>
 #include <vector>
 #include "test/test_util.h"
 
@@ -16,4 +19,9 @@ static std::vector<T> to_host(const T* d, size_t n) {
     std::vector<T> h(n);
     CUDA_OK(cudaMemcpy(h.data(), d, n * sizeof(T), cudaMemcpyDeviceToHost));
     return h;
+}
+inline uint32_t bits_of(float x) {
+    uint32_t b;
+    std::memcpy(&b, &x, 4);
+    return b;
 }

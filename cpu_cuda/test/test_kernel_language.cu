@@ -295,12 +295,6 @@ __global__ void cg_reduce_order_kernel(const float* in, float* out) {
     out[7 * n + i] = shuffle_butterfly<N>(x, LaneWeightedSum());
 }
 
-static uint32_t bits_of(float f) {
-    uint32_t b;
-    memcpy(&b, &f, 4);
-    return b;
-}
-
 // The butterfly of tile values v (N of them) on the host: every lane's result.
 template <class Op>
 static std::vector<float> host_butterfly(std::vector<float> v, Op op) {

@@ -266,12 +266,6 @@ struct MmaRandom {
     }
 };
 
-static uint32_t bits_of(float x) {
-    uint32_t b;
-    std::memcpy(&b, &x, 4);
-    return b;
-}
-
 // Every output bit of the runtime's mma equals the plain loop's, over many random tiles of every
 // kind, in each implementation (vector code where the CPU has it, and the portable code).
 static void test_mma_bitwise() {
