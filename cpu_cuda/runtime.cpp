@@ -1230,14 +1230,29 @@ static void run_block(Worker& w, LaunchState& L, uint64_t linear) {
     w.launch = nullptr;
 }
 
+// Each worker takes a run of consecutive blocks at a time, a 2 x workers-th of
+// what is left (guided scheduling: long runs first, single blocks at the end,
+// so no worker idles long while another finishes). Consecutive blocks of an
+// element-wise kernel cover consecutive addresses, so a worker walks each array
+// as one stream that the hardware prefetcher follows; blocks dealt one at a
+// time would leave a block-sized gap between a worker's blocks (AdamW over 124M
+// parameters, fp32, 2 workers: 141 ms against 204 ms). CUDA promises no order.
 static void work_on(LaunchState& L) {
     Worker& w = this_worker();
     if (L.spec.smem) dynamic_shared_memory();  // allocate before any fiber runs
+    const uint64_t share = 2 * (uint64_t)config().workers;
     for (;;) {
         if (L.failed.load(std::memory_order_relaxed)) return;
-        uint64_t b = L.next_block.fetch_add(1);
+        const uint64_t seen = L.next_block.load(std::memory_order_relaxed);
+        if (seen >= L.nblocks) return;
+        const uint64_t want = std::max<uint64_t>(1, (L.nblocks - seen) / share);
+        const uint64_t b = L.next_block.fetch_add(want);
         if (b >= L.nblocks) return;
-        run_block(w, L, b);
+        const uint64_t end = std::min(L.nblocks, b + want);
+        for (uint64_t k = b; k < end; k++) {
+            if (L.failed.load(std::memory_order_relaxed)) return;
+            run_block(w, L, k);
+        }
     }
 }
 

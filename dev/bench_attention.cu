@@ -70,7 +70,7 @@ __global__ void fill_uniform(floatX* x, size_t n, uint32_t seed) {
 static floatX* random_device(size_t n, uint32_t seed, cudaStream_t stream) {
     floatX* d = nullptr;
     cudaCheck(cudaMalloc(&d, n * sizeof(floatX)));
-    fill_uniform<<<chunked_grid_blocks(fill_uniform, n, 256), 256, 0, stream>>>(d, n, seed);
+    fill_uniform<<<chunked_grid_blocks(n, 256), 256, 0, stream>>>(d, n, seed);
     cudaCheck(cudaGetLastError());
     return d;
 }

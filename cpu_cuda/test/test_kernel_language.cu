@@ -460,6 +460,57 @@ static void test_atomics() {
     cudaFree(d);
 }
 
+// --- every block of a grid runs once, every thread of it once ---------------------------------------------
+// The CPU runtime hands each worker runs of consecutive blocks (runtime.cpp, work_on); a run cut short or taken
+// twice would show here as a block counted 0 or 2 times. One kernel whose threads never meet (a loop on the
+// runtime) and one with a barrier (fibers).
+__global__ void count_runs_kernel(unsigned* block_runs, unsigned* thread_runs) {
+    const unsigned b = (blockIdx.z * gridDim.y + blockIdx.y) * gridDim.x + blockIdx.x;
+    if (threadIdx.x == 0) atomicAdd(&block_runs[b], 1u);
+    atomicAdd(&thread_runs[b], 1u);
+}
+__global__ void count_runs_barrier_kernel(unsigned* block_runs, unsigned* thread_runs) {
+    __shared__ unsigned arrived;
+    if (threadIdx.x == 0) arrived = 0;
+    __syncthreads();
+    atomicAdd(&arrived, 1u);
+    __syncthreads();
+    const unsigned b = (blockIdx.z * gridDim.y + blockIdx.y) * gridDim.x + blockIdx.x;
+    if (threadIdx.x == 0) atomicAdd(&block_runs[b], 1u);
+    if (threadIdx.x == 0) atomicAdd(&thread_runs[b], arrived);
+}
+
+static void test_every_block_once() {
+    const dim3 grids[] = {dim3(1), dim3(2), dim3(3), dim3(7), dim3(64), dim3(1000), dim3(40001), dim3(13, 5, 3)};
+    const int threads = 64;
+    for (int barrier = 0; barrier < 2; barrier++) {
+        for (const dim3& grid : grids) {
+            const size_t blocks = (size_t)grid.x * grid.y * grid.z;
+            unsigned *d_blocks, *d_threads;
+            CUDA_OK(cudaMalloc(&d_blocks, blocks * sizeof(unsigned)));
+            CUDA_OK(cudaMalloc(&d_threads, blocks * sizeof(unsigned)));
+            CUDA_OK(cudaMemset(d_blocks, 0, blocks * sizeof(unsigned)));
+            CUDA_OK(cudaMemset(d_threads, 0, blocks * sizeof(unsigned)));
+            if (barrier) count_runs_barrier_kernel<<<grid, threads>>>(d_blocks, d_threads);
+            else count_runs_kernel<<<grid, threads>>>(d_blocks, d_threads);
+            CUDA_OK(cudaGetLastError());
+            std::vector<unsigned> runs(blocks), thread_runs(blocks);
+            CUDA_OK(cudaMemcpy(runs.data(), d_blocks, blocks * sizeof(unsigned), cudaMemcpyDeviceToHost));
+            CUDA_OK(cudaMemcpy(thread_runs.data(), d_threads, blocks * sizeof(unsigned), cudaMemcpyDeviceToHost));
+            size_t wrong = 0, first = 0;
+            for (size_t b = blocks; b-- > 0;)
+                if (runs[b] != 1 || thread_runs[b] != (unsigned)threads) wrong++, first = b;
+            CHECK(wrong == 0,
+                  "%s, grid (%u, %u, %u): every block ran once with all %d threads (%zu blocks wrong, "
+                  "the first %zu: %u runs, %u threads)",
+                  barrier ? "with a barrier" : "no meeting", grid.x, grid.y, grid.z, threads, wrong, first, runs[first],
+                  thread_runs[first]);
+            cudaFree(d_blocks);
+            cudaFree(d_threads);
+        }
+    }
+}
+
 // --- dynamic shared memory above 48 KiB -------------------------------------------------
 __global__ void big_smem_kernel(float* out, int n_floats) {
     extern __shared__ float big[];
@@ -792,6 +843,7 @@ int main() {
     TEST_CASE(test_cg_reduce());
     TEST_CASE(test_cg_reduce_order());
     TEST_CASE(test_atomics());
+    TEST_CASE(test_every_block_once());
     TEST_CASE(test_dynamic_smem());
     TEST_CASE(test_3d());
     TEST_CASE(test_bf16());

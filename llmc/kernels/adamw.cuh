@@ -72,7 +72,7 @@ inline void adamw_update(floatX* params, float* master, const float* grads, floa
     const float one_minus_beta1 = (float)(1.0 - (double)beta1), one_minus_beta2 = (float)(1.0 - (double)beta2);
     with_pack_width<float>(pack_width<float>(n, master, grads, m, v, params), [&](auto pack) {
         constexpr int P = decltype(pack)::value;
-        adamw_kernel<P><<<chunked_grid_blocks(adamw_kernel<P>, n / P, block), block, 0, stream>>>(
+        adamw_kernel<P><<<chunked_grid_blocks(n / P, block), block, 0, stream>>>(
             params, master, grads, m, v, n, decay, one_minus_beta1, beta2, one_minus_beta2, eps, step_size, bc2_sqrt,
             grad_scale, seed, index_offset);
     });

@@ -244,29 +244,15 @@ inline int device_attribute(cudaDeviceAttr attr) {
     }
     return it->second;
 }
-inline int num_sms() { return device_attribute(cudaDevAttrMultiProcessorCount); }
-// Launch sizing for block-chunked loops: at least as many blocks as the device
-// holds at once (SM count x blocks per SM of this kernel, from the occupancy
-// API), and more when a thread would otherwise step through more than
-// kChunkSteps items; never more than the work needs. Blocks past one wave cost
-// a GPU little (they start as earlier ones finish). Where a thread runs its
-// whole loop before the next thread starts (the CPU runtime), each step jumps
-// blockDim items ahead, onto another page, which no prefetcher follows; with
-// two steps a block's threads sweep its chunk almost in address order (AdamW
-// over 124M parameters on the CPU: 1.8x faster than one wave). Which block
-// takes an item never changes what is computed for it: these kernels treat
-// every item alone.
-constexpr size_t kChunkSteps = 2;  // the most items a thread of a chunked loop steps through, past one wave
-inline int chunked_grid_blocks(const void* kernel, size_t n, int block_size) {
-    static std::map<std::pair<const void*, int>, int> per_sm;  // asked once per kernel and block size
-    const auto [it, fresh] = per_sm.try_emplace({kernel, block_size}, 0);
-    if (fresh) cudaCheck(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&it->second, kernel, block_size, 0));
-    const size_t needed = CEIL_DIV(n, (size_t)block_size);
-    const size_t wave = (size_t)num_sms() * (it->second > 0 ? it->second : 1);
-    const size_t blocks = std::max(wave, CEIL_DIV(needed, kChunkSteps));
-    return (int)std::max<size_t>(1, std::min(needed, std::min(blocks, (size_t)INT_MAX)));
-}
-template <class Kernel>
-inline int chunked_grid_blocks(Kernel* kernel, size_t n, int block_size) {
-    return chunked_grid_blocks(reinterpret_cast<const void*>(kernel), n, block_size);
+// Launch sizing for block-chunked loops: a block per blockDim items, so a thread
+// takes one item (past INT_MAX blocks, more). A GPU starts the blocks past one
+// wave as earlier ones finish. Where a thread runs its whole loop before the
+// next thread starts (the CPU runtime), a thread's second item lies blockDim
+// items ahead, and every array's walk would become interleaved streams; with
+// one item a block's threads walk each array in address order, and the runtime
+// hands each worker runs of consecutive blocks (work_on in cpu_cuda/runtime.cpp),
+// so the prefetcher follows one stream per array. Which block takes an item
+// never changes what is computed for it: these kernels treat every item alone.
+inline int chunked_grid_blocks(size_t n, int block_size) {
+    return (int)std::max<size_t>(1, std::min(CEIL_DIV(n, (size_t)block_size), (size_t)INT_MAX));
 }

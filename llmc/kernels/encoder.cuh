@@ -45,8 +45,7 @@ inline void encoder_forward(floatX* out, const int* inp, const int* pos, const f
     with_pack_width<floatX>(pack_width<floatX>(C, out, wte, wpe), [&](auto pack) {
         constexpr int P = decltype(pack)::value;
         encoder_forward_kernel<P>
-            <<<chunked_grid_blocks(encoder_forward_kernel<P>, total / P, block), block, 0, stream>>>(out, inp, pos, wte,
-                                                                                                     wpe, T, C, total);
+            <<<chunked_grid_blocks(total / P, block), block, 0, stream>>>(out, inp, pos, wte, wpe, T, C, total);
     });
     cudaCheck(cudaGetLastError());
 }
@@ -166,8 +165,7 @@ inline void encoder_backward(float* dwte, float* dwpe, const floatX* dout, const
                 dwpe, dout, position_plan, distinct_positions, B * T, C);
         else
             encoder_backward_wpe_kernel<P>
-                <<<chunked_grid_blocks(encoder_backward_wpe_kernel<P>, TC / P, block), block, 0, stream>>>(dwpe, dout,
-                                                                                                           B, T, C);
+                <<<chunked_grid_blocks(TC / P, block), block, 0, stream>>>(dwpe, dout, B, T, C);
     });
     cudaCheck(cudaGetLastError());
 }

@@ -55,8 +55,7 @@ inline void gelu_forward(floatX* out, const floatX* inp, size_t n, cudaStream_t 
     const int block = 256;
     with_pack_width<floatX>(pack_width<floatX>(n, out, inp), [&](auto pack) {
         constexpr int P = decltype(pack)::value;
-        gelu_forward_kernel<P>
-            <<<chunked_grid_blocks(gelu_forward_kernel<P>, n / P, block), block, 0, stream>>>(out, inp, n);
+        gelu_forward_kernel<P><<<chunked_grid_blocks(n / P, block), block, 0, stream>>>(out, inp, n);
     });
     cudaCheck(cudaGetLastError());
 }
@@ -65,9 +64,7 @@ inline void gelu_backward_inplace(floatX* d_in_out, const floatX* inp, size_t n,
     const int block = 256;
     with_pack_width<floatX>(pack_width<floatX>(n, d_in_out, inp), [&](auto pack) {
         constexpr int P = decltype(pack)::value;
-        gelu_backward_inplace_kernel<P>
-            <<<chunked_grid_blocks(gelu_backward_inplace_kernel<P>, n / P, block), block, 0, stream>>>(d_in_out, inp,
-                                                                                                       n);
+        gelu_backward_inplace_kernel<P><<<chunked_grid_blocks(n / P, block), block, 0, stream>>>(d_in_out, inp, n);
     });
     cudaCheck(cudaGetLastError());
 }

@@ -212,7 +212,7 @@ inline void layernorm_backward(floatX* dinp, float* dweight, float* dbias, float
             <<<G, warps * WARP_SIZE, smem, stream>>>(dinp, scratch, dout, inp, weight, mean, rstd, N, C);
     });
     cudaCheck(cudaGetLastError());
-    layernorm_backward_finish_kernel<<<chunked_grid_blocks(layernorm_backward_finish_kernel, 2 * (size_t)C, 256), 256,
-                                       0, stream>>>(dweight, dbias, scratch, G, C);
+    layernorm_backward_finish_kernel<<<chunked_grid_blocks(2 * (size_t)C, 256), 256, 0, stream>>>(dweight, dbias,
+                                                                                                  scratch, G, C);
     cudaCheck(cudaGetLastError());
 }

@@ -275,9 +275,8 @@ inline void muon_update(floatX* params, float* master, const float* grads, float
     const size_t per = (size_t)rows * cols, n = per * count;
     with_pack_width<float>(pack_width<float>(n, grads, momentum, ws.x0), [&](auto pack) {
         constexpr int P = decltype(pack)::value;
-        muon_momentum_kernel<P>
-            <<<chunked_grid_blocks(muon_momentum_kernel<P>, n / P, MUON_BLOCK), MUON_BLOCK, 0, stream>>>(
-                ws.x0, momentum, grads, n, mu, grad_scale);
+        muon_momentum_kernel<P><<<chunked_grid_blocks(n / P, MUON_BLOCK), MUON_BLOCK, 0, stream>>>(
+            ws.x0, momentum, grads, n, mu, grad_scale);
     });
     cudaCheck(cudaGetLastError());
     const int parts = muon_norm_parts(per);
@@ -290,7 +289,7 @@ inline void muon_update(floatX* params, float* master, const float* grads, float
     const float step = (float)((double)lr * std::sqrt(std::fmax(1.0, (double)rows / cols)));
     with_pack_width<float>(pack_width<float>(n, params, master, o), [&](auto pack) {
         constexpr int P = decltype(pack)::value;
-        muon_apply_kernel<P><<<chunked_grid_blocks(muon_apply_kernel<P>, n / P, MUON_BLOCK), MUON_BLOCK, 0, stream>>>(
+        muon_apply_kernel<P><<<chunked_grid_blocks(n / P, MUON_BLOCK), MUON_BLOCK, 0, stream>>>(
             params, master, o, n, decay, step, grad_scale, seed, index_offset);
     });
     cudaCheck(cudaGetLastError());

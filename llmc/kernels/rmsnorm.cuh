@@ -184,7 +184,6 @@ inline void rmsnorm_backward(floatX* dinp, float* dweight, float* scratch, const
             <<<G, warps * WARP_SIZE, smem, stream>>>(dinp, scratch, dout, inp, weight, rstd, N, C);
     });
     cudaCheck(cudaGetLastError());
-    rmsnorm_backward_finish_kernel<<<chunked_grid_blocks(rmsnorm_backward_finish_kernel, (size_t)C, 256), 256, 0,
-                                     stream>>>(dweight, scratch, G, C);
+    rmsnorm_backward_finish_kernel<<<chunked_grid_blocks((size_t)C, 256), 256, 0, stream>>>(dweight, scratch, G, C);
     cudaCheck(cudaGetLastError());
 }

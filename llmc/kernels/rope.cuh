@@ -145,8 +145,8 @@ inline void rope_launch(floatX* out, const floatX* inp, const float* table, cons
     with_pack_width<floatX>(width, [&](auto pack) {
         constexpr int P = decltype(pack)::value;
         const size_t n = tokens * H * (HS / 2 / P);
-        rope_kernel<P><<<chunked_grid_blocks(rope_kernel<P>, n, block), block, 0, stream>>>(
-            out, inp, table, positions, tokens, T, H, HS, stride, maxT, sin_sign);
+        rope_kernel<P><<<chunked_grid_blocks(n, block), block, 0, stream>>>(out, inp, table, positions, tokens, T, H,
+                                                                            HS, stride, maxT, sin_sign);
     });
     cudaCheck(cudaGetLastError());
 }

@@ -67,9 +67,7 @@ inline void swiglu_forward(floatX* out, const floatX* inp, size_t rows, int F, c
     const int block = 256;
     with_pack_width<floatX>(pack_width<floatX>(F, out, inp), [&](auto pack) {
         constexpr int P = decltype(pack)::value;
-        swiglu_forward_kernel<P>
-            <<<chunked_grid_blocks(swiglu_forward_kernel<P>, rows * F / P, block), block, 0, stream>>>(out, inp, rows,
-                                                                                                       F);
+        swiglu_forward_kernel<P><<<chunked_grid_blocks(rows * F / P, block), block, 0, stream>>>(out, inp, rows, F);
     });
     cudaCheck(cudaGetLastError());
 }
@@ -82,8 +80,7 @@ inline void swiglu_backward(floatX* dinp, const floatX* dout, const floatX* inp,
     with_pack_width<floatX>(pack_width<floatX>(F, dinp, dout, inp), [&](auto pack) {
         constexpr int P = decltype(pack)::value;
         swiglu_backward_kernel<P>
-            <<<chunked_grid_blocks(swiglu_backward_kernel<P>, rows * F / P, block), block, 0, stream>>>(dinp, dout, inp,
-                                                                                                        rows, F);
+            <<<chunked_grid_blocks(rows * F / P, block), block, 0, stream>>>(dinp, dout, inp, rows, F);
     });
     cudaCheck(cudaGetLastError());
 }
