@@ -17,9 +17,10 @@
 // waits for the norm on the host; a NaN factor (a non-finite norm) skips the
 // step. The scalars that depend only on the hyperparameters are computed in
 // double on the host, as torch does in Python.
-// N consecutive elements per thread (16-byte accesses to the fp32 arrays where
-// n and the pointers allow, else 1); the arithmetic per element is the same
-// either way, so the result does not depend on N.
+// N consecutive elements per thread (adamw_pack_width): a 16-byte pack of the
+// floatX weights where n and the pointers allow (8 bf16, whose fp32 state is
+// two 16-byte accesses per array; 4 floats), else 4, else 1. The arithmetic
+// per element is the same for every N, so the result does not depend on it.
 template <int N>
 __global__ void adamw_kernel(floatX* __restrict__ params, float* __restrict__ master, const float* __restrict__ grads,
                              float* __restrict__ m, float* __restrict__ v, size_t n, float decay, float one_minus_beta1,
@@ -53,6 +54,20 @@ __global__ void adamw_kernel(floatX* __restrict__ params, float* __restrict__ ma
     }
 }
 
+// Elements per thread of adamw_kernel: the widest of a 16-byte pack of the
+// weights (PACK128<floatX>) and 4 that n and the arrays' alignment allow (each
+// array aligned to its N elements), else 1.
+inline int adamw_pack_width(size_t n, const floatX* params, const float* master, const float* grads, const float* m,
+                            const float* v) {
+    for (const int N : {PACK128<floatX>, 4}) {
+        const auto aligned = [&](const void* p, size_t bytes) { return reinterpret_cast<uintptr_t>(p) % bytes == 0; };
+        if (n % N == 0 && aligned(params, N * sizeof(floatX)) && aligned(master, N * 4) && aligned(grads, N * 4) &&
+            aligned(m, N * 4) && aligned(v, N * 4))
+            return N;
+    }
+    return 1;
+}
+
 // t: the step number, from 1. grad_scale: device pointer to the clip factor
 // (grad_scale in global_norm.cuh; null: 1); when it holds NaN nothing is
 // updated. seed: should differ per step and per tensor, since the
@@ -70,11 +85,16 @@ inline void adamw_update(floatX* params, float* master, const float* grads, floa
     const float decay = (float)(1.0 - (double)lr * (double)weight_decay);
     const int block = 256;
     const float one_minus_beta1 = (float)(1.0 - (double)beta1), one_minus_beta2 = (float)(1.0 - (double)beta2);
-    with_pack_width<float>(pack_width<float>(n, master, grads, m, v, params), [&](auto pack) {
+    auto launch = [&](auto pack) {
         constexpr int P = decltype(pack)::value;
         adamw_kernel<P><<<chunked_grid_blocks(n / P, block), block, 0, stream>>>(
             params, master, grads, m, v, n, decay, one_minus_beta1, beta2, one_minus_beta2, eps, step_size, bc2_sqrt,
             grad_scale, seed, index_offset);
-    });
+    };
+    const int width = adamw_pack_width(n, params, master, grads, m, v);
+    if constexpr (PACK128<floatX> > 4)
+        if (width == PACK128<floatX>) launch(std::integral_constant<int, PACK128<floatX>>());
+    if (width == 4) launch(std::integral_constant<int, 4>());
+    if (width == 1) launch(std::integral_constant<int, 1>());
     cudaCheck(cudaGetLastError());
 }

@@ -188,18 +188,18 @@ __device__ inline Packed<T, N> stochastic_round_packed(const Packed<float, N>& i
     if constexpr (std::is_same_v<T, float>) {
         return in;
     } else {
-        static_assert(std::is_same_v<T, __nv_bfloat16> && N * sizeof(T) <= sizeof(uint64_t));
+        static_assert(std::is_same_v<T, __nv_bfloat16> && N * sizeof(T) <= 16);
         const uint32_t seed_hash = hash_u32(seed);
         uint32_t bits[N];
         memcpy(bits, &in, sizeof(bits));
 #pragma unroll
         for (int e = 0; e < N; e++)
             bits[e] = stochastic_round_bits(bits[e], stochastic_noise16(index + (uint32_t)e, seed_hash));
-        uint64_t word = 0;  // element e in bits 16e.., as it lies in memory (little-endian)
+        uint64_t words[(N + 3) / 4] = {};  // element e in bits 16 (e % 4).. of word e / 4, as in memory (little-endian)
 #pragma unroll
-        for (int e = 0; e < N; e++) word |= (uint64_t)bits[e] << (16 * e);
+        for (int e = 0; e < N; e++) words[e / 4] |= (uint64_t)bits[e] << (16 * (e % 4));
         Packed<T, N> out;
-        memcpy(&out, &word, sizeof(out));
+        memcpy(&out, words, sizeof(out));
         return out;
     }
 }

@@ -121,26 +121,37 @@ static void test_stochastic_rounding() {
 // and of the master bits alone when master is infinite or NaN. lr = 0 leaves
 // master as it was; it holds NaNs whose low payload bits would carry into the
 // kept bits if the noise were added to them, infinities, the largest finite
-// values (which round up to infinity), subnormals and random values. Sizes and
-// a misaligned start run both the 4-wide and the 1-wide kernel, with an index
-// offset past 2^32 (the hash takes it mod 2^32).
+// values (which round up to infinity), subnormals and random values. Three
+// sizes and starts run the three widths of the kernel (a 16-byte pack of the
+// weights, 4, 1 per thread; adamw_pack_width, checked too), each with an
+// index offset past 2^32 (the hash takes it mod 2^32).
 static void test_stochastic_rounding_bits() {
     const uint32_t specials[] = {0x7FC0FFFFu, 0xFFC0FFFFu, 0x7FC00001u, 0x7F800000u, 0xFF800000u,
                                  0x7F7FFFFFu, 0xFF7FFFFFu, 0x00000001u, 0x807FFFFFu, 0x00000000u};
-    const size_t n = 4099, offset = (1ull << 32) + 7;
+    const size_t offset = (1ull << 32) + 7, most = 4099;
     const uint32_t seed = 31337u;
     g_rng.seed(801);
-    auto master = randf(n + 1, -3.0f, 3.0f);
-    for (size_t i = 0; i < n + 1; i += 97) memcpy(&master[i], &specials[(i / 97) % 10], 4);
+    auto master = randf(most + 4, -3.0f, 3.0f);
+    for (size_t i = 0; i < master.size(); i += 97) memcpy(&master[i], &specials[(i / 97) % 10], 4);
     Dev d;
-    for (size_t start : {0, 1}) {  // 0: 16-byte aligned (4 per thread); 1: one per thread
-        floatX* d_params = d.alloc<floatX>(n + 1);
-        float *d_master = d.up(master), *d_g = d.up(std::vector<float>(n + 1, 0.0f)),
-              *d_m = d.up(std::vector<float>(n + 1, 0.0f)), *d_v = d.up(std::vector<float>(n + 1, 0.0f));
+    struct Case {
+        size_t n, start;
+        int width;
+    };
+    // start 0: every array aligned as cudaMalloc aligns; start 4: 16 bytes into the fp32 arrays
+    const Case cases[] = {{4096, 0, PACK128<floatX>}, {4096, 4, 4}, {most, 1, 1}};
+    for (const Case& c : cases) {
+        const size_t n = c.n, start = c.start;
+        floatX* d_params = d.alloc<floatX>(most + 4);
+        float *d_master = d.up(master), *d_g = d.up(std::vector<float>(most + 4, 0.0f)),
+              *d_m = d.up(std::vector<float>(most + 4, 0.0f)), *d_v = d.up(std::vector<float>(most + 4, 0.0f));
+        const int width =
+            adamw_pack_width(n, d_params + start, d_master + start, d_g + start, d_m + start, d_v + start);
+        CHECK(width == c.width, "n %zu from element %zu: %d elements per thread (want %d)", n, start, width, c.width);
         adamw_update(d_params + start, d_master + start, d_g + start, d_m + start, d_v + start, n, 0.0f, 0.9f, 0.95f,
                      1e-8f, 0.0f, 1, nullptr, seed, offset, g_stream);
-        const auto p = to_host(d_params, n + 1);
-        const auto after = to_host(d_master, n + 1);
+        const auto p = to_host(d_params, most + 4);
+        const auto after = to_host(d_master, most + 4);
         size_t wrong = 0;
         for (size_t i = 0; i < n; i++) {
             uint32_t bits;
@@ -163,9 +174,9 @@ static void test_stochastic_rounding_bits() {
             wrong += got_bits != want;
         }
         CHECK(wrong == 0,
-              "stochastic rounding bit for bit (start %zu, index offset 2^32 + 7, NaN payloads, inf, "
+              "stochastic rounding bit for bit (%d per thread, n %zu, index offset 2^32 + 7, NaN payloads, inf, "
               "max finite, subnormals): %zu of %zu weights differ from the rule",
-              start, wrong, n);
+              width, n, wrong, n);
     }
 }
 
