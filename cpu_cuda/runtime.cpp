@@ -1242,7 +1242,6 @@ static void work_on(LaunchState& L) {
     if (L.spec.smem) dynamic_shared_memory();  // allocate before any fiber runs
     const uint64_t share = 2 * (uint64_t)config().workers;
     for (;;) {
-        if (L.failed.load(std::memory_order_relaxed)) return;
         const uint64_t seen = L.next_block.load(std::memory_order_relaxed);
         if (seen >= L.nblocks) return;
         const uint64_t want = std::max<uint64_t>(1, (L.nblocks - seen) / share);

@@ -464,10 +464,10 @@ static void test_atomics() {
 // The CPU runtime hands each worker runs of consecutive blocks (runtime.cpp, work_on); a run cut short or taken
 // twice would show here as a block counted 0 or 2 times. One kernel whose threads never meet (a loop on the
 // runtime) and one with a barrier (fibers).
+__device__ unsigned linear_block() { return (blockIdx.z * gridDim.y + blockIdx.y) * gridDim.x + blockIdx.x; }
 __global__ void count_runs_kernel(unsigned* block_runs, unsigned* thread_runs) {
-    const unsigned b = (blockIdx.z * gridDim.y + blockIdx.y) * gridDim.x + blockIdx.x;
-    if (threadIdx.x == 0) atomicAdd(&block_runs[b], 1u);
-    atomicAdd(&thread_runs[b], 1u);
+    if (threadIdx.x == 0) atomicAdd(&block_runs[linear_block()], 1u);
+    atomicAdd(&thread_runs[linear_block()], 1u);
 }
 __global__ void count_runs_barrier_kernel(unsigned* block_runs, unsigned* thread_runs) {
     __shared__ unsigned arrived;
@@ -475,9 +475,10 @@ __global__ void count_runs_barrier_kernel(unsigned* block_runs, unsigned* thread
     __syncthreads();
     atomicAdd(&arrived, 1u);
     __syncthreads();
-    const unsigned b = (blockIdx.z * gridDim.y + blockIdx.y) * gridDim.x + blockIdx.x;
-    if (threadIdx.x == 0) atomicAdd(&block_runs[b], 1u);
-    if (threadIdx.x == 0) atomicAdd(&thread_runs[b], arrived);
+    if (threadIdx.x == 0) {
+        atomicAdd(&block_runs[linear_block()], 1u);
+        atomicAdd(&thread_runs[linear_block()], arrived);
+    }
 }
 
 static void test_every_block_once() {

@@ -59,12 +59,9 @@ __global__ void adamw_kernel(floatX* __restrict__ params, float* __restrict__ ma
 // array aligned to its N elements), else 1.
 inline int adamw_pack_width(size_t n, const floatX* params, const float* master, const float* grads, const float* m,
                             const float* v) {
-    for (const int N : {PACK128<floatX>, 4}) {
-        const auto aligned = [&](const void* p, size_t bytes) { return reinterpret_cast<uintptr_t>(p) % bytes == 0; };
-        if (n % N == 0 && aligned(params, N * sizeof(floatX)) && aligned(master, N * 4) && aligned(grads, N * 4) &&
-            aligned(m, N * 4) && aligned(v, N * 4))
+    for (const int N : {PACK128<floatX>, 4})
+        if (n % N == 0 && aligned_to(N * sizeof(floatX), params) && aligned_to(N * sizeof(float), master, grads, m, v))
             return N;
-    }
     return 1;
 }
 

@@ -218,11 +218,15 @@ __device__ inline void add_row_warp(T* row, const T* a, const T* b, int C) {
     }
 }
 
+// Whether every pointer is a multiple of `bytes`.
+template <class... Ptrs>
+inline bool aligned_to(size_t bytes, const Ptrs*... ptrs) {
+    return ((reinterpret_cast<uintptr_t>(ptrs) % bytes == 0) && ...);
+}
 // PACK128<T> if n is a multiple of it and every pointer is 16-byte aligned, else 1.
 template <class T, class... Ptrs>
 inline int pack_width(size_t n, const Ptrs*... ptrs) {
-    const bool aligned = ((reinterpret_cast<uintptr_t>(ptrs) % 16 == 0) && ...);
-    return aligned && n % PACK128<T> == 0 ? PACK128<T> : 1;
+    return aligned_to(16, ptrs...) && n % PACK128<T> == 0 ? PACK128<T> : 1;
 }
 // Calls f(std::integral_constant<int, N>()) with N = width (PACK128<T> or 1, from
 // pack_width): the launchers' one switch between the two instantiations.
