@@ -52,7 +52,7 @@ static inline double bf16_to_double(uint16_t h) {
 typedef double V2 __attribute__((vector_size(16)));  // 2 doubles
 
 // Portable version: gather into row-major arrays, the sums in vectors of 2 doubles (SSE2).
-static void mma_portable(void* const* io) {
+static void mma_portable(void* const* io, int i) {
     uint16_t A16[16][16], B16[16][8];  // bf16 bits, A[m][k] and B[k][n]
     float C32[16][8];
     for (int lane = 0; lane < 32; lane++) {
@@ -62,12 +62,12 @@ static void mma_portable(void* const* io) {
         std::memcpy(&A16[g + 8][2 * t], &o.a[1], 4);
         std::memcpy(&A16[g][2 * t + 8], &o.a[2], 4);
         std::memcpy(&A16[g + 8][2 * t + 8], &o.a[3], 4);
-        for (int i = 0; i < 2; i++) {
-            B16[2 * t + 8 * i][g] = (uint16_t)o.b[i];
-            B16[2 * t + 8 * i + 1][g] = (uint16_t)(o.b[i] >> 16);
+        for (int h = 0; h < 2; h++) {
+            B16[2 * t + 8 * h][g] = (uint16_t)o.b[i][h];
+            B16[2 * t + 8 * h + 1][g] = (uint16_t)(o.b[i][h] >> 16);
         }
-        std::memcpy(&C32[g][2 * t], &o.acc[0], 8);
-        std::memcpy(&C32[g + 8][2 * t], &o.acc[2], 8);
+        std::memcpy(&C32[g][2 * t], &o.acc[i][0], 8);
+        std::memcpy(&C32[g + 8][2 * t], &o.acc[i][2], 8);
     }
     double A[16][16];
     V2 B[16][4];  // row k of B, n = 2j, 2j+1
@@ -96,7 +96,7 @@ static void mma_portable(void* const* io) {
             }
     }
     for (int lane = 0; lane < 32; lane++) {
-        float* acc = static_cast<const MmaOperands*>(io[lane])->acc;
+        float* acc = static_cast<const MmaOperands*>(io[lane])->acc[i];
         const int g = lane / 4, t = lane % 4;
         std::memcpy(&acc[0], &C32[g][2 * t], 8);
         std::memcpy(&acc[2], &C32[g + 8][2 * t], 8);
@@ -139,7 +139,7 @@ AVX2 static inline void bf16x8_to_double(__m128i h, __m256d* out) {
     out[1] = _mm256_cvtps_pd(_mm256_extractf128_ps(f, 1));
 }
 
-AVX2 static void mma_avx2(void* const* io) {
+AVX2 static void mma_avx2(void* const* io, int i) {
     alignas(32) double A[16][16];
     __m256d B[16][2], C[16][2];  // rows of B and C, n = 0..3 and 4..7
     __m128i bt[2][8];            // bt[h][n] = B[8h..8h+7][n] (bf16)
@@ -166,13 +166,13 @@ AVX2 static void mma_avx2(void* const* io) {
         }
         // lane t's b[0..1]: B[2t..2t+1][g], B[2t+8..2t+9][g]: column g of B
 #pragma GCC unroll 16
-        for (int t = 0; t < 4; t++) b[t] = _mm_loadl_epi64((const __m128i*)o[t]->b);
+        for (int t = 0; t < 4; t++) b[t] = _mm_loadl_epi64((const __m128i*)o[t]->b[i]);
         const __m128i y0 = _mm_unpacklo_epi32(b[0], b[1]), y1 = _mm_unpacklo_epi32(b[2], b[3]);
         bt[0][g] = _mm_unpacklo_epi64(y0, y1);
         bt[1][g] = _mm_unpackhi_epi64(y0, y1);
         // lane t's acc: C[g][2t..2t+1], C[g+8][2t..2t+1]
 #pragma GCC unroll 16
-        for (int t = 0; t < 4; t++) c[t] = _mm_loadu_si128((const __m128i*)o[t]->acc);
+        for (int t = 0; t < 4; t++) c[t] = _mm_loadu_si128((const __m128i*)o[t]->acc[i]);
         C[g][0] = _mm256_cvtps_pd(_mm_castsi128_ps(_mm_unpacklo_epi64(c[0], c[1])));
         C[g][1] = _mm256_cvtps_pd(_mm_castsi128_ps(_mm_unpacklo_epi64(c[2], c[3])));
         C[g + 8][0] = _mm256_cvtps_pd(_mm_castsi128_ps(_mm_unpackhi_epi64(c[0], c[1])));
@@ -216,7 +216,7 @@ AVX2 static void mma_avx2(void* const* io) {
         for (int t = 0; t < 4; t++) {
             const __m128i r = t % 2 ? _mm_unpackhi_epi64(lo[t / 2], hi[t / 2])
                                     : _mm_unpacklo_epi64(lo[t / 2], hi[t / 2]);
-            _mm_storeu_si128((__m128i*)static_cast<const MmaOperands*>(io[4 * g + t])->acc, r);
+            _mm_storeu_si128((__m128i*)static_cast<const MmaOperands*>(io[4 * g + t])->acc[i], r);
         }
     }
 }
@@ -233,11 +233,16 @@ bool set_mma_vector_code(bool on) {
 }
 
 const char* mma_m16n8k16_bf16_f32(void* const* io) {
+    const int count = static_cast<const MmaOperands*>(io[0])->count;
+    for (int lane = 1; lane < 32; lane++)
+        if (static_cast<const MmaOperands*>(io[lane])->count != count) return "lanes disagree on the number of mmas";
+    for (int i = 0; i < count; i++) {  // in program order: the second may read the first's D (acc0 == acc1)
 #ifdef CPUCUDA_MMA_AVX2
-    if (mma_vector_code.load(std::memory_order_relaxed)) mma_avx2(io);
-    else
+        if (mma_vector_code.load(std::memory_order_relaxed)) mma_avx2(io, i);
+        else
 #endif
-        mma_portable(io);
+            mma_portable(io, i);
+    }
     return nullptr;
 }
 

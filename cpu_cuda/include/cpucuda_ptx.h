@@ -10,10 +10,11 @@
 #include <cstdint>
 
 namespace cpucuda {
-struct MmaOperands {  // one lane's registers of mma.m16n8k16
+struct MmaOperands {  // one lane's registers of `count` (1 or 2) mma.m16n8k16 with the same A
     const uint32_t* a;
-    const uint32_t* b;
-    float* acc;
+    const uint32_t* b[2];
+    float* acc[2];
+    int count;
 };
 struct LdmatrixOperands {  // one lane's row address and destination registers
     const void* row;
@@ -27,8 +28,17 @@ const char* ldmatrix_m8n8_b16(void* const* io);
 
 // mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32: acc = A B + acc.
 inline void mma_bf16_16816(float (&acc)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
-    ::cpucuda::MmaOperands io{a, b, acc};
+    ::cpucuda::MmaOperands io{a, {b, b}, {acc, acc}, 1};
     ::cpucuda::warp_wide("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32", ::cpucuda::mma_m16n8k16_bf16_f32, &io);
+}
+// Two of them with the same A, one after the other: acc0 += A B0, acc1 += A B1
+// (b = B0's two registers, then B1's). One meeting of the warp for both: the
+// lanes do nothing between the two instructions, so no lane can observe that
+// they ran together.
+inline void mma_bf16_16816_x2(float (&acc0)[4], float (&acc1)[4], const uint32_t (&a)[4], const uint32_t (&b)[4]) {
+    ::cpucuda::MmaOperands io{a, {&b[0], &b[2]}, {acc0, acc1}, 2};
+    ::cpucuda::warp_wide("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 (x2)", ::cpucuda::mma_m16n8k16_bf16_f32,
+                         &io);
 }
 
 // ldmatrix.sync.aligned.m8n8.{x1,x2,x4}[.trans].shared.b16

@@ -156,11 +156,6 @@ __device__ __forceinline__ void load_b_kn(uint32_t (&b)[4], const bf16* tile, in
     const int lane = threadIdx.x % 32;
     ldmatrix_trans<4>(b, tile + (k0 + ((lane / 8) % 2) * 8 + lane % 8) * Tiles<HS>::LD + n0 + (lane / 16) * 8);
 }
-__device__ __forceinline__ void mma_pair(float (&c0)[4], float (&c1)[4], const uint32_t (&a)[4],
-                                         const uint32_t (&b)[4]) {
-    mma_bf16_16816(c0, a, {b[0], b[1]});
-    mma_bf16_16816(c1, a, {b[2], b[3]});
-}
 
 // The A fragment of k-step kk: from registers, or read from 16 shared-memory rows.
 template <int HS>
@@ -190,7 +185,7 @@ __device__ __forceinline__ void mma_a_tileT(float (&acc)[N / 8][4], const ASourc
             if (np < first || np >= steps) continue;
             uint32_t b[4];
             load_b_nk<HS>(b, tile, np * 16, kk * 16);
-            mma_pair(acc[2 * np], acc[2 * np + 1], a, b);
+            mma_bf16_16816_x2(acc[2 * np], acc[2 * np + 1], a, b);
         }
     }
 }
@@ -212,7 +207,7 @@ __device__ __forceinline__ void mma_p_tile(float (&acc)[HS / 8][4], const float 
         for (int hp = 0; hp < HS / 16; hp++) {
             uint32_t b[4];
             load_b_kn<HS>(b, tile, kk * 16, hp * 16);
-            mma_pair(acc[2 * hp], acc[2 * hp + 1], a, b);
+            mma_bf16_16816_x2(acc[2 * hp], acc[2 * hp + 1], a, b);
         }
     }
 }

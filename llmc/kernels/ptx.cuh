@@ -4,6 +4,9 @@
 //
 //   mma_bf16_16816(acc, a, b)  mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32:
 //                              acc (16x8 fp32) += A (16x16 bf16, row) B (16x8 bf16, col)
+//   mma_bf16_16816_x2(acc0, acc1, a, b)  two of them with the same A, in order:
+//                              acc0 += A B0, acc1 += A B1; b = B0's registers, then B1's
+//                              (the CPU runtime runs both in one meeting of the warp)
 //   ldmatrix<N>(r, row)        ldmatrix.sync.aligned.m8n8.xN.shared.b16: N 8x8 tiles of
 //   ldmatrix_trans<N>(r, row)  b16 from shared memory; lane 8j+i gives row i of tile j
 //   cp_async_16(dst, src)      cp.async.cg.shared.global, 16 bytes, global -> shared
@@ -34,6 +37,11 @@ __device__ __forceinline__ void mma_bf16_16816(float (&acc)[4], const uint32_t (
     asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
         : "+f"(acc[0]), "+f"(acc[1]), "+f"(acc[2]), "+f"(acc[3])
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+__device__ __forceinline__ void mma_bf16_16816_x2(float (&acc0)[4], float (&acc1)[4], const uint32_t (&a)[4],
+                                                  const uint32_t (&b)[4]) {
+    mma_bf16_16816(acc0, a, {b[0], b[1]});
+    mma_bf16_16816(acc1, a, {b[2], b[3]});
 }
 
 __device__ __forceinline__ uint32_t shared_address(const void* p) { return (uint32_t)__cvta_generic_to_shared(p); }

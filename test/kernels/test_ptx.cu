@@ -54,6 +54,37 @@ __global__ void mma_kernel(float* D, const bf16* A, const bf16* B, const float* 
     D[(g + 8) * 8 + 2 * t + 1] = acc[3];
 }
 
+// mma_bf16_16816_x2: block i computes A_i B_i + C_i into D0 and A_i B_j + C_j into D1,
+// j = (i + 1) % tiles, one instruction pair sharing A (tiles packed as in mma_kernel).
+__global__ void mma_x2_kernel(float* D0, float* D1, const bf16* A, const bf16* B, const float* C) {
+    const int lane = threadIdx.x, g = lane / 4, t = lane % 4, j = (blockIdx.x + 1) % gridDim.x;
+    A += blockIdx.x * 256;
+    const bf16* Bs[2] = {B + blockIdx.x * 128, B + j * 128};
+    const float* Cs[2] = {C + blockIdx.x * 128, C + j * 128};
+    float* Ds[2] = {D0 + blockIdx.x * 128, D1 + blockIdx.x * 128};
+    const uint32_t a[4] = {pair(A[g * 16 + 2 * t], A[g * 16 + 2 * t + 1]),
+                           pair(A[(g + 8) * 16 + 2 * t], A[(g + 8) * 16 + 2 * t + 1]),
+                           pair(A[g * 16 + 2 * t + 8], A[g * 16 + 2 * t + 9]),
+                           pair(A[(g + 8) * 16 + 2 * t + 8], A[(g + 8) * 16 + 2 * t + 9])};
+    uint32_t b[4];
+    float acc[2][4];
+    for (int h = 0; h < 2; h++) {
+        b[2 * h] = pair(Bs[h][(2 * t) * 8 + g], Bs[h][(2 * t + 1) * 8 + g]);
+        b[2 * h + 1] = pair(Bs[h][(2 * t + 8) * 8 + g], Bs[h][(2 * t + 9) * 8 + g]);
+        acc[h][0] = Cs[h][g * 8 + 2 * t];
+        acc[h][1] = Cs[h][g * 8 + 2 * t + 1];
+        acc[h][2] = Cs[h][(g + 8) * 8 + 2 * t];
+        acc[h][3] = Cs[h][(g + 8) * 8 + 2 * t + 1];
+    }
+    mma_bf16_16816_x2(acc[0], acc[1], a, b);
+    for (int h = 0; h < 2; h++) {
+        Ds[h][g * 8 + 2 * t] = acc[h][0];
+        Ds[h][g * 8 + 2 * t + 1] = acc[h][1];
+        Ds[h][(g + 8) * 8 + 2 * t] = acc[h][2];
+        Ds[h][(g + 8) * 8 + 2 * t + 1] = acc[h][3];
+    }
+}
+
 // ldmatrix of N 8x8 matrices of 16-bit ids from a padded shared tile: matrix j
 // row i lies at smem[(j * 8 + i) * STRIDE + 8 * (j % 2)], so every lane's
 // address differs and matrices are not contiguous. out[lane * 4 + j] = r[j].
@@ -297,24 +328,47 @@ static void test_mma_bitwise() {
     float* dC = to_device(C);
     float* dD;
     CUDA_OK(cudaMalloc(&dD, C.size() * sizeof(float)));
+    // the second product of mma_bf16_16816_x2: A_i B_j + C_j, j = (i + 1) % tiles
+    std::vector<uint32_t> want_second(tiles * 128);
+    for (int i = 0; i < tiles; i++)
+        for (int m = 0; m < 16; m++)
+            for (int n = 0; n < 8; n++) {
+                const int j = (i + 1) % tiles;
+                want_second[i * 128 + m * 8 + n] =
+                    bits_of(mma_reference(&A[i * 256], &B[j * 128], C[j * 128 + m * 8 + n], m, n));
+            }
+    float* dD1;
+    CUDA_OK(cudaMalloc(&dD1, C.size() * sizeof(float)));
+    auto count_wrong = [](const std::vector<float>& D, const std::vector<uint32_t>& expect) {
+        int wrong = 0;
+        for (size_t e = 0; e < D.size(); e++) {
+            if (bits_of(D[e]) != expect[e] && wrong++ < 3)
+                fprintf(stderr, "  tile %zu D[%zu][%zu] = 0x%08x, want 0x%08x\n", e / 128, e % 128 / 8, e % 8,
+                        bits_of(D[e]), expect[e]);
+        }
+        return wrong;
+    };
     const bool vector_code = cpucuda::set_mma_vector_code(true);
     for (int pass = 0; pass < 2; pass++) {
         const bool vec = cpucuda::set_mma_vector_code(pass == 0);
         if (pass == 0 && !vec) continue;  // this CPU runs the portable code only
         mma_kernel<<<tiles, 32>>>(dD, dA, dB, dC);
         CUDA_OK(cudaDeviceSynchronize());
-        const std::vector<float> D = to_host(dD, C.size());
-        int wrong = 0;
-        for (size_t e = 0; e < D.size(); e++) {
-            if (bits_of(D[e]) != want[e] && wrong++ < 3)
-                fprintf(stderr, "  tile %zu D[%zu][%zu] = 0x%08x, want 0x%08x\n", e / 128, e % 128 / 8, e % 8,
-                        bits_of(D[e]), want[e]);
-        }
+        const int wrong = count_wrong(to_host(dD, C.size()), want);
         CHECK(wrong == 0,
               "mma (%s code) over %d random tiles: every bit of D as fp32(C + sum_k A B) in double, k in order "
               "(%d of %zu wrong)",
-              vec ? "vector" : "portable", tiles, wrong, D.size());
+              vec ? "vector" : "portable", tiles, wrong, C.size());
+        mma_x2_kernel<<<tiles, 32>>>(dD, dD1, dA, dB, dC);
+        CUDA_OK(cudaDeviceSynchronize());
+        const int wrong0 = count_wrong(to_host(dD, C.size()), want);
+        const int wrong1 = count_wrong(to_host(dD1, C.size()), want_second);
+        CHECK(wrong0 == 0 && wrong1 == 0,
+              "mma_bf16_16816_x2 (%s code): both products with the one A, every bit as a single mma's "
+              "(%d and %d of %zu wrong)",
+              vec ? "vector" : "portable", wrong0, wrong1, C.size());
     }
+    cudaFree(dD1);
     cpucuda::set_mma_vector_code(vector_code);
     cudaFree(dA);
     cudaFree(dB);
@@ -489,6 +543,14 @@ __global__ void mma_vs_ldmatrix_kernel(uint32_t* out) {
     out[threadIdx.x] = r[0] + (uint32_t)acc[0];
 }
 
+__global__ void mma_x2_vs_mma_kernel(float* out) {  // lane 7 issues one mma, the others two
+    uint32_t a[4] = {0, 0, 0, 0}, b[4] = {0, 0, 0, 0};
+    float acc[2][4] = {};
+    if (threadIdx.x == 7) mma_bf16_16816(acc[0], a, {b[0], b[1]});
+    else mma_bf16_16816_x2(acc[0], acc[1], a, b);
+    out[threadIdx.x] = acc[0][0] + acc[1][0];
+}
+
 static bool contains(const char* s, const char* sub) { return s && std::strstr(s, sub); }
 
 template <class F>
@@ -513,6 +575,9 @@ static void test_misuse() {
     msg = failure_of([&] { mma_vs_ldmatrix_kernel<<<1, 32>>>(d); });
     CHECK(contains(msg, "mma.sync") && contains(msg, "ldmatrix"),
           "lanes at different warp-wide instructions are reported: \"%s\"", msg);
+    msg = failure_of([&] { mma_x2_vs_mma_kernel<<<1, 32>>>((float*)d); });
+    CHECK(contains(msg, "mma.sync") && contains(msg, "number of mmas"),
+          "one lane at a single mma while the others issue two is reported: \"%s\"", msg);
     cudaFree(d);
 }
 #endif
