@@ -290,4 +290,17 @@ const char* ldmatrix_m8n8_b16(void* const* io) {
     return nullptr;
 }
 
+// mma_bf16_16816_x2_ldmatrix: the ldmatrix for every lane, then the mmas.
+const char* ldmatrix_then_mma(void* const* io) {
+    void* ld[32];
+    void* mma[32];
+    for (int lane = 0; lane < 32; lane++) {
+        LdmatrixMmaOperands* o = static_cast<LdmatrixMmaOperands*>(io[lane]);
+        ld[lane] = &o->ld;
+        mma[lane] = &o->mma;
+    }
+    if (const char* error = ldmatrix_m8n8_b16(ld)) return error;
+    return mma_m16n8k16_bf16_f32(mma);
+}
+
 }  // namespace cpucuda

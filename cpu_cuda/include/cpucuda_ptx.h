@@ -22,8 +22,13 @@ struct LdmatrixOperands {  // one lane's row address and destination registers
     int num;
     bool trans;
 };
+struct LdmatrixMmaOperands {  // ldmatrix.x4 into B registers, then the mmas that read them
+    LdmatrixOperands ld;
+    MmaOperands mma;
+};
 const char* mma_m16n8k16_bf16_f32(void* const* io);  // ptx.cpp
 const char* ldmatrix_m8n8_b16(void* const* io);
+const char* ldmatrix_then_mma(void* const* io);
 }  // namespace cpucuda
 
 // mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32: acc = A B + acc.
@@ -53,6 +58,19 @@ inline void ldmatrix_trans(uint32_t (&r)[N], const void* row) {
     static_assert(N == 1 || N == 2 || N == 4, "ldmatrix: .x1, .x2 or .x4");
     ::cpucuda::LdmatrixOperands io{row, r, N, true};
     ::cpucuda::warp_wide("ldmatrix.sync.aligned.m8n8.trans.shared.b16", ::cpucuda::ldmatrix_m8n8_b16, &io);
+}
+
+// ldmatrix.sync.aligned.m8n8.x4[.trans].shared.b16 of B0 and B1, then
+// mma_bf16_16816_x2 with them: the three instructions in one meeting of the
+// warp (the B registers are this function's own, so no lane can run code
+// between them).
+template <bool TRANS>
+inline void mma_bf16_16816_x2_ldmatrix(float (&acc0)[4], float (&acc1)[4], const uint32_t (&a)[4], const void* row) {
+    uint32_t b[4];
+    ::cpucuda::LdmatrixMmaOperands io{{row, b, 4, TRANS}, {a, {&b[0], &b[2]}, {acc0, acc1}, 2}};
+    ::cpucuda::warp_wide(TRANS ? "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 + mma.sync (x2)"
+                               : "ldmatrix.sync.aligned.m8n8.x4.shared.b16 + mma.sync (x2)",
+                         ::cpucuda::ldmatrix_then_mma, &io);
 }
 
 // cp.async.cg.shared.global [dst], [src], 16; commit_group; wait_group N.

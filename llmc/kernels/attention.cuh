@@ -143,18 +143,19 @@ __device__ __forceinline__ void load_a_rows(uint32_t (&a)[HS / 16][4], const bf1
     for (int kk = 0; kk < HS / 16; kk++)
         ldmatrix<4>(a[kk], tile16 + (lane % 16) * Tiles<HS>::LD + kk * 16 + (lane / 16) * 8);
 }
-// B fragments of two n8 tiles (n0..n0+15) for k-step k0..k0+15, from a tile
-// whose rows are n and columns k (K rows for S = Q K^T): b[0..1] n-tile 0, b[2..3] n-tile 1.
+// This lane's ldmatrix.x4 row address for the B fragments of two n8 tiles
+// (n0..n0+15) at k-step k0..k0+15, from a tile whose rows are n and columns k
+// (K rows for S = Q K^T); mma_bf16_16816_x2_ldmatrix loads and multiplies them.
 template <int HS>
-__device__ __forceinline__ void load_b_nk(uint32_t (&b)[4], const bf16* tile, int n0, int k0) {
+__device__ __forceinline__ const bf16* row_nk(const bf16* tile, int n0, int k0) {
     const int lane = threadIdx.x % 32;
-    ldmatrix<4>(b, tile + (n0 + (lane / 16) * 8 + lane % 8) * Tiles<HS>::LD + k0 + ((lane / 8) % 2) * 8);
+    return tile + (n0 + (lane / 16) * 8 + lane % 8) * Tiles<HS>::LD + k0 + ((lane / 8) % 2) * 8;
 }
-// The same from a tile whose rows are k and columns n (V rows for O = P V).
+// The same from a tile whose rows are k and columns n (V rows for O = P V), with .trans.
 template <int HS>
-__device__ __forceinline__ void load_b_kn(uint32_t (&b)[4], const bf16* tile, int k0, int n0) {
+__device__ __forceinline__ const bf16* row_kn(const bf16* tile, int k0, int n0) {
     const int lane = threadIdx.x % 32;
-    ldmatrix_trans<4>(b, tile + (k0 + ((lane / 8) % 2) * 8 + lane % 8) * Tiles<HS>::LD + n0 + (lane / 16) * 8);
+    return tile + (k0 + ((lane / 8) % 2) * 8 + lane % 8) * Tiles<HS>::LD + n0 + (lane / 16) * 8;
 }
 
 // The A fragment of k-step kk: from registers, or read from 16 shared-memory rows.
@@ -183,9 +184,7 @@ __device__ __forceinline__ void mma_a_tileT(float (&acc)[N / 8][4], const ASourc
 #pragma unroll
         for (int np = 0; np < N / 16; np++) {
             if (np < first || np >= steps) continue;
-            uint32_t b[4];
-            load_b_nk<HS>(b, tile, np * 16, kk * 16);
-            mma_bf16_16816_x2(acc[2 * np], acc[2 * np + 1], a, b);
+            mma_bf16_16816_x2_ldmatrix<false>(acc[2 * np], acc[2 * np + 1], a, row_nk<HS>(tile, np * 16, kk * 16));
         }
     }
 }
@@ -205,9 +204,7 @@ __device__ __forceinline__ void mma_p_tile(float (&acc)[HS / 8][4], const float 
                                pack_bf16x2(p[2 * kk + 1][2], p[2 * kk + 1][3])};
 #pragma unroll
         for (int hp = 0; hp < HS / 16; hp++) {
-            uint32_t b[4];
-            load_b_kn<HS>(b, tile, kk * 16, hp * 16);
-            mma_bf16_16816_x2(acc[2 * hp], acc[2 * hp + 1], a, b);
+            mma_bf16_16816_x2_ldmatrix<true>(acc[2 * hp], acc[2 * hp + 1], a, row_kn<HS>(tile, kk * 16, hp * 16));
         }
     }
 }

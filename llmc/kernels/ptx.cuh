@@ -7,6 +7,9 @@
 //   mma_bf16_16816_x2(acc0, acc1, a, b)  two of them with the same A, in order:
 //                              acc0 += A B0, acc1 += A B1; b = B0's registers, then B1's
 //                              (the CPU runtime runs both in one meeting of the warp)
+//   mma_bf16_16816_x2_ldmatrix<TRANS>(acc0, acc1, a, row)  ldmatrix<4> (TRANS: ldmatrix_trans<4>)
+//                              of B0 and B1 at this lane's row address, then
+//                              mma_bf16_16816_x2 with them (on the CPU runtime one meeting)
 //   ldmatrix<N>(r, row)        ldmatrix.sync.aligned.m8n8.xN.shared.b16: N 8x8 tiles of
 //   ldmatrix_trans<N>(r, row)  b16 from shared memory; lane 8j+i gives row i of tile j
 //   cp_async_16(dst, src)      cp.async.cg.shared.global, 16 bytes, global -> shared
@@ -83,6 +86,15 @@ __device__ __forceinline__ void ldmatrix_trans(uint32_t (&r)[N], const void* row
                      : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
                      : "r"(shared_address(row))
                      : "memory");
+}
+
+template <bool TRANS>
+__device__ __forceinline__ void mma_bf16_16816_x2_ldmatrix(float (&acc0)[4], float (&acc1)[4], const uint32_t (&a)[4],
+                                                           const void* row) {
+    uint32_t b[4];
+    if constexpr (TRANS) ldmatrix_trans<4>(b, row);
+    else ldmatrix<4>(b, row);
+    mma_bf16_16816_x2(acc0, acc1, a, b);
 }
 
 __device__ __forceinline__ void cp_async_16(void* smem_dst, const void* gmem_src) {

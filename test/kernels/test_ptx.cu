@@ -398,6 +398,72 @@ static void check_ldmatrix(const unsigned short* d_ids, const std::vector<unsign
     cudaFree(d_out);
 }
 
+// mma_bf16_16816_x2_ldmatrix<TRANS>: D (16 x 16, row-major) = A (16 x 16) B (16 x 16) + C,
+// the two n8 halves of B read from shared memory by the function's ldmatrix.x4, at the
+// row addresses the attention kernels use: TRANS = false, Bs holds B^T (rows n, columns k);
+// TRANS = true, Bs holds B (rows k, columns n). Shared rows are 24 elements apart.
+template <bool TRANS>
+__global__ void ldmatrix_mma_x2_kernel(float* D, const bf16* A, const bf16* Bs, const float* C) {
+    __shared__ __align__(16) bf16 sa[16 * 16], sb[16 * 24];
+    const int lane = threadIdx.x, g = lane / 4, t = lane % 4;
+    for (int e = lane; e < 256; e += 32) {
+        sa[e] = A[e];
+        sb[e / 16 * 24 + e % 16] = Bs[e];
+    }
+    __syncwarp();
+    uint32_t a[4];
+    ldmatrix<4>(a, sa + (lane % 16) * 16 + (lane / 16) * 8);
+    const bf16* row = TRANS ? sb + (((lane / 8) % 2) * 8 + lane % 8) * 24 + (lane / 16) * 8
+                            : sb + ((lane / 16) * 8 + lane % 8) * 24 + ((lane / 8) % 2) * 8;
+    float acc[2][4];
+    for (int h = 0; h < 2; h++) {
+        acc[h][0] = C[g * 16 + 8 * h + 2 * t];
+        acc[h][1] = C[g * 16 + 8 * h + 2 * t + 1];
+        acc[h][2] = C[(g + 8) * 16 + 8 * h + 2 * t];
+        acc[h][3] = C[(g + 8) * 16 + 8 * h + 2 * t + 1];
+    }
+    mma_bf16_16816_x2_ldmatrix<TRANS>(acc[0], acc[1], a, row);
+    for (int h = 0; h < 2; h++) {
+        D[g * 16 + 8 * h + 2 * t] = acc[h][0];
+        D[g * 16 + 8 * h + 2 * t + 1] = acc[h][1];
+        D[(g + 8) * 16 + 8 * h + 2 * t] = acc[h][2];
+        D[(g + 8) * 16 + 8 * h + 2 * t + 1] = acc[h][3];
+    }
+}
+template <bool TRANS>
+static void check_ldmatrix_mma_x2() {
+    std::vector<bf16> A(256), Bs(256);
+    std::vector<float> C(256);
+    for (int e = 0; e < 256; e++) {
+        A[e] = bf((float)((e * 13 + 5) % 11 - 5));
+        Bs[e] = bf((float)((e * 7 + 3) % 9 - 4));
+        C[e] = (float)((e * 5 + 1) % 7 - 3);
+    }
+    bf16 *dA = to_device(A), *dB = to_device(Bs);
+    float *dC = to_device(C), *dD;
+    CUDA_OK(cudaMalloc(&dD, 256 * sizeof(float)));
+    ldmatrix_mma_x2_kernel<TRANS><<<1, 32>>>(dD, dA, dB, dC);
+    CUDA_OK(cudaDeviceSynchronize());
+    const std::vector<float> D = to_host(dD, 256);
+    int wrong = 0;
+    for (int m = 0; m < 16; m++)
+        for (int n = 0; n < 16; n++) {
+            double s = C[m * 16 + n];  // small integers: exact on any adder
+            for (int k = 0; k < 16; k++)
+                s += (double)__bfloat162float(A[m * 16 + k]) *
+                     __bfloat162float(TRANS ? Bs[k * 16 + n] : Bs[n * 16 + k]);
+            wrong += D[m * 16 + n] != (float)s;
+        }
+    CHECK(
+        wrong == 0,
+        "mma_bf16_16816_x2_ldmatrix<%s>: ldmatrix.x4%s of both B fragments, then both mmas, exactly (%d of 256 wrong)",
+        TRANS ? "true" : "false", TRANS ? ".trans" : "", wrong);
+    cudaFree(dA);
+    cudaFree(dB);
+    cudaFree(dC);
+    cudaFree(dD);
+}
+
 static void test_ldmatrix() {
     std::vector<unsigned short> ids(256);
     for (int e = 0; e < 256; e++) ids[e] = (unsigned short)(0x100 + e);  // matrix j row r col c: 0x100 + 64j + 8r + c
@@ -431,6 +497,8 @@ static void test_ldmatrix() {
     cudaFree(dA);
     cudaFree(dB);
     cudaFree(dD);
+    check_ldmatrix_mma_x2<false>();
+    check_ldmatrix_mma_x2<true>();
 }
 
 static bool is_poison(float x) {
