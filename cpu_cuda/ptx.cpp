@@ -303,4 +303,31 @@ const char* ldmatrix_then_mma(void* const* io) {
     return mma_m16n8k16_bf16_f32(mma);
 }
 
+// mma_bf16_16816_ldmatrix_tiles: pair after pair, the ldmatrix of its B
+// fragments for every lane, then its two mmas.
+const char* ldmatrix_mma_tiles(void* const* io) {
+    const LdmatrixMmaTilesOperands& o0 = *static_cast<const LdmatrixMmaTilesOperands*>(io[0]);
+    for (int lane = 1; lane < 32; lane++) {
+        const LdmatrixMmaTilesOperands& o = *static_cast<const LdmatrixMmaTilesOperands*>(io[lane]);
+        if (o.first != o0.first || o.last != o0.last) return "lanes disagree on the tile pairs";
+    }
+    uint32_t b[32][4];
+    LdmatrixOperands ld[32];
+    MmaOperands mma[32];
+    void* ld_io[32];
+    void* mma_io[32];
+    for (int np = o0.first; np < o0.last; np++) {
+        for (int lane = 0; lane < 32; lane++) {
+            const LdmatrixMmaTilesOperands& o = *static_cast<const LdmatrixMmaTilesOperands*>(io[lane]);
+            ld[lane] = {o.rows[np], b[lane], 4, o.trans};
+            mma[lane] = {o.a, {&b[lane][0], &b[lane][2]}, {o.acc[2 * np], o.acc[2 * np + 1]}, 2};
+            ld_io[lane] = &ld[lane];
+            mma_io[lane] = &mma[lane];
+        }
+        if (const char* error = ldmatrix_m8n8_b16(ld_io)) return error;
+        if (const char* error = mma_m16n8k16_bf16_f32(mma_io)) return error;
+    }
+    return nullptr;
+}
+
 }  // namespace cpucuda

@@ -29,6 +29,14 @@ struct LdmatrixMmaOperands {  // ldmatrix.x4 into B registers, then the mmas tha
 const char* mma_m16n8k16_bf16_f32(void* const* io);  // ptx.cpp
 const char* ldmatrix_m8n8_b16(void* const* io);
 const char* ldmatrix_then_mma(void* const* io);
+struct LdmatrixMmaTilesOperands {  // mma_bf16_16816_ldmatrix_tiles: one lane's operands
+    const uint32_t* a;
+    const void* const* rows;  // the lane's ldmatrix row address of each pair
+    float (*acc)[4];          // 2 * NP accumulators
+    int first, last;          // the pairs issued: [first, last), within [0, NP)
+    bool trans;
+};
+const char* ldmatrix_mma_tiles(void* const* io);
 }  // namespace cpucuda
 
 // mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32: acc = A B + acc.
@@ -71,6 +79,23 @@ inline void mma_bf16_16816_x2_ldmatrix(float (&acc0)[4], float (&acc1)[4], const
     ::cpucuda::warp_wide(TRANS ? "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 + mma.sync (x2)"
                                : "ldmatrix.sync.aligned.m8n8.x4.shared.b16 + mma.sync (x2)",
                          ::cpucuda::ldmatrix_then_mma, &io);
+}
+
+// For each pair np in [first, last) of NP, in order: mma_bf16_16816_x2_ldmatrix
+// into acc[2np], acc[2np+1] from this lane's row_of(np); all of them in one
+// meeting of the warp (nothing of the lanes' own runs between them).
+template <bool TRANS, int NP, class RowOf>
+inline void mma_bf16_16816_ldmatrix_tiles(float (&acc)[2 * NP][4], const uint32_t (&a)[4], const RowOf& row_of,
+                                          int first, int last) {
+    if (first < 0) first = 0;
+    if (last > NP) last = NP;
+    if (first >= last) return;  // no instruction issued, as on a GPU: no meeting
+    const void* rows[NP] = {};
+    for (int np = first; np < last; np++) rows[np] = row_of(np);
+    ::cpucuda::LdmatrixMmaTilesOperands io{a, rows, acc, first, last, TRANS};
+    ::cpucuda::warp_wide(TRANS ? "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 + mma.sync (x2), per tile pair"
+                               : "ldmatrix.sync.aligned.m8n8.x4.shared.b16 + mma.sync (x2), per tile pair",
+                         ::cpucuda::ldmatrix_mma_tiles, &io);
 }
 
 // cp.async.cg.shared.global [dst], [src], 16; commit_group; wait_group N.

@@ -181,11 +181,8 @@ __device__ __forceinline__ void mma_a_tileT(float (&acc)[N / 8][4], const ASourc
     for (int kk = 0; kk < HS / 16; kk++) {
         uint32_t a[4];
         a_fragment<HS>(a, a_src, kk);
-#pragma unroll
-        for (int np = 0; np < N / 16; np++) {
-            if (np < first || np >= steps) continue;
-            mma_bf16_16816_x2_ldmatrix<false>(acc[2 * np], acc[2 * np + 1], a, row_nk<HS>(tile, np * 16, kk * 16));
-        }
+        mma_bf16_16816_ldmatrix_tiles<false, N / 16>(
+            acc, a, [&](int np) { return row_nk<HS>(tile, np * 16, kk * 16); }, first, steps);
     }
 }
 
@@ -202,10 +199,8 @@ __device__ __forceinline__ void mma_p_tile(float (&acc)[HS / 8][4], const float 
         const uint32_t a[4] = {pack_bf16x2(p[2 * kk][0], p[2 * kk][1]), pack_bf16x2(p[2 * kk][2], p[2 * kk][3]),
                                pack_bf16x2(p[2 * kk + 1][0], p[2 * kk + 1][1]),
                                pack_bf16x2(p[2 * kk + 1][2], p[2 * kk + 1][3])};
-#pragma unroll
-        for (int hp = 0; hp < HS / 16; hp++) {
-            mma_bf16_16816_x2_ldmatrix<true>(acc[2 * hp], acc[2 * hp + 1], a, row_kn<HS>(tile, kk * 16, hp * 16));
-        }
+        mma_bf16_16816_ldmatrix_tiles<true, HS / 16>(
+            acc, a, [&](int hp) { return row_kn<HS>(tile, kk * 16, hp * 16); }, 0, HS / 16);
     }
 }
 

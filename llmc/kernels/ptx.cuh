@@ -10,6 +10,9 @@
 //   mma_bf16_16816_x2_ldmatrix<TRANS>(acc0, acc1, a, row)  ldmatrix<4> (TRANS: ldmatrix_trans<4>)
 //                              of B0 and B1 at this lane's row address, then
 //                              mma_bf16_16816_x2 with them (on the CPU runtime one meeting)
+//   mma_bf16_16816_ldmatrix_tiles<TRANS, NP>(acc, a, row_of, first, last)
+//                              for each pair np in [first, last) of NP: the above into
+//                              acc[2np], acc[2np+1] from this lane's row_of(np) (one meeting)
 //   ldmatrix<N>(r, row)        ldmatrix.sync.aligned.m8n8.xN.shared.b16: N 8x8 tiles of
 //   ldmatrix_trans<N>(r, row)  b16 from shared memory; lane 8j+i gives row i of tile j
 //   cp_async_16(dst, src)      cp.async.cg.shared.global, 16 bytes, global -> shared
@@ -95,6 +98,16 @@ __device__ __forceinline__ void mma_bf16_16816_x2_ldmatrix(float (&acc0)[4], flo
     if constexpr (TRANS) ldmatrix_trans<4>(b, row);
     else ldmatrix<4>(b, row);
     mma_bf16_16816_x2(acc0, acc1, a, b);
+}
+
+template <bool TRANS, int NP, class RowOf>
+__device__ __forceinline__ void mma_bf16_16816_ldmatrix_tiles(float (&acc)[2 * NP][4], const uint32_t (&a)[4],
+                                                              const RowOf& row_of, int first, int last) {
+#pragma unroll
+    for (int np = 0; np < NP; np++) {
+        if (np < first || np >= last) continue;
+        mma_bf16_16816_x2_ldmatrix<TRANS>(acc[2 * np], acc[2 * np + 1], a, row_of(np));
+    }
 }
 
 __device__ __forceinline__ void cp_async_16(void* smem_dst, const void* gmem_src) {

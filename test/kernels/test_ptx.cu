@@ -430,6 +430,23 @@ __global__ void ldmatrix_mma_x2_kernel(float* D, const bf16* A, const bf16* Bs, 
         D[(g + 8) * 16 + 8 * h + 2 * t + 1] = acc[h][3];
     }
 }
+// Copies A, B and C to the device, runs `launch(D, A, B, C)` and returns D (as many floats as C).
+template <class Launch>
+static std::vector<float> run_on_abc(const std::vector<bf16>& A, const std::vector<bf16>& B,
+                                     const std::vector<float>& C, Launch launch) {
+    bf16 *dA = to_device(A), *dB = to_device(B);
+    float *dC = to_device(C), *dD;
+    CUDA_OK(cudaMalloc(&dD, C.size() * sizeof(float)));
+    launch(dD, dA, dB, dC);
+    CUDA_OK(cudaDeviceSynchronize());
+    std::vector<float> D = to_host(dD, C.size());
+    cudaFree(dA);
+    cudaFree(dB);
+    cudaFree(dC);
+    cudaFree(dD);
+    return D;
+}
+
 template <bool TRANS>
 static void check_ldmatrix_mma_x2() {
     std::vector<bf16> A(256), Bs(256);
@@ -439,12 +456,9 @@ static void check_ldmatrix_mma_x2() {
         Bs[e] = bf((float)((e * 7 + 3) % 9 - 4));
         C[e] = (float)((e * 5 + 1) % 7 - 3);
     }
-    bf16 *dA = to_device(A), *dB = to_device(Bs);
-    float *dC = to_device(C), *dD;
-    CUDA_OK(cudaMalloc(&dD, 256 * sizeof(float)));
-    ldmatrix_mma_x2_kernel<TRANS><<<1, 32>>>(dD, dA, dB, dC);
-    CUDA_OK(cudaDeviceSynchronize());
-    const std::vector<float> D = to_host(dD, 256);
+    const std::vector<float> D = run_on_abc(A, Bs, C, [](float* dD, const bf16* dA, const bf16* dB, const float* dC) {
+        ldmatrix_mma_x2_kernel<TRANS><<<1, 32>>>(dD, dA, dB, dC);
+    });
     int wrong = 0;
     for (int m = 0; m < 16; m++)
         for (int n = 0; n < 16; n++) {
@@ -458,10 +472,68 @@ static void check_ldmatrix_mma_x2() {
         wrong == 0,
         "mma_bf16_16816_x2_ldmatrix<%s>: ldmatrix.x4%s of both B fragments, then both mmas, exactly (%d of 256 wrong)",
         TRANS ? "true" : "false", TRANS ? ".trans" : "", wrong);
-    cudaFree(dA);
-    cudaFree(dB);
-    cudaFree(dC);
-    cudaFree(dD);
+}
+
+// mma_bf16_16816_ldmatrix_tiles<TRANS, 3>: D (16 x 48) = A (16 x 16) B (16 x 48) + C for the
+// column pairs [first, last) of 16, the others left at C; B in shared memory as B^T (rows n,
+// stride 24: a pair's rows 16 x 24 elements further) or, TRANS, as B (rows k, stride 56: a
+// pair's columns 16 elements further).
+template <bool TRANS>
+__global__ void ldmatrix_mma_tiles_kernel(float* D, const bf16* A, const bf16* B, const float* C, int first, int last) {
+    constexpr int NP = 3, LDB = TRANS ? 16 * NP + 8 : 24;
+    __shared__ __align__(16) bf16 sa[16 * 16], sb[16 * NP * 24];
+    const int lane = threadIdx.x, g = lane / 4, t = lane % 4;
+    for (int e = lane; e < 256; e += 32) sa[e] = A[e];
+    for (int e = lane; e < 16 * 16 * NP; e += 32) {  // B[k][n], k < 16, n < 48
+        const int k = e / (16 * NP), n = e % (16 * NP);
+        sb[TRANS ? k * LDB + n : n * LDB + k] = B[e];
+    }
+    __syncwarp();
+    uint32_t a[4];
+    ldmatrix<4>(a, sa + (lane % 16) * 16 + (lane / 16) * 8);
+    const bf16* row = TRANS ? sb + (((lane / 8) % 2) * 8 + lane % 8) * LDB + (lane / 16) * 8
+                            : sb + ((lane / 16) * 8 + lane % 8) * LDB + ((lane / 8) % 2) * 8;
+    float acc[2 * NP][4];
+    for (int j = 0; j < 2 * NP; j++) {
+        acc[j][0] = C[g * 48 + 8 * j + 2 * t];
+        acc[j][1] = C[g * 48 + 8 * j + 2 * t + 1];
+        acc[j][2] = C[(g + 8) * 48 + 8 * j + 2 * t];
+        acc[j][3] = C[(g + 8) * 48 + 8 * j + 2 * t + 1];
+    }
+    const int step = TRANS ? 16 : 16 * LDB;
+    mma_bf16_16816_ldmatrix_tiles<TRANS, NP>(acc, a, [&](int np) { return row + np * step; }, first, last);
+    for (int j = 0; j < 2 * NP; j++) {
+        D[g * 48 + 8 * j + 2 * t] = acc[j][0];
+        D[g * 48 + 8 * j + 2 * t + 1] = acc[j][1];
+        D[(g + 8) * 48 + 8 * j + 2 * t] = acc[j][2];
+        D[(g + 8) * 48 + 8 * j + 2 * t + 1] = acc[j][3];
+    }
+}
+template <bool TRANS>
+static void check_ldmatrix_mma_tiles(int first, int last) {
+    std::vector<bf16> A(256), B(768);
+    std::vector<float> C(768);
+    for (int e = 0; e < 256; e++) A[e] = bf((float)((e * 13 + 5) % 11 - 5));
+    for (int e = 0; e < 768; e++) {
+        B[e] = bf((float)((e * 7 + 3) % 9 - 4));
+        C[e] = (float)((e * 5 + 1) % 7 - 3);
+    }
+    const std::vector<float> D = run_on_abc(A, B, C, [&](float* dD, const bf16* dA, const bf16* dB, const float* dC) {
+        ldmatrix_mma_tiles_kernel<TRANS><<<1, 32>>>(dD, dA, dB, dC, first, last);
+    });
+    int wrong = 0;
+    for (int m = 0; m < 16; m++)
+        for (int n = 0; n < 48; n++) {
+            double s = C[m * 48 + n];  // small integers: exact on any adder
+            if (n / 16 >= first && n / 16 < last)
+                for (int k = 0; k < 16; k++)
+                    s += (double)__bfloat162float(A[m * 16 + k]) * __bfloat162float(B[k * 48 + n]);
+            wrong += D[m * 48 + n] != (float)s;
+        }
+    CHECK(wrong == 0,
+          "mma_bf16_16816_ldmatrix_tiles<%s, 3> over pairs [%d, %d): those products exactly, the other columns "
+          "untouched (%d of 768 wrong)",
+          TRANS ? "true" : "false", first, last, wrong);
 }
 
 static void test_ldmatrix() {
@@ -499,6 +571,11 @@ static void test_ldmatrix() {
     cudaFree(dD);
     check_ldmatrix_mma_x2<false>();
     check_ldmatrix_mma_x2<true>();
+    for (int first = 0; first < 3; first++)
+        for (int last = first + 1; last <= 3; last++) {
+            check_ldmatrix_mma_tiles<false>(first, last);
+            check_ldmatrix_mma_tiles<true>(first, last);
+        }
 }
 
 static bool is_poison(float x) {
@@ -619,6 +696,18 @@ __global__ void mma_x2_vs_mma_kernel(float* out) {  // lane 7 issues one mma, th
     out[threadIdx.x] = acc[0][0] + acc[1][0];
 }
 
+__global__ void tiles_disagree_kernel(float* out) {  // lane 3 issues two tile pairs, the others three
+    __shared__ __align__(16) bf16 sb[48 * 24];
+    for (int e = threadIdx.x; e < 48 * 24; e += 32) sb[e] = __float2bfloat16(0.0f);
+    __syncwarp();
+    uint32_t a[4] = {0, 0, 0, 0};
+    float acc[6][4] = {};
+    const bf16* row = sb + (threadIdx.x % 16) * 24;
+    mma_bf16_16816_ldmatrix_tiles<false, 3>(
+        acc, a, [&](int np) { return row + np * 16 * 24; }, 0, threadIdx.x == 3 ? 2 : 3);
+    out[threadIdx.x] = acc[0][0];
+}
+
 static bool contains(const char* s, const char* sub) { return s && std::strstr(s, sub); }
 
 template <class F>
@@ -646,6 +735,9 @@ static void test_misuse() {
     msg = failure_of([&] { mma_x2_vs_mma_kernel<<<1, 32>>>((float*)d); });
     CHECK(contains(msg, "mma.sync") && contains(msg, "number of mmas"),
           "one lane at a single mma while the others issue two is reported: \"%s\"", msg);
+    msg = failure_of([&] { tiles_disagree_kernel<<<1, 32>>>((float*)d); });
+    CHECK(contains(msg, "per tile pair") && contains(msg, "disagree on the tile pairs"),
+          "lanes that issue different tile pairs are reported: \"%s\"", msg);
     cudaFree(d);
 }
 #endif
