@@ -145,7 +145,7 @@ __device__ __forceinline__ void load_a_rows(uint32_t (&a)[HS / 16][4], const bf1
 }
 // This lane's ldmatrix.x4 row address for the B fragments of two n8 tiles
 // (n0..n0+15) at k-step k0..k0+15, from a tile whose rows are n and columns k
-// (K rows for S = Q K^T); mma_bf16_16816_x2_ldmatrix loads and multiplies them.
+// (K rows for S = Q K^T); mma_bf16_16816_ldmatrix_tiles loads and multiplies them.
 template <int HS>
 __device__ __forceinline__ const bf16* row_nk(const bf16* tile, int n0, int k0) {
     const int lane = threadIdx.x % 32;
