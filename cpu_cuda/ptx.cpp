@@ -36,11 +36,13 @@ namespace cpucuda {
 // order, b[0] is column g of B (k = 0..7) - so gathering is copying 32-bit
 // words (and a transpose for B); then every row of D is C's row plus
 // A[m][k] times row k of B (8 doubles), k in order: a broadcast times a
-// vector, no gathers in the loop. With AVX2 and FMA (chosen at run time; the
-// binary stays portable) the gather is done in registers (SSE2 unpacks) and
-// the sum is one fused multiply-add per 4 elements: the product is exact, so
-// fma(a, b, c) rounds exactly as a b + c does. Rows go 4 (portable: 2) at a
-// time so that 8 independent chains of additions stay in registers.
+// vector, no gathers in the loop. A is gathered and widened once for all the
+// mmas of one meeting that share it (widen_a, then mma_with_a per product).
+// With AVX2 and FMA (chosen at run time; the binary stays portable) the
+// gathers are done in registers (SSE2 unpacks) and the sum is one fused
+// multiply-add per 4 elements: the product is exact, so fma(a, b, c) rounds
+// exactly as a b + c does. Rows go 4 (portable: 2) at a time so that 8
+// independent chains of additions stay in registers.
 // test_ptx checks both versions bit for bit against a plain loop.
 static inline double bf16_to_double(uint16_t h) {
     float f;
@@ -49,30 +51,39 @@ static inline double bf16_to_double(uint16_t h) {
     return f;
 }
 
+typedef double WideA[16][16];  // A[m][k], widened to double
+struct MmaLanes {              // the B registers and accumulators of one mma, lane by lane
+    const uint32_t* b[32];
+    float* acc[32];
+};
+
 typedef double V2 __attribute__((vector_size(16)));  // 2 doubles
 
-// Portable version: gather into row-major arrays, the sums in vectors of 2 doubles (SSE2).
-static void mma_portable(void* const* io, int i) {
-    uint16_t A16[16][16], B16[16][8];  // bf16 bits, A[m][k] and B[k][n]
+// Portable version: plain loops, the sums in vectors of 2 doubles (SSE2).
+static void widen_a_portable(const uint32_t* const* a, WideA& A) {
+    for (int lane = 0; lane < 32; lane++) {
+        const int g = lane / 4, t = lane % 4;
+        for (int r = 0; r < 4; r++) {  // a[r]: row g + 8 (r % 2), columns 2t + 8 (r / 2) and the next
+            double* dst = &A[g + 8 * (r % 2)][2 * t + 8 * (r / 2)];
+            dst[0] = bf16_to_double((uint16_t)a[lane][r]);
+            dst[1] = bf16_to_double((uint16_t)(a[lane][r] >> 16));
+        }
+    }
+}
+
+static void mma_portable(const WideA& A, const MmaLanes& l) {
+    uint16_t B16[16][8];  // bf16 bits, B[k][n]
     float C32[16][8];
     for (int lane = 0; lane < 32; lane++) {
-        const MmaOperands& o = *static_cast<const MmaOperands*>(io[lane]);
         const int g = lane / 4, t = lane % 4;
-        std::memcpy(&A16[g][2 * t], &o.a[0], 4);
-        std::memcpy(&A16[g + 8][2 * t], &o.a[1], 4);
-        std::memcpy(&A16[g][2 * t + 8], &o.a[2], 4);
-        std::memcpy(&A16[g + 8][2 * t + 8], &o.a[3], 4);
         for (int h = 0; h < 2; h++) {
-            B16[2 * t + 8 * h][g] = (uint16_t)o.b[i][h];
-            B16[2 * t + 8 * h + 1][g] = (uint16_t)(o.b[i][h] >> 16);
+            B16[2 * t + 8 * h][g] = (uint16_t)l.b[lane][h];
+            B16[2 * t + 8 * h + 1][g] = (uint16_t)(l.b[lane][h] >> 16);
         }
-        std::memcpy(&C32[g][2 * t], &o.acc[i][0], 8);
-        std::memcpy(&C32[g + 8][2 * t], &o.acc[i][2], 8);
+        std::memcpy(&C32[g][2 * t], &l.acc[lane][0], 8);
+        std::memcpy(&C32[g + 8][2 * t], &l.acc[lane][2], 8);
     }
-    double A[16][16];
     V2 B[16][4];  // row k of B, n = 2j, 2j+1
-    for (int m = 0; m < 16; m++)
-        for (int k = 0; k < 16; k++) A[m][k] = bf16_to_double(A16[m][k]);
     for (int k = 0; k < 16; k++)
         for (int j = 0; j < 4; j++) B[k][j] = V2{bf16_to_double(B16[k][2 * j]), bf16_to_double(B16[k][2 * j + 1])};
     for (int m = 0; m < 16; m += 2) {  // 2 rows at a time: 8 independent chains in registers
@@ -96,10 +107,9 @@ static void mma_portable(void* const* io, int i) {
             }
     }
     for (int lane = 0; lane < 32; lane++) {
-        float* acc = static_cast<const MmaOperands*>(io[lane])->acc[i];
         const int g = lane / 4, t = lane % 4;
-        std::memcpy(&acc[0], &C32[g][2 * t], 8);
-        std::memcpy(&acc[2], &C32[g + 8][2 * t], 8);
+        std::memcpy(&l.acc[lane][0], &C32[g][2 * t], 8);
+        std::memcpy(&l.acc[lane][2], &C32[g + 8][2 * t], 8);
     }
 }
 
@@ -139,19 +149,13 @@ AVX2 static inline void bf16x8_to_double(__m128i h, __m256d* out) {
     out[1] = _mm256_cvtps_pd(_mm256_extractf128_ps(f, 1));
 }
 
-AVX2 static void mma_avx2(void* const* io, int i) {
-    alignas(32) double A[16][16];
-    __m256d B[16][2], C[16][2];  // rows of B and C, n = 0..3 and 4..7
-    __m128i bt[2][8];            // bt[h][n] = B[8h..8h+7][n] (bf16)
+AVX2 static void widen_a_avx2(const uint32_t* const* a, WideA& A) {
 #pragma GCC unroll 16
     for (int g = 0; g < 8; g++) {
-        const MmaOperands* o[4];
-#pragma GCC unroll 16
-        for (int t = 0; t < 4; t++) o[t] = static_cast<const MmaOperands*>(io[4 * g + t]);
         // lane t's a[0..3]: A[g][2t..], A[g+8][2t..], A[g][2t+8..], A[g+8][2t+8..]
-        __m128i q[4], c[4], b[4];
+        __m128i q[4];
 #pragma GCC unroll 16
-        for (int t = 0; t < 4; t++) q[t] = _mm_loadu_si128((const __m128i*)o[t]->a);
+        for (int t = 0; t < 4; t++) q[t] = _mm_loadu_si128((const __m128i*)a[4 * g + t]);
         const __m128i x0 = _mm_unpacklo_epi32(q[0], q[1]), x1 = _mm_unpacklo_epi32(q[2], q[3]);
         const __m128i x2 = _mm_unpackhi_epi32(q[0], q[1]), x3 = _mm_unpackhi_epi32(q[2], q[3]);
         __m256d v[2];
@@ -161,18 +165,29 @@ AVX2 static void mma_avx2(void* const* io, int i) {
         for (int i = 0; i < 4; i++) {
             bf16x8_to_double(rows[i], v);
             double* dst = &A[g + 8 * (i / 2)][8 * (i % 2)];
-            _mm256_store_pd(dst, v[0]);
-            _mm256_store_pd(dst + 4, v[1]);
+            _mm256_storeu_pd(dst, v[0]);
+            _mm256_storeu_pd(dst + 4, v[1]);
         }
-        // lane t's b[0..1]: B[2t..2t+1][g], B[2t+8..2t+9][g]: column g of B
+    }
+}
+
+AVX2 static void mma_avx2(const WideA& A, const MmaLanes& l) {
+    __m256d B[16][2], C[16][2];  // rows of B and C, n = 0..3 and 4..7
+    __m128i bt[2][8];  // bt[h][n] = B[8h..8h+7][n] (bf16)
 #pragma GCC unroll 16
-        for (int t = 0; t < 4; t++) b[t] = _mm_loadl_epi64((const __m128i*)o[t]->b[i]);
-        const __m128i y0 = _mm_unpacklo_epi32(b[0], b[1]), y1 = _mm_unpacklo_epi32(b[2], b[3]);
+    for (int g = 0; g < 8; g++) {
+        const uint32_t* const* b = &l.b[4 * g];
+        float* const* acc = &l.acc[4 * g];
+        // lane t's b[0..1]: B[2t..2t+1][g], B[2t+8..2t+9][g]: column g of B
+        __m128i c[4], bv[4];
+#pragma GCC unroll 16
+        for (int t = 0; t < 4; t++) bv[t] = _mm_loadl_epi64((const __m128i*)b[t]);
+        const __m128i y0 = _mm_unpacklo_epi32(bv[0], bv[1]), y1 = _mm_unpacklo_epi32(bv[2], bv[3]);
         bt[0][g] = _mm_unpacklo_epi64(y0, y1);
         bt[1][g] = _mm_unpackhi_epi64(y0, y1);
         // lane t's acc: C[g][2t..2t+1], C[g+8][2t..2t+1]
 #pragma GCC unroll 16
-        for (int t = 0; t < 4; t++) c[t] = _mm_loadu_si128((const __m128i*)o[t]->acc[i]);
+        for (int t = 0; t < 4; t++) c[t] = _mm_loadu_si128((const __m128i*)acc[t]);
         C[g][0] = _mm256_cvtps_pd(_mm_castsi128_ps(_mm_unpacklo_epi64(c[0], c[1])));
         C[g][1] = _mm256_cvtps_pd(_mm_castsi128_ps(_mm_unpacklo_epi64(c[2], c[3])));
         C[g + 8][0] = _mm256_cvtps_pd(_mm_castsi128_ps(_mm_unpackhi_epi64(c[0], c[1])));
@@ -216,7 +231,7 @@ AVX2 static void mma_avx2(void* const* io, int i) {
         for (int t = 0; t < 4; t++) {
             const __m128i r = t % 2 ? _mm_unpackhi_epi64(lo[t / 2], hi[t / 2])
                                     : _mm_unpacklo_epi64(lo[t / 2], hi[t / 2]);
-            _mm_storeu_si128((__m128i*)static_cast<const MmaOperands*>(io[4 * g + t])->acc[i], r);
+            _mm_storeu_si128((__m128i*)l.acc[4 * g + t], r);
         }
     }
 }
@@ -232,16 +247,52 @@ bool set_mma_vector_code(bool on) {
     return mma_vector_code;
 }
 
+// The mmas of one meeting that share A: A gathered and widened once (each
+// lane's a, the same registers for all of them), then each product in
+// program order (a later one may read an earlier one's D).
+class MmasSharingA {
+  public:
+    explicit MmasSharingA(const uint32_t* const* a) : vector_(mma_vector_code.load(std::memory_order_relaxed)) {
+#ifdef CPUCUDA_MMA_AVX2
+        if (vector_) {
+            widen_a_avx2(a, A_);
+            return;
+        }
+#endif
+        widen_a_portable(a, A_);
+    }
+    void mma(const MmaLanes& l) const {
+#ifdef CPUCUDA_MMA_AVX2
+        if (vector_) {
+            mma_avx2(A_, l);
+            return;
+        }
+#endif
+        mma_portable(A_, l);
+    }
+
+  private:
+    bool vector_;
+    alignas(32) WideA A_;
+};
+
 const char* mma_m16n8k16_bf16_f32(void* const* io) {
     const int count = static_cast<const MmaOperands*>(io[0])->count;
-    for (int lane = 1; lane < 32; lane++)
-        if (static_cast<const MmaOperands*>(io[lane])->count != count) return "lanes disagree on the number of mmas";
-    for (int i = 0; i < count; i++) {  // in program order: the second may read the first's D (acc0 == acc1)
-#ifdef CPUCUDA_MMA_AVX2
-        if (mma_vector_code.load(std::memory_order_relaxed)) mma_avx2(io, i);
-        else
-#endif
-            mma_portable(io, i);
+    const uint32_t* a[32];
+    for (int lane = 0; lane < 32; lane++) {
+        const MmaOperands& o = *static_cast<const MmaOperands*>(io[lane]);
+        if (o.count != count) return "lanes disagree on the number of mmas";
+        a[lane] = o.a;
+    }
+    const MmasSharingA mmas(a);
+    for (int i = 0; i < count; i++) {
+        MmaLanes l;
+        for (int lane = 0; lane < 32; lane++) {
+            const MmaOperands& o = *static_cast<const MmaOperands*>(io[lane]);
+            l.b[lane] = o.b[i];
+            l.acc[lane] = o.acc[i];
+        }
+        mmas.mma(l);
     }
     return nullptr;
 }
@@ -282,50 +333,60 @@ const char* ldmatrix_m8n8_b16(void* const* io) {
 #endif
         }
     }
-    for (int lane = 0; lane < 32; lane++) {  // register j: M_j[g][2t..2t+1], one 32-bit word
+    // Register j of lane l is M_j[g][2t..2t+1]: 32-bit word l of matrix j.
+#if defined(__x86_64__)
+    if (num == 4) {  // .x4: a 4 x 4 transpose of words for each 4 lanes
+        for (int l = 0; l < 32; l += 4) {
+            __m128i w[4];
+            for (int j = 0; j < 4; j++) w[j] = _mm_load_si128((const __m128i*)&M[j][l / 4][0]);  // words l..l+3
+            const __m128i x0 = _mm_unpacklo_epi32(w[0], w[1]), x1 = _mm_unpacklo_epi32(w[2], w[3]);
+            const __m128i x2 = _mm_unpackhi_epi32(w[0], w[1]), x3 = _mm_unpackhi_epi32(w[2], w[3]);
+            const __m128i r[4] = {_mm_unpacklo_epi64(x0, x1), _mm_unpackhi_epi64(x0, x1), _mm_unpacklo_epi64(x2, x3),
+                                  _mm_unpackhi_epi64(x2, x3)};
+            for (int i = 0; i < 4; i++)
+                _mm_storeu_si128((__m128i*)static_cast<const LdmatrixOperands*>(io[l + i])->r, r[i]);
+        }
+        return nullptr;
+    }
+#endif
+    for (int lane = 0; lane < 32; lane++) {
         uint32_t* r = static_cast<const LdmatrixOperands*>(io[lane])->r;
-        const int g = lane / 4, t = lane % 4;
-        for (int j = 0; j < num; j++) std::memcpy(&r[j], &M[j][g][2 * t], 4);
+        for (int j = 0; j < num; j++) std::memcpy(&r[j], &M[j][lane / 4][2 * (lane % 4)], 4);
     }
     return nullptr;
 }
 
-// mma_bf16_16816_x2_ldmatrix: the ldmatrix for every lane, then the mmas.
-const char* ldmatrix_then_mma(void* const* io) {
-    void* ld[32];
-    void* mma[32];
-    for (int lane = 0; lane < 32; lane++) {
-        LdmatrixMmaOperands* o = static_cast<LdmatrixMmaOperands*>(io[lane]);
-        ld[lane] = &o->ld;
-        mma[lane] = &o->mma;
-    }
-    if (const char* error = ldmatrix_m8n8_b16(ld)) return error;
-    return mma_m16n8k16_bf16_f32(mma);
-}
-
-// mma_bf16_16816_ldmatrix_tiles: pair after pair, the ldmatrix of its B
-// fragments for every lane, then its two mmas.
+// mma_bf16_16816_ldmatrix_tiles (and _x2_ldmatrix, one pair): pair after
+// pair, the ldmatrix of its B fragments for every lane, then its two mmas.
 const char* ldmatrix_mma_tiles(void* const* io) {
     const LdmatrixMmaTilesOperands& o0 = *static_cast<const LdmatrixMmaTilesOperands*>(io[0]);
-    for (int lane = 1; lane < 32; lane++) {
+    const uint32_t* a[32];
+    for (int lane = 0; lane < 32; lane++) {
         const LdmatrixMmaTilesOperands& o = *static_cast<const LdmatrixMmaTilesOperands*>(io[lane]);
         if (o.first != o0.first || o.last != o0.last) return "lanes disagree on the tile pairs";
+        a[lane] = o.a;
     }
-    uint32_t b[32][4];
+    const MmasSharingA mmas(a);
+    uint32_t b[32][4];  // each lane's B registers: the ldmatrix.x4 writes them, the two mmas read them
     LdmatrixOperands ld[32];
-    MmaOperands mma[32];
     void* ld_io[32];
-    void* mma_io[32];
+    MmaLanes l0, l1;
+    for (int lane = 0; lane < 32; lane++) {
+        ld[lane] = {nullptr, b[lane], 4, static_cast<const LdmatrixMmaTilesOperands*>(io[lane])->trans};
+        ld_io[lane] = &ld[lane];
+        l0.b[lane] = &b[lane][0];
+        l1.b[lane] = &b[lane][2];
+    }
     for (int np = o0.first; np < o0.last; np++) {
         for (int lane = 0; lane < 32; lane++) {
             const LdmatrixMmaTilesOperands& o = *static_cast<const LdmatrixMmaTilesOperands*>(io[lane]);
-            ld[lane] = {o.rows[np], b[lane], 4, o.trans};
-            mma[lane] = {o.a, {&b[lane][0], &b[lane][2]}, {o.acc[2 * np], o.acc[2 * np + 1]}, 2};
-            ld_io[lane] = &ld[lane];
-            mma_io[lane] = &mma[lane];
+            ld[lane].row = o.rows[np];
+            l0.acc[lane] = o.acc[2 * np];
+            l1.acc[lane] = o.acc[2 * np + 1];
         }
         if (const char* error = ldmatrix_m8n8_b16(ld_io)) return error;
-        if (const char* error = mma_m16n8k16_bf16_f32(mma_io)) return error;
+        mmas.mma(l0);
+        mmas.mma(l1);
     }
     return nullptr;
 }

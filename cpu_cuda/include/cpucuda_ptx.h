@@ -22,17 +22,12 @@ struct LdmatrixOperands {  // one lane's row address and destination registers
     int num;
     bool trans;
 };
-struct LdmatrixMmaOperands {  // ldmatrix.x4 into B registers, then the mmas that read them
-    LdmatrixOperands ld;
-    MmaOperands mma;
-};
 const char* mma_m16n8k16_bf16_f32(void* const* io);  // ptx.cpp
 const char* ldmatrix_m8n8_b16(void* const* io);
-const char* ldmatrix_then_mma(void* const* io);
 struct LdmatrixMmaTilesOperands {  // mma_bf16_16816_ldmatrix_tiles: one lane's operands
     const uint32_t* a;
     const void* const* rows;  // the lane's ldmatrix row address of each pair
-    float (*acc)[4];          // 2 * NP accumulators
+    float* const* acc;        // 2 per pair: each the lane's 4 accumulators
     int first, last;          // the pairs issued: [first, last), within [0, NP)
     bool trans;
 };
@@ -74,11 +69,12 @@ inline void ldmatrix_trans(uint32_t (&r)[N], const void* row) {
 // between them).
 template <bool TRANS>
 inline void mma_bf16_16816_x2_ldmatrix(float (&acc0)[4], float (&acc1)[4], const uint32_t (&a)[4], const void* row) {
-    uint32_t b[4];
-    ::cpucuda::LdmatrixMmaOperands io{{row, b, 4, TRANS}, {a, {&b[0], &b[2]}, {acc0, acc1}, 2}};
+    const void* rows[1] = {row};
+    float* const acc[2] = {acc0, acc1};
+    ::cpucuda::LdmatrixMmaTilesOperands io{a, rows, acc, 0, 1, TRANS};
     ::cpucuda::warp_wide(TRANS ? "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 + mma.sync (x2)"
                                : "ldmatrix.sync.aligned.m8n8.x4.shared.b16 + mma.sync (x2)",
-                         ::cpucuda::ldmatrix_then_mma, &io);
+                         ::cpucuda::ldmatrix_mma_tiles, &io);
 }
 
 // For each pair np in [first, last) of NP, in order: mma_bf16_16816_x2_ldmatrix
@@ -91,8 +87,13 @@ inline void mma_bf16_16816_ldmatrix_tiles(float (&acc)[2 * NP][4], const uint32_
     if (last > NP) last = NP;
     if (first >= last) return;  // no instruction issued, as on a GPU: no meeting
     const void* rows[NP] = {};
-    for (int np = first; np < last; np++) rows[np] = row_of(np);
-    ::cpucuda::LdmatrixMmaTilesOperands io{a, rows, acc, first, last, TRANS};
+    float* accs[2 * NP] = {};
+    for (int np = first; np < last; np++) {
+        rows[np] = row_of(np);
+        accs[2 * np] = acc[2 * np];
+        accs[2 * np + 1] = acc[2 * np + 1];
+    }
+    ::cpucuda::LdmatrixMmaTilesOperands io{a, rows, accs, first, last, TRANS};
     ::cpucuda::warp_wide(TRANS ? "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 + mma.sync (x2), per tile pair"
                                : "ldmatrix.sync.aligned.m8n8.x4.shared.b16 + mma.sync (x2), per tile pair",
                          ::cpucuda::ldmatrix_mma_tiles, &io);

@@ -447,8 +447,25 @@ static std::vector<float> run_on_abc(const std::vector<bf16>& A, const std::vect
     return D;
 }
 
+// Runs f once for each mma code of the runtime (vector where the CPU has it,
+// then portable), with a label naming it; once on a GPU.
+template <class F>
+static void for_each_mma_code(F f) {
+#ifdef CPUCUDA
+    const bool saved = cpucuda::set_mma_vector_code(true);
+    for (int pass = 0; pass < 2; pass++) {
+        const bool vec = cpucuda::set_mma_vector_code(pass == 0);
+        if (pass == 0 && !vec) continue;  // this CPU runs the portable code only
+        f(vec ? " (vector code)" : " (portable code)");
+    }
+    cpucuda::set_mma_vector_code(saved);
+#else
+    f("");
+#endif
+}
+
 template <bool TRANS>
-static void check_ldmatrix_mma_x2() {
+static void check_ldmatrix_mma_x2(const char* code) {
     std::vector<bf16> A(256), Bs(256);
     std::vector<float> C(256);
     for (int e = 0; e < 256; e++) {
@@ -468,10 +485,10 @@ static void check_ldmatrix_mma_x2() {
                      __bfloat162float(TRANS ? Bs[k * 16 + n] : Bs[n * 16 + k]);
             wrong += D[m * 16 + n] != (float)s;
         }
-    CHECK(
-        wrong == 0,
-        "mma_bf16_16816_x2_ldmatrix<%s>: ldmatrix.x4%s of both B fragments, then both mmas, exactly (%d of 256 wrong)",
-        TRANS ? "true" : "false", TRANS ? ".trans" : "", wrong);
+    CHECK(wrong == 0,
+          "mma_bf16_16816_x2_ldmatrix<%s>%s: ldmatrix.x4%s of both B fragments, then both mmas, exactly (%d of 256 "
+          "wrong)",
+          TRANS ? "true" : "false", code, TRANS ? ".trans" : "", wrong);
 }
 
 // mma_bf16_16816_ldmatrix_tiles<TRANS, 3>: D (16 x 48) = A (16 x 16) B (16 x 48) + C for the
@@ -510,7 +527,7 @@ __global__ void ldmatrix_mma_tiles_kernel(float* D, const bf16* A, const bf16* B
     }
 }
 template <bool TRANS>
-static void check_ldmatrix_mma_tiles(int first, int last) {
+static void check_ldmatrix_mma_tiles(int first, int last, const char* code) {
     std::vector<bf16> A(256), B(768);
     std::vector<float> C(768);
     for (int e = 0; e < 256; e++) A[e] = bf((float)((e * 13 + 5) % 11 - 5));
@@ -531,9 +548,9 @@ static void check_ldmatrix_mma_tiles(int first, int last) {
             wrong += D[m * 48 + n] != (float)s;
         }
     CHECK(wrong == 0,
-          "mma_bf16_16816_ldmatrix_tiles<%s, 3> over pairs [%d, %d): those products exactly, the other columns "
+          "mma_bf16_16816_ldmatrix_tiles<%s, 3>%s over pairs [%d, %d): those products exactly, the other columns "
           "untouched (%d of 768 wrong)",
-          TRANS ? "true" : "false", first, last, wrong);
+          TRANS ? "true" : "false", code, first, last, wrong);
 }
 
 static void test_ldmatrix() {
@@ -569,13 +586,15 @@ static void test_ldmatrix() {
     cudaFree(dA);
     cudaFree(dB);
     cudaFree(dD);
-    check_ldmatrix_mma_x2<false>();
-    check_ldmatrix_mma_x2<true>();
-    for (int first = 0; first < 3; first++)
-        for (int last = first + 1; last <= 3; last++) {
-            check_ldmatrix_mma_tiles<false>(first, last);
-            check_ldmatrix_mma_tiles<true>(first, last);
-        }
+    for_each_mma_code([](const char* code) {
+        check_ldmatrix_mma_x2<false>(code);
+        check_ldmatrix_mma_x2<true>(code);
+        for (int first = 0; first < 3; first++)
+            for (int last = first + 1; last <= 3; last++) {
+                check_ldmatrix_mma_tiles<false>(first, last, code);
+                check_ldmatrix_mma_tiles<true>(first, last, code);
+            }
+    });
 }
 
 static bool is_poison(float x) {
