@@ -33,6 +33,7 @@
 #include <memory>
 #include <mutex>
 #include <random>
+#include <type_traits>
 #include <string>
 #include <thread>
 #include <unordered_map>
@@ -1050,11 +1051,13 @@ void tile_reduce(TileReduceFn fn, void* io, unsigned mask, int width) {
     park(self);
 }
 
-// A cp.async copy (cp_async_16's 16 bytes: a fixed size the compiler turns into
-// one load and one store, not a call into libc).
-static inline void copy_async_bytes(void* dst, const void* src, unsigned bytes) {
-    if (bytes == 16) std::memcpy(dst, src, 16);
-    else std::memcpy(dst, src, bytes);
+// op(n) with n = a cp.async's size: cp_async_16's 16 bytes as a compile-time
+// constant, so that a memcpy or memset of them is one load and one store, not a
+// call into libc.
+template <class Op>
+static inline void with_async_size(unsigned bytes, Op op) {
+    if (bytes == 16) op(std::integral_constant<size_t, 16>{});
+    else op((size_t)bytes);
 }
 
 // cp.async: the copy is queued and lands at the cp.async.wait_group that
@@ -1073,8 +1076,7 @@ void cp_async(void* dst, const void* src, unsigned bytes) {
                    self->tid.x, self->tid.y, self->tid.z, bytes, src, dst, bytes);
         return;
     }
-    if (bytes == 16) std::memset(dst, 0xFF, 16);  // inlined, as in copy_async_bytes
-    else std::memset(dst, 0xFF, bytes);
+    with_async_size(bytes, [&](auto n) { std::memset(dst, 0xFF, n); });
 #ifdef CPUCUDA_RACECHECK
     // the copy may happen any time until the wait: it reads and writes now, and writes when it lands
     const uintptr_t pc = (uintptr_t)__builtin_return_address(0);
@@ -1100,7 +1102,7 @@ static void land_async_copies(Fiber* f, unsigned pending) {
     size_t kept = 0;
     for (const AsyncCopy& c : f->async_copies) {
         if (c.group < done) {
-            copy_async_bytes(c.dst, c.src, c.bytes);
+            with_async_size(c.bytes, [&](auto n) { std::memcpy(c.dst, c.src, n); });
 #ifdef CPUCUDA_RACECHECK
             race::access_as((uint16_t)(f->warp * 32 + f->lane), (uintptr_t)c.dst, c.bytes, true, c.pc);
 #endif
