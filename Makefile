@@ -223,10 +223,15 @@ gpu-deps:
 	cp -r $(addprefix /usr/include/,$(GPU_DEPS_HDRS)) $(GPU_DEPS_DIR)/
 GPU_NAMES  := $(basename $(notdir $(GPU_SRCS)))
 
+# Every build/gpu/ target X also depends on the headers it includes: nvcc writes them to
+# X.d as it compiles (-MMD), and make reads them back, so a changed kernel header rebuilds
+# the GPU programs that use it.
+NVCC_DEPS = -MMD -MP -MF $@.d
+-include $(shell find build/gpu -name '*.d' 2>/dev/null)
 # build/gpu/sm_90/X: X built for GPU_ARCH, to run on a GPU (test/gpu_check.sh).
 build/gpu/sm_$(GPU_ARCH)/%: %.cu
 	@mkdir -p $(@D)
-	$(NVCC) $(call head_sizes,$*) $(NVCC_FLAGS) -arch=sm_$(GPU_ARCH) $< -o $@ $(NVCC_LIBS)
+	$(NVCC) $(call head_sizes,$*) $(NVCC_FLAGS) $(NVCC_DEPS) -arch=sm_$(GPU_ARCH) $< -o $@ $(NVCC_LIBS)
 # build/gpu/check/X: X built for sm_90 (compile check, run by make test: the trainers, so
 # that every kernel they run is compiled and assembled, attention at every head size in
 # train_gpt's; train_llama3's at its published models' 64 and 128, since its attention is
@@ -238,7 +243,7 @@ NVCC_CHECK_FLAGS := $(filter-out -O3,$(NVCC_FLAGS))
 check_head_sizes = $(if $(filter train_llama3,$(1)),$(call nvcc_head_sizes,64$(comma)128),$(call head_sizes,$(1)))
 build/gpu/check/%: %.cu
 	@mkdir -p $(@D)
-	$(NVCC) $(call check_head_sizes,$*) $(NVCC_CHECK_FLAGS) -gencode arch=compute_90,code=sm_90 -Xptxas -v \
+	$(NVCC) $(call check_head_sizes,$*) $(NVCC_CHECK_FLAGS) $(NVCC_DEPS) -gencode arch=compute_90,code=sm_90 -Xptxas -v \
 	  $< -o $@ $(NVCC_LIBS) >$@.ptxas 2>&1; rc=$$?; grep -v -e '^ptxas info' -e '^    [0-9]* bytes stack' $@.ptxas; \
 	  [ $$rc = 0 ] || { rm -f $@; exit 1; }
 # build/gpu/check80/X: X's device code assembled for sm_80 (the A100) as well, at the head
@@ -247,7 +252,7 @@ build/gpu/check/%: %.cu
 check80_head_sizes = $(call nvcc_head_sizes,$(if $(filter train_llama3,$(1)),64$(comma)128,64))
 build/gpu/check80/%: %.cu
 	@mkdir -p $(@D)
-	$(NVCC) $(call check80_head_sizes,$*) $(NVCC_CHECK_FLAGS) -gencode arch=compute_80,code=sm_80 -cuda $< -o $@
+	$(NVCC) $(call check80_head_sizes,$*) $(NVCC_CHECK_FLAGS) $(NVCC_DEPS) -gencode arch=compute_80,code=sm_80 -cuda $< -o $@
 # build/gpu/check90/X: X's device code optimised and assembled for sm_90 (the kernel tests:
 # each kernel at the shapes its test covers, on the architecture the project targets; sm_80
 # is checked by the trainers' code above), with no host compile or link (-cuda: those of
@@ -257,7 +262,7 @@ build/gpu/check80/%: %.cu
 check90_head_sizes = $(if $(filter test_attention,$(1)),-DATTENTION_HEAD_SIZES=64,$(call head_sizes,$(1)))
 build/gpu/check90/%: %.cu
 	@mkdir -p $(@D)
-	$(NVCC) $(call check90_head_sizes,$*) $(NVCC_CHECK_FLAGS) -gencode arch=compute_90,code=sm_90 -cuda $< -o $@
+	$(NVCC) $(call check90_head_sizes,$*) $(NVCC_CHECK_FLAGS) $(NVCC_DEPS) -gencode arch=compute_90,code=sm_90 -cuda $< -o $@
 # NVCC_FRONT_END: a compile check of a program's own code, at a third of the cost:
 # nvcc's host compile and its device front end down to PTX (compute_90), with the
 # device optimiser and ptxas not run (-G -O0). For the programs whose kernels the
@@ -272,12 +277,12 @@ front_head_sizes = $(or $(call head_sizes,$(1)),-DATTENTION_HEAD_SIZES=64)
 # of the full builds above.
 build/gpu/front/%: %.cu
 	@mkdir -p $(@D)
-	$(NVCC) $(call front_head_sizes,$*) $(NVCC_CHECK_FLAGS) $(NVCC_FRONT_END) -cuda $< -o $@
+	$(NVCC) $(call front_head_sizes,$*) $(NVCC_CHECK_FLAGS) $(NVCC_DEPS) $(NVCC_FRONT_END) -cuda $< -o $@
 
 # build/gpu/single/train_gpt: the single-GPU trainer (no MPI, no NCCL), front end only.
 build/gpu/single/%: %.cu
 	@mkdir -p $(@D)
-	$(NVCC) -std=c++17 -I. $(call front_head_sizes,$*) $(NVCC_FRONT_END) $< -o $@ -lcublasLt
+	$(NVCC) -std=c++17 -I. $(call front_head_sizes,$*) $(NVCC_DEPS) $(NVCC_FRONT_END) $< -o $@ -lcublasLt
 
 # ATTENTION_HEAD_SIZES=64 (or 64,128): the GPU trainer's attention only for those head
 # sizes, in an eighth of the compile time per size left out (GPT-2's are all 64); with -B,

@@ -405,6 +405,14 @@ section_nvcc() {
             if make -q "$t" 2>/dev/null; then pass "$what"; else fail "$what (see $LOG_DIR/nvcc.log)"; fi
         done
         grep -m 15 -E 'error' "$LOG_DIR/nvcc.log" | sed 's/^/    /'
+        # each target depends on the headers it includes (nvcc -MMD writes them to X.d): with
+        # a kernel header taken as changed (make -W; nothing is touched), its test is out of date
+        dep_target=build/gpu/check90/test_attention dep_header=llmc/kernels/attention.cuh
+        if make -q "$dep_target" 2>/dev/null && ! make -q -W "$dep_header" "$dep_target" 2>/dev/null; then
+            pass "nvcc header dependencies: $dep_target is out of date once $dep_header changes"
+        else
+            fail "nvcc header dependencies: $dep_target up to date after a change of $dep_header, or not built"
+        fi
         # without a usable GPU (no device or no driver, as here), the nvcc-built trainers say so in one
         # line, why, and name their CPU build (their first CUDA call, llmc/run/distributed.h)
         if ! { command -v nvidia-smi >/dev/null && nvidia-smi -L >/dev/null 2>&1; }; then
