@@ -356,6 +356,25 @@ const char* ldmatrix_m8n8_b16(void* const* io) {
     return nullptr;
 }
 
+// ldmatrix_x4_each: ldmatrix.x4 after ldmatrix.x4, each for every lane.
+const char* ldmatrix_x4_each(void* const* io) {
+    const int count = static_cast<const LdmatrixEachOperands*>(io[0])->count;
+    for (int lane = 1; lane < 32; lane++)
+        if (static_cast<const LdmatrixEachOperands*>(io[lane])->count != count)
+            return "lanes disagree on the number of ldmatrix";
+    LdmatrixOperands ld[32];
+    void* ld_io[32];
+    for (int k = 0; k < count; k++) {
+        for (int lane = 0; lane < 32; lane++) {
+            const LdmatrixEachOperands& o = *static_cast<const LdmatrixEachOperands*>(io[lane]);
+            ld[lane] = {o.rows[k], o.r[k], 4, false};
+            ld_io[lane] = &ld[lane];
+        }
+        if (const char* error = ldmatrix_m8n8_b16(ld_io)) return error;
+    }
+    return nullptr;
+}
+
 // mma_bf16_16816_ldmatrix_tiles (and _x2_ldmatrix, one pair): pair after
 // pair, the ldmatrix of its B fragments for every lane, then its two mmas.
 const char* ldmatrix_mma_tiles(void* const* io) {

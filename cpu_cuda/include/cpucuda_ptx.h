@@ -24,6 +24,12 @@ struct LdmatrixOperands {  // one lane's row address and destination registers
 };
 const char* mma_m16n8k16_bf16_f32(void* const* io);  // ptx.cpp
 const char* ldmatrix_m8n8_b16(void* const* io);
+struct LdmatrixEachOperands {  // ldmatrix_x4_each: one lane's operands
+    const void* const* rows;   // the lane's row address of each ldmatrix.x4
+    uint32_t (*r)[4];          // and its registers
+    int count;
+};
+const char* ldmatrix_x4_each(void* const* io);
 struct LdmatrixMmaTilesOperands {  // mma_bf16_16816_ldmatrix_tiles: one lane's operands
     const uint32_t* a;
     const void* const* rows;  // the lane's ldmatrix row address of each pair
@@ -61,6 +67,16 @@ inline void ldmatrix_trans(uint32_t (&r)[N], const void* row) {
     static_assert(N == 1 || N == 2 || N == 4, "ldmatrix: .x1, .x2 or .x4");
     ::cpucuda::LdmatrixOperands io{row, r, N, true};
     ::cpucuda::warp_wide("ldmatrix.sync.aligned.m8n8.trans.shared.b16", ::cpucuda::ldmatrix_m8n8_b16, &io);
+}
+
+// ldmatrix<4>(r[k], row_of(k)) for k = 0 .. K-1, in order: K instructions in
+// one meeting of the warp (the lanes run nothing between them).
+template <int K, class RowOf>
+inline void ldmatrix_x4_each(uint32_t (&r)[K][4], const RowOf& row_of) {
+    const void* rows[K];
+    for (int k = 0; k < K; k++) rows[k] = row_of(k);
+    ::cpucuda::LdmatrixEachOperands io{rows, r, K};
+    ::cpucuda::warp_wide("ldmatrix.sync.aligned.m8n8.x4.shared.b16, each of a run", ::cpucuda::ldmatrix_x4_each, &io);
 }
 
 // ldmatrix.sync.aligned.m8n8.x4[.trans].shared.b16 of B0 and B1, then

@@ -139,9 +139,8 @@ __device__ __forceinline__ void load_tile(bf16* dst, const bf16* src, size_t str
 template <int HS>
 __device__ __forceinline__ void load_a_rows(uint32_t (&a)[HS / 16][4], const bf16* tile16) {
     const int lane = threadIdx.x % 32;
-#pragma unroll
-    for (int kk = 0; kk < HS / 16; kk++)
-        ldmatrix<4>(a[kk], tile16 + (lane % 16) * Tiles<HS>::LD + kk * 16 + (lane / 16) * 8);
+    ldmatrix_x4_each<HS / 16>(a,
+                              [&](int kk) { return tile16 + (lane % 16) * Tiles<HS>::LD + kk * 16 + (lane / 16) * 8; });
 }
 // This lane's ldmatrix.x4 row address for the B fragments of two n8 tiles
 // (n0..n0+15) at k-step k0..k0+15, from a tile whose rows are n and columns k

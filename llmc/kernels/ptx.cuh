@@ -15,6 +15,8 @@
 //                              acc[2np], acc[2np+1] from this lane's row_of(np) (one meeting)
 //   ldmatrix<N>(r, row)        ldmatrix.sync.aligned.m8n8.xN.shared.b16: N 8x8 tiles of
 //   ldmatrix_trans<N>(r, row)  b16 from shared memory; lane 8j+i gives row i of tile j
+//   ldmatrix_x4_each<K>(r, row_of)  ldmatrix<4>(r[k], row_of(k)) for k = 0 .. K-1, in order
+//                              (the CPU runtime runs the K in one meeting of the warp)
 //   cp_async_16(dst, src)      cp.async.cg.shared.global, 16 bytes, global -> shared
 //   cp_async_commit()          cp.async.commit_group
 //   cp_async_wait<N>()         cp.async.wait_group N: all but the N newest groups landed
@@ -89,6 +91,12 @@ __device__ __forceinline__ void ldmatrix_trans(uint32_t (&r)[N], const void* row
                      : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
                      : "r"(shared_address(row))
                      : "memory");
+}
+
+template <int K, class RowOf>
+__device__ __forceinline__ void ldmatrix_x4_each(uint32_t (&r)[K][4], const RowOf& row_of) {
+#pragma unroll
+    for (int k = 0; k < K; k++) ldmatrix<4>(r[k], row_of(k));
 }
 
 template <bool TRANS>

@@ -108,6 +108,24 @@ __global__ void ldmatrix_kernel(uint32_t* out, const unsigned short* ids) {
     for (int k = 0; k < 4; k++) out[lane * 4 + k] = k < N ? r[k] : 0;
 }
 
+// ldmatrix_x4_each<3>: three ldmatrix.x4 from three groups of 4 matrices of 16-bit ids in a
+// padded shared tile, group k's matrix j row i at smem[((4k + j) * 8 + i) * STRIDE + 8 * (j % 2)].
+// out[(lane * 3 + k) * 4 + j] = r[k][j].
+__global__ void ldmatrix_each_kernel(uint32_t* out, const unsigned short* ids) {
+    constexpr int STRIDE = 24, K = 3, ROWS = K * 4 * 8;
+    __shared__ __align__(16) unsigned short smem[ROWS * STRIDE];
+    for (int e = threadIdx.x; e < ROWS * STRIDE; e += 32) smem[e] = 0xDEAD;
+    __syncwarp();
+    for (int m = threadIdx.x; m < ROWS; m += 32)  // row m = (4k + j) * 8 + i
+        for (int c = 0; c < 8; c++) smem[m * STRIDE + 8 * ((m / 8) % 2) + c] = ids[m * 8 + c];
+    __syncwarp();
+    const int lane = threadIdx.x, j = lane / 8, i = lane % 8;
+    uint32_t r[K][4];
+    ldmatrix_x4_each<K>(r, [&](int k) { return smem + ((4 * k + j) * 8 + i) * STRIDE + 8 * (j % 2); });
+    for (int k = 0; k < K; k++)
+        for (int q = 0; q < 4; q++) out[(lane * K + k) * 4 + q] = r[k][q];
+}
+
 // The pattern the attention kernels use: A from a row-major 16x16 tile by
 // ldmatrix.x4, B from a row-major 16x8 (k x n) tile by ldmatrix.x2.trans.
 __global__ void ldmatrix_mma_kernel(float* D, const bf16* A, const bf16* B) {
@@ -564,6 +582,30 @@ static void test_ldmatrix() {
     check_ldmatrix<2, true>(d_ids, ids);
     check_ldmatrix<4, true>(d_ids, ids);
     cudaFree(d_ids);
+    {
+        std::vector<unsigned short> ids3(768);  // group k, matrix j, row r, col c: 0x1000 + 256k + 64j + 8r + c
+        for (int e = 0; e < 768; e++) ids3[e] = (unsigned short)(0x1000 + e);
+        unsigned short* d_ids3 = to_device(ids3);
+        uint32_t* d_out;
+        CUDA_OK(cudaMalloc(&d_out, 384 * sizeof(uint32_t)));
+        ldmatrix_each_kernel<<<1, 32>>>(d_out, d_ids3);
+        CUDA_OK(cudaDeviceSynchronize());
+        const std::vector<uint32_t> out = to_host(d_out, 384);
+        int wrong = 0;
+        for (int lane = 0; lane < 32; lane++)
+            for (int k = 0; k < 3; k++)
+                for (int j = 0; j < 4; j++) {
+                    const int g = lane / 4, t = lane % 4, m0 = (4 * k + j) * 8;
+                    const uint32_t want = ids3[(m0 + g) * 8 + 2 * t] | (uint32_t)ids3[(m0 + g) * 8 + 2 * t + 1] << 16;
+                    wrong += out[(lane * 3 + k) * 4 + j] != want;
+                }
+        CHECK(wrong == 0,
+              "ldmatrix_x4_each<3>: each ldmatrix.x4 from its own rows, registers as the PTX ISA lays them out "
+              "(%d of 384 wrong)",
+              wrong);
+        cudaFree(d_out);
+        cudaFree(d_ids3);
+    }
 
     std::vector<bf16> A(256), B(128);
     for (int e = 0; e < 256; e++) A[e] = bf((float)((e * 13 + 5) % 11 - 5));
@@ -727,6 +769,17 @@ __global__ void tiles_disagree_kernel(float* out) {  // lane 3 issues two tile p
     out[threadIdx.x] = acc[0][0];
 }
 
+__global__ void each_disagree_kernel(uint32_t* out) {  // lane 5 issues two ldmatrix.x4, the others three
+    __shared__ __align__(16) unsigned short s[32 * 8];
+    for (int e = threadIdx.x; e < 32 * 8; e += 32) s[e] = 0;
+    __syncwarp();
+    const unsigned short* row = s + threadIdx.x * 8;
+    uint32_t r[3][4] = {};
+    if (threadIdx.x == 5) ldmatrix_x4_each<2>(reinterpret_cast<uint32_t(&)[2][4]>(r), [&](int) { return row; });
+    else ldmatrix_x4_each<3>(r, [&](int) { return row; });
+    out[threadIdx.x] = r[0][0];
+}
+
 static bool contains(const char* s, const char* sub) { return s && std::strstr(s, sub); }
 
 template <class F>
@@ -757,6 +810,9 @@ static void test_misuse() {
     msg = failure_of([&] { tiles_disagree_kernel<<<1, 32>>>((float*)d); });
     CHECK(contains(msg, "per tile pair") && contains(msg, "disagree on the tile pairs"),
           "lanes that issue different tile pairs are reported: \"%s\"", msg);
+    msg = failure_of([&] { each_disagree_kernel<<<1, 32>>>(d); });
+    CHECK(contains(msg, "each of a run") && contains(msg, "number of ldmatrix"),
+          "lanes that issue different numbers of ldmatrix.x4 in one run are reported: \"%s\"", msg);
     cudaFree(d);
 }
 #endif
