@@ -25,3 +25,8 @@ inline uint32_t bits_of(float x) {
     std::memcpy(&b, &x, 4);
     return b;
 }
+inline float float_of(uint32_t b) {
+    float x;
+    std::memcpy(&x, &b, 4);
+    return x;
+}

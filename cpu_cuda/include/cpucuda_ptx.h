@@ -8,6 +8,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 
 namespace cpucuda {
 struct MmaOperands {  // one lane's registers of `count` (1 or 2) mma.m16n8k16 with the same A
@@ -121,6 +122,23 @@ inline void cp_async_commit() { ::cpucuda::cp_async_commit(); }
 template <int N>
 inline void cp_async_wait() {
     ::cpucuda::cp_async_wait(N);
+}
+
+// cvt.rn.bf16.f32: to nearest even, every NaN to 0x7fff - the bits of the
+// toolkit's host __float2bfloat16_rn, without its branches (a rounding
+// branch mispredicts on half of all values), so loops of it vectorise.
+inline __nv_bfloat16 cvt_rn_bf16(float x) {
+    uint32_t u;
+    std::memcpy(&u, &x, 4);
+    const uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+    __nv_bfloat16_raw r;
+    r.x = (unsigned short)((u & 0x7fffffffu) > 0x7f800000u ? 0x7fffu : rounded);
+    return r;
+}
+// cvt.rn.bf16x2.f32: two of them in one register, lo in the low 16 bits.
+inline uint32_t pack_bf16x2(float lo, float hi) {
+    const __nv_bfloat16_raw l = cvt_rn_bf16(lo), h = cvt_rn_bf16(hi);
+    return (uint32_t)l.x | (uint32_t)h.x << 16;
 }
 
 // ex2.approx.ftz.f32: 2^x (the ISA's bound is 2 ulp; std::exp2 is within it),

@@ -24,12 +24,6 @@
 
 #define CPUCUDA_RUNTIME 1
 
-// The toolkit's host forms of the bf16 conversions are `static` without
-// `inline`, and gcc calls __floats2bfloat162_rn out of line: a call per bf16
-// pair of every P fragment in the attention kernels (llmc/kernels/ptx.cuh,
-// pack_bf16x2). Declared again, the same function, always inlined.
-static inline __attribute__((always_inline)) __nv_bfloat162 __floats2bfloat162_rn(const float a, const float b);
-
 // --- execution-space keywords --------------------------------------------------
 #undef __global__
 #undef __device__

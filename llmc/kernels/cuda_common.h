@@ -17,6 +17,7 @@
 #include <cooperative_groups.h>
 #include <cooperative_groups/reduce.h>
 #include "llmc/error.h"
+#include "llmc/kernels/ptx.cuh"
 
 // Activations and weights are bf16 by default; `make PRECISION=FP32` builds an
 // all-fp32 trainer for tight comparison against the reference. Master weights,
@@ -49,7 +50,7 @@ __device__ __host__ inline float to_float(float x) { return x; }
 __device__ __host__ inline float to_float(__nv_bfloat16 x) { return __bfloat162float(x); }
 template <class T> __device__ __host__ inline T from_float(float x);
 template <> __device__ __host__ inline float from_float<float>(float x) { return x; }
-template <> __device__ __host__ inline __nv_bfloat16 from_float<__nv_bfloat16>(float x) { return __float2bfloat16(x); }
+template <> __device__ __host__ inline __nv_bfloat16 from_float<__nv_bfloat16>(float x) { return cvt_rn_bf16(x); }
 
 // ---------------------------------------------------------------------------
 // Reductions. Every lane of the warp (or thread of the block) takes part and

@@ -22,6 +22,8 @@
 //   cp_async_wait<N>()         cp.async.wait_group N: all but the N newest groups landed
 //   ex2_ftz(x)                 ex2.approx.ftz.f32: 2^x in one MUFU.EX2 (exp2f adds range
 //                              fix-ups for subnormals); subnormal inputs and results are 0
+//   cvt_rn_bf16(x)             cvt.rn.bf16.f32: x to bf16, to nearest even, NaN to 0x7fff
+//   pack_bf16x2(lo, hi)        cvt.rn.bf16x2.f32: two of them in one register, lo in the low half
 //
 // Fragments (g = lane / 4, t = lane % 4; the lower-indexed element of a pair
 // in the low 16 bits of its register):
@@ -36,7 +38,8 @@
 #include <cstdint>
 #include <cstring>
 
-#include "llmc/kernels/cuda_common.h"
+#include <cuda_runtime.h>
+#include <cuda_bf16.h>
 
 #if defined(CPUCUDA_RUNTIME)
 #include <cpucuda_ptx.h>
@@ -132,12 +135,13 @@ __device__ __forceinline__ float ex2_ftz(float x) {
     asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
     return y;
 }
-#endif
 
-// Two floats as one register of two bf16 (round to nearest even), `lo` in the low half.
+// The toolkit's conversions, one instruction each in device code (host code too calls them).
+__device__ __host__ __forceinline__ __nv_bfloat16 cvt_rn_bf16(float x) { return __float2bfloat16_rn(x); }
 __device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
-    const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);  // one cvt.rn.bf16x2.f32 on a GPU
+    const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
     uint32_t r;
     memcpy(&r, &v, sizeof r);
     return r;
 }
+#endif

@@ -695,6 +695,62 @@ __global__ void ex2_kernel(float* out, const float* in, int n) {
 // Exact powers of two within the ISA's 2 ulp, and the flush to zero: 2^-127 is
 // subnormal (exp2f gives it, ex2.approx.ftz gives +0), and a subnormal input
 // reads as 0 (2^0 = 1).
+// cvt_rn_bf16 and pack_bf16x2 in a kernel, against the toolkit's host __float2bfloat16_rn: every
+// sign and exponent with the low 16 bits at the rounding's edges (ties, just below and above),
+// and random bits. A NaN must give 0x7fff on the CPU runtime (as the toolkit's host code) and a
+// NaN on a GPU.
+__global__ void cvt_kernel(unsigned short* one, uint32_t* two, const float* x, int n) {
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    const __nv_bfloat16_raw r = cvt_rn_bf16(x[i]);
+    one[i] = r.x;
+    two[i] = pack_bf16x2(x[i], x[n - 1 - i]);
+}
+static void test_cvt() {
+    std::vector<float> x;
+    const uint32_t lows[] = {0x0000, 0x0001, 0x7fff, 0x8000, 0x8001, 0xffff, 0x1234, 0xc000};
+    for (uint32_t hi = 0; hi < 65536; hi++)
+        for (uint32_t lo : lows) x.push_back(float_of(hi << 16 | lo));
+    uint32_t state = 12345;
+    for (int i = 0; i < (1 << 20); i++) {
+        state = state * 1664525u + 1013904223u;
+        x.push_back(float_of(state ^ (state >> 13)));
+    }
+    const int n = (int)x.size();
+    float* dx = to_device(x);
+    unsigned short* d_one;
+    uint32_t* d_two;
+    CUDA_OK(cudaMalloc(&d_one, n * sizeof(unsigned short)));
+    CUDA_OK(cudaMalloc(&d_two, n * sizeof(uint32_t)));
+    cvt_kernel<<<(n + 255) / 256, 256>>>(d_one, d_two, dx, n);
+    CUDA_OK(cudaDeviceSynchronize());
+    const std::vector<unsigned short> one = to_host(d_one, n);
+    const std::vector<uint32_t> two = to_host(d_two, n);
+    auto agrees = [](unsigned short got, float v) {
+        const unsigned short want = __bfloat16_as_ushort(__float2bfloat16_rn(v));
+#ifdef CPUCUDA
+        return got == want;
+#else
+        return std::isnan(v) ? (got & 0x7fffu) > 0x7f80u : got == want;
+#endif
+    };
+    int wrong_one = 0, wrong_two = 0, nans = 0, ties = 0;
+    for (int i = 0; i < n; i++) {
+        nans += std::isnan(x[i]);
+        ties += (bits_of(x[i]) & 0xffffu) == 0x8000u;
+        wrong_one += !agrees(one[i], x[i]);
+        wrong_two += !agrees((unsigned short)two[i], x[i]) || !agrees((unsigned short)(two[i] >> 16), x[n - 1 - i]);
+    }
+    CHECK(wrong_one == 0 && nans > 0 && ties > 0,
+          "cvt_rn_bf16: the toolkit's host __float2bfloat16_rn bits for %d inputs, %d ties and %d NaN among them "
+          "(%d wrong)",
+          n, ties, nans, wrong_one);
+    CHECK(wrong_two == 0, "pack_bf16x2: both conversions, lo in the low half (%d of %d wrong)", wrong_two, n);
+    cudaFree(dx);
+    cudaFree(d_one);
+    cudaFree(d_two);
+}
+
 static void test_ex2_ftz() {
     const float inf = INFINITY;
     const std::vector<float> in = {0.0f,    1.0f, -1.0f,  10.0f,   -126.0f, 0.5f, -127.0f,
@@ -825,6 +881,7 @@ int main() {
     TEST_CASE(test_ldmatrix());
     TEST_CASE(test_cp_async());
     TEST_CASE(test_ex2_ftz());
+    TEST_CASE(test_cvt());
 #ifdef CPUCUDA
     TEST_CASE(test_misuse());
 #endif
