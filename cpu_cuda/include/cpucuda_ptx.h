@@ -1,5 +1,5 @@
 // The PTX instructions of llmc/kernels/ptx.cuh (tensor-core mma.sync, ldmatrix,
-// cp.async, ex2.approx.ftz) for the CPU runtime: the same functions, with the same
+// cp.async, ex2.approx.ftz, cvt.rn.bf16) for the CPU runtime: the same functions, with the same
 // signatures, emulated exactly as the PTX ISA defines them (README.md,
 // "Tensor cores and async copies"). llmc/kernels/ptx.cuh includes this file in the CPU
 // build and inline PTX under nvcc; kernels see one set of functions.
@@ -125,8 +125,9 @@ inline void cp_async_wait() {
 }
 
 // cvt.rn.bf16.f32: to nearest even, every NaN to 0x7fff - the bits of the
-// toolkit's host __float2bfloat16_rn, without its branches (a rounding
-// branch mispredicts on half of all values), so loops of it vectorise.
+// toolkit's host __float2bfloat16_rn, without its branches (its rounding
+// branch depends on a value's low bits, which no predictor can guess), so
+// loops of it vectorise.
 inline __nv_bfloat16 cvt_rn_bf16(float x) {
     uint32_t u;
     std::memcpy(&u, &x, 4);

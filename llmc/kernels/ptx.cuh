@@ -1,4 +1,4 @@
-// Tensor-core and async-copy instructions as device functions: inline PTX
+// Tensor-core, async-copy and conversion instructions as device functions: inline PTX
 // under nvcc; the CPU runtime supplies the same functions (cpucuda_ptx.h), so
 // kernels call one set of functions and contain no #if.
 //
@@ -22,7 +22,8 @@
 //   cp_async_wait<N>()         cp.async.wait_group N: all but the N newest groups landed
 //   ex2_ftz(x)                 ex2.approx.ftz.f32: 2^x in one MUFU.EX2 (exp2f adds range
 //                              fix-ups for subnormals); subnormal inputs and results are 0
-//   cvt_rn_bf16(x)             cvt.rn.bf16.f32: x to bf16, to nearest even, NaN to 0x7fff
+//   cvt_rn_bf16(x)             cvt.rn.bf16.f32: x to bf16, to nearest even (a NaN stays a NaN;
+//                              0x7fff on the CPU runtime, as the toolkit's host code gives)
 //   pack_bf16x2(lo, hi)        cvt.rn.bf16x2.f32: two of them in one register, lo in the low half
 //
 // Fragments (g = lane / 4, t = lane % 4; the lower-indexed element of a pair
