@@ -33,9 +33,9 @@
 #include <memory>
 #include <mutex>
 #include <random>
-#include <type_traits>
 #include <string>
 #include <thread>
+#include <type_traits>
 #include <unordered_map>
 #include <vector>
 
