@@ -74,6 +74,7 @@
 #include <vector>
 
 #include "cpucuda.h"
+#include "cpucuda_ptx.h"
 #include "internal.h"
 
 // The epilogue's loops (finish_block) are compiled twice, for the build's
@@ -472,21 +473,16 @@ cublasStatus_t make_plan(const DescState* d, const LayoutState* a, const LayoutS
 // into cache-sized sgemm calls would change the bits, which is why it is not.
 
 // bf16 <-> fp32, exactly as the toolkit's host code (__bfloat162float,
-// __float2bfloat16): widening is the bits shifted up; narrowing rounds to
-// nearest even, and every NaN becomes 0x7fff. Integer forms the compiler
-// vectorises.
+// __float2bfloat16): widening is the bits shifted up; narrowing is
+// cpucuda::float_to_bf16_bits (cpucuda_ptx.h, the kernels' cvt.rn.bf16.f32).
+// Integer forms the compiler vectorises.
 inline float bf16_bits_to_float(uint16_t h) {
     uint32_t u = (uint32_t)h << 16;
     float f;
     memcpy(&f, &u, 4);
     return f;
 }
-inline uint16_t float_to_bf16_bits(float f) {
-    uint32_t x;
-    memcpy(&x, &f, 4);
-    const uint32_t rounded = (x + 0x7fffu + ((x >> 16) & 1u)) >> 16;
-    return (uint16_t)((x & 0x7fffffffu) > 0x7f800000u ? 0x7fffu : rounded);  // a select, not a branch: it vectorises
-}
+using cpucuda::float_to_bf16_bits;
 
 // Whole arrays of them, dst[i] = f(src[i]), 8 at a time through fixed-size
 // arrays: gcc -O2 makes vector code of such a block (it leaves a loop of

@@ -37,7 +37,7 @@ namespace cpucuda {
 // words (and a transpose for B); then every row of D is C's row plus
 // A[m][k] times row k of B (8 doubles), k in order: a broadcast times a
 // vector, no gathers in the loop. A is gathered and widened once for all the
-// mmas of one meeting that share it (widen_a, then mma_with_a per product).
+// mmas of one meeting that share it (MmasSharingA: widen_a_*, then an mma_* per product).
 // With AVX2 and FMA (chosen at run time; the binary stays portable) the
 // gathers are done in registers (SSE2 unpacks) and the sum is one fused
 // multiply-add per 4 elements: the product is exact, so fma(a, b, c) rounds

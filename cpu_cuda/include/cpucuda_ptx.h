@@ -124,16 +124,22 @@ inline void cp_async_wait() {
     ::cpucuda::cp_async_wait(N);
 }
 
-// cvt.rn.bf16.f32: to nearest even, every NaN to 0x7fff - the bits of the
-// toolkit's host __float2bfloat16_rn, without its branches (its rounding
-// branch depends on a value's low bits, which no predictor can guess), so
-// loops of it vectorise.
-inline __nv_bfloat16 cvt_rn_bf16(float x) {
+namespace cpucuda {
+// The bits of cvt.rn.bf16.f32: to nearest even, every NaN to 0x7fff - those of
+// the toolkit's host __float2bfloat16_rn, without its branches (its rounding
+// branch depends on a value's low bits, which no predictor can guess): a
+// select, so loops of it vectorise (here and in cublaslt.cpp's epilogues).
+inline uint16_t float_to_bf16_bits(float x) {
     uint32_t u;
     std::memcpy(&u, &x, 4);
     const uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+    return (uint16_t)((u & 0x7fffffffu) > 0x7f800000u ? 0x7fffu : rounded);
+}
+}  // namespace cpucuda
+// cvt.rn.bf16.f32
+inline __nv_bfloat16 cvt_rn_bf16(float x) {
     __nv_bfloat16_raw r;
-    r.x = (unsigned short)((u & 0x7fffffffu) > 0x7f800000u ? 0x7fffu : rounded);
+    r.x = ::cpucuda::float_to_bf16_bits(x);
     return r;
 }
 // cvt.rn.bf16x2.f32: two of them in one register, lo in the low 16 bits.
