@@ -252,6 +252,23 @@ static void test_mma_layout() {
     cudaFree(dD);
 }
 
+// Runs f once for each mma code of the runtime (vector where the CPU has it,
+// then portable), with a label naming it; once on a GPU.
+template <class F>
+static void for_each_mma_code(F f) {
+#ifdef CPUCUDA
+    const bool saved = cpucuda::set_mma_vector_code(true);
+    for (int pass = 0; pass < 2; pass++) {
+        const bool vec = cpucuda::set_mma_vector_code(pass == 0);
+        if (pass == 0 && !vec) continue;  // this CPU runs the portable code only
+        f(vec ? " (vector code)" : " (portable code)");
+    }
+    cpucuda::set_mma_vector_code(saved);
+#else
+    f("");
+#endif
+}
+
 #ifdef CPUCUDA
 // The runtime's definition of mma (ptx.cpp): fp32(C + A[m][0] B[0][n] + ... + A[m][15] B[15][n]),
 // each addition in double, k in order. `reverse`: k from 15 down (the test's own power check).
@@ -366,28 +383,24 @@ static void test_mma_bitwise() {
         }
         return wrong;
     };
-    const bool vector_code = cpucuda::set_mma_vector_code(true);
-    for (int pass = 0; pass < 2; pass++) {
-        const bool vec = cpucuda::set_mma_vector_code(pass == 0);
-        if (pass == 0 && !vec) continue;  // this CPU runs the portable code only
+    for_each_mma_code([&](const char* code) {
         mma_kernel<<<tiles, 32>>>(dD, dA, dB, dC);
         CUDA_OK(cudaDeviceSynchronize());
         const int wrong = count_wrong(to_host(dD, C.size()), want);
         CHECK(wrong == 0,
-              "mma (%s code) over %d random tiles: every bit of D as fp32(C + sum_k A B) in double, k in order "
+              "mma%s over %d random tiles: every bit of D as fp32(C + sum_k A B) in double, k in order "
               "(%d of %zu wrong)",
-              vec ? "vector" : "portable", tiles, wrong, C.size());
+              code, tiles, wrong, C.size());
         mma_x2_kernel<<<tiles, 32>>>(dD, dD1, dA, dB, dC);
         CUDA_OK(cudaDeviceSynchronize());
         const int wrong0 = count_wrong(to_host(dD, C.size()), want);
         const int wrong1 = count_wrong(to_host(dD1, C.size()), want_second);
         CHECK(wrong0 == 0 && wrong1 == 0,
-              "mma_bf16_16816_x2 (%s code): both products with the one A, every bit as a single mma's "
+              "mma_bf16_16816_x2%s: both products with the one A, every bit as a single mma's "
               "(%d and %d of %zu wrong)",
-              vec ? "vector" : "portable", wrong0, wrong1, C.size());
-    }
+              code, wrong0, wrong1, C.size());
+    });
     cudaFree(dD1);
-    cpucuda::set_mma_vector_code(vector_code);
     cudaFree(dA);
     cudaFree(dB);
     cudaFree(dC);
@@ -463,23 +476,6 @@ static std::vector<float> run_on_abc(const std::vector<bf16>& A, const std::vect
     cudaFree(dC);
     cudaFree(dD);
     return D;
-}
-
-// Runs f once for each mma code of the runtime (vector where the CPU has it,
-// then portable), with a label naming it; once on a GPU.
-template <class F>
-static void for_each_mma_code(F f) {
-#ifdef CPUCUDA
-    const bool saved = cpucuda::set_mma_vector_code(true);
-    for (int pass = 0; pass < 2; pass++) {
-        const bool vec = cpucuda::set_mma_vector_code(pass == 0);
-        if (pass == 0 && !vec) continue;  // this CPU runs the portable code only
-        f(vec ? " (vector code)" : " (portable code)");
-    }
-    cpucuda::set_mma_vector_code(saved);
-#else
-    f("");
-#endif
 }
 
 template <bool TRANS>
