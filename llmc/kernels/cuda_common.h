@@ -180,10 +180,12 @@ __device__ inline Packed<T, N> load_packed_streaming(const T* p) {
 }
 
 // N consecutive elements (indices index, index + 1, ...) rounded as
-// stochastic_round rounds each. The bits are read and the results gathered in
-// whole words, not element by element, so that the CPU build keeps them in
-// vector registers (N narrow stores read back as one wide load would stall its
-// store forwarding).
+// stochastic_round rounds each. The bits are read in whole words and the
+// results gathered as one array of halves, so that the CPU build keeps them in
+// vector registers: the hash and the rounding 4 lanes at a time, the gather a
+// few unpacks (a word-by-word gather of shifted halves compiles to scalar
+// extracts; N narrow stores read back as one wide load would stall its store
+// forwarding).
 template <class T, int N>
 __device__ inline Packed<T, N> stochastic_round_packed(const Packed<float, N>& in, uint32_t index, uint32_t seed) {
     if constexpr (std::is_same_v<T, float>) {
@@ -196,11 +198,11 @@ __device__ inline Packed<T, N> stochastic_round_packed(const Packed<float, N>& i
 #pragma unroll
         for (int e = 0; e < N; e++)
             bits[e] = stochastic_round_bits(bits[e], stochastic_noise16(index + (uint32_t)e, seed_hash));
-        uint64_t words[(N + 3) / 4] = {};  // element e in bits 16 (e % 4).. of word e / 4, as in memory (little-endian)
+        uint16_t halves[N];
 #pragma unroll
-        for (int e = 0; e < N; e++) words[e / 4] |= (uint64_t)bits[e] << (16 * (e % 4));
+        for (int e = 0; e < N; e++) halves[e] = (uint16_t)bits[e];
         Packed<T, N> out;
-        memcpy(&out, words, sizeof(out));
+        memcpy(&out, halves, sizeof(out));
         return out;
     }
 }
