@@ -375,17 +375,16 @@ const char* ldmatrix_x4_each(void* const* io) {
     return nullptr;
 }
 
-// mma_bf16_16816_ldmatrix_tiles (and _x2_ldmatrix, one pair): pair after
-// pair, the ldmatrix of its B fragments for every lane, then its two mmas.
+// mma_bf16_16816_ldmatrix_ksteps (and _tiles, one k-step; _x2_ldmatrix, one pair): k-step after
+// k-step, its A gathered and widened once (MmasSharingA), then pair after pair the
+// ldmatrix of its B fragments for every lane and its two mmas.
 const char* ldmatrix_mma_tiles(void* const* io) {
     const LdmatrixMmaTilesOperands& o0 = *static_cast<const LdmatrixMmaTilesOperands*>(io[0]);
-    const uint32_t* a[32];
-    for (int lane = 0; lane < 32; lane++) {
+    for (int lane = 1; lane < 32; lane++) {
         const LdmatrixMmaTilesOperands& o = *static_cast<const LdmatrixMmaTilesOperands*>(io[lane]);
-        if (o.first != o0.first || o.last != o0.last) return "lanes disagree on the tile pairs";
-        a[lane] = o.a;
+        if (o.first != o0.first || o.last != o0.last || o.pairs != o0.pairs) return "lanes disagree on the tile pairs";
+        if (o.kfirst != o0.kfirst || o.klast != o0.klast) return "lanes disagree on the k-steps";
     }
-    const MmasSharingA mmas(a);
     uint32_t b[32][4];  // each lane's B registers: the ldmatrix.x4 writes them, the two mmas read them
     LdmatrixOperands ld[32];
     void* ld_io[32];
@@ -396,16 +395,21 @@ const char* ldmatrix_mma_tiles(void* const* io) {
         l0.b[lane] = &b[lane][0];
         l1.b[lane] = &b[lane][2];
     }
-    for (int np = o0.first; np < o0.last; np++) {
-        for (int lane = 0; lane < 32; lane++) {
-            const LdmatrixMmaTilesOperands& o = *static_cast<const LdmatrixMmaTilesOperands*>(io[lane]);
-            ld[lane].row = o.rows[np];
-            l0.acc[lane] = o.acc[2 * np];
-            l1.acc[lane] = o.acc[2 * np + 1];
+    for (int kk = o0.kfirst; kk < o0.klast; kk++) {
+        const uint32_t* a[32];
+        for (int lane = 0; lane < 32; lane++) a[lane] = static_cast<const LdmatrixMmaTilesOperands*>(io[lane])->a[kk];
+        const MmasSharingA mmas(a);
+        for (int np = o0.first; np < o0.last; np++) {
+            for (int lane = 0; lane < 32; lane++) {
+                const LdmatrixMmaTilesOperands& o = *static_cast<const LdmatrixMmaTilesOperands*>(io[lane]);
+                ld[lane].row = o.rows[kk * o0.pairs + np];
+                l0.acc[lane] = o.acc[2 * np];
+                l1.acc[lane] = o.acc[2 * np + 1];
+            }
+            if (const char* error = ldmatrix_m8n8_b16(ld_io)) return error;
+            mmas.mma(l0);
+            mmas.mma(l1);
         }
-        if (const char* error = ldmatrix_m8n8_b16(ld_io)) return error;
-        mmas.mma(l0);
-        mmas.mma(l1);
     }
     return nullptr;
 }

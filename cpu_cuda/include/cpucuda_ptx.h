@@ -31,11 +31,13 @@ struct LdmatrixEachOperands {  // ldmatrix_x4_each: one lane's operands
     int count;
 };
 const char* ldmatrix_x4_each(void* const* io);
-struct LdmatrixMmaTilesOperands {  // mma_bf16_16816_ldmatrix_tiles: one lane's operands
-    const uint32_t* a;
-    const void* const* rows;  // the lane's ldmatrix row address of each pair
+struct LdmatrixMmaTilesOperands {  // mma_bf16_16816_ldmatrix_ksteps (and _tiles: one k-step): one lane's operands
+    const uint32_t (*a)[4];   // the lane's A fragment of each k-step
+    const void* const* rows;  // its ldmatrix row address of pair np at k-step kk: rows[kk * pairs + np]
     float* const* acc;        // 2 per pair: each the lane's 4 accumulators
-    int first, last;          // the pairs issued: [first, last), within [0, NP)
+    int kfirst, klast;        // the k-steps issued: [kfirst, klast)
+    int first, last;          // the pairs issued at each: [first, last), within [0, pairs)
+    int pairs;
     bool trans;
 };
 const char* ldmatrix_mma_tiles(void* const* io);
@@ -88,7 +90,7 @@ template <bool TRANS>
 inline void mma_bf16_16816_x2_ldmatrix(float (&acc0)[4], float (&acc1)[4], const uint32_t (&a)[4], const void* row) {
     const void* rows[1] = {row};
     float* const acc[2] = {acc0, acc1};
-    ::cpucuda::LdmatrixMmaTilesOperands io{a, rows, acc, 0, 1, TRANS};
+    ::cpucuda::LdmatrixMmaTilesOperands io{&a, rows, acc, 0, 1, 0, 1, 1, TRANS};
     ::cpucuda::warp_wide(TRANS ? "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 + mma.sync (x2)"
                                : "ldmatrix.sync.aligned.m8n8.x4.shared.b16 + mma.sync (x2)",
                          ::cpucuda::ldmatrix_mma_tiles, &io);
@@ -110,9 +112,40 @@ inline void mma_bf16_16816_ldmatrix_tiles(float (&acc)[2 * NP][4], const uint32_
         accs[2 * np] = acc[2 * np];
         accs[2 * np + 1] = acc[2 * np + 1];
     }
-    ::cpucuda::LdmatrixMmaTilesOperands io{a, rows, accs, first, last, TRANS};
+    ::cpucuda::LdmatrixMmaTilesOperands io{&a, rows, accs, 0, 1, first, last, NP, TRANS};
     ::cpucuda::warp_wide(TRANS ? "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 + mma.sync (x2), per tile pair"
                                : "ldmatrix.sync.aligned.m8n8.x4.shared.b16 + mma.sync (x2), per tile pair",
+                         ::cpucuda::ldmatrix_mma_tiles, &io);
+}
+
+// For each k-step kk in [kfirst, klast) of KS, in order: a_of(kk, a), this lane's
+// A fragment, then mma_bf16_16816_ldmatrix_tiles with it from row_of(kk, np).
+// Every lane computes all its A fragments first (a_of may itself issue an
+// ldmatrix, a meeting of its own), then the k-steps run in one meeting: the
+// lanes' code between two k-steps only makes the next A, which no mma reads
+// before it, and an mma writes nothing but the lanes' accumulators.
+template <bool TRANS, int KS, int NP, class AOf, class RowOf>
+inline void mma_bf16_16816_ldmatrix_ksteps(float (&acc)[2 * NP][4], const AOf& a_of, const RowOf& row_of, int kfirst,
+                                           int klast, int first, int last) {
+    if (kfirst < 0) kfirst = 0;
+    if (klast > KS) klast = KS;
+    if (first < 0) first = 0;
+    if (last > NP) last = NP;
+    uint32_t a[KS][4];
+    for (int kk = kfirst; kk < klast; kk++) a_of(kk, a[kk]);
+    if (kfirst >= klast || first >= last) return;  // no mma issued, as on a GPU: no meeting
+    const void* rows[KS * NP] = {};
+    float* accs[2 * NP] = {};
+    for (int kk = kfirst; kk < klast; kk++)
+        for (int np = first; np < last; np++) rows[kk * NP + np] = row_of(kk, np);
+    for (int np = first; np < last; np++) {
+        accs[2 * np] = acc[2 * np];
+        accs[2 * np + 1] = acc[2 * np + 1];
+    }
+    ::cpucuda::LdmatrixMmaTilesOperands io{a, rows, accs, kfirst, klast, first, last, NP, TRANS};
+    ::cpucuda::warp_wide(TRANS ? "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 + mma.sync (x2), per tile pair, "
+                                 "per k-step"
+                               : "ldmatrix.sync.aligned.m8n8.x4.shared.b16 + mma.sync (x2), per tile pair, per k-step",
                          ::cpucuda::ldmatrix_mma_tiles, &io);
 }
 

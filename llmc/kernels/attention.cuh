@@ -144,7 +144,7 @@ __device__ __forceinline__ void load_a_rows(uint32_t (&a)[HS / 16][4], const bf1
 }
 // This lane's ldmatrix.x4 row address for the B fragments of two n8 tiles
 // (n0..n0+15) at k-step k0..k0+15, from a tile whose rows are n and columns k
-// (K rows for S = Q K^T); mma_bf16_16816_ldmatrix_tiles loads and multiplies them.
+// (K rows for S = Q K^T); mma_bf16_16816_ldmatrix_ksteps loads and multiplies them.
 template <int HS>
 __device__ __forceinline__ const bf16* row_nk(const bf16* tile, int n0, int k0) {
     const int lane = threadIdx.x % 32;
@@ -176,13 +176,9 @@ __device__ __forceinline__ void a_fragment(uint32_t (&out)[4], const bf16* rows1
 template <int HS, int N, class ASource>
 __device__ __forceinline__ void mma_a_tileT(float (&acc)[N / 8][4], const ASource& a_src, const bf16* tile, int first,
                                             int steps) {
-#pragma unroll
-    for (int kk = 0; kk < HS / 16; kk++) {
-        uint32_t a[4];
-        a_fragment<HS>(a, a_src, kk);
-        mma_bf16_16816_ldmatrix_tiles<false, N / 16>(
-            acc, a, [&](int np) { return row_nk<HS>(tile, np * 16, kk * 16); }, first, steps);
-    }
+    mma_bf16_16816_ldmatrix_ksteps<false, HS / 16, N / 16>(
+        acc, [&](int kk, uint32_t(&a)[4]) { a_fragment<HS>(a, a_src, kk); },
+        [&](int kk, int np) { return row_nk<HS>(tile, np * 16, kk * 16); }, 0, HS / 16, first, steps);
 }
 
 // acc (16 x HS) += P (16 x N, accumulator fragments, packed to bf16 here) . tile
@@ -191,16 +187,15 @@ __device__ __forceinline__ void mma_a_tileT(float (&acc)[N / 8][4], const ASourc
 template <int HS, int N>
 __device__ __forceinline__ void mma_p_tile(float (&acc)[HS / 8][4], const float (&p)[N / 8][4], const bf16* tile,
                                            int first, int steps) {
-#pragma unroll
-    for (int kk = 0; kk < N / 16; kk++) {
-        if (kk < first || kk >= steps) continue;
-        // the accumulator pair of columns 16kk .. 16kk+15 is the A fragment of k-step kk
-        const uint32_t a[4] = {pack_bf16x2(p[2 * kk][0], p[2 * kk][1]), pack_bf16x2(p[2 * kk][2], p[2 * kk][3]),
-                               pack_bf16x2(p[2 * kk + 1][0], p[2 * kk + 1][1]),
-                               pack_bf16x2(p[2 * kk + 1][2], p[2 * kk + 1][3])};
-        mma_bf16_16816_ldmatrix_tiles<true, HS / 16>(
-            acc, a, [&](int hp) { return row_kn<HS>(tile, kk * 16, hp * 16); }, 0, HS / 16);
-    }
+    // the accumulator pair of columns 16kk .. 16kk+15 is the A fragment of k-step kk
+    const auto a_of = [&](int kk, uint32_t(&a)[4]) {
+        a[0] = pack_bf16x2(p[2 * kk][0], p[2 * kk][1]);
+        a[1] = pack_bf16x2(p[2 * kk][2], p[2 * kk][3]);
+        a[2] = pack_bf16x2(p[2 * kk + 1][0], p[2 * kk + 1][1]);
+        a[3] = pack_bf16x2(p[2 * kk + 1][2], p[2 * kk + 1][3]);
+    };
+    mma_bf16_16816_ldmatrix_ksteps<true, N / 16, HS / 16>(
+        acc, a_of, [&](int kk, int hp) { return row_kn<HS>(tile, kk * 16, hp * 16); }, first, steps, 0, HS / 16);
 }
 
 // Double buffering, the loop step of the forward and dQ kernels: starts copying tile

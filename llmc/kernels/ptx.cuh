@@ -13,6 +13,10 @@
 //   mma_bf16_16816_ldmatrix_tiles<TRANS, NP>(acc, a, row_of, first, last)
 //                              for each pair np in [first, last) of NP: the above into
 //                              acc[2np], acc[2np+1] from this lane's row_of(np) (one meeting)
+//   mma_bf16_16816_ldmatrix_ksteps<TRANS, KS, NP>(acc, a_of, row_of, kfirst, klast, first, last)
+//                              for each k-step kk in [kfirst, klast) of KS: a_of(kk, a) (this
+//                              lane's A fragment), then the above with row_of(kk, np) (on the CPU
+//                              runtime every a_of first, then one meeting for all the k-steps)
 //   ldmatrix<N>(r, row)        ldmatrix.sync.aligned.m8n8.xN.shared.b16: N 8x8 tiles of
 //   ldmatrix_trans<N>(r, row)  b16 from shared memory; lane 8j+i gives row i of tile j
 //   ldmatrix_x4_each<K>(r, row_of)  ldmatrix<4>(r[k], row_of(k)) for k = 0 .. K-1, in order
@@ -119,6 +123,19 @@ __device__ __forceinline__ void mma_bf16_16816_ldmatrix_tiles(float (&acc)[2 * N
     for (int np = 0; np < NP; np++) {
         if (np < first || np >= last) continue;
         mma_bf16_16816_x2_ldmatrix<TRANS>(acc[2 * np], acc[2 * np + 1], a, row_of(np));
+    }
+}
+
+template <bool TRANS, int KS, int NP, class AOf, class RowOf>
+__device__ __forceinline__ void mma_bf16_16816_ldmatrix_ksteps(float (&acc)[2 * NP][4], const AOf& a_of,
+                                                               const RowOf& row_of, int kfirst, int klast, int first,
+                                                               int last) {
+#pragma unroll
+    for (int kk = 0; kk < KS; kk++) {
+        if (kk < kfirst || kk >= klast) continue;
+        uint32_t a[4];
+        a_of(kk, a);
+        mma_bf16_16816_ldmatrix_tiles<TRANS, NP>(acc, a, [&](int np) { return row_of(kk, np); }, first, last);
     }
 }
 

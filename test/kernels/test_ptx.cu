@@ -505,6 +505,21 @@ static void check_ldmatrix_mma_x2(const char* code) {
           TRANS ? "true" : "false", code, TRANS ? ".trans" : "", wrong);
 }
 
+// The lane's accumulator fragments of the J n8 tiles of a 16 x 8J fp32 matrix (row-major):
+// tile j's acc = M[g][8j+2t], M[g][8j+2t+1], M[g+8][8j+2t], M[g+8][8j+2t+1].
+template <int J>
+__device__ void c_fragments(float (&acc)[J][4], const float* C) {
+    const int g = threadIdx.x % 32 / 4, t = threadIdx.x % 4;
+    for (int j = 0; j < J; j++)
+        for (int i = 0; i < 4; i++) acc[j][i] = C[(g + 8 * (i / 2)) * 8 * J + 8 * j + 2 * t + i % 2];
+}
+template <int J>
+__device__ void d_from_fragments(float* D, const float (&acc)[J][4]) {
+    const int g = threadIdx.x % 32 / 4, t = threadIdx.x % 4;
+    for (int j = 0; j < J; j++)
+        for (int i = 0; i < 4; i++) D[(g + 8 * (i / 2)) * 8 * J + 8 * j + 2 * t + i % 2] = acc[j][i];
+}
+
 // mma_bf16_16816_ldmatrix_tiles<TRANS, 3>: D (16 x 48) = A (16 x 16) B (16 x 48) + C for the
 // column pairs [first, last) of 16, the others left at C; B in shared memory as B^T (rows n,
 // stride 24: a pair's rows 16 x 24 elements further) or, TRANS, as B (rows k, stride 56: a
@@ -513,7 +528,7 @@ template <bool TRANS>
 __global__ void ldmatrix_mma_tiles_kernel(float* D, const bf16* A, const bf16* B, const float* C, int first, int last) {
     constexpr int NP = 3, LDB = TRANS ? 16 * NP + 8 : 24;
     __shared__ __align__(16) bf16 sa[16 * 16], sb[16 * NP * 24];
-    const int lane = threadIdx.x, g = lane / 4, t = lane % 4;
+    const int lane = threadIdx.x;
     for (int e = lane; e < 256; e += 32) sa[e] = A[e];
     for (int e = lane; e < 16 * 16 * NP; e += 32) {  // B[k][n], k < 16, n < 48
         const int k = e / (16 * NP), n = e % (16 * NP);
@@ -525,20 +540,10 @@ __global__ void ldmatrix_mma_tiles_kernel(float* D, const bf16* A, const bf16* B
     const bf16* row = TRANS ? sb + (((lane / 8) % 2) * 8 + lane % 8) * LDB + (lane / 16) * 8
                             : sb + ((lane / 16) * 8 + lane % 8) * LDB + ((lane / 8) % 2) * 8;
     float acc[2 * NP][4];
-    for (int j = 0; j < 2 * NP; j++) {
-        acc[j][0] = C[g * 48 + 8 * j + 2 * t];
-        acc[j][1] = C[g * 48 + 8 * j + 2 * t + 1];
-        acc[j][2] = C[(g + 8) * 48 + 8 * j + 2 * t];
-        acc[j][3] = C[(g + 8) * 48 + 8 * j + 2 * t + 1];
-    }
+    c_fragments(acc, C);
     const int step = TRANS ? 16 : 16 * LDB;
     mma_bf16_16816_ldmatrix_tiles<TRANS, NP>(acc, a, [&](int np) { return row + np * step; }, first, last);
-    for (int j = 0; j < 2 * NP; j++) {
-        D[g * 48 + 8 * j + 2 * t] = acc[j][0];
-        D[g * 48 + 8 * j + 2 * t + 1] = acc[j][1];
-        D[(g + 8) * 48 + 8 * j + 2 * t] = acc[j][2];
-        D[(g + 8) * 48 + 8 * j + 2 * t + 1] = acc[j][3];
-    }
+    d_from_fragments(D, acc);
 }
 template <bool TRANS>
 static void check_ldmatrix_mma_tiles(int first, int last, const char* code) {
@@ -565,6 +570,76 @@ static void check_ldmatrix_mma_tiles(int first, int last, const char* code) {
           "mma_bf16_16816_ldmatrix_tiles<%s, 3>%s over pairs [%d, %d): those products exactly, the other columns "
           "untouched (%d of 768 wrong)",
           TRANS ? "true" : "false", code, first, last, wrong);
+}
+
+// mma_bf16_16816_ldmatrix_ksteps<TRANS, 2, 3>: D (16 x 48) = C + A_0 B_0 + A_1 B_1 over the
+// k-steps [kfirst, klast) and the column pairs [first, last) (the other columns left at C), each
+// k-step an mma of its own, in order: acc = fp32(acc + A_kk B_kk). A_kk (16 x 16) comes from
+// shared memory through a_of, which issues an ldmatrix itself; B_kk (16 x 48) as in
+// ldmatrix_mma_tiles_kernel, k-step kk's block after the other's.
+template <bool TRANS>
+__global__ void ldmatrix_mma_ksteps_kernel(float* D, const bf16* A, const bf16* B, const float* C, int kfirst,
+                                           int klast, int first, int last) {
+    constexpr int KS = 2, NP = 3, LDB = TRANS ? 16 * NP + 8 : 24, BLOCK = TRANS ? 16 * LDB : 16 * NP * 24;
+    __shared__ __align__(16) bf16 sa[KS * 256], sb[KS * 16 * NP * 24];
+    const int lane = threadIdx.x;
+    for (int e = lane; e < KS * 256; e += 32) sa[e] = A[e];
+    for (int e = lane; e < KS * 16 * 16 * NP; e += 32) {  // B_kk[k][n], k < 16, n < 48
+        const int kk = e / (256 * NP), k = e % (256 * NP) / (16 * NP), n = e % (16 * NP);
+        sb[kk * BLOCK + (TRANS ? k * LDB + n : n * LDB + k)] = B[e];
+    }
+    __syncwarp();
+    const bf16* row = TRANS ? sb + (((lane / 8) % 2) * 8 + lane % 8) * LDB + (lane / 16) * 8
+                            : sb + ((lane / 16) * 8 + lane % 8) * LDB + ((lane / 8) % 2) * 8;
+    float acc[2 * NP][4];
+    c_fragments(acc, C);
+    const int step = TRANS ? 16 : 16 * LDB;
+    mma_bf16_16816_ldmatrix_ksteps<TRANS, KS, NP>(
+        acc, [&](int kk, uint32_t(&a)[4]) { ldmatrix<4>(a, sa + kk * 256 + (lane % 16) * 16 + (lane / 16) * 8); },
+        [&](int kk, int np) { return row + kk * BLOCK + np * step; }, kfirst, klast, first, last);
+    d_from_fragments(D, acc);
+}
+// powers: the operands +-2^e (MmaRandom's kind 1: whether a small term survives depends on the
+// order of the additions), checked bit for bit against the runtime's definition of mma (CPU
+// runtime only); else small integers, exact on any adder.
+template <bool TRANS>
+static void check_ldmatrix_mma_ksteps(int kfirst, int klast, int first, int last, bool powers, const char* code) {
+    std::vector<bf16> A(512), B(1536);
+    std::vector<float> C(768);
+#ifdef CPUCUDA
+    MmaRandom rnd;
+#endif
+    const auto value = [&](int e, int a, int b, int c) -> bf16 {
+#ifdef CPUCUDA
+        if (powers) return __ushort_as_bfloat16(rnd.bf16_bits(1));
+#endif
+        return bf((float)((e * a + b) % c - c / 2));
+    };
+    for (int e = 0; e < 512; e++) A[e] = value(e, 13, 5, 11);
+    for (int e = 0; e < 1536; e++) B[e] = value(e, 7, 3, 9);
+    for (int e = 0; e < 768; e++) C[e] = __bfloat162float(value(e, 5, 1, 7));
+    const std::vector<float> D = run_on_abc(A, B, C, [&](float* dD, const bf16* dA, const bf16* dB, const float* dC) {
+        ldmatrix_mma_ksteps_kernel<TRANS><<<1, 32>>>(dD, dA, dB, dC, kfirst, klast, first, last);
+    });
+    int wrong = 0;
+    for (int m = 0; m < 16; m++)
+        for (int n = 0; n < 48; n++) {
+            float acc = C[m * 48 + n];
+            if (n / 16 >= first && n / 16 < last)
+                for (int kk = kfirst; kk < klast; kk++) {  // one mma per k-step: its sum in double, k in order
+                    double s = acc;
+                    for (int k = 0; k < 16; k++)
+                        s += (double)__bfloat162float(A[kk * 256 + m * 16 + k]) *
+                             __bfloat162float(B[kk * 768 + k * 48 + n]);
+                    acc = (float)s;
+                }
+            wrong += std::memcmp(&D[m * 48 + n], &acc, 4) != 0;
+        }
+    CHECK(wrong == 0,
+          "mma_bf16_16816_ldmatrix_ksteps<%s, 2, 3>%s over k-steps [%d, %d) and pairs [%d, %d)%s: each k-step's "
+          "mmas after the last one's, A from its own ldmatrix, the other columns untouched (%d of 768 wrong)",
+          TRANS ? "true" : "false", code, kfirst, klast, first, last, powers ? ", operands +-2^e, bit for bit" : "",
+          wrong);
 }
 
 static void test_ldmatrix() {
@@ -632,6 +707,14 @@ static void test_ldmatrix() {
                 check_ldmatrix_mma_tiles<false>(first, last, code);
                 check_ldmatrix_mma_tiles<true>(first, last, code);
             }
+        for (const int* r : {(const int[4]){0, 2, 0, 3}, (const int[4]){1, 2, 1, 3}}) {
+            check_ldmatrix_mma_ksteps<false>(r[0], r[1], r[2], r[3], false, code);
+            check_ldmatrix_mma_ksteps<true>(r[0], r[1], r[2], r[3], false, code);
+        }
+#ifdef CPUCUDA
+        check_ldmatrix_mma_ksteps<false>(0, 2, 0, 3, true, code);
+        check_ldmatrix_mma_ksteps<true>(0, 2, 0, 3, true, code);
+#endif
     });
 }
 
@@ -821,6 +904,18 @@ __global__ void tiles_disagree_kernel(float* out) {  // lane 3 issues two tile p
     out[threadIdx.x] = acc[0][0];
 }
 
+__global__ void ksteps_disagree_kernel(float* out) {  // lane 9 issues one k-step, the others two
+    __shared__ __align__(16) bf16 sb[48 * 24];
+    for (int e = threadIdx.x; e < 48 * 24; e += 32) sb[e] = __float2bfloat16(0.0f);
+    __syncwarp();
+    float acc[6][4] = {};
+    const bf16* row = sb + (threadIdx.x % 16) * 24;
+    mma_bf16_16816_ldmatrix_ksteps<false, 2, 3>(
+        acc, [](int, uint32_t(&a)[4]) { a[0] = a[1] = a[2] = a[3] = 0; },
+        [&](int kk, int np) { return row + np * 16 * 24 + kk * 16; }, 0, threadIdx.x == 9 ? 1 : 2, 0, 3);
+    out[threadIdx.x] = acc[0][0];
+}
+
 __global__ void each_disagree_kernel(uint32_t* out) {  // lane 5 issues two ldmatrix.x4, the others three
     __shared__ __align__(16) unsigned short s[32 * 8];
     for (int e = threadIdx.x; e < 32 * 8; e += 32) s[e] = 0;
@@ -862,6 +957,9 @@ static void test_misuse() {
     msg = failure_of([&] { tiles_disagree_kernel<<<1, 32>>>((float*)d); });
     CHECK(contains(msg, "per tile pair") && contains(msg, "disagree on the tile pairs"),
           "lanes that issue different tile pairs are reported: \"%s\"", msg);
+    msg = failure_of([&] { ksteps_disagree_kernel<<<1, 32>>>((float*)d); });
+    CHECK(contains(msg, "per k-step") && contains(msg, "disagree on the k-steps"),
+          "lanes that issue different k-steps are reported: \"%s\"", msg);
     msg = failure_of([&] { each_disagree_kernel<<<1, 32>>>(d); });
     CHECK(contains(msg, "each of a run") && contains(msg, "number of ldmatrix"),
           "lanes that issue different numbers of ldmatrix.x4 in one run are reported: \"%s\"", msg);
