@@ -52,8 +52,11 @@ static inline double bf16_to_double(uint16_t h) {
 }
 
 typedef double WideA[16][16];  // A[m][k], widened to double
-struct MmaLanes {              // the B registers and accumulators of one mma, lane by lane
-    const uint32_t* b[32];
+struct MmaLanes {              // the B operand and the accumulators of one mma, lane by lane
+    const uint32_t* b[32];     // each lane's B registers, or (from_rows) B straight from shared memory:
+    const uint16_t* rows[16];  // rows[8h + i], 8 bf16: with n_major column i of B for k = 8h..8h+7
+                               // (what ldmatrix without .trans reads), else row 8h + i of B (.trans)
+    bool from_rows = false, n_major = false;
     float* acc[32];
 };
 
@@ -74,12 +77,21 @@ static void widen_a_portable(const uint32_t* const* a, WideA& A) {
 static void mma_portable(const WideA& A, const MmaLanes& l) {
     uint16_t B16[16][8];  // bf16 bits, B[k][n]
     float C32[16][8];
+    if (l.from_rows)
+        for (int h = 0; h < 2; h++)
+            for (int i = 0; i < 8; i++)
+                for (int c = 0; c < 8; c++) {
+                    const uint16_t v = l.rows[8 * h + i][c];
+                    if (l.n_major) B16[8 * h + c][i] = v;
+                    else B16[8 * h + i][c] = v;
+                }
     for (int lane = 0; lane < 32; lane++) {
         const int g = lane / 4, t = lane % 4;
-        for (int h = 0; h < 2; h++) {
-            B16[2 * t + 8 * h][g] = (uint16_t)l.b[lane][h];
-            B16[2 * t + 8 * h + 1][g] = (uint16_t)(l.b[lane][h] >> 16);
-        }
+        if (!l.from_rows)
+            for (int h = 0; h < 2; h++) {
+                B16[2 * t + 8 * h][g] = (uint16_t)l.b[lane][h];
+                B16[2 * t + 8 * h + 1][g] = (uint16_t)(l.b[lane][h] >> 16);
+            }
         std::memcpy(&C32[g][2 * t], &l.acc[lane][0], 8);
         std::memcpy(&C32[g + 8][2 * t], &l.acc[lane][2], 8);
     }
@@ -173,32 +185,46 @@ AVX2 static void widen_a_avx2(const uint32_t* const* a, WideA& A) {
 
 AVX2 static void mma_avx2(const WideA& A, const MmaLanes& l) {
     __m256d B[16][2], C[16][2];  // rows of B and C, n = 0..3 and 4..7
-    __m128i bt[2][8];  // bt[h][n] = B[8h..8h+7][n] (bf16)
+    if (l.from_rows && !l.n_major) {  // the rows are B's rows
+#pragma GCC unroll 16
+        for (int k = 0; k < 16; k++) bf16x8_to_double(_mm_loadu_si128((const __m128i*)l.rows[k]), B[k]);
+    } else {
+        __m128i bt[2][8];  // bt[h][n] = B[8h..8h+7][n] (bf16): B's columns
+#pragma GCC unroll 16
+        for (int g = 0; g < 8; g++) {
+            if (l.from_rows) {
+                bt[0][g] = _mm_loadu_si128((const __m128i*)l.rows[g]);
+                bt[1][g] = _mm_loadu_si128((const __m128i*)l.rows[8 + g]);
+                continue;
+            }
+            // lane t's b[0..1]: B[2t..2t+1][g], B[2t+8..2t+9][g]: column g of B
+            const uint32_t* const* b = &l.b[4 * g];
+            __m128i bv[4];
+#pragma GCC unroll 16
+            for (int t = 0; t < 4; t++) bv[t] = _mm_loadl_epi64((const __m128i*)b[t]);
+            const __m128i y0 = _mm_unpacklo_epi32(bv[0], bv[1]), y1 = _mm_unpacklo_epi32(bv[2], bv[3]);
+            bt[0][g] = _mm_unpacklo_epi64(y0, y1);
+            bt[1][g] = _mm_unpackhi_epi64(y0, y1);
+        }
+#pragma GCC unroll 16
+        for (int h = 0; h < 2; h++) {
+            __m128i rows[8];
+            transpose8x8_16(bt[h], rows);
+#pragma GCC unroll 16
+            for (int k = 0; k < 8; k++) bf16x8_to_double(rows[k], B[8 * h + k]);
+        }
+    }
 #pragma GCC unroll 16
     for (int g = 0; g < 8; g++) {
-        const uint32_t* const* b = &l.b[4 * g];
-        float* const* acc = &l.acc[4 * g];
-        // lane t's b[0..1]: B[2t..2t+1][g], B[2t+8..2t+9][g]: column g of B
-        __m128i c[4], bv[4];
-#pragma GCC unroll 16
-        for (int t = 0; t < 4; t++) bv[t] = _mm_loadl_epi64((const __m128i*)b[t]);
-        const __m128i y0 = _mm_unpacklo_epi32(bv[0], bv[1]), y1 = _mm_unpacklo_epi32(bv[2], bv[3]);
-        bt[0][g] = _mm_unpacklo_epi64(y0, y1);
-        bt[1][g] = _mm_unpackhi_epi64(y0, y1);
         // lane t's acc: C[g][2t..2t+1], C[g+8][2t..2t+1]
+        float* const* acc = &l.acc[4 * g];
+        __m128i c[4];
 #pragma GCC unroll 16
         for (int t = 0; t < 4; t++) c[t] = _mm_loadu_si128((const __m128i*)acc[t]);
         C[g][0] = _mm256_cvtps_pd(_mm_castsi128_ps(_mm_unpacklo_epi64(c[0], c[1])));
         C[g][1] = _mm256_cvtps_pd(_mm_castsi128_ps(_mm_unpacklo_epi64(c[2], c[3])));
         C[g + 8][0] = _mm256_cvtps_pd(_mm_castsi128_ps(_mm_unpackhi_epi64(c[0], c[1])));
         C[g + 8][1] = _mm256_cvtps_pd(_mm_castsi128_ps(_mm_unpackhi_epi64(c[2], c[3])));
-    }
-#pragma GCC unroll 16
-    for (int h = 0; h < 2; h++) {
-        __m128i rows[8];
-        transpose8x8_16(bt[h], rows);
-#pragma GCC unroll 16
-        for (int k = 0; k < 8; k++) bf16x8_to_double(rows[k], B[8 * h + k]);
     }
     __m128 D[16][2];
 #pragma GCC unroll 16
@@ -377,24 +403,22 @@ const char* ldmatrix_x4_each(void* const* io) {
 
 // mma_bf16_16816_ldmatrix_ksteps (and _tiles, one k-step; _x2_ldmatrix, one pair): k-step after
 // k-step, its A gathered and widened once (MmasSharingA), then pair after pair the
-// ldmatrix of its B fragments for every lane and its two mmas.
+// ldmatrix.x4 of its B fragments and its two mmas.
 const char* ldmatrix_mma_tiles(void* const* io) {
     const LdmatrixMmaTilesOperands& o0 = *static_cast<const LdmatrixMmaTilesOperands*>(io[0]);
     for (int lane = 1; lane < 32; lane++) {
         const LdmatrixMmaTilesOperands& o = *static_cast<const LdmatrixMmaTilesOperands*>(io[lane]);
         if (o.first != o0.first || o.last != o0.last || o.pairs != o0.pairs) return "lanes disagree on the tile pairs";
         if (o.kfirst != o0.kfirst || o.klast != o0.klast) return "lanes disagree on the k-steps";
+        if (o.trans != o0.trans) return "lanes disagree on .num or .trans";
     }
-    uint32_t b[32][4];  // each lane's B registers: the ldmatrix.x4 writes them, the two mmas read them
-    LdmatrixOperands ld[32];
-    void* ld_io[32];
+    // The ldmatrix.x4 of a pair reads matrix j's row r from lane 8j + r's address; matrices 0
+    // and 1 are the first mma's B (k = 0..7 and 8..15), 2 and 3 the second's. Its registers
+    // would only carry those rows, unchanged (or, .trans, transposed), to the mmas, which
+    // read the rows themselves (MmaLanes::rows): B's columns without .trans, its rows with.
     MmaLanes l0, l1;
-    for (int lane = 0; lane < 32; lane++) {
-        ld[lane] = {nullptr, b[lane], 4, static_cast<const LdmatrixMmaTilesOperands*>(io[lane])->trans};
-        ld_io[lane] = &ld[lane];
-        l0.b[lane] = &b[lane][0];
-        l1.b[lane] = &b[lane][2];
-    }
+    l0.from_rows = l1.from_rows = true;
+    l0.n_major = l1.n_major = !o0.trans;
     for (int kk = o0.kfirst; kk < o0.klast; kk++) {
         const uint32_t* a[32];
         for (int lane = 0; lane < 32; lane++) a[lane] = static_cast<const LdmatrixMmaTilesOperands*>(io[lane])->a[kk];
@@ -402,11 +426,16 @@ const char* ldmatrix_mma_tiles(void* const* io) {
         for (int np = o0.first; np < o0.last; np++) {
             for (int lane = 0; lane < 32; lane++) {
                 const LdmatrixMmaTilesOperands& o = *static_cast<const LdmatrixMmaTilesOperands*>(io[lane]);
-                ld[lane].row = o.rows[kk * o0.pairs + np];
+                const void* row = o.rows[kk * o0.pairs + np];
+                if ((uintptr_t)row % 16) return "a row address is not 16-byte aligned";
+#ifdef CPUCUDA_RACECHECK
+                race_ldmatrix_row((unsigned)lane, row);
+#endif
+                MmaLanes& l = lane < 16 ? l0 : l1;
+                l.rows[lane % 16] = static_cast<const uint16_t*>(row);
                 l0.acc[lane] = o.acc[2 * np];
                 l1.acc[lane] = o.acc[2 * np + 1];
             }
-            if (const char* error = ldmatrix_m8n8_b16(ld_io)) return error;
             mmas.mma(l0);
             mmas.mma(l1);
         }
