@@ -96,30 +96,9 @@ inline void mma_bf16_16816_x2_ldmatrix(float (&acc0)[4], float (&acc1)[4], const
                          ::cpucuda::ldmatrix_mma_tiles, &io);
 }
 
-// For each pair np in [first, last) of NP, in order: mma_bf16_16816_x2_ldmatrix
-// into acc[2np], acc[2np+1] from this lane's row_of(np); all of them in one
-// meeting of the warp (nothing of the lanes' own runs between them).
-template <bool TRANS, int NP, class RowOf>
-inline void mma_bf16_16816_ldmatrix_tiles(float (&acc)[2 * NP][4], const uint32_t (&a)[4], const RowOf& row_of,
-                                          int first, int last) {
-    if (first < 0) first = 0;
-    if (last > NP) last = NP;
-    if (first >= last) return;  // no instruction issued, as on a GPU: no meeting
-    const void* rows[NP] = {};
-    float* accs[2 * NP] = {};
-    for (int np = first; np < last; np++) {
-        rows[np] = row_of(np);
-        accs[2 * np] = acc[2 * np];
-        accs[2 * np + 1] = acc[2 * np + 1];
-    }
-    ::cpucuda::LdmatrixMmaTilesOperands io{&a, rows, accs, 0, 1, first, last, NP, TRANS};
-    ::cpucuda::warp_wide(TRANS ? "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 + mma.sync (x2), per tile pair"
-                               : "ldmatrix.sync.aligned.m8n8.x4.shared.b16 + mma.sync (x2), per tile pair",
-                         ::cpucuda::ldmatrix_mma_tiles, &io);
-}
-
 // For each k-step kk in [kfirst, klast) of KS, in order: a_of(kk, a), this lane's
-// A fragment, then mma_bf16_16816_ldmatrix_tiles with it from row_of(kk, np).
+// A fragment, then, for each pair np in [first, last) of NP,
+// mma_bf16_16816_x2_ldmatrix with it into acc[2np], acc[2np+1] from row_of(kk, np).
 // Every lane computes all its A fragments first (a_of may itself issue an
 // ldmatrix, a meeting of its own), then the k-steps run in one meeting: the
 // lanes' code between two k-steps only makes the next A, which no mma reads
@@ -147,6 +126,18 @@ inline void mma_bf16_16816_ldmatrix_ksteps(float (&acc)[2 * NP][4], const AOf& a
                                  "per k-step"
                                : "ldmatrix.sync.aligned.m8n8.x4.shared.b16 + mma.sync (x2), per tile pair, per k-step",
                          ::cpucuda::ldmatrix_mma_tiles, &io);
+}
+
+// For each pair np in [first, last) of NP, in order: mma_bf16_16816_x2_ldmatrix
+// into acc[2np], acc[2np+1] from this lane's row_of(np); all of them in one
+// meeting of the warp (nothing of the lanes' own runs between them): the
+// k-steps' operation with the one k-step.
+template <bool TRANS, int NP, class RowOf>
+inline void mma_bf16_16816_ldmatrix_tiles(float (&acc)[2 * NP][4], const uint32_t (&a)[4], const RowOf& row_of,
+                                          int first, int last) {
+    mma_bf16_16816_ldmatrix_ksteps<TRANS, 1, NP>(
+        acc, [&](int, uint32_t(&out)[4]) { std::memcpy(out, a, sizeof out); }, [&](int, int np) { return row_of(np); },
+        0, 1, first, last);
 }
 
 // cp.async.cg.shared.global [dst], [src], 16; commit_group; wait_group N.
